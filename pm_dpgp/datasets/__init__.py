@@ -1,0 +1,1 @@
+"""pm_dpgp.datasets."""
