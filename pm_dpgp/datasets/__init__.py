@@ -1,1 +1,5 @@
-"""pm_dpgp.datasets."""
+"""Small public data sets packaged with pm_dpgp (see ``data/ATTRIBUTION.md``)."""
+
+from pm_dpgp.datasets.howell import load_howell1, load_kung_women
+
+__all__ = ["load_howell1", "load_kung_women"]

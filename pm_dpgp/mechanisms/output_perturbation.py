@@ -1,0 +1,187 @@
+"""Gaussian output perturbation of a linear function of private labels.
+
+Both label-private mechanisms of Smith et al. (cloaking, 2018 §3; Hall et al.'s
+prior-noise method, 2018 §2) release ``f̃ = f + σ · F z`` with ``z ~ N(0, I_k)``,
+where ``f = C (y − μ) + μ_*`` is linear in the private outputs ``y``.  If changing
+one output by at most ``d`` moves ``f`` by a vector whose Mahalanobis norm with
+respect to ``F Fᵀ`` is at most ``d · s`` (``s`` = ``unit_sensitivity``), the release
+is the Gaussian mechanism with L2 sensitivity ``d · s`` in the whitened space
+(Hall et al. 2013, Prop. 3), so ``σ = gaussian_sigma(ε, δ, d·s)``.
+
+This module holds the steps the mechanisms share, in the order privacy needs:
+validate, clip, build the privacy event, charge the ledger (which refuses
+*before* any noise is drawn), then draw.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from pm_dpgp._validation import (
+    check_delta,
+    check_epsilon,
+    check_finite_array,
+    check_public_bounds,
+    check_rng,
+    clip_to_bounds,
+)
+from pm_dpgp.accounting import GaussianEvent, Ledger
+from pm_dpgp.mechanisms.gaussian import gaussian_sigma
+from pm_dpgp.models import PublicGP
+
+__all__ = [
+    "LabelData",
+    "prepare_labels",
+    "GaussianPerturbation",
+    "perturb",
+    "label_release_metadata",
+    "SEED_POLICY",
+]
+
+
+@dataclass(frozen=True)
+class LabelData:
+    """Private labels after clipping to the public range, with the public constants."""
+
+    y: NDArray[np.float64]
+    y_bounds: tuple[float, float]
+    data_sensitivity: float  # d = upper - lower (replace-one-label neighbours)
+    n_clipped: int
+
+
+def prepare_labels(
+    y: NDArray[np.float64],
+    y_bounds: tuple[float, float],
+    *,
+    clip: Literal["warn", "raise"] = "warn",
+    bounds_are_public: bool = False,
+) -> LabelData:
+    """Validate the private outputs and clip them to the public range.
+
+    ``clip="warn"`` clips values outside ``y_bounds`` with a :class:`PrivacyWarning`;
+    ``clip="raise"`` refuses with ``ValueError`` instead.  The data sensitivity is
+    the width of the range: neighbouring datasets differ in one label by at most
+    ``d = upper − lower`` (label privacy, REFERENCE §1).
+    """
+    if clip not in ("warn", "raise"):
+        raise ValueError(f"clip must be 'warn' or 'raise', got {clip!r}.")
+    y = check_finite_array(y, "y", ndim=1)
+    bounds = check_public_bounds(y_bounds, y, bounds_are_public=bounds_are_public)
+    outside = int(((y < bounds[0]) | (y > bounds[1])).sum())
+    if outside and clip == "raise":
+        raise ValueError(
+            f"{outside} responses lie outside the public range {bounds}; widen the range "
+            "(from public knowledge) or pass clip='warn' to clip them."
+        )
+    return LabelData(clip_to_bounds(y, bounds), bounds, bounds[1] - bounds[0], outside)
+
+
+@dataclass(frozen=True)
+class GaussianPerturbation:
+    """The calibrated noise of one release and what it cost."""
+
+    draws: NDArray[np.float64]  # (n_draws, m)
+    noise_factor: NDArray[np.float64]  # (m, k): DP-noise covariance = noise_factor @ noise_factor.T
+    sigma: float  # multiplier of the unit-shaped noise F z
+    l2_sensitivity: float  # d · unit_sensitivity
+    event: GaussianEvent
+    epsilon: float
+    delta: float
+    calibration: str
+
+
+def perturb(
+    mean: NDArray[np.float64],
+    shape_factor: NDArray[np.float64],
+    *,
+    unit_sensitivity: float,
+    data_sensitivity: float,
+    epsilon: float,
+    delta: float,
+    calibration: Literal["analytic", "classic"] = "analytic",
+    n_draws: int = 1,
+    ledger: Ledger | None = None,
+    rng: np.random.Generator | None = None,
+    label: str = "",
+) -> GaussianPerturbation:
+    """Charge the ledger for ``n_draws`` Gaussian releases, then draw them.
+
+    Parameters
+    ----------
+    mean:
+        ``(m,)`` the exact (non-DP) released vector; it never leaves this function
+        except inside the noisy draws.
+    shape_factor:
+        ``(m, k)`` public factor ``F`` of the noise shape ``F Fᵀ``.
+    unit_sensitivity:
+        ``s``: max Mahalanobis norm w.r.t. ``F Fᵀ`` of the change of ``mean`` when
+        one label changes by 1.
+    data_sensitivity:
+        ``d``: the largest change of one label (public clipping width).
+
+    Each draw is one (ε, δ)-DP Gaussian mechanism with noise multiplier
+    ``σ / (d s)``; the ledger composes the ``n_draws`` of them (RDP / Gaussian DP).
+    The ledger is charged before any noise is drawn, so a refused release
+    (:class:`~pm_dpgp.accounting.BudgetExceededError`) consumes no randomness.
+    """
+    epsilon = check_epsilon(epsilon)
+    delta = check_delta(delta)
+    rng = check_rng(rng)
+    if int(n_draws) != n_draws or n_draws < 1:
+        raise ValueError(f"n_draws must be a positive integer, got {n_draws!r}.")
+    n_draws = int(n_draws)
+    l2 = float(data_sensitivity) * float(unit_sensitivity)
+    if not np.isfinite(l2) or l2 <= 0.0:
+        raise ValueError(f"The L2 sensitivity d·s must be finite and > 0, got {l2!r}.")
+    sigma = gaussian_sigma(epsilon, delta, l2, method=calibration)
+    event = GaussianEvent(noise_multiplier=sigma / l2, count=n_draws, label=label)
+    if ledger is not None:
+        ledger.spend(event, label=label)
+    z = rng.standard_normal((n_draws, shape_factor.shape[1]))
+    draws = mean[None, :] + sigma * (z @ shape_factor.T)
+    return GaussianPerturbation(
+        draws=draws,
+        noise_factor=sigma * shape_factor,
+        sigma=sigma,
+        l2_sensitivity=l2,
+        event=event,
+        epsilon=epsilon,
+        delta=delta,
+        calibration=calibration,
+    )
+
+
+SEED_POLICY = (
+    "noise from the numpy Generator passed by the caller (OS entropy if none); "
+    "the seed is never stored: publishing it would let anyone remove the noise"
+)
+
+
+def label_release_metadata(
+    public_gp: PublicGP, labels: LabelData, result: GaussianPerturbation, **extra: object
+) -> dict[str, object]:
+    """Privacy metadata shared by the label-private Gaussian releases (DESIGN "Rules")."""
+    metadata: dict[str, object] = {
+        "privacy_model": "label",
+        "neighbouring_relation": "replace-one-label, |y_i - y_i'| <= d (inputs public)",
+        "epsilon_per_draw": result.epsilon,
+        "delta_per_draw": result.delta,
+        "epsilon_total": result.event.epsilon(result.delta),
+        "calibration": result.calibration,
+        "l2_sensitivity": result.l2_sensitivity,
+        "data_sensitivity": labels.data_sensitivity,
+        "clipping_bounds": list(labels.y_bounds),
+        "noise_multiplier": result.event.noise_multiplier,
+        "kernel": public_gp.description,
+        "hyperparameters": public_gp.hyperparameters,
+        "noise_var": public_gp.noise_var,
+        "prior_mean": public_gp.mean,
+        "privacy_event": result.event.to_metadata(),
+        "seed_policy": SEED_POLICY,
+    }
+    metadata.update(extra)
+    return metadata

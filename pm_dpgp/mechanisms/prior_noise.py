@@ -1,0 +1,147 @@
+"""Hall et al.'s prior-noise mechanism for GP regression (Smith et al. 2018, §2).
+
+The posterior mean ``f̄(·) = μ + Σ_i α_i k(·, x_i)``, ``α = K⁻¹(y − μ)``,
+``K = K' + σ_n² I`` (K' the noise-free kernel matrix at the public training
+inputs), lies in the RKHS ``H`` of ``k``.  Changing one label by at most ``d``
+changes ``α`` by ``v = d K⁻¹ e_j`` and the mean function by ``h = Σ_i v_i k(·, x_i)``
+with squared RKHS norm (Smith et al. 2018, eqs. 1–3)
+
+    ‖h‖²_H = vᵀ K' v.
+
+Hall, Rinaldo & Wasserman (2013, §4) show that adding ``σ · g``, ``g ~ GP(0, k)``,
+with ``σ`` calibrated for L2 sensitivity ``Δ ≥ sup ‖h‖_H`` gives (ε, δ)-DP for the
+whole function; at finite test points ``X*`` the noise is ``N(0, σ² K**)`` and
+``‖h(X*)‖_{K**⁻¹} ≤ ‖h‖_H``.
+
+Sensitivity bounds offered (``bound=``), each per unit label change:
+
+* ``"exact"`` (default): ``Δ/d = sqrt(max_j [K⁻¹ K' K⁻¹]_jj)`` — the supremum itself,
+  computable because ``K`` depends only on public inputs.
+* ``"inf_norm"``: the paper's bound ``‖K⁻¹‖_∞ · sqrt(max_i k(x_i, x_i))``, from
+  ``vᵀK'v ≤ ‖v‖₁² max_ij |K'_ij|`` and ``|K'_ij| ≤ max_i K'_ii`` (PSD).  The paper
+  assumes ``|k| ≤ 1``; the factor restores kernels with other scales.
+* ``"nonnegative"``: the refinement for kernels with ``k ≥ 0`` (e.g. EQ).  With
+  ``P_j``/``N_j`` the sums of the positive / negative entries (in absolute value)
+  of column ``j`` of ``K⁻¹``, ``vᵀK'v ≤ d² (P_j² + N_j²) max_i K'_ii`` because
+  cross-sign products only lower the form when ``K' ≥ 0``.  The paper's
+  ``b(K⁻¹) = max(P_j, N_j)`` bounds the *sup norm* of ``h``, not its RKHS norm,
+  and is not a valid bound (``docs/prior_noise.md`` gives a counter-example);
+  ``P² + N²`` is the valid version.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from scipy.linalg import cho_solve, eigh
+
+from pm_dpgp._validation import check_finite_array
+from pm_dpgp.accounting import Ledger
+from pm_dpgp.mechanisms.output_perturbation import (
+    label_release_metadata,
+    perturb,
+    prepare_labels,
+)
+from pm_dpgp.models import GPRegression, PublicGP
+from pm_dpgp.release import Release
+
+__all__ = ["rkhs_sensitivity", "prior_noise_shape", "prior_noise_release"]
+
+Bound = Literal["exact", "inf_norm", "nonnegative"]
+
+
+def rkhs_sensitivity(public_gp: PublicGP, bound: Bound = "exact") -> float:
+    """RKHS-norm change of the posterior mean per unit change of one label.
+
+    Multiply by the data sensitivity ``d``.  See the module docstring for the
+    three bounds (Smith et al. 2018, eqs. 1–4, and the corrections made here).
+    """
+    X = public_gp.X
+    K_prime = public_gp.kernel(X, X)
+    L = public_gp.posterior().L
+    K_inv = cho_solve((L, True), np.eye(X.shape[0]))
+    if bound == "exact":
+        # diag(K⁻¹ K' K⁻¹) with K' = K − σ_n² I  ⇒  diag(K⁻¹) − σ_n² · colsum(K⁻¹ ∘ K⁻¹)
+        form = np.einsum("ij,jk,ki->i", K_inv, K_prime, K_inv, optimize=True)
+        return float(np.sqrt(max(form.max(), 0.0)))
+    k_max = float(np.max(np.diag(K_prime)))
+    if bound == "inf_norm":
+        return float(np.abs(K_inv).sum(axis=0).max() * np.sqrt(k_max))
+    if bound == "nonnegative":
+        if np.any(K_prime < -1e-12 * k_max):
+            raise ValueError(
+                "bound='nonnegative' needs a kernel with k(x, x') >= 0 on the training inputs; "
+                "use bound='exact' or 'inf_norm'."
+            )
+        pos = np.clip(K_inv, 0.0, None).sum(axis=0)
+        neg = np.clip(-K_inv, 0.0, None).sum(axis=0)
+        return float(np.sqrt(np.max(pos**2 + neg**2) * k_max))
+    raise ValueError(f"bound must be 'exact', 'inf_norm' or 'nonnegative', got {bound!r}.")
+
+
+def prior_noise_shape(public_gp: PublicGP, X_star: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Factor ``F`` with ``F Fᵀ = K** + j I`` (prior covariance at the test inputs).
+
+    A jitter ``j = 1e-10 · mean(diag K**)`` makes the shape full rank: it only adds
+    noise, so the Mahalanobis sensitivity w.r.t. ``K**`` still bounds the one
+    w.r.t. ``K** + j I``.
+    """
+    K_ss = public_gp.kernel(X_star, X_star)
+    K_ss = 0.5 * (K_ss + K_ss.T)
+    jitter = 1e-10 * float(np.mean(np.diag(K_ss)))
+    w, V = eigh(K_ss)
+    return V * np.sqrt(np.clip(w, 0.0, None) + jitter)
+
+
+def prior_noise_release(
+    gpr: GPRegression,
+    X_star: ArrayLike,
+    *,
+    epsilon: float,
+    delta: float,
+    y_bounds: tuple[float, float],
+    hyperparameters: dict[str, float] | None = None,
+    bound: Bound = "exact",
+    calibration: Literal["analytic", "classic"] = "analytic",
+    n_draws: int = 1,
+    ledger: Ledger | None = None,
+    rng: np.random.Generator | None = None,
+    clip: Literal["warn", "raise"] = "warn",
+    bounds_are_public: bool = False,
+) -> Release:
+    """Release the posterior mean at ``X_star`` plus scaled prior-GP noise (Hall et al.).
+
+    Label privacy: the inputs are public, neighbours differ in one output by at most
+    ``d = y_bounds[1] − y_bounds[0]``.  Each of the ``n_draws`` draws is one
+    (ε, δ)-DP release; the ledger is charged for all of them before noise is drawn.
+    """
+    public_gp = gpr.public_gp(hyperparameters)
+    X_star = check_finite_array(X_star, "X_star", ndim=2)
+    labels = prepare_labels(gpr.y, y_bounds, clip=clip, bounds_are_public=bounds_are_public)
+    unit = rkhs_sensitivity(public_gp, bound)
+    K_sf = public_gp.kernel(X_star, public_gp.X)
+    mean = public_gp.posterior().mean(K_sf, labels.y, mean_f=public_gp.mean, mean_s=public_gp.mean)
+    shape = prior_noise_shape(public_gp, X_star)
+    result = perturb(
+        mean,
+        shape,
+        unit_sensitivity=unit,
+        data_sensitivity=labels.data_sensitivity,
+        epsilon=epsilon,
+        delta=delta,
+        calibration=calibration,
+        n_draws=n_draws,
+        ledger=ledger,
+        rng=rng,
+        label="prior-noise GP release (Hall et al. 2013)",
+    )
+    metadata = label_release_metadata(public_gp, labels, result, sensitivity_bound=bound)
+    return Release(
+        mechanism="prior_noise",
+        draws=result.draws,
+        X_star=X_star,
+        noise_factor=result.noise_factor,
+        metadata=metadata,
+    )
