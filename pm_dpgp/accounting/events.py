@@ -1,0 +1,555 @@
+"""Privacy events: what one release costs, in a form the :class:`Ledger` composes.
+
+Every event is an immutable dataclass with
+
+* ``rdp(orders)`` – an upper bound on its Rényi-DP curve ε(α) (Mironov 2017, Def. 4) on an order
+  grid, ``+inf`` where no bound is known;
+* ``epsilon(delta)`` – the best (ε, δ)-DP bound this package knows for the event on its own;
+* ``to_metadata()`` – a JSON-serialisable description (type and parameters);
+* ``count`` and ``repeat(k)`` / ``k * event`` – k-fold (possibly adaptive) self-composition.
+
+All bounds refer to one neighbouring relation: the privacy model recorded with the release
+(REFERENCE §1).  Composing events that were analysed under different relations is meaningless.
+
+References
+----------
+* I. Mironov, "Rényi differential privacy", CSF 2017 (RDP, Gaussian RDP, adaptive composition).
+* B. Balle and Y.-X. Wang, "Improving the Gaussian mechanism for differential privacy: analytical
+  calibration and optimal denoising", ICML 2018 (exact δ(ε) of the Gaussian mechanism, Thm. 8).
+* J. Dong, A. Roth and W. Su, "Gaussian differential privacy", JRSS-B 2022 / arXiv:1905.02383
+  (μ-GDP, composition of Gaussians is Gaussian, Cor. 3.3).
+* P. Kairouz, S. Oh and P. Viswanath, "The composition theorem for differential privacy",
+  ICML 2015 (every ε-DP pair is a post-processing of randomized response).
+* T. van Erven and P. Harremoës, "Rényi divergence and Kullback–Leibler divergence",
+  IEEE Trans. IT 2014 (monotonicity in α, data processing).
+* C. Dwork, F. McSherry, K. Nissim and A. Smith, "Calibrating noise to sensitivity", TCC 2006;
+  C. Dwork, G. Rothblum and S. Vadhan, "Boosting and differential privacy", FOCS 2010
+  (basic composition, also under adaptivity).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import numbers
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import numpy as np
+from dp_accounting import get_epsilon_gaussian
+from dp_accounting.rdp import compute_epsilon
+from numpy.typing import ArrayLike, NDArray
+from scipy.special import log_ndtr
+
+from pm_dpgp._validation import check_delta, check_epsilon, check_positive
+
+__all__ = [
+    "DEFAULT_ORDERS",
+    "PrivacyEvent",
+    "GaussianEvent",
+    "RdpCurveEvent",
+    "PureDpEvent",
+    "ApproxDpEvent",
+    "gdp_delta",
+    "gdp_epsilon",
+    "rdp_to_epsilon",
+]
+
+
+def _build_default_orders() -> NDArray[np.float64]:
+    parts = [
+        np.arange(101, 110) / 100.0,  # 1.01 … 1.09: curves that only exist just above α = 1
+        np.arange(110, 200, 5) / 100.0,  # 1.10 … 1.95
+        np.arange(8, 32) / 4.0,  # 2.00 … 7.75 in steps of 1/4
+        np.arange(8.0, 33.0),  # 8 … 32
+        np.arange(34.0, 65.0, 2.0),  # 34 … 64
+        np.arange(72.0, 257.0, 8.0),  # 72 … 256
+        np.array([320.0, 384, 448, 512, 640, 768, 896, 1024, 1536, 2048]),
+        np.array([3072.0, 4096, 6144, 8192, 10_000]),
+    ]
+    orders = np.unique(np.concatenate(parts))
+    orders.setflags(write=False)
+    return orders
+
+
+#: Default Rényi orders α: dense just above 1 (for curves valid only on (1, 1 + r²/V), REFERENCE
+#: §4), then up to 256, then a few large orders up to 10⁴ (for very small δ).  Read-only.
+DEFAULT_ORDERS: NDArray[np.float64] = _build_default_orders()
+
+
+# --------------------------------------------------------------------------------------------
+# Validation and small numerical helpers
+# --------------------------------------------------------------------------------------------
+def _check_count(count: Any, name: str = "count") -> int:
+    """Return ``count`` as an ``int`` ≥ 1, refusing floats, bools and non-numbers."""
+    if isinstance(count, bool) or not isinstance(count, numbers.Integral):
+        raise ValueError(
+            f"{name} must be a whole number >= 1 (how many times the mechanism runs), "
+            f"got {count!r}."
+        )
+    if count < 1:
+        raise ValueError(f"{name} must be >= 1 (how many times the mechanism runs), got {count}.")
+    return int(count)
+
+
+def _check_label(label: Any) -> str:
+    if not isinstance(label, str):
+        raise ValueError(f"label must be a string, got {type(label).__name__}.")
+    return label
+
+
+def _check_orders(orders: ArrayLike, name: str = "orders") -> NDArray[np.float64]:
+    """Return ``orders`` as a 1-D float array of finite Rényi orders α > 1."""
+    try:
+        arr = np.asarray(orders, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{name} must be numbers (Rényi orders α > 1), got {orders!r}.") from err
+    if arr.ndim == 0:
+        arr = arr[None]
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"{name} must be a non-empty 1-D sequence of Rényi orders α > 1.")
+    bad = ~np.isfinite(arr) | (arr <= 1.0)
+    if bad.any():
+        raise ValueError(
+            f"{name} must be finite Rényi orders α > 1 (α = 1 is the KL limit and gives no "
+            f"(ε, δ) bound); got {int(bad.sum())} invalid value(s), e.g. {arr[bad][0]}."
+        )
+    return arr
+
+
+def json_float(x: float) -> float | str:
+    """Return ``x`` unchanged if finite, else ``"inf"``, ``"-inf"`` or ``"nan"`` (strict JSON)."""
+    x = float(x)
+    if math.isfinite(x):
+        return x
+    return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+
+
+def rdp_to_epsilon(orders: ArrayLike, rdp: ArrayLike, delta: float) -> float:
+    """Convert an RDP curve to ε at ``delta``, minimising over the orders given.
+
+    Uses :func:`dp_accounting.rdp.compute_epsilon`, i.e. for each order α the conversion
+    ε = ρ(α) + ln(1 − 1/α) − (ln δ + ln α)/(α − 1) (Canonne, Kamath & Steinke 2020, Prop. 12;
+    Asoodeh et al., arXiv:2001.05990v1, Eq. 20), which is never worse than Mironov's
+    ρ(α) + ln(1/δ)/(α − 1) (Mironov 2017, Prop. 3).  Orders where ρ is +inf are skipped; if no
+    order gives a finite value the result is +inf.
+    """
+    delta = check_delta(delta)
+    orders = np.asarray(orders, dtype=np.float64)
+    rdp = np.asarray(rdp, dtype=np.float64)
+    finite = np.isfinite(rdp)
+    if not finite.any():
+        return math.inf
+    eps, _ = compute_epsilon(orders[finite].tolist(), rdp[finite].tolist(), delta)
+    return float(eps)
+
+
+# --------------------------------------------------------------------------------------------
+# Gaussian differential privacy (Dong, Roth & Su 2019) and the Balle–Wang δ(ε) curve
+# --------------------------------------------------------------------------------------------
+def _gdp_log_delta(mu: float, epsilon: float) -> float:
+    """ln δ(ε) of μ-GDP, i.e. of one Gaussian mechanism with sensitivity/σ = μ.
+
+    Balle & Wang (2018), Thm. 8, with Δ/σ = μ:
+    δ(ε) = Φ(μ/2 − ε/μ) − e^ε Φ(−μ/2 − ε/μ)   (Dong, Roth & Su 2019, Cor. 2.13).
+    Evaluated in the log domain so that δ down to 1e-300 is accurate.
+    """
+    a = float(log_ndtr(mu / 2.0 - epsilon / mu))
+    b = epsilon + float(log_ndtr(-mu / 2.0 - epsilon / mu))
+    if b >= a:  # rounding at extreme ε; the true δ is 0 there
+        return -math.inf
+    return a + math.log1p(-math.exp(b - a))
+
+
+def gdp_delta(mu: float, epsilon: float) -> float:
+    """δ(ε) of a μ-GDP mechanism (Balle & Wang 2018, Thm. 8; Dong, Roth & Su 2019, Cor. 2.13).
+
+    A Gaussian mechanism with L2 sensitivity Δ and noise std σ is μ-GDP with μ = Δ/σ, and it is
+    (ε, δ(ε))-DP exactly for this δ(ε) (tight for every ε ≥ 0).
+    """
+    mu = check_positive(mu, "mu")
+    epsilon = check_positive(epsilon, "epsilon", allow_zero=True)
+    return math.exp(_gdp_log_delta(mu, epsilon))
+
+
+def _nudge_up(x0: float, ok: Callable[[float], bool]) -> float:
+    """Smallest ``x0·(1 + 1e-12·2^k)``, k = 0, 1, …, with ``ok(x)``; ``x0`` itself if it is ok.
+
+    Used to move the output of a 1e-12-tolerance root finder to the safe side of the root.
+    """
+    if ok(x0):
+        return x0
+    step = 1e-12
+    for _ in range(80):
+        x = x0 * (1.0 + step) if x0 > 0.0 else step
+        if ok(x):
+            return x
+        step *= 2.0
+    raise RuntimeError("could not certify a privacy parameter; please report this bug.")
+
+
+def _log_delta_ok(log_delta: float, delta: float) -> bool:
+    """ln δ(ε) ≤ ln δ − 1e-12: a margin so that exp(·) rounding cannot push δ(ε) above δ."""
+    return log_delta <= math.log(delta) + math.log1p(-1e-12)
+
+
+def gdp_epsilon(mu: float, delta: float) -> float:
+    """Smallest ε with δ(ε) ≤ ``delta`` for a μ-GDP mechanism, rounded to the safe side.
+
+    The root of the Balle–Wang curve is found by :func:`dp_accounting.get_epsilon_gaussian`
+    (σ = 1/μ, unit sensitivity; bracketing to 1e-12).  The bracket may end on either side of the
+    root, so the result is then nudged up (relative steps from 1e-12) until :func:`gdp_delta` at
+    it is ≤ ``delta``: the returned ε is always a valid bound, never an under-estimate by
+    round-off.
+    """
+    mu = check_positive(mu, "mu")
+    delta = check_delta(delta)
+    eps = float(get_epsilon_gaussian(1.0 / mu, delta))
+    return _nudge_up(eps, lambda e: _log_delta_ok(_gdp_log_delta(mu, e), delta))
+
+
+# --------------------------------------------------------------------------------------------
+# Events
+# --------------------------------------------------------------------------------------------
+_E = TypeVar("_E", bound="PrivacyEvent")
+
+
+class PrivacyEvent(ABC):
+    """Base class of privacy events.  Subclasses are frozen dataclasses with a ``count``."""
+
+    label: str
+    count: int
+
+    @abstractmethod
+    def rdp(self, orders: ArrayLike = DEFAULT_ORDERS) -> NDArray[np.float64]:
+        """Upper bound on the RDP ε(α) at each order (``+inf`` where no bound is known)."""
+
+    @abstractmethod
+    def epsilon(self, delta: float) -> float:
+        """Best valid ε of this event alone (all ``count`` repetitions) at ``delta``."""
+
+    @abstractmethod
+    def _parameters(self) -> dict[str, Any]:
+        """The event's parameters for metadata (JSON-safe)."""
+
+    @abstractmethod
+    def describe(self) -> str:
+        """A short human-readable description, e.g. ``Gaussian(z=1.88)×3``."""
+
+    @property
+    def has_rdp(self) -> bool:
+        """Whether this event has an RDP curve (False only for :class:`ApproxDpEvent`)."""
+        return True
+
+    def to_metadata(self) -> dict[str, Any]:
+        """JSON-serialisable description: ``{"type": ..., <parameters>, "count", "label"}``.
+
+        Non-finite numbers are written as the strings ``"inf"``/``"-inf"``/``"nan"``.
+        """
+        return {
+            "type": type(self).__name__,
+            **self._parameters(),
+            "count": self.count,
+            "label": self.label,
+        }
+
+    def repeat(self: _E, k: int) -> _E:
+        """The k-fold (possibly adaptive) self-composition of this event."""
+        k = _check_count(k, "k")
+        new = copy.copy(self)
+        object.__setattr__(new, "count", self.count * k)
+        return new
+
+    def __mul__(self: _E, k: int) -> _E:
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral):
+            return NotImplemented
+        return self.repeat(k)
+
+    __rmul__ = __mul__
+
+
+@dataclass(frozen=True)
+class GaussianEvent(PrivacyEvent):
+    """``count`` runs of a Gaussian mechanism with noise multiplier z = σ / (L2 sensitivity).
+
+    RDP: ε(α) = count · α / (2 z²) for every α > 1 (Mironov 2017, Table II; additivity Prop. 1).
+    Exactly: the composition is μ-GDP with μ = √count / z (Dong, Roth & Su 2019, Cor. 3.3), whose
+    tight (ε, δ) curve is the Balle–Wang formula (:func:`gdp_delta`).
+    """
+
+    noise_multiplier: float
+    count: int = 1
+    label: str = ""
+
+    def __post_init__(self) -> None:
+        z = check_positive(self.noise_multiplier, "noise_multiplier")
+        object.__setattr__(self, "noise_multiplier", z)
+        object.__setattr__(self, "count", _check_count(self.count))
+        object.__setattr__(self, "label", _check_label(self.label))
+
+    @property
+    def mu(self) -> float:
+        """Gaussian-DP parameter μ = √count / z of the whole event."""
+        return math.sqrt(self.count) / self.noise_multiplier
+
+    @property
+    def mu_squared(self) -> float:
+        """μ² = count / z² (what adds up under composition)."""
+        return self.count / self.noise_multiplier**2
+
+    def rdp(self, orders: ArrayLike = DEFAULT_ORDERS) -> NDArray[np.float64]:
+        alpha = _check_orders(orders)
+        return alpha * (self.mu_squared / 2.0)
+
+    def epsilon(self, delta: float) -> float:
+        return gdp_epsilon(self.mu, delta)
+
+    def _parameters(self) -> dict[str, Any]:
+        return {"noise_multiplier": self.noise_multiplier, "mu": self.mu}
+
+    def describe(self) -> str:
+        rep = f"×{self.count}" if self.count > 1 else ""
+        return f"Gaussian(z={self.noise_multiplier:.4g}){rep}"
+
+
+@dataclass(frozen=True)
+class RdpCurveEvent(PrivacyEvent):
+    """A mechanism known only through an upper bound on its RDP curve, given on an order grid.
+
+    ``values[i]`` must bound D_α(M(D) ‖ M(D′)) at α = ``orders[i]`` for every neighbouring pair,
+    and every order must lie strictly inside (``alpha_min``, ``alpha_max``), the range where the
+    bound is valid (e.g. α < 1 + r²/V for the posterior-sample-path bound, REFERENCE §4);
+    otherwise ``ValueError``.
+
+    Evaluating at an arbitrary α uses that the Rényi divergence is non-decreasing in α (van
+    Erven & Harremoës 2014, Thm. 3): D_α ≤ D_β ≤ values(β) for every grid order β ≥ α, so the
+    bound at α is the minimum of the values at grid orders ≥ α.  There is no interpolation, so
+    the result is always a valid bound.  Outside (``alpha_min``, ``alpha_max``) and above the
+    largest grid order the result is ``+inf``.  ``count`` repetitions multiply the curve
+    (Mironov 2017, Prop. 1).
+    """
+
+    orders: tuple[float, ...]
+    values: tuple[float, ...]
+    alpha_min: float = 1.0
+    alpha_max: float = math.inf
+    label: str = ""
+    count: int = field(default=1, kw_only=True)
+
+    def __post_init__(self) -> None:
+        alpha_min = float(self.alpha_min)
+        alpha_max = float(self.alpha_max)
+        if math.isnan(alpha_min) or alpha_min < 1.0 or not math.isfinite(alpha_min):
+            raise ValueError(f"alpha_min must be a finite number >= 1, got {self.alpha_min!r}.")
+        if math.isnan(alpha_max) or alpha_max <= alpha_min:
+            raise ValueError(
+                f"alpha_max must exceed alpha_min={alpha_min} (use math.inf for no upper "
+                f"limit), got {self.alpha_max!r}."
+            )
+        orders = _check_orders(self.orders)
+        try:
+            values = np.asarray(self.values, dtype=np.float64).reshape(-1)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"values must be numbers, got {self.values!r}.") from err
+        if values.shape != orders.shape:
+            raise ValueError(
+                f"orders and values must have the same length, got {orders.size} orders "
+                f"and {values.size} values."
+            )
+        if np.any(np.isnan(values)) or np.any(values < 0.0):
+            raise ValueError(
+                "RDP values must be >= 0 and not NaN (use +inf where no bound is known)."
+            )
+        outside = (orders <= alpha_min) | (orders >= alpha_max)
+        if outside.any():
+            raise ValueError(
+                f"{int(outside.sum())} order(s) lie outside the declared valid range "
+                f"({alpha_min}, {alpha_max}) of this RDP bound, e.g. α={orders[outside][0]}. "
+                "Give values only at orders where the bound is proved to hold."
+            )
+        idx = np.argsort(orders, kind="stable")
+        orders, values = orders[idx], values[idx]
+        if np.any(np.diff(orders) == 0.0):
+            raise ValueError("orders must not contain duplicates.")
+        object.__setattr__(self, "orders", tuple(orders.tolist()))
+        object.__setattr__(self, "values", tuple(values.tolist()))
+        object.__setattr__(self, "alpha_min", alpha_min)
+        object.__setattr__(self, "alpha_max", alpha_max)
+        object.__setattr__(self, "label", _check_label(self.label))
+        object.__setattr__(self, "count", _check_count(self.count))
+
+    @classmethod
+    def from_function(
+        cls,
+        fn: Callable[[float], float],
+        alpha_max: float,
+        *,
+        alpha_min: float = 1.0,
+        orders: ArrayLike = DEFAULT_ORDERS,
+        label: str = "",
+        count: int = 1,
+    ) -> RdpCurveEvent:
+        """Tabulate an RDP bound ``fn(α)`` at the ``orders`` inside (``alpha_min``, ``alpha_max``).
+
+        ``fn`` is called once per order with a Python float (the grid is small, ~150 orders).
+        Orders outside the valid range are dropped before calling ``fn``.
+        """
+        grid = _check_orders(orders)
+        grid = grid[(grid > float(alpha_min)) & (grid < float(alpha_max))]
+        if grid.size == 0:
+            raise ValueError(
+                f"no order of the grid lies inside ({alpha_min}, {alpha_max}); pass a finer "
+                "`orders` grid for this curve."
+            )
+        values = [float(fn(float(a))) for a in grid]
+        return cls(
+            tuple(grid.tolist()),
+            tuple(values),
+            alpha_min=alpha_min,
+            alpha_max=alpha_max,
+            label=label,
+            count=count,
+        )
+
+    def _envelope(self) -> NDArray[np.float64]:
+        """min over grid orders β ≥ orders[i] of values(β): the best valid bound at orders[i]."""
+        vals = np.asarray(self.values)
+        return np.minimum.accumulate(vals[::-1])[::-1]
+
+    def rdp(self, orders: ArrayLike = DEFAULT_ORDERS) -> NDArray[np.float64]:
+        alpha = _check_orders(orders)
+        grid = np.asarray(self.orders)
+        env = np.append(self._envelope() * self.count, math.inf)
+        idx = np.searchsorted(grid, alpha, side="left")  # first grid order >= α
+        out = env[idx]
+        out[(alpha <= self.alpha_min) | (alpha >= self.alpha_max)] = math.inf
+        return out
+
+    def epsilon(self, delta: float) -> float:
+        return rdp_to_epsilon(self.orders, self.rdp(self.orders), delta)
+
+    def _parameters(self) -> dict[str, Any]:
+        return {
+            "orders": list(self.orders),
+            "values": [json_float(v) for v in self.values],
+            "alpha_min": self.alpha_min,
+            "alpha_max": json_float(self.alpha_max),
+        }
+
+    def describe(self) -> str:
+        rep = f"×{self.count}" if self.count > 1 else ""
+        return f"RdpCurve(α∈({self.alpha_min:g}, {self.alpha_max:g})){rep}"
+
+
+@dataclass(frozen=True, init=False, repr=False)
+class PureDpEvent(PrivacyEvent):
+    """``count`` runs of an ε-DP mechanism (e.g. the exponential or Laplace mechanism).
+
+    RDP curve used: the Rényi divergence of binary randomized response with parameter ε,
+
+        ρ(α) = [ln(e^{αε} + e^{(1−α)ε}) − ln(1 + e^ε)] / (α − 1),
+
+    capped by min(ε, αε²/2) to guard round-off.  Why it is valid: every pair of output
+    distributions of an ε-DP mechanism is a post-processing of the randomized-response pair
+    (Kairouz, Oh & Viswanath 2015, §2, with Blackwell's theorem), and Rényi divergence cannot
+    grow under post-processing (van Erven & Harremoës 2014, Thm. 9), so this curve bounds every
+    ε-DP mechanism and is tight for randomized response.  It is never above ε
+    (D_α ≤ D_∞ = ε; Mironov 2017, §III) nor above αε²/2 (Bun & Steinke 2016, Prop. 3.3:
+    ε-DP ⇒ ε²/2-zCDP).
+
+    ``epsilon(delta)`` is min(count·ε, RDP conversion at δ): count·ε by basic composition, and
+    the RDP conversion is the better bound for many repetitions.
+    """
+
+    eps: float  #: ε of one run (the constructor argument ``epsilon``)
+    label: str = ""
+    count: int = 1
+
+    def __init__(self, epsilon: float, label: str = "", *, count: int = 1) -> None:
+        object.__setattr__(self, "eps", check_epsilon(epsilon))
+        object.__setattr__(self, "label", _check_label(label))
+        object.__setattr__(self, "count", _check_count(count))
+
+    def __repr__(self) -> str:
+        return f"PureDpEvent(epsilon={self.eps!r}, label={self.label!r}, count={self.count})"
+
+    def rdp(self, orders: ArrayLike = DEFAULT_ORDERS) -> NDArray[np.float64]:
+        alpha = _check_orders(orders)
+        e = self.eps
+        rr = (np.logaddexp(alpha * e, (1.0 - alpha) * e) - np.logaddexp(0.0, e)) / (alpha - 1.0)
+        bound = np.minimum(np.minimum(rr, e), alpha * e * e / 2.0)
+        return self.count * np.maximum(bound, 0.0)
+
+    def epsilon(self, delta: float) -> float:
+        delta = check_delta(delta)
+        basic = self.count * self.eps
+        return min(basic, rdp_to_epsilon(DEFAULT_ORDERS, self.rdp(DEFAULT_ORDERS), delta))
+
+    def _parameters(self) -> dict[str, Any]:
+        return {"epsilon": self.eps}
+
+    def describe(self) -> str:
+        rep = f"×{self.count}" if self.count > 1 else ""
+        return f"PureDP(ε={self.eps:.4g}){rep}"
+
+
+@dataclass(frozen=True, init=False, repr=False)
+class ApproxDpEvent(PrivacyEvent):
+    """``count`` runs of an (ε, δ)-DP mechanism known only through (ε, δ).
+
+    It has no RDP curve (``rdp`` is +inf everywhere); the ledger composes it by basic composition
+    (Dwork et al. 2006; adaptive: Dwork, Rothblum & Vadhan 2010): ``count`` runs are
+    (count·ε, count·δ)-DP.  ``epsilon(delta)`` is count·ε when ``delta`` ≥ count·δ, else +inf
+    (no bound is known at a smaller δ).
+    """
+
+    eps: float  #: ε of one run (the constructor argument ``epsilon``)
+    delta: float
+    label: str = ""
+    count: int = 1
+
+    def __init__(self, epsilon: float, delta: float, label: str = "", *, count: int = 1) -> None:
+        object.__setattr__(self, "eps", check_epsilon(epsilon))
+        if isinstance(delta, numbers.Real) and delta == 0:
+            raise ValueError(
+                "ApproxDpEvent needs delta > 0; for delta = 0 use PureDpEvent(epsilon)."
+            )
+        object.__setattr__(self, "delta", check_delta(delta))
+        object.__setattr__(self, "label", _check_label(label))
+        object.__setattr__(self, "count", _check_count(count))
+
+    def __repr__(self) -> str:
+        return (
+            f"ApproxDpEvent(epsilon={self.eps!r}, delta={self.delta!r}, "
+            f"label={self.label!r}, count={self.count})"
+        )
+
+    @property
+    def total_epsilon(self) -> float:
+        """count · ε (basic composition)."""
+        return self.count * self.eps
+
+    @property
+    def total_delta(self) -> float:
+        """count · δ (basic composition)."""
+        return self.count * self.delta
+
+    @property
+    def has_rdp(self) -> bool:
+        return False
+
+    def rdp(self, orders: ArrayLike = DEFAULT_ORDERS) -> NDArray[np.float64]:
+        return np.full(_check_orders(orders).shape, math.inf)
+
+    def epsilon(self, delta: float) -> float:
+        delta = check_delta(delta)
+        return self.total_epsilon if delta >= self.total_delta else math.inf
+
+    def _parameters(self) -> dict[str, Any]:
+        return {"epsilon": self.eps, "delta": self.delta}
+
+    def describe(self) -> str:
+        rep = f"×{self.count}" if self.count > 1 else ""
+        return f"ApproxDP(ε={self.eps:.4g}, δ={self.delta:.3g}){rep}"

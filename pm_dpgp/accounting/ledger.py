@@ -1,0 +1,444 @@
+"""The privacy ledger: one object that composes every release made from one dataset.
+
+A mechanism builds a :mod:`privacy event <pm_dpgp.accounting.events>` describing its cost and
+calls :meth:`Ledger.spend` *before* drawing any noise.  If the total would exceed the budget,
+:class:`BudgetExceededError` is raised, nothing is recorded and no noise is drawn.
+
+How the total ε at δ is computed
+--------------------------------
+``Ledger.epsilon(delta)`` is the minimum of the following bounds.  Each is a valid (ε, δ)-DP
+guarantee for the whole (adaptive) sequence of releases on its own, hence so is their minimum:
+the mechanism is (ε₁, δ)-DP and (ε₂, δ)-DP, so it is (min(ε₁, ε₂), δ)-DP.
+
+``"rdp"``
+    Sum the RDP curves of all RDP-capable events on the order grid (Mironov 2017, Prop. 1),
+    convert at δ′ = δ − Σδ_approx with :func:`dp_accounting.rdp.compute_epsilon` (Canonne, Kamath
+    & Steinke 2020, Prop. 12; Asoodeh et al. 2021), and add Σε_approx of the
+    :class:`ApproxDpEvent`s (basic composition; see ``docs/accounting.md`` for why interleaving
+    is allowed).
+``"gdp"``
+    Only when there is at least one :class:`GaussianEvent` and no :class:`RdpCurveEvent`: the
+    Gaussian events compose exactly to μ-GDP with μ = √(Σ count_i / z_i²) (Dong, Roth & Su 2019,
+    Cor. 3.3), converted exactly at δ′ = δ − Σδ_approx (Balle & Wang 2018, Thm. 8); pure and
+    approximate events are added by basic composition.  With only Gaussian events this is the
+    exact, tight ε.
+``"basic"``
+    Basic composition of each event's own best bound (Dwork et al. 2006; Dwork, Rothblum & Vadhan
+    2010): approximate events at their own δ_i, the others at equal shares of the remaining δ.
+    Only evaluated for up to 64 events (beyond that it is rarely competitive and costs one root
+    solve per event); skipping a bound never affects validity, only tightness.
+
+The name of the bound that attained the minimum at the ledger's δ is :attr:`Ledger.bound_used`.
+
+Adaptivity.  All three compositions hold when each release is chosen after seeing the earlier
+ones (RDP: Mironov 2017, Prop. 1; GDP: Dong, Roth & Su 2019, Thm. 3.2; basic: Dwork, Rothblum &
+Vadhan 2010), provided each event's parameters (noise multiplier, ε, δ, curve) bound the
+mechanism for every possible earlier output.  See ``docs/accounting.md`` for the fully adaptive
+case (parameters themselves chosen from earlier outputs).
+
+Budget comparison.  A release is allowed when the new total is ≤ budget · (1 + 1e-9).  The
+relative slack absorbs the 1e-12 tolerance of the root finders (a Gaussian event calibrated
+to exactly the budget computes to ε = budget + 1e-12); it can let the true total exceed the
+budget by at most a relative 1e-9, i.e. a factor e^(1e-9·ε) ≈ 1 in the likelihood ratio.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from pm_dpgp._validation import check_delta, check_epsilon
+from pm_dpgp.accounting.events import (
+    DEFAULT_ORDERS,
+    ApproxDpEvent,
+    GaussianEvent,
+    PrivacyEvent,
+    PureDpEvent,
+    RdpCurveEvent,
+    _check_orders,
+    gdp_epsilon,
+    json_float,
+    rdp_to_epsilon,
+)
+
+__all__ = ["BudgetExceededError", "Ledger", "LedgerEntry", "BUDGET_RTOL"]
+
+#: Relative slack in the budget comparison (see the module docstring).
+BUDGET_RTOL: float = 1e-9
+
+#: Bound "basic" is only evaluated for at most this many events.
+_BASIC_MAX_EVENTS = 64
+
+
+class BudgetExceededError(ValueError):
+    """Raised by :meth:`Ledger.spend` when a release would exceed the budget (nothing recorded)."""
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One recorded release.
+
+    ``epsilon`` is the event's own ε at the ledger's δ; ``cumulative_epsilon`` is the ledger's
+    total after it, computed with ``bound`` (see :class:`Ledger`).  ``time`` is UTC, ISO 8601.
+    """
+
+    index: int
+    label: str
+    event: PrivacyEvent
+    time: str
+    epsilon: float
+    cumulative_epsilon: float
+    bound: str
+
+    def to_metadata(self) -> dict[str, Any]:
+        """JSON-serialisable form of the entry."""
+        return {
+            "index": self.index,
+            "label": self.label,
+            "time": self.time,
+            "epsilon": json_float(self.epsilon),
+            "cumulative_epsilon": json_float(self.cumulative_epsilon),
+            "bound": self.bound,
+            "event": self.event.to_metadata(),
+        }
+
+
+@dataclass(frozen=True, eq=False)
+class _Totals:
+    """Running aggregates of a sequence of events (immutable: ``add`` returns a new one)."""
+
+    events: tuple[PrivacyEvent, ...]
+    rdp: NDArray[np.float64]  # Σ RDP curves of RDP-capable events on the ledger grid
+    n_rdp: int  # number of RDP-capable events
+    gauss_mu2: float  # Σ μ_i² of Gaussian events
+    n_gauss: int
+    n_curve: int  # number of RdpCurveEvents (they exclude the GDP bound)
+    pure_eps: float  # Σ count·ε of pure events
+    approx_eps: float  # Σ count·ε of approximate events
+    approx_delta: float  # Σ count·δ of approximate events
+
+    @classmethod
+    def empty(cls, n_orders: int) -> _Totals:
+        return cls((), np.zeros(n_orders), 0, 0.0, 0, 0, 0.0, 0.0, 0.0)
+
+    def add(self, event: PrivacyEvent, orders: NDArray[np.float64]) -> _Totals:
+        rdp, n_rdp = self.rdp, self.n_rdp
+        if event.has_rdp:
+            rdp = rdp + event.rdp(orders)
+            n_rdp += 1
+        gauss_mu2, n_gauss = self.gauss_mu2, self.n_gauss
+        if isinstance(event, GaussianEvent):
+            gauss_mu2 += event.mu_squared
+            n_gauss += 1
+        pure_eps = self.pure_eps + (
+            event.count * event.eps if isinstance(event, PureDpEvent) else 0
+        )
+        approx_eps, approx_delta = self.approx_eps, self.approx_delta
+        if isinstance(event, ApproxDpEvent):
+            approx_eps += event.total_epsilon
+            approx_delta += event.total_delta
+        return _Totals(
+            self.events + (event,),
+            rdp,
+            n_rdp,
+            gauss_mu2,
+            n_gauss,
+            self.n_curve + isinstance(event, RdpCurveEvent),
+            pure_eps,
+            approx_eps,
+            approx_delta,
+        )
+
+    # -- the three bounds ---------------------------------------------------------------------
+    def bounds(self, delta: float, orders: NDArray[np.float64]) -> dict[str, float]:
+        """Every applicable bound at ``delta`` (name → ε); empty dict for no events."""
+        if not self.events:
+            return {}
+        out: dict[str, float] = {}
+        rest = delta - self.approx_delta  # δ left for the non-approximate events
+        # (a) RDP composition + basic composition with the approximate events.
+        if self.n_rdp == 0:
+            out["rdp"] = self.approx_eps if rest >= 0.0 else math.inf
+        elif rest > 0.0:
+            out["rdp"] = rdp_to_epsilon(orders, self.rdp, rest) + self.approx_eps
+        else:
+            out["rdp"] = math.inf
+        # (c) exact Gaussian-DP composition of the Gaussian events.
+        if self.n_gauss > 0 and self.n_curve == 0:
+            if rest > 0.0:
+                mu = math.sqrt(self.gauss_mu2)
+                out["gdp"] = gdp_epsilon(mu, rest) + self.pure_eps + self.approx_eps
+            else:
+                out["gdp"] = math.inf
+        # (b) basic composition of each event's own best bound.
+        if len(self.events) <= _BASIC_MAX_EVENTS:
+            out["basic"] = self._basic(delta)
+        return out
+
+    def _basic(self, delta: float) -> float:
+        n_other = len(self.events) - sum(isinstance(e, ApproxDpEvent) for e in self.events)
+        rest = delta - self.approx_delta
+        if n_other == 0:
+            return self.approx_eps if rest >= 0.0 else math.inf
+        if rest <= 0.0:
+            return math.inf
+        share = rest / n_other
+        total = self.approx_eps
+        for event in self.events:
+            if not isinstance(event, ApproxDpEvent):
+                total += event.epsilon(share)
+        return total
+
+
+def _best(bounds: dict[str, float]) -> tuple[float, str]:
+    if not bounds:
+        return 0.0, "none"
+    name = min(bounds, key=bounds.__getitem__)
+    return bounds[name], name
+
+
+def _fmt(x: float | None, digits: int = 4) -> str:
+    if x is None:
+        return "unbounded"
+    return "inf" if math.isinf(x) else f"{x:.{digits}f}"
+
+
+class Ledger:
+    """Privacy ledger composing every release from one dataset under one (ε, δ) budget.
+
+    Parameters
+    ----------
+    epsilon
+        Total ε budget, or ``None`` for an unbounded ledger that only records.
+    delta
+        The δ at which ε is reported and the budget enforced (0 < δ < 1).
+    orders
+        Rényi orders α > 1 for RDP composition (default :data:`DEFAULT_ORDERS`).
+
+    Notes
+    -----
+    ``epsilon(delta)`` is the minimum of the valid bounds "rdp", "gdp" and "basic" described in
+    the :mod:`module docstring <pm_dpgp.accounting.ledger>`; :attr:`bound_used` names the one
+    that attained it.  An empty ledger has ε = 0.  Spending is atomic and thread-safe: the check
+    and the recording happen under one lock, and a refused event leaves the ledger unchanged.
+    """
+
+    def __init__(
+        self,
+        epsilon: float | None = None,
+        delta: float = 1e-5,
+        orders: ArrayLike = DEFAULT_ORDERS,
+    ) -> None:
+        self._budget = None if epsilon is None else check_epsilon(epsilon, "epsilon budget")
+        self._delta = check_delta(delta)
+        grid = np.unique(_check_orders(orders))
+        grid.setflags(write=False)
+        self._orders = grid
+        self._totals = _Totals.empty(grid.size)
+        self._entries: list[LedgerEntry] = []
+        self._lock = threading.Lock()
+
+    # -- pickling (the lock is not picklable) --------------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    # -- properties ---------------------------------------------------------------------------
+    @property
+    def delta(self) -> float:
+        """The δ at which the ledger reports ε and enforces the budget."""
+        return self._delta
+
+    @property
+    def epsilon_budget(self) -> float | None:
+        """The ε budget (``None`` if unbounded)."""
+        return self._budget
+
+    @property
+    def orders(self) -> NDArray[np.float64]:
+        """The Rényi orders used for RDP composition (read-only array)."""
+        return self._orders
+
+    @property
+    def rdp(self) -> NDArray[np.float64]:
+        """Composed RDP curve of the RDP-capable events spent so far, on :attr:`orders` (copy)."""
+        return self._totals.rdp.copy()
+
+    @property
+    def history(self) -> list[LedgerEntry]:
+        """The recorded releases, oldest first (a copy)."""
+        return list(self._entries)
+
+    @property
+    def spent_epsilon(self) -> float:
+        """ε of everything spent so far at the ledger's δ (0 for an empty ledger)."""
+        return self._entries[-1].cumulative_epsilon if self._entries else 0.0
+
+    @property
+    def bound_used(self) -> str:
+        """Which bound gives :attr:`spent_epsilon`: "rdp", "gdp", "basic" or "none" (empty)."""
+        return self._entries[-1].bound if self._entries else "none"
+
+    @property
+    def remaining_epsilon(self) -> float | None:
+        """Budget minus spent ε (≥ 0), or ``None`` for an unbounded ledger."""
+        if self._budget is None:
+            return None
+        return max(0.0, self._budget - self.spent_epsilon)
+
+    # -- queries ------------------------------------------------------------------------------
+    def bounds(self, delta: float | None = None) -> dict[str, float]:
+        """Every applicable bound on the total ε at ``delta`` (default: the ledger's δ)."""
+        d = self._delta if delta is None else check_delta(delta)
+        return self._totals.bounds(d, self._orders)
+
+    def epsilon(self, delta: float | None = None) -> float:
+        """ε of everything spent so far at ``delta`` (default: the ledger's δ).
+
+        The minimum of the valid bounds (see :class:`Ledger`); ``inf`` if no bound applies, e.g.
+        when ``delta`` is smaller than the δ consumed by :class:`ApproxDpEvent`s.
+        """
+        return _best(self.bounds(delta))[0]
+
+    def _check_event(self, event: PrivacyEvent) -> PrivacyEvent:
+        if not isinstance(event, PrivacyEvent):
+            raise TypeError(
+                "spend/preview expect a privacy event (GaussianEvent, RdpCurveEvent, PureDpEvent "
+                f"or ApproxDpEvent), got {type(event).__name__}."
+            )
+        return event
+
+    def _within_budget(self, total: float) -> bool:
+        return self._budget is None or total <= self._budget * (1.0 + BUDGET_RTOL)
+
+    def preview(self, event: PrivacyEvent) -> float:
+        """Total ε at the ledger's δ if ``event`` were spent now.  Records nothing."""
+        new = self._totals.add(self._check_event(event), self._orders)
+        return _best(new.bounds(self._delta, self._orders))[0]
+
+    def can_afford(self, event: PrivacyEvent) -> bool:
+        """Whether :meth:`spend` would accept ``event`` now."""
+        return self._within_budget(self.preview(event))
+
+    def spend(self, event: PrivacyEvent, label: str | None = None) -> LedgerEntry:
+        """Record ``event`` if the budget allows it; otherwise raise and record nothing.
+
+        Mechanisms call this before drawing any noise, so a refused release never touches the
+        data.  An empty or missing ``label`` falls back to the event's label, then its type name.
+
+        Raises
+        ------
+        BudgetExceededError
+            If the total ε at the ledger's δ would exceed the budget (with relative slack
+            :data:`BUDGET_RTOL`).  The ledger is left unchanged.
+        """
+        event = self._check_event(event)
+        if label is not None and not isinstance(label, str):
+            raise ValueError(f"label must be a string, got {type(label).__name__}.")
+        label = label or event.label or type(event).__name__
+        with self._lock:
+            new = self._totals.add(event, self._orders)
+            total, bound = _best(new.bounds(self._delta, self._orders))
+            if not self._within_budget(total):
+                own = event.epsilon(self._delta)
+                raise BudgetExceededError(
+                    f"privacy budget exceeded: spent epsilon={self.spent_epsilon:.6g}, this "
+                    f"release ({label!r}, {event.describe()}) alone costs epsilon={own:.6g}, "
+                    f"the total would be {total:.6g} > budget epsilon={self._budget:.6g} at "
+                    f"delta={self._delta:.3g}. Nothing was recorded and no noise was drawn; "
+                    "use more noise, fewer releases, or a larger budget decided in advance."
+                )
+            entry = LedgerEntry(
+                index=len(self._entries),
+                label=label,
+                event=event,
+                time=datetime.now(timezone.utc).isoformat(),
+                epsilon=event.epsilon(self._delta),
+                cumulative_epsilon=total,
+                bound=bound,
+            )
+            self._totals = new
+            self._entries.append(entry)
+        return entry
+
+    # -- reporting ----------------------------------------------------------------------------
+    def _rows(self) -> list[tuple[str, str, str, str, str]]:
+        return [
+            (
+                str(e.index),
+                e.label,
+                e.event.describe(),
+                _fmt(e.epsilon),
+                _fmt(e.cumulative_epsilon),
+            )
+            for e in self._entries
+        ]
+
+    def summary(self) -> str:
+        """A readable table: each release with its own ε and the cumulative ε, then totals."""
+        header = ("#", "label", "event", "epsilon", "cumulative")
+        rows = self._rows()
+        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(5)]
+
+        def line(cells: Sequence[str]) -> str:
+            return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+
+        out = [f"Privacy ledger (delta = {self._delta:.3g})", line(header)]
+        out.append("  ".join("-" * w for w in widths))
+        out.extend(line(r) for r in rows)
+        if not rows:
+            out.append("(no releases)")
+        out.append("")
+        out.append(f"spent epsilon     : {_fmt(self.spent_epsilon)}  (bound: {self.bound_used})")
+        out.append(f"remaining epsilon : {_fmt(self.remaining_epsilon)}")
+        out.append(f"budget epsilon    : {_fmt(self._budget)}")
+        return "\n".join(out)
+
+    def __repr__(self) -> str:
+        budget = "None" if self._budget is None else f"{self._budget:g}"
+        return (
+            f"Ledger(epsilon={budget}, delta={self._delta:g}, releases={len(self._entries)}, "
+            f"spent={self.spent_epsilon:.4g}, bound={self.bound_used!r})"
+        )
+
+    def _repr_html_(self) -> str:
+        esc = html.escape
+        head = "".join(f"<th>{h}</th>" for h in ("#", "label", "event", "ε", "cumulative ε"))
+        body = "".join(
+            "<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in self._rows()
+        )
+        return (
+            f"<table><caption>Privacy ledger (δ = {self._delta:.3g})</caption>"
+            f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+            f"<p>spent ε = {esc(_fmt(self.spent_epsilon))} (bound: {esc(self.bound_used)}); "
+            f"remaining ε = {esc(_fmt(self.remaining_epsilon))}; "
+            f"budget ε = {esc(_fmt(self._budget))}</p>"
+        )
+
+    def to_metadata(self) -> dict[str, Any]:
+        """JSON-serialisable record of the ledger (budget, totals, every entry and its event)."""
+        remaining = self.remaining_epsilon
+        return {
+            "type": "Ledger",
+            "epsilon_budget": self._budget,
+            "delta": self._delta,
+            "spent_epsilon": json_float(self.spent_epsilon),
+            "remaining_epsilon": None if remaining is None else json_float(remaining),
+            "bound_used": self.bound_used,
+            "budget_rtol": BUDGET_RTOL,
+            "orders": self._orders.tolist(),
+            "entries": [e.to_metadata() for e in self._entries],
+        }

@@ -1,0 +1,606 @@
+"""Tests for the privacy events and the ledger (pm_dpgp.accounting)."""
+
+from __future__ import annotations
+
+import json
+import math
+import pickle
+import threading
+
+import dp_accounting
+import numpy as np
+import pytest
+from dp_accounting.pld import PLDAccountant
+from dp_accounting.rdp import RdpAccountant
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pm_dpgp.accounting import (
+    BUDGET_RTOL,
+    DEFAULT_ORDERS,
+    ApproxDpEvent,
+    BudgetExceededError,
+    GaussianEvent,
+    Ledger,
+    PureDpEvent,
+    RdpCurveEvent,
+    gdp_delta,
+    gdp_epsilon,
+    rdp_to_epsilon,
+)
+from pm_dpgp.mechanisms.gaussian import gaussian_epsilon, gaussian_sigma
+
+ORDERS = list(DEFAULT_ORDERS)
+
+z_st = st.floats(min_value=0.3, max_value=30.0)
+count_st = st.integers(min_value=1, max_value=50)
+delta_st = st.floats(min_value=1e-10, max_value=0.2)
+
+
+def rdp_accountant(pairs, orders=ORDERS) -> RdpAccountant:
+    acc = RdpAccountant(orders=list(orders))
+    for z, c in pairs:
+        acc.compose(dp_accounting.GaussianDpEvent(z), c)
+    return acc
+
+
+def gaussian_ledger(pairs, delta=1e-5) -> Ledger:
+    ledger = Ledger(delta=delta)
+    for z, c in pairs:
+        ledger.spend(GaussianEvent(z, c))
+    return ledger
+
+
+def laplace_rdp(alpha: np.ndarray, eps: float) -> np.ndarray:
+    """RDP of the Laplace mechanism with scale 1/eps, sensitivity 1 (Mironov 2017, Table II)."""
+    a = alpha
+    return np.log(
+        a / (2 * a - 1) * np.exp((a - 1) * eps) + (a - 1) / (2 * a - 1) * np.exp(-a * eps)
+    ) / (a - 1)
+
+
+# ============================================================================================
+# DEFAULT_ORDERS
+# ============================================================================================
+def test_default_orders_grid():
+    o = DEFAULT_ORDERS
+    assert o.ndim == 1 and np.all(np.diff(o) > 0)
+    assert o[0] == pytest.approx(1.01) and o[-1] == 10_000
+    assert np.sum(o < 2) >= 15  # fractional orders near 1
+    assert {2.0, 2.5, 8.0, 32.0, 64.0, 256.0} <= set(o.tolist())
+    assert not o.flags.writeable
+
+
+# ============================================================================================
+# Gaussian events vs dp_accounting
+# ============================================================================================
+PAIRS = [
+    [(1.0, 1)],
+    [(1.8778755609073847, 1)],
+    [(2.0, 5), (0.7, 1)],
+    [(5.0, 30), (3.0, 2), (1.1, 1)],
+    [(0.5, 1), (10.0, 100)],
+]
+
+
+@pytest.mark.parametrize("pairs", PAIRS)
+@pytest.mark.parametrize("delta", [1e-3, 1e-6])
+def test_gaussian_rdp_matches_rdp_accountant(pairs, delta):
+    ledger = gaussian_ledger(pairs, delta)
+    acc = rdp_accountant(pairs)
+    # the composed RDP curve on the same orders (RdpAccountant keeps it in `_rdp`)
+    np.testing.assert_allclose(ledger.rdp, acc._rdp, rtol=1e-12, atol=0)
+    eps_acc = acc.get_epsilon(delta)
+    eps_rdp = ledger.bounds()["rdp"]
+    assert eps_rdp <= eps_acc * (1 + 1e-12)
+    assert eps_rdp == pytest.approx(eps_acc, rel=1e-9)
+    # the exact GDP bound is never worse, and the ledger reports the minimum
+    assert ledger.bounds()["gdp"] <= eps_rdp
+    assert ledger.spent_epsilon == min(ledger.bounds().values())
+    assert ledger.bound_used == "gdp"
+
+
+@pytest.mark.parametrize("pairs", [PAIRS[0], PAIRS[2], PAIRS[3]])
+def test_gaussian_exact_matches_pld_accountant(pairs):
+    delta = 1e-6
+    ledger = gaussian_ledger(pairs, delta)
+    pld = PLDAccountant(value_discretization_interval=1e-4)
+    pld.compose(
+        dp_accounting.ComposedDpEvent(
+            [
+                dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(z), c)
+                for z, c in pairs
+            ]
+        )
+    )
+    eps_pld = pld.get_epsilon(delta)  # pessimistic discretisation: an upper bound
+    eps_gdp = ledger.bounds()["gdp"]
+    assert eps_gdp <= eps_pld + 1e-9
+    assert eps_gdp == pytest.approx(eps_pld, rel=1e-3)
+
+
+def test_gaussian_single_event_is_the_balle_wang_epsilon():
+    for z, delta in [(0.8, 1e-5), (2.5, 0.01), (12.0, 1e-9)]:
+        ev = GaussianEvent(z)
+        assert ev.epsilon(delta) == pytest.approx(dp_accounting.get_epsilon_gaussian(z, delta))
+        assert ev.epsilon(delta) == pytest.approx(gaussian_epsilon(z, delta), rel=1e-15)
+
+
+def test_gaussian_composition_is_gaussian():
+    # k runs with noise z are exactly one run with noise z / sqrt(k)
+    a = GaussianEvent(3.0, count=9)
+    b = GaussianEvent(1.0)
+    assert a.mu == pytest.approx(b.mu)
+    assert a.epsilon(1e-5) == pytest.approx(b.epsilon(1e-5), rel=1e-9)
+    ledger = gaussian_ledger([(2.0, 1), (2.0, 1), (2.0 / math.sqrt(2), 1)])
+    assert ledger.spent_epsilon == pytest.approx(gdp_epsilon(1.0, 1e-5), rel=1e-9)
+
+
+def test_gdp_epsilon_and_delta_are_inverse():
+    for mu in (0.1, 0.5, 1.0, 3.0):
+        for delta in (1e-8, 1e-5, 0.05):
+            eps = gdp_epsilon(mu, delta)
+            assert gdp_delta(mu, eps) <= delta
+            if eps > 0:  # eps = 0 when even delta(0) (the total variation) is below delta
+                assert gdp_delta(mu, eps) == pytest.approx(delta, rel=1e-6)
+            else:
+                assert mu == 0.1 and delta == 0.05
+
+
+def test_gaussian_event_rdp_formula():
+    ev = GaussianEvent(2.0, count=3)
+    alpha = np.array([1.5, 2.0, 10.0])
+    np.testing.assert_allclose(ev.rdp(alpha), alpha * 3 / (2 * 4.0))
+
+
+@settings(max_examples=40, deadline=None)
+@given(z=z_st, c=count_st, d1=delta_st, d2=delta_st)
+def test_gaussian_epsilon_monotone_in_delta_and_count(z, c, d1, d2):
+    lo, hi = sorted((d1, d2))
+    ev = GaussianEvent(z, c)
+    assert ev.epsilon(hi) <= ev.epsilon(lo) + 1e-11
+    assert ev.repeat(2).epsilon(lo) >= ev.epsilon(lo)
+    assert (ev * 2) == (2 * ev) == GaussianEvent(z, 2 * c)
+
+
+# ============================================================================================
+# The ledger: budget semantics
+# ============================================================================================
+def test_empty_ledger():
+    ledger = Ledger(epsilon=2.0, delta=1e-6)
+    assert ledger.spent_epsilon == 0.0 and ledger.epsilon() == 0.0 and ledger.epsilon(0.1) == 0.0
+    assert ledger.remaining_epsilon == 2.0 and ledger.bound_used == "none"
+    assert ledger.history == []
+    text = ledger.summary()
+    assert "spent" in text and "remaining" in text and "budget" in text
+
+
+def test_calibrated_gaussian_fits_budget_exactly_and_second_is_refused():
+    sigma = gaussian_sigma(1.0, 0.01)
+    ledger = Ledger(epsilon=1.0, delta=0.01)
+    event = GaussianEvent(sigma, label="posterior mean")
+    assert ledger.can_afford(event)
+    entry = ledger.spend(event)
+    assert entry.index == 0 and entry.label == "posterior mean"
+    assert ledger.spent_epsilon == pytest.approx(1.0, abs=1e-9)
+    assert ledger.spent_epsilon <= 1.0 * (1 + BUDGET_RTOL)
+    assert not ledger.can_afford(event)
+    before = (ledger.history, ledger.spent_epsilon, ledger.rdp)
+    with pytest.raises(BudgetExceededError) as info:
+        ledger.spend(event)
+    msg = str(info.value)
+    assert "spent" in msg and "budget" in msg and "Nothing was recorded" in msg
+    assert isinstance(info.value, ValueError)
+    # nothing recorded
+    assert ledger.history == before[0]
+    assert ledger.spent_epsilon == before[1]
+    np.testing.assert_array_equal(ledger.rdp, before[2])
+
+
+def test_budget_comparison_has_only_tiny_slack():
+    # an event whose exact epsilon exceeds the budget by 1e-6 relative is refused
+    sigma = gaussian_sigma(1.0 * (1 + 1e-6), 0.01)
+    ledger = Ledger(epsilon=1.0, delta=0.01)
+    with pytest.raises(BudgetExceededError):
+        ledger.spend(GaussianEvent(sigma))
+    assert ledger.history == []
+
+
+def test_preview_records_nothing():
+    ledger = Ledger(epsilon=5.0)
+    ev = GaussianEvent(2.0)
+    p = ledger.preview(ev)
+    assert ledger.history == [] and ledger.spent_epsilon == 0.0
+    ledger.spend(ev)
+    assert ledger.spent_epsilon == pytest.approx(p, rel=1e-15)
+
+
+def test_refusal_of_unbounded_cost():
+    # an approximate event consuming all of the ledger's delta leaves none for the Gaussian one
+    ledger = Ledger(epsilon=10.0, delta=1e-5)
+    ledger.spend(GaussianEvent(3.0))
+    with pytest.raises(BudgetExceededError):
+        ledger.spend(ApproxDpEvent(0.1, 1e-5))
+    assert len(ledger.history) == 1
+
+
+def test_adaptive_sequence_totals():
+    """The analyst picks each noise level after seeing the previous release."""
+    rng = np.random.default_rng(0)
+    ledger = Ledger(epsilon=None, delta=1e-6)
+    mu2 = 0.0
+    last = 0.0
+    for _ in range(12):
+        z = 4.0 if last > 0 else 2.5  # data-independent rule applied to the released output
+        ledger.spend(GaussianEvent(z))
+        mu2 += 1 / z**2
+        last = rng.normal(0.0, z)  # the "release"
+        assert ledger.spent_epsilon == pytest.approx(gdp_epsilon(math.sqrt(mu2), 1e-6), rel=1e-9)
+    cum = [e.cumulative_epsilon for e in ledger.history]
+    assert np.all(np.diff(cum) > 0)
+    assert ledger.remaining_epsilon is None
+
+
+def test_remaining_and_spent_track_budget():
+    ledger = Ledger(epsilon=3.0, delta=1e-5)
+    ledger.spend(PureDpEvent(0.5), label="selection")
+    assert ledger.spent_epsilon == pytest.approx(0.5)
+    assert ledger.remaining_epsilon == pytest.approx(2.5)
+    assert ledger.bound_used == "basic"
+    ledger.spend(PureDpEvent(0.5))
+    assert ledger.spent_epsilon == pytest.approx(1.0)
+    with pytest.raises(BudgetExceededError):
+        ledger.spend(PureDpEvent(2.5))
+    assert ledger.spent_epsilon == pytest.approx(1.0)
+    ledger.spend(PureDpEvent(2.0))
+    assert ledger.remaining_epsilon == pytest.approx(0.0, abs=1e-9)
+
+
+def test_concurrent_spending_respects_budget():
+    z = 2.0
+    four = gdp_epsilon(math.sqrt(4) / z, 1e-5)
+    ledger = Ledger(epsilon=four * (1 + 1e-7), delta=1e-5)
+    barrier = threading.Barrier(8)
+    errors: list[Exception] = []
+
+    def worker() -> None:
+        barrier.wait()
+        try:
+            ledger.spend(GaussianEvent(z))
+        except BudgetExceededError as err:
+            errors.append(err)
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(ledger.history) == 4 and len(errors) == 4
+    assert [e.index for e in ledger.history] == [0, 1, 2, 3]
+
+
+# ============================================================================================
+# Mixing event types
+# ============================================================================================
+def test_mixed_events_bounds_are_valid_and_consistent():
+    delta = 1e-5
+    events = [
+        GaussianEvent(2.0, label="mean"),
+        PureDpEvent(0.3, label="hyperparameters"),
+        ApproxDpEvent(0.1, 1e-7, label="bounds"),
+        GaussianEvent(3.0, count=4),
+    ]
+    ledger = Ledger(delta=delta)
+    for ev in events:
+        ledger.spend(ev)
+    b = ledger.bounds()
+    assert set(b) == {"rdp", "gdp", "basic"}
+    assert ledger.spent_epsilon == min(b.values())
+    # basic composition by hand: approximate event at its own delta, the rest share the rest
+    share = (delta - 1e-7) / 3
+    by_hand = 0.1 + sum(ev.epsilon(share) for ev in events if not isinstance(ev, ApproxDpEvent))
+    assert b["basic"] == pytest.approx(by_hand, rel=1e-12)
+    # gdp: exact Gaussian part + pure + approx epsilons
+    mu = math.sqrt(1 / 4 + 4 / 9)
+    assert b["gdp"] == pytest.approx(gdp_epsilon(mu, delta - 1e-7) + 0.3 + 0.1, rel=1e-12)
+    # rdp: summed curves converted at the remaining delta, plus the approximate epsilon
+    curve = sum(ev.rdp(DEFAULT_ORDERS) for ev in events if ev.has_rdp)
+    assert b["rdp"] == pytest.approx(rdp_to_epsilon(DEFAULT_ORDERS, curve, delta - 1e-7) + 0.1)
+    # the total is at least every single event's own epsilon
+    assert ledger.spent_epsilon >= max(ev.epsilon(delta) for ev in events)
+
+
+def test_mixed_gaussian_and_pure_not_below_a_real_mechanism():
+    """Pure events bound *every* eps-DP mechanism, so the ledger must not beat Gaussian+Laplace."""
+    delta = 1e-6
+    for z, eps, k in [(1.5, 0.5, 1), (3.0, 0.2, 10), (6.0, 1.0, 3)]:
+        ledger = Ledger(delta=delta)
+        ledger.spend(GaussianEvent(z))
+        ledger.spend(PureDpEvent(eps, count=k))
+        pld = PLDAccountant(value_discretization_interval=1e-3)
+        pld.compose(dp_accounting.GaussianDpEvent(z))
+        pld.compose(dp_accounting.LaplaceDpEvent(1.0 / eps), k)
+        assert ledger.spent_epsilon >= pld.get_epsilon(delta) - 1e-2
+
+
+def test_rdp_curve_events_exclude_gdp_bound():
+    ledger = Ledger()
+    ledger.spend(GaussianEvent(2.0))
+    ledger.spend(RdpCurveEvent.from_function(lambda a: a / 8, 50.0))
+    assert "gdp" not in ledger.bounds()
+    assert ledger.bound_used in {"rdp", "basic"}
+
+
+def test_only_approximate_events():
+    ledger = Ledger(epsilon=1.0, delta=1e-5)
+    ledger.spend(ApproxDpEvent(0.3, 4e-6))
+    ledger.spend(ApproxDpEvent(0.3, 4e-6))
+    assert ledger.spent_epsilon == pytest.approx(0.6)
+    with pytest.raises(BudgetExceededError):  # total delta 1.2e-5 > 1e-5
+        ledger.spend(ApproxDpEvent(0.1, 4e-6))
+    assert ledger.epsilon(1e-6) == math.inf  # no bound at a smaller delta
+    assert ledger.epsilon(1e-3) == pytest.approx(0.6)
+
+
+@st.composite
+def events_st(draw):
+    kind = draw(st.sampled_from(["gauss", "pure", "approx", "curve"]))
+    if kind == "gauss":
+        return GaussianEvent(draw(z_st), draw(st.integers(1, 5)))
+    if kind == "pure":
+        return PureDpEvent(draw(st.floats(0.01, 2.0)), count=draw(st.integers(1, 3)))
+    if kind == "approx":
+        return ApproxDpEvent(draw(st.floats(0.01, 1.0)), draw(st.floats(1e-12, 1e-8)))
+    z = draw(z_st)
+    return RdpCurveEvent.from_function(lambda a: a / (2 * z * z), draw(st.floats(1.5, 1e4)))
+
+
+@settings(max_examples=30, deadline=None)
+@given(events=st.lists(events_st(), min_size=1, max_size=6), d1=delta_st, d2=delta_st)
+def test_ledger_epsilon_monotone(events, d1, d2):
+    ledger = Ledger(delta=1e-5)
+    for ev in events:
+        ledger.spend(ev)
+    cum = [e.cumulative_epsilon for e in ledger.history]
+    assert all(b >= a - 1e-12 for a, b in zip(cum, cum[1:], strict=False))
+    lo, hi = sorted((d1, d2))
+    assert ledger.epsilon(hi) <= ledger.epsilon(lo) + 1e-9
+
+
+# ============================================================================================
+# RdpCurveEvent
+# ============================================================================================
+def test_curve_lookup_uses_next_grid_order():
+    ev = RdpCurveEvent((1.5, 2.0, 4.0, 8.0), (0.1, 0.2, 0.4, 0.8), alpha_max=10.0)
+    got = ev.rdp([1.2, 1.5, 1.6, 2.0, 3.0, 7.9, 8.0, 9.0, 10.0, 20.0])
+    expected = [0.1, 0.1, 0.2, 0.2, 0.4, 0.8, 0.8, math.inf, math.inf, math.inf]
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_curve_non_monotone_values_use_suffix_minimum():
+    # a loose bound at alpha=2 is improved by the tighter one at alpha=4 (D_2 <= D_4 <= 0.3)
+    ev = RdpCurveEvent((2.0, 4.0, 6.0), (0.5, 0.3, 0.6))
+    np.testing.assert_array_equal(ev.rdp([1.5, 2.0, 3.0, 5.0]), [0.3, 0.3, 0.3, 0.6])
+
+
+def test_curve_outside_declared_range_is_inf_and_refused():
+    ev = RdpCurveEvent((1.5, 2.0), (0.1, 0.2), alpha_min=1.2, alpha_max=2.5)
+    np.testing.assert_array_equal(ev.rdp([1.1, 1.2, 2.5, 3.0]), [math.inf] * 4)
+    with pytest.raises(ValueError, match="outside"):
+        RdpCurveEvent((1.5, 3.0), (0.1, 0.2), alpha_max=2.5)
+    with pytest.raises(ValueError, match="outside"):
+        RdpCurveEvent((1.5, 2.5), (0.1, 0.2), alpha_max=2.5)  # open interval
+    with pytest.raises(ValueError, match="outside"):
+        RdpCurveEvent((1.1, 2.0), (0.1, 0.2), alpha_min=1.2)
+
+
+@pytest.mark.parametrize(
+    "args, kwargs",
+    [
+        (((1.5, 2.0), (0.1,)), {}),  # length mismatch
+        (((1.5, 2.0), (0.1, -0.2)), {}),  # negative
+        (((1.5, 2.0), (0.1, math.nan)), {}),  # NaN
+        (((1.5, math.nan), (0.1, 0.2)), {}),  # NaN order
+        (((1.0, 2.0), (0.1, 0.2)), {}),  # alpha = 1
+        (((0.5, 2.0), (0.1, 0.2)), {}),  # alpha < 1
+        (((2.0, 2.0), (0.1, 0.2)), {}),  # duplicate
+        (((1.5, 2.0), (0.1, 0.2)), {"alpha_max": 1.0}),
+        (((1.5, 2.0), (0.1, 0.2)), {"alpha_min": 0.5}),
+        (((1.5, 2.0), (0.1, 0.2)), {"alpha_max": math.nan}),
+        (((1.5, 2.0), (0.1, 0.2)), {"count": 0}),
+    ],
+)
+def test_curve_rejects_bad_input(args, kwargs):
+    with pytest.raises(ValueError):
+        RdpCurveEvent(*args, **kwargs)
+
+
+def test_curve_from_function_drops_out_of_range_orders_and_matches_gaussian():
+    z = 1.7
+    curve = RdpCurveEvent.from_function(lambda a: a / (2 * z * z), math.inf, label="g")
+    assert curve.orders == tuple(DEFAULT_ORDERS.tolist())
+    ledger_c, ledger_g = Ledger(delta=1e-6), Ledger(delta=1e-6)
+    ledger_c.spend(curve * 3)
+    ledger_g.spend(GaussianEvent(z, 3))
+    assert ledger_c.bounds()["rdp"] == pytest.approx(ledger_g.bounds()["rdp"], rel=1e-12)
+    short = RdpCurveEvent.from_function(lambda a: a, 1.5)
+    assert max(short.orders) < 1.5 and min(short.orders) == pytest.approx(1.01)
+    with pytest.raises(ValueError):
+        RdpCurveEvent.from_function(lambda a: a, 1.005)  # no grid order in (1, 1.005)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    scale=st.floats(0.01, 10.0),
+    alpha_max=st.floats(1.2, 5000.0),
+    alphas=st.lists(st.floats(1.0001, 6000.0), min_size=1, max_size=20),
+)
+def test_curve_lookup_is_an_upper_bound_of_a_monotone_curve(scale, alpha_max, alphas):
+    def fn(a):
+        return scale * a / (alpha_max - a + 1.0)  # increasing on (1, alpha_max)
+
+    ev = RdpCurveEvent.from_function(fn, alpha_max)
+    alphas = np.array(alphas)
+    got = ev.rdp(alphas)
+    inside = alphas < alpha_max
+    assert np.all(got[inside] >= fn(alphas[inside]) - 1e-12)
+    assert np.all(np.isinf(got[~inside]))
+    # and the lookup is itself non-decreasing in alpha
+    r = ev.rdp(np.sort(alphas))
+    assert np.all(r[1:] >= r[:-1])
+
+
+# ============================================================================================
+# PureDpEvent and ApproxDpEvent
+# ============================================================================================
+@settings(max_examples=50, deadline=None)
+@given(eps=st.floats(1e-3, 20.0))
+def test_pure_rdp_bounds(eps):
+    alpha = DEFAULT_ORDERS
+    r = PureDpEvent(eps).rdp(alpha)
+    assert np.all(r >= 0)
+    assert np.all(r <= eps + 1e-12)
+    assert np.all(r <= alpha * eps**2 / 2 + 1e-12)
+    # it dominates the Laplace mechanism, a particular eps-DP mechanism
+    with np.errstate(over="ignore"):
+        lap = laplace_rdp(alpha, eps)
+    ok = np.isfinite(lap)
+    assert np.all(r[ok] >= lap[ok] - 1e-9)
+    # non-decreasing in alpha, as any Renyi divergence
+    assert np.all(np.diff(r) >= -1e-12)
+
+
+def test_pure_rdp_is_the_randomized_response_divergence():
+    eps = 0.8
+    p = math.exp(eps) / (1 + math.exp(eps))
+    P, Q = np.array([p, 1 - p]), np.array([1 - p, p])
+    for a in (1.05, 2.0, 7.5, 64.0):
+        direct = math.log(np.sum(P**a * Q ** (1 - a))) / (a - 1)
+        assert PureDpEvent(eps).rdp([a])[0] == pytest.approx(direct, rel=1e-10)
+
+
+def test_pure_epsilon_and_composition():
+    ev = PureDpEvent(1.0)
+    assert ev.epsilon(1e-5) == 1.0
+    five = PureDpEvent(0.1, count=5).epsilon(1e-5)  # basic 0.5, or the RDP conversion if smaller
+    assert 0.45 < five <= 0.5
+    # many repetitions: RDP conversion beats basic composition
+    many = PureDpEvent(0.05, count=1000)
+    assert many.epsilon(1e-6) < 0.8 * 50
+    np.testing.assert_allclose(many.rdp([2.0]), 1000 * PureDpEvent(0.05).rdp([2.0]))
+    md = ev.to_metadata()
+    assert md == {"type": "PureDpEvent", "epsilon": 1.0, "count": 1, "label": ""}
+
+
+def test_approx_event():
+    ev = ApproxDpEvent(0.5, 1e-6, label="x", count=3)
+    assert ev.epsilon(3e-6) == 1.5 and ev.epsilon(1e-3) == 1.5
+    assert ev.epsilon(2.9e-6) == math.inf
+    assert np.all(np.isinf(ev.rdp()))
+    assert not ev.has_rdp
+    with pytest.raises(ValueError, match="PureDpEvent"):
+        ApproxDpEvent(0.5, 0.0)
+
+
+# ============================================================================================
+# Invalid input
+# ============================================================================================
+@pytest.mark.parametrize(
+    "factory",
+    [
+        lambda: GaussianEvent(0.0),
+        lambda: GaussianEvent(-1.0),
+        lambda: GaussianEvent(math.nan),
+        lambda: GaussianEvent(math.inf),
+        lambda: GaussianEvent(1.0, count=0),
+        lambda: GaussianEvent(1.0, count=1.5),
+        lambda: GaussianEvent(1.0, count=True),
+        lambda: GaussianEvent(1.0, label=3),
+        lambda: PureDpEvent(0.0),
+        lambda: PureDpEvent(math.nan),
+        lambda: PureDpEvent(-1.0),
+        lambda: ApproxDpEvent(1.0, 1.0),
+        lambda: ApproxDpEvent(1.0, math.nan),
+        lambda: ApproxDpEvent(0.0, 1e-6),
+        lambda: Ledger(epsilon=0.0),
+        lambda: Ledger(epsilon=-1.0),
+        lambda: Ledger(epsilon=math.nan),
+        lambda: Ledger(delta=0.0),
+        lambda: Ledger(delta=1.0),
+        lambda: Ledger(orders=[1.0, 2.0]),
+        lambda: Ledger(orders=[2.0, math.nan]),
+        lambda: Ledger(orders=[]),
+        lambda: GaussianEvent(1.0).repeat(0),
+        lambda: GaussianEvent(1.0).rdp([0.5, 2.0]),
+        lambda: GaussianEvent(1.0).epsilon(0.0),
+        lambda: Ledger().epsilon(delta=2.0),
+    ],
+)
+def test_invalid_input_raises_value_error(factory):
+    with pytest.raises(ValueError):
+        factory()
+
+
+def test_spend_rejects_non_events():
+    with pytest.raises(TypeError):
+        Ledger().spend(1.0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        GaussianEvent(1.0) * 1.5  # type: ignore[operator]
+
+
+# ============================================================================================
+# Reporting and metadata
+# ============================================================================================
+def make_reporting_ledger() -> Ledger:
+    ledger = Ledger(epsilon=8.0, delta=1e-5)
+    ledger.spend(GaussianEvent(2.0), label="posterior <mean>")
+    ledger.spend(PureDpEvent(0.4), label="hyperparameters")
+    ledger.spend(RdpCurveEvent.from_function(lambda a: a / 20, 30.0, label="sample path"))
+    ledger.spend(ApproxDpEvent(0.2, 1e-8))
+    return ledger
+
+
+def test_summary_and_repr():
+    ledger = make_reporting_ledger()
+    text = ledger.summary()
+    for word in ("posterior <mean>", "hyperparameters", "sample path", "ApproxDpEvent"):
+        assert word in text
+    assert "spent epsilon" in text and "remaining epsilon" in text and "budget epsilon" in text
+    assert f"{ledger.spent_epsilon:.4f}" in text
+    assert f"{ledger.remaining_epsilon:.4f}" in text
+    assert len(text.splitlines()) == 3 + 4 + 4
+    r = repr(ledger)
+    assert r.startswith("Ledger(") and "releases=4" in r
+    h = ledger._repr_html_()
+    assert "<table>" in h and "posterior &lt;mean&gt;" in h and "<mean>" not in h
+
+
+def test_history_entries():
+    ledger = make_reporting_ledger()
+    hist = ledger.history
+    assert [e.index for e in hist] == [0, 1, 2, 3]
+    assert hist[-1].cumulative_epsilon == ledger.spent_epsilon
+    assert hist[1].epsilon == pytest.approx(0.4)
+    for e in hist:
+        assert e.time.endswith("+00:00")
+    hist.clear()  # a copy: the ledger is unaffected
+    assert len(ledger.history) == 4
+
+
+def test_metadata_is_strict_json_and_pickle_roundtrip():
+    ledger = make_reporting_ledger()
+    md = ledger.to_metadata()
+    text = json.dumps(md, allow_nan=False)
+    back = json.loads(text)
+    assert back["spent_epsilon"] == pytest.approx(ledger.spent_epsilon)
+    assert back["entries"][2]["event"]["type"] == "RdpCurveEvent"
+    assert back["entries"][0]["event"]["noise_multiplier"] == 2.0
+    assert back["bound_used"] == ledger.bound_used
+    curve_md = RdpCurveEvent((2.0,), (math.inf,)).to_metadata()
+    assert curve_md["values"] == ["inf"] and curve_md["alpha_max"] == "inf"
+    json.dumps(curve_md, allow_nan=False)
+
+    clone = pickle.loads(pickle.dumps(ledger))
+    assert clone.spent_epsilon == ledger.spent_epsilon
+    clone.spend(GaussianEvent(10.0))
+    assert len(clone.history) == 5 and len(ledger.history) == 4

@@ -1,0 +1,147 @@
+"""Tests for the Gaussian-mechanism calibration (pm_dpgp.mechanisms.gaussian)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.stats import norm
+
+from pm_dpgp.accounting import gdp_delta
+from pm_dpgp.mechanisms.gaussian import classic_c, gaussian_epsilon, gaussian_sigma
+
+eps_st = st.floats(min_value=0.01, max_value=20.0)
+delta_st = st.floats(min_value=1e-12, max_value=0.5)
+
+
+def exact_delta(sigma: float, epsilon: float, sensitivity: float = 1.0) -> float:
+    """Balle & Wang (2018) Thm. 8, written out with scipy (independent of the package)."""
+    a = sensitivity / (2 * sigma)
+    b = epsilon * sigma / sensitivity
+    return norm.cdf(a - b) - math.exp(epsilon) * norm.cdf(-a - b)
+
+
+# --------------------------------------------------------------------------------------------
+# Reference numbers
+# --------------------------------------------------------------------------------------------
+def test_reference_numbers_at_1_001():
+    assert gaussian_sigma(1.0, 0.01) == pytest.approx(1.8779, abs=5e-4)
+    assert gaussian_sigma(1.0, 0.01, method="classic") == pytest.approx(3.2552, abs=5e-4)
+    assert classic_c(0.01) == pytest.approx(math.sqrt(2 * math.log(200)), rel=1e-15)
+
+
+def test_classic_formula_and_sensitivity_scaling():
+    for eps, delta, s in [(0.5, 1e-5, 2.0), (1.0, 0.1, 0.3), (0.01, 1e-9, 7.0)]:
+        expected = math.sqrt(2 * math.log(2 / delta)) * s / eps
+        assert gaussian_sigma(eps, delta, s, method="classic") == pytest.approx(expected, rel=1e-14)
+
+
+def test_classic_formula_fails_for_large_epsilon():
+    """Why method="classic" refuses eps > 1: extrapolated, c(delta)/eps is too little noise."""
+    eps, delta = 10.0, 1e-5
+    extrapolated = classic_c(delta) / eps
+    assert extrapolated < gaussian_sigma(eps, delta)
+    assert exact_delta(extrapolated, eps) > delta  # would not be (eps, delta)-DP
+
+
+def test_classic_refuses_epsilon_above_one():
+    with pytest.raises(ValueError, match="analytic"):
+        gaussian_sigma(1.5, 1e-5, method="classic")
+    # epsilon == 1 is still allowed
+    gaussian_sigma(1.0, 1e-5, method="classic")
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(epsilon=0.0, delta=1e-5),
+        dict(epsilon=-1.0, delta=1e-5),
+        dict(epsilon=math.nan, delta=1e-5),
+        dict(epsilon=math.inf, delta=1e-5),
+        dict(epsilon=1.0, delta=0.0),
+        dict(epsilon=1.0, delta=1.0),
+        dict(epsilon=1.0, delta=-0.1),
+        dict(epsilon=1.0, delta=math.nan),
+        dict(epsilon=1.0, delta=1e-5, sensitivity=0.0),
+        dict(epsilon=1.0, delta=1e-5, sensitivity=-1.0),
+        dict(epsilon=1.0, delta=1e-5, sensitivity=math.inf),
+        dict(epsilon=1.0, delta=1e-5, sensitivity=math.nan),
+        dict(epsilon=1.0, delta=1e-5, method="laplace"),
+    ],
+)
+def test_sigma_rejects_bad_input(kwargs):
+    with pytest.raises(ValueError):
+        gaussian_sigma(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "args", [(0.0, 1e-5), (-1.0, 1e-5), (math.inf, 1e-5), (1.0, 0.0), (1.0, 1.0), (1.0, 1e-5, 0.0)]
+)
+def test_epsilon_rejects_bad_input(args):
+    with pytest.raises(ValueError):
+        gaussian_epsilon(*args)
+
+
+def test_classic_c_rejects_bad_delta():
+    for d in (0.0, 1.0, 2.0, math.nan):
+        with pytest.raises(ValueError):
+            classic_c(d)
+
+
+# --------------------------------------------------------------------------------------------
+# Properties of the analytic calibration
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("delta", [1e-3, 1e-5, 1e-8])
+@pytest.mark.parametrize("eps", [0.05, 0.3, 1.0])
+def test_analytic_beats_classic_where_classic_is_valid(eps, delta):
+    assert gaussian_sigma(eps, delta) < gaussian_sigma(eps, delta, method="classic")
+
+
+def test_analytic_sigma_decreasing_in_epsilon_and_delta():
+    eps_grid = np.geomspace(0.01, 50, 40)
+    sig = [gaussian_sigma(e, 1e-5) for e in eps_grid]
+    assert np.all(np.diff(sig) < 0)
+    delta_grid = np.geomspace(1e-12, 0.4, 40)
+    sig = [gaussian_sigma(1.0, d) for d in delta_grid]
+    assert np.all(np.diff(sig) < 0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(eps=eps_st, delta=delta_st, s=st.floats(min_value=1e-3, max_value=1e3))
+def test_analytic_sigma_is_valid_and_tight(eps, delta, s):
+    sigma = gaussian_sigma(eps, delta, s)
+    # Valid: the exact delta at the target epsilon does not exceed the target (tiny fp slack).
+    assert gdp_delta(s / sigma, eps) <= delta
+    assert exact_delta(sigma, eps, s) <= delta * (1 + 1e-6)
+    # Tight: 0.1% less noise would break the guarantee.
+    assert exact_delta(sigma * 0.999, eps, s) > delta
+
+
+@settings(max_examples=60, deadline=None)
+@given(eps=eps_st, delta=delta_st, s=st.floats(min_value=1e-3, max_value=1e3))
+def test_gaussian_epsilon_inverts_gaussian_sigma(eps, delta, s):
+    sigma = gaussian_sigma(eps, delta, s)
+    back = gaussian_epsilon(sigma, delta, s)
+    assert back == pytest.approx(eps, rel=1e-8, abs=1e-10)
+    # and it never under-reports: exact delta at the returned epsilon is within the target
+    assert gdp_delta(s / sigma, back) <= delta
+
+
+@settings(max_examples=40, deadline=None)
+@given(sigma=st.floats(min_value=0.2, max_value=50), d1=delta_st, d2=delta_st)
+def test_gaussian_epsilon_decreasing_in_delta(sigma, d1, d2):
+    lo, hi = sorted((d1, d2))
+    assert gaussian_epsilon(sigma, hi) <= gaussian_epsilon(sigma, lo) + 1e-11
+
+
+def test_gaussian_epsilon_scales_with_sensitivity_over_sigma():
+    assert gaussian_epsilon(4.0, 1e-5, 2.0) == pytest.approx(gaussian_epsilon(2.0, 1e-5), rel=1e-9)
+
+
+def test_large_epsilon_is_supported():
+    sigma = gaussian_sigma(10.0, 1e-6)
+    assert 0 < sigma < gaussian_sigma(5.0, 1e-6)
+    assert gaussian_epsilon(sigma, 1e-6) == pytest.approx(10.0, rel=1e-8)
