@@ -1,0 +1,662 @@
+r"""PyMC model builder for exact GP regression, and its public (fixed-hyperparameter) view.
+
+:func:`gp_regression` builds an ordinary PyMC model
+
+.. math::
+
+    f \sim \mathcal{GP}(m, k_\theta), \qquad y_i = f(x_i) + \varepsilon_i,\quad
+    \varepsilon_i \sim \mathcal N(0, \sigma_n^2),
+
+with :class:`pymc.gp.Marginal` (Rasmussen & Williams 2006, *Gaussian Processes for
+Machine Learning*, §2.2 and eq. 2.30), so the data owner can sample or fit it
+non-privately as usual.
+
+Privacy model (label privacy, Smith, Álvarez, Zwiessele & Lawrence 2018, AISTATS):
+the inputs ``X`` are public, the outputs ``y`` are private.  Everything a
+mechanism uses besides ``y`` (kernel hyperparameters θ, noise variance σ_n², the
+prior mean ``m``) must be *public*: fixed a priori or chosen by a private
+selection mechanism.  Hyperparameters fitted to the private ``y`` (MAP,
+posterior draws, type-II maximum likelihood) are functions of ``y`` and using
+them as if public leaks privacy.  :meth:`GPRegression.public_gp` therefore
+refuses to produce a :class:`PublicGP` unless every free hyperparameter is given
+an explicit public value.
+
+The kernel is evaluated at those public values *through PyTensor*: the
+hyperparameter random variables in the PyMC covariance graph are replaced by
+scalar inputs (``pytensor.graph.replace.clone_replace``) and one
+``pytensor.function([Xa, Xb, *hyperparameters], K)`` is compiled per model and
+reused, so the numbers are exactly those PyMC's own ``gp.predict`` would use.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import numbers
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pymc as pm
+import pytensor
+import pytensor.tensor as pt
+from numpy.typing import ArrayLike, NDArray
+from pymc.distributions.distribution import SymbolicRandomVariable
+from pymc.gp.cov import BaseCovariance
+from pytensor.graph.basic import Constant, Variable
+from pytensor.graph.replace import clone_replace
+from pytensor.tensor.random.op import RandomVariable
+
+try:  # pytensor >= 2.31
+    from pytensor.graph.traversal import ancestors
+except ImportError:  # pragma: no cover - older pytensor
+    from pytensor.graph.basic import ancestors
+
+from pm_dpgp._validation import check_finite_array, check_positive
+from pm_dpgp.gp.exact import ExactPosterior
+
+__all__ = ["PrivateHyperparameterError", "GPRegression", "PublicGP", "gp_regression"]
+
+CovarianceSpec = BaseCovariance | Callable[[], BaseCovariance]
+NoiseSpec = float | Variable | Callable[[], Any]
+HyperValue = float | NDArray[np.float64]
+
+
+class PrivateHyperparameterError(ValueError):
+    """A hyperparameter needed for a private release has no public value.
+
+    Raised when a model has hyperparameters with priors (free random variables)
+    and no public value was given for one of them.  Values fitted to the private
+    data are not public.
+    """
+
+
+# --------------------------------------------------------------------------- helpers
+def _as_2d_inputs(X: ArrayLike, name: str, n_cols: int) -> NDArray[np.float64]:
+    arr = check_finite_array(X, name, ndim=2)
+    if arr.shape[1] != n_cols:
+        raise ValueError(
+            f"{name} must have {n_cols} column(s) like the training inputs, got shape {arr.shape}."
+        )
+    return arr
+
+
+def _readonly(arr: NDArray[np.float64]) -> NDArray[np.float64]:
+    out = np.array(arr, dtype=np.float64, copy=True)
+    out.setflags(write=False)
+    return out
+
+
+def _is_random(var: Variable) -> bool:
+    return var.owner is not None and isinstance(
+        var.owner.op, (RandomVariable, SymbolicRandomVariable)
+    )
+
+
+def _support_bounds(model: pm.Model, rv: Variable) -> tuple[float, float]:
+    """Closed support ``[lower, upper]`` of a free RV where its transform tells it.
+
+    Log-type transforms mean ``[0, ∞)``, log-odds ``[0, 1]``, interval transforms
+    give their (constant) bounds; anything else is unchecked (``(-∞, ∞)``).
+    """
+    from pymc.logprob import transforms as tr
+
+    transform = model.rvs_to_transforms.get(rv)
+    lower, upper = -math.inf, math.inf
+    if transform is None:
+        return lower, upper
+    if isinstance(transform, (tr.LogTransform, pm.distributions.transforms.LogExpM1)):
+        return 0.0, math.inf
+    if isinstance(transform, tr.LogOddsTransform):
+        return 0.0, 1.0
+    if isinstance(transform, tr.IntervalTransform):
+        try:
+            bounds = transform.args_fn(*rv.owner.inputs)
+        except Exception:  # noqa: BLE001 - unknown transform signature: leave unchecked
+            return lower, upper
+        out = [lower, upper]
+        for i, b in enumerate(bounds):
+            if b is None:
+                continue
+            try:
+                val = np.asarray(pt.get_underlying_scalar_constant_value(b), dtype=float)
+            except Exception:  # noqa: BLE001 - bound depends on other RVs: unchecked
+                continue
+            out[i] = float(val)
+        return out[0], out[1]
+    return lower, upper
+
+
+def _format_value(v: HyperValue) -> str:
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return "[" + ", ".join(f"{x:.6g}" for x in np.ravel(v)) + "]"
+
+
+def _describe_tensor(x: Any, mapping: Mapping[Variable, Variable]) -> str:
+    if isinstance(x, numbers.Real) and not isinstance(x, bool):
+        return f"{float(x):.6g}"
+    if isinstance(x, np.ndarray):
+        return _format_value(x if x.ndim else float(x))
+    if isinstance(x, Variable):
+        if isinstance(x, Constant):
+            data = np.asarray(x.data, dtype=float)
+            return _format_value(float(data) if data.ndim == 0 else data)
+        try:
+            [x2] = clone_replace([x], replace=dict(mapping))
+            return str(pytensor.printing.pprint(x2))
+        except Exception:  # noqa: BLE001 - printing is best effort
+            return x.name or "<expression>"
+    return repr(x)
+
+
+def _describe_cov(cov: Any, mapping: Mapping[Variable, Variable]) -> str:
+    """Human-readable description of a PyMC covariance (best effort, for metadata)."""
+    gpc = pm.gp.cov
+    if isinstance(cov, (gpc.Add, gpc.Prod)):
+        sep = " + " if isinstance(cov, gpc.Add) else " * "
+        parts = [
+            _describe_cov(f, mapping)
+            if isinstance(f, BaseCovariance)
+            else _describe_tensor(f, mapping)
+            for f in cov._factor_list
+        ]
+        return "(" + sep.join(parts) + ")"
+    if isinstance(cov, gpc.Exponentiated):
+        return f"({_describe_cov(cov.kernel, mapping)})**{_describe_tensor(cov.power, mapping)}"
+    if isinstance(cov, gpc.Constant):
+        return f"Constant(c={_describe_tensor(cov.c, mapping)})"
+    if isinstance(cov, gpc.WhiteNoise):
+        return f"WhiteNoise(sigma={_describe_tensor(cov.sigma, mapping)})"
+    args: list[str] = []
+    if isinstance(cov, gpc.Covariance):
+        args.append(f"input_dim={cov.input_dim}")
+        if not np.array_equal(cov.active_dims, np.arange(cov.input_dim)):
+            args.append(f"active_dims={cov.active_dims.tolist()}")
+    for attr in ("ls", "period", "alpha", "c", "d", "offset"):
+        if hasattr(cov, attr):
+            args.append(f"{attr}={_describe_tensor(getattr(cov, attr), mapping)}")
+    return f"{type(cov).__name__}({', '.join(args)})"
+
+
+# --------------------------------------------------------------------------- PublicGP
+@dataclass(frozen=True, eq=False)
+class PublicGP:
+    r"""A GP whose every ingredient except the outputs ``y`` is public.
+
+    Produced by :meth:`GPRegression.public_gp`.  Holds the public training inputs,
+    the kernel evaluated at public hyperparameters, the noise variance and the
+    public prior mean; it never stores ``y``.  Mechanisms take a ``PublicGP`` plus
+    the private ``y``.
+
+    Attributes
+    ----------
+    X : numpy.ndarray
+        Training inputs, shape ``(n, d)`` (public under label privacy), read-only.
+    noise_var : float
+        Observation noise variance ``σ_n²``.
+    mean : float
+        Public constant prior mean ``m``.
+    hyperparameters : dict
+        Public hyperparameter values by free-RV name (floats; arrays for
+        non-scalar hyperparameters such as ARD lengthscales).
+    description : str
+        Human-readable kernel, hyperparameters, noise variance and mean, for metadata.
+    """
+
+    X: NDArray[np.float64] = field(repr=False)
+    noise_var: float
+    mean: float
+    hyperparameters: dict[str, HyperValue]
+    description: str
+    _kernel: Callable[[NDArray[np.float64], NDArray[np.float64]], NDArray[np.float64]] = field(
+        repr=False
+    )
+    _kernel_diag: Callable[[NDArray[np.float64]], NDArray[np.float64]] = field(repr=False)
+
+    @property
+    def n(self) -> int:
+        """Number of training points."""
+        return int(self.X.shape[0])
+
+    @property
+    def input_dim(self) -> int:
+        """Number of input columns ``d``."""
+        return int(self.X.shape[1])
+
+    def kernel(self, Xa: ArrayLike, Xb: ArrayLike | None = None) -> NDArray[np.float64]:
+        """Kernel matrix ``k(Xa, Xb)`` at the public hyperparameters; ``Xb=None`` means ``Xa``.
+
+        ``Xa``/``Xb`` are ``(m,)`` or ``(m, d)``.  When ``Xb`` is ``None`` or equal to
+        ``Xa`` the result is symmetrised exactly (``½(K + Kᵀ)``; the BLAS product
+        inside the kernel need not be bitwise symmetric).
+        """
+        A = _as_2d_inputs(Xa, "Xa", self.input_dim)
+        B = A if Xb is None else _as_2d_inputs(Xb, "Xb", self.input_dim)
+        K = self._kernel(A, B)
+        if B is A or np.array_equal(A, B):
+            K = 0.5 * (K + K.T)
+        if not np.all(np.isfinite(K)):
+            raise ValueError(
+                "The kernel evaluated to NaN/inf at these inputs and hyperparameters "
+                f"({self.hyperparameters}); check the hyperparameter values."
+            )
+        return K
+
+    def kernel_diag(self, Xa: ArrayLike) -> NDArray[np.float64]:
+        """Diagonal ``k(x, x)`` for each row of ``Xa``, shape ``(m,)``."""
+        A = _as_2d_inputs(Xa, "Xa", self.input_dim)
+        d = np.broadcast_to(np.asarray(self._kernel_diag(A), dtype=np.float64), (A.shape[0],))
+        if not np.all(np.isfinite(d)):
+            raise ValueError(
+                "The kernel diagonal evaluated to NaN/inf at these hyperparameters "
+                f"({self.hyperparameters}); check the hyperparameter values."
+            )
+        return np.array(d)
+
+    @functools.cached_property
+    def _posterior(self) -> ExactPosterior:
+        return ExactPosterior(self.kernel(self.X), self.noise_var)
+
+    def posterior(self) -> ExactPosterior:
+        """Cached factorisation of ``k(X, X) + σ_n² I`` (:class:`~pm_dpgp.gp.exact.ExactPosterior`).
+
+        Its ``jitter`` attribute is the jitter actually added (0.0 if none).
+        """
+        return self._posterior
+
+    def cloaking_matrix(self, X_star: ArrayLike) -> NDArray[np.float64]:
+        """Cloaking matrix ``C = k(X*, X)(k(X, X) + σ_n² I)⁻¹`` (Smith et al. 2018, §3)."""
+        Xs = _as_2d_inputs(X_star, "X_star", self.input_dim)
+        return self.posterior().cloaking_matrix(self.kernel(Xs, self.X))
+
+    def predict(
+        self, y: ArrayLike, X_star: ArrayLike, *, full_cov: bool = True
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        r"""NON-private exact posterior of ``f(X*)`` given ``y`` (R&W 2006, eqs. 2.23–2.24).
+
+        Mean ``m + C (y − m)`` and covariance ``k(X*, X*) − k(X*, X)(K + σ_n² I)⁻¹ k(X, X*)``
+        (latent function, no observation noise).  This is the data owner's own
+        view: it is a function of the private ``y`` and must not be released as is.
+
+        Returns ``(mean, cov)`` with ``cov`` of shape ``(m, m)``, or ``(mean, var)``
+        with ``var`` of shape ``(m,)`` when ``full_cov=False``.
+        """
+        Xs = _as_2d_inputs(X_star, "X_star", self.input_dim)
+        post = self.posterior()
+        K_sf = self.kernel(Xs, self.X)
+        mu = post.mean(K_sf, y, mean_f=self.mean, mean_s=self.mean)
+        if full_cov:
+            return mu, post.cov(K_sf, self.kernel(Xs))
+        return mu, post.var(K_sf, self.kernel_diag(Xs))
+
+
+# --------------------------------------------------------------------------- GPRegression
+@dataclass(eq=False)
+class GPRegression:
+    """An exact GP regression model in PyMC plus the machinery to evaluate it publicly.
+
+    Returned by :func:`gp_regression`.  Use ``model`` for ordinary (non-private)
+    PyMC inference, and :meth:`public_gp` with public hyperparameter values to
+    get the object that privacy mechanisms consume.
+
+    Attributes
+    ----------
+    model : pymc.Model
+    gp : pymc.gp.Marginal
+    X : numpy.ndarray
+        Public training inputs, shape ``(n, d)``.
+    y : numpy.ndarray
+        Private training outputs, shape ``(n,)`` (not shown in ``repr``).
+    name : str
+        Prefix of the model variables; the likelihood is ``f"{name}_obs"``.
+    mean : float
+        Public constant prior mean.
+    cov_func : pymc.gp.cov.BaseCovariance
+        The covariance (possibly depending on hyperparameter RVs).
+    sigma : float or TensorVariable
+        Observation-noise standard deviation.
+    hyperparameter_names : tuple of str
+        Names of the free RVs the kernel or the noise depend on (directly, i.e.
+        not through another hyperparameter).
+    """
+
+    model: pm.Model
+    gp: pm.gp.Marginal
+    X: NDArray[np.float64] = field(repr=False)
+    y: NDArray[np.float64] = field(repr=False)
+    name: str
+    mean: float
+    cov_func: BaseCovariance = field(repr=False)
+    sigma: float | Variable
+    hyperparameter_names: tuple[str, ...]
+    _hyper_rvs: tuple[Variable, ...] = field(repr=False)
+    _hyper_inputs: tuple[Variable, ...] = field(init=False, repr=False)
+    _support: dict[str, tuple[float, float]] = field(init=False, repr=False)
+    _compiled: dict[str, Any] = field(init=False, repr=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._hyper_inputs = tuple(rv.type(name=rv.name) for rv in self._hyper_rvs)
+        self._support = {rv.name: _support_bounds(self.model, rv) for rv in self._hyper_rvs}
+
+    # ------------------------------------------------------------ compilation
+    def _replace(self, outputs: Sequence[Variable]) -> list[Variable]:
+        mapping = dict(zip(self._hyper_rvs, self._hyper_inputs, strict=True))
+        new = clone_replace(list(outputs), replace=mapping) if mapping else list(outputs)
+        for var in ancestors(new):
+            if _is_random(var):
+                raise ValueError(
+                    f"The covariance or noise depends on the random variable {var.name or var!r}, "
+                    "which is not a free variable of this model; evaluating it would draw "
+                    "random numbers. Declare hyperparameters inside the model (e.g. via the "
+                    "zero-argument callable) or use fixed numbers."
+                )
+        return new
+
+    def _function(self, key: str) -> Callable[..., Any]:
+        """The compiled PyTensor function ``key`` ('kernel', 'diag' or 'noise'), compiled once."""
+        fn = self._compiled.get(key)
+        if fn is not None:
+            return fn
+        Xa = pt.matrix("Xa", dtype="float64")
+        Xb = pt.matrix("Xb", dtype="float64")
+        if key == "kernel":
+            inputs, out = [Xa, Xb], self.cov_func(Xa, Xb)
+        elif key == "diag":
+            inputs, out = [Xa], self.cov_func(Xa, diag=True)
+        elif key == "noise":
+            inputs, out = [], pt.as_tensor_variable(self.sigma)
+        else:  # pragma: no cover - internal misuse
+            raise KeyError(key)
+        [out] = self._replace([pt.as_tensor_variable(out)])
+        fn = pytensor.function(
+            [*inputs, *self._hyper_inputs],
+            out,
+            on_unused_input="ignore",
+            allow_input_downcast=True,
+        )
+        self._compiled[key] = fn
+        return fn
+
+    # ------------------------------------------------------------ hyperparameters
+    def _check_hyperparameters(
+        self, hyperparameters: Mapping[str, ArrayLike] | None
+    ) -> dict[str, HyperValue]:
+        given: Mapping[str, ArrayLike] = {} if hyperparameters is None else hyperparameters
+        if not isinstance(given, Mapping):
+            raise TypeError(
+                "hyperparameters must be a mapping {name: value}, got "
+                f"{type(hyperparameters).__name__}."
+            )
+        names = self.hyperparameter_names
+        unknown = sorted(set(given) - set(names))
+        if unknown:
+            expected = ", ".join(names) if names else "none (this model has fixed hyperparameters)"
+            raise ValueError(
+                f"Unknown hyperparameter name(s) {unknown}; this model's free hyperparameters "
+                f"are: {expected}. Give values on the constrained scale under the RV's name."
+            )
+        missing = [nm for nm in names if nm not in given]
+        if missing:
+            raise PrivateHyperparameterError(
+                f"No public value given for hyperparameter(s) {missing} (model hyperparameters: "
+                f"{list(names)}). Hyperparameters fitted to the private data (MAP, posterior "
+                "draws, maximum marginal likelihood) are functions of y and are NOT public: "
+                "using them in a private release leaks information about y. Pass public "
+                "values, e.g. public_gp({"
+                + ", ".join(f"{nm!r}: ..." for nm in names)
+                + "}), chosen a priori (domain knowledge, public or set-aside data) or by a "
+                "differentially private selection mechanism whose cost is accounted for."
+            )
+        values: dict[str, HyperValue] = {}
+        for rv in self._hyper_rvs:
+            nm = rv.name
+            try:
+                arr = np.asarray(given[nm], dtype=np.float64)
+            except (TypeError, ValueError) as err:
+                raise ValueError(
+                    f"Hyperparameter {nm!r} must be numeric, got {given[nm]!r}."
+                ) from err
+            if arr.ndim != rv.type.ndim:
+                raise ValueError(
+                    f"Hyperparameter {nm!r} must have {rv.type.ndim} dimension(s), got shape "
+                    f"{arr.shape}."
+                )
+            static = rv.type.shape
+            if any(s is not None and s != a for s, a in zip(static, arr.shape, strict=True)):
+                raise ValueError(
+                    f"Hyperparameter {nm!r} must have shape {static}, got {arr.shape}."
+                )
+            if not np.all(np.isfinite(arr)):
+                raise ValueError(f"Hyperparameter {nm!r} must be finite, got {given[nm]!r}.")
+            lo, hi = self._support[nm]
+            if np.any(arr < lo) or np.any(arr > hi):
+                raise ValueError(
+                    f"Hyperparameter {nm!r}={given[nm]!r} lies outside the support "
+                    f"[{lo}, {hi}] of its prior."
+                )
+            values[nm] = float(arr) if arr.ndim == 0 else _readonly(arr)
+        return values
+
+    # ------------------------------------------------------------ public view
+    def public_gp(self, hyperparameters: Mapping[str, ArrayLike] | None = None) -> PublicGP:
+        """The model at fixed public hyperparameters, as consumed by privacy mechanisms.
+
+        Parameters
+        ----------
+        hyperparameters
+            ``{name: value}`` for every name in :attr:`hyperparameter_names`
+            (values on the constrained scale, e.g. a lengthscale, not its log).
+            May be omitted only when the model has no free hyperparameters.
+
+        Raises
+        ------
+        PrivateHyperparameterError
+            A free hyperparameter has no value given.  Values fitted to the
+            private ``y`` are not public; choose them a priori or privately.
+        ValueError
+            Unknown names, non-finite values, values outside the prior's support,
+            or a kernel/noise that evaluates to NaN/inf.
+        """
+        values = self._check_hyperparameters(hyperparameters)
+        args = tuple(values[nm] for nm in self.hyperparameter_names)
+
+        if isinstance(self.sigma, Variable):
+            sigma_val = float(np.asarray(self._function("noise")(*args)))
+            noise_var = check_positive(sigma_val**2, "noise variance (sigma**2)", allow_zero=True)
+        else:
+            noise_var = float(self.sigma) ** 2
+
+        kernel_fn = self._function("kernel")
+        diag_fn = self._function("diag")
+
+        def kernel(Xa: NDArray[np.float64], Xb: NDArray[np.float64]) -> NDArray[np.float64]:
+            return np.asarray(kernel_fn(Xa, Xb, *args), dtype=np.float64)
+
+        def kernel_diag(Xa: NDArray[np.float64]) -> NDArray[np.float64]:
+            return np.asarray(diag_fn(Xa, *args), dtype=np.float64)
+
+        mapping = dict(zip(self._hyper_rvs, self._hyper_inputs, strict=True))
+        hyper_str = ", ".join(f"{nm}={_format_value(v)}" for nm, v in values.items())
+        description = (
+            f"kernel: {_describe_cov(self.cov_func, mapping)}"
+            + (f"; public hyperparameters: {hyper_str}" if hyper_str else "")
+            + f"; noise variance: {noise_var:.6g}; prior mean: {self.mean:.6g}"
+        )
+        public = PublicGP(
+            X=_readonly(self.X),
+            noise_var=noise_var,
+            mean=self.mean,
+            hyperparameters=values,
+            description=description,
+            _kernel=kernel,
+            _kernel_diag=kernel_diag,
+        )
+        # Fail early (with a clear message) if these hyperparameters break the kernel.
+        public.kernel_diag(self.X[:1])
+        public.kernel(self.X[:1], self.X[:1])
+        return public
+
+
+# --------------------------------------------------------------------------- builder
+def _resolve_cov(cov_func: CovarianceSpec) -> BaseCovariance:
+    if isinstance(cov_func, BaseCovariance):
+        return cov_func
+    if callable(cov_func):
+        cov = cov_func()
+        if not isinstance(cov, BaseCovariance):
+            raise TypeError(
+                "cov_func() must return a PyMC covariance (pm.gp.cov.Covariance), got "
+                f"{type(cov).__name__}."
+            )
+        return cov
+    raise TypeError(
+        "cov_func must be a PyMC covariance (e.g. pm.gp.cov.ExpQuad(1, ls=0.5)) or a "
+        f"zero-argument callable returning one, got {type(cov_func).__name__}."
+    )
+
+
+def _resolve_sigma(sigma: NoiseSpec) -> float | Variable:
+    value: Any = sigma
+    if isinstance(value, BaseCovariance):
+        raise TypeError("sigma must be a noise standard deviation, not a covariance function.")
+    if callable(value) and not isinstance(value, Variable):
+        value = value()
+    if isinstance(value, bool):
+        raise TypeError("sigma must be a number or a PyMC random variable, got a bool.")
+    if isinstance(value, numbers.Real) or (isinstance(value, np.ndarray) and value.ndim == 0):
+        return check_positive(float(value), "sigma")
+    if isinstance(value, Variable):
+        if value.type.ndim != 0:
+            raise ValueError(
+                f"sigma must be a scalar (homoscedastic noise std), got ndim={value.type.ndim}."
+            )
+        return value
+    raise TypeError(
+        "sigma must be a positive float, a scalar PyMC variable, or a zero-argument callable "
+        f"returning one, got {type(value).__name__}."
+    )
+
+
+def _check_mean_not_from_data(mean: float, y: NDArray[np.float64]) -> None:
+    for label, stat in (("mean", float(np.mean(y))), ("median", float(np.median(y)))):
+        if mean != 0.0 and math.isclose(mean, stat, rel_tol=1e-9, abs_tol=0.0):
+            raise ValueError(
+                f"mean={mean!r} equals the {label} of the private y: it looks computed from the "
+                "data, and a prior mean computed from y leaks it (it is not covered by any "
+                "privacy guarantee). Use a public value (domain knowledge, public data), or pass "
+                "mean_is_public=True if it really is public."
+            )
+
+
+def gp_regression(
+    X: ArrayLike,
+    y: ArrayLike,
+    cov_func: CovarianceSpec,
+    *,
+    sigma: NoiseSpec,
+    mean: float = 0.0,
+    name: str = "f",
+    model: pm.Model | None = None,
+    mean_is_public: bool = False,
+) -> GPRegression:
+    r"""Build an exact GP regression model in PyMC (``pm.gp.Marginal``).
+
+    The model is ``y ~ N(m·1, K_θ(X, X) + σ_n² I)`` (Rasmussen & Williams 2006,
+    eq. 2.30), built with ``pm.gp.Marginal(mean_func=Constant(mean), cov_func=…)``
+    and ``gp.marginal_likelihood(f"{name}_obs", X, y, sigma=…)`` (PyMC's default
+    1e-6 likelihood jitter), so it can be sampled or fitted as usual.
+
+    Parameters
+    ----------
+    X
+        Public inputs, shape ``(n,)`` or ``(n, d)``.
+    y
+        Private outputs, shape ``(n,)``.
+    cov_func
+        A PyMC covariance with fixed numeric hyperparameters, or a zero-argument
+        callable returning one; the callable runs inside the model context, so it
+        may declare priors, e.g.
+        ``lambda: pm.HalfNormal("eta", 1)**2 * pm.gp.cov.ExpQuad(1, ls=pm.Gamma("ell", 2, 1))``.
+    sigma
+        Observation-noise standard deviation: a positive float (public), a scalar
+        PyMC variable of ``model``, or a zero-argument callable returning one
+        (run inside the model context).
+    mean
+        Public constant prior mean.  It must not be computed from ``y`` (e.g.
+        ``y.mean()``): that is a statistic of the private data and leaks it.
+        Values equal to the mean or median of ``y`` are refused unless
+        ``mean_is_public=True``.
+    name
+        Prefix for model variables (likelihood ``f"{name}_obs"``).
+    model
+        Existing model to add to; a new ``pm.Model()`` by default.
+    mean_is_public
+        Assert that ``mean`` is public even though it coincides with a statistic of ``y``.
+
+    Returns
+    -------
+    GPRegression
+        Use ``.model`` for non-private inference and ``.public_gp(values)`` for releases.
+
+    Raises
+    ------
+    ValueError
+        NaN/inf in ``X``/``y``, mismatched shapes, bad ``sigma``/``mean``, or a
+        covariance whose ``input_dim`` differs from the number of columns of ``X``.
+    """
+    X_arr = check_finite_array(X, "X", ndim=2)
+    y_arr = check_finite_array(y, "y", ndim=1)
+    if X_arr.shape[0] != y_arr.shape[0]:
+        raise ValueError(
+            f"X and y must have the same number of rows, got {X_arr.shape[0]} and {y_arr.shape[0]}."
+        )
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"name must be a non-empty string, got {name!r}.")
+    try:
+        mean_f = float(mean)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"mean must be a public constant number, got {mean!r}.") from err
+    if not math.isfinite(mean_f):
+        raise ValueError(f"mean must be finite, got {mean!r}.")
+    if not mean_is_public:
+        _check_mean_not_from_data(mean_f, y_arr)
+    if model is not None and not isinstance(model, pm.Model):
+        raise TypeError(f"model must be a pymc.Model or None, got {type(model).__name__}.")
+
+    ctx = pm.Model() if model is None else model
+    with ctx:
+        cov = _resolve_cov(cov_func)
+        sig = _resolve_sigma(sigma)
+        input_dim = getattr(cov, "input_dim", None)
+        if input_dim is not None and input_dim != X_arr.shape[1]:
+            raise ValueError(
+                f"cov_func has input_dim={input_dim} but X has {X_arr.shape[1]} column(s)."
+            )
+        gp = pm.gp.Marginal(mean_func=pm.gp.mean.Constant(mean_f), cov_func=cov)
+        gp.marginal_likelihood(f"{name}_obs", X=X_arr, y=y_arr, sigma=sig)
+
+    # Hyperparameters: free RVs reached from the kernel / noise graphs, not looking
+    # through them (a hyperprior's parameters are not needed once the child is fixed).
+    Xa = pt.matrix("Xa", dtype="float64")
+    Xb = pt.matrix("Xb", dtype="float64")
+    graphs = [pt.as_tensor_variable(cov(Xa, Xb)), pt.as_tensor_variable(cov(Xa, diag=True))]
+    if isinstance(sig, Variable):
+        graphs.append(sig)
+    free = list(ctx.free_RVs)
+    reached = set(ancestors(graphs, blockers=free))
+    hyper_rvs = tuple(rv for rv in free if rv in reached)
+
+    return GPRegression(
+        model=ctx,
+        gp=gp,
+        X=X_arr,
+        y=y_arr,
+        name=name,
+        mean=mean_f,
+        cov_func=cov,
+        sigma=sig,
+        hyperparameter_names=tuple(rv.name for rv in hyper_rvs),
+        _hyper_rvs=hyper_rvs,
+    )

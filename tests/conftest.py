@@ -1,0 +1,34 @@
+"""Shared fixtures: the !Kung setting of Smith et al. (2018) and small synthetic GPs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pymc as pm
+import pytest
+
+from pm_dpgp.datasets import load_kung_women
+from pm_dpgp.models import gp_regression
+
+KUNG_BOUNDS = (50.0, 170.0)
+
+
+@pytest.fixture(scope="session")
+def kung_model():
+    """GP regression on all 287 women, hyperparameters fixed a priori (paper footnote 1)."""
+    age, height = load_kung_women()
+    return gp_regression(
+        age, height, 7.72**2 * pm.gp.cov.ExpQuad(1, ls=25.0), sigma=14.0, mean=110.0
+    )
+
+
+@pytest.fixture(scope="session")
+def kung_ages() -> np.ndarray:
+    return np.linspace(0.0, 110.0, 200)
+
+
+def small_model(seed: int, n: int = 12, ls: float = 1.5, scale: float = 1.0, noise: float = 0.3):
+    """A small 1-D GP regression with outputs inside the public range [-2, 2]."""
+    rng = np.random.default_rng(seed)
+    X = np.sort(rng.uniform(0, 6, n))
+    y = np.clip(np.sin(X) + 0.3 * rng.standard_normal(n), -1.9, 1.9)
+    return gp_regression(X, y, scale**2 * pm.gp.cov.ExpQuad(1, ls=ls), sigma=noise, mean=0.0)
