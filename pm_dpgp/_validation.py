@@ -120,7 +120,9 @@ def check_public_bounds(
     try:
         lower, upper = (float(b) for b in bounds)
     except (TypeError, ValueError) as err:
-        raise ValueError(f"{name} must be a pair (lower, upper) of numbers, got {bounds!r}.") from err
+        raise ValueError(
+            f"{name} must be a pair (lower, upper) of numbers, got {bounds!r}."
+        ) from err
     if not (math.isfinite(lower) and math.isfinite(upper)) or not lower < upper:
         raise ValueError(f"{name} must be finite with lower < upper, got {bounds!r}.")
     if private_values is not None and not bounds_are_public:

@@ -76,7 +76,7 @@ class Release:
         return self.noise_factor @ self.noise_factor.T
 
     def noise_band(self, width: float = 1.0) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-        """Return ``(lower, upper)`` = first draw ∓ ``width`` × noise sd (public, post-processing)."""
+        """Return first draw ∓ ``width`` × noise sd (public; post-processing of the release)."""
         centre = self.draws[0]
         return centre - width * self.noise_sd, centre + width * self.noise_sd
 

@@ -20,13 +20,11 @@ Sensitivity bounds offered (``bound=``), each per unit label change:
 * ``"inf_norm"``: the paper's bound ``‖K⁻¹‖_∞ · sqrt(max_i k(x_i, x_i))``, from
   ``vᵀK'v ≤ ‖v‖₁² max_ij |K'_ij|`` and ``|K'_ij| ≤ max_i K'_ii`` (PSD).  The paper
   assumes ``|k| ≤ 1``; the factor restores kernels with other scales.
-* ``"nonnegative"``: the refinement for kernels with ``k ≥ 0`` (e.g. EQ).  With
-  ``P_j``/``N_j`` the sums of the positive / negative entries (in absolute value)
-  of column ``j`` of ``K⁻¹``, ``vᵀK'v ≤ d² (P_j² + N_j²) max_i K'_ii`` because
-  cross-sign products only lower the form when ``K' ≥ 0``.  The paper's
-  ``b(K⁻¹) = max(P_j, N_j)`` bounds the *sup norm* of ``h``, not its RKHS norm,
-  and is not a valid bound (``docs/prior_noise.md`` gives a counter-example);
-  ``P² + N²`` is the valid version.
+* ``"nonnegative"``: the paper's refinement for kernels with ``0 ≤ k ≤ c``
+  (e.g. EQ): ``Δ/d = sqrt(c) · max_j max(P_j, N_j)``, ``P_j``/``N_j`` the sums of
+  the positive / absolute negative entries of column ``j`` of ``K⁻¹``.  The paper
+  argues through the sup norm of ``h``; ``docs/prior_noise.md`` proves the bound
+  for the RKHS norm: ``vᵀK'v = v_j (K'v)_j − σ_n² Σ_{i≠j} v_i² ≤ v_j (K'v)_j ≤ c P_j²``.
 """
 
 from __future__ import annotations
@@ -63,7 +61,7 @@ def rkhs_sensitivity(public_gp: PublicGP, bound: Bound = "exact") -> float:
     L = public_gp.posterior().L
     K_inv = cho_solve((L, True), np.eye(X.shape[0]))
     if bound == "exact":
-        # diag(K⁻¹ K' K⁻¹) with K' = K − σ_n² I  ⇒  diag(K⁻¹) − σ_n² · colsum(K⁻¹ ∘ K⁻¹)
+        # ‖h_j‖²_H = [K⁻¹ K' K⁻¹]_jj for a unit change of label j (eq. 3)
         form = np.einsum("ij,jk,ki->i", K_inv, K_prime, K_inv, optimize=True)
         return float(np.sqrt(max(form.max(), 0.0)))
     k_max = float(np.max(np.diag(K_prime)))
@@ -77,7 +75,7 @@ def rkhs_sensitivity(public_gp: PublicGP, bound: Bound = "exact") -> float:
             )
         pos = np.clip(K_inv, 0.0, None).sum(axis=0)
         neg = np.clip(-K_inv, 0.0, None).sum(axis=0)
-        return float(np.sqrt(np.max(pos**2 + neg**2) * k_max))
+        return float(np.maximum(pos, neg).max() * np.sqrt(k_max))
     raise ValueError(f"bound must be 'exact', 'inf_norm' or 'nonnegative', got {bound!r}.")
 
 

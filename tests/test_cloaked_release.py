@@ -1,0 +1,300 @@
+"""End-to-end tests of the cloaked release: privacy, ledger, metadata, bad input."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pymc as pm
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pm_dpgp._validation import PrivacyWarning
+from pm_dpgp.accounting import BudgetExceededError, GaussianEvent, Ledger
+from pm_dpgp.mechanisms import cloaked_release, cloaking_noise
+from pm_dpgp.models import PrivateHyperparameterError, gp_regression
+
+from .conftest import KUNG_BOUNDS, small_model
+
+
+def _whitened(factor: np.ndarray, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mahalanobis coordinates of ``vectors`` (columns) w.r.t. ``factor @ factor.T``.
+
+    Returns the whitened coordinates and the residual outside the range of ``factor``.
+    """
+    coef, *_ = np.linalg.lstsq(factor, vectors, rcond=None)
+    return coef, vectors - factor @ coef
+
+
+def _dense_cloaking_matrix(public_gp, X_star: np.ndarray) -> np.ndarray:
+    """Independent reference: C = K*f (K + σ²I)⁻¹ with a dense solve."""
+    K = public_gp.kernel(public_gp.X, public_gp.X) + public_gp.noise_var * np.eye(len(public_gp.X))
+    return np.linalg.solve(K, public_gp.kernel(public_gp.X, X_star)).T
+
+
+def test_kung_release_metadata_and_ledger(kung_model, kung_ages):
+    ledger = Ledger(epsilon=1.0, delta=0.01)
+    release = cloaked_release(
+        kung_model,
+        kung_ages,
+        epsilon=1.0,
+        delta=0.01,
+        y_bounds=KUNG_BOUNDS,
+        ledger=ledger,
+        rng=np.random.default_rng(0),
+    )
+    assert release.draws.shape == (1, 200)
+    md = release.metadata
+    assert md["privacy_model"] == "label"
+    assert md["data_sensitivity"] == 120.0
+    assert md["solver_converged"]
+    assert 5 <= md["noise_rank"] < 200  # rank deficient: more test points than directions
+    assert md["max_mahalanobis"] <= 1.0 + 1e-8
+    assert md["l2_sensitivity"] == pytest.approx(120.0 * np.sqrt(md["max_mahalanobis"]))
+    assert ledger.spent_epsilon == pytest.approx(1.0, rel=1e-6)
+    assert len(ledger.history) == 1
+    # The noise is largest away from the data (Smith et al. 2018, Fig. 1B discussion).
+    sd = release.noise_sd
+    assert sd[kung_ages > 90].max() > sd[(kung_ages > 10) & (kung_ages < 60)].max()
+
+
+def test_released_mean_is_projected_and_fully_protected(kung_model, kung_ages):
+    """Every component of the released mean lies in the noise's range (nothing unprotected)."""
+    public_gp = kung_model.public_gp()
+    kwargs = dict(epsilon=1.0, delta=0.01, y_bounds=KUNG_BOUNDS)
+    base = cloaked_release(kung_model, kung_ages, rng=np.random.default_rng(5), **kwargs)
+    centred = base.draws[0] - public_gp.mean
+    _, residual = _whitened(base.noise_factor, centred[:, None])
+    assert np.abs(residual).max() < 1e-8 * np.abs(centred).max()
+
+
+@settings(
+    max_examples=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(
+    seed=st.integers(0, 10_000),
+    n=st.integers(2, 20),
+    m=st.integers(1, 30),
+    dim=st.sampled_from([1, 2]),
+    kernel=st.sampled_from(["expquad", "matern52", "matern32", "sum"]),
+    ls=st.floats(0.2, 5.0),
+    noise=st.floats(0.05, 2.0),
+    d=st.floats(0.1, 50.0),
+)
+def test_mahalanobis_sensitivity_property(seed, n, m, dim, kernel, ls, noise, d):
+    """For every single-output change of size d, ‖M^(-1/2) Δf‖ ≤ calibrated sensitivity."""
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(0, 10, (n, dim))
+    X_star = rng.uniform(-2, 12, (m, dim))
+    cov = {
+        "expquad": pm.gp.cov.ExpQuad(dim, ls=ls),
+        "matern52": 2.0 * pm.gp.cov.Matern52(dim, ls=ls),
+        "matern32": pm.gp.cov.Matern32(dim, ls=ls),
+        "sum": pm.gp.cov.ExpQuad(dim, ls=ls) + 0.5 * pm.gp.cov.Matern12(dim, ls=2 * ls),
+    }[kernel]
+    y = rng.uniform(0.0, d, n)
+    model = gp_regression(X, y, cov, sigma=noise, mean=d / 2)
+    bounds = (0.0, d)
+    release = cloaked_release(
+        model,
+        X_star,
+        epsilon=1.0,
+        delta=1e-3,
+        y_bounds=bounds,
+        rng=np.random.default_rng(1),
+        bounds_are_public=True,
+    )
+    public_gp = model.public_gp()
+    C = _dense_cloaking_matrix(public_gp, X_star)
+    # Released mean change for y_j → y_j ± d is P C e_j d; P projects on the noise range.
+    coef, _ = _whitened(release.noise_factor, C * d)
+    sigma = release.metadata["l2_sensitivity"] * release.metadata["noise_multiplier"]
+    whitened_norms = np.linalg.norm(coef, axis=0) * sigma  # in units of the unit-σ noise
+    assert whitened_norms.max() <= release.metadata["l2_sensitivity"] * (1 + 1e-7)
+
+    # Adversarial neighbour: the worst column, y_j pushed to the other end of the range.
+    j = int(np.argmax(whitened_norms))
+    y2 = y.copy()
+    y2[j] = 0.0 if y[j] > d / 2 else d
+    model2 = gp_regression(X, y2, cov, sigma=noise, mean=d / 2)
+    release2 = cloaked_release(
+        model2,
+        X_star,
+        epsilon=1.0,
+        delta=1e-3,
+        y_bounds=bounds,
+        rng=np.random.default_rng(1),
+        bounds_are_public=True,
+    )
+    diff = release2.draws[0] - release.draws[0]  # same seed: the noise cancels
+    coef2, residual2 = _whitened(release.noise_factor, diff[:, None])
+    assert np.abs(residual2).max() <= 1e-8 * max(np.abs(diff).max(), 1e-300) + 1e-12
+    assert np.linalg.norm(coef2) * sigma <= release.metadata["l2_sensitivity"] * (1 + 1e-7)
+
+
+def _privacy_losses(release, mean_D, mean_D2, n_samples, rng):
+    """Privacy loss ln p(o|D) − ln p(o|D') for o drawn from the release's noise law."""
+    factor = release.noise_factor
+    shift, _ = _whitened(factor, (mean_D2 - mean_D)[:, None])
+    shift = shift[:, 0]
+    w = rng.standard_normal((n_samples, factor.shape[1]))  # whitened noise of o − mean_D
+    return 0.5 * shift @ shift - w @ shift
+
+
+@pytest.mark.parametrize("calibration", ["classic", "analytic"])
+def test_monte_carlo_privacy_loss(kung_model, calibration):
+    """Monte-Carlo privacy loss of the actual release on an adversarial neighbour pair."""
+    eps, delta = 1.0, 0.01
+    ages = np.linspace(0.0, 110.0, 40)
+    public_gp = kung_model.public_gp()
+    C, noise = cloaking_noise(public_gp, ages[:, None])
+    g = np.einsum("ij,ij->j", *[np.linalg.solve(noise.chol_k, noise.basis.T @ C)] * 2)
+    j = int(np.argmax(g))  # the most exposed individual
+    # Adversarial neighbours: the most exposed individual at either end of the range (|Δy| = d).
+    y_low = np.clip(kung_model.y, *KUNG_BOUNDS)
+    y_high = y_low.copy()
+    y_low[j], y_high[j] = KUNG_BOUNDS
+    kw = dict(
+        epsilon=eps,
+        delta=delta,
+        y_bounds=KUNG_BOUNDS,
+        calibration=calibration,
+        bounds_are_public=True,
+    )
+    r1, r2 = (
+        cloaked_release(
+            gp_regression(
+                kung_model.X, yy, 7.72**2 * pm.gp.cov.ExpQuad(1, ls=25.0), sigma=14.0, mean=110.0
+            ),
+            ages,
+            rng=np.random.default_rng(3),
+            **kw,
+        )
+        for yy in (y_low, y_high)
+    )
+    mean_diff = r2.draws[0] - r1.draws[0]
+    n = 400_000
+    losses = _privacy_losses(r1, np.zeros(40), mean_diff, n, np.random.default_rng(11))
+    # Empirical hockey-stick divergence δ̂(ε) = E[(1 − e^{ε − L})₊] ≤ δ (exact DP criterion).
+    hs = np.clip(1.0 - np.exp(eps - losses), 0.0, None)
+    margin = 4.0 * hs.std() / np.sqrt(n)
+    assert hs.mean() <= delta + margin
+    # The adversarial pair is close to tight: the mechanism is not over-noised.
+    if calibration == "analytic":
+        assert hs.mean() >= delta - margin  # analytic calibration is tight on this pair
+    if calibration == "classic":
+        # Classic calibration bounds the tail itself: P[L > ε] ≤ δ.
+        frac = (losses > eps).mean()
+        assert frac <= delta + 4.0 * np.sqrt(delta * (1 - delta) / n)
+    # The loss distribution is the Gaussian N(μ²/2, μ²) with μ ≤ 1 / noise multiplier.
+    mu = 1.0 / r1.metadata["noise_multiplier"]
+    assert losses.mean() <= mu**2 / 2 + 4 * mu / np.sqrt(n)
+
+
+def test_budget_refuses_before_drawing_noise(kung_model, kung_ages):
+    ledger = Ledger(epsilon=1.0, delta=0.01)
+    rng = np.random.default_rng(7)
+    kw = dict(epsilon=1.0, delta=0.01, y_bounds=KUNG_BOUNDS, ledger=ledger, rng=rng)
+    cloaked_release(kung_model, kung_ages, **kw)
+    state = rng.bit_generator.state
+    with pytest.raises(BudgetExceededError):
+        cloaked_release(kung_model, kung_ages, **kw)
+    assert rng.bit_generator.state == state  # no randomness consumed
+    assert len(ledger.history) == 1
+
+
+def test_k_draws_charge_k_releases(kung_model, kung_ages):
+    ledger = Ledger(epsilon=10.0, delta=0.01)
+    release = cloaked_release(
+        kung_model,
+        kung_ages,
+        epsilon=1.0,
+        delta=0.01,
+        y_bounds=KUNG_BOUNDS,
+        n_draws=5,
+        ledger=ledger,
+        rng=np.random.default_rng(2),
+    )
+    assert release.draws.shape == (5, 200)
+    z = release.metadata["noise_multiplier"]
+    expected = GaussianEvent(noise_multiplier=z, count=5).epsilon(0.01)
+    assert ledger.spent_epsilon == pytest.approx(expected, rel=1e-9)
+    assert ledger.spent_epsilon > 1.0  # five releases cost more than one
+    assert release.metadata["epsilon_total"] == pytest.approx(expected, rel=1e-9)
+
+
+def test_classic_calibration_adds_more_noise(kung_model, kung_ages):
+    kw = dict(epsilon=1.0, delta=0.01, y_bounds=KUNG_BOUNDS)
+    a = cloaked_release(kung_model, kung_ages, rng=np.random.default_rng(0), **kw)
+    c = cloaked_release(
+        kung_model, kung_ages, rng=np.random.default_rng(0), calibration="classic", **kw
+    )
+    ratio = c.noise_sd / a.noise_sd
+    assert np.allclose(ratio, np.sqrt(2 * np.log(2 / 0.01)) / 1.8778755609, rtol=1e-6)
+
+
+def test_bad_input_is_refused(kung_model, kung_ages):
+    ok = dict(epsilon=1.0, delta=0.01, y_bounds=KUNG_BOUNDS)
+    for bad in (
+        {"epsilon": 0.0},
+        {"epsilon": -1.0},
+        {"epsilon": float("nan")},
+        {"delta": 0.0},
+        {"delta": 1.0},
+        {"delta": 1.5},
+    ):
+        with pytest.raises(ValueError):
+            cloaked_release(kung_model, kung_ages, **{**ok, **bad})
+    with pytest.raises(ValueError, match="analytic"):
+        cloaked_release(kung_model, kung_ages, **{**ok, "epsilon": 2.0}, calibration="classic")
+    y = kung_model.y
+    with pytest.raises(ValueError, match="computed from the data"):
+        cloaked_release(kung_model, kung_ages, **{**ok, "y_bounds": (y.min(), 200.0)})
+    with pytest.raises(ValueError, match="outside the public range"):
+        cloaked_release(kung_model, kung_ages, **{**ok, "y_bounds": (60.0, 150.0)}, clip="raise")
+    with pytest.warns(PrivacyWarning, match="clipped"):
+        cloaked_release(kung_model, kung_ages, **{**ok, "y_bounds": (60.0, 150.0)})
+    with pytest.raises(ValueError, match="NaN"):
+        cloaked_release(kung_model, np.array([1.0, np.nan]), **ok)
+    with pytest.raises(ValueError):
+        cloaked_release(kung_model, kung_ages, **ok, n_draws=0)
+
+
+def test_hyperparameters_with_priors_need_public_values():
+    rng = np.random.default_rng(0)
+    X = rng.uniform(0, 5, 10)
+    y = np.sin(X)
+
+    def cov():
+        return pm.gp.cov.ExpQuad(1, ls=pm.Gamma("ell", 2.0, 1.0))
+
+    model = gp_regression(X, y, cov, sigma=0.3)
+    kw = dict(epsilon=1.0, delta=0.01, y_bounds=(-2.0, 2.0))
+    with pytest.raises(PrivateHyperparameterError):
+        cloaked_release(model, np.linspace(0, 5, 7), **kw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyWarning)
+        r = cloaked_release(
+            model,
+            np.linspace(0, 5, 7),
+            hyperparameters={"ell": 1.0},
+            rng=np.random.default_rng(0),
+            **kw,
+        )
+    assert r.metadata["hyperparameters"] == {"ell": 1.0}
+
+
+def test_small_model_release_runs():
+    model = small_model(0)
+    r = cloaked_release(
+        model,
+        np.linspace(-1, 7, 9),
+        epsilon=0.5,
+        delta=1e-3,
+        y_bounds=(-2.0, 2.0),
+        rng=np.random.default_rng(0),
+    )
+    assert np.all(np.isfinite(r.draws))

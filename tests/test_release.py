@@ -1,0 +1,88 @@
+"""InferenceData round trip and the leak scan of serialised releases."""
+
+from __future__ import annotations
+
+import json
+
+import arviz as az
+import numpy as np
+import pytest
+
+from pm_dpgp.audit import scan_for_values
+from pm_dpgp.mechanisms import cloaked_release, prior_noise_release
+
+from .conftest import KUNG_BOUNDS
+
+
+@pytest.fixture(scope="module", params=["cloaking", "prior_noise"])
+def release(request, kung_model, kung_ages):
+    mechanism = {"cloaking": cloaked_release, "prior_noise": prior_noise_release}[request.param]
+    return mechanism(
+        kung_model,
+        kung_ages,
+        epsilon=1.0,
+        delta=0.01,
+        y_bounds=KUNG_BOUNDS,
+        n_draws=3,
+        rng=np.random.default_rng(42),
+    )
+
+
+def test_inference_data_layout(release, kung_ages):
+    idata = release.to_inference_data()
+    da = idata.posterior_predictive["f_dp"]
+    assert da.dims == ("chain", "draw", "x_star")
+    assert da.shape == (1, 3, 200)
+    np.testing.assert_allclose(da["x_star"].values, kung_ages)
+    np.testing.assert_allclose(idata.constant_data["X_star"].values[:, 0], kung_ages)
+    attrs = idata.posterior_predictive.attrs
+    for key in (
+        "mechanism",
+        "privacy_model",
+        "neighbouring_relation",
+        "epsilon_per_draw",
+        "delta_per_draw",
+        "l2_sensitivity",
+        "clipping_bounds",
+        "hyperparameters",
+        "seed_policy",
+        "pm_dpgp_version",
+        "privacy_event",
+    ):
+        assert key in attrs, key
+    assert attrs["privacy_model"] == "label"
+    assert json.loads(attrs["clipping_bounds"]) == list(KUNG_BOUNDS)
+    summary = az.summary(idata, group="posterior_predictive", kind="stats")
+    assert len(summary) == 200
+
+
+def test_netcdf_round_trip(release, tmp_path):
+    path = tmp_path / "release.nc"
+    release.to_inference_data().to_netcdf(str(path))
+    back = az.from_netcdf(str(path))
+    np.testing.assert_array_equal(back.posterior_predictive["f_dp"].values[0], release.draws)
+    assert back.posterior_predictive.attrs["mechanism"] == release.mechanism
+    assert back.posterior_predictive.attrs["epsilon_per_draw"] == 1.0
+
+
+def test_release_contains_no_private_values(release, kung_model, kung_ages, tmp_path):
+    """Scan the serialised release for the private heights and the non-DP posterior mean."""
+    public_gp = kung_model.public_gp()
+    y = kung_model.y
+    clipped = np.clip(y, *KUNG_BOUNDS)
+    non_dp_mean, _ = public_gp.predict(clipped, kung_ages[:, None], full_cov=False)
+    path = tmp_path / "release.nc"
+    release.to_inference_data().to_netcdf(str(path))
+    assert scan_for_values(str(path), np.concatenate([y, clipped])) == []
+    assert scan_for_values(str(path), non_dp_mean, rtol=1e-12) == []
+
+
+def test_leak_scan_detects_a_planted_leak(release, kung_model):
+    """Positive control: the scan is not vacuous."""
+    idata = release.to_inference_data()
+    idata.posterior_predictive.attrs["debug"] = json.dumps({"y": kung_model.y[:3].tolist()})
+    found = scan_for_values(idata, kung_model.y)
+    assert {f.value for f in found} >= set(kung_model.y[:3].tolist())
+    idata2 = release.to_inference_data()
+    idata2.constant_data["y_train"] = ("obs", kung_model.y)
+    assert len(scan_for_values(idata2, kung_model.y)) >= np.unique(kung_model.y).size
