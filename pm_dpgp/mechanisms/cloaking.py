@@ -1,0 +1,757 @@
+"""Optimal noise covariance for the cloaking mechanism.
+
+The cloaking mechanism (Smith, Álvarez, Zwiessele & Lawrence, "Differentially private
+regression with Gaussian processes", AISTATS 2018, §3 and supplement) releases the GP
+posterior mean at fixed test inputs, ``f* = C y``, plus Gaussian noise with covariance
+proportional to ``M``.  Changing one private label ``y_i`` by at most ``d`` moves the mean by
+``d c_i`` (column ``i`` of the cloaking matrix ``C``), so by Hall et al. (2013, Prop. 3),
+Smith et al. (2018, eq. 5) the Mahalanobis sensitivity is
+
+    Δ = d · sqrt(max_i c_iᵀ M⁺ c_i).
+
+The best ``M`` minimises ``log|M|`` subject to ``c_iᵀ M⁺ c_i ≤ 1`` (supplement, "Deriving and
+optimising the cloaking variables").  Its Lagrangian stationarity condition gives
+``M = Σ_i λ_i c_i c_iᵀ`` with ``λ ≥ 0`` maximising the concave dual
+
+    φ(λ) = log det(Σ_i λ_i a_i a_iᵀ) − Σ_i λ_i,
+
+where ``a_i`` are the columns expressed in an orthonormal basis ``U_k`` of the column space of
+``C``.  This is the minimum-volume origin-centred ellipsoid enclosing ``±c_i`` and is dual to
+D-optimal experimental design: ``λ = k·u`` where ``u`` (``Σu = 1``) maximises
+``log det A(u)``, ``A(u) = Σ u_i a_i a_iᵀ``.  By Kiefer & Wolfowitz (1960) ``u`` is optimal iff
+``max_i g_i(u) = k`` with ``g_i(u) = a_iᵀ A(u)⁻¹ a_i``; for any design ``u`` the scaled
+covariance ``M(u) = (max_i g_i) · A(u)`` is feasible and
+
+    log|M(u)| − log|M_opt| ≤ k · log(max_i g_i / k)          (duality-gap certificate).
+
+:func:`solve_noise_covariance` solves the design problem with
+
+1. a Kumar & Yildirim (2005)-style initialisation on ``k`` points chosen greedily by
+   column-pivoted QR (largest residual volume);
+2. Frank–Wolfe / Fedorov–Wynn steps with Wolfe–Atwood away steps and the Todd & Yildirim (2007)
+   exact line search, using Sherman–Morrison rank-one updates of ``A(u)⁻¹`` and of all ``g_i``
+   (``O(nk + k²)`` per step, refreshed from a Cholesky factorisation every ``_REFRESH`` steps);
+3. once the relative Kiefer–Wolfowitz gap is below ``_POLISH_GAP``, a damped Newton polish of
+   ``φ`` on the identified support (an active-set method: violators are re-added by
+   Frank–Wolfe, vanishing weights are dropped), which reaches machine precision in a few steps.
+
+:func:`gradient_ascent_reference` is the fixed-rate projected gradient ascent of Smith et al.
+(2018, supplement Algorithm 1, ``FINDLAMBDAS``), kept only as a benchmark baseline.
+
+Numerical rank.  ``C`` is often numerically rank deficient (more test than training points,
+smooth kernels).  Both solvers work in the basis ``U_k`` of the singular vectors whose singular
+values exceed ``rank_tol · σ_max``; the discarded directions carry no noise, so the caller must
+release ``U_k U_kᵀ C y`` (see :meth:`NoiseCovariance.projector`), never ``C y``.  Inside the
+basis the solvers use the whitened columns ``b_i = S_k⁻¹ U_kᵀ c_i`` (the design problem is
+invariant under invertible linear maps), which keeps every ``k × k`` system well conditioned even
+when the retained singular values span ten orders of magnitude.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.linalg as sla
+from numpy.typing import ArrayLike, NDArray
+
+__all__ = [
+    "NoiseCovariance",
+    "solve_noise_covariance",
+    "gradient_ascent_reference",
+]
+
+FloatArray = NDArray[np.float64]
+
+#: Recompute ``A(u)⁻¹`` and all ``g_i`` from a fresh Cholesky factorisation this often.
+_REFRESH = 100
+#: Relative Kiefer–Wolfowitz gap at which the Newton polish on the support is attempted.
+_POLISH_GAP = 0.1
+#: Maximum Newton steps inside one polish round.
+_MAX_NEWTON_STEPS = 300
+
+
+# Thin LAPACK wrappers: the Newton and Frank–Wolfe loops call these on small matrices many times,
+# where the argument checking of the high-level scipy/numpy front ends dominates the cost.
+
+
+def _cholesky(A: FloatArray) -> FloatArray | None:
+    """Lower Cholesky factor of ``A``, or ``None`` if ``A`` is not numerically positive definite."""
+    L, info = sla.lapack.dpotrf(A, lower=1, clean=1)
+    return L if info == 0 else None
+
+
+def _lower_solve(L: FloatArray, B: FloatArray) -> FloatArray:
+    """``L⁻¹ B`` for lower-triangular ``L`` (LAPACK ``dtrtrs``)."""
+    X, info = sla.lapack.dtrtrs(L, B, lower=1)
+    if info != 0:
+        raise np.linalg.LinAlgError("singular triangular factor in the cloaking solver")
+    return X
+
+
+@dataclass(frozen=True, eq=False)
+class NoiseCovariance:
+    """Cloaking noise covariance ``M`` and its optimality certificate.
+
+    Attributes
+    ----------
+    M:
+        ``m × m`` positive semi-definite noise covariance ``basis @ M_k @ basis.T``, scaled so
+        that ``max_i c_iᵀ M⁺ c_i`` equals :attr:`max_mahalanobis` (1 up to rounding for
+        :func:`solve_noise_covariance`).
+    basis:
+        ``m × k`` orthonormal basis ``U_k`` of the retained column space of ``C``.
+    M_k:
+        ``k × k`` positive-definite covariance in that basis.
+    chol_k:
+        Lower Cholesky factor of ``M_k``; draw noise as ``basis @ chol_k @ N(0, I_k)``.
+    lam:
+        ``n`` weights ``λ_i ≥ 0`` with ``M_k = Σ_i λ_i (U_kᵀ c_i)(U_kᵀ c_i)ᵀ`` (Smith et al.
+        2018, supplement: ``P⁻¹ = C Λ Cᵀ``), restricted to the basis.
+    max_mahalanobis:
+        Achieved ``max_i c_iᵀ M⁺ c_i`` on the projected columns ``U_k U_kᵀ c_i`` (what the
+        caller releases).  The L2 sensitivity in the ``M``-whitened space is
+        ``d · sqrt(max_mahalanobis)``.
+    rank:
+        Numerical rank ``k`` of ``C``.
+    rank_tol:
+        Relative singular-value tolerance used: singular values ``≤ rank_tol · σ_max`` are
+        treated as zero.
+    gap_bound:
+        Certified upper bound on ``log|M| − log|M_opt|`` (log pseudo-determinants after both
+        are scaled to ``max c_iᵀ M⁺ c_i = 1``): ``k · log(max_i g_i / k)``.
+    iterations:
+        Iterations used (Frank–Wolfe plus Newton steps, or gradient steps for the baseline).
+    converged:
+        Whether the requested tolerance (or the baseline's stopping rule) was met.
+    """
+
+    M: FloatArray
+    basis: FloatArray
+    M_k: FloatArray
+    chol_k: FloatArray
+    lam: FloatArray
+    max_mahalanobis: float
+    rank: int
+    rank_tol: float
+    gap_bound: float
+    iterations: int
+    converged: bool
+
+    def projector(self) -> FloatArray:
+        """Return ``U_k U_kᵀ``, the orthogonal projector onto the noise-carrying subspace.
+
+        The caller must release ``projector() @ C @ y`` plus noise: the directions outside
+        ``span(U_k)`` receive no noise and so must not be released.
+        """
+        return self.basis @ self.basis.T
+
+    @property
+    def log_det_k(self) -> float:
+        """``log det M_k``: the log pseudo-determinant of ``M`` in the retained basis."""
+        return float(2.0 * np.sum(np.log(np.diag(self.chol_k))))
+
+
+# ----------------------------------------------------------------------------------------------
+# Input handling and reduction to the k-dimensional whitened problem
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class _Reduced:
+    """The cloaking problem restricted to the numerical column space of ``C``."""
+
+    basis: FloatArray  # m × k, orthonormal
+    sing: FloatArray  # k retained singular values (descending)
+    proj: FloatArray  # k × n, U_kᵀ C  (the projected columns a_i)
+    white: FloatArray  # k × n, S_k⁻¹ U_kᵀ C  (whitened columns b_i)
+    reps: NDArray[np.intp]  # indices of the distinct, non-zero columns (up to sign)
+    rank_tol: float
+
+
+def _validate_matrix(C: ArrayLike) -> FloatArray:
+    """Return ``C`` as a finite, non-empty, not-all-zero 2-D float64 array or raise ValueError."""
+    arr = np.asarray(C)
+    if arr.dtype.kind not in "biuf":
+        raise ValueError(
+            f"C must be a real floating-point matrix, got dtype {arr.dtype}. "
+            "Pass the cloaking matrix K_*f (K_ff + σ²I)⁻¹ as a float array."
+        )
+    arr = np.array(arr, dtype=np.float64)
+    if arr.ndim != 2:
+        raise ValueError(
+            f"C must be 2-dimensional (test points × training points), got shape {arr.shape}."
+        )
+    if arr.size == 0:
+        raise ValueError(f"C must be non-empty, got shape {arr.shape}.")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError("C contains NaN or infinite entries; the cloaking matrix must be finite.")
+    if not np.any(arr):
+        raise ValueError(
+            "C is all zero: the release does not depend on the training labels, so there is "
+            "nothing to cloak (and no noise covariance to optimise)."
+        )
+    return arr
+
+
+def _check_positive(value: float, name: str, upper: float = math.inf) -> float:
+    v = float(value)
+    if not (math.isfinite(v) and 0.0 < v < upper):
+        bound = "" if upper == math.inf else f" and < {upper}"
+        raise ValueError(f"{name} must be a finite number > 0{bound}, got {value!r}.")
+    return v
+
+
+def _check_max_iter(max_iter: int) -> int:
+    if isinstance(max_iter, bool) or int(max_iter) != max_iter or max_iter < 1:
+        raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}.")
+    return int(max_iter)
+
+
+def _distinct_columns(C: FloatArray) -> NDArray[np.intp]:
+    """Indices of the non-zero columns of ``C`` that are distinct up to sign (first occurrence).
+
+    ``c`` and ``−c`` give the same constraint, duplicates give identical ones and zero columns
+    give none, so the design problem only needs one representative of each.  Columns are put in
+    a canonical sign, sorted by a deterministic linear key and compared exactly with their
+    neighbours (``O(n m + n log n)``).  Exact duplicates that the key fails to make adjacent are
+    merely kept, which is harmless: the solver copes with (near-)duplicate columns.
+    """
+    nonzero = np.flatnonzero(np.any(C != 0.0, axis=0))
+    cols = C[:, nonzero]
+    pivot = np.argmax(np.abs(cols), axis=0)
+    signs = np.sign(cols[pivot, np.arange(cols.shape[1])])
+    canon = (cols * signs).T
+    key = np.sum(canon * np.sqrt(np.arange(2.0, canon.shape[1] + 2.0)), axis=1)
+    order = np.argsort(key, kind="stable")
+    ordered = canon[order]
+    repeat = np.concatenate([[False], np.all(ordered[1:] == ordered[:-1], axis=1)])
+    return nonzero[np.sort(order[~repeat])]
+
+
+def _column_space(C: FloatArray, rank_tol: float) -> tuple[FloatArray, FloatArray]:
+    """Orthonormal basis ``U_k`` and singular values ``σ_1 ≥ … ≥ σ_k`` of the numerical range.
+
+    Keeps the directions with ``σ_j > rank_tol · σ_1``.  Cloaking matrices of smooth kernels
+    have rapidly decaying spectra, so a randomised range finder (Halko, Martinsson & Tropp
+    2011, Alg. 4.1, with a fixed-seed Gaussian test matrix, so results are reproducible) first
+    finds an ``ℓ``-dimensional subspace ``Q`` with a residual ``ρ = ‖C − QQᵀC‖_F`` at rounding
+    level; the SVD of the small ``QᵀC`` then gives the basis.  The sketch is accepted only if
+    ``ρ ≤ min(10⁻² rank_tol, 10⁻¹²) σ_1(QᵀC)``, and a direction is kept when
+    ``σ_j(QᵀC) > rank_tol σ_1(QᵀC) − ρ``; by Weyl's inequality every discarded singular value
+    of ``C`` is then ``≤ rank_tol · σ_1(C)``.  Otherwise ``ℓ`` doubles, and a full thin SVD is
+    used once ``ℓ`` would exceed half of ``min(m, n)``.
+    """
+    m, n = C.shape
+    rng = np.random.default_rng(20180409)
+    ell = 32
+    while 2 * ell <= min(m, n):
+        Q, _ = np.linalg.qr(C @ rng.standard_normal((n, ell)))
+        small = Q.T @ C
+        residual = float(np.linalg.norm(C - Q @ small))
+        U, s, _ = np.linalg.svd(small, full_matrices=False)
+        if residual <= min(1e-2 * rank_tol, 1e-12) * s[0]:
+            k = int(np.count_nonzero(s > rank_tol * s[0] - residual))
+            return np.ascontiguousarray(Q @ U[:, :k]), s[:k].copy()
+        ell *= 2
+    U, s, _ = np.linalg.svd(C, full_matrices=False)
+    k = int(np.count_nonzero(s > rank_tol * s[0]))
+    return np.ascontiguousarray(U[:, :k]), s[:k].copy()
+
+
+def _reduce(C: FloatArray, rank_tol: float) -> _Reduced:
+    """Basis of the numerical column space of ``C`` and the projected / whitened columns."""
+    basis, sing = _column_space(C, rank_tol)
+    proj = basis.T @ C
+    white = proj / sing[:, None]
+    return _Reduced(basis, sing, proj, white, _distinct_columns(C), rank_tol)
+
+
+# ----------------------------------------------------------------------------------------------
+# D-optimal design in the whitened basis
+# ----------------------------------------------------------------------------------------------
+
+
+def _gains(Bt: FloatArray, u: FloatArray) -> tuple[FloatArray, FloatArray] | None:
+    """Return ``(g, L)`` with ``g_i = b_iᵀ A(u)⁻¹ b_i`` and ``L`` = chol(A(u)), or ``None``.
+
+    ``Bt`` is ``n × k`` (rows are the whitened columns ``b_i``).  Cost ``O(n k²)``.
+    """
+    support = u > 0.0
+    Bs = Bt[support]
+    L = _cholesky((Bs.T * u[support]) @ Bs)
+    if L is None:
+        return None
+    W = _lower_solve(L, Bt.T)
+    return np.einsum("ij,ij->j", W, W), L
+
+
+def _initial_design(Bt: FloatArray) -> FloatArray:
+    """Uniform weights on ``k`` columns chosen by column-pivoted QR (Kumar & Yildirim 2005).
+
+    Pivoted QR greedily picks the column with the largest residual norm after projecting out
+    the columns already chosen: a deterministic variant of the Kumar–Yildirim initialisation
+    that yields ``k`` linearly independent points, so ``A(u)`` is invertible.
+    """
+    n, k = Bt.shape
+    _, piv = sla.qr(Bt.T, mode="r", pivoting=True, check_finite=False)
+    u = np.zeros(n)
+    u[piv[:k]] = 1.0 / k
+    return u
+
+
+@dataclass
+class _FWState:
+    """Frank–Wolfe state: design ``u``, ``A(u)⁻¹``, ``g_i = b_iᵀ A(u)⁻¹ b_i``, ``log det A(u)``."""
+
+    u: FloatArray
+    Ainv: FloatArray
+    g: FloatArray
+    logdet: float
+
+
+def _fw_state(Bt: FloatArray, u: FloatArray) -> _FWState:
+    """Build the Frank–Wolfe state from scratch (Cholesky of ``A(u)``)."""
+    res = _gains(Bt, u)
+    if res is None:
+        raise np.linalg.LinAlgError("singular design in the cloaking solver")
+    g, L = res
+    Linv = _lower_solve(L, np.eye(L.shape[0]))
+    logdet = float(2.0 * np.sum(np.log(np.diag(L))))
+    return _FWState(u=u, Ainv=Linv.T @ Linv, g=g, logdet=logdet)
+
+
+def _relative_gap(g: FloatArray, k: int) -> float:
+    """Relative Kiefer–Wolfowitz gap ``max_i g_i / k − 1``."""
+    return float(np.max(g)) / k - 1.0
+
+
+def _frank_wolfe(
+    Bt: FloatArray, state: _FWState, stop_gap: float, max_steps: int
+) -> tuple[_FWState, int]:
+    """Fedorov–Wynn / Wolfe–Atwood steps with the Todd–Yildirim line search.
+
+    Stops when the relative gap ``max g / k − 1 ≤ stop_gap`` (confirmed on a fresh
+    factorisation) or after ``max_steps`` steps.
+
+    A step moves ``u ← (1 − τ) u + τ e_j``.  The exact line search of
+    ``log det A`` gives ``τ = (g_j − k) / (k (g_j − 1))`` (Atwood 1973; Todd & Yildirim 2007);
+    ``τ > 0`` is a toward step to the most violated point, ``τ < 0`` an away step from the
+    least useful support point, clipped at ``−u_j / (1 − u_j)`` (a drop step).  With
+    ``w = A⁻¹ b_j`` and ``D = 1 − τ + τ g_j`` the Sherman–Morrison update is
+
+        A⁻¹ ← (A⁻¹ − τ w wᵀ / D) / (1 − τ),   g ← (g − τ (Bᵀ w)² / D) / (1 − τ),
+
+    and ``log det A ← log det A + (k − 1) log(1 − τ) + log D``, so each step costs
+    ``O(n k + k²)``.
+    """
+    n, k = Bt.shape
+    u, Ainv, g, logdet = state.u.copy(), state.Ainv, state.g, state.logdet
+    steps = 0
+    since_refresh = 0
+    while steps < max_steps:
+        j_plus = int(np.argmax(g))
+        eps_plus = g[j_plus] / k - 1.0
+        if eps_plus <= stop_gap:
+            if since_refresh == 0:
+                break
+            state = _fw_state(Bt, u)
+            Ainv, g, logdet, since_refresh = state.Ainv, state.g, state.logdet, 0
+            continue
+        g_support = np.where(u > 0.0, g, np.inf)
+        j_minus = int(np.argmin(g_support))
+        eps_minus = 1.0 - g_support[j_minus] / k
+        if eps_plus >= eps_minus:
+            j = j_plus
+            gj = g[j]
+            tau = (gj - k) / (k * (gj - 1.0))
+            drop = False
+        else:
+            j = j_minus
+            gj = g[j]
+            tau_drop = -u[j] / (1.0 - u[j])
+            tau = tau_drop if gj <= 1.0 else max((gj - k) / (k * (gj - 1.0)), tau_drop)
+            drop = tau == tau_drop
+        denom = 1.0 - tau + tau * gj
+        w = Ainv @ Bt[j]
+        v = Bt @ w
+        g = (g - (tau / denom) * v * v) / (1.0 - tau)
+        Ainv = (Ainv - (tau / denom) * np.outer(w, w)) / (1.0 - tau)
+        logdet += (k - 1) * math.log1p(-tau) + math.log(denom)
+        u *= 1.0 - tau
+        u[j] = 0.0 if drop else u[j] + tau
+        steps += 1
+        since_refresh += 1
+        if since_refresh >= _REFRESH or denom < 1e-8:
+            state = _fw_state(Bt, u)
+            Ainv, g, logdet, since_refresh = state.Ainv, state.g, state.logdet, 0
+    return _FWState(u=u, Ainv=Ainv, g=g, logdet=logdet), steps
+
+
+@dataclass(frozen=True, eq=False)
+class _NewtonPoint:
+    """The dual at ``λ``: value ``φ``, ``W = L⁻¹ B_s`` (``A(λ) = L Lᵀ``), gradient, KKT residual."""
+
+    lam: FloatArray
+    value: float
+    W: FloatArray
+    grad: FloatArray
+    residual: float
+
+
+def _newton_point(Bs: FloatArray, lam: FloatArray) -> _NewtonPoint | None:
+    """Evaluate the dual ``φ(λ) = log det A(λ) − Σ λ_i`` and its gradient, or ``None``.
+
+    ``A(λ) = Σ λ_i b_i b_iᵀ`` over the columns of ``Bs`` (``k × s``); ``γ_i = b_iᵀ A⁻¹ b_i − 1``
+    and the KKT residual is ``‖λ − max(0, λ + γ)‖_∞``.  Cost ``O(k² s + k³)``; written with
+    direct LAPACK calls because it runs once per Newton step on small matrices.
+    """
+    pos = lam > 0.0
+    Bp = Bs[:, pos]
+    L, info = sla.lapack.dpotrf((Bp * lam[pos]) @ Bp.T, lower=1)
+    if info != 0:
+        return None
+    W, info = sla.lapack.dtrtrs(L, Bs, lower=1)  # reads the lower triangle only
+    if info != 0:
+        return None
+    grad = np.einsum("ij,ij->j", W, W)
+    grad -= 1.0
+    value = 2.0 * float(np.log(L.diagonal()).sum()) - float(lam.sum())
+    kkt = np.maximum(lam + grad, 0.0)
+    kkt -= lam
+    residual = float(np.abs(kkt).max())
+    return _NewtonPoint(lam=lam, value=value, W=W, grad=grad, residual=residual)
+
+
+def _active_set_newton(Bs: FloatArray, lam: FloatArray, max_steps: int) -> tuple[FloatArray, int]:
+    """Maximise the dual ``φ(λ)`` over ``λ ≥ 0`` on a candidate set by active-set Newton.
+
+    ``Bs`` is ``k × s`` (candidate columns), ``lam ≥ 0`` a start with ``A(λ) ≻ 0``.  With
+    ``G = B_sᵀ A(λ)⁻¹ B_s`` the gradient is ``γ = diag(G) − 1`` and the Hessian ``−G ∘ G``
+    (negative semi-definite by the Schur product theorem), so ``φ`` is concave.  The method
+    follows Lawson & Hanson's NNLS active-set scheme, adapted to a concave objective.  The
+    free set ``F`` holds the positive weights and, if the largest KKT violation is a zero weight
+    with ``γ_j > 0``, that entering weight ``j``.  A Newton step ``(G∘G + μI)⁻¹ γ`` is taken on
+    ``F`` (only ``G_FF`` is formed), up to the first weight that reaches zero, which is then
+    dropped.  ``G ∘ G`` is numerically singular when columns nearly coincide; the tiny ``μ``
+    turns such flat directions into long steps that end by dropping a redundant weight, so an
+    entering column that nearly duplicates a support column swaps with it in one step.  If the
+    Newton step would not increase the entering weight, it enters by an exact coordinate step
+    instead: ``φ(λ + t e_j) − φ(λ) = log(1 + t g_j) − t`` is maximised at ``t = 1 − 1/g_j``.
+
+    Newton steps are backtracked until ``φ(λ(t)) ≥ φ(λ) + ¼ γᵀ(λ(t) − λ)`` (Armijo); once the
+    predicted increase is below the rounding error of ``φ`` a step is accepted when it reduces
+    the KKT residual ``‖λ − max(0, λ + γ)‖_∞`` instead.  Stops when that residual is below
+    ``1e-13``, after ``max_steps`` steps, or when no step is accepted.  Each step costs
+    ``O(k² s + k |F|² + |F|³)``.
+
+    Returns the final ``λ`` and the number of steps taken.
+    """
+    point = _newton_point(Bs, lam)
+    if point is None:
+        return lam, 0
+    rounding = 1e3 * np.finfo(float).eps * max(1.0, abs(point.value))
+    steps = 0
+    while steps < max_steps and point.residual > 1e-13:
+        lam, grad = point.lam, point.grad
+        steps += 1
+        free = lam > 0.0
+        entering = np.where(free, -np.inf, grad)
+        j = int(np.argmax(entering))
+        enter = bool(entering[j] > 0.0 and entering[j] >= np.max(np.abs(grad[free])))
+        if enter:
+            free[j] = True
+        idx = np.flatnonzero(free)
+        Wf = point.W[:, idx]
+        H = Wf.T @ Wf
+        H *= H
+        H.flat[:: idx.size + 1] += 1e-12 * float(H.diagonal().max())
+        _, step, info = sla.lapack.dposv(H, grad[idx], lower=1)
+        if info != 0:
+            vals, vecs = np.linalg.eigh(H)
+            keep = vals > 1e-14 * vals[-1]
+            step = vecs[:, keep] @ ((vecs[:, keep].T @ grad[idx]) / vals[keep])
+        if enter and step[np.searchsorted(idx, j)] <= 0.0:
+            trial = lam.copy()
+            trial[j] = 1.0 - 1.0 / (1.0 + grad[j])
+            new = _newton_point(Bs, trial)
+            if new is None:
+                break
+            point = new
+            continue
+        shrinking = step < 0.0
+        if shrinking.any():
+            ratios = lam[idx[shrinking]] / -step[shrinking]
+            pick = int(np.argmin(ratios))
+            t_bound = float(ratios[pick])
+            blocking = int(idx[np.flatnonzero(shrinking)[pick]])
+        else:
+            t_bound, blocking = np.inf, -1
+        t = min(1.0, t_bound)
+        accepted = None
+        while t > 1e-12 * min(1.0, t_bound):
+            trial = lam.copy()
+            trial[idx] += t * step
+            if t == t_bound:
+                trial[blocking] = 0.0
+            np.maximum(trial, 0.0, out=trial)
+            predicted = float(grad @ (trial - lam))
+            new = _newton_point(Bs, trial) if predicted > 0.0 else None
+            if new is not None and (
+                new.value >= point.value + 0.25 * predicted
+                or (predicted < rounding and new.residual < point.residual)
+            ):
+                accepted = new
+                break
+            t *= 0.5
+        if accepted is None:
+            break
+        point = accepted
+    return point.lam, steps
+
+
+def _candidates(state: _FWState, k: int) -> NDArray[np.intp]:
+    """Support of the current design plus the ``min(4k, 64)`` largest KW violators."""
+    support = np.flatnonzero(state.u > 0.0)
+    outside = np.flatnonzero((state.u == 0.0) & (state.g > k))
+    extra = min(4 * k, 64)
+    if outside.size > extra:
+        outside = outside[np.argpartition(state.g[outside], -extra)[-extra:]]
+    return np.concatenate([support, outside])
+
+
+def _solve_design(Bt: FloatArray, tol: float, max_iter: int) -> tuple[FloatArray, int, bool]:
+    """Maximise ``log det A(u)`` over the simplex; return ``(u, iterations, converged)``.
+
+    Frank–Wolfe with away steps brings the relative Kiefer–Wolfowitz gap below
+    ``_POLISH_GAP``; then rounds of projected Newton on the support plus the worst violators
+    (an active-set method) finish the job.  Every phase increases ``log det A(u)``; a Newton
+    round that fails to increase it tightens the Frank–Wolfe target instead.
+    """
+    n, k = Bt.shape
+    if k == 1:
+        u = np.zeros(n)
+        u[int(np.argmax(np.abs(Bt[:, 0])))] = 1.0
+        return u, 0, True
+    state = _fw_state(Bt, _initial_design(Bt))
+    iterations = 0
+    fw_target = _POLISH_GAP
+    while True:
+        if _relative_gap(state.g, k) <= tol:
+            return state.u, iterations, True
+        if iterations >= max_iter:
+            return state.u, iterations, False
+        state, steps = _frank_wolfe(
+            Bt, state, stop_gap=max(tol, fw_target), max_steps=max_iter - iterations
+        )
+        iterations += steps
+        if _relative_gap(state.g, k) <= tol or iterations >= max_iter or fw_target <= tol:
+            continue
+        cand = _candidates(state, k)
+        lam, newton_steps = _active_set_newton(
+            np.ascontiguousarray(Bt[cand].T),
+            k * state.u[cand],
+            max_steps=min(_MAX_NEWTON_STEPS, max_iter - iterations),
+        )
+        iterations += newton_steps
+        u_new = np.zeros(n)
+        u_new[cand] = lam / np.sum(lam)
+        try:
+            candidate = _fw_state(Bt, u_new)
+        except np.linalg.LinAlgError:
+            candidate = None
+        if candidate is not None and candidate.logdet > state.logdet + 1e-14 * k:
+            state = candidate
+        else:
+            fw_target *= 0.1
+
+
+# ----------------------------------------------------------------------------------------------
+# Assembling the result
+# ----------------------------------------------------------------------------------------------
+
+
+def _assemble(
+    red: _Reduced,
+    weights: FloatArray,
+    iterations: int,
+    converged: bool,
+    tol: float | None = None,
+) -> NoiseCovariance:
+    """Scale the design ``weights`` (``n``, ≥ 0) to a feasible ``M`` and certify it.
+
+    With ``u = weights / Σ weights`` and ``γ = max_i g_i(u)`` (recomputed from scratch),
+    ``M_k = γ · S_k A_b(u) S_k`` is feasible with ``max_i a_iᵀ M_k⁻¹ a_i = 1`` and ``λ = γ u``;
+    ``gap_bound = k log(γ / k)``.  If ``tol`` is given, ``converged`` also requires the fresh
+    relative gap ``γ / k − 1`` to be ``≤ tol``.
+    """
+    k = red.sing.size
+    Bt = red.white.T
+    u = weights / np.sum(weights)
+    res = _gains(Bt, u)
+    if res is None:
+        raise np.linalg.LinAlgError(
+            "The weights leave part of the column space of C uncovered (singular M); "
+            "this should not happen for solve_noise_covariance."
+        )
+    g, L = res
+    gamma = float(np.max(g))
+    chol_k = red.sing[:, None] * (math.sqrt(gamma) * L)  # chol(S · γA_b · S) = S · sqrt(γ) L
+    M_k = chol_k @ chol_k.T
+    M_k = 0.5 * (M_k + M_k.T)
+    M = red.basis @ M_k @ red.basis.T
+    M = 0.5 * (M + M.T)
+    W = _lower_solve(chol_k, red.proj)
+    max_mahalanobis = float(np.max(np.einsum("ij,ij->j", W, W)))
+    gap_bound = max(0.0, k * math.log(gamma / k))
+    if tol is not None:
+        converged = converged and gamma / k - 1.0 <= tol
+    arrays = {
+        "M": M,
+        "basis": red.basis.copy(),
+        "M_k": M_k,
+        "chol_k": chol_k,
+        "lam": gamma * u,
+    }
+    for arr in arrays.values():
+        arr.setflags(write=False)
+    return NoiseCovariance(
+        **arrays,
+        max_mahalanobis=max_mahalanobis,
+        rank=k,
+        rank_tol=red.rank_tol,
+        gap_bound=gap_bound,
+        iterations=int(iterations),
+        converged=bool(converged),
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Public API
+# ----------------------------------------------------------------------------------------------
+
+
+def solve_noise_covariance(
+    C: ArrayLike,
+    *,
+    tol: float = 1e-9,
+    rank_tol: float = 1e-10,
+    max_iter: int = 100_000,
+) -> NoiseCovariance:
+    """Minimum-``log|M|`` cloaking noise covariance with an optimality certificate.
+
+    Solves ``min log|M|`` subject to ``c_iᵀ M⁺ c_i ≤ 1`` for every column ``c_i`` of the
+    cloaking matrix (Smith et al. 2018, §3 eq. 5 and supplement), i.e. the minimum-volume
+    origin-centred ellipsoid enclosing ``±c_i``, through its D-optimal-design dual
+    (Kiefer & Wolfowitz 1960): ``M = Σ λ_i c_i c_iᵀ`` with ``λ = k u``.
+
+    Parameters
+    ----------
+    C:
+        ``m × n`` cloaking matrix (test points × training points), finite.
+    tol:
+        Relative Kiefer–Wolfowitz tolerance: stop when ``max_i g_i / k − 1 ≤ tol``; the
+        returned ``gap_bound = k log(max g / k) ≤ k · tol`` then bounds the excess of ``log|M|``
+        over the optimum.
+    rank_tol:
+        Singular values of ``C`` ``≤ rank_tol · σ_max`` are treated as zero.  The noise lives in
+        the span of the remaining left singular vectors; the caller must project the released
+        mean onto it (:meth:`NoiseCovariance.projector`).
+    max_iter:
+        Cap on Frank–Wolfe plus Newton steps.  If hit, ``converged`` is ``False`` and
+        ``gap_bound`` is the honest certificate; ``M`` is still feasible (scaled to
+        ``max c_iᵀ M⁺ c_i = max_mahalanobis``), so privacy holds and only utility is lost.
+
+    Returns
+    -------
+    NoiseCovariance
+        ``M`` scaled so that ``max_mahalanobis = max_i c_iᵀ M⁺ c_i ≈ 1`` (exactly as computed on
+        the projected columns).  Use L2 sensitivity ``d · sqrt(max_mahalanobis)``.
+
+    Raises
+    ------
+    ValueError
+        If ``C`` is not a finite, non-empty, not-all-zero real 2-D array, or a parameter is out
+        of range.
+
+    Notes
+    -----
+    Cost: one thin SVD of ``C`` (``O(m n min(m, n))``), then ``O(n k + k²)`` per Frank–Wolfe
+    step and ``O(s k² + s³)`` per Newton step on a support of size ``s``.
+    """
+    arr = _validate_matrix(C)
+    tol = _check_positive(tol, "tol")
+    rank_tol = _check_positive(rank_tol, "rank_tol", upper=1.0)
+    max_iter = _check_max_iter(max_iter)
+    red = _reduce(arr, rank_tol)
+    Bt = np.ascontiguousarray(red.white[:, red.reps].T)
+    u_reps, iterations, converged = _solve_design(Bt, tol, max_iter)
+    weights = np.zeros(arr.shape[1])
+    weights[red.reps] = u_reps
+    return _assemble(red, weights, iterations, converged, tol=tol)
+
+
+def gradient_ascent_reference(
+    C: ArrayLike,
+    *,
+    rate: float = 0.05,
+    stop: float = 1e-5,
+    rng: np.random.Generator,
+    max_iter: int = 1_000_000,
+    rank_tol: float = 1e-10,
+    max_seconds: float | None = None,
+) -> NoiseCovariance:
+    """The papers' fixed-rate gradient ascent for ``λ`` (benchmark baseline only).
+
+    Smith et al. (2018, supplement Algorithm 1, ``FINDLAMBDAS``): ``λ ~ Uniform(0.1, 0.9)``,
+    then ``λ ← max(0, λ + rate · (c_iᵀ M⁺ c_i − 1))`` with ``M = Σ λ_i c_i c_iᵀ`` (projected
+    gradient ascent on the dual ``log|Σ λ c cᵀ| − Σ λ``, eq. 6) until ``max |Δλ| < stop``.
+    ``M⁺`` is evaluated in the same retained basis (and whitened coordinates) as
+    :func:`solve_noise_covariance`, which changes nothing in exact arithmetic.
+
+    Each step costs ``O(n k²)``.  ``max_seconds`` optionally caps the wall-clock time (the
+    result then has ``converged=False``).  The returned ``M`` is scaled to be feasible
+    exactly as in :func:`solve_noise_covariance`, so ``log|M|`` values are comparable.
+    """
+    arr = _validate_matrix(C)
+    rate = _check_positive(rate, "rate")
+    stop = _check_positive(stop, "stop")
+    rank_tol = _check_positive(rank_tol, "rank_tol", upper=1.0)
+    max_iter = _check_max_iter(max_iter)
+    if max_seconds is not None:
+        max_seconds = _check_positive(max_seconds, "max_seconds")
+    if not isinstance(rng, np.random.Generator):
+        raise ValueError("rng must be a numpy.random.Generator, e.g. np.random.default_rng(0).")
+    red = _reduce(arr, rank_tol)
+    B = red.white
+    lam = rng.uniform(0.1, 0.9, size=arr.shape[1])
+    start = time.perf_counter()
+    converged = False
+    iterations = 0
+    while iterations < max_iter:
+        g = _pinv_gains(B, lam)
+        new = np.maximum(0.0, lam + rate * (g - 1.0))
+        change = float(np.max(np.abs(new - lam)))
+        lam = new
+        iterations += 1
+        if change < stop:
+            converged = True
+            break
+        if max_seconds is not None and time.perf_counter() - start > max_seconds:
+            break
+    return _assemble(red, lam, iterations, converged)
+
+
+def _pinv_gains(B: FloatArray, lam: FloatArray) -> FloatArray:
+    """``g_i = b_iᵀ (Σ λ_j b_j b_jᵀ)⁺ b_i`` (Cholesky, falling back to a pseudo-inverse)."""
+    A = (B * lam) @ B.T
+    L = _cholesky(A)
+    if L is not None:
+        W = _lower_solve(L, B)
+    else:
+        vals, vecs = np.linalg.eigh(A)
+        keep = vals > vals[-1] * A.shape[0] * np.finfo(float).eps
+        W = (vecs[:, keep] / np.sqrt(vals[keep])).T @ B
+    return np.einsum("ij,ij->j", W, W)
