@@ -8,3 +8,29 @@ model for ordinary inference) whose :meth:`~GPRegression.public_gp` gives the
 from pm_dpgp.models.exact import GPRegression, PrivateHyperparameterError, PublicGP, gp_regression
 
 __all__ = ["GPRegression", "PrivateHyperparameterError", "PublicGP", "gp_regression"]
+
+from pm_dpgp.models.sparse import (  # noqa: E402
+    DirichletGPClassification,
+    DirichletTargets,
+    InducingFromDataError,
+    PublicSparseGP,
+    SparseGPRegression,
+    dirichlet_gp_classification,
+    dirichlet_targets,
+    grid_inducing_points,
+    kmeans_inducing_points,
+    sparse_gp_regression,
+)
+
+__all__ += [
+    "DirichletGPClassification",
+    "DirichletTargets",
+    "InducingFromDataError",
+    "PublicSparseGP",
+    "SparseGPRegression",
+    "dirichlet_gp_classification",
+    "dirichlet_targets",
+    "grid_inducing_points",
+    "kmeans_inducing_points",
+    "sparse_gp_regression",
+]

@@ -1,0 +1,373 @@
+r"""Sparse variational GP algebra at fixed hyperparameters (numpy/scipy/Dask; no privacy logic).
+
+Notation (Honkela 2024, "Gaussian processes with differential privacy", §2.2–3): inducing
+inputs ``Z`` (``M`` points), ``K = K_ZZ`` (with jitter), ``kᵢ = k(Z, xᵢ)``, weights ``ωᵢ``.
+
+* **Sufficient statistics** (eq. 3; heteroscedastic eq. 37 with ``ωᵢ ∝ σᵢ⁻²``)
+
+  .. math:: A = \sum_i \omega_i r_i \mathbf k_i, \qquad
+            B = \sum_i \omega_i \mathbf k_i \mathbf k_i^\top,
+
+  sums over data points, so they are accumulated chunk by chunk (memory ``O(M² + M·chunk)``,
+  independent of ``n``), from an iterator of chunks, or reduced by Dask
+  (:func:`dask.array.map_blocks` per block, then Dask's tree reduction ``sum``).
+* **Titsias' optimal q(u)** (Titsias 2009, eq. 10; Honkela eq. 2, written with a scale
+  ``s = σ⁻²``): ``Σ = (K + s B)⁻¹``, ``m = s K Σ A``, ``S = K Σ K``.
+* **Predictions** from any ``q(u) = N(m, S)`` (Hensman et al. 2015, eq. 21; Honkela eq. 17):
+  ``μ̂ = K_VZ K⁻¹ m``, ``Σ̂ = K_VV − K_VZ K⁻¹ (K − S) K⁻¹ K_ZV`` (with a constant prior mean
+  ``μ`` added to ``f`` and ``u``).
+
+Cholesky factorisations and triangular solves only; no explicit inverse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import scipy.linalg as sla
+from numpy.typing import ArrayLike, NDArray
+
+from pm_dpgp._validation import check_finite_array
+from pm_dpgp.gp.linalg import jittered_cholesky
+
+__all__ = [
+    "Preprocess",
+    "SufficientStatistics",
+    "chunk_statistics",
+    "count_matching_rows",
+    "default_chunk_size",
+    "predict_from_qu",
+    "sufficient_statistics",
+    "titsias_qu",
+]
+
+#: ``preprocess(*chunk_arrays) -> (X, R, W, extras)``: turns one raw data chunk into inputs
+#: ``X`` ``(c, d)``, targets ``R`` ``(c, T)``, non-negative weights ``W`` ``(c, T)`` (or ``None``
+#: for unit weights) and a fixed-length float vector ``extras`` that is summed over chunks
+#: (e.g. counts of clipped values).  Runs inside Dask tasks for Dask input.
+Preprocess = Callable[
+    ..., tuple[NDArray[np.float64], NDArray[np.float64], Any, NDArray[np.float64]]
+]
+
+
+@dataclass(frozen=True)
+class SufficientStatistics:
+    """``A`` ``(M, T)``, ``B`` ``(T, M, M)``, the number of points and the summed extras.
+
+    These are functions of the private data: never release them without noise.
+    """
+
+    A: NDArray[np.float64]
+    B: NDArray[np.float64]
+    n: int
+    extras: NDArray[np.float64]
+
+
+def default_chunk_size(n_inducing: int) -> int:
+    """Rows per chunk so that one ``K_ZX`` chunk is about 32 MB (``2²² / M`` rows, ≥ 1024)."""
+    return max(1024, (1 << 22) // max(int(n_inducing), 1))
+
+
+def count_matching_rows(Z: ArrayLike, X: ArrayLike) -> int:
+    """Number of rows of ``Z`` equal (bitwise, after ``-0.0 → 0.0``) to some row of ``X``.
+
+    Vectorised with :func:`numpy.isin` on row views; used to refuse inducing inputs that were
+    taken from the private inputs.
+    """
+    Zc = np.ascontiguousarray(np.asarray(Z, dtype=np.float64) + 0.0)
+    Xc = np.ascontiguousarray(np.asarray(X, dtype=np.float64) + 0.0)
+    if Zc.ndim == 1:
+        Zc = Zc[:, None]
+    if Xc.ndim == 1:
+        Xc = Xc[:, None]
+    if Xc.shape[0] == 0 or Zc.shape[0] == 0:
+        return 0
+    row = np.dtype((np.void, Zc.dtype.itemsize * Zc.shape[1]))
+    return int(np.isin(Zc.view(row).ravel(), Xc.view(row).ravel()).sum())
+
+
+def _gram(K: NDArray[np.float64]) -> NDArray[np.float64]:
+    """``K Kᵀ`` for ``K`` of shape ``(M, c)`` with one BLAS ``syrk`` (half a GEMM)."""
+    if K.shape[1] == 0:
+        return np.zeros((K.shape[0], K.shape[0]))
+    C = sla.blas.dsyrk(1.0, np.asfortranarray(K.T), trans=1, lower=0)
+    return np.triu(C) + np.triu(C, 1).T
+
+
+def chunk_statistics(
+    Kzx: NDArray[np.float64], R: NDArray[np.float64], W: NDArray[np.float64] | None = None
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """``A = K_ZX (W ⊙ R)`` ``(M, T)`` and ``B_t = K_ZX diag(W_t) K_XZ`` ``(T, M, M)`` of one chunk.
+
+    Honkela (2024) eq. (3) (unit weights) and eq. (37) (weights ``σᵢ⁻²``, up to a constant).
+    ``W`` must be non-negative (it is square-rooted for the ``syrk``).
+    """
+    R2 = R.reshape(R.shape[0], -1)
+    T = R2.shape[1]
+    if W is None:
+        A = Kzx @ R2
+        B = np.broadcast_to(_gram(Kzx), (T, Kzx.shape[0], Kzx.shape[0])).copy()
+        return A, B
+    W2 = W.reshape(W.shape[0], -1)
+    A = Kzx @ (W2 * R2)
+    root = np.sqrt(W2)
+    B = np.stack([_gram(Kzx * root[:, t][None, :]) for t in range(T)])
+    return A, B
+
+
+def _default_preprocess(X: Any, y: Any, w: Any = None) -> tuple[Any, Any, Any, Any]:
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim == 1:
+        X = X[:, None]
+    y = np.asarray(y, dtype=np.float64).reshape(X.shape[0], -1)
+    W = None if w is None else np.asarray(w, dtype=np.float64).reshape(X.shape[0], -1)
+    return X, y, W, np.zeros(0)
+
+
+def _is_dask(obj: Any) -> bool:
+    return type(obj).__module__.split(".")[0] == "dask"
+
+
+class _Accumulator:
+    def __init__(self, M: int, T: int, E: int) -> None:
+        self.A = np.zeros((M, T))
+        self.B = np.zeros((T, M, M))
+        self.n = 0
+        self.extras = np.zeros(E)
+
+    def add(self, A: NDArray, B: NDArray, n: int, extras: NDArray) -> None:
+        self.A += A
+        self.B += B
+        self.n += n
+        self.extras += extras
+
+    def result(self) -> SufficientStatistics:
+        return SufficientStatistics(self.A, self.B, self.n, self.extras)
+
+
+def _chunk_pack(
+    kernel: Callable[[NDArray, NDArray], NDArray],
+    Z: NDArray[np.float64],
+    preprocess: Preprocess,
+    arrays: Sequence[Any],
+    n_targets: int,
+    n_extras: int,
+) -> tuple[NDArray, NDArray, int, NDArray]:
+    X, R, W, extras = preprocess(*arrays)
+    extras = np.asarray(extras, dtype=np.float64).ravel()
+    if extras.size != n_extras:
+        raise ValueError(f"preprocess returned {extras.size} extras, expected {n_extras}.")
+    R = np.asarray(R, dtype=np.float64).reshape(X.shape[0], -1)
+    if R.shape[1] != n_targets:
+        raise ValueError(f"preprocess returned {R.shape[1]} targets, expected {n_targets}.")
+    if X.shape[0] == 0:
+        M = Z.shape[0]
+        return np.zeros((M, n_targets)), np.zeros((n_targets, M, M)), 0, extras
+    K = kernel(Z, X)
+    A, B = chunk_statistics(K, R, W)
+    return A, B, int(X.shape[0]), extras
+
+
+def _split_rows(arrays: Sequence[Any], chunk_size: int) -> Iterable[tuple[Any, ...]]:
+    n = len(arrays[0])
+    for start in range(0, n, chunk_size):
+        yield tuple(a[start : start + chunk_size] for a in arrays)
+
+
+def sufficient_statistics(
+    kernel: Callable[[NDArray[np.float64], NDArray[np.float64]], NDArray[np.float64]],
+    Z: ArrayLike,
+    data: Any,
+    *,
+    preprocess: Preprocess | None = None,
+    n_targets: int = 1,
+    n_extras: int = 0,
+    chunk_size: int | None = None,
+) -> SufficientStatistics:
+    r"""Accumulate ``A = Σ ωᵢ rᵢ kᵢ`` and ``B = Σ ωᵢ kᵢ kᵢᵀ`` (Honkela eq. 3 / 37) chunk by chunk.
+
+    Parameters
+    ----------
+    kernel
+        ``kernel(Z, X) -> (M, c)`` (e.g. :meth:`PublicSparseGP.kernel`); must be thread-safe
+        for Dask's threaded scheduler.
+    Z
+        Inducing inputs ``(M, d)``.
+    data
+        One of
+
+        * a **tuple of in-memory arrays** ``(X, y)`` or ``(X, y, w)`` (first axis = points);
+          processed in row chunks of ``chunk_size``;
+        * a **tuple of Dask arrays** (same layout): each block is reduced to a packed
+          ``(A, B, n, extras)`` vector with :func:`dask.array.map_blocks` and the blocks are
+          summed with Dask's tree reduction (``.sum(axis=0)``), so the data need never be on
+          one machine;
+        * any **other iterable** (generator, list) of such tuples, one per chunk; chunks
+          longer than ``chunk_size`` are split.
+    preprocess
+        Per-chunk transformation, see :data:`Preprocess`; default: ``(X, y[, w])`` as is.
+    n_targets, n_extras
+        Number of target columns ``T`` and length of the ``extras`` vector.
+    chunk_size
+        Rows per chunk (default :func:`default_chunk_size`); for Dask input, blocks are
+        re-chunked to it only when it is given.
+
+    Memory is ``O(M² T + M · chunk_size)``, independent of the number of points.
+    """
+    Zarr = check_finite_array(Z, "Z", ndim=2)
+    M = Zarr.shape[0]
+    pre = _default_preprocess if preprocess is None else preprocess
+    explicit = chunk_size is not None
+    chunk = default_chunk_size(M) if chunk_size is None else int(chunk_size)
+    if chunk < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size!r}.")
+
+    if isinstance(data, tuple) and data and any(_is_dask(a) for a in data):
+        return _dask_statistics(kernel, Zarr, data, pre, n_targets, n_extras, chunk, explicit)
+
+    acc = _Accumulator(M, n_targets, n_extras)
+    if isinstance(data, tuple):
+        arrays = tuple(np.asarray(a) for a in data)
+        if not arrays or any(a.shape[:1] != arrays[0].shape[:1] for a in arrays):
+            raise ValueError(
+                "data arrays must be non-empty and have the same number of rows, got shapes "
+                f"{[a.shape for a in arrays]}."
+            )
+        chunks: Iterable[tuple[Any, ...]] = _split_rows(arrays, chunk)
+    else:
+        try:
+            iterator = iter(data)
+        except TypeError as err:
+            raise TypeError(
+                "data must be a tuple of arrays (X, y[, w]), a tuple of Dask arrays, or an "
+                f"iterable of such tuples (one per chunk); got {type(data).__name__}."
+            ) from err
+
+        def _chunks() -> Iterable[tuple[Any, ...]]:
+            for item in iterator:
+                if not isinstance(item, tuple | list):
+                    raise TypeError(
+                        "each chunk of an iterable must be a tuple (X, y[, w]), got "
+                        f"{type(item).__name__}."
+                    )
+                arrs = tuple(np.asarray(a) for a in item)
+                yield from _split_rows(arrs, chunk)
+
+        chunks = _chunks()
+    for arrs in chunks:
+        acc.add(*_chunk_pack(kernel, Zarr, pre, arrs, n_targets, n_extras))
+    return acc.result()
+
+
+def _dask_statistics(
+    kernel: Callable[[NDArray, NDArray], NDArray],
+    Z: NDArray[np.float64],
+    data: tuple[Any, ...],
+    preprocess: Preprocess,
+    n_targets: int,
+    n_extras: int,
+    chunk: int,
+    explicit: bool,
+) -> SufficientStatistics:
+    import dask.array as da
+
+    arrays = [da.asarray(a) for a in data]
+    n = arrays[0].shape[0]
+    if any(a.shape[0] != n for a in arrays):
+        raise ValueError(
+            f"Dask arrays must have the same number of rows, got {[a.shape for a in arrays]}."
+        )
+    ndims = [a.ndim for a in arrays]
+    as2d = [a if a.ndim == 2 else a.reshape((n, -1)) for a in arrays]
+    rows: Any = chunk if explicit else as2d[0].chunks[0]
+    as2d = [a.rechunk({0: rows, 1: -1}) for a in as2d]
+    M = Z.shape[0]
+    T = n_targets
+    P = M * T + T * M * M + 1 + n_extras
+    nblocks = len(as2d[0].chunks[0])
+
+    def block(*blocks: NDArray) -> NDArray:
+        arrs = [b if nd == 2 else b.reshape(-1) for b, nd in zip(blocks, ndims, strict=True)]
+        A, B, cnt, extras = _chunk_pack(kernel, Z, preprocess, arrs, n_targets, n_extras)
+        return np.concatenate([A.ravel(), B.ravel(), [float(cnt)], extras])[None, :]
+
+    packed = da.map_blocks(
+        block,
+        *as2d,
+        chunks=((1,) * nblocks, (P,)),
+        dtype=np.float64,
+        meta=np.empty((0, 0), dtype=np.float64),
+    )
+    total = np.asarray(packed.sum(axis=0).compute(), dtype=np.float64)
+    A = total[: M * T].reshape(M, T)
+    B = total[M * T : M * T + T * M * M].reshape(T, M, M)
+    cnt = int(round(total[M * T + T * M * M]))
+    extras = total[M * T + T * M * M + 1 :]
+    return SufficientStatistics(A, 0.5 * (B + np.swapaxes(B, 1, 2)), cnt, extras)
+
+
+def titsias_qu(
+    Kzz: ArrayLike, A: ArrayLike, B: ArrayLike, scale: float
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    r"""Titsias' optimal ``q(u) = N(m, S)`` (Titsias 2009 eq. 10; Honkela 2024 eq. 2).
+
+    With ``s = scale`` (``σ⁻²`` for homoscedastic noise): ``Σ = (K + s B)⁻¹``,
+    ``m = s K Σ A``, ``S = K Σ K``.  Computed in the whitened form used by PyMC's
+    ``MarginalApprox``: ``K = L Lᵀ``, ``Λ = I + s L⁻¹ B L⁻ᵀ = L_Λ L_Λᵀ``,
+    ``m = s L Λ⁻¹ L⁻¹ A``, ``S = (L_Λ⁻¹ Lᵀ)ᵀ (L_Λ⁻¹ Lᵀ)`` (PSD by construction).
+    ``m`` is the mean of ``u − μ`` (zero prior mean); ``A`` is ``(M,)``.
+    """
+    K = np.asarray(Kzz, dtype=np.float64)
+    L, _ = jittered_cholesky(K)
+    LiB = sla.solve_triangular(L, np.asarray(B, dtype=np.float64), lower=True)
+    Lam = np.eye(K.shape[0]) + scale * sla.solve_triangular(L, LiB.T, lower=True)
+    L_lam, _ = jittered_cholesky(0.5 * (Lam + Lam.T))
+    c = sla.solve_triangular(L_lam, sla.solve_triangular(L, np.asarray(A), lower=True), lower=True)
+    m = scale * (L @ sla.solve_triangular(L_lam.T, c, lower=False))
+    Wt = sla.solve_triangular(L_lam, L.T, lower=True)
+    S = Wt.T @ Wt
+    return m, 0.5 * (S + S.T)
+
+
+def predict_from_qu(
+    Kzz: ArrayLike,
+    m: ArrayLike,
+    S: ArrayLike,
+    Kzv: ArrayLike,
+    kvv: ArrayLike,
+    *,
+    mean: float = 0.0,
+    full_cov: bool = False,
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    r"""Predictive distribution of ``f(V)`` under ``q(u) = N(m, S)`` (Honkela 2024, eq. 17).
+
+    ``μ̂ = μ + K_VZ K⁻¹ (m − μ)``, ``Σ̂ = K_VV − K_VZ K⁻¹ (K − S) K⁻¹ K_ZV``, computed as
+    ``K_VV − AᵀA + Wᵀ S W`` with ``A = L⁻¹ K_ZV``, ``W = L⁻ᵀ A`` (``K = L Lᵀ``).
+
+    ``m`` is ``(M,)`` or ``(T, M)`` (T independent outputs), ``S`` ``(M, M)`` or ``(T, M, M)``;
+    ``kvv`` is the diagonal ``(n,)`` (``full_cov=False``) or the full ``K_VV`` ``(n, n)``.
+    Returns means ``(n,)``/``(T, n)`` and variances ``(n,)``/``(T, n)`` or covariances.
+    This is post-processing of ``q(u)``: it costs no privacy.
+    """
+    K = np.asarray(Kzz, dtype=np.float64)
+    m_arr = np.asarray(m, dtype=np.float64)
+    S_arr = np.asarray(S, dtype=np.float64)
+    single = m_arr.ndim == 1
+    m2 = m_arr[None] if single else m_arr
+    S3 = S_arr[None] if single else S_arr
+    L, _ = jittered_cholesky(K)
+    Kzv_arr = np.asarray(Kzv, dtype=np.float64)
+    A = sla.solve_triangular(L, Kzv_arr, lower=True)
+    W = sla.solve_triangular(L.T, A, lower=False)
+    mu = mean + (m2 - mean) @ W
+    SW = S3 @ W  # (T, M, n)
+    kvv_arr = np.asarray(kvv, dtype=np.float64)
+    if full_cov:
+        cov = kvv_arr[None] - (A.T @ A)[None] + np.einsum("mi,tmj->tij", W, SW)
+        cov = 0.5 * (cov + np.swapaxes(cov, 1, 2))
+        return (mu[0], cov[0]) if single else (mu, cov)
+    var = kvv_arr[None] - np.sum(A * A, axis=0)[None] + np.einsum("mi,tmi->ti", W, SW)
+    return (mu[0], var[0]) if single else (mu, var)

@@ -1,0 +1,337 @@
+r"""DP Dirichlet-based GP classification with inputs and labels private (Honkela 2024, §5).
+
+Milios, Camoriano, Michiardi, Rosasco & Filippone (2018, "Dirichlet-based Gaussian processes
+for large-scale calibrated classification", NeurIPS, §4) turn a label ``lᵢ ∈ {0, …, C−1}``
+into ``C`` regression targets with heteroscedastic Gaussian noise: for class ``c``
+
+.. math:: \alpha_{ic} = 1\{l_i = c\} + \alpha_\varepsilon,\quad
+          \tilde\sigma^2_{ic} = \log(1/\alpha_{ic} + 1),\quad
+          \tilde y_{ic} = \log\alpha_{ic} - \tilde\sigma^2_{ic}/2
+
+(Honkela eq. 21, whose ``α₁`` in ``σ̃²`` is a typo for ``αᵢ``).  The transformation is public
+and point-wise, so each class is a heteroscedastic sparse-GP regression (App. D): with
+``σ²_in = log(1/(1+α_ε) + 1)`` (the smallest noise variance), scale ``s = 1/σ²_in`` and
+weights ``ω_in = 1``, ``ω_out = σ²_in/σ²_out``, class ``c`` has statistics
+``A_c = Σ ω_ic r_ic kᵢ`` and ``B_c = Σ ω_ic kᵢkᵢᵀ`` with ``r_ic = ỹ_ic − μ`` (``μ`` a public
+prior mean).
+
+**Privacy accounting.**  Replacing one record ``(x, l)`` changes the statistics of *every*
+class.  All ``C`` statistics are released by one Gaussian mechanism on their concatenation
+(whitened as in :mod:`~pm_dpgp.mechanisms.noise_aware`), whose L2 sensitivity is computed
+jointly: the inner product ``t = ⟨k, k'⟩`` is common to all classes, and the per-class values
+``(ω r, ω)`` of the two records are known up to which classes are ``l`` and ``l'``, so
+``Δ² = max_{same/different label} max_t Σ_c (…)``
+(:func:`~pm_dpgp.mechanisms.noise_aware.worst_case_sensitivity`).  One
+:class:`~pm_dpgp.accounting.GaussianEvent` with multiplier ``σ_a/Δ`` is exactly the
+Gaussian-DP composition of the per-class releases (``μ = Δ/σ_a``), and the joint ``Δ`` is never
+larger than ``√C`` times the per-class sensitivity (what one event per class would charge),
+because the worst case cannot occur in all classes at once.
+
+Class probabilities (post-processing, eq. 17 per class):
+``p_c(x) = E[exp f_c / Σ_c' exp f_c']`` by Monte Carlo (``method="mc"``, as Milios et al.) or
+the log-normal moment approximation ``∝ exp(μ_c + v_c/2)`` (``method="moment"``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from pm_dpgp._validation import (
+    check_delta,
+    check_epsilon,
+    check_positive,
+    check_rng,
+)
+from pm_dpgp.accounting import GaussianEvent, Ledger
+from pm_dpgp.gp.sparse import sufficient_statistics
+from pm_dpgp.mechanisms.gaussian import gaussian_sigma
+from pm_dpgp.mechanisms.noise_aware import (
+    KernelNorm,
+    SparseQuRelease,
+    _as_public,
+    _check_z_against,
+    _default_data,
+    _inputs_chunk,
+    _metadata,
+    _privatise,
+    dp_qu,
+    kernel_norm_bound,
+    l2_sensitivity,
+    regularisation_lambda,
+    worst_case_sensitivity,
+)
+from pm_dpgp.models.sparse import (
+    DirichletGPClassification,
+    DirichletTargets,
+    PublicSparseGP,
+    SparseGPRegression,
+    check_labels,
+    check_n_classes,
+    dirichlet_targets,
+)
+
+__all__ = [
+    "DirichletRelease",
+    "DirichletTargets",
+    "dirichlet_release",
+    "dirichlet_sensitivity",
+    "dirichlet_targets",
+]
+
+
+def dirichlet_sensitivity(
+    n_classes: int,
+    targets: DirichletTargets,
+    prior_mean: float,
+    R_k: float,
+    ratio: float = 1.0,
+    *,
+    nonnegative_kernel: bool = False,
+) -> float:
+    r"""Joint L2 sensitivity of all classes' whitened ``(A_c, c B̂_c)`` under replace-one.
+
+    Records contribute ``a = ω r``, ``w = ω`` per class (``ω_in = 1``,
+    ``ω_out = σ²_in/σ²_out``, ``r = ỹ − μ``).  Two cases: same label (``l = l'``, only ``x``
+    changes) and different labels; ``Δ`` is the larger
+    :func:`~pm_dpgp.mechanisms.noise_aware.worst_case_sensitivity` (``t ≥ 0`` when the kernel
+    is non-negative).
+    """
+    C = check_n_classes(n_classes)
+    w_in, w_out = 1.0, targets.var_in / targets.var_out
+    a_in = w_in * (targets.y_in - prior_mean)
+    a_out = w_out * (targets.y_out - prior_mean)
+    inn, out = (a_in, w_in), (a_out, w_out)
+    same = np.array([[*inn, *inn]] + [[*out, *out]] * (C - 1))
+    diff = np.array([[*inn, *out], [*out, *inn]] + [[*out, *out]] * (C - 2))
+    t_min = 0.0 if nonnegative_kernel else None
+    return max(
+        worst_case_sensitivity(same, R_k, ratio, t_min=t_min),
+        worst_case_sensitivity(diff, R_k, ratio, t_min=t_min),
+    )
+
+
+@dataclass(frozen=True, eq=False)
+class DirichletRelease(SparseQuRelease):
+    """DP per-class ``q(u_c)`` (``u_mean`` ``(C, M)``, ``u_cov`` ``(C, M, M)``) + probabilities."""
+
+    def predict_proba(
+        self,
+        X_star: ArrayLike,
+        *,
+        method: Literal["moment", "mc"] = "moment",
+        n_samples: int = 1000,
+        rng: np.random.Generator | None = None,
+    ) -> NDArray[np.float64]:
+        r"""Class probabilities ``(n, C)`` at ``X_star`` (post-processing, no privacy cost).
+
+        ``"moment"``: ``p_c ∝ E[exp f_c] = exp(μ_c + v_c/2)`` (log-normal mean).
+        ``"mc"``: ``E[softmax(f)]`` with ``n_samples`` draws of independent per-class
+        marginals ``f_c(x) ~ N(μ_c, v_c)`` from ``rng`` (Milios et al. 2018, §4).
+        """
+        mu, var = self.predict(X_star)  # (C, n)
+        var = np.maximum(var, 0.0)
+        if method == "moment":
+            logits = mu + var / 2.0
+            logits = logits - logits.max(axis=0, keepdims=True)
+            p = np.exp(logits)
+            return (p / p.sum(axis=0, keepdims=True)).T
+        if method != "mc":
+            raise ValueError(f"method must be 'moment' or 'mc', got {method!r}.")
+        g = check_rng(rng)
+        f = mu[None] + np.sqrt(var)[None] * g.standard_normal((int(n_samples), *mu.shape))
+        f = f - f.max(axis=1, keepdims=True)
+        e = np.exp(f)
+        return (e / e.sum(axis=1, keepdims=True)).mean(axis=0).T
+
+    def predict_class(self, X_star: ArrayLike) -> NDArray[np.int64]:
+        """Most probable class (moment approximation)."""
+        return np.argmax(self.predict_proba(X_star), axis=1)
+
+
+def dirichlet_release(
+    model: SparseGPRegression | PublicSparseGP,
+    data: Any = None,
+    *,
+    epsilon: float,
+    delta: float,
+    n_classes: int | None = None,
+    alpha_epsilon: float | None = None,
+    prior_mean: float | None = None,
+    hyperparameters: dict[str, Any] | None = None,
+    ratio: float = 1.0,
+    kernel_norm: KernelNorm | float = "auto",
+    rho: float = 0.01,
+    variant: Literal["noise_aware", "naive"] = "noise_aware",
+    s22_form: Literal["linearised", "eq14"] = "linearised",
+    calibration: Literal["analytic", "classic"] = "analytic",
+    ledger: Ledger | None = None,
+    rng: np.random.Generator | None = None,
+    z_is_public: bool | None = None,
+    chunk_size: int | None = None,
+) -> DirichletRelease:
+    r"""(ε, δ)-DP Dirichlet-based GP classifier: one noise-aware DP ``q(u_c)`` per class.
+
+    Parameters
+    ----------
+    model
+        A :func:`~pm_dpgp.models.dirichlet_gp_classification` model (its ``X``, labels,
+        ``C``, ``α_ε`` and prior mean are the defaults), or any sparse model /
+        :class:`PublicSparseGP` giving the public ``Z`` and kernel shared by all classes (its
+        noise variance is not used: the noise comes from eq. 21).
+    data
+        ``(X, labels)`` arrays, Dask arrays, or an iterable of chunks; ``labels`` integers in
+        ``0 … n_classes−1`` (private).  Default: the model's ``X`` and ``y`` as labels.
+    n_classes
+        Public number of classes ``C ≥ 2`` (required unless the model is a Dirichlet model).
+    alpha_epsilon
+        Milios et al.'s ``α_ε`` (public; default 0.01).
+    prior_mean
+        Public constant prior mean of every latent ``f_c``; default
+        ``(ỹ_in + (C−1) ỹ_out)/C`` (the targets' mean under uniform class frequencies — a
+        function of ``C`` and ``α_ε`` only).
+    epsilon, delta, ratio, kernel_norm, rho, variant, s22_form, calibration, ledger, rng,
+    z_is_public, chunk_size
+        As in :func:`~pm_dpgp.mechanisms.noise_aware.noise_aware_release`.  The ledger is
+        charged once (joint mechanism over all classes) before any noise is drawn.
+    """
+    public = _as_public(model, hyperparameters)
+    data = _default_data(model, data)
+    if isinstance(model, DirichletGPClassification):
+        if n_classes is not None and n_classes != model.n_classes:
+            raise ValueError(f"n_classes={n_classes} differs from the model's {model.n_classes}.")
+        n_classes = model.n_classes
+        alpha_epsilon = model.alpha_epsilon if alpha_epsilon is None else alpha_epsilon
+        prior_mean = model.mean if prior_mean is None else prior_mean
+    if n_classes is None:
+        raise ValueError("n_classes (public) is required unless the model is a Dirichlet model.")
+    C = check_n_classes(n_classes)
+    alpha_epsilon = 0.01 if alpha_epsilon is None else alpha_epsilon
+    epsilon = check_epsilon(epsilon)
+    delta = check_delta(delta)
+    c = check_positive(ratio, "ratio")
+    if not (0.0 < float(rho) < 1.0):
+        raise ValueError(f"rho must lie in (0, 1), got {rho!r}.")
+    rng = check_rng(rng)
+    zpub = public.z_is_public if z_is_public is None else bool(z_is_public)
+    tg = DirichletTargets.from_alpha(alpha_epsilon)
+    mu = tg.default_prior_mean(C) if prior_mean is None else float(prior_mean)
+    if not math.isfinite(mu):
+        raise ValueError(f"prior_mean must be finite, got {prior_mean!r}.")
+
+    bound = kernel_norm_bound(public, kernel_norm)
+    Delta = dirichlet_sensitivity(C, tg, mu, bound.R_k, c, nonnegative_kernel=bound.nonnegative)
+    R_y = max(abs(tg.y_in - mu), abs(tg.y_out - mu))
+    per_class = l2_sensitivity(R_y, bound.R_k, c)
+    sigma_a = gaussian_sigma(epsilon, delta, Delta, method=calibration)
+    sigma_b = sigma_a / c
+    scale = 1.0 / tg.var_in
+    M = public.n_inducing
+    lam = regularisation_lambda(sigma_b, scale, M, rho)
+    w_out = tg.var_in / tg.var_out
+    r_in, r_out = tg.y_in - mu, tg.y_out - mu
+    Z, d = public.Z, public.input_dim
+    classes = np.arange(C)
+
+    def preprocess(X: Any, labels: Any) -> tuple[Any, Any, Any, Any]:
+        Xa = _inputs_chunk(X, d)
+        _check_z_against(Z, Xa, zpub)
+        lab = check_labels(labels, C)
+        if lab.shape[0] != Xa.shape[0]:
+            raise ValueError(f"labels has {lab.shape[0]} rows but X has {Xa.shape[0]}.")
+        onehot = lab[:, None] == classes[None, :]
+        R = np.where(onehot, r_in, r_out)
+        W = np.where(onehot, 1.0, w_out)
+        return Xa, R, W, np.zeros(0)
+
+    stats = sufficient_statistics(
+        public.kernel,
+        Z,
+        data,
+        preprocess=preprocess,
+        n_targets=C,
+        n_extras=0,
+        chunk_size=chunk_size,
+    )
+    if stats.n == 0:
+        raise ValueError("the data contain no points.")
+
+    label = f"noise-aware DP Dirichlet GP classification, {C} classes (Honkela §5)"
+    event = GaussianEvent(noise_multiplier=sigma_a / Delta, label=label)
+    if ledger is not None:
+        ledger.spend(event, label=label)
+    Kzz = public.kzz()
+    means, covs, lams = [], [], []
+    for k in range(C):
+        a_noisy, B_noisy = _privatise(stats, k, sigma_a, sigma_b, rng)
+        q = dp_qu(
+            Kzz,
+            a_noisy,
+            B_noisy,
+            scale=scale,
+            sigma_a=sigma_a,
+            sigma_b=sigma_b,
+            lam=lam,
+            variant=variant,
+            s22_form=s22_form,
+        )
+        means.append(mu + q.m)
+        covs.append(q.S)
+        lams.append(q.lam_used)
+    del stats
+    metadata = _metadata(
+        public,
+        bound,
+        epsilon=epsilon,
+        delta=delta,
+        Delta=Delta,
+        sigma_a=sigma_a,
+        sigma_b=sigma_b,
+        ratio=c,
+        lam=lam,
+        lam_used=lams,
+        rho=float(rho),
+        R_y=R_y,
+        scale=scale,
+        variant=variant,
+        s22_form=s22_form,
+        calibration=calibration,
+        event=event,
+        sensitivity_equation=(
+            "joint over all classes (docs/noise_aware.md): max over same/different label of "
+            "max_t sum_c [(a_c^2 + a_c'^2) Rk^2 + c^2 (w_c^2 + w_c'^2) Rk^4 - 2 t a_c a_c' "
+            "- 2 c^2 t^2 w_c w_c']"
+        ),
+        noise_model="heteroscedastic Dirichlet (Milios et al. 2018; Honkela eq. 21, App. D)",
+        noise_var_floor=tg.var_in,
+        n_classes=C,
+        alpha_epsilon=tg.alpha_epsilon,
+        dirichlet_targets={
+            "y_in": tg.y_in,
+            "y_out": tg.y_out,
+            "var_in": tg.var_in,
+            "var_out": tg.var_out,
+        },
+        per_class_sensitivity=per_class,
+        sqrt_C_times_per_class=math.sqrt(C) * per_class,
+        composition="one joint Gaussian mechanism over all classes (one ledger event)",
+    )
+    metadata["prior_mean"] = mu
+    metadata["noise_var"] = None
+    return DirichletRelease(
+        mechanism="noise_aware_dirichlet_gp" if variant == "noise_aware" else "naive_dirichlet_gp",
+        Z=np.array(Z),
+        u_mean=np.array(means),
+        u_cov=np.array(covs),
+        prior_mean=np.full(C, mu),
+        noise_var=None,
+        jitter=public.jitter,
+        metadata=metadata,
+        output_names=tuple(f"class_{k}" for k in range(C)),
+        _kernel=public.kernel,
+        _kernel_diag=public.kernel_diag,
+    )

@@ -1,0 +1,1064 @@
+r"""Noise-aware DP sparse GP with inputs AND outputs private (Honkela 2024, §3, App. A, D).
+
+Privacy model: **full** (REFERENCE §1).  Neighbouring datasets differ by replacing one record
+``(x, y)`` (both private).  Public: inducing inputs ``Z``, kernel and hyperparameters, noise
+variance (or a lower bound on heteroscedastic noise variances), prior mean ``μ`` and the
+response bound ``R_y`` with ``|y − μ| ≤ R_y`` after clipping.
+
+The data enter only through (eq. 3)
+
+.. math:: A = \sum_i r_i \mathbf k_i,\qquad B = \sum_i \mathbf k_i \mathbf k_i^\top,
+          \qquad r_i = \operatorname{clip}(y_i - \mu, \pm R_y),\ \mathbf k_i = k(Z, x_i),
+
+(weighted by ``ωᵢ = σ²_min/σᵢ² ∈ (0, 1]`` for heteroscedastic noise, App. D).  The mechanism
+(eq. 5) releases ``(A + E_a, B̂ + e_b)`` with ``B̂ = t_b(B)`` the upper triangle, off-diagonals
+times √2 (so ``‖B̂‖₂ = ‖B‖_F``), ``E_a ~ N(0, σ_a² I)``, ``e_b ~ N(0, σ_b² I)``,
+``σ_b = σ_a / c``.  In the whitened space ``(A, c B̂)`` it is one Gaussian mechanism with
+noise ``σ_a`` and L2 sensitivity (eq. 6, derived in ``docs/noise_aware.md``)
+
+.. math:: \Delta^2 = 2R_y^2R_k^2 + 2c^2R_k^4 + \max_{0\le s\le R_k^2}(2R_y^2 s - 2c^2 s^2)
+          \;\le\; \frac{R_y^4}{2c^2} + 2R_y^2R_k^2 + 2c^2R_k^4,
+
+the right-hand side being the paper's eq. (6); both agree when ``R_y² ≤ 2c²R_k²``.
+``σ_a`` is the analytic Gaussian calibration (Balle & Wang 2018) for (ε, δ) and Δ, and the
+ledger records one :class:`~pm_dpgp.accounting.GaussianEvent` with noise multiplier σ_a/Δ
+**before** any noise is drawn.
+
+Everything after the noisy statistics is post-processing (no privacy cost): with scale
+``s = σ⁻²`` (``σ²_min⁻¹`` heteroscedastic), ``λ`` of eq. (10) and ``ã = A + E_a``,
+``P = K + s(B + E_b) + λI = Σ̃⁻¹``, ``m = s K Σ̃ ã`` and ``S = K Σ̃ K + S₂`` (eq. 9) with
+``G = K Σ̃``, ``w = Σ̃ ã``:
+
+* ``S₂,₁ = s² σ_a² G Gᵀ`` (eq. 11);
+* ``S₂,₂`` (default, ``s22_form="linearised"``): the exact covariance of the linearisation
+  (eqs. 12–13) for the *symmetric* noise ``E_b`` (one noise value per pair i < j),
+  ``(s⁴σ_b²/2) G (‖w‖² I + w wᵀ) Gᵀ``;
+* ``S₂,₂`` (``s22_form="eq14"``): eq. (14) as printed, which treats ``(E_b)_ij`` and
+  ``(E_b)_ji`` as independent and so drops the cross terms: ``G diag(s⁴σ_b²(‖w‖² + wᵢ²)/2) Gᵀ``.
+
+Both closed forms cost O(|Z|³); :func:`noise_correction_reference` evaluates the literal sums
+(O(|Z|⁵)) for tests.  ``variant="naive"`` omits ``S₂`` (the paper's Fig. 2 comparison).
+Predictions anywhere (eq. 17) are post-processing: :meth:`SparseQuRelease.predict`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import scipy.linalg as sla
+from numpy.typing import ArrayLike, NDArray
+
+from pm_dpgp import __version__
+from pm_dpgp._validation import (
+    PrivacyWarning,
+    check_delta,
+    check_epsilon,
+    check_positive,
+    check_rng,
+)
+from pm_dpgp.accounting import GaussianEvent, Ledger
+from pm_dpgp.gp.linalg import jittered_cholesky
+from pm_dpgp.gp.sparse import (
+    SufficientStatistics,
+    count_matching_rows,
+    predict_from_qu,
+    sufficient_statistics,
+)
+from pm_dpgp.mechanisms.gaussian import gaussian_sigma
+from pm_dpgp.mechanisms.output_perturbation import SEED_POLICY
+from pm_dpgp.models.sparse import InducingFromDataError, PublicSparseGP, SparseGPRegression
+from pm_dpgp.release import _jsonable
+
+__all__ = [
+    "DPQu",
+    "KernelNormBound",
+    "SparseQuRelease",
+    "dp_qu",
+    "eq6_sensitivity",
+    "kernel_norm_bound",
+    "l2_sensitivity",
+    "noise_aware_release",
+    "noise_correction",
+    "noise_correction_reference",
+    "regularisation_lambda",
+    "symmetric_from_upper",
+    "upper_vector",
+    "worst_case_sensitivity",
+]
+
+PRIVACY_MODEL = "full"
+NEIGHBOURING_RELATION = "replace-one (x, y): one record (input and response) replaced"
+KernelNorm = Literal["auto", "eq4", "eq7", "eq8"]
+
+
+# =========================================================================== R_k bounds
+@dataclass(frozen=True)
+class KernelNormBound:
+    """A public bound ``R_k ≥ ‖k(Z, x)‖₂`` for every input ``x`` (Honkela eqs. 4, 7, 8).
+
+    ``equation`` names the bound used (``"eq4"``, ``"eq7"``, ``"eq8"`` or ``"user"``),
+    ``sigma_f2`` is ``k(x, x)``, ``d_z`` the minimum inducing-point spacing and
+    ``nonnegative`` whether the kernel values are ≥ 0 (then ``⟨kᵢ, kⱼ⟩ ≥ 0``).
+    """
+
+    R_k: float
+    equation: str
+    sigma_f2: float | None
+    d_z: float | None
+    nonnegative: bool
+    candidates: dict[str, float] = field(default_factory=dict)
+
+
+def _min_spacing(Z: NDArray[np.float64]) -> float:
+    if Z.shape[0] < 2:
+        return math.inf
+    sq = np.sum(Z**2, 1)
+    D2 = sq[:, None] - 2.0 * Z @ Z.T + sq[None, :]
+    D2[np.diag_indices_from(D2)] = np.inf
+    # exact distances for the nearest pair(s): recompute from coordinates to avoid cancellation
+    i, j = np.unravel_index(np.argmin(D2), D2.shape)
+    approx = math.sqrt(max(float(D2[i, j]), 0.0))
+    cand = np.argwhere(D2 <= (approx * (1 + 1e-6) + 1e-12) ** 2)
+    return float(min(np.linalg.norm(Z[a] - Z[b]) for a, b in cand[:64]))
+
+
+def _radial_profile(
+    public: PublicSparseGP, r: NDArray[np.float64]
+) -> tuple[NDArray[np.float64], float, bool]:
+    """``k_r(r) = k(z, z + r u)/k(z, z)`` and whether it is isotropic and stationary at probes.
+
+    Probes: base points ``Z[0]``, ``Z[-1]`` and the centroid; directions every coordinate axis
+    and the diagonal.  A kernel passes if all probes give the same profile (relative 1e-8) and
+    the diagonal ``k(x, x)`` is the same at every probe point.
+    """
+    Z = public.Z
+    d = Z.shape[1]
+    bases = np.stack([Z[0], Z[-1], Z.mean(axis=0)])
+    dirs = np.vstack([np.eye(d), np.ones((1, d)) / math.sqrt(d)])
+    sigma_f2 = float(public.kernel_diag(Z[:1])[0])
+    profiles = []
+    diag_vals = [public.kernel_diag(Z)]
+    for b in bases:
+        for u in dirs:
+            pts = b[None, :] + r[:, None] * u[None, :]
+            profiles.append(public.kernel(b[None, :], pts)[0] / sigma_f2)
+            diag_vals.append(public.kernel_diag(pts))
+    P = np.array(profiles)
+    D = np.concatenate(diag_vals)
+    ok = bool(
+        np.allclose(P, P[0][None, :], rtol=1e-8, atol=1e-12)
+        and np.allclose(D, sigma_f2, rtol=1e-10, atol=0.0)
+    )
+    return P.max(axis=0), sigma_f2, ok
+
+
+def kernel_norm_bound(
+    public: PublicSparseGP, method: KernelNorm | float = "auto"
+) -> KernelNormBound:
+    r"""Public bound ``R_k`` on ``‖k(Z, x)‖₂`` over all inputs ``x`` (Honkela 2024, §3.1–3.2).
+
+    * ``"eq4"``: ``R_k = √|Z| σ_f²`` (eq. 4; ``|k| ≤ σ_f² = k(x, x)``, Cauchy–Schwarz).
+    * ``"eq7"`` (1-D inputs): with ``d_z`` the minimum spacing of ``Z``, the j-th nearest
+      inducing point to any ``x`` is at distance ≥ ``⌊(j−1)/2⌋ d_z``, so
+      ``R_k² = σ_f⁴ Σ_{j=1}^{|Z|} k_r(⌊(j−1)/2⌋ d_z)²``.  This is eq. (7) with exactly
+      ``|Z|`` terms; eq. (7) as printed sums ``|Z| + 1`` or ``|Z| + 2`` terms (a looser but
+      also valid bound) — see ``docs/noise_aware.md``.
+    * ``"eq8"`` (any dimension): at most one inducing point lies within ``d_z/2`` of ``x``:
+      ``R_k² = σ_f⁴ (1 + (|Z| − 1) k_r(d_z/2)²)``.
+    * ``"auto"``: the smallest applicable bound.
+    * a float: a public ``R_k`` supplied by the caller (used as is).
+
+    The bounds need a stationary kernel ``k = σ_f² k_r(‖x − x'‖)`` with ``k_r`` non-increasing
+    and ≥ 0 (eq. 4 only needs a constant diagonal).  This is checked structurally (the PyMC
+    covariance is built from ExpQuad/Matern/Exponential/RatQuad, constants, sums and
+    products) and numerically at probe points (isotropy, monotonicity, non-negativity);
+    otherwise ``ValueError`` asks for an explicit public ``R_k``.
+    """
+    if not isinstance(method, str):
+        R_k = check_positive(method, "kernel_norm (a public bound R_k)")
+        return KernelNormBound(R_k, "user", None, None, nonnegative=False)
+    if method not in ("auto", "eq4", "eq7", "eq8"):
+        raise ValueError(
+            f"kernel_norm must be 'auto', 'eq4', 'eq7', 'eq8' or a float, got {method!r}."
+        )
+    if not public.stationary:
+        raise ValueError(
+            "The kernel is not recognised as stationary with a decreasing profile (ExpQuad, "
+            "Matern, Exponential, RatQuad, constants, sums and products of these), so the "
+            "bounds of Honkela eqs. (4), (7), (8) on ||k(Z, x)|| do not apply. Pass a public "
+            "bound kernel_norm=R_k (a float with ||k(Z, x)|| <= R_k for every possible x)."
+        )
+    Z = public.Z
+    M = Z.shape[0]
+    d_z = _min_spacing(Z)
+    scale = d_z if math.isfinite(d_z) and d_z > 0 else 1.0
+    j = np.arange(M)
+    r_needed = np.concatenate([np.floor(j / 2.0) * scale, [scale / 2.0]])
+    r_probe = np.unique(np.concatenate([r_needed, np.linspace(0.0, (M + 1) * scale, 512)]))
+    prof, sigma_f2, isotropic = _radial_profile(public, r_probe)
+    nonneg = bool(np.all(prof >= -1e-12))
+    monotone = bool(np.all(np.diff(prof) <= 1e-12))
+    D = public.kernel_diag(Z)
+    if not np.allclose(D, sigma_f2, rtol=1e-10, atol=0.0):
+        raise ValueError("k(z, z) differs between inducing inputs: the kernel is not stationary.")
+    cands: dict[str, float] = {"eq4": math.sqrt(M) * sigma_f2}
+    profile_ok = isotropic and nonneg and monotone
+    if profile_ok and M >= 1:
+
+        def k_r(r: NDArray[np.float64]) -> NDArray[np.float64]:
+            return np.interp(r, r_probe, prof)  # r are probe points: exact values
+
+        if math.isfinite(d_z) and d_z > 0:
+            if Z.shape[1] == 1:
+                s7 = float(np.sum(k_r(np.floor(j / 2.0) * d_z) ** 2))
+                cands["eq7"] = sigma_f2 * math.sqrt(s7)
+            s8 = 1.0 + (M - 1) * float(k_r(np.array([d_z / 2.0]))[0]) ** 2
+            cands["eq8"] = sigma_f2 * math.sqrt(s8)
+        elif M == 1:
+            cands["eq8"] = sigma_f2
+    if method == "auto":
+        eqn = min(cands, key=cands.__getitem__)
+    elif method in cands:
+        eqn = method
+    else:
+        why = (
+            "eq. (7) needs 1-D inputs"
+            if method == "eq7" and Z.shape[1] != 1
+            else "the kernel profile is not isotropic, non-negative and non-increasing at the "
+            "probe points (e.g. ARD lengthscales)"
+        )
+        raise ValueError(f"kernel_norm={method!r} does not apply: {why}. Use 'eq4' or a float.")
+    return KernelNormBound(
+        cands[eqn],
+        eqn,
+        sigma_f2,
+        d_z if math.isfinite(d_z) else None,
+        nonneg and profile_ok,
+        cands,
+    )
+
+
+# =========================================================================== sensitivity
+def eq6_sensitivity(y_bound: float, R_k: float, ratio: float = 1.0) -> float:
+    r"""Honkela (2024) eq. (6) as printed, with ``c = σ_a/σ_b`` = ``ratio``:
+
+    ``Δ = √(R_y⁴/(2c²) + 2R_y²R_k² + 2c²R_k⁴)``.
+    """
+    Ry, Rk, c = (
+        check_positive(v, n) for v, n in ((y_bound, "y_bound"), (R_k, "R_k"), (ratio, "ratio"))
+    )
+    return math.sqrt(Ry**4 / (2 * c * c) + 2 * Ry**2 * Rk**2 + 2 * c * c * Rk**4)
+
+
+def worst_case_sensitivity(
+    pairs: ArrayLike, R_k: float, ratio: float = 1.0, *, t_min: float | None = None
+) -> float:
+    r"""L2 sensitivity of the whitened statistics for given per-output record values.
+
+    ``pairs`` is ``(T, 4)``: for each output ``t`` the values ``(a, w, a', w')`` of the two
+    records, where a record contributes ``[a k; c w t_b(k)]`` (``a = ω r``, ``w = ω``).  With
+    ``t = ⟨k, k'⟩`` shared by all outputs and ``‖k‖, ‖k'‖ ≤ R_k`` (App. A, eqs. 25–26):
+
+    ``‖Δv‖² ≤ Σ_t [(a_t² + a'_t²) R_k² + c²(w_t² + w'_t²) R_k⁴] − 2 t Σ a a' − 2c² t² Σ w w'``,
+
+    a concave quadratic in ``t`` maximised over ``t ∈ [t_min, R_k²]`` (``t_min = −R_k²`` by
+    Cauchy–Schwarz, ``0`` for non-negative kernels).  Returns the square root.
+    """
+    P = np.atleast_2d(np.asarray(pairs, dtype=np.float64))
+    Rk = check_positive(R_k, "R_k")
+    c = check_positive(ratio, "ratio")
+    lo = -Rk * Rk if t_min is None else float(t_min)
+    a, w, a2, w2 = P.T
+    const = float(np.sum((a**2 + a2**2) * Rk**2 + c * c * (w**2 + w2**2) * Rk**4))
+    lin = -2.0 * float(np.sum(a * a2))
+    quad = 2.0 * c * c * float(np.sum(w * w2))
+    if quad > 0:
+        t = min(max(lin / (2.0 * quad), lo), Rk * Rk)
+    else:
+        t = Rk * Rk if lin > 0 else lo
+    return math.sqrt(max(const + lin * t - quad * t * t, 0.0))
+
+
+def l2_sensitivity(y_bound: float, R_k: float, ratio: float = 1.0) -> float:
+    r"""L2 sensitivity Δ of ``(A, c B̂)`` under replace-one ``(x, y)`` (Honkela eq. 6, App. A).
+
+    For records with ``|r| ≤ R_y``, ``‖k‖ ≤ R_k`` and weights ``ω ∈ (0, 1]``:
+
+    ``Δ² = 2R_y²R_k² + 2c²R_k⁴ + max_{0≤s≤R_k²} (2R_y² s − 2c² s²)``.
+
+    The maximiser is ``s* = min(R_y²/(2c²), R_k²)``; when ``R_y² ≤ 2c²R_k²`` this is exactly
+    eq. (6), otherwise smaller (eq. 6 lets ``|⟨k, k'⟩|`` exceed ``R_k²``).  Always
+    ``≤`` :func:`eq6_sensitivity`.  Derivation in ``docs/noise_aware.md``.
+    """
+    Ry = check_positive(y_bound, "y_bound")
+    Rk = check_positive(R_k, "R_k")
+    c = check_positive(ratio, "ratio")
+    s = min(Ry * Ry / (2.0 * c * c), Rk * Rk)
+    return math.sqrt(2 * Ry**2 * Rk**2 + 2 * c * c * Rk**4 + 2 * Ry**2 * s - 2 * c * c * s * s)
+
+
+def regularisation_lambda(
+    sigma_b: float, scale: float, n_inducing: int, rho: float = 0.01
+) -> float:
+    r"""Regulariser λ of Honkela (2024) eq. (10) (eq. 41 for the heteroscedastic scale):
+
+    ``λ = s σ_b √(|Z| log(2|Z|²/ρ)) (|Z| + 1)/(2|Z|)``, ``s = σ⁻²`` (``1/σ²_min``).
+
+    ρ is the intended failure probability of ``K + s(B + E_b) + λI`` being indefinite (paper
+    default 0.01).  See ``docs/noise_aware.md`` for how this compares with a matrix-Gaussian
+    tail bound; positive definiteness is in any case enforced after the fact by
+    :func:`dp_qu` (post-processing).
+    """
+    sigma_b = check_positive(sigma_b, "sigma_b", allow_zero=True)
+    scale = check_positive(scale, "scale")
+    if not (0.0 < rho < 1.0):
+        raise ValueError(f"rho must lie in (0, 1), got {rho!r}.")
+    M = int(n_inducing)
+    if M < 1:
+        raise ValueError(f"n_inducing must be >= 1, got {n_inducing!r}.")
+    return scale * sigma_b * math.sqrt(M * math.log(2.0 * M * M / rho)) * (M + 1) / (2.0 * M)
+
+
+# =========================================================================== B-hat packing
+def upper_vector(B: ArrayLike) -> NDArray[np.float64]:
+    """``B̂``: diagonal of ``B`` then its strict upper triangle (row-major) times √2 (eq. 23).
+
+    ``‖B̂‖₂ = ‖B‖_F``; the last axis pair of ``B`` may be batched (``(..., M, M)``).
+    """
+    Barr = np.asarray(B, dtype=np.float64)
+    M = Barr.shape[-1]
+    iu = np.triu_indices(M, 1)
+    return np.concatenate(
+        [np.diagonal(Barr, axis1=-2, axis2=-1), math.sqrt(2.0) * Barr[..., iu[0], iu[1]]], axis=-1
+    )
+
+
+def symmetric_from_upper(v: ArrayLike, M: int) -> NDArray[np.float64]:
+    """Inverse of :func:`upper_vector`: the symmetric matrix (off-diagonals divided by √2)."""
+    varr = np.asarray(v, dtype=np.float64)
+    out = np.zeros((*varr.shape[:-1], M, M))
+    idx = np.arange(M)
+    out[..., idx, idx] = varr[..., :M]
+    iu = np.triu_indices(M, 1)
+    off = varr[..., M:] / math.sqrt(2.0)
+    out[..., iu[0], iu[1]] = off
+    out[..., iu[1], iu[0]] = off
+    return out
+
+
+# =========================================================================== DP q(u)
+@dataclass(frozen=True)
+class DPQu:
+    """DP ``q(u) = N(m, S)`` on ``Z`` (zero prior mean) and its parts (Honkela eqs. 9, 11, 14).
+
+    ``m``, ``S = S1 + S21 + S22`` (``S21 = S22 = 0`` for the naive variant), ``lam`` the λ
+    given, ``lam_used`` the λ actually used (larger if ``P`` had to be repaired).
+    """
+
+    m: NDArray[np.float64]
+    S: NDArray[np.float64]
+    S1: NDArray[np.float64]
+    S21: NDArray[np.float64]
+    S22: NDArray[np.float64]
+    lam: float
+    lam_used: float
+
+
+def noise_correction(
+    H: NDArray[np.float64],
+    w: NDArray[np.float64],
+    *,
+    scale: float,
+    sigma_a: float,
+    sigma_b: float,
+    form: Literal["linearised", "eq14"] = "linearised",
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    r"""``S₂,₁`` (eq. 11) and ``S₂,₂`` in O(|Z|³), given ``H = Σ̃ K = Gᵀ`` and ``w = Σ̃ ã``.
+
+    ``S₂,₁ = s² σ_a² G Gᵀ``.  ``∂m/∂(E_b)_ij = −s² K Σ̃ E_ij Σ̃ ã = −s² w_j g_i`` (eq. 13,
+    ``g_i`` = column i of G).  ``form="linearised"``: the noise on pair i<j is one variable
+    of variance σ_b²/2 in both ``(i, j)`` and ``(j, i)``, giving
+    ``s⁴σ_b²[Σ_i w_i² g_i g_iᵀ + ½ Σ_{i<j} (w_j g_i + w_i g_j)(⋯)ᵀ]
+    = (s⁴σ_b²/2) G (‖w‖² I + w wᵀ) Gᵀ``.
+    ``form="eq14"``: eq. (14) as printed, ``G diag(s⁴σ_b²(‖w‖² + w_i²)/2) Gᵀ``.
+    """
+    G = H.T
+    S21 = (scale * sigma_a) ** 2 * (G @ G.T)
+    coef = scale**4 * sigma_b**2 / 2.0
+    ww = float(w @ w)
+    if form == "linearised":
+        Gw = G @ w
+        S22 = coef * (ww * (G @ G.T) + np.outer(Gw, Gw))
+    elif form == "eq14":
+        S22 = (G * (coef * (ww + w**2))[None, :]) @ G.T
+    else:
+        raise ValueError(f"form must be 'linearised' or 'eq14', got {form!r}.")
+    return 0.5 * (S21 + S21.T), 0.5 * (S22 + S22.T)
+
+
+def noise_correction_reference(
+    Kzz: ArrayLike,
+    Sigma_tilde: ArrayLike,
+    a_noisy: ArrayLike,
+    *,
+    scale: float,
+    sigma_b: float,
+    form: Literal["linearised", "eq14"] = "eq14",
+) -> NDArray[np.float64]:
+    r"""``S₂,₂`` by the literal double sum over ``E_ij`` matrices (O(|Z|⁵); tests only).
+
+    ``form="eq14"``: Honkela eq. (14) term by term; ``form="linearised"``: the covariance of
+    ``Σ_{i≤j} ∂m/∂(E_b)_ij · η_ij`` with symmetric perturbations ``E_ij + E_ji`` for i < j.
+    """
+    K = np.asarray(Kzz, dtype=np.float64)
+    St = np.asarray(Sigma_tilde, dtype=np.float64)
+    a = np.asarray(a_noisy, dtype=np.float64)
+    M = K.shape[0]
+    aat = np.outer(a, a)
+    out = np.zeros((M, M))
+    s4 = scale**4
+
+    def E(i: int, j: int) -> NDArray[np.float64]:
+        e = np.zeros((M, M))
+        e[i, j] = 1.0
+        return e
+
+    for i in range(M):
+        T = K @ St @ E(i, i) @ St
+        out += s4 * sigma_b**2 * T @ aat @ T.T
+        for j in range(i + 1, M):
+            if form == "eq14":
+                T1 = K @ St @ E(i, j) @ St
+                T2 = K @ St @ E(j, i) @ St
+                out += s4 * sigma_b**2 / 2.0 * (T1 @ aat @ T1.T + T2 @ aat @ T2.T)
+            else:
+                T = K @ St @ (E(i, j) + E(j, i)) @ St
+                out += s4 * sigma_b**2 / 2.0 * T @ aat @ T.T
+    return out
+
+
+def dp_qu(
+    Kzz: ArrayLike,
+    a_noisy: ArrayLike,
+    B_noisy: ArrayLike,
+    *,
+    scale: float,
+    sigma_a: float,
+    sigma_b: float,
+    lam: float,
+    variant: Literal["noise_aware", "naive"] = "noise_aware",
+    s22_form: Literal["linearised", "eq14"] = "linearised",
+) -> DPQu:
+    r"""DP ``q(u)`` from privatised statistics (Honkela eq. 9 + eqs. 11, 14): post-processing.
+
+    ``P = K + s B̃ + λ I``.  If ``P`` is not positive definite (the event λ of eq. 10 guards
+    against, probability about ρ), λ is raised so that the smallest eigenvalue of ``P`` is
+    ``max(λ, 1e-10·tr K/M)`` — a function of the released statistics only, so it costs no
+    privacy; ``lam_used`` records it.  ``m = s K P⁻¹ ã`` and ``S₁ = K P⁻¹ K`` are computed in
+    the whitened form ``K = L Lᵀ``, ``Λ = I + L⁻¹(sB̃ + λI)L⁻ᵀ`` (as PyMC's ``MarginalApprox``:
+    accurate when ``K + sB`` is ill-conditioned, ``S₁`` PSD by construction), and ``S₂`` from
+    :func:`noise_correction` with ``H = P⁻¹K``, ``w = P⁻¹ã``.  With zero noise and ``λ = 0``
+    this is Titsias' q(u) (eq. 2).
+    """
+    K = np.asarray(Kzz, dtype=np.float64)
+    a = np.asarray(a_noisy, dtype=np.float64)
+    Bn = np.asarray(B_noisy, dtype=np.float64)
+    M = K.shape[0]
+    if variant not in ("noise_aware", "naive"):
+        raise ValueError(f"variant must be 'noise_aware' or 'naive', got {variant!r}.")
+    sB = scale * 0.5 * (Bn + Bn.T)
+    lam_used = float(lam)
+    eig_min = float(np.linalg.eigvalsh(K + sB)[0])
+    if eig_min + lam_used <= 0.0:
+        # eq. (10) failed (probability ~ rho): raise lambda so that min eig(P) = max(lam, tiny).
+        lam_used = -eig_min + max(float(lam), 1e-10 * float(np.trace(K)) / M)
+    # Whitened form (as PyMC's MarginalApprox): K = L L^T, Lam = I + L^-1 (sB + lam I) L^-T.
+    L, _ = jittered_cholesky(K)
+    LiD = sla.solve_triangular(L, sB + lam_used * np.eye(M), lower=True)
+    Lam = np.eye(M) + sla.solve_triangular(L, LiD.T, lower=True)
+    L_lam = sla.cholesky(0.5 * (Lam + Lam.T), lower=True)
+    c = sla.solve_triangular(L_lam, sla.solve_triangular(L, a, lower=True), lower=True)
+    m = scale * (L @ sla.solve_triangular(L_lam.T, c, lower=False))  # s K P^-1 a
+    Wt = sla.solve_triangular(L_lam, L.T, lower=True)
+    S1 = Wt.T @ Wt  # K P^-1 K, PSD by construction
+    S1 = 0.5 * (S1 + S1.T)
+    Z0 = np.zeros_like(S1)
+    if variant == "naive" or (sigma_a == 0.0 and sigma_b == 0.0):
+        return DPQu(m, S1, S1, Z0, Z0, float(lam), lam_used)
+    # S2 needs H = P^-1 K and w = P^-1 a; P >= lam I is well conditioned here.
+    P = K + sB + lam_used * np.eye(M)
+    L_P, _ = jittered_cholesky(0.5 * (P + P.T))
+    H = sla.cho_solve((L_P, True), K)
+    w = sla.cho_solve((L_P, True), a)
+    S21, S22 = noise_correction(H, w, scale=scale, sigma_a=sigma_a, sigma_b=sigma_b, form=s22_form)
+    S = S1 + S21 + S22
+    return DPQu(m, 0.5 * (S + S.T), S1, S21, S22, float(lam), lam_used)
+
+
+# =========================================================================== release
+@dataclass(frozen=True, eq=False)
+class SparseQuRelease:
+    """A DP ``q(u) = N(m, S)`` on public inducing inputs, per output, and its metadata.
+
+    Holds only public and DP content: ``Z``, the DP ``u_mean`` ``(T, M)`` (prior mean
+    included) and ``u_cov`` ``(T, M, M)``, the public kernel (to predict anywhere, eq. 17),
+    the public prior mean and noise variance, and the privacy metadata.  ``T = 1`` for
+    regression (then :attr:`m` and :attr:`S` are ``(M,)`` and ``(M, M)``), the number of
+    classes for Dirichlet classification.
+    """
+
+    mechanism: str
+    Z: NDArray[np.float64] = field(repr=False)
+    u_mean: NDArray[np.float64] = field(repr=False)
+    u_cov: NDArray[np.float64] = field(repr=False)
+    prior_mean: NDArray[np.float64] = field(repr=False)
+    noise_var: float | None
+    jitter: float
+    metadata: dict[str, Any] = field(repr=False)
+    output_names: tuple[str, ...] = ("y",)
+    _kernel: Callable[..., NDArray[np.float64]] | None = field(default=None, repr=False)
+    _kernel_diag: Callable[..., NDArray[np.float64]] | None = field(default=None, repr=False)
+
+    @property
+    def n_outputs(self) -> int:
+        """Number of outputs ``T``."""
+        return int(self.u_mean.shape[0])
+
+    @property
+    def m(self) -> NDArray[np.float64]:
+        """DP mean of ``u`` (``(M,)`` for one output, else ``(T, M)``)."""
+        return self.u_mean[0] if self.n_outputs == 1 else self.u_mean
+
+    @property
+    def S(self) -> NDArray[np.float64]:
+        """DP covariance of ``u`` (``(M, M)`` for one output, else ``(T, M, M)``)."""
+        return self.u_cov[0] if self.n_outputs == 1 else self.u_cov
+
+    def _kzz(self) -> NDArray[np.float64]:
+        assert self._kernel is not None
+        return self._kernel(self.Z) + self.jitter * np.eye(self.Z.shape[0])
+
+    def predict(
+        self,
+        X_star: ArrayLike,
+        *,
+        full_cov: bool = False,
+        pred_noise: bool | float = False,
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        r"""Predictive mean and variance (or covariance) of ``f(X*)`` (Honkela eq. 17).
+
+        Post-processing of the release: no privacy cost, no ledger charge.
+        ``pred_noise=True`` adds the public noise variance (a float adds that variance).
+        Shapes ``(n,)`` for one output, ``(T, n)`` (``(T, n, n)`` covariances) otherwise.
+        """
+        if self._kernel is None or self._kernel_diag is None:
+            raise ValueError("this release carries no kernel; rebuild it with the public kernel.")
+        Xs = np.asarray(X_star, dtype=np.float64)
+        if Xs.ndim == 1:
+            Xs = Xs[:, None]
+        Kzv = self._kernel(self.Z, Xs)
+        kvv = self._kernel(Xs) if full_cov else self._kernel_diag(Xs)
+        mu0 = self.prior_mean[:, None]
+        mu, var = predict_from_qu(
+            self._kzz(), self.u_mean - mu0, self.u_cov, Kzv, kvv, mean=0.0, full_cov=full_cov
+        )
+        mu = mu + mu0
+        extra = 0.0
+        if pred_noise is True:
+            if self.noise_var is None:
+                raise ValueError("no public noise variance recorded; pass pred_noise=<variance>.")
+            extra = self.noise_var
+        elif pred_noise is not False:
+            extra = check_positive(pred_noise, "pred_noise", allow_zero=True)
+        if extra:
+            if full_cov:
+                var = var + extra * np.eye(Xs.shape[0])[None]
+            else:
+                var = var + extra
+        if self.n_outputs == 1:
+            return mu[0], var[0]
+        return mu, var
+
+    def attrs(self) -> dict[str, Any]:
+        """Metadata flattened for netCDF (scalars/strings kept, the rest JSON), as in release.py."""
+        out: dict[str, Any] = {"mechanism": self.mechanism, "pm_dpgp_version": __version__}
+        for key, value in self.metadata.items():
+            value = _jsonable(value)
+            if value is None:
+                out[key] = "none"
+            elif isinstance(value, bool):
+                out[key] = int(value)
+            elif isinstance(value, str | int | float):
+                out[key] = value
+            else:
+                out[key] = json.dumps(value)
+        return out
+
+    def to_inference_data(self, X_star: ArrayLike | None = None) -> Any:
+        """ArviZ ``InferenceData`` of the release (see :func:`sparse_qu_to_inference_data`)."""
+        return sparse_qu_to_inference_data(self, X_star)
+
+
+def sparse_qu_to_inference_data(release: SparseQuRelease, X_star: ArrayLike | None = None) -> Any:
+    """Store a :class:`SparseQuRelease` as ``arviz.InferenceData``.
+
+    * ``posterior``: ``u_mean`` dims ``(chain, draw, [output,] inducing)`` and ``u_cov`` dims
+      ``(chain, draw, [output,] inducing, inducing_)``, one chain and one draw (the DP release
+      is one point: the parameters of q(u)); the ``output`` dim only when ``T > 1``.
+    * ``constant_data``: the public ``Z`` (dims ``inducing, input_dim``) and ``X_star``.
+    * ``posterior_predictive`` (only with ``X_star``): ``f_mean`` and ``f_var`` (eq. 17,
+      post-processing) dims ``(chain, draw, [output,] x_star)``.
+    * attrs of every group: the privacy metadata (nested values as JSON strings).
+    """
+    import arviz as az
+    import xarray as xr
+
+    Z = release.Z
+    M, d = Z.shape
+    z_coord = Z[:, 0] if d == 1 else np.arange(M)
+    multi = release.n_outputs > 1
+    odims: tuple[str, ...] = ("output",) if multi else ()
+    coords: dict[str, Any] = {
+        "chain": [0],
+        "draw": [0],
+        "inducing": z_coord,
+        "inducing_": z_coord,
+    }
+    if multi:
+        coords["output"] = list(release.output_names)
+    um = release.u_mean if multi else release.u_mean[0]
+    uc = release.u_cov if multi else release.u_cov[0]
+    post = xr.Dataset(
+        {
+            "u_mean": (("chain", "draw", *odims, "inducing"), um[None, None]),
+            "u_cov": (("chain", "draw", *odims, "inducing", "inducing_"), uc[None, None]),
+        },
+        coords=coords,
+    )
+    const_vars: dict[str, Any] = {"Z": (("inducing", "input_dim"), Z)}
+    const_coords: dict[str, Any] = {"inducing": z_coord, "input_dim": np.arange(d)}
+    groups: dict[str, Any] = {}
+    if X_star is not None:
+        Xs = np.asarray(X_star, dtype=np.float64)
+        if Xs.ndim == 1:
+            Xs = Xs[:, None]
+        mu, var = release.predict(Xs)
+        x_coord = Xs[:, 0] if Xs.shape[1] == 1 else np.arange(Xs.shape[0])
+        pp_coords: dict[str, Any] = {"chain": [0], "draw": [0], "x_star": x_coord}
+        if multi:
+            pp_coords["output"] = list(release.output_names)
+        groups["posterior_predictive"] = xr.Dataset(
+            {
+                "f_mean": (("chain", "draw", *odims, "x_star"), np.asarray(mu)[None, None]),
+                "f_var": (("chain", "draw", *odims, "x_star"), np.asarray(var)[None, None]),
+            },
+            coords=pp_coords,
+        )
+        const_vars["X_star"] = (("x_star", "input_dim"), Xs)
+        const_coords["x_star"] = x_coord
+    const = xr.Dataset(const_vars, coords=const_coords)
+    attrs = release.attrs()
+    for ds in (post, const, *groups.values()):
+        ds.attrs.update(attrs)
+    return az.InferenceData(posterior=post, constant_data=const, **groups)
+
+
+# =========================================================================== the mechanism
+def _as_public(model: SparseGPRegression | PublicSparseGP, hyperparameters: Any) -> PublicSparseGP:
+    if isinstance(model, SparseGPRegression):
+        return model.public_sparse_gp(hyperparameters)
+    if isinstance(model, PublicSparseGP):
+        if hyperparameters is not None:
+            raise ValueError("hyperparameters are already fixed in a PublicSparseGP; omit them.")
+        return model
+    raise TypeError(
+        "model must be a SparseGPRegression (pm_dpgp.models.sparse_gp_regression) or a "
+        f"PublicSparseGP, got {type(model).__name__}."
+    )
+
+
+def _default_data(model: Any, data: Any) -> Any:
+    if data is not None:
+        return data
+    if isinstance(model, SparseGPRegression) and model.X.shape[0]:
+        return (model.X, model.y)
+    raise ValueError(
+        "no data: pass data=(X, y), an iterable of chunks, or Dask arrays (the model holds none)."
+    )
+
+
+def _check_clip(clip: str) -> None:
+    if clip not in ("warn", "raise"):
+        raise ValueError(f"clip must be 'warn' or 'raise', got {clip!r}.")
+
+
+def _inputs_chunk(X: Any, d: int) -> NDArray[np.float64]:
+    Xa = np.asarray(X, dtype=np.float64)
+    if Xa.ndim == 1:
+        Xa = Xa[:, None]
+    if Xa.ndim != 2 or Xa.shape[1] != d:
+        raise ValueError(f"inputs must have {d} column(s) like Z, got shape {Xa.shape}.")
+    if not np.all(np.isfinite(Xa)):
+        raise ValueError(
+            "X contains NaN or infinite values. Remove or impute them with a public rule "
+            "before a private release."
+        )
+    return Xa
+
+
+def _check_z_against(Z: NDArray[np.float64], X: NDArray[np.float64], z_is_public: bool) -> None:
+    if not z_is_public and count_matching_rows(Z, X):
+        raise InducingFromDataError(
+            "inducing inputs Z coincide exactly with rows of the private inputs X: Z looks "
+            "chosen from the data, and the release publishes Z. Use a public grid or public "
+            "domain knowledge; pass z_is_public=True only if Z was fixed without looking at X."
+        )
+
+
+def _residuals(
+    y: Any, n: int, mean: float, y_bound: float, clip: str, name: str = "y"
+) -> tuple[NDArray[np.float64], float, float]:
+    ya = np.asarray(y, dtype=np.float64).reshape(-1)
+    if ya.shape[0] != n:
+        raise ValueError(f"{name} has {ya.shape[0]} rows but X has {n}.")
+    if not np.all(np.isfinite(ya)):
+        raise ValueError(
+            f"{name} contains NaN or infinite values. Remove or impute them with a public rule "
+            "before a private release."
+        )
+    r = ya - mean
+    absr = np.abs(r)
+    above = float(np.count_nonzero(absr > y_bound))
+    equal = float(np.count_nonzero(absr == y_bound))
+    if above and clip == "raise":
+        raise ValueError(
+            f"{int(above)} responses lie outside the public bound |y - mean| <= {y_bound}; widen "
+            "the bound (from public knowledge) or pass clip='warn' to clip them."
+        )
+    return np.clip(r, -y_bound, y_bound), above, equal
+
+
+def _finish_checks(
+    above: float, equal: float, bound: float, bound_is_public: bool, what: str, hint: str
+) -> None:
+    if equal > 0 and above == 0 and not bound_is_public:
+        raise ValueError(
+            f"the public {what} {bound!r} equals the largest value in the private data: it looks "
+            f"computed from the data, and using it as public would leak it. {hint} or pass "
+            "bound_is_public=True if it really is public."
+        )
+    if above > 0:
+        warnings.warn(
+            f"{int(above)} private value(s) lay beyond the public {what} {bound!r} and were "
+            "clipped to it; the release describes the clipped data.",
+            PrivacyWarning,
+            stacklevel=3,
+        )
+
+
+def noise_aware_release(
+    model: SparseGPRegression | PublicSparseGP,
+    data: Any = None,
+    *,
+    epsilon: float,
+    delta: float,
+    y_bound: float,
+    hyperparameters: dict[str, Any] | None = None,
+    ratio: float = 1.0,
+    kernel_norm: KernelNorm | float = "auto",
+    rho: float = 0.01,
+    variant: Literal["noise_aware", "naive"] = "noise_aware",
+    s22_form: Literal["linearised", "eq14"] = "linearised",
+    noise_var_floor: float | None = None,
+    calibration: Literal["analytic", "classic"] = "analytic",
+    ledger: Ledger | None = None,
+    rng: np.random.Generator | None = None,
+    clip: Literal["warn", "raise"] = "warn",
+    bound_is_public: bool = False,
+    z_is_public: bool | None = None,
+    chunk_size: int | None = None,
+) -> SparseQuRelease:
+    r"""(ε, δ)-DP noise-aware sparse-GP posterior ``q(u)`` on public ``Z`` (Honkela Alg. 1).
+
+    Parameters
+    ----------
+    model
+        :func:`~pm_dpgp.models.sparse_gp_regression` model (its ``X, y`` are used when
+        ``data`` is None) or a :class:`~pm_dpgp.models.PublicSparseGP`.
+    data
+        Private data: a tuple ``(X, y)`` of arrays, a tuple of Dask arrays, or an iterable of
+        ``(X, y)`` chunks; with ``noise_var_floor``, ``(X, y, noise_var)`` (heteroscedastic,
+        App. D).  Memory does not grow with ``n``
+        (see :func:`pm_dpgp.gp.sparse.sufficient_statistics`).
+    epsilon, delta
+        Privacy of the release, ε > 0, 0 < δ < 1.
+    y_bound
+        Public ``R_y``: responses are clipped to ``|y − μ| ≤ R_y`` (μ = public prior mean)
+        with a :class:`PrivacyWarning` (``clip="warn"``) or refused (``clip="raise"``).
+    hyperparameters
+        Public values for any hyperparameter with a prior in ``model``.
+    ratio
+        ``c = σ_a/σ_b`` (paper: 1).
+    kernel_norm
+        ``R_k`` rule: ``"auto"``, ``"eq4"``, ``"eq7"``, ``"eq8"`` or a public float
+        (:func:`kernel_norm_bound`).
+    rho
+        Failure probability in λ of eq. (10) (paper: 0.01).
+    variant
+        ``"noise_aware"`` (``S = KΣ̃K + S₂``) or ``"naive"`` (``S = KΣ̃K``).
+    s22_form
+        ``"linearised"`` (default; exact covariance of the linearisation) or ``"eq14"``.
+    noise_var_floor
+        Heteroscedastic noise: public lower bound σ²_min on the per-point noise variances
+        given as the third data column (private; clipped up to the floor with a warning).
+    calibration
+        ``"analytic"`` (Balle & Wang 2018) or ``"classic"`` (ε ≤ 1).
+    ledger
+        Charged with one :class:`GaussianEvent` (multiplier σ_a/Δ) before any noise is drawn.
+    rng
+        The only randomness.  The seed is never stored.
+    bound_is_public
+        Accept a bound that equals the extreme of the private data.
+    z_is_public
+        Accept ``Z`` rows that coincide with private inputs (default: the model's flag).
+
+    Returns
+    -------
+    SparseQuRelease
+        DP ``m`` and ``S`` on ``Z`` with metadata; ``predict`` is free post-processing.
+    """
+    public = _as_public(model, hyperparameters)
+    data = _default_data(model, data)
+    epsilon = check_epsilon(epsilon)
+    delta = check_delta(delta)
+    R_y = check_positive(y_bound, "y_bound")
+    c = check_positive(ratio, "ratio")
+    if not (0.0 < float(rho) < 1.0):
+        raise ValueError(f"rho must lie in (0, 1), got {rho!r}.")
+    if variant not in ("noise_aware", "naive"):
+        raise ValueError(f"variant must be 'noise_aware' or 'naive', got {variant!r}.")
+    if s22_form not in ("linearised", "eq14"):
+        raise ValueError(f"s22_form must be 'linearised' or 'eq14', got {s22_form!r}.")
+    _check_clip(clip)
+    rng = check_rng(rng)
+    zpub = public.z_is_public if z_is_public is None else bool(z_is_public)
+    hetero = noise_var_floor is not None
+    floor = check_positive(noise_var_floor, "noise_var_floor") if hetero else None
+    scale = 1.0 / (floor if floor is not None else check_positive(public.noise_var, "noise_var"))
+
+    # --- public calibration, before touching the data --------------------------------------
+    bound = kernel_norm_bound(public, kernel_norm)
+    Delta = l2_sensitivity(R_y, bound.R_k, c)
+    sigma_a = gaussian_sigma(epsilon, delta, Delta, method=calibration)
+    sigma_b = sigma_a / c
+    M = public.n_inducing
+    lam = regularisation_lambda(sigma_b, scale, M, rho)
+
+    # --- private sufficient statistics (clipped per chunk) ---------------------------------
+    Z, d, mu = public.Z, public.input_dim, public.mean
+
+    def preprocess(X: Any, y: Any, v: Any = None) -> tuple[Any, Any, Any, Any]:
+        Xa = _inputs_chunk(X, d)
+        _check_z_against(Z, Xa, zpub)
+        r, above, equal = _residuals(y, Xa.shape[0], mu, R_y, clip)
+        if not hetero:
+            if v is not None:
+                raise ValueError(
+                    "data has a third column (per-point noise variances) but noise_var_floor "
+                    "is not set; give the public lower bound noise_var_floor for "
+                    "heteroscedastic noise."
+                )
+            return Xa, r[:, None], None, np.array([above, equal, 0.0, 0.0])
+        if v is None:
+            raise ValueError("heteroscedastic noise needs data=(X, y, noise_var).")
+        va = np.asarray(v, dtype=np.float64).reshape(-1)
+        if va.shape[0] != Xa.shape[0] or not np.all(np.isfinite(va)) or np.any(va <= 0):
+            raise ValueError("noise_var must be finite, > 0 and have one value per point.")
+        below = float(np.count_nonzero(va < floor))
+        at = float(np.count_nonzero(va == floor))
+        if below and clip == "raise":
+            raise ValueError(
+                f"{int(below)} noise variances lie below the public floor {floor}; lower the "
+                "floor (from public knowledge) or pass clip='warn'."
+            )
+        omega = floor / np.maximum(va, floor)
+        return Xa, r[:, None], omega[:, None], np.array([above, equal, below, at])
+
+    stats = sufficient_statistics(
+        public.kernel,
+        Z,
+        data,
+        preprocess=preprocess,
+        n_targets=1,
+        n_extras=4,
+        chunk_size=chunk_size,
+    )
+    if stats.n == 0:
+        raise ValueError("the data contain no points.")
+    above, equal, below, at = stats.extras
+    _finish_checks(
+        above,
+        equal,
+        R_y,
+        bound_is_public,
+        "response bound y_bound",
+        "Choose y_bound from public knowledge",
+    )
+    if hetero:
+        # the floor is a lower bound: "beyond" means below it
+        _finish_checks(
+            below,
+            at,
+            floor,
+            bound_is_public,
+            "noise_var_floor",
+            "Choose the floor from public knowledge",
+        )
+
+    # --- account, then draw -----------------------------------------------------------------
+    label = "noise-aware DP sparse GP (Honkela)"
+    event = GaussianEvent(noise_multiplier=sigma_a / Delta, label=label)
+    if ledger is not None:
+        ledger.spend(event, label=label)
+    a_noisy, B_noisy = _privatise(stats, 0, sigma_a, sigma_b, rng)
+    del stats
+    Kzz = public.kzz()
+    q = dp_qu(
+        Kzz,
+        a_noisy,
+        B_noisy,
+        scale=scale,
+        sigma_a=sigma_a,
+        sigma_b=sigma_b,
+        lam=lam,
+        variant=variant,
+        s22_form=s22_form,
+    )
+    metadata = _metadata(
+        public,
+        bound,
+        epsilon=epsilon,
+        delta=delta,
+        Delta=Delta,
+        sigma_a=sigma_a,
+        sigma_b=sigma_b,
+        ratio=c,
+        lam=lam,
+        lam_used=[q.lam_used],
+        rho=float(rho),
+        R_y=R_y,
+        scale=scale,
+        variant=variant,
+        s22_form=s22_form,
+        calibration=calibration,
+        event=event,
+        sensitivity_equation=(
+            "Honkela eq. (6) (App. A, Lemma 5) with |<k, k'>| <= R_k^2: "
+            "D^2 = 2 Ry^2 Rk^2 + 2 c^2 Rk^4 + max_{0<=s<=Rk^2}(2 Ry^2 s - 2 c^2 s^2)"
+        ),
+        noise_model="heteroscedastic (App. D)" if hetero else "homoscedastic",
+        noise_var_floor=floor,
+    )
+    if hetero:
+        metadata["noise_var"] = None  # per-point (private) variances, floored at noise_var_floor
+    return SparseQuRelease(
+        mechanism="noise_aware_sparse_gp" if variant == "noise_aware" else "naive_dp_sparse_gp",
+        Z=np.array(Z),
+        u_mean=(mu + q.m)[None, :],
+        u_cov=q.S[None],
+        prior_mean=np.array([mu]),
+        noise_var=None if hetero else public.noise_var,
+        jitter=public.jitter,
+        metadata=metadata,
+        output_names=("y",),
+        _kernel=public.kernel,
+        _kernel_diag=public.kernel_diag,
+    )
+
+
+def _privatise(
+    stats: SufficientStatistics,
+    t: int,
+    sigma_a: float,
+    sigma_b: float,
+    rng: np.random.Generator,
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """The Gaussian mechanism of eq. (5) on output ``t``: ``A + E_a`` and ``B`` from ``B̂ + e_b``."""
+    M = stats.A.shape[0]
+    a_noisy = stats.A[:, t] + sigma_a * rng.standard_normal(M)
+    b_hat = upper_vector(stats.B[t]) + sigma_b * rng.standard_normal(M * (M + 1) // 2)
+    return a_noisy, symmetric_from_upper(b_hat, M)
+
+
+def _metadata(
+    public: PublicSparseGP,
+    bound: KernelNormBound,
+    *,
+    epsilon: float,
+    delta: float,
+    Delta: float,
+    sigma_a: float,
+    sigma_b: float,
+    ratio: float,
+    lam: float,
+    lam_used: list[float],
+    rho: float,
+    R_y: float,
+    scale: float,
+    variant: str,
+    s22_form: str,
+    calibration: str,
+    event: GaussianEvent,
+    sensitivity_equation: str,
+    noise_model: str,
+    noise_var_floor: float | None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """Privacy metadata of a noise-aware release (DESIGN "Rules"); public quantities only."""
+    md: dict[str, Any] = {
+        "privacy_model": PRIVACY_MODEL,
+        "neighbouring_relation": NEIGHBOURING_RELATION,
+        "epsilon": epsilon,
+        "delta": delta,
+        "calibration": calibration,
+        "l2_sensitivity": Delta,
+        "sensitivity_equation": sensitivity_equation,
+        "eq6_sensitivity": eq6_sensitivity(R_y, bound.R_k, ratio),
+        "sigma_a": sigma_a,
+        "sigma_b": sigma_b,
+        "ratio_c": ratio,
+        "lambda": lam,
+        "lambda_equation": "Honkela eq. (10)" if noise_model == "homoscedastic" else "eq. (41)",
+        "lambda_used": lam_used,
+        "rho": rho,
+        "y_bound": R_y,
+        "R_k": bound.R_k,
+        "R_k_equation": bound.equation,
+        "R_k_candidates": bound.candidates,
+        "inducing_min_spacing": bound.d_z,
+        "kernel_variance": bound.sigma_f2,
+        "variant": variant,
+        "s22_form": s22_form if variant == "noise_aware" else "none (naive: S2 omitted)",
+        "noise_model": noise_model,
+        "noise_var_floor": noise_var_floor,
+        "statistics_scale": scale,
+        "noise_multiplier": event.noise_multiplier,
+        "privacy_event": event.to_metadata(),
+        "kernel": public.description,
+        "hyperparameters": public.hyperparameters,
+        "noise_var": public.noise_var,
+        "prior_mean": public.mean,
+        "jitter": public.jitter,
+        "n_inducing": public.n_inducing,
+        "inducing_inputs": "public (given; never chosen from the private inputs)",
+        "prediction": "Honkela eq. (17): post-processing, no privacy cost",
+        "seed_policy": SEED_POLICY,
+    }
+    md.update(extra)
+    return md

@@ -1,0 +1,629 @@
+r"""PyMC builder for sparse (variational) GP regression with PUBLIC inducing inputs ``Z``.
+
+:func:`sparse_gp_regression` builds an ordinary PyMC model on
+:class:`pymc.gp.MarginalApprox` with ``approx="VFE"`` (Titsias 2009, "Variational learning
+of inducing variables in sparse Gaussian processes", AISTATS; the collapsed bound that PyMC
+implements), so the data owner can fit or sample it non-privately as usual.  Its
+:meth:`SparseGPRegression.public_sparse_gp` gives the :class:`PublicSparseGP` that the
+noise-aware DP mechanism (:mod:`pm_dpgp.mechanisms.noise_aware`, Honkela 2024) consumes:
+inducing inputs, kernel at public hyperparameters, noise variance and prior mean, and *no*
+training data.
+
+Privacy model (full privacy, REFERENCE §1): both the inputs ``X`` and the outputs ``y`` are
+private.  Everything else must be public:
+
+* the inducing inputs ``Z`` — a regular grid over a public domain
+  (:func:`grid_inducing_points`), user-given from domain knowledge, or k-means centres of a
+  *public* dataset (:func:`kmeans_inducing_points`), never chosen from the private ``X``.
+  ``Z`` rows that coincide with rows of ``X`` are refused unless ``z_is_public=True``;
+* the kernel hyperparameters and the noise (as for the exact builder,
+  :mod:`pm_dpgp.models.exact`, whose machinery is reused: one PyTensor function per model,
+  hyperparameter RVs replaced by public values);
+* the prior mean.
+
+The kernel evaluated here is exactly PyMC's: the same PyTensor graph, compiled once, and the
+same ``jitter`` (PyMC's ``JITTER_DEFAULT`` = 1e-6) added to ``K_ZZ`` as ``MarginalApprox`` does.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pymc as pm
+import pytensor.tensor as pt
+from numpy.typing import ArrayLike, NDArray
+from pymc.gp.cov import BaseCovariance
+from pymc.gp.util import JITTER_DEFAULT
+
+try:  # pytensor >= 2.31
+    from pytensor.graph.traversal import ancestors
+except ImportError:  # pragma: no cover - older pytensor
+    from pytensor.graph.basic import ancestors
+
+from pm_dpgp._validation import check_finite_array, check_positive, check_rng
+from pm_dpgp.gp.sparse import count_matching_rows
+from pm_dpgp.models.exact import (
+    CovarianceSpec,
+    GPRegression,
+    NoiseSpec,
+    _as_2d_inputs,
+    _check_mean_not_from_data,
+    _describe_cov,
+    _format_value,
+    _readonly,
+    _resolve_cov,
+    _resolve_sigma,
+)
+
+__all__ = [
+    "DirichletGPClassification",
+    "DirichletTargets",
+    "InducingFromDataError",
+    "PublicSparseGP",
+    "SparseGPRegression",
+    "dirichlet_gp_classification",
+    "dirichlet_targets",
+    "grid_inducing_points",
+    "kmeans_inducing_points",
+    "sparse_gp_regression",
+]
+
+#: PyMC covariance classes that are stationary with a non-increasing, non-negative profile
+#: k(x, x') = k(0) k_r(‖x − x'‖) (Rasmussen & Williams 2006, §4.2).  Periodic and Cosine are
+#: stationary but not decreasing, so they are not listed.
+_DECREASING_STATIONARY = (
+    pm.gp.cov.ExpQuad,
+    pm.gp.cov.Exponential,
+    pm.gp.cov.Matern12,
+    pm.gp.cov.Matern32,
+    pm.gp.cov.Matern52,
+    pm.gp.cov.RatQuad,
+)
+
+
+class InducingFromDataError(ValueError):
+    """Inducing inputs coincide with private training inputs (they look chosen from the data).
+
+    Publishing ``Z`` (needed for predictions) would then reveal those private inputs.
+    """
+
+
+# --------------------------------------------------------------------------- inducing inputs
+def grid_inducing_points(
+    lower: ArrayLike, upper: ArrayLike, num: int | ArrayLike
+) -> NDArray[np.float64]:
+    """Regular grid of inducing inputs over a PUBLIC box ``[lower, upper]``.
+
+    ``lower``/``upper`` are scalars (1-D inputs) or length-``d`` vectors; ``num`` points per
+    dimension (an int or one per dimension).  The grid is the Cartesian product, shape
+    ``(Π num, d)``.  Choose the box from public knowledge of the input domain, never from the
+    private data's range.  Honkela (2024, §6) uses e.g. 15 points on ``[-3.5, 3.5]``.
+    """
+    lo = np.atleast_1d(np.asarray(lower, dtype=np.float64))
+    hi = np.atleast_1d(np.asarray(upper, dtype=np.float64))
+    if lo.shape != hi.shape or lo.ndim != 1:
+        raise ValueError(f"lower and upper must have the same length, got {lo.shape}, {hi.shape}.")
+    if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi)) and np.all(lo < hi)):
+        raise ValueError("need finite lower < upper in every dimension.")
+    nums = np.broadcast_to(np.asarray(num), lo.shape)
+    if not np.all(nums == np.round(nums)) or np.any(nums < 1):
+        raise ValueError(f"num must be positive integer(s), got {num!r}.")
+    axes = [np.linspace(a, b, int(k)) for a, b, k in zip(lo, hi, nums, strict=True)]
+    mesh = np.meshgrid(*axes, indexing="ij")
+    return np.stack([g.ravel() for g in mesh], axis=1)
+
+
+def kmeans_inducing_points(
+    X_public: ArrayLike,
+    num: int,
+    *,
+    rng: np.random.Generator | None = None,
+    n_iter: int = 100,
+) -> NDArray[np.float64]:
+    """k-means centres of PUBLIC data (Lloyd 1982; k-means++ seeding, Arthur & Vassilvitskii 2007).
+
+    ``X_public`` must be public (e.g. a public reference sample of the input domain, or a
+    previous public release) — never the private training inputs: centres of the private
+    inputs are statistics of them that no privacy guarantee covers.  ``rng`` is the only
+    source of randomness (seeding).  Vectorised over points; loops only over iterations and
+    the ``num`` seeding steps.
+    """
+    X = check_finite_array(X_public, "X_public", ndim=2)
+    if isinstance(num, bool) or not isinstance(num, numbers.Integral) or num < 1:
+        raise ValueError(f"num must be a positive integer, got {num!r}.")
+    if num > X.shape[0]:
+        raise ValueError(f"num={num} exceeds the number of public points {X.shape[0]}.")
+    rng = check_rng(rng)
+    # k-means++ seeding
+    centres = [X[rng.integers(X.shape[0])]]
+    d2 = np.sum((X - centres[0]) ** 2, axis=1)
+    for _ in range(1, num):
+        total = d2.sum()
+        idx = rng.choice(X.shape[0], p=d2 / total) if total > 0 else rng.integers(X.shape[0])
+        centres.append(X[idx])
+        d2 = np.minimum(d2, np.sum((X - X[idx]) ** 2, axis=1))
+    C = np.array(centres)
+    for _ in range(int(n_iter)):
+        dist = np.sum(X**2, 1)[:, None] - 2.0 * X @ C.T + np.sum(C**2, 1)[None, :]
+        lab = np.argmin(dist, axis=1)
+        counts = np.bincount(lab, minlength=num).astype(float)
+        sums = np.zeros_like(C)
+        np.add.at(sums, lab, X)
+        new = np.where(counts[:, None] > 0, sums / np.maximum(counts, 1.0)[:, None], C)
+        if np.allclose(new, C, rtol=0.0, atol=1e-12):
+            C = new
+            break
+        C = new
+    return C
+
+
+def _check_z_public(Z: NDArray[np.float64], X: NDArray[np.float64], z_is_public: bool) -> None:
+    if z_is_public:
+        return
+    hits = count_matching_rows(Z, X)
+    if hits:
+        raise InducingFromDataError(
+            f"{hits} inducing input(s) Z coincide exactly with rows of the private training "
+            "inputs X: Z looks chosen from the data, and publishing it (it is part of the "
+            "release) would reveal those private inputs. Use a public grid "
+            "(grid_inducing_points), public domain knowledge, or k-means of PUBLIC data; pass "
+            "z_is_public=True only if Z was fixed without looking at X."
+        )
+
+
+def _is_stationary_decreasing(cov: Any) -> bool:
+    """Structural check: built from decreasing stationary kernels, sums, products, scalars."""
+    gpc = pm.gp.cov
+    if isinstance(cov, _DECREASING_STATIONARY):
+        return True
+    if isinstance(cov, gpc.Constant):
+        return True
+    if isinstance(cov, gpc.Add | gpc.Prod):
+        for part in cov._factor_list:
+            if isinstance(part, BaseCovariance):
+                if not _is_stationary_decreasing(part):
+                    return False
+            elif np.ndim(part) != 0 and not (
+                hasattr(part, "type") and getattr(part.type, "ndim", 1) == 0
+            ):
+                return False
+        return True
+    return False
+
+
+# --------------------------------------------------------------------------- PublicSparseGP
+@dataclass(frozen=True, eq=False)
+class PublicSparseGP:
+    r"""Everything public about a sparse GP: inducing inputs, kernel, noise, prior mean.
+
+    Produced by :meth:`SparseGPRegression.public_sparse_gp`.  Holds no training data.
+
+    Attributes
+    ----------
+    Z : numpy.ndarray
+        Public inducing inputs, shape ``(M, d)``, read-only.
+    noise_var : float
+        Observation-noise variance ``σ²`` (public).
+    mean : float
+        Public constant prior mean.
+    hyperparameters : dict
+        Public hyperparameter values by name.
+    description : str
+        Kernel, hyperparameters, noise and mean, for metadata.
+    jitter : float
+        Added to the diagonal of ``K_ZZ`` (PyMC's ``MarginalApprox`` default 1e-6).
+    stationary : bool
+        Whether the covariance is structurally a sum/product of decreasing stationary kernels
+        (ExpQuad, Matern, Exponential, RatQuad) and constants — what the kernel-dependent
+        bounds on ``‖k(Z, x)‖`` (Honkela 2024, eqs. 7–8) need.
+    z_is_public : bool
+        The caller asserted ``Z`` was fixed without looking at the private inputs.
+    """
+
+    Z: NDArray[np.float64] = field(repr=False)
+    noise_var: float
+    mean: float
+    hyperparameters: dict[str, Any]
+    description: str
+    jitter: float
+    stationary: bool
+    z_is_public: bool
+    _kernel: Callable[[NDArray[np.float64], NDArray[np.float64]], NDArray[np.float64]] = field(
+        repr=False
+    )
+    _kernel_diag: Callable[[NDArray[np.float64]], NDArray[np.float64]] = field(repr=False)
+
+    @property
+    def n_inducing(self) -> int:
+        """``M = |Z|``."""
+        return int(self.Z.shape[0])
+
+    @property
+    def input_dim(self) -> int:
+        """Number of input columns ``d``."""
+        return int(self.Z.shape[1])
+
+    def kernel(self, Xa: ArrayLike, Xb: ArrayLike | None = None) -> NDArray[np.float64]:
+        """``k(Xa, Xb)`` at the public hyperparameters (thread-safe); ``Xb=None`` means ``Xa``."""
+        A = _as_2d_inputs(Xa, "Xa", self.input_dim)
+        B = A if Xb is None else _as_2d_inputs(Xb, "Xb", self.input_dim)
+        K = self._kernel(A, B)
+        if B is A:
+            K = 0.5 * (K + K.T)
+        if not np.all(np.isfinite(K)):
+            raise ValueError(
+                "The kernel evaluated to NaN/inf at these inputs and hyperparameters "
+                f"({self.hyperparameters}); check the hyperparameter values."
+            )
+        return K
+
+    def kernel_diag(self, Xa: ArrayLike) -> NDArray[np.float64]:
+        """``k(x, x)`` for each row of ``Xa``, shape ``(m,)``."""
+        A = _as_2d_inputs(Xa, "Xa", self.input_dim)
+        d = np.broadcast_to(np.asarray(self._kernel_diag(A), dtype=np.float64), (A.shape[0],))
+        return np.array(d)
+
+    def kzz(self) -> NDArray[np.float64]:
+        """``K_ZZ + jitter·I`` (the matrix PyMC's ``MarginalApprox`` factorises)."""
+        return self.kernel(self.Z) + self.jitter * np.eye(self.n_inducing)
+
+
+def _thread_safe(fn: Any) -> Callable[..., Any]:
+    """Wrap a compiled PyTensor function so that each thread calls its own copy.
+
+    A compiled ``pytensor`` function keeps its input/output storage inside the function
+    object, so two threads calling it at once (Dask's threaded scheduler) would race.
+    ``Function.copy()`` gives an independent copy without recompiling.
+    """
+    local = threading.local()
+
+    def call(*args: Any) -> Any:
+        own = getattr(local, "fn", None)
+        if own is None:
+            own = local.fn = fn.copy()
+        return own(*args)
+
+    return call
+
+
+# --------------------------------------------------------------------------- builder
+@dataclass(eq=False)
+class SparseGPRegression(GPRegression):
+    """A sparse (VFE) GP regression model in PyMC with public inducing inputs.
+
+    Returned by :func:`sparse_gp_regression`.  ``model`` is an ordinary PyMC model
+    (``gp`` is a :class:`pymc.gp.MarginalApprox`); :meth:`public_sparse_gp` gives the
+    :class:`PublicSparseGP` that the noise-aware mechanism consumes.  ``X`` and ``y``
+    (private) may be empty when the data are streamed to the mechanism instead.
+    """
+
+    Z: NDArray[np.float64] = field(default_factory=lambda: np.zeros((0, 1)), repr=False)
+    z_is_public: bool = False
+    jitter: float = JITTER_DEFAULT
+
+    def public_sparse_gp(
+        self, hyperparameters: Mapping[str, ArrayLike] | None = None
+    ) -> PublicSparseGP:
+        """The model at fixed PUBLIC hyperparameters, without any training data.
+
+        Raises :class:`~pm_dpgp.models.PrivateHyperparameterError` when a free hyperparameter
+        has no public value (fitted values are functions of the private data, not public).
+        """
+        values = self._check_hyperparameters(hyperparameters)
+        args = tuple(values[nm] for nm in self.hyperparameter_names)
+        if isinstance(self.sigma, float | int):
+            noise_var = float(self.sigma) ** 2
+        else:
+            sigma_val = float(np.asarray(self._function("noise")(*args)))
+            noise_var = check_positive(sigma_val**2, "noise variance (sigma**2)")
+        kernel_fn = _thread_safe(self._function("kernel"))
+        diag_fn = _thread_safe(self._function("diag"))
+
+        def kernel(Xa: NDArray[np.float64], Xb: NDArray[np.float64]) -> NDArray[np.float64]:
+            return np.asarray(kernel_fn(Xa, Xb, *args), dtype=np.float64)
+
+        def kernel_diag(Xa: NDArray[np.float64]) -> NDArray[np.float64]:
+            return np.asarray(diag_fn(Xa, *args), dtype=np.float64)
+
+        mapping = dict(zip(self._hyper_rvs, self._hyper_inputs, strict=True))
+        hyper_str = ", ".join(f"{nm}={_format_value(v)}" for nm, v in values.items())
+        description = (
+            f"kernel: {_describe_cov(self.cov_func, mapping)}"
+            + (f"; public hyperparameters: {hyper_str}" if hyper_str else "")
+            + f"; noise variance: {noise_var:.6g}; prior mean: {self.mean:.6g}"
+            + f"; inducing inputs: {self.Z.shape[0]} public points; jitter: {self.jitter:g}"
+        )
+        public = PublicSparseGP(
+            Z=_readonly(self.Z),
+            noise_var=noise_var,
+            mean=self.mean,
+            hyperparameters=values,
+            description=description,
+            jitter=float(self.jitter),
+            stationary=_is_stationary_decreasing(self.cov_func),
+            z_is_public=bool(self.z_is_public),
+            _kernel=kernel,
+            _kernel_diag=kernel_diag,
+        )
+        public.kzz()  # fail early on a broken kernel
+        return public
+
+
+def sparse_gp_regression(
+    X: ArrayLike | None,
+    y: ArrayLike | None,
+    cov_func: CovarianceSpec,
+    *,
+    Z: ArrayLike,
+    sigma: NoiseSpec,
+    mean: float = 0.0,
+    name: str = "f",
+    model: pm.Model | None = None,
+    jitter: float = JITTER_DEFAULT,
+    mean_is_public: bool = False,
+    z_is_public: bool = False,
+) -> SparseGPRegression:
+    r"""Build a sparse variational GP regression model in PyMC (``pm.gp.MarginalApprox``, VFE).
+
+    The model is Titsias' (2009) collapsed variational bound for
+    ``y = f(X) + ε``, ``f ~ GP(m, k_θ)``, ``ε ~ N(0, σ² I)``, with inducing variables
+    ``u = f(Z)`` at the PUBLIC inducing inputs ``Z``; its optimal
+    ``q(u) = N(m, S)`` is Honkela (2024) eq. (2).  Built as
+    ``pm.gp.MarginalApprox(approx="VFE", mean_func=Constant(mean), cov_func=…)`` and
+    ``gp.marginal_likelihood(f"{name}_obs", X, Xu=Z, y, sigma, jitter)``.
+
+    Parameters
+    ----------
+    X, y
+        Private training data, shapes ``(n,)``/``(n, d)`` and ``(n,)``; both ``None`` for a
+        data-less model (data streamed to the mechanism in chunks or as Dask arrays).
+    cov_func
+        PyMC covariance, or a zero-argument callable returning one (may declare priors).
+    Z
+        PUBLIC inducing inputs ``(M,)`` or ``(M, d)``: a grid over a public domain, domain
+        knowledge, or k-means of public data.  Refused (:class:`InducingFromDataError`) if a
+        row equals a row of ``X``, unless ``z_is_public=True``.
+    sigma
+        Noise standard deviation: float, scalar PyMC variable, or callable returning one.
+    mean
+        Public constant prior mean (refused if it equals the mean/median of ``y`` unless
+        ``mean_is_public=True``).
+    jitter
+        Added to ``K_ZZ`` (PyMC's default 1e-6); the mechanism uses the same matrix.
+    """
+    Z_arr = check_finite_array(Z, "Z", ndim=2)
+    if (X is None) != (y is None):
+        raise ValueError("give both X and y (in-memory data) or neither (streamed data).")
+    if X is None:
+        X_arr = np.zeros((0, Z_arr.shape[1]))
+        y_arr = np.zeros(0)
+    else:
+        X_arr = check_finite_array(X, "X", ndim=2)
+        y_arr = check_finite_array(y, "y", ndim=1)
+        if X_arr.shape[0] != y_arr.shape[0]:
+            raise ValueError(
+                f"X and y must have the same number of rows, got {X_arr.shape[0]} and "
+                f"{y_arr.shape[0]}."
+            )
+        if X_arr.shape[1] != Z_arr.shape[1]:
+            raise ValueError(
+                f"Z must have {X_arr.shape[1]} column(s) like X, got shape {Z_arr.shape}."
+            )
+        _check_z_public(Z_arr, X_arr, z_is_public)
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"name must be a non-empty string, got {name!r}.")
+    try:
+        mean_f = float(mean)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"mean must be a public constant number, got {mean!r}.") from err
+    if not math.isfinite(mean_f):
+        raise ValueError(f"mean must be finite, got {mean!r}.")
+    if y_arr.size and not mean_is_public:
+        _check_mean_not_from_data(mean_f, y_arr)
+    jitter = check_positive(jitter, "jitter", allow_zero=True)
+    if model is not None and not isinstance(model, pm.Model):
+        raise TypeError(f"model must be a pymc.Model or None, got {type(model).__name__}.")
+
+    ctx = pm.Model() if model is None else model
+    with ctx:
+        cov = _resolve_cov(cov_func)
+        sig = _resolve_sigma(sigma)
+        input_dim = getattr(cov, "input_dim", None)
+        if input_dim is not None and input_dim != Z_arr.shape[1]:
+            raise ValueError(
+                f"cov_func has input_dim={input_dim} but Z has {Z_arr.shape[1]} column(s)."
+            )
+        gp = pm.gp.MarginalApprox(approx="VFE", mean_func=pm.gp.mean.Constant(mean_f), cov_func=cov)
+        if X_arr.shape[0]:
+            gp.marginal_likelihood(
+                f"{name}_obs", X=X_arr, Xu=Z_arr, y=y_arr, sigma=sig, jitter=jitter
+            )
+
+    Xa = pt.matrix("Xa", dtype="float64")
+    Xb = pt.matrix("Xb", dtype="float64")
+    graphs = [pt.as_tensor_variable(cov(Xa, Xb)), pt.as_tensor_variable(cov(Xa, diag=True))]
+    if not isinstance(sig, float):
+        graphs.append(sig)
+    free = list(ctx.free_RVs)
+    reached = set(ancestors(graphs, blockers=free))
+    hyper_rvs = tuple(rv for rv in free if rv in reached)
+
+    return SparseGPRegression(
+        model=ctx,
+        gp=gp,
+        X=X_arr,
+        y=y_arr,
+        name=name,
+        mean=mean_f,
+        cov_func=cov,
+        sigma=sig,
+        hyperparameter_names=tuple(rv.name for rv in hyper_rvs),
+        _hyper_rvs=hyper_rvs,
+        Z=Z_arr,
+        z_is_public=bool(z_is_public),
+        jitter=jitter,
+    )
+
+
+# --------------------------------------------------------------------------- Dirichlet
+@dataclass(frozen=True)
+class DirichletTargets:
+    """Public constants of the Milios et al. (2018) transformation for one ``α_ε``.
+
+    ``y_in``/``y_out`` and ``var_in``/``var_out``: regression target and noise variance of a
+    class that is / is not the label (Milios et al. 2018, §4; Honkela 2024 eq. 21).
+    """
+
+    alpha_epsilon: float
+    y_in: float
+    y_out: float
+    var_in: float
+    var_out: float
+
+    @classmethod
+    def from_alpha(cls, alpha_epsilon: float) -> DirichletTargets:
+        """``α = 1{l = c} + α_ε``, ``σ̃² = log(1/α + 1)``, ``ỹ = log α − σ̃²/2``."""
+        a = check_positive(alpha_epsilon, "alpha_epsilon")
+        var_in = math.log(1.0 / (1.0 + a) + 1.0)
+        var_out = math.log(1.0 / a + 1.0)
+        return cls(
+            a, math.log(1.0 + a) - var_in / 2.0, math.log(a) - var_out / 2.0, var_in, var_out
+        )
+
+    def default_prior_mean(self, n_classes: int) -> float:
+        """``(ỹ_in + (C−1) ỹ_out)/C``: the targets' mean under uniform class frequencies."""
+        return (self.y_in + (n_classes - 1) * self.y_out) / n_classes
+
+
+def check_labels(labels: Any, n_classes: int) -> NDArray[np.int64]:
+    """Integer class labels in ``0 … n_classes−1`` (``ValueError`` otherwise)."""
+    arr = np.asarray(labels).reshape(-1)
+    if arr.dtype.kind == "f":
+        if not np.all(np.isfinite(arr)):
+            raise ValueError("labels contain NaN or infinite values.")
+        if not np.all(arr == np.round(arr)):
+            raise ValueError("labels must be integers 0, …, n_classes − 1.")
+    elif arr.dtype.kind not in "iub":
+        raise ValueError(f"labels must be integers 0, …, n_classes − 1, got dtype {arr.dtype}.")
+    lab = arr.astype(np.int64)
+    if lab.size and (lab.min() < 0 or lab.max() >= n_classes):
+        raise ValueError(f"labels must lie in 0, …, {n_classes - 1} (n_classes={n_classes}).")
+    return lab
+
+
+def check_n_classes(n_classes: Any) -> int:
+    """``n_classes`` as an int ≥ 2."""
+    if isinstance(n_classes, bool) or not isinstance(n_classes, int | np.integer) or n_classes < 2:
+        raise ValueError(f"n_classes must be an integer >= 2, got {n_classes!r}.")
+    return int(n_classes)
+
+
+def dirichlet_targets(
+    labels: ArrayLike, n_classes: int, alpha_epsilon: float = 0.01
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Per-class regression targets ``ỹ`` and noise variances ``σ̃²``, both ``(n, C)`` (eq. 21)."""
+    C = check_n_classes(n_classes)
+    lab = check_labels(labels, C)
+    t = DirichletTargets.from_alpha(alpha_epsilon)
+    onehot = lab[:, None] == np.arange(C)[None, :]
+    return np.where(onehot, t.y_in, t.y_out), np.where(onehot, t.var_in, t.var_out)
+
+
+@dataclass(eq=False)
+class DirichletGPClassification(SparseGPRegression):
+    """Dirichlet-based GP classification in PyMC (Milios et al. 2018), one sparse GP per class.
+
+    ``class_gps[c]`` is a :class:`pymc.gp.MarginalApprox` on the class-``c`` targets with
+    per-point noise ``σ̃²`` (``approx="DTC"``: PyMC's VFE trace term assumes one scalar noise;
+    at fixed hyperparameters DTC and VFE share the same optimal q(u), Titsias 2009 — the
+    trace term only matters for hyperparameter learning).  ``y`` holds the integer labels.
+    The inherited ``sigma`` is ``√σ̃²_in`` (the smallest noise), used by no mechanism.
+    """
+
+    class_gps: tuple[Any, ...] = ()
+    n_classes: int = 2
+    alpha_epsilon: float = 0.01
+
+
+def dirichlet_gp_classification(
+    X: ArrayLike,
+    labels: ArrayLike,
+    cov_func: CovarianceSpec,
+    *,
+    Z: ArrayLike,
+    n_classes: int,
+    alpha_epsilon: float = 0.01,
+    prior_mean: float | None = None,
+    name: str = "f",
+    model: pm.Model | None = None,
+    jitter: float = JITTER_DEFAULT,
+    z_is_public: bool = False,
+) -> DirichletGPClassification:
+    r"""Build a Dirichlet-based GP classifier in PyMC with public inducing inputs ``Z``.
+
+    Labels become ``C`` heteroscedastic regressions (Milios et al. 2018, §4; Honkela 2024,
+    eq. 21, see :func:`dirichlet_targets`), each a ``pm.gp.MarginalApprox`` sharing the
+    covariance ``cov_func`` and the public constant prior mean (default
+    :meth:`DirichletTargets.default_prior_mean`, a function of ``C`` and ``α_ε`` only).
+    The DP release is :func:`pm_dpgp.mechanisms.dirichlet.dirichlet_release`.
+    """
+    C = check_n_classes(n_classes)
+    Z_arr = check_finite_array(Z, "Z", ndim=2)
+    X_arr = check_finite_array(X, "X", ndim=2)
+    lab = check_labels(labels, C)
+    if X_arr.shape[0] != lab.shape[0]:
+        raise ValueError(f"X has {X_arr.shape[0]} rows but labels has {lab.shape[0]}.")
+    if X_arr.shape[1] != Z_arr.shape[1]:
+        raise ValueError(f"Z must have {X_arr.shape[1]} column(s) like X, got {Z_arr.shape}.")
+    _check_z_public(Z_arr, X_arr, z_is_public)
+    tg = DirichletTargets.from_alpha(alpha_epsilon)
+    mu = tg.default_prior_mean(C) if prior_mean is None else float(prior_mean)
+    if not math.isfinite(mu):
+        raise ValueError(f"prior_mean must be finite, got {prior_mean!r}.")
+    jitter = check_positive(jitter, "jitter", allow_zero=True)
+    y, v = dirichlet_targets(lab, C, alpha_epsilon)
+    ctx = pm.Model() if model is None else model
+    with ctx:
+        cov = _resolve_cov(cov_func)
+        gps = []
+        for c in range(C):
+            gp = pm.gp.MarginalApprox(approx="DTC", mean_func=pm.gp.mean.Constant(mu), cov_func=cov)
+            gp.marginal_likelihood(
+                f"{name}_{c}_obs",
+                X=X_arr,
+                Xu=Z_arr,
+                y=y[:, c],
+                sigma=np.sqrt(v[:, c]),
+                jitter=jitter,
+            )
+            gps.append(gp)
+    Xa = pt.matrix("Xa", dtype="float64")
+    Xb = pt.matrix("Xb", dtype="float64")
+    graphs = [pt.as_tensor_variable(cov(Xa, Xb)), pt.as_tensor_variable(cov(Xa, diag=True))]
+    free = list(ctx.free_RVs)
+    reached = set(ancestors(graphs, blockers=free))
+    hyper_rvs = tuple(rv for rv in free if rv in reached)
+    return DirichletGPClassification(
+        model=ctx,
+        gp=gps[0],
+        X=X_arr,
+        y=lab.astype(np.float64),
+        name=name,
+        mean=mu,
+        cov_func=cov,
+        sigma=math.sqrt(tg.var_in),
+        hyperparameter_names=tuple(rv.name for rv in hyper_rvs),
+        _hyper_rvs=hyper_rvs,
+        Z=Z_arr,
+        z_is_public=bool(z_is_public),
+        jitter=jitter,
+        class_gps=tuple(gps),
+        n_classes=C,
+        alpha_epsilon=tg.alpha_epsilon,
+    )

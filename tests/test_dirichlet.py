@@ -1,0 +1,222 @@
+"""DP Dirichlet-based GP classification (Honkela §5, Milios et al. 2018)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pymc as pm
+import pytest
+
+import pm_dpgp.mechanisms.dirichlet as dmod
+from pm_dpgp.accounting import GaussianEvent, Ledger
+from pm_dpgp.audit import scan_for_values
+from pm_dpgp.gp.sparse import sufficient_statistics, titsias_qu
+from pm_dpgp.mechanisms.dirichlet import (
+    DirichletRelease,
+    DirichletTargets,
+    dirichlet_release,
+    dirichlet_sensitivity,
+    dirichlet_targets,
+)
+from pm_dpgp.mechanisms.noise_aware import kernel_norm_bound, upper_vector
+from pm_dpgp.models import (
+    DirichletGPClassification,
+    InducingFromDataError,
+    dirichlet_gp_classification,
+    grid_inducing_points,
+    sparse_gp_regression,
+)
+
+Z = grid_inducing_points(-3.5, 3.5, 15)
+
+
+@pytest.fixture(scope="module")
+def pub():
+    return sparse_gp_regression(
+        None, None, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z, sigma=1.0
+    ).public_sparse_gp()
+
+
+def _data(seed=0, n=3000):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-4, 4, n)
+    lab = np.where(X < -1.5, 0, np.where(X < 1.5, 1, 2))
+    flip = rng.uniform(size=n) < 0.05
+    lab[flip] = rng.integers(0, 3, flip.sum())
+    return X, lab
+
+
+def test_targets_eq21() -> None:
+    t = DirichletTargets.from_alpha(0.01)
+    assert t.var_in == pytest.approx(math.log(1 / 1.01 + 1))
+    assert t.var_out == pytest.approx(math.log(101))
+    assert t.y_in == pytest.approx(math.log(1.01) - t.var_in / 2)
+    assert t.y_out == pytest.approx(math.log(0.01) - t.var_out / 2)
+    y, v = dirichlet_targets([0, 2, 1], 3)
+    assert y.shape == (3, 3) and y[0, 0] == t.y_in and y[0, 1] == t.y_out
+    assert v[1, 2] == t.var_in and v[1, 0] == t.var_out
+    with pytest.raises(ValueError):
+        dirichlet_targets([0, 3], 3)
+    with pytest.raises(ValueError):
+        dirichlet_targets([0.5], 3)
+
+
+def _record(pub, x, l, C, t, mu, c):
+    k = pub.kernel(Z, np.array([x]))[:, 0]
+    out = []
+    for cl in range(C):
+        w = 1.0 if cl == l else t.var_in / t.var_out
+        r = (t.y_in if cl == l else t.y_out) - mu
+        out.append(np.concatenate([w * r * k, c * w * upper_vector(np.outer(k, k))]))
+    return np.concatenate(out)
+
+
+@pytest.mark.parametrize("C", [2, 3, 5])
+@pytest.mark.parametrize("ratio", [0.5, 1.0, 2.0])
+def test_joint_sensitivity_bounds_random_neighbours(pub, C, ratio) -> None:
+    t = DirichletTargets.from_alpha(0.01)
+    mu = (t.y_in + (C - 1) * t.y_out) / C
+    b = kernel_norm_bound(pub)
+    Delta = dirichlet_sensitivity(C, t, mu, b.R_k, ratio, nonnegative_kernel=b.nonnegative)
+    rng = np.random.default_rng(C)
+    cands = np.concatenate([rng.uniform(-6, 6, 200), Z[:, 0], Z[:-1, 0] + 0.25])
+    worst = 0.0
+    for _ in range(600):
+        x, x2 = rng.choice(cands, 2)
+        l, l2 = rng.integers(0, C, 2)
+        v1 = _record(pub, x, l, C, t, mu, ratio)
+        v2 = _record(pub, x2, l2, C, t, mu, ratio)
+        worst = max(worst, float(np.linalg.norm(v1 - v2)))
+    assert worst <= Delta * (1 + 1e-12)
+    assert worst > 0.6 * Delta
+    # never worse than charging each class separately (sqrt(C) x per-class bound)
+    from pm_dpgp.mechanisms.noise_aware import l2_sensitivity
+
+    Ry = max(abs(t.y_in - mu), abs(t.y_out - mu))
+    assert Delta <= math.sqrt(C) * l2_sensitivity(Ry, b.R_k, ratio)
+
+
+def test_noise_free_limit_is_heteroscedastic_titsias(pub) -> None:
+    X, lab = _data(1, 500)
+    y, v = dirichlet_targets(lab, 3)
+    t = DirichletTargets.from_alpha(0.01)
+    mu = (t.y_in + 2 * t.y_out) / 3
+    K = pub.kzz()
+    Kzx = pub.kernel(Z, X)
+    for c in range(3):
+        # eq. (36): m = K Σ K_ZX Σn^-1 (y - mu), Σ = (K + K_ZX Σn^-1 K_XZ)^-1
+        Sig = np.linalg.inv(K + (Kzx / v[:, c]) @ Kzx.T)
+        m_ref = K @ Sig @ Kzx @ ((y[:, c] - mu) / v[:, c])
+        w = t.var_in / v[:, c]
+        s = sufficient_statistics(pub.kernel, Z, (X, y[:, c] - mu, w))
+        m, S = titsias_qu(K, s.A[:, 0], s.B[0], 1 / t.var_in)
+        assert np.allclose(m, m_ref, atol=1e-6 * np.abs(m_ref).max())
+        assert np.allclose(S, K @ Sig @ K, atol=1e-9)
+
+
+def test_release_one_event_and_accuracy(pub) -> None:
+    X, lab = _data(2, 4000)
+    led = Ledger(epsilon=3.0, delta=1e-4)
+    rel = dirichlet_release(
+        pub,
+        (X, lab),
+        n_classes=3,
+        epsilon=3.0,
+        delta=1e-4,
+        ledger=led,
+        rng=np.random.default_rng(0),
+    )
+    assert isinstance(rel, DirichletRelease)
+    assert len(led.history) == 1 and isinstance(led.history[0].event, GaussianEvent)
+    assert led.history[0].event.epsilon(1e-4) == pytest.approx(3.0, rel=1e-6)
+    md = rel.metadata
+    assert md["privacy_model"] == "full" and md["n_classes"] == 3
+    assert md["l2_sensitivity"] < md["sqrt_C_times_per_class"]
+    assert rel.u_mean.shape == (3, 15) and rel.u_cov.shape == (3, 15, 15)
+    for S in rel.u_cov:
+        assert np.linalg.eigvalsh(S).min() > 0
+    Xt, lt = _data(3, 1000)
+    p = rel.predict_proba(Xt)
+    assert p.shape == (1000, 3) and np.allclose(p.sum(1), 1)
+    assert np.mean(rel.predict_class(Xt) == lt) > 0.8
+    pmc = rel.predict_proba(Xt[:50], method="mc", n_samples=2000, rng=np.random.default_rng(1))
+    assert np.allclose(pmc.sum(1), 1) and np.abs(pmc - p[:50]).max() < 0.2
+    assert len(led.history) == 1  # predictions are free
+
+
+def test_streams_dask_and_validation(pub) -> None:
+    da = pytest.importorskip("dask.array")
+    X, lab = _data(4, 1500)
+    kw = dict(n_classes=3, epsilon=1.0, delta=1e-4)
+    ref = dirichlet_release(pub, (X, lab), rng=np.random.default_rng(0), **kw)
+    gen = ((X[i : i + 400], lab[i : i + 400]) for i in range(0, 1500, 400))
+    st = dirichlet_release(pub, gen, rng=np.random.default_rng(0), **kw)
+    dk = dirichlet_release(
+        pub,
+        (da.from_array(X, chunks=300), da.from_array(lab, chunks=300)),
+        rng=np.random.default_rng(0),
+        **kw,
+    )
+    for r in (st, dk):
+        assert np.allclose(r.u_mean, ref.u_mean, atol=1e-8)
+        assert np.allclose(r.u_cov, ref.u_cov, atol=1e-10)
+    bad = lab.copy()
+    bad[0] = 7
+    with pytest.raises(ValueError, match="labels"):
+        dirichlet_release(pub, (X, bad), rng=np.random.default_rng(0), **kw)
+    with pytest.raises(ValueError, match="n_classes"):
+        dirichlet_release(pub, (X, lab), n_classes=1, epsilon=1.0, delta=1e-4)
+    with pytest.raises(ValueError):
+        dirichlet_release(pub, (X, lab), n_classes=3, epsilon=0.0, delta=1e-4)
+    Xz = X.copy()
+    Xz[:2] = Z[:2, 0]
+    with pytest.raises(InducingFromDataError):
+        dirichlet_release(pub, (Xz, lab), rng=np.random.default_rng(0), **kw)
+    Xn = X.copy()
+    Xn[5] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        dirichlet_release(pub, (Xn, lab), rng=np.random.default_rng(0), **kw)
+
+
+def test_inference_data_and_scan(pub) -> None:
+    X, lab = _data(5, 800)
+    rel = dirichlet_release(
+        pub, (X, lab), n_classes=3, epsilon=1.0, delta=1e-4, rng=np.random.default_rng(0)
+    )
+    idata = rel.to_inference_data(np.linspace(-4.05, 4.05, 7))
+    assert idata.posterior["u_mean"].dims == ("chain", "draw", "output", "inducing")
+    assert idata.posterior["u_cov"].dims == ("chain", "draw", "output", "inducing", "inducing_")
+    assert list(idata.posterior["output"].values) == ["class_0", "class_1", "class_2"]
+    assert idata.posterior.attrs["privacy_model"] == "full"
+    assert scan_for_values(idata, X) == []
+
+
+def test_pymc_builder_and_noise_off_release_match(monkeypatch) -> None:
+    """PyMC Dirichlet model (per-class MarginalApprox) == release with the noise switched off."""
+    X, lab = _data(6, 400)
+    model = dirichlet_gp_classification(X, lab, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z, n_classes=3)
+    assert isinstance(model, DirichletGPClassification) and len(model.class_gps) == 3
+
+    def noiseless(stats, t, sigma_a, sigma_b, rng):
+        return stats.A[:, t].copy(), stats.B[t].copy()
+
+    monkeypatch.setattr(dmod, "_privatise", noiseless)
+    monkeypatch.setattr(dmod, "regularisation_lambda", lambda *a, **k: 0.0)
+    rel = dirichlet_release(
+        model, epsilon=1.0, delta=1e-4, variant="naive", rng=np.random.default_rng(0)
+    )
+    Xs = np.linspace(-4, 4, 25)
+    mu, var = rel.predict(Xs)
+    with model.model:
+        for c, gp in enumerate(model.class_gps):
+            mu_pm, var_pm = gp.predict(Xs[:, None], point={}, diag=True)
+            assert np.allclose(mu[c], mu_pm, rtol=1e-6, atol=1e-6)
+            assert np.allclose(var[c], var_pm, rtol=1e-5, atol=1e-8)
+    assert rel.metadata["n_classes"] == 3 and rel.metadata["prior_mean"] == model.mean
+    with pytest.raises(ValueError, match="differs"):
+        dirichlet_release(model, epsilon=1.0, delta=1e-4, n_classes=4)
+    Xz = X.copy()
+    Xz[0] = Z[3, 0]
+    with pytest.raises(InducingFromDataError):
+        dirichlet_gp_classification(Xz, lab, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z, n_classes=3)
