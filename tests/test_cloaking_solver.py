@@ -8,7 +8,9 @@ the design gains are ``g_i = Σλ · a_iᵀ M_k⁻¹ a_i`` and optimality means 
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -24,6 +26,20 @@ from pm_dpgp.mechanisms.cloaking import (
 )
 
 TOL = 1e-9
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _single_threaded_blas() -> Iterator[None]:
+    """Run on one BLAS thread: these are small matrices, where a multi-threaded BLAS on a busy
+    machine mostly waits for a free core (tests slowed down ~100x under load)."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        limits: contextlib.AbstractContextManager = contextlib.nullcontext()
+    else:
+        limits = threadpool_limits(limits=1, user_api="blas")
+    with limits:
+        yield
 
 
 # ----------------------------------------------------------------------------------------------
@@ -163,7 +179,8 @@ def test_certificate_gp_cloaking_matrix() -> None:
     C = gp_cloaking_matrix(x, x_test)
     res = solve_noise_covariance(C)
     s = np.linalg.svd(C, compute_uv=False)
-    assert res.rank == np.count_nonzero(s > res.rank_tol * s[0])
+    threshold = res.rank_tol * s[0]
+    assert np.count_nonzero(s > threshold) <= res.rank <= np.count_nonzero(s > 0.98 * threshold)
     assert res.rank < min(C.shape)  # numerically rank deficient
     assert_structure(res, *C.shape)
     assert_kiefer_wolfowitz(res, C)
@@ -245,7 +262,8 @@ def test_projector_and_discarded_directions(rank_tol: float) -> None:
     assert res.rank_tol == rank_tol
     s = np.linalg.svd(C, compute_uv=False)
     assert np.all(s[res.rank :] <= rank_tol * s[0])
-    assert np.all(s[: res.rank] > rank_tol * s[0])
+    # retained: above the threshold up to the (≤ 1 %) slack of the range finder's residual
+    assert np.all(s[: res.rank] > 0.98 * rank_tol * s[0])
     # what is projected away is exactly the discarded spectrum
     discarded = np.linalg.norm(C - P @ C, 2)
     assert discarded <= rank_tol * s[0] * (1.0 + 1e-6) + 1e-14 * s[0]
@@ -303,10 +321,17 @@ def test_max_iter_returns_feasible_and_honest_gap() -> None:
     assert early.gap_bound == pytest.approx(early.rank * math.log(gains.max() / early.rank))
 
 
-def test_gradient_ascent_reference_is_feasible_and_not_better() -> None:
-    C = gp_cloaking_matrix(np.linspace(0.0, 50.0, 25), np.linspace(0.0, 60.0, 15))
+@pytest.mark.parametrize(
+    "C",
+    [
+        gp_cloaking_matrix(np.linspace(0.0, 50.0, 8), np.linspace(0.0, 60.0, 6), lengthscale=10.0),
+        np.random.default_rng(3).standard_normal((3, 10)),
+        low_rank(np.random.default_rng(4), 9, 12, 4),
+    ],
+)
+def test_gradient_ascent_reference_is_feasible_and_not_better(C: np.ndarray) -> None:
     best = solve_noise_covariance(C)
-    ref = gradient_ascent_reference(C, rng=np.random.default_rng(0), max_iter=200_000)
+    ref = gradient_ascent_reference(C, rng=np.random.default_rng(0), max_iter=50_000)
     assert ref.converged
     np.testing.assert_array_equal(ref.basis, best.basis)  # same basis: log dets comparable
     assert np.all(ref.lam >= 0.0)
