@@ -1,0 +1,615 @@
+r"""Rényi-DP bounds for releasing GP posterior sample paths (Maciazek, REFERENCE §4).
+
+Setting (full privacy, replace-one neighbours).  Prior ``f ~ GP(0, σ² k)`` with
+``k(x, x) ≤ 1`` and ``k(x, x') ≥ κ ≥ 0`` on the public input domain, observation-noise
+variance ``σ² r²`` (``r²`` is the *effective ridge*), responses ``|y| ≤ M_Y`` (``y_bound``),
+``n`` training points.  The mechanism releases ``L`` independent posterior sample paths,
+optionally plus ``η g`` with ``g ~ GP(0, k)`` independent.  Every quantity below is derived
+in ``docs/sample_paths.md``; the equation numbers refer to that page.
+
+* (SP1) posterior variance scale  ``V = 1 − κ² (n−1)/(n−1+r²)``
+* (SP2) ``Φ = max_{0≤v≤V} v/(v+r²)² = 1/(4r²)`` if ``V ≥ r²`` else ``V/(V+r²)²``
+* (SP3) residual bound ``B ≥ |y − m_core(x)|``: generic ``M_Y(1 + √(n−1)/r)``;
+  1-D exponential kernel ``min(2 M_Y, generic)``; constant kernel ``M_Y`` (the core mean
+  cancels, see the docs)
+* (SP4) mean sensitivity (RKHS norm of the core posterior kernel)
+  ``Δ = 2 B √Φ`` (proved, triangle inequality) or ``√2 B √Φ`` (the author's code; offered
+  only as ``constant="author"``: it is *violated* by adversarial neighbours, see the docs)
+* (SP5) ``τ = σ²V/(σ²r² + η²(V+r²))`` (``= V/r²`` when ``η = 0``), ``β = (α−1)τ``
+* (SP6) ``ψ_α(τ) = max{ ½ln(1+τ) − ln((1+ατ)/(1+τ))/(2(α−1)),
+  −½ln(1+τ) − ln(1−β)/(2(α−1)) }``
+* (SP7) one path, ``1 < α < α_max = 1 + 1/τ``:
+  ``ε(α) = 2ψ_α(τ) + (α/2)(V+r²)/(A(1−β)) Δ²``, ``A = σ²r² + η²(V+r²)``
+* (SP8) ``L`` (possibly adaptively chosen) paths: ``L ε(α)`` (Mironov 2017, Prop. 1)
+* (SP9) (ε, δ): minimise the conversion of :func:`pm_dpgp.accounting.rdp_to_epsilon`
+  (Canonne–Kamath–Steinke 2020, Prop. 12) over α ∈ (1, α_max).
+* (SP10) optional tighter covariance term ``g(1+τ) + g(1/(1+τ)) ≤ 2ψ_α(τ)``
+  (``cov_bound="inertia"``; Sylvester's law of inertia, see the docs).
+
+Monotonicity (tested): ε decreases with r² and with η, increases with L (sub-linearly after
+conversion), and decreases with σ *when η = 0*; with extra noise a larger σ can raise ε (the
+data-dependent covariance share grows), see the docs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import numbers
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from scipy.optimize import minimize_scalar
+
+from pm_dpgp._validation import PrivacyWarning, check_delta, check_epsilon, check_positive
+from pm_dpgp.accounting import DEFAULT_ORDERS, RdpCurveEvent, rdp_to_epsilon
+
+__all__ = [
+    "KernelClass",
+    "ConstantChoice",
+    "KernelFn",
+    "SamplePathBound",
+    "FeasibleConfiguration",
+    "check_kappa",
+    "kernel_lower_bound",
+    "parse_domain",
+    "psi",
+    "psi_parts",
+    "CovBound",
+    "feasible_configurations",
+    "paths_affordable",
+    "path_costs",
+]
+
+KernelClass = Literal["generic", "exponential_1d", "constant"]
+ConstantChoice = Literal["proved", "author"]
+CovBound = Literal["paper", "inertia"]
+KernelFn = Callable[[NDArray[np.float64], NDArray[np.float64]], ArrayLike]
+
+_KERNEL_CLASSES = ("generic", "exponential_1d", "constant")
+_CONSTANTS = ("proved", "author")
+_COV_BOUNDS = ("paper", "inertia")
+#: dp_accounting's conversion returns +inf at orders ≤ 1.01 (numerical stability).
+_MIN_USEFUL_ORDER = 1.01
+
+
+# --------------------------------------------------------------------------------------------
+# validation helpers
+# --------------------------------------------------------------------------------------------
+def _check_n(n: Any) -> int:
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+        raise ValueError(f"n (the dataset size) must be a whole number >= 1, got {n!r}.")
+    return int(n)
+
+
+def check_kappa(kappa: float) -> float:
+    """Return the kernel lower bound κ as a float in [0, 1], else ``ValueError``.
+
+    κ must be a *public* lower bound on ``k(x, x')`` over the public input domain (the
+    kernel being normalised so that ``k(x, x) ≤ 1``).  κ = 0 is always valid.
+    """
+    try:
+        k = float(kappa)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"kappa must be a number in [0, 1], got {kappa!r}.") from err
+    if not (0.0 <= k <= 1.0) or math.isnan(k):
+        raise ValueError(
+            f"kappa must lie in [0, 1] (a lower bound on k(x, x') for a kernel with "
+            f"k(x, x) <= 1; kappa = 0 is always valid), got {kappa!r}."
+        )
+    return k
+
+
+def _check_L(L: Any) -> int:
+    if isinstance(L, bool) or not isinstance(L, numbers.Integral) or L < 1:
+        raise ValueError(
+            f"L (the number of released paths) must be a whole number >= 1, got {L!r}."
+        )
+    return int(L)
+
+
+def parse_domain(domain: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Return ``(lows, highs)`` of a box domain.
+
+    ``domain`` is an interval ``(low, high)`` (1-D) or a sequence of ``d`` pairs
+    ``[(low_1, high_1), …]`` / an array of shape ``(d, 2)``.  Bounds must be finite with
+    ``low ≤ high``: the domain is public, and κ = 0 is the only valid bound on an unbounded one.
+    """
+    arr = np.asarray(domain, dtype=np.float64)
+    if arr.ndim == 1 and arr.shape == (2,):
+        arr = arr[None, :]
+    if arr.ndim != 2 or arr.shape[1] != 2 or arr.shape[0] == 0:
+        raise ValueError(
+            "domain must be an interval (low, high) or a sequence of (low, high) pairs, one per "
+            f"input dimension; got shape {np.shape(domain)}."
+        )
+    if not np.all(np.isfinite(arr)) or np.any(arr[:, 0] > arr[:, 1]):
+        raise ValueError(
+            f"domain bounds must be finite with low <= high, got {arr.tolist()}. For an "
+            "unbounded domain use kappa = 0."
+        )
+    return arr[:, 0].copy(), arr[:, 1].copy()
+
+
+# --------------------------------------------------------------------------------------------
+# κ from a stationary kernel on a box
+# --------------------------------------------------------------------------------------------
+def _k0(kernel_fn: KernelFn, H: NDArray[np.float64], lows: NDArray, highs: NDArray) -> NDArray:
+    """``k0(h) = k(x, x + h)`` for difference vectors ``h`` (rows of ``H``), ``x, x + h`` in box.
+
+    ``x_j = low_j`` where ``h_j ≥ 0`` and ``high_j`` otherwise, so both points are in the domain.
+    """
+    X = np.where(H >= 0.0, lows, highs)
+    K = np.asarray(kernel_fn(X, X + H), dtype=np.float64)
+    if K.shape != (H.shape[0], H.shape[0]):
+        raise ValueError(
+            "kernel_fn(X1, X2) must return the (len(X1), len(X2)) matrix of kernel values, got "
+            f"shape {K.shape} for inputs of shape {X.shape}."
+        )
+    return np.diag(K).copy()
+
+
+def kernel_lower_bound(
+    kernel_fn: KernelFn,
+    domain: ArrayLike,
+    *,
+    assume_monotone: bool = False,
+    n_grid: int = 33,
+    atol: float = 1e-9,
+) -> float:
+    r"""Lower bound κ on a stationary kernel over a box domain (REFERENCE §4 setting).
+
+    For a stationary kernel ``k(x, x') = k0(x − x')`` the difference ``h = x − x'`` ranges
+    over the box ``[−w, w]`` (``w = high − low``), so ``κ = max(0, min_{|h_j| ≤ w_j} k0(h))``.
+
+    * If ``assume_monotone`` (the caller states that ``k0`` is non-increasing in every
+      ``|h_j|``: isotropic or ARD EQ, Matérn, exponential, rational quadratic), the minimum is
+      at the corner ``h = w``: for an isotropic kernel this is ``k(diameter)``, for ARD
+      lengthscales the value at the box's corner difference.
+    * Otherwise the minimum over the ``2^d`` corners is taken and *verified numerically*: k0 is
+      evaluated on an ``n_grid^d`` grid of ``[−w, w]`` (at most ~2·10⁵ points) and every value
+      must be ≥ the corner minimum − ``atol``; if not, ``ValueError`` asks for an explicit κ.
+      A grid check is evidence, not a proof: pass ``assume_monotone=True`` when monotonicity is
+      known, or give κ yourself (``κ = 0`` is always valid).
+
+    Also checks ``k(x, x) ≤ 1`` (put the scale into ``sigma``) and stationarity at a few pairs.
+
+    Parameters
+    ----------
+    kernel_fn
+        ``kernel_fn(X1, X2)`` → ``(len(X1), len(X2))`` kernel matrix for inputs of shape
+        ``(·, d)``.  E.g. ``lambda A, B: pm.gp.cov.ExpQuad(1, ls=0.3)(A, B).eval()``.
+    domain
+        Public box domain, see :func:`parse_domain`.
+    """
+    lows, highs = parse_domain(domain)
+    d = lows.size
+    w = highs - lows
+    if isinstance(n_grid, bool) or not isinstance(n_grid, numbers.Integral) or n_grid < 2:
+        raise ValueError(f"n_grid must be an integer >= 2, got {n_grid!r}.")
+    # k(x, x) ≤ 1 at the corners and the centre.
+    pts = np.vstack([lows, highs, 0.5 * (lows + highs)])
+    diag = np.diag(np.asarray(kernel_fn(pts, pts), dtype=np.float64))
+    if np.any(~np.isfinite(diag)) or np.any(diag > 1.0 + 1e-12):
+        raise ValueError(
+            f"the kernel must satisfy k(x, x) <= 1 (got up to {np.nanmax(diag):.6g}); write the "
+            "prior as sigma^2 * k with a normalised k and pass the scale as sigma."
+        )
+    # Stationarity spot check: k(a, a + h) must not depend on a (a, a + h in the box).
+    h = 0.37 * w
+    A = lows + np.outer([0.0, 0.3, 0.7, 1.0], w - h)
+    k_ah = np.diag(np.asarray(kernel_fn(A, A + h), dtype=np.float64))
+    if np.ptp(k_ah) > 1e-8 * max(1.0, float(np.max(np.abs(k_ah)))):
+        raise ValueError(
+            "kernel_fn does not look stationary (k(x, x + h) changes with x); "
+            "kernel_lower_bound only handles stationary kernels: give kappa explicitly."
+        )
+    if assume_monotone:
+        kappa = float(_k0(kernel_fn, w[None, :], lows, highs)[0])
+        return max(0.0, min(1.0, kappa))
+    if d > 12:
+        raise ValueError(
+            f"d = {d} input dimensions: too many corners to check; pass assume_monotone=True "
+            "if k is non-increasing in each |x_j − x'_j|, or give kappa explicitly."
+        )
+    corners = np.array(list(itertools.product(*[(-wj, wj) for wj in w])))
+    k_corners = _k0(kernel_fn, corners, lows, highs)
+    kappa = float(np.min(k_corners))
+    per_dim = max(2, min(int(n_grid), int(math.floor(2e5 ** (1.0 / d)))))
+    axes = [np.linspace(-wj, wj, per_dim) for wj in w]
+    grid = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, d)
+    k_grid = np.concatenate(
+        [_k0(kernel_fn, grid[i : i + 2048], lows, highs) for i in range(0, len(grid), 2048)]
+    )
+    if np.min(k_grid) < kappa - atol:
+        raise ValueError(
+            f"the kernel is not minimised at a corner of the difference box (grid minimum "
+            f"{np.min(k_grid):.6g} < corner minimum {kappa:.6g}); give kappa explicitly "
+            "(a proven lower bound; kappa = 0 is always valid)."
+        )
+    return max(0.0, min(1.0, kappa))
+
+
+# --------------------------------------------------------------------------------------------
+# the covariance term ψ
+# --------------------------------------------------------------------------------------------
+def psi_parts(
+    alpha: float | NDArray[np.float64], tau: float
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    r"""``(g(1+τ), g(1/(1+τ)))``: the covariance contribution of one eigenvalue at each end.
+
+    ``g(λ) = [α ln λ − ln(1 + α(λ−1))] / (2(α−1))`` is the contribution of one eigenvalue λ of
+    the whitened covariance ratio to the Gaussian Rényi divergence (eq. SP6).  Needs
+    ``β = (α−1)τ < 1``.  Computed with ``log1p`` for accuracy near α = 1; clipped at 0
+    (``g ≥ 0``, round-off aside).
+    """
+    a = np.asarray(alpha, dtype=np.float64)
+    am1 = a - 1.0
+    hi = 0.5 * math.log1p(tau) - np.log1p(am1 * tau / (1.0 + tau)) / (2.0 * am1)
+    lo = -0.5 * math.log1p(tau) - np.log1p(-am1 * tau) / (2.0 * am1)
+    return np.maximum(hi, 0.0), np.maximum(lo, 0.0)
+
+
+def psi(alpha: float | NDArray[np.float64], tau: float) -> float | NDArray[np.float64]:
+    r"""ψ_α(τ) of eq. (SP6): the largest per-eigenvalue covariance term.
+
+    ``g`` decreases on ``(·, 1]`` and increases on ``[1, ·)`` (``g'(λ) = α(λ−1)/(2λ(1+α(λ−1)))``),
+    so its maximum over the eigenvalue range ``[1/(1+τ), 1+τ]`` is at an endpoint:
+    ``ψ = max(g(1+τ), g(1/(1+τ)))`` (:func:`psi_parts`).
+    """
+    hi, lo = psi_parts(alpha, tau)
+    out = np.maximum(hi, lo)
+    return float(out) if out.ndim == 0 else out
+
+
+# --------------------------------------------------------------------------------------------
+# the bound
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SamplePathBound:
+    r"""RDP bound for releasing GP posterior sample paths (eqs. SP1–SP9).
+
+    Parameters
+    ----------
+    n
+        Dataset size (public).
+    sigma
+        Kernel scale σ > 0 (prior ``GP(0, σ² k)``).
+    r2
+        Effective ridge r² > 0 (noise variance ``σ² r²``).
+    y_bound
+        Public response bound ``M_Y > 0`` (responses clipped to ``[−M_Y, M_Y]``).
+    kappa
+        Public lower bound κ ∈ [0, 1] on the normalised kernel over the domain
+        (:func:`kernel_lower_bound`).
+    eta
+        Scale η ≥ 0 of the extra prior-GP noise ``η g``, ``g ~ GP(0, k)``.
+    kernel_class
+        Which residual bound B to use (eq. SP3): ``"generic"`` (any kernel with
+        ``k(x, x) ≤ 1``), ``"exponential_1d"`` (``exp(−|x − x'|/ℓ)`` on an interval) or
+        ``"constant"`` (``k ≡ 1``).
+    constant
+        ``"proved"`` (default): ``Δ = 2 B √Φ``.  ``"author"``: ``Δ = √2 B √Φ`` as in the author's
+        code; *not* a valid bound in general (see ``docs/sample_paths.md``); emits a
+        :class:`~pm_dpgp._validation.PrivacyWarning`.
+    cov_bound
+        ``"paper"`` (default): covariance term ``2ψ_α(τ)`` (eq. SP7).  ``"inertia"``:
+        ``g(1+τ) + g(1/(1+τ))`` (eq. SP10), also proved (``Σ₂ − Σ₁`` is a rank-one update minus
+        a rank-one update, so at most one eigenvalue of the whitened ratio exceeds 1 and at most
+        one is below 1) and never larger; adversarial neighbours attain it.
+    """
+
+    n: int
+    sigma: float
+    r2: float
+    y_bound: float
+    kappa: float
+    eta: float = 0.0
+    kernel_class: KernelClass = "generic"
+    constant: ConstantChoice = "proved"
+    cov_bound: CovBound = "paper"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "n", _check_n(self.n))
+        object.__setattr__(self, "sigma", check_positive(self.sigma, "sigma"))
+        object.__setattr__(self, "r2", check_positive(self.r2, "r2"))
+        object.__setattr__(self, "y_bound", check_positive(self.y_bound, "y_bound"))
+        object.__setattr__(self, "kappa", check_kappa(self.kappa))
+        object.__setattr__(self, "eta", check_positive(self.eta, "eta", allow_zero=True))
+        if self.kernel_class not in _KERNEL_CLASSES:
+            raise ValueError(
+                f"kernel_class must be one of {_KERNEL_CLASSES}, got {self.kernel_class!r}."
+            )
+        if self.constant not in _CONSTANTS:
+            raise ValueError(f"constant must be one of {_CONSTANTS}, got {self.constant!r}.")
+        if self.cov_bound not in _COV_BOUNDS:
+            raise ValueError(f"cov_bound must be one of {_COV_BOUNDS}, got {self.cov_bound!r}.")
+        if self.constant == "author":
+            warnings.warn(
+                "constant='author' uses Delta = sqrt(2)*B*sqrt(Phi) from the author's code; it is "
+                "not proved and adversarial neighbours violate it (docs/sample_paths.md). Use "
+                "it only for comparison, never for a release.",
+                PrivacyWarning,
+                stacklevel=3,
+            )
+
+    # -- derived quantities ---------------------------------------------------------------------
+    @property
+    def V(self) -> float:
+        """Posterior variance scale ``1 − κ²(n−1)/(n−1+r²)`` (eq. SP1)."""
+        m = self.n - 1
+        return 1.0 - self.kappa**2 * m / (m + self.r2)
+
+    @property
+    def Phi(self) -> float:
+        """``max_{0≤v≤V} v/(v+r²)²`` (eq. SP2)."""
+        V, r2 = self.V, self.r2
+        return 1.0 / (4.0 * r2) if V >= r2 else V / (V + r2) ** 2
+
+    @property
+    def B(self) -> float:
+        """Bound on the core residual ``|y − m_core(x)|`` (eq. SP3)."""
+        generic = self.y_bound * (1.0 + math.sqrt(self.n - 1) / math.sqrt(self.r2))
+        if self.kernel_class == "generic":
+            return generic
+        if self.kernel_class == "exponential_1d":
+            return min(2.0 * self.y_bound, generic)
+        return self.y_bound  # constant kernel: Δm ∝ (y − y'), the core mean cancels
+
+    @property
+    def Delta(self) -> float:
+        """Mean sensitivity in the core posterior RKHS, ``c · B · √Φ`` (eq. SP4)."""
+        c = 2.0 if self.constant == "proved" else math.sqrt(2.0)
+        return c * self.B * math.sqrt(self.Phi)
+
+    @property
+    def A(self) -> float:
+        """``σ²r² + η²(V + r²)`` (eq. SP7)."""
+        return self.sigma**2 * self.r2 + self.eta**2 * (self.V + self.r2)
+
+    @property
+    def tau(self) -> float:
+        """``σ²V/(σ²r² + η²(V+r²))``; ``V/r²`` without extra noise (eq. SP5)."""
+        return self.sigma**2 * self.V / self.A
+
+    @property
+    def alpha_max(self) -> float:
+        """Upper end of the valid order range: ``1 + 1/τ`` (``= 1 + r²/V`` when η = 0)."""
+        return 1.0 + 1.0 / self.tau
+
+    # -- the RDP curve --------------------------------------------------------------------------
+    def _alpha(self, alpha: float | ArrayLike) -> NDArray[np.float64]:
+        try:
+            a = np.asarray(alpha, dtype=np.float64)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"alpha must be a number or array of numbers, got {alpha!r}.") from err
+        bad = ~np.isfinite(a) | (a <= 1.0) | (a >= self.alpha_max) | ((a - 1.0) * self.tau >= 1.0)
+        if np.any(bad):
+            example = a[bad].flat[0] if a.ndim else float(a)
+            raise ValueError(
+                f"Renyi order alpha={example!r} is outside the valid range "
+                f"(1, {self.alpha_max:.6g}) of the sample-path bound (alpha_max = 1 + 1/tau; "
+                "more ridge r2 or extra noise eta widen it)."
+            )
+        return a
+
+    @staticmethod
+    def _out(x: NDArray[np.float64]) -> float | NDArray[np.float64]:
+        return float(x) if x.ndim == 0 else x
+
+    def cov_term(self, alpha: float | ArrayLike) -> float | NDArray[np.float64]:
+        """Covariance (determinant) part: ``2ψ_α(τ)`` (SP7) or ``g(1+τ) + g(1/(1+τ))`` (SP10)."""
+        a = self._alpha(alpha)
+        hi, lo = psi_parts(a, self.tau)
+        out = 2.0 * np.maximum(hi, lo) if self.cov_bound == "paper" else hi + lo
+        return self._out(out)
+
+    def mean_term(self, alpha: float | ArrayLike) -> float | NDArray[np.float64]:
+        """Mean part ``(α/2)(V+r²)/(A(1−β)) Δ²`` of eq. (SP7)."""
+        a = self._alpha(alpha)
+        beta = (a - 1.0) * self.tau
+        return self._out(0.5 * a * (self.V + self.r2) / (self.A * (1.0 - beta)) * self.Delta**2)
+
+    def rdp(self, alpha: float | ArrayLike) -> float | NDArray[np.float64]:
+        """One-path RDP bound ε(α) = cov_term + mean_term (eq. SP7); ``ValueError`` outside
+        (1, α_max)."""
+        a = self._alpha(alpha)
+        return self._out(np.asarray(self.cov_term(a)) + np.asarray(self.mean_term(a)))
+
+    # -- accounting -----------------------------------------------------------------------------
+    def orders(self) -> NDArray[np.float64]:
+        """An order grid adapted to (1, α_max): dense near both ends, plus the default grid."""
+        s = np.concatenate([np.geomspace(1e-6, 0.5, 90), 1.0 - np.geomspace(1e-6, 0.5, 90)[1:]])
+        grid = np.concatenate([1.0 + (self.alpha_max - 1.0) * s, DEFAULT_ORDERS])
+        grid = np.unique(grid[(grid > 1.0) & ((grid - 1.0) * self.tau < 1.0)])
+        return grid
+
+    def event(self, L: int = 1, label: str = "", orders: ArrayLike | None = None) -> RdpCurveEvent:
+        """Ledger event for ``L`` released paths (``count = L``: L-fold, possibly adaptive).
+
+        Carries the valid range ``alpha_max``; orders outside it are refused (``ValueError``),
+        and the event's curve is ``+inf`` there.
+        """
+        L = _check_L(L)
+        grid = self.orders() if orders is None else np.unique(np.asarray(orders, float))
+        values = np.asarray(self.rdp(grid), dtype=np.float64)
+        return RdpCurveEvent(
+            tuple(grid.tolist()),
+            tuple(values.tolist()),
+            alpha_min=1.0,
+            alpha_max=self.alpha_max,
+            label=label,
+            count=L,
+        )
+
+    def epsilon_and_order(self, delta: float, L: int = 1) -> tuple[float, float]:
+        """``(ε, α*)``: the (ε, δ) guarantee of ``L`` paths and the order attaining it (SP9).
+
+        Grid search over :meth:`orders`, then a bounded scalar refinement of the same
+        conversion (:func:`~pm_dpgp.accounting.rdp_to_epsilon`) around the best grid order.
+        Every candidate is a valid bound; the smallest is returned.  ``+inf`` if α_max ≤ 1.01.
+        """
+        delta = check_delta(delta)
+        L = _check_L(L)
+        grid = self.orders()
+        grid = grid[grid > _MIN_USEFUL_ORDER]
+        if grid.size == 0:
+            return math.inf, math.nan
+        rdp = L * np.asarray(self.rdp(grid))
+
+        def conv(a: float) -> float:
+            return rdp_to_epsilon([a], [L * float(self.rdp(a))], delta)
+
+        best = rdp_to_epsilon(grid, rdp, delta)  # exactly what the ledger would compute
+        # the same conversion (CKS 2020, Prop. 12), vectorised, to locate the best order
+        eps_grid = rdp + np.log1p(-1.0 / grid) - np.log(delta * grid) / (grid - 1.0)
+        i = int(np.argmin(eps_grid))
+        best_a = float(grid[i])
+        lo = float(grid[max(i - 1, 0)])
+        hi = float(grid[min(i + 1, grid.size - 1)])
+        if hi > lo:
+            res = minimize_scalar(conv, bounds=(lo, hi), method="bounded", options={"xatol": 1e-10})
+            if res.success and float(res.fun) < best:
+                best, best_a = float(res.fun), float(res.x)
+        return best, best_a
+
+    def epsilon(self, delta: float, L: int = 1) -> float:
+        """ε of ``L`` released paths at ``delta``, optimal over α ∈ (1, α_max) (eq. SP9)."""
+        return self.epsilon_and_order(delta, L)[0]
+
+    def to_metadata(self) -> dict[str, Any]:
+        """JSON-serialisable parameters and derived quantities."""
+        return {
+            "mechanism": "posterior_sample_paths",
+            "privacy_model": "full (inputs and outputs private), replace-one neighbours",
+            "n": self.n,
+            "sigma": self.sigma,
+            "r2": self.r2,
+            "y_bound": self.y_bound,
+            "kappa": self.kappa,
+            "eta": self.eta,
+            "kernel_class": self.kernel_class,
+            "constant": self.constant,
+            "cov_bound": self.cov_bound,
+            "V": self.V,
+            "Phi": self.Phi,
+            "B": self.B,
+            "Delta": self.Delta,
+            "tau": self.tau,
+            "alpha_max": self.alpha_max,
+        }
+
+
+# --------------------------------------------------------------------------------------------
+# planning helpers: no data touched
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class FeasibleConfiguration:
+    """A grid point (σ, r², η) whose ``L``-path ε at δ meets the target."""
+
+    bound: SamplePathBound
+    epsilon: float
+    alpha: float
+
+    @property
+    def sigma(self) -> float:
+        return self.bound.sigma
+
+    @property
+    def r2(self) -> float:
+        return self.bound.r2
+
+    @property
+    def eta(self) -> float:
+        return self.bound.eta
+
+
+def _grid(values: float | Sequence[float], name: str, *, allow_zero: bool) -> list[float]:
+    arr = np.atleast_1d(np.asarray(values, dtype=np.float64))
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"{name} must be a number or a non-empty 1-D sequence of numbers.")
+    return [check_positive(v, name, allow_zero=allow_zero) for v in arr.tolist()]
+
+
+def feasible_configurations(
+    *,
+    n: int,
+    y_bound: float,
+    kappa: float,
+    epsilon: float,
+    delta: float,
+    sigmas: float | Sequence[float],
+    r2s: float | Sequence[float],
+    etas: float | Sequence[float] = 0.0,
+    L: int = 1,
+    kernel_class: KernelClass = "generic",
+    constant: ConstantChoice = "proved",
+    cov_bound: CovBound = "paper",
+) -> list[FeasibleConfiguration]:
+    """Answer "which (σ, r², η) meet my budget?": the grid points with ``ε(δ, L) ≤ epsilon``.
+
+    Uses only public quantities (n, M_Y, κ, the grids), never the data, so it can drive a
+    constrained hyperparameter search (Maciazek §5; REFERENCE §6).  Grid order is kept
+    (σ outermost, then r², then η).
+    """
+    target = check_epsilon(epsilon)
+    delta = check_delta(delta)
+    L = _check_L(L)
+    out: list[FeasibleConfiguration] = []
+    with warnings.catch_warnings():
+        if constant == "author":  # warn once for the whole grid, not per point
+            warnings.warn(
+                "constant='author' is not a proved bound (docs/sample_paths.md).",
+                PrivacyWarning,
+                stacklevel=2,
+            )
+            warnings.simplefilter("ignore", PrivacyWarning)
+        for s in _grid(sigmas, "sigmas", allow_zero=False):
+            for r2 in _grid(r2s, "r2s", allow_zero=False):
+                for eta in _grid(etas, "etas", allow_zero=True):
+                    b = SamplePathBound(
+                        n, s, r2, y_bound, kappa, eta, kernel_class, constant, cov_bound
+                    )
+                    eps, a = b.epsilon_and_order(delta, L)
+                    if eps <= target:
+                        out.append(FeasibleConfiguration(b, eps, a))
+    return out
+
+
+def path_costs(bound: SamplePathBound, delta: float, Ls: Sequence[int]) -> NDArray[np.float64]:
+    """Answer "what ε would L paths cost?": ``ε(δ, L)`` for each ``L`` in ``Ls``."""
+    return np.array([bound.epsilon(delta, _check_L(L)) for L in Ls], dtype=np.float64)
+
+
+def paths_affordable(
+    bound: SamplePathBound, epsilon: float, delta: float, *, L_max: int = 1_000_000
+) -> int:
+    """Largest ``L ≤ L_max`` with ``ε(δ, L) ≤ epsilon`` (0 if not even one path fits).
+
+    ε(δ, L) is non-decreasing in L (the RDP curve scales with L), so exponential then binary
+    search finds it with O(log L) conversions.
+    """
+    target = check_epsilon(epsilon)
+    delta = check_delta(delta)
+    L_max = _check_L(L_max)
+
+    def ok(L: int) -> bool:
+        return bound.epsilon(delta, L) <= target
+
+    if not ok(1):
+        return 0
+    lo, hi = 1, 2
+    while hi <= L_max and ok(hi):
+        lo, hi = hi, hi * 2
+    hi = min(hi, L_max + 1)  # ok(lo) holds; ok(hi) fails or hi > L_max
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo

@@ -1,0 +1,28 @@
+"""Bayesian workflow on DP releases: posterior predictive checks and Thompson sampling.
+
+* :func:`dp_ppc` — DP draws next to a public hold-out set as ``InferenceData``
+  (``az.plot_ppc``, ``az.summary``, ``az.loo``); refuses the private training data.
+* :func:`plot_dp_release` — non-DP band (owner's view), DP draws, DP noise band.
+* :func:`dp_thompson_sampling` — Thompson sampling with DP sample paths under a budget.
+
+See ``docs/workflow.md``.
+"""
+
+from pm_dpgp.workflow.ppc import PrivateDataError, dp_ppc, holdout_elpd, plot_dp_release
+from pm_dpgp.workflow.thompson import (
+    OwnerRecord,
+    ThompsonResult,
+    dp_thompson_sampling,
+    random_search,
+)
+
+__all__ = [
+    "OwnerRecord",
+    "PrivateDataError",
+    "ThompsonResult",
+    "dp_ppc",
+    "dp_thompson_sampling",
+    "holdout_elpd",
+    "plot_dp_release",
+    "random_search",
+]

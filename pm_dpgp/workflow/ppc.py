@@ -1,0 +1,354 @@
+"""Posterior predictive checks on DP releases, against a *public* hold-out set.
+
+A DP release (:class:`pm_dpgp.release.Release` from the cloaking or prior-noise
+mechanisms, or a :class:`~pm_dpgp.mechanisms.sample_path.SamplePathRelease`) gives
+DP draws of the regression function.  :func:`dp_ppc` puts them next to a public
+hold-out set in one ``arviz.InferenceData`` laid out like a PyMC model's, so that
+``az.plot_ppc``, ``az.summary``, ``az.plot_hdi``, ``az.loo`` / ``az.compare`` work as
+usual:
+
+* ``posterior["f"]`` (``chain, draw, obs_id``): the DP function values at the
+  hold-out inputs (each DP draw repeated ``n_replicates`` times);
+* ``posterior_predictive[var]``: ``f + e`` with ``e ~ N(0, predictive_sd²)``, the
+  public observation noise (plus an optional public extra sd) — post-processing;
+* ``log_likelihood[var]``: ``log N(y_holdout | f, predictive_sd²)`` per draw;
+* ``observed_data[var]``: the public hold-out outputs;
+* ``constant_data``: hold-out inputs and the predictive sd; attrs: the release's
+  privacy metadata.
+
+Why only a hold-out set.  The DP guarantee covers the *draws*; the training
+outputs themselves are the private data.  Attaching them as ``observed_data``
+(the usual PyMC habit) would publish them unprotected next to the release.
+:func:`dp_ppc` therefore refuses hold-out data that coincide with the training
+data (:class:`PrivateDataError`).  Where the release is not on the hold-out
+inputs, values are obtained by post-processing only: exact lazy evaluation of a
+sample-path release (free), or, on request, linear interpolation of a 1-D release.
+
+The DP draws from a cloaking/prior-noise release are the posterior *mean* plus DP
+noise, not posterior draws: their spread is the DP noise only.  Pass the public
+posterior sd (label privacy: it depends only on public inputs and hyperparameters)
+as ``extra_sd`` for a predictive that also carries the posterior uncertainty.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from scipy.special import logsumexp
+
+from pm_dpgp._validation import check_finite_array, check_positive, check_rng
+from pm_dpgp.mechanisms.sample_path import SamplePathRelease
+from pm_dpgp.models import GPRegression
+from pm_dpgp.release import Release
+
+if TYPE_CHECKING:  # pragma: no cover
+    from matplotlib.axes import Axes
+
+__all__ = ["PrivateDataError", "dp_ppc", "holdout_elpd", "plot_dp_release"]
+
+AnyRelease = Release | SamplePathRelease
+
+
+class PrivateDataError(ValueError):
+    """Raised when a published object would contain the private training data."""
+
+
+# ---------------------------------------------------------------------------------- checks
+def _rows_in(A: NDArray[np.float64], B: NDArray[np.float64]) -> NDArray[np.bool_]:
+    """For each row of ``A``: does it occur among the rows of ``B`` (exact equality)?"""
+    if len(A) == 0 or len(B) == 0:
+        return np.zeros(len(A), dtype=bool)
+    return np.all(A[:, None, :] == B[None, :, :], axis=2).any(axis=1)
+
+
+def _training_arrays(
+    training: GPRegression | tuple[ArrayLike, ArrayLike],
+) -> tuple[NDArray[np.float64], NDArray[np.float64], Any]:
+    if isinstance(training, GPRegression):
+        return np.asarray(training.X, float), np.asarray(training.y, float), training.y
+    X_tr, y_tr = training
+    X_arr = check_finite_array(X_tr, "training X", ndim=2)
+    return X_arr, np.asarray(y_tr, float).ravel(), y_tr
+
+
+def _refuse_private(
+    release: AnyRelease,
+    X_hold: NDArray[np.float64],
+    y_hold: NDArray[np.float64],
+    y_raw: Any,
+    training: GPRegression | tuple[ArrayLike, ArrayLike] | None,
+) -> None:
+    """Raise :class:`PrivateDataError` when the 'hold-out' set is (part of) the training set."""
+    why = (
+        "The DP guarantee covers the released draws, not the data: attaching the private "
+        "training outputs to the InferenceData (as observed_data / log_likelihood) would "
+        "publish them unprotected. Compare the DP draws with a public hold-out set that "
+        "was not used to fit the released model."
+    )
+    if training is not None:
+        X_tr, y_tr, y_tr_raw = _training_arrays(training)
+        if y_raw is y_tr_raw or (
+            isinstance(y_raw, np.ndarray)
+            and isinstance(y_tr_raw, np.ndarray)
+            and np.shares_memory(y_raw, y_tr_raw)
+        ):
+            raise PrivateDataError(f"y_holdout is the private training output array. {why}")
+        if X_tr.shape[1] == X_hold.shape[1]:
+            pairs_hold = np.column_stack([X_hold, y_hold])
+            pairs_tr = np.column_stack([X_tr, y_tr])
+            hit = _rows_in(pairs_hold, pairs_tr)
+            if hit.any():
+                raise PrivateDataError(
+                    f"{int(hit.sum())} of the {len(y_hold)} hold-out (x, y) pairs are private "
+                    f"training pairs. {why} If these rows really are public duplicates, pass "
+                    "holdout_is_public=True."
+                )
+    if isinstance(release, SamplePathRelease):
+        # Full privacy: the training inputs are private too.
+        hit = _rows_in(X_hold, np.asarray(release.public_gp.X, float))
+        if hit.any():
+            raise PrivateDataError(
+                f"{int(hit.sum())} hold-out inputs are private training inputs of this "
+                f"full-privacy (sample-path) release. {why} If these inputs really are "
+                "public, pass holdout_is_public=True."
+            )
+
+
+# --------------------------------------------------------------------------- DP values
+def _dp_values(
+    release: AnyRelease, X_hold: NDArray[np.float64], interpolate: bool
+) -> tuple[NDArray[np.float64], dict[str, Any]]:
+    """``(S, m)`` DP function values at ``X_hold`` by post-processing, and the release attrs."""
+    if isinstance(release, SamplePathRelease):
+        values = release.evaluate(X_hold)  # lazy, consistent, no privacy cost
+        attrs = dict(release.to_inference_data().posterior_predictive.attrs)
+        return values, attrs
+    if not isinstance(release, Release):
+        raise TypeError(
+            f"release must be a pm_dpgp Release or SamplePathRelease, got {type(release).__name__}."
+        )
+    attrs = dict(release.to_inference_data().posterior_predictive.attrs)
+    X_star = np.asarray(release.X_star, float)
+    if X_star.shape[1] != X_hold.shape[1]:
+        raise ValueError(
+            f"X_holdout has {X_hold.shape[1]} column(s) but the release has {X_star.shape[1]}."
+        )
+    eq = np.all(X_hold[:, None, :] == X_star[None, :, :], axis=2)
+    if eq.any(axis=1).all():
+        return release.draws[:, eq.argmax(axis=1)], attrs
+    if not interpolate:
+        raise ValueError(
+            f"{int((~eq.any(axis=1)).sum())} hold-out inputs are not among the release's test "
+            "inputs X_star. Release at the hold-out inputs (they are public), or pass "
+            "interpolate=True (1-D only: linear interpolation, post-processing)."
+        )
+    if X_star.shape[1] != 1:
+        raise ValueError("interpolate=True needs 1-D inputs; release at the hold-out inputs.")
+    order = np.argsort(X_star[:, 0])
+    xs = X_star[order, 0]
+    lo, hi = xs[0], xs[-1]
+    if np.any(X_hold[:, 0] < lo) or np.any(X_hold[:, 0] > hi):
+        raise ValueError(
+            f"interpolation needs hold-out inputs inside the released range [{lo}, {hi}]."
+        )
+    vals = np.stack([np.interp(X_hold[:, 0], xs, d[order]) for d in release.draws])
+    attrs["ppc_interpolation"] = "linear (post-processing of the release)"
+    return vals, attrs
+
+
+# ------------------------------------------------------------------------------ public API
+def dp_ppc(
+    release: AnyRelease,
+    X_holdout: ArrayLike,
+    y_holdout: ArrayLike,
+    *,
+    noise_sd: float,
+    training: GPRegression | tuple[ArrayLike, ArrayLike] | None,
+    extra_sd: float | ArrayLike = 0.0,
+    n_replicates: int | None = None,
+    interpolate: bool = False,
+    holdout_is_public: bool = False,
+    var_name: str = "y",
+    rng: np.random.Generator | None = None,
+) -> Any:
+    """DP draws next to a public hold-out set, as ``arviz.InferenceData`` (see module doc).
+
+    Parameters
+    ----------
+    release:
+        a :class:`~pm_dpgp.release.Release` or :class:`SamplePathRelease`.
+    X_holdout, y_holdout:
+        the public hold-out inputs ``(m,)``/``(m, d)`` and outputs ``(m,)``; never the
+        private training data.
+    noise_sd:
+        public observation-noise sd of the predictive ``y = f + e``.
+    training:
+        the private training data (the ``GPRegression`` or ``(X, y)``), used only to
+        *check* that the hold-out set is disjoint from it; nothing from it is stored.
+        ``None`` skips the check (you assert the hold-out set is public and disjoint).
+    extra_sd:
+        public extra predictive sd (scalar or ``(m,)``), e.g. the label-private
+        posterior sd at the hold-out inputs.
+    n_replicates:
+        noise replicates per DP draw (default: enough for ≥ 200 predictive draws).
+    interpolate:
+        allow linear interpolation of a 1-D :class:`Release` to the hold-out inputs.
+    holdout_is_public:
+        override the disjointness check for rows that really are public duplicates.
+    rng:
+        source of the (public, post-processing) predictive noise.
+
+    Raises
+    ------
+    PrivateDataError
+        the hold-out set contains the private training outputs (or, for a sample-path
+        release, the private training inputs).
+    """
+    import arviz as az
+    import xarray as xr
+
+    rng = check_rng(rng)
+    X_hold = check_finite_array(X_holdout, "X_holdout", ndim=2)
+    y_hold = check_finite_array(y_holdout, "y_holdout", ndim=1)
+    if len(X_hold) != len(y_hold):
+        raise ValueError(
+            f"X_holdout and y_holdout must have the same length, got {len(X_hold)} and "
+            f"{len(y_hold)}."
+        )
+    noise_sd = check_positive(noise_sd, "noise_sd")
+    if not holdout_is_public:
+        _refuse_private(release, X_hold, y_hold, y_holdout, training)
+    f, attrs = _dp_values(release, X_hold, interpolate)
+    n_dp = f.shape[0]
+    if n_replicates is None:
+        n_replicates = max(1, math.ceil(200 / n_dp))
+    if int(n_replicates) != n_replicates or n_replicates < 1:
+        raise ValueError(f"n_replicates must be a positive integer, got {n_replicates!r}.")
+    extra = np.broadcast_to(np.asarray(extra_sd, float), y_hold.shape)
+    if np.any(extra < 0) or not np.all(np.isfinite(extra)):
+        raise ValueError("extra_sd must be finite and non-negative.")
+    sd = np.sqrt(noise_sd**2 + extra**2)
+    f_rep = np.repeat(f, int(n_replicates), axis=0)  # (S, m)
+    y_rep = f_rep + sd * rng.standard_normal(f_rep.shape)
+    loglik = -0.5 * ((y_hold - f_rep) / sd) ** 2 - np.log(sd) - 0.5 * np.log(2 * np.pi)
+    S, m = f_rep.shape
+    X_coord = X_hold[:, 0] if X_hold.shape[1] == 1 else np.arange(m)
+    coords = {"chain": [0], "draw": np.arange(S), "obs_id": np.arange(m)}
+    dims = ("chain", "draw", "obs_id")
+    attrs.update(
+        {
+            "ppc_observed": "public hold-out set (never the private training outputs)",
+            "ppc_n_dp_draws": n_dp,
+            "ppc_n_replicates": int(n_replicates),
+        }
+    )
+
+    def ds(vars_: dict[str, Any], coords_: dict[str, Any]) -> xr.Dataset:
+        out = xr.Dataset(vars_, coords=coords_)
+        out.attrs.update(attrs)
+        return out
+
+    return az.InferenceData(
+        posterior=ds({"f": (dims, f_rep[None])}, coords),
+        posterior_predictive=ds({var_name: (dims, y_rep[None])}, coords),
+        log_likelihood=ds({var_name: (dims, loglik[None])}, coords),
+        observed_data=ds({var_name: (("obs_id",), y_hold)}, {"obs_id": np.arange(m)}),
+        constant_data=ds(
+            {
+                "X": (("obs_id", "input_dim"), X_hold),
+                "x": (("obs_id",), X_coord),
+                "predictive_sd": (("obs_id",), sd),
+            },
+            {"obs_id": np.arange(m), "input_dim": np.arange(X_hold.shape[1])},
+        ),
+    )
+
+
+def holdout_elpd(idata: Any, var_name: str = "y") -> tuple[float, NDArray[np.float64]]:
+    """Hold-out expected log predictive density ``Σᵢ log mean_s p(yᵢ | f_s)`` and its terms.
+
+    The exact hold-out analogue of ``az.loo``'s elpd (no importance sampling is needed:
+    the hold-out points were not used to fit the release).
+    """
+    ll = np.asarray(idata.log_likelihood[var_name].values, float)
+    ll = ll.reshape(-1, ll.shape[-1])
+    point = logsumexp(ll, axis=0) - np.log(ll.shape[0])
+    return float(point.sum()), point
+
+
+def plot_dp_release(
+    release: AnyRelease,
+    *,
+    gpr: GPRegression | None = None,
+    hyperparameters: dict[str, float] | None = None,
+    X_holdout: ArrayLike | None = None,
+    y_holdout: ArrayLike | None = None,
+    X_grid: ArrayLike | None = None,
+    width: float = 2.0,
+    max_draws: int = 20,
+    ax: Axes | None = None,
+) -> Axes:
+    """Plot a 1-D release: non-DP posterior band, DP draws, DP noise band, hold-out points.
+
+    The non-DP band needs ``gpr`` (the private model): it is the **data owner's view**
+    and the figure must then not be published.  Without ``gpr`` only public content
+    is drawn (DP draws, the public noise band, the public hold-out set).  The DP noise
+    band is ``first draw ± width × noise sd`` (public shape of the DP noise); a
+    sample-path release adds no separate noise, so it has none.
+    """
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 4.5))
+    if isinstance(release, SamplePathRelease):
+        if release.public_gp.input_dim != 1:
+            raise ValueError("plot_dp_release draws 1-D releases only.")
+        grid = (
+            np.sort(np.unique(release.released_inputs[:, 0]))
+            if X_grid is None
+            else np.asarray(X_grid, float).ravel()
+        )
+        draws = release.evaluate(grid[:, None])
+        noise_sd = None
+    else:
+        if release.X_star.shape[1] != 1:
+            raise ValueError("plot_dp_release draws 1-D releases only.")
+        order = np.argsort(release.X_star[:, 0])
+        grid = release.X_star[order, 0]
+        draws = release.draws[:, order]
+        noise_sd = release.noise_sd[order]
+    if gpr is not None:
+        public_gp = (
+            release.public_gp if isinstance(release, SamplePathRelease)
+            else gpr.public_gp(hyperparameters)
+        )
+        y = np.asarray(gpr.y, float)
+        if isinstance(release, SamplePathRelease):
+            b = float(release.metadata["y_bound"])
+            y = public_gp.mean + np.clip(y - public_gp.mean, -b, b)
+        elif "clipping_bounds" in release.metadata:
+            y = np.clip(y, *release.metadata["clipping_bounds"])
+        mean, var = public_gp.predict(y, grid[:, None], full_cov=False)
+        sd = np.sqrt(np.clip(var, 0.0, None))
+        ax.fill_between(grid, mean - width * sd, mean + width * sd, color="C0", alpha=0.2,
+                        label=f"non-DP posterior ±{width:g} sd (owner's view: private)")
+        ax.plot(grid, mean, color="C0", lw=1.5, label="non-DP posterior mean (private)")
+    for i, d in enumerate(draws[:max_draws]):
+        ax.plot(grid, d, color="C3", lw=1, alpha=0.8 if len(draws) == 1 else 0.4,
+                label="DP draws" if i == 0 else None)
+    if noise_sd is not None:
+        lo, hi = draws[0] - width * noise_sd, draws[0] + width * noise_sd
+        ax.plot(grid, lo, "k--", lw=1, label=f"DP noise band: draw ±{width:g} noise sd (public)")
+        ax.plot(grid, hi, "k--", lw=1)
+    if X_holdout is not None and y_holdout is not None:
+        ax.plot(np.asarray(X_holdout, float).ravel(), np.asarray(y_holdout, float), "k.", ms=4,
+                label="public hold-out set")
+    mech = getattr(release, "mechanism", "sample_path")
+    eps = release.epsilon if isinstance(release, SamplePathRelease) else release.metadata.get(
+        "epsilon_total", release.metadata.get("epsilon"))
+    ax.set_title(f"{mech} release (ε = {float(eps):.3g})" if eps is not None else mech)
+    ax.legend(fontsize=8, loc="best")
+    return ax

@@ -1,0 +1,432 @@
+r"""Thompson sampling with differentially private GP sample paths, under a privacy budget.
+
+Each round ``t`` (Thompson 1933; Russo & Van Roy 2014 for GP posterior sampling):
+
+1. the curator's private dataset is ``D_t`` = every input queried so far and the
+   objective values observed there (full privacy: inputs *and* outputs private,
+   neighbours replace one ``(x, y)``);
+2. the privacy event of releasing **one** posterior sample path of ``D_t`` is computed
+   (:class:`~pm_dpgp.mechanisms.sample_path_bounds.SamplePathBound` with ``n = |D_t|``;
+   the bound grows with ``n``) and the ledger is asked ``can_afford`` **before** any
+   sampling; the loop stops cleanly when it cannot;
+3. the path is released with :func:`~pm_dpgp.mechanisms.sample_path.sample_path_release`
+   (``n_paths=1``, same ledger: adaptive RDP composition, Mironov 2017 Prop. 1);
+4. the next query is the maximiser of the released path over candidates: a public
+   candidate set, or random candidates in the public box followed by local refinement,
+   evaluating the lazy path at new points (post-processing: free);
+5. the objective is observed there (private) and appended to ``D_{t+1}``.
+
+What is published and what is not.  The chosen inputs, the released path values at
+them, the per-round events and the cumulative ε are DP outputs (post-processing of
+the released paths) and go in :attr:`ThompsonResult.idata`.  The observed objective
+values are the private data: they live only in :attr:`ThompsonResult.owner`
+(:class:`OwnerRecord`), which is never part of the InferenceData.  The observation
+noise sd used by the model and the response bound ``y_bound`` are public; responses
+are clipped by the mechanism.
+
+Non-private Thompson sampling (``private=False``) draws from the exact posterior with
+no ledger and no clipping; :func:`random_search` is the other baseline.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, cast
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from scipy.linalg import cholesky
+
+from pm_dpgp._validation import check_delta, check_finite_array, check_positive, check_rng
+from pm_dpgp.accounting import Ledger, PrivacyEvent
+from pm_dpgp.mechanisms.sample_path import sample_path_release
+from pm_dpgp.mechanisms.sample_path_bounds import SamplePathBound, kernel_lower_bound
+from pm_dpgp.models import GPRegression, PublicGP, gp_regression
+from pm_dpgp.workflow.progress import progress_bar
+
+__all__ = ["OwnerRecord", "ThompsonResult", "dp_thompson_sampling", "random_search"]
+
+Objective = Callable[[NDArray[np.float64]], ArrayLike]
+StopReason = Literal["completed", "budget", "interrupted"]
+
+
+@dataclass
+class OwnerRecord:
+    """The curator's private record: **never publish** (holds the observed values)."""
+
+    X: NDArray[np.float64]  # (n, d) all queried inputs, initial design first
+    y: NDArray[np.float64]  # (n,) observed objective values (private)
+    n_init: int
+
+    @property
+    def best_observed(self) -> NDArray[np.float64]:
+        """Running maximum of the observed values after each round (private)."""
+        return np.maximum.accumulate(self.y)[self.n_init - 1 :]
+
+
+@dataclass
+class ThompsonResult:
+    """Outcome of a Thompson-sampling run.
+
+    Attributes
+    ----------
+    idata:
+        the publishable ``arviz.InferenceData`` (group ``thompson`` with dim ``round``;
+        ``constant_data`` with the public design); DP content only.
+    owner:
+        the private :class:`OwnerRecord` (observed values): not for publication.
+    ledger:
+        the ledger charged by the run (``None`` for non-private runs).
+    events:
+        the privacy event of each completed round (empty for non-private runs).
+    stop_reason:
+        ``"completed"``, ``"budget"`` (the next round would overspend) or ``"interrupted"``.
+    """
+
+    idata: Any
+    owner: OwnerRecord
+    ledger: Ledger | None
+    events: list[PrivacyEvent] = field(default_factory=list)
+    stop_reason: StopReason = "completed"
+
+    @property
+    def n_rounds(self) -> int:
+        """Number of completed rounds."""
+        return int(self.idata.thompson.sizes.get("round", 0))
+
+    @property
+    def x_chosen(self) -> NDArray[np.float64]:
+        """``(rounds, d)`` chosen inputs (public)."""
+        return np.asarray(self.idata.thompson["x_chosen"].values)
+
+
+class _Dataset:
+    """``GPRegression``-like view of the growing dataset, reusing one compiled kernel.
+
+    :func:`sample_path_release` needs ``public_gp(hyperparameters)`` and ``y``.  The
+    PublicGP of the first model holds the kernel compiled once by PyTensor (it depends
+    on the public hyperparameters only), so each round only swaps the inputs.
+    """
+
+    def __init__(self, base: PublicGP, X: NDArray[np.float64], y: NDArray[np.float64]) -> None:
+        self._public = dataclasses.replace(base, X=X)
+        self.y = y
+        self.X = X
+
+    def public_gp(self, hyperparameters: dict[str, float] | None = None) -> PublicGP:
+        return self._public
+
+
+def _box(domain: tuple[ArrayLike, ArrayLike], d: int) -> tuple[NDArray, NDArray]:
+    lower, upper = (np.broadcast_to(np.asarray(b, float), (d,)).copy() for b in domain)
+    if not (np.all(np.isfinite(lower)) and np.all(np.isfinite(upper)) and np.all(lower < upper)):
+        raise ValueError(f"domain must be a finite box with lower < upper, got {domain!r}.")
+    return lower, upper
+
+
+def _observe(objective: Objective, X: NDArray[np.float64]) -> NDArray[np.float64]:
+    y = np.asarray(objective(X), dtype=np.float64).reshape(-1)
+    if y.shape != (len(X),) or not np.all(np.isfinite(y)):
+        raise ValueError(
+            f"objective(X) must return {len(X)} finite values for X of shape {X.shape}."
+        )
+    return y
+
+
+def _exact_path(
+    public_gp: PublicGP, y: NDArray[np.float64], rng: np.random.Generator
+) -> Callable[[NDArray[np.float64]], NDArray[np.float64]]:
+    """Non-private posterior path, evaluated jointly at each call's candidates.
+
+    For the non-private baseline every call's points are drawn jointly with the
+    previous ones (conditioning on the values drawn so far), like the lazy DP path.
+    """
+    X_done: list[NDArray[np.float64]] = []
+    f_done: list[NDArray[np.float64]] = []
+
+    def evaluate(Xn: NDArray[np.float64]) -> NDArray[np.float64]:
+        Xo = np.vstack(X_done) if X_done else np.empty((0, Xn.shape[1]))
+        Xa = np.vstack([Xo, Xn])
+        mu, cov = public_gp.predict(y, Xa)
+        q = len(Xo)
+        jit = 1e-8 * max(float(np.max(np.diag(cov))), 1e-12)
+        if q:
+            Loo = cholesky(cov[:q, :q] + jit * np.eye(q), lower=True)
+            A = np.linalg.solve(Loo.T, np.linalg.solve(Loo, cov[:q, q:])).T
+            fo = np.concatenate(f_done)
+            m = mu[q:] + A @ (fo - mu[:q])
+            S = cov[q:, q:] - A @ cov[:q, q:]
+        else:
+            m, S = mu, cov
+        S = 0.5 * (S + S.T)
+        w, V = np.linalg.eigh(S)
+        f = m + V @ (np.sqrt(np.clip(w, 0, None)) * rng.standard_normal(len(m)))
+        X_done.append(Xn)
+        f_done.append(f)
+        return f
+
+    return evaluate
+
+
+def _maximise(
+    evaluate: Callable[[NDArray[np.float64]], NDArray[np.float64]],
+    first: tuple[NDArray[np.float64], NDArray[np.float64]],
+    lower: NDArray[np.float64],
+    upper: NDArray[np.float64],
+    refine_steps: int,
+    refine_points: int,
+    rng: np.random.Generator,
+) -> tuple[NDArray[np.float64], float]:
+    """Best candidate, then ``refine_steps`` rounds of Gaussian local search on the path."""
+    X_c, f_c = first
+    i = int(np.argmax(f_c))
+    x_best, f_best = X_c[i], float(f_c[i])
+    scale = 0.1 * (upper - lower)
+    for _ in range(refine_steps):
+        Xn = np.clip(x_best + scale * rng.standard_normal((refine_points, len(lower))),
+                     lower, upper)
+        fn = evaluate(Xn)
+        j = int(np.argmax(fn))
+        if fn[j] > f_best:
+            x_best, f_best = Xn[j], float(fn[j])
+        scale = 0.5 * scale
+    return x_best, f_best
+
+
+def dp_thompson_sampling(
+    objective: Objective,
+    cov_func: Any,
+    *,
+    domain: tuple[ArrayLike, ArrayLike],
+    X_init: ArrayLike,
+    n_rounds: int,
+    noise_sd: float,
+    sigma: float = 1.0,
+    y_bound: float = 1.0,
+    prior_mean: float = 0.0,
+    private: bool = True,
+    ledger: Ledger | None = None,
+    delta: float | None = None,
+    eta: float = 0.0,
+    kernel_class: Literal["generic", "exponential_1d", "constant"] = "generic",
+    kappa: float | None = None,
+    candidates: ArrayLike | int = 256,
+    refine_steps: int = 0,
+    refine_points: int = 32,
+    progressbar: bool = True,
+    rng: np.random.Generator | None = None,
+) -> ThompsonResult:
+    """Run (DP) Thompson sampling for at most ``n_rounds`` rounds (see the module doc).
+
+    Parameters
+    ----------
+    objective:
+        ``objective(X) -> y`` for ``X`` of shape ``(k, d)``: the curator's (noisy)
+        observations, the private data.
+    cov_func:
+        PyMC covariance with public, fixed hyperparameters; ``cov_func / sigma²`` must
+        satisfy ``k(x, x) ≤ 1``.
+    domain:
+        public box ``(lower, upper)``; candidates and queries stay inside it.
+    X_init:
+        ``(n0, d)`` public initial design (chosen without looking at data), n0 ≥ 1.
+    n_rounds:
+        maximum number of rounds (fewer if the budget runs out or on interrupt).
+    noise_sd:
+        public observation-noise sd of the GP model (``σ √r²``; a larger value
+        lowers the per-round ε).
+    sigma, y_bound, eta, kernel_class, kappa:
+        public parameters of the sample-path mechanism (``kappa`` defaults to the
+        kernel's lower bound on ``domain``).
+    private:
+        ``False`` runs non-private TS (exact posterior, no ledger, no clipping).
+    ledger:
+        the budget (required when ``private``); ``delta`` defaults to ``ledger.delta``.
+    candidates:
+        a public ``(k, d)`` candidate set used every round, or a number of uniform
+        random candidates drawn in the box each round.
+    refine_steps, refine_points:
+        local refinement of the maximiser on the lazy path (free evaluations).
+    progressbar:
+        show a ``rich`` progress bar; ``KeyboardInterrupt`` stops the loop and returns
+        the completed rounds (``stop_reason="interrupted"``).
+    rng:
+        the only source of randomness.
+    """
+    import arviz as az
+    import xarray as xr
+
+    rng = check_rng(rng)
+    X0 = check_finite_array(X_init, "X_init", ndim=2)
+    d = X0.shape[1]
+    lower, upper = _box(domain, d)
+    if len(X0) < 1:
+        raise ValueError("X_init needs at least one public initial input.")
+    if np.any(X0 < lower) or np.any(X0 > upper):
+        raise ValueError("X_init must lie inside the public domain.")
+    if int(n_rounds) != n_rounds or n_rounds < 0:
+        raise ValueError(f"n_rounds must be a non-negative integer, got {n_rounds!r}.")
+    noise_sd = check_positive(noise_sd, "noise_sd")
+    sigma = check_positive(sigma, "sigma")
+    if private:
+        if ledger is None:
+            raise ValueError("private=True needs a Ledger with the privacy budget.")
+        delta = check_delta(ledger.delta if delta is None else delta)
+    if isinstance(candidates, int | np.integer):
+        if candidates < 1:
+            raise ValueError("candidates must be a positive number or a (k, d) array.")
+        fixed_cand = None
+        n_cand = int(candidates)
+    else:
+        fixed_cand = check_finite_array(candidates, "candidates", ndim=2)
+        if fixed_cand.shape[1] != d:
+            raise ValueError(f"candidates must have {d} column(s).")
+        n_cand = len(fixed_cand)
+
+    y0 = _observe(objective, X0)
+    model = gp_regression(X0, y0, cov_func, sigma=noise_sd, mean=prior_mean, mean_is_public=True)
+    base = model.public_gp()
+    r2 = base.noise_var / sigma**2
+    if private and kappa is None:
+        kappa = kernel_lower_bound(
+            lambda A, B: base.kernel(A, B) / sigma**2, np.column_stack([lower, upper])
+        )
+    X_all, y_all = X0.copy(), y0.copy()
+
+    rows: dict[str, list[Any]] = {k: [] for k in (
+        "x_chosen", "f_path_at_chosen", "epsilon_round", "epsilon_cumulative", "n_data",
+        "alpha_max", "event")}
+    events: list[PrivacyEvent] = []
+    stop: StopReason = "completed"
+    desc = "DP Thompson sampling" if private else "Thompson sampling"
+    with progress_bar(int(n_rounds), desc, enabled=progressbar) as bar:
+        try:
+            for _ in range(int(n_rounds)):
+                n = len(y_all)
+                X_c = (fixed_cand if fixed_cand is not None
+                       else rng.uniform(lower, upper, size=(n_cand, d)))
+                if private:
+                    assert ledger is not None and delta is not None and kappa is not None
+                    bound = SamplePathBound(n=n, sigma=sigma, r2=r2, y_bound=y_bound,
+                                            kappa=float(kappa), eta=eta,
+                                            kernel_class=kernel_class)
+                    event = bound.event(1, label=f"Thompson round path (n={n})")
+                    if not ledger.can_afford(event):
+                        stop = "budget"
+                        break
+                    data = cast(GPRegression, _Dataset(base, X_all, y_all))
+                    release = sample_path_release(
+                        data, X_c, n_paths=1, sigma=sigma, y_bound=y_bound, delta=delta,
+                        kappa=float(kappa), eta=eta, kernel_class=kernel_class,
+                        ledger=ledger, rng=rng, clip="warn",
+                    )
+                    path = release.evaluate
+                    f_c = path(X_c)[0]
+
+                    def evaluate(Xn: NDArray[np.float64], _p: Any = path) -> NDArray[np.float64]:
+                        return _p(Xn)[0]
+
+                    events.append(event)
+                    eps_round = event.epsilon(delta)
+                    eps_cum = ledger.epsilon()
+                    meta = json.dumps(
+                        {"label": event.label, "n": n, "r2": r2, "V": bound.V, "Phi": bound.Phi,
+                         "Delta": bound.Delta, "tau": bound.tau, "epsilon_at_delta": eps_round}
+                    )
+                    alpha_max = bound.alpha_max
+                else:
+                    evaluate = _exact_path(dataclasses.replace(base, X=X_all), y_all, rng)
+                    f_c = evaluate(X_c)
+                    eps_round = eps_cum = math.inf
+                    meta = json.dumps({"mechanism": "none (non-private)"})
+                    alpha_max = math.nan
+                x_new, f_new = _maximise(evaluate, (X_c, f_c), lower, upper, refine_steps,
+                                         refine_points, rng)
+                y_new = _observe(objective, x_new[None, :])
+                X_all = np.vstack([X_all, x_new[None, :]])
+                y_all = np.concatenate([y_all, y_new])
+                rows["x_chosen"].append(x_new)
+                rows["f_path_at_chosen"].append(f_new)
+                rows["epsilon_round"].append(eps_round)
+                rows["epsilon_cumulative"].append(eps_cum)
+                rows["n_data"].append(n)
+                rows["alpha_max"].append(alpha_max)
+                rows["event"].append(meta)
+                bar.advance(f"ε = {eps_cum:.3g}" if private else "")
+        except KeyboardInterrupt:
+            stop = "interrupted"
+
+    R = len(rows["x_chosen"])
+    x_ch = np.asarray(rows["x_chosen"], float).reshape(R, d)
+    coords = {"round": np.arange(R), "input_dim": np.arange(d)}
+    attrs: dict[str, Any] = {
+        "mechanism": "sample_path Thompson sampling" if private else "non-private Thompson",
+        "privacy_model": "full (queried inputs and observed values private)" if private
+        else "none",
+        "stop_reason": stop,
+        "n_rounds_requested": int(n_rounds),
+        "n_rounds_completed": R,
+        "noise_sd": noise_sd,
+        "sigma": sigma,
+        "y_bound": y_bound,
+        "eta": eta,
+        "kernel_class": kernel_class,
+        "kernel": base.description,
+        "published": "chosen inputs and released path values only; observed values are private",
+    }
+    if private:
+        assert ledger is not None
+        attrs.update({
+            "delta": float(delta),  # type: ignore[arg-type]
+            "kappa": float(kappa),  # type: ignore[arg-type]
+            "epsilon_budget": "none" if ledger.epsilon_budget is None
+            else float(ledger.epsilon_budget),
+            "epsilon_spent_total": float(ledger.epsilon()),
+        })
+    trace = xr.Dataset(
+        {
+            "x_chosen": (("round", "input_dim"), x_ch),
+            "f_path_at_chosen": (("round",), np.asarray(rows["f_path_at_chosen"], float)),
+            "epsilon_round": (("round",), np.asarray(rows["epsilon_round"], float)),
+            "epsilon_cumulative": (("round",), np.asarray(rows["epsilon_cumulative"], float)),
+            "n_data": (("round",), np.asarray(rows["n_data"], np.int64)),
+            "alpha_max": (("round",), np.asarray(rows["alpha_max"], float)),
+            "event": (("round",), np.asarray(rows["event"], dtype=str)),
+        },
+        coords=coords,
+        attrs=attrs,
+    )
+    const = xr.Dataset(
+        {
+            "X_init": (("init", "input_dim"), X0),
+            "domain_lower": (("input_dim",), lower),
+            "domain_upper": (("input_dim",), upper),
+        },
+        coords={"init": np.arange(len(X0)), "input_dim": np.arange(d)},
+        attrs=attrs,
+    )
+    idata = az.InferenceData(constant_data=const)
+    idata.add_groups({"thompson": trace}, warn_on_custom_groups=False)
+    owner = OwnerRecord(X=X_all, y=y_all, n_init=len(X0))
+    return ThompsonResult(idata=idata, owner=owner, ledger=ledger if private else None,
+                          events=events, stop_reason=stop)
+
+
+def random_search(
+    objective: Objective,
+    *,
+    domain: tuple[ArrayLike, ArrayLike],
+    X_init: ArrayLike,
+    n_rounds: int,
+    rng: np.random.Generator | None = None,
+) -> OwnerRecord:
+    """Baseline: ``n_rounds`` uniform random queries in the box after the initial design."""
+    rng = check_rng(rng)
+    X0 = check_finite_array(X_init, "X_init", ndim=2)
+    lower, upper = _box(domain, X0.shape[1])
+    X = np.vstack([X0, rng.uniform(lower, upper, size=(int(n_rounds), X0.shape[1]))])
+    return OwnerRecord(X=X, y=_observe(objective, X), n_init=len(X0))

@@ -1,0 +1,119 @@
+"""Posterior predictive checks on DP releases against a public hold-out set."""
+
+from __future__ import annotations
+
+import warnings
+
+import arviz as az
+import matplotlib
+import numpy as np
+import pymc as pm
+import pytest
+
+from pm_dpgp.accounting import Ledger
+from pm_dpgp.audit import scan_for_values
+from pm_dpgp.mechanisms import cloaked_release, sample_path_release
+from pm_dpgp.models import gp_regression
+from pm_dpgp.workflow import PrivateDataError, dp_ppc, holdout_elpd, plot_dp_release
+
+matplotlib.use("Agg")
+
+
+@pytest.fixture(scope="module")
+def split():
+    rng = np.random.default_rng(0)
+    X = np.sort(rng.uniform(0, 6, 40))
+    y = np.clip(np.sin(X) + 0.3 * rng.standard_normal(40), -1.9, 1.9)
+    hold = np.zeros(40, dtype=bool)
+    hold[::4] = True
+    model = gp_regression(X[~hold], y[~hold], pm.gp.cov.ExpQuad(1, ls=1.5), sigma=0.3, mean=0.0)
+    return model, X[hold], y[hold]
+
+
+@pytest.fixture(scope="module")
+def release(split):
+    model, X_hold, _ = split
+    X_star = np.linspace(0, 6, 61)
+    return cloaked_release(model, X_star, epsilon=1.0, delta=1e-3, y_bounds=(-2.0, 2.0),
+                           n_draws=5, ledger=Ledger(epsilon=5.0, delta=1e-2),
+                           rng=np.random.default_rng(1))
+
+
+def test_refuses_the_private_training_outputs(split, release):
+    model, _, _ = split
+    with pytest.raises(PrivateDataError, match="publish them unprotected"):
+        dp_ppc(release, model.X, model.y, noise_sd=0.3, training=model, interpolate=True)
+    # A copy, or a hold-out set mixing in training pairs, is refused as well.
+    with pytest.raises(PrivateDataError, match="training pairs"):
+        dp_ppc(release, model.X[:5], np.array(model.y[:5]), noise_sd=0.3, training=model,
+               interpolate=True)
+
+
+def test_refuses_private_inputs_of_a_sample_path_release(split):
+    model, _, _ = split
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rel = sample_path_release(model, np.linspace(0, 6, 20), n_paths=3, sigma=1.0,
+                                  y_bound=2.0, delta=1e-5, domain=(0.0, 6.0),
+                                  rng=np.random.default_rng(2))
+    with pytest.raises(PrivateDataError, match="private training inputs"):
+        dp_ppc(rel, model.X[:3], np.zeros(3), noise_sd=0.3, training=None)
+
+
+def test_inference_data_works_with_arviz(split, release):
+    model, X_hold, y_hold = split
+    idata = dp_ppc(release, X_hold, y_hold, noise_sd=0.3, training=model, interpolate=True,
+                   rng=np.random.default_rng(3))
+    assert set(idata.groups()) >= {"posterior", "posterior_predictive", "log_likelihood",
+                                   "observed_data", "constant_data"}
+    np.testing.assert_array_equal(idata.observed_data["y"], y_hold)
+    assert idata.posterior_predictive["y"].shape == (1, 200, len(y_hold))  # 5 draws x 40
+    assert az.summary(idata, var_names=["f"]).shape[0] == len(y_hold)
+    az.plot_ppc(idata, num_pp_samples=20)
+    az.plot_hdi(idata.constant_data["x"], idata.posterior_predictive["y"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loo = az.loo(idata)
+    elpd, point = holdout_elpd(idata)
+    assert np.isfinite(elpd) and point.shape == (len(y_hold),)
+    assert np.isfinite(loo.elpd_loo)
+    # Nothing private in the published object: no training output anywhere.
+    assert scan_for_values(idata, model.y, rtol=0) == []
+    assert idata.posterior.attrs["mechanism"] == "cloaking"
+    matplotlib.pyplot.close("all")
+
+
+def test_needs_the_release_at_the_holdout_inputs_or_interpolation(split, release):
+    model, X_hold, y_hold = split
+    with pytest.raises(ValueError, match="interpolate=True"):
+        dp_ppc(release, X_hold + 1e-3, y_hold, noise_sd=0.3, training=model)
+    exact = cloaked_release(model, X_hold, epsilon=1.0, delta=1e-3, y_bounds=(-2.0, 2.0),
+                            rng=np.random.default_rng(4))
+    idata = dp_ppc(exact, X_hold, y_hold, noise_sd=0.3, training=model,
+                   rng=np.random.default_rng(5))
+    np.testing.assert_allclose(idata.posterior["f"].values[0, 0], exact.draws[0])
+
+
+def test_sample_path_release_is_evaluated_lazily(split):
+    model, X_hold, y_hold = split
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rel = sample_path_release(model, np.linspace(0, 6, 20), n_paths=4, sigma=1.0,
+                                  y_bound=2.0, delta=1e-5, domain=(0.0, 6.0),
+                                  rng=np.random.default_rng(6))
+    idata = dp_ppc(rel, X_hold, y_hold, noise_sd=0.3, training=model, n_replicates=10,
+                   rng=np.random.default_rng(7))
+    np.testing.assert_array_equal(
+        idata.posterior["f"].values[0, ::10], rel.evaluate(X_hold[:, None])
+    )
+
+
+def test_plot_shows_bands(split, release):
+    model, X_hold, y_hold = split
+    ax = plot_dp_release(release, gpr=model, X_holdout=X_hold, y_holdout=y_hold)
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert any("non-DP" in t for t in labels) and any("noise band" in t for t in labels)
+    assert any("DP draws" in t for t in labels)
+    public_only = plot_dp_release(release)
+    assert not any("non-DP" in t.get_text() for t in public_only.get_legend().get_texts())
+    matplotlib.pyplot.close("all")

@@ -1,0 +1,151 @@
+"""Sample-path release (Maciazek): sampling, lazy evaluation, ledger, metadata, leaks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pymc as pm
+import pytest
+
+from pm_dpgp._validation import PrivacyWarning
+from pm_dpgp.accounting import BudgetExceededError, Ledger
+from pm_dpgp.audit import scan_for_values
+from pm_dpgp.mechanisms.sample_path import sample_path_release
+from pm_dpgp.models import gp_regression
+
+SIGMA, R2, LS = 1.0, 4.0, 0.3
+
+
+def _model(seed: int = 0, n: int = 15):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(0, 1, n)
+    y = np.where(X > 0.5, 1.0, -1.0) + 0.3 * rng.standard_normal(n)
+    return gp_regression(
+        X, y, SIGMA**2 * pm.gp.cov.Exponential(1, ls=LS), sigma=SIGMA * np.sqrt(R2)
+    )
+
+
+KW = dict(sigma=SIGMA, y_bound=2.0, delta=1e-5, domain=(0.0, 1.0), kernel_class="exponential_1d")
+
+
+@pytest.fixture(scope="module")
+def model():
+    return _model()
+
+
+def _exact_joint(model, X: np.ndarray, y_bound: float = 2.0):
+    """Posterior mean and covariance of f at X (clipped, centred responses)."""
+    public_gp = model.public_gp()
+    y = public_gp.mean + np.clip(model.y - public_gp.mean, -y_bound, y_bound)
+    return public_gp.predict(y, X[:, None])
+
+
+def test_paths_have_the_posterior_law(model):
+    X = np.linspace(0, 1, 5)
+    rel = sample_path_release(model, X, n_paths=40_000, rng=np.random.default_rng(1), **KW)
+    vals = rel.released_values
+    assert vals.shape == (40_000, 5)
+    mu, cov = _exact_joint(model, X)
+    se = np.sqrt(np.diag(cov) / 40_000)
+    assert np.all(np.abs(vals.mean(axis=0) - mu) < 5 * se)
+    np.testing.assert_allclose(np.cov(vals.T), cov, atol=0.03 * cov.max())
+
+
+def test_lazy_evaluation_is_consistent_with_the_joint(model):
+    """(values released first, values asked later) ~ posterior joint, by moments."""
+    X1 = np.array([0.1, 0.45, 0.8])
+    X2 = np.array([0.12, 0.5, 0.95, 0.45])  # includes a point released before
+    rel = sample_path_release(model, X1, n_paths=40_000, rng=np.random.default_rng(2), **KW)
+    first = rel.released_values.copy()
+    later = rel.evaluate(X2[:, None])
+    np.testing.assert_array_equal(later[:, 3], first[:, 1])  # same path, same value
+    joint = np.hstack([first, later[:, :3]])
+    mu, cov = _exact_joint(model, np.concatenate([X1, X2[:3]]))
+    se = np.sqrt(np.diag(cov) / joint.shape[0])
+    assert np.all(np.abs(joint.mean(axis=0) - mu) < 5 * se)
+    np.testing.assert_allclose(np.cov(joint.T), cov, atol=0.03 * cov.max())
+    # Asking again returns the stored values: nothing new is drawn.
+    np.testing.assert_array_equal(rel.evaluate(X2[:, None]), later)
+
+
+def test_ledger_charged_before_drawing_and_refuses(model):
+    ledger = Ledger(epsilon=1e6, delta=1e-5)
+    rel = sample_path_release(
+        model, [0.5], n_paths=3, ledger=ledger, rng=np.random.default_rng(0), **KW
+    )
+    assert ledger.spent_epsilon == pytest.approx(rel.epsilon, rel=1e-6)
+    tight = Ledger(epsilon=rel.epsilon * 0.99, delta=1e-5)
+    rng = np.random.default_rng(3)
+    state = rng.bit_generator.state
+    with pytest.raises(BudgetExceededError):
+        sample_path_release(model, [0.5], n_paths=3, ledger=tight, rng=rng, **KW)
+    assert rng.bit_generator.state == state
+    assert tight.history == []
+
+
+def test_more_paths_cost_more(model):
+    eps = [
+        sample_path_release(model, [0.5], n_paths=L, rng=np.random.default_rng(0), **KW).epsilon
+        for L in (1, 4, 16)
+    ]
+    assert eps[0] < eps[1] < eps[2]
+    assert eps[2] < 16 * eps[0]  # sub-linear after optimal conversion
+
+
+def test_extra_noise_lowers_epsilon_and_adds_variance(model):
+    a = sample_path_release(model, [0.5], n_paths=20_000, rng=np.random.default_rng(0), **KW)
+    b = sample_path_release(
+        model, [0.5], n_paths=20_000, eta=1.0, rng=np.random.default_rng(0), **KW
+    )
+    assert b.epsilon < a.epsilon
+    assert b.released_values.var() > a.released_values.var() + 0.5
+
+
+def test_release_contains_nothing_private(model, tmp_path):
+    rel = sample_path_release(
+        model, np.linspace(0, 1, 30), n_paths=4, rng=np.random.default_rng(0), **KW
+    )
+    rel.evaluate(np.array([[0.33], [0.66]]))
+    idata = rel.to_inference_data()
+    assert idata.posterior_predictive["f_path"].shape == (1, 4, 32)
+    attrs = idata.posterior_predictive.attrs
+    assert attrs["privacy_model"] == "full"
+    assert "epsilon" in attrs and "alpha_max" in attrs
+    path = tmp_path / "paths.nc"
+    idata.to_netcdf(str(path))
+    public_gp = model.public_gp()
+    mu, _ = _exact_joint(model, rel.released_inputs[:, 0])
+    private = np.concatenate([model.y, public_gp.X[:, 0], mu])
+    assert scan_for_values(str(path), private) == []
+
+
+def test_bad_input(model):
+    with pytest.raises(ValueError, match="k\\(x, x\\)"):
+        sample_path_release(model, [0.5], **{**KW, "sigma": 0.5})
+    with pytest.raises(ValueError, match="domain"):
+        sample_path_release(model, [0.5], **{k: v for k, v in KW.items() if k != "domain"})
+    with pytest.raises(ValueError):
+        sample_path_release(model, [0.5], n_paths=0, **KW)
+    with pytest.raises(ValueError):
+        sample_path_release(model, [0.5], **{**KW, "delta": 0.0})
+    with pytest.raises(ValueError):
+        sample_path_release(model, [np.nan], **KW)
+    with pytest.warns(PrivacyWarning, match="clipped"):
+        sample_path_release(model, [0.5], rng=np.random.default_rng(0), **{**KW, "y_bound": 0.5})
+    with pytest.warns(PrivacyWarning, match="domain"):
+        sample_path_release(
+            model, [0.5], rng=np.random.default_rng(0), **{**KW, "domain": (0.2, 0.8)}
+        )
+    with pytest.raises(ValueError, match="domain"):
+        sample_path_release(model, [0.5], clip="raise", **{**KW, "domain": (0.2, 0.8)})
+
+
+def test_two_dimensional_domain_gives_corner_kappa():
+    rng = np.random.default_rng(4)
+    X = rng.uniform(0, 1, (12, 2))
+    model = gp_regression(X, np.sin(X.sum(1)), pm.gp.cov.ExpQuad(2, ls=[0.5, 2.0]), sigma=1.0)
+    rel = sample_path_release(
+        model, [[0.5, 0.5]], sigma=1.0, y_bound=2.0, delta=1e-5, domain=[(0, 1), (0, 2)],
+        rng=np.random.default_rng(0),
+    )
+    expected = np.exp(-0.5 * ((1 / 0.5) ** 2 + (2 / 2.0) ** 2))
+    assert rel.metadata["kappa"] == pytest.approx(expected, rel=1e-6)

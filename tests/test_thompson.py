@@ -1,0 +1,187 @@
+"""DP Thompson sampling: adaptive composition, budget stop, reproducibility, regret ordering."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pymc as pm
+import pytest
+
+from pm_dpgp.accounting import Ledger
+from pm_dpgp.audit import scan_for_values
+from pm_dpgp.mechanisms.sample_path_bounds import SamplePathBound
+from pm_dpgp.workflow import dp_thompson_sampling, random_search
+
+try:
+    from threadpoolctl import threadpool_limits
+except ImportError:  # pragma: no cover
+    threadpool_limits = None
+
+DELTA = 1e-5
+X0 = np.array([[0.1], [0.5], [0.9]])
+COV = pm.gp.cov.ExpQuad(1, ls=0.2)
+
+
+@pytest.fixture(autouse=True)
+def _one_blas_thread():
+    """Small matrices: multithreaded BLAS only adds contention on a loaded 2-core machine."""
+    if threadpool_limits is None:
+        yield
+    else:
+        with threadpool_limits(1):
+            yield
+
+
+def f_true(x: np.ndarray) -> np.ndarray:
+    """An easy 1-D objective in [-0.8, 0.8], maximum 0.8 at x = 0.7."""
+    return 1.6 * np.exp(-0.5 * ((x - 0.7) / 0.2) ** 2) - 0.8
+
+
+def objective(seed: int):
+    rng = np.random.default_rng(seed)
+    return lambda X: f_true(X[:, 0]) + 0.05 * rng.standard_normal(len(X))
+
+
+def _run(seed: int = 0, budget: float = 100.0, n_rounds: int = 8, **kw):
+    kw.setdefault("noise_sd", 2.0)
+    return dp_thompson_sampling(
+        objective(seed + 1000), COV, domain=(0.0, 1.0), X_init=X0, n_rounds=n_rounds,
+        y_bound=1.0, ledger=Ledger(epsilon=budget, delta=DELTA), candidates=64,
+        progressbar=False, rng=np.random.default_rng(seed), **kw,
+    )
+
+
+@pytest.fixture(scope="module")
+def run():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return _run(seed=3, n_rounds=8, refine_steps=2)
+
+
+def test_final_epsilon_is_the_composition_of_round_events(run):
+    assert run.stop_reason == "completed" and run.n_rounds == 8
+    fresh = Ledger(delta=DELTA)
+    cumulative = []
+    for ev in run.events:
+        fresh.spend(ev)
+        cumulative.append(fresh.epsilon())
+    assert run.ledger.epsilon() == pytest.approx(fresh.epsilon(), rel=1e-12)
+    np.testing.assert_allclose(run.idata.thompson["epsilon_cumulative"], cumulative, rtol=1e-12)
+    # Each round's event is the sample-path bound of one path on the data of that round.
+    for k, ev in enumerate(run.events):
+        n = 3 + k
+        assert int(run.idata.thompson["n_data"][k]) == n
+        bound = SamplePathBound(n=n, sigma=1.0, r2=4.0, y_bound=1.0,
+                                kappa=run.idata.thompson.attrs["kappa"], eta=0.0,
+                                kernel_class="generic")
+        np.testing.assert_allclose(ev.rdp(), bound.event(1).rdp(), rtol=1e-12)
+    # The per-round cost grows with n (more private records in the posterior).
+    assert np.all(np.diff(run.idata.thompson["epsilon_round"].values) > 0)
+
+
+def test_stops_cleanly_before_overspending():
+    budget = 15.0
+    res = _run(seed=0, budget=budget, n_rounds=50)
+    assert res.stop_reason == "budget"
+    assert 0 < res.n_rounds < 50
+    assert res.ledger.epsilon() <= budget * (1 + 1e-9)
+    assert len(res.ledger.history) == res.n_rounds == len(res.events)
+    n_next = 3 + res.n_rounds
+    nxt = SamplePathBound(n=n_next, sigma=1.0, r2=4.0, y_bound=1.0,
+                          kappa=res.idata.thompson.attrs["kappa"], eta=0.0,
+                          kernel_class="generic").event(1)
+    assert not res.ledger.can_afford(nxt)
+    assert res.idata.thompson.attrs["stop_reason"] == "budget"
+
+
+def test_budget_too_small_for_one_round_returns_empty_trace():
+    res = _run(seed=0, budget=0.5, n_rounds=5)
+    assert res.stop_reason == "budget" and res.n_rounds == 0
+    assert res.ledger.epsilon() == 0.0
+
+
+def test_fixed_seed_is_reproducible(run):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        again = _run(seed=3, n_rounds=8, refine_steps=2)
+    np.testing.assert_array_equal(again.x_chosen, run.x_chosen)
+    np.testing.assert_array_equal(again.owner.y, run.owner.y)
+    np.testing.assert_array_equal(
+        again.idata.thompson["epsilon_cumulative"], run.idata.thompson["epsilon_cumulative"]
+    )
+
+
+def test_published_trace_holds_no_observed_values(run):
+    private_y = run.owner.y
+    assert scan_for_values(run.idata, private_y, rtol=0) == []
+    assert "y" not in run.idata.thompson and "observed_data" not in run.idata.groups()
+    # The chosen inputs are in the trace, the queries of the owner record match them.
+    np.testing.assert_array_equal(run.owner.X[3:], run.x_chosen)
+    assert np.all((run.x_chosen >= 0) & (run.x_chosen <= 1))
+
+
+def test_interrupt_returns_completed_rounds():
+    calls = {"n": 0}
+    base = objective(7)
+
+    def flaky(X):
+        calls["n"] += 1
+        if calls["n"] == 4:  # init + 2 rounds, then Ctrl-C during the third observation
+            raise KeyboardInterrupt
+        return base(X)
+
+    res = dp_thompson_sampling(
+        flaky, COV, domain=(0.0, 1.0), X_init=X0, n_rounds=10, noise_sd=2.0, y_bound=1.0,
+        ledger=Ledger(epsilon=100.0, delta=DELTA), candidates=32, progressbar=True,
+        rng=np.random.default_rng(0),
+    )
+    assert res.stop_reason == "interrupted" and res.n_rounds == 2
+    # The third path was released before the interrupt: it is charged (conservative).
+    assert len(res.ledger.history) == 3
+    assert res.idata.thompson.attrs["epsilon_spent_total"] == pytest.approx(res.ledger.epsilon())
+
+
+def test_argument_checks():
+    with pytest.raises(ValueError, match="Ledger"):
+        dp_thompson_sampling(objective(0), COV, domain=(0, 1), X_init=X0, n_rounds=1,
+                             noise_sd=2.0, progressbar=False)
+    with pytest.raises(ValueError, match="inside"):
+        dp_thompson_sampling(objective(0), COV, domain=(0, 1), X_init=[[1.5]], n_rounds=1,
+                             noise_sd=2.0, private=False, progressbar=False)
+
+
+def test_two_dimensional_box_with_refinement():
+    cov2 = pm.gp.cov.ExpQuad(2, ls=0.3)
+
+    def f2(X):
+        return np.exp(-0.5 * np.sum(((X - 0.6) / 0.25) ** 2, axis=1)) - 0.5
+
+    res = dp_thompson_sampling(
+        f2, cov2, domain=([0.0, 0.0], [1.0, 1.0]), X_init=[[0.2, 0.2], [0.8, 0.3]],
+        n_rounds=3, noise_sd=2.0, y_bound=1.0, ledger=Ledger(epsilon=100.0, delta=DELTA),
+        candidates=64, refine_steps=2, progressbar=False, rng=np.random.default_rng(1),
+    )
+    assert res.n_rounds == 3 and res.x_chosen.shape == (3, 2)
+    assert res.idata.thompson["x_chosen"].dims == ("round", "input_dim")
+
+
+def test_regret_ordering_over_seeds():
+    """Easy objective: non-private TS < DP TS < random search in mean simple regret."""
+    regrets = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for seed in range(4):
+            dp = _run(seed=seed, budget=100.0, n_rounds=20)
+            R = dp.n_rounds
+            npts = dp_thompson_sampling(
+                objective(seed + 2000), COV, domain=(0.0, 1.0), X_init=X0, n_rounds=R,
+                noise_sd=0.05, private=False, candidates=64, progressbar=False,
+                rng=np.random.default_rng(seed),
+            )
+            rs = random_search(objective(seed + 3000), domain=(0.0, 1.0), X_init=X0,
+                               n_rounds=R, rng=np.random.default_rng(seed))
+            regrets.append([np.mean(0.8 - f_true(o.X[o.n_init:, 0]))
+                            for o in (npts.owner, dp.owner, rs)])
+    mean_np, mean_dp, mean_rs = np.mean(regrets, axis=0)
+    assert mean_np < mean_dp < mean_rs
