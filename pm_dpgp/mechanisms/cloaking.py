@@ -741,7 +741,8 @@ def gradient_ascent_reference(
 
     Each step costs ``O(n k²)`` (``space="basis"``).  ``max_seconds`` optionally caps the
     wall-clock time (the result then has ``converged=False``).  The returned ``M`` is scaled
-    to be feasible exactly as in :func:`solve_noise_covariance`, so ``log|M|`` values are comparable.
+    to be feasible exactly as in :func:`solve_noise_covariance`, so ``log|M|`` values are
+    comparable.
     """
     arr = _validate_matrix(C)
     rate = _check_positive(rate, "rate")
