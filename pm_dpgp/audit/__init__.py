@@ -1,5 +1,39 @@
-"""Audits: scans of releases for private values, divergence checks."""
+"""Audits of privacy claims.
+
+* :mod:`~pm_dpgp.audit.leak`: scan a serialised release for private values;
+* :mod:`~pm_dpgp.audit.renyi`: exact Rényi divergence between Gaussian posteriors of
+  neighbouring datasets;
+* :mod:`~pm_dpgp.audit.neighbours`: random and adversarial neighbouring datasets;
+* :mod:`~pm_dpgp.audit.lira`: LiRA-style membership-inference attack (Maciazek §4, App. C).
+"""
 
 from pm_dpgp.audit.leak import LeakFinding, scan_for_values
+from pm_dpgp.audit.lira import LiraResult, LiraSetting, lira_attack
+from pm_dpgp.audit.neighbours import (
+    AdversarialResult,
+    NeighbourPair,
+    adversarial_neighbours,
+    neighbour_divergence,
+    random_neighbours,
+)
+from pm_dpgp.audit.renyi import (
+    RenyiTerms,
+    gaussian_renyi_divergence,
+    posterior_renyi_divergence,
+)
 
-__all__ = ["LeakFinding", "scan_for_values"]
+__all__ = [
+    "AdversarialResult",
+    "LeakFinding",
+    "LiraResult",
+    "LiraSetting",
+    "NeighbourPair",
+    "RenyiTerms",
+    "adversarial_neighbours",
+    "gaussian_renyi_divergence",
+    "lira_attack",
+    "neighbour_divergence",
+    "posterior_renyi_divergence",
+    "random_neighbours",
+    "scan_for_values",
+]

@@ -222,8 +222,9 @@ def kernel_lower_bound(
     per_dim = max(2, min(int(n_grid), int(math.floor(2e5 ** (1.0 / d)))))
     axes = [np.linspace(-wj, wj, per_dim) for wj in w]
     grid = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, d)
+    chunk = 256  # kernel_fn returns full matrices; only their diagonals are used
     k_grid = np.concatenate(
-        [_k0(kernel_fn, grid[i : i + 2048], lows, highs) for i in range(0, len(grid), 2048)]
+        [_k0(kernel_fn, grid[i : i + chunk], lows, highs) for i in range(0, len(grid), chunk)]
     )
     if np.min(k_grid) < kappa - atol:
         raise ValueError(
@@ -425,7 +426,8 @@ class SamplePathBound:
         """An order grid adapted to (1, α_max): dense near both ends, plus the default grid."""
         s = np.concatenate([np.geomspace(1e-6, 0.5, 90), 1.0 - np.geomspace(1e-6, 0.5, 90)[1:]])
         grid = np.concatenate([1.0 + (self.alpha_max - 1.0) * s, DEFAULT_ORDERS])
-        grid = np.unique(grid[(grid > 1.0) & ((grid - 1.0) * self.tau < 1.0)])
+        keep = (grid > 1.0) & (grid < self.alpha_max) & ((grid - 1.0) * self.tau < 1.0)
+        grid = np.unique(grid[keep])
         return grid
 
     def event(self, L: int = 1, label: str = "", orders: ArrayLike | None = None) -> RdpCurveEvent:
