@@ -149,3 +149,17 @@ def test_two_dimensional_domain_gives_corner_kappa():
     )
     expected = np.exp(-0.5 * ((1 / 0.5) ** 2 + (2 / 2.0) ** 2))
     assert rel.metadata["kappa"] == pytest.approx(expected, rel=1e-6)
+
+
+def test_kernel_class_is_checked():
+    rng = np.random.default_rng(0)
+    X = rng.uniform(0, 1, 10)
+    eq = gp_regression(X, np.sin(X), pm.gp.cov.ExpQuad(1, ls=0.3), sigma=2.0)
+    with pytest.raises(ValueError, match="not of class 'exponential_1d'"):
+        sample_path_release(eq, [0.5], **KW)
+    with pytest.raises(ValueError, match="not of class 'constant'"):
+        sample_path_release(eq, [0.5], **{**KW, "kernel_class": "constant"})
+    const = gp_regression(X, np.sin(X), pm.gp.cov.Constant(1.0), sigma=2.0)
+    rel = sample_path_release(const, [0.5], rng=np.random.default_rng(0),
+                              **{**KW, "kernel_class": "constant"})
+    assert rel.metadata["kernel_class"] == "constant"

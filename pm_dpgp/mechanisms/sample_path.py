@@ -205,6 +205,38 @@ class SamplePathRelease:
         return idata
 
 
+def _check_kernel_class(
+    public_gp: PublicGP, kernel_class: str, sigma: float, points: NDArray[np.float64]
+) -> None:
+    """Refuse a kernel class whose sensitivity bound does not apply to this kernel.
+
+    ``"exponential_1d"`` relies on the Markov property of ``exp(−|x − x'|/ℓ)`` in 1-D,
+    ``k(a, c) = k(a, b) k(b, c)`` for ``a ≤ b ≤ c``; ``"constant"`` on ``k`` being constant.
+    Both are checked numerically on the training and query inputs.
+    """
+    if kernel_class == "generic":
+        return
+    if kernel_class not in ("exponential_1d", "constant"):
+        raise ValueError(
+            f"kernel_class must be 'generic', 'exponential_1d' or 'constant', got {kernel_class!r}."
+        )
+    x = np.unique(points, axis=0)
+    K = public_gp.kernel(x, x) / sigma**2
+    if kernel_class == "constant":
+        ok = np.allclose(K, K[0, 0], rtol=1e-9, atol=1e-12)
+    else:
+        if x.shape[1] != 1:
+            raise ValueError("kernel_class='exponential_1d' needs one-dimensional inputs.")
+        a, b, c = 0, np.arange(1, len(x) - 1), len(x) - 1  # sorted: x[a] <= x[b] <= x[c]
+        ok = len(x) < 3 or np.allclose(K[a, c], K[a, b] * K[b, c], rtol=1e-7, atol=1e-12)
+        ok = ok and np.allclose(np.diag(K), K[0, 0], rtol=1e-9)
+    if not ok:
+        raise ValueError(
+            f"The kernel is not of class {kernel_class!r} (checked numerically on the inputs); "
+            "its sensitivity bound would not hold. Use kernel_class='generic'."
+        )
+
+
 def _nugget_cholesky(S: NDArray[np.float64], nugget: float) -> NDArray[np.float64]:
     """Lower factor ``L`` with ``L Lᵀ = S₊ + nugget·I``, ``S₊`` the PSD part of ``S``.
 
@@ -329,6 +361,7 @@ def sample_path_release(
                 "kappa in [0, 1] (kappa=0 is always valid but gives a weaker bound)."
             )
         kappa = kernel_lower_bound(lambda A, B: public_gp.kernel(A, B) / sigma**2, domain)
+    _check_kernel_class(public_gp, kernel_class, sigma, np.vstack([X, X_star]))
     r2 = public_gp.noise_var / sigma**2
     bound = SamplePathBound(
         n=X.shape[0],
