@@ -55,8 +55,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     age, height = load_kung_women()
     held_out = rng.permutation(age.size)[: age.size // 5]
     train = np.setdiff1d(np.arange(age.size), held_out)
-    print(f"!Kung women: {age.size} rows; {train.size} train (private heights), "
-          f"{held_out.size} held out")
+    print(
+        f"!Kung women: {age.size} rows; {train.size} train (private heights), "
+        f"{held_out.size} held out"
+    )
 
     model = gp_regression(
         age[train],
@@ -83,8 +85,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     one_draw = GaussianEvent(noise_multiplier=event["noise_multiplier"])
     for k in (2, 5, 10):
         cost = GaussianEvent(noise_multiplier=event["noise_multiplier"], count=k).epsilon(DELTA)
-        print(f"  {k:2d} draws at this noise would cost epsilon = {cost:.3f} at delta = {DELTA} "
-              "(composed in RDP / Gaussian DP)")
+        print(
+            f"  {k:2d} draws at this noise would cost epsilon = {cost:.3f} at delta = {DELTA} "
+            "(composed in RDP / Gaussian DP)"
+        )
     try:
         ledger.spend(one_draw, label="a second draw")
     except BudgetExceededError as err:
@@ -97,8 +101,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     dp_held = np.interp(age[held_out], ages, release.draws[0])  # post-processing
     rmse_non_dp = _rmse(mean_held, height[held_out])
     rmse_dp = _rmse(dp_held, height[held_out])
-    print(f"\nHeld-out RMSE: non-DP {rmse_non_dp:.1f} cm, ({EPSILON}, {DELTA})-DP {rmse_dp:.1f} cm "
-          "(paper: 6.8 cm and 12.2 cm)")
+    print(
+        f"\nHeld-out RMSE: non-DP {rmse_non_dp:.1f} cm, ({EPSILON}, {DELTA})-DP {rmse_dp:.1f} cm "
+        "(paper: 6.8 cm and 12.2 cm)"
+    )
 
     mean_grid, var_grid = public_gp.predict(clipped, ages[:, None], full_cov=False)
     png = out / "kung_cloaking.png"
@@ -117,17 +123,25 @@ def plot_owner_view(x, y, ages, mean, var, release, path: Path) -> None:
     sd = np.sqrt(np.clip(var, 0.0, None))
     fig, ax = plt.subplots(figsize=(8, 5))
     ax.plot(x, y, "k.", ms=3, alpha=0.5, label="training data (private)")
-    ax.fill_between(ages, mean - 2 * sd, mean + 2 * sd, color="C0", alpha=0.15,
-                    label="GP posterior ±2 sd (non-DP)")
+    ax.fill_between(
+        ages,
+        mean - 2 * sd,
+        mean + 2 * sd,
+        color="C0",
+        alpha=0.15,
+        label="GP posterior ±2 sd (non-DP)",
+    )
     ax.plot(ages, mean, "C0", lw=2, label="posterior mean (non-DP)")
     ax.plot(ages, release.draws[0], color="0.4", lw=1, label="DP release")
     ax.plot(ages, mean + release.noise_sd, "k--", lw=1, label="DP noise ±1 sd (public)")
     ax.plot(ages, mean - release.noise_sd, "k--", lw=1)
-    ax.plot(ages, mean + release.noise_sd / 4, ls="--", color="0.6", lw=1,
-            label="DP noise ±¼ sd")
+    ax.plot(ages, mean + release.noise_sd / 4, ls="--", color="0.6", lw=1, label="DP noise ±¼ sd")
     ax.plot(ages, mean - release.noise_sd / 4, ls="--", color="0.6", lw=1)
-    ax.set(xlabel="age (years)", ylabel="height (cm)",
-           title=f"Cloaked release, (ε, δ) = ({EPSILON}, {DELTA}) — data owner's view")
+    ax.set(
+        xlabel="age (years)",
+        ylabel="height (cm)",
+        title=f"Cloaked release, (ε, δ) = ({EPSILON}, {DELTA}) — data owner's view",
+    )
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -201,7 +201,7 @@ def test_pymc_builder_and_noise_off_release_match(monkeypatch) -> None:
     def noiseless(stats, t, sigma_a, sigma_b, rng):
         return stats.A[:, t].copy(), stats.B[t].copy()
 
-    monkeypatch.setattr(dmod, "_privatise", noiseless)
+    monkeypatch.setattr("pm_dpgp.mechanisms.noise_aware._privatise", noiseless)
     monkeypatch.setattr(dmod, "regularisation_lambda", lambda *a, **k: 0.0)
     rel = dirichlet_release(
         model, epsilon=1.0, delta=1e-4, variant="naive", rng=np.random.default_rng(0)

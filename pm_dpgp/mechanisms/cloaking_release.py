@@ -26,11 +26,7 @@ from numpy.typing import ArrayLike
 from pm_dpgp._validation import check_finite_array
 from pm_dpgp.accounting import Ledger
 from pm_dpgp.mechanisms.cloaking import NoiseCovariance, solve_noise_covariance
-from pm_dpgp.mechanisms.output_perturbation import (
-    label_release_metadata,
-    perturb,
-    prepare_labels,
-)
+from pm_dpgp.mechanisms.output_perturbation import label_gaussian_release, prepare_labels
 from pm_dpgp.models import GPRegression, PublicGP
 from pm_dpgp.release import Release
 
@@ -114,11 +110,13 @@ def cloaked_release(
     C, noise = cloaking_noise(public_gp, X_star, tol=tol, rank_tol=rank_tol)
     U = noise.basis
     mean = public_gp.mean + U @ (U.T @ (C @ (labels.y - public_gp.mean)))
-    result = perturb(
+    return label_gaussian_release(
+        "cloaking",
+        public_gp,
+        labels,
         mean,
         U @ noise.chol_k,
-        unit_sensitivity=float(np.sqrt(noise.max_mahalanobis)) * SENSITIVITY_SAFETY,
-        data_sensitivity=labels.data_sensitivity,
+        float(np.sqrt(noise.max_mahalanobis)) * SENSITIVITY_SAFETY,
         epsilon=epsilon,
         delta=delta,
         calibration=calibration,
@@ -126,21 +124,10 @@ def cloaked_release(
         ledger=ledger,
         rng=rng,
         label="cloaked GP release (Smith et al. 2018)",
-    )
-    metadata = label_release_metadata(
-        public_gp,
-        labels,
-        result,
+        X_star=X_star,
         max_mahalanobis=noise.max_mahalanobis,
         noise_rank=noise.rank,
         rank_tol=noise.rank_tol,
         solver_gap_bound=noise.gap_bound,
         solver_converged=bool(noise.converged),
-    )
-    return Release(
-        mechanism="cloaking",
-        draws=result.draws,
-        X_star=X_star,
-        noise_factor=result.noise_factor,
-        metadata=metadata,
     )

@@ -47,19 +47,17 @@ from pm_dpgp._validation import (
     check_positive,
     check_rng,
 )
-from pm_dpgp.accounting import GaussianEvent, Ledger
+from pm_dpgp.accounting import Ledger
 from pm_dpgp.gp.sparse import sufficient_statistics
 from pm_dpgp.mechanisms.gaussian import gaussian_sigma
 from pm_dpgp.mechanisms.noise_aware import (
     KernelNorm,
     SparseQuRelease,
+    _account_draw_release,
     _as_public,
     _check_z_against,
     _default_data,
     _inputs_chunk,
-    _metadata,
-    _privatise,
-    dp_qu,
     kernel_norm_bound,
     l2_sensitivity,
     regularisation_lambda,
@@ -259,33 +257,16 @@ def dirichlet_release(
     )
     if stats.n == 0:
         raise ValueError("the data contain no points.")
-
-    label = f"noise-aware DP Dirichlet GP classification, {C} classes (Honkela §5)"
-    event = GaussianEvent(noise_multiplier=sigma_a / Delta, label=label)
-    if ledger is not None:
-        ledger.spend(event, label=label)
-    Kzz = public.kzz()
-    means, covs, lams = [], [], []
-    for k in range(C):
-        a_noisy, B_noisy = _privatise(stats, k, sigma_a, sigma_b, rng)
-        q = dp_qu(
-            Kzz,
-            a_noisy,
-            B_noisy,
-            scale=scale,
-            sigma_a=sigma_a,
-            sigma_b=sigma_b,
-            lam=lam,
-            variant=variant,
-            s22_form=s22_form,
-        )
-        means.append(mu + q.m)
-        covs.append(q.S)
-        lams.append(q.lam_used)
-    del stats
-    metadata = _metadata(
+    return _account_draw_release(
+        DirichletRelease,
         public,
-        bound,
+        stats,
+        mechanism="noise_aware_dirichlet_gp" if variant == "noise_aware" else "naive_dirichlet_gp",
+        label=f"noise-aware DP Dirichlet GP classification, {C} classes (Honkela §5)",
+        prior_mean=mu,
+        noise_var=None,
+        output_names=tuple(f"class_{k}" for k in range(C)),
+        bound=bound,
         epsilon=epsilon,
         delta=delta,
         Delta=Delta,
@@ -293,14 +274,14 @@ def dirichlet_release(
         sigma_b=sigma_b,
         ratio=c,
         lam=lam,
-        lam_used=lams,
         rho=float(rho),
         R_y=R_y,
         scale=scale,
         variant=variant,
         s22_form=s22_form,
         calibration=calibration,
-        event=event,
+        ledger=ledger,
+        rng=rng,
         sensitivity_equation=(
             "joint over all classes (docs/noise_aware.md): max over same/different label of "
             "max_t sum_c [(a_c^2 + a_c'^2) Rk^2 + c^2 (w_c^2 + w_c'^2) Rk^4 - 2 t a_c a_c' "
@@ -319,19 +300,4 @@ def dirichlet_release(
         per_class_sensitivity=per_class,
         sqrt_C_times_per_class=math.sqrt(C) * per_class,
         composition="one joint Gaussian mechanism over all classes (one ledger event)",
-    )
-    metadata["prior_mean"] = mu
-    metadata["noise_var"] = None
-    return DirichletRelease(
-        mechanism="noise_aware_dirichlet_gp" if variant == "noise_aware" else "naive_dirichlet_gp",
-        Z=np.array(Z),
-        u_mean=np.array(means),
-        u_cov=np.array(covs),
-        prior_mean=np.full(C, mu),
-        noise_var=None,
-        jitter=public.jitter,
-        metadata=metadata,
-        output_names=tuple(f"class_{k}" for k in range(C)),
-        _kernel=public.kernel,
-        _kernel_diag=public.kernel_diag,
     )

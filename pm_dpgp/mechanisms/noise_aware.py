@@ -48,7 +48,7 @@ import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 import scipy.linalg as sla
@@ -605,6 +605,9 @@ class SparseQuRelease:
         return sparse_qu_to_inference_data(self, X_star)
 
 
+_R = TypeVar("_R", bound=SparseQuRelease)
+
+
 def sparse_qu_to_inference_data(release: SparseQuRelease, X_star: ArrayLike | None = None) -> Any:
     """Store a :class:`SparseQuRelease` as ``arviz.InferenceData``.
 
@@ -922,27 +925,16 @@ def noise_aware_release(
         )
 
     # --- account, then draw -----------------------------------------------------------------
-    label = "noise-aware DP sparse GP (Honkela)"
-    event = GaussianEvent(noise_multiplier=sigma_a / Delta, label=label)
-    if ledger is not None:
-        ledger.spend(event, label=label)
-    a_noisy, B_noisy = _privatise(stats, 0, sigma_a, sigma_b, rng)
-    del stats
-    Kzz = public.kzz()
-    q = dp_qu(
-        Kzz,
-        a_noisy,
-        B_noisy,
-        scale=scale,
-        sigma_a=sigma_a,
-        sigma_b=sigma_b,
-        lam=lam,
-        variant=variant,
-        s22_form=s22_form,
-    )
-    metadata = _metadata(
+    return _account_draw_release(
+        SparseQuRelease,
         public,
-        bound,
+        stats,
+        mechanism="noise_aware_sparse_gp" if variant == "noise_aware" else "naive_dp_sparse_gp",
+        label="noise-aware DP sparse GP (Honkela)",
+        prior_mean=mu,
+        noise_var=None if hetero else public.noise_var,
+        output_names=("y",),
+        bound=bound,
         epsilon=epsilon,
         delta=delta,
         Delta=Delta,
@@ -950,35 +942,20 @@ def noise_aware_release(
         sigma_b=sigma_b,
         ratio=c,
         lam=lam,
-        lam_used=[q.lam_used],
         rho=float(rho),
         R_y=R_y,
         scale=scale,
         variant=variant,
         s22_form=s22_form,
         calibration=calibration,
-        event=event,
+        ledger=ledger,
+        rng=rng,
         sensitivity_equation=(
             "Honkela eq. (6) (App. A, Lemma 5) with |<k, k'>| <= R_k^2: "
             "D^2 = 2 Ry^2 Rk^2 + 2 c^2 Rk^4 + max_{0<=s<=Rk^2}(2 Ry^2 s - 2 c^2 s^2)"
         ),
         noise_model="heteroscedastic (App. D)" if hetero else "homoscedastic",
         noise_var_floor=floor,
-    )
-    if hetero:
-        metadata["noise_var"] = None  # per-point (private) variances, floored at noise_var_floor
-    return SparseQuRelease(
-        mechanism="noise_aware_sparse_gp" if variant == "noise_aware" else "naive_dp_sparse_gp",
-        Z=np.array(Z),
-        u_mean=(mu + q.m)[None, :],
-        u_cov=q.S[None],
-        prior_mean=np.array([mu]),
-        noise_var=None if hetero else public.noise_var,
-        jitter=public.jitter,
-        metadata=metadata,
-        output_names=("y",),
-        _kernel=public.kernel,
-        _kernel_diag=public.kernel_diag,
     )
 
 
@@ -994,6 +971,97 @@ def _privatise(
     a_noisy = stats.A[:, t] + sigma_a * rng.standard_normal(M)
     b_hat = upper_vector(stats.B[t]) + sigma_b * rng.standard_normal(M * (M + 1) // 2)
     return a_noisy, symmetric_from_upper(b_hat, M)
+
+
+def _account_draw_release(
+    cls: type[_R],
+    public: PublicSparseGP,
+    stats: SufficientStatistics,
+    *,
+    mechanism: str,
+    label: str,
+    prior_mean: float,
+    noise_var: float | None,
+    output_names: tuple[str, ...],
+    bound: KernelNormBound,
+    epsilon: float,
+    delta: float,
+    Delta: float,
+    sigma_a: float,
+    sigma_b: float,
+    ratio: float,
+    lam: float,
+    rho: float,
+    R_y: float,
+    scale: float,
+    variant: str,
+    s22_form: str,
+    calibration: str,
+    ledger: Ledger | None,
+    rng: np.random.Generator,
+    **metadata: Any,
+) -> _R:
+    """Charge one Gaussian event, then release a DP ``q(u_t)`` for every output ``t``.
+
+    One joint Gaussian mechanism (multiplier ``σ_a/Δ``) on the statistics of all
+    ``stats.A.shape[1]`` outputs; the ledger refuses before any noise is drawn.  ``metadata``
+    goes to :func:`_metadata` (``sensitivity_equation``, ``noise_model``, … and extras).
+    """
+    event = GaussianEvent(noise_multiplier=sigma_a / Delta, label=label)
+    if ledger is not None:
+        ledger.spend(event, label=label)
+    Kzz = public.kzz()
+    qs = []
+    for t in range(stats.A.shape[1]):
+        a_noisy, B_noisy = _privatise(stats, t, sigma_a, sigma_b, rng)
+        qs.append(
+            dp_qu(
+                Kzz,
+                a_noisy,
+                B_noisy,
+                scale=scale,
+                sigma_a=sigma_a,
+                sigma_b=sigma_b,
+                lam=lam,
+                variant=variant,
+                s22_form=s22_form,
+            )
+        )
+    md = _metadata(
+        public,
+        bound,
+        epsilon=epsilon,
+        delta=delta,
+        Delta=Delta,
+        sigma_a=sigma_a,
+        sigma_b=sigma_b,
+        ratio=ratio,
+        lam=lam,
+        lam_used=[q.lam_used for q in qs],
+        rho=rho,
+        R_y=R_y,
+        scale=scale,
+        variant=variant,
+        s22_form=s22_form,
+        calibration=calibration,
+        event=event,
+        **metadata,
+    )
+    md["prior_mean"] = prior_mean
+    md["noise_var"] = noise_var  # None: per-point (private) variances, floored
+    return cls(
+        mechanism=mechanism,
+        Z=np.array(public.Z),
+        u_mean=np.array([prior_mean + q.m for q in qs]),
+        u_cov=np.array([q.S for q in qs]),
+        prior_mean=np.full(len(qs), prior_mean),
+        noise_var=noise_var,
+        jitter=public.jitter,
+        metadata=md,
+        output_names=output_names,
+        _kernel=public.kernel,
+        _kernel_diag=public.kernel_diag,
+    )
 
 
 def _metadata(

@@ -32,6 +32,7 @@ from pm_dpgp._validation import (
 from pm_dpgp.accounting import GaussianEvent, Ledger
 from pm_dpgp.mechanisms.gaussian import gaussian_sigma
 from pm_dpgp.models import PublicGP
+from pm_dpgp.release import Release
 
 __all__ = [
     "LabelData",
@@ -39,6 +40,7 @@ __all__ = [
     "GaussianPerturbation",
     "perturb",
     "label_release_metadata",
+    "label_gaussian_release",
     "SEED_POLICY",
 ]
 
@@ -185,3 +187,48 @@ def label_release_metadata(
     }
     metadata.update(extra)
     return metadata
+
+
+def label_gaussian_release(
+    mechanism: str,
+    public_gp: PublicGP,
+    labels: LabelData,
+    mean: NDArray[np.float64],
+    shape_factor: NDArray[np.float64],
+    unit_sensitivity: float,
+    *,
+    epsilon: float,
+    delta: float,
+    calibration: Literal["analytic", "classic"] = "analytic",
+    n_draws: int = 1,
+    ledger: Ledger | None = None,
+    rng: np.random.Generator | None = None,
+    label: str = "",
+    X_star: NDArray[np.float64],
+    **extra_metadata: object,
+) -> Release:
+    """:func:`perturb` the clipped-label ``mean`` and wrap the draws as a :class:`Release`.
+
+    The data sensitivity is ``labels.data_sensitivity``; the metadata is
+    :func:`label_release_metadata` plus ``extra_metadata``.
+    """
+    result = perturb(
+        mean,
+        shape_factor,
+        unit_sensitivity=unit_sensitivity,
+        data_sensitivity=labels.data_sensitivity,
+        epsilon=epsilon,
+        delta=delta,
+        calibration=calibration,
+        n_draws=n_draws,
+        ledger=ledger,
+        rng=rng,
+        label=label,
+    )
+    return Release(
+        mechanism=mechanism,
+        draws=result.draws,
+        X_star=X_star,
+        noise_factor=result.noise_factor,
+        metadata=label_release_metadata(public_gp, labels, result, **extra_metadata),
+    )

@@ -37,11 +37,7 @@ from scipy.linalg import cho_solve, eigh
 
 from pm_dpgp._validation import check_finite_array
 from pm_dpgp.accounting import Ledger
-from pm_dpgp.mechanisms.output_perturbation import (
-    label_release_metadata,
-    perturb,
-    prepare_labels,
-)
+from pm_dpgp.mechanisms.output_perturbation import label_gaussian_release, prepare_labels
 from pm_dpgp.models import GPRegression, PublicGP
 from pm_dpgp.release import Release
 
@@ -122,11 +118,13 @@ def prior_noise_release(
     K_sf = public_gp.kernel(X_star, public_gp.X)
     mean = public_gp.posterior().mean(K_sf, labels.y, mean_f=public_gp.mean, mean_s=public_gp.mean)
     shape = prior_noise_shape(public_gp, X_star)
-    result = perturb(
+    return label_gaussian_release(
+        "prior_noise",
+        public_gp,
+        labels,
         mean,
         shape,
-        unit_sensitivity=unit,
-        data_sensitivity=labels.data_sensitivity,
+        unit,
         epsilon=epsilon,
         delta=delta,
         calibration=calibration,
@@ -134,12 +132,6 @@ def prior_noise_release(
         ledger=ledger,
         rng=rng,
         label="prior-noise GP release (Hall et al. 2013)",
-    )
-    metadata = label_release_metadata(public_gp, labels, result, sensitivity_bound=bound)
-    return Release(
-        mechanism="prior_noise",
-        draws=result.draws,
         X_star=X_star,
-        noise_factor=result.noise_factor,
-        metadata=metadata,
+        sensitivity_bound=bound,
     )

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import functools
 import math
-import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,7 +43,7 @@ import pytensor.tensor as pt
 from numpy.typing import ArrayLike, NDArray
 from pymc.distributions.distribution import SymbolicRandomVariable
 from pymc.gp.cov import BaseCovariance
-from pytensor.graph.basic import Constant, Variable
+from pytensor.graph.basic import Variable
 from pytensor.graph.replace import clone_replace
 from pytensor.tensor.random.op import RandomVariable
 
@@ -55,12 +54,23 @@ except ImportError:  # pragma: no cover - older pytensor
 
 from pm_dpgp._validation import check_finite_array, check_positive
 from pm_dpgp.gp.exact import ExactPosterior
+from pm_dpgp.models._common import (
+    CovarianceSpec,
+    HyperValue,
+    NoiseSpec,
+    _as_2d_inputs,
+    _check_mean_not_from_data,
+    _check_name_and_mean,
+    _describe_cov,
+    _eval_kernel,
+    _eval_kernel_diag,
+    _format_value,
+    _hyperparameter_rvs,
+    _readonly,
+    _resolve_cov_and_sigma,
+)
 
 __all__ = ["PrivateHyperparameterError", "GPRegression", "PublicGP", "gp_regression"]
-
-CovarianceSpec = BaseCovariance | Callable[[], BaseCovariance]
-NoiseSpec = float | Variable | Callable[[], Any]
-HyperValue = float | NDArray[np.float64]
 
 
 class PrivateHyperparameterError(ValueError):
@@ -73,21 +83,6 @@ class PrivateHyperparameterError(ValueError):
 
 
 # --------------------------------------------------------------------------- helpers
-def _as_2d_inputs(X: ArrayLike, name: str, n_cols: int) -> NDArray[np.float64]:
-    arr = check_finite_array(X, name, ndim=2)
-    if arr.shape[1] != n_cols:
-        raise ValueError(
-            f"{name} must have {n_cols} column(s) like the training inputs, got shape {arr.shape}."
-        )
-    return arr
-
-
-def _readonly(arr: NDArray[np.float64]) -> NDArray[np.float64]:
-    out = np.array(arr, dtype=np.float64, copy=True)
-    out.setflags(write=False)
-    return out
-
-
 def _is_random(var: Variable) -> bool:
     return var.owner is not None and isinstance(
         var.owner.op, (RandomVariable, SymbolicRandomVariable)
@@ -126,58 +121,6 @@ def _support_bounds(model: pm.Model, rv: Variable) -> tuple[float, float]:
             out[i] = float(val)
         return out[0], out[1]
     return lower, upper
-
-
-def _format_value(v: HyperValue) -> str:
-    if isinstance(v, float):
-        return f"{v:.6g}"
-    return "[" + ", ".join(f"{x:.6g}" for x in np.ravel(v)) + "]"
-
-
-def _describe_tensor(x: Any, mapping: Mapping[Variable, Variable]) -> str:
-    if isinstance(x, numbers.Real) and not isinstance(x, bool):
-        return f"{float(x):.6g}"
-    if isinstance(x, np.ndarray):
-        return _format_value(x if x.ndim else float(x))
-    if isinstance(x, Variable):
-        if isinstance(x, Constant):
-            data = np.asarray(x.data, dtype=float)
-            return _format_value(float(data) if data.ndim == 0 else data)
-        try:
-            [x2] = clone_replace([x], replace=dict(mapping))
-            return str(pytensor.printing.pprint(x2))
-        except Exception:  # noqa: BLE001 - printing is best effort
-            return x.name or "<expression>"
-    return repr(x)
-
-
-def _describe_cov(cov: Any, mapping: Mapping[Variable, Variable]) -> str:
-    """Human-readable description of a PyMC covariance (best effort, for metadata)."""
-    gpc = pm.gp.cov
-    if isinstance(cov, (gpc.Add, gpc.Prod)):
-        sep = " + " if isinstance(cov, gpc.Add) else " * "
-        parts = [
-            _describe_cov(f, mapping)
-            if isinstance(f, BaseCovariance)
-            else _describe_tensor(f, mapping)
-            for f in cov._factor_list
-        ]
-        return "(" + sep.join(parts) + ")"
-    if isinstance(cov, gpc.Exponentiated):
-        return f"({_describe_cov(cov.kernel, mapping)})**{_describe_tensor(cov.power, mapping)}"
-    if isinstance(cov, gpc.Constant):
-        return f"Constant(c={_describe_tensor(cov.c, mapping)})"
-    if isinstance(cov, gpc.WhiteNoise):
-        return f"WhiteNoise(sigma={_describe_tensor(cov.sigma, mapping)})"
-    args: list[str] = []
-    if isinstance(cov, gpc.Covariance):
-        args.append(f"input_dim={cov.input_dim}")
-        if not np.array_equal(cov.active_dims, np.arange(cov.input_dim)):
-            args.append(f"active_dims={cov.active_dims.tolist()}")
-    for attr in ("ls", "period", "alpha", "c", "d", "offset"):
-        if hasattr(cov, attr):
-            args.append(f"{attr}={_describe_tensor(getattr(cov, attr), mapping)}")
-    return f"{type(cov).__name__}({', '.join(args)})"
 
 
 # --------------------------------------------------------------------------- PublicGP
@@ -232,28 +175,11 @@ class PublicGP:
         ``Xa`` the result is symmetrised exactly (``½(K + Kᵀ)``; the BLAS product
         inside the kernel need not be bitwise symmetric).
         """
-        A = _as_2d_inputs(Xa, "Xa", self.input_dim)
-        B = A if Xb is None else _as_2d_inputs(Xb, "Xb", self.input_dim)
-        K = self._kernel(A, B)
-        if B is A or np.array_equal(A, B):
-            K = 0.5 * (K + K.T)
-        if not np.all(np.isfinite(K)):
-            raise ValueError(
-                "The kernel evaluated to NaN/inf at these inputs and hyperparameters "
-                f"({self.hyperparameters}); check the hyperparameter values."
-            )
-        return K
+        return _eval_kernel(self, Xa, Xb, symmetrise_equal=True)
 
     def kernel_diag(self, Xa: ArrayLike) -> NDArray[np.float64]:
         """Diagonal ``k(x, x)`` for each row of ``Xa``, shape ``(m,)``."""
-        A = _as_2d_inputs(Xa, "Xa", self.input_dim)
-        d = np.broadcast_to(np.asarray(self._kernel_diag(A), dtype=np.float64), (A.shape[0],))
-        if not np.all(np.isfinite(d)):
-            raise ValueError(
-                "The kernel diagonal evaluated to NaN/inf at these hyperparameters "
-                f"({self.hyperparameters}); check the hyperparameter values."
-            )
-        return np.array(d)
+        return _eval_kernel_diag(self, Xa, check_finite=True)
 
     @functools.cached_property
     def _posterior(self) -> ExactPosterior:
@@ -440,6 +366,49 @@ class GPRegression:
         return values
 
     # ------------------------------------------------------------ public view
+    def _public_parts(
+        self,
+        values: dict[str, HyperValue],
+        *,
+        allow_zero_noise: bool,
+        wrap: Callable[[Any], Callable[..., Any]] = lambda fn: fn,
+    ) -> tuple[
+        float,
+        Callable[[NDArray[np.float64], NDArray[np.float64]], NDArray[np.float64]],
+        Callable[[NDArray[np.float64]], NDArray[np.float64]],
+        str,
+    ]:
+        """Noise variance, kernel and diagonal closures, and description at public ``values``.
+
+        ``wrap`` is applied to each compiled PyTensor function (e.g. for thread safety).
+        """
+        args = tuple(values[nm] for nm in self.hyperparameter_names)
+        if isinstance(self.sigma, Variable):
+            sigma_val = float(np.asarray(self._function("noise")(*args)))
+            noise_var = check_positive(
+                sigma_val**2, "noise variance (sigma**2)", allow_zero=allow_zero_noise
+            )
+        else:
+            noise_var = float(self.sigma) ** 2
+
+        kernel_fn = wrap(self._function("kernel"))
+        diag_fn = wrap(self._function("diag"))
+
+        def kernel(Xa: NDArray[np.float64], Xb: NDArray[np.float64]) -> NDArray[np.float64]:
+            return np.asarray(kernel_fn(Xa, Xb, *args), dtype=np.float64)
+
+        def kernel_diag(Xa: NDArray[np.float64]) -> NDArray[np.float64]:
+            return np.asarray(diag_fn(Xa, *args), dtype=np.float64)
+
+        mapping = dict(zip(self._hyper_rvs, self._hyper_inputs, strict=True))
+        hyper_str = ", ".join(f"{nm}={_format_value(v)}" for nm, v in values.items())
+        description = (
+            f"kernel: {_describe_cov(self.cov_func, mapping)}"
+            + (f"; public hyperparameters: {hyper_str}" if hyper_str else "")
+            + f"; noise variance: {noise_var:.6g}; prior mean: {self.mean:.6g}"
+        )
+        return noise_var, kernel, kernel_diag, description
+
     def public_gp(self, hyperparameters: Mapping[str, ArrayLike] | None = None) -> PublicGP:
         """The model at fixed public hyperparameters, as consumed by privacy mechanisms.
 
@@ -460,29 +429,8 @@ class GPRegression:
             or a kernel/noise that evaluates to NaN/inf.
         """
         values = self._check_hyperparameters(hyperparameters)
-        args = tuple(values[nm] for nm in self.hyperparameter_names)
-
-        if isinstance(self.sigma, Variable):
-            sigma_val = float(np.asarray(self._function("noise")(*args)))
-            noise_var = check_positive(sigma_val**2, "noise variance (sigma**2)", allow_zero=True)
-        else:
-            noise_var = float(self.sigma) ** 2
-
-        kernel_fn = self._function("kernel")
-        diag_fn = self._function("diag")
-
-        def kernel(Xa: NDArray[np.float64], Xb: NDArray[np.float64]) -> NDArray[np.float64]:
-            return np.asarray(kernel_fn(Xa, Xb, *args), dtype=np.float64)
-
-        def kernel_diag(Xa: NDArray[np.float64]) -> NDArray[np.float64]:
-            return np.asarray(diag_fn(Xa, *args), dtype=np.float64)
-
-        mapping = dict(zip(self._hyper_rvs, self._hyper_inputs, strict=True))
-        hyper_str = ", ".join(f"{nm}={_format_value(v)}" for nm, v in values.items())
-        description = (
-            f"kernel: {_describe_cov(self.cov_func, mapping)}"
-            + (f"; public hyperparameters: {hyper_str}" if hyper_str else "")
-            + f"; noise variance: {noise_var:.6g}; prior mean: {self.mean:.6g}"
+        noise_var, kernel, kernel_diag, description = self._public_parts(
+            values, allow_zero_noise=True
         )
         public = PublicGP(
             X=_readonly(self.X),
@@ -500,56 +448,6 @@ class GPRegression:
 
 
 # --------------------------------------------------------------------------- builder
-def _resolve_cov(cov_func: CovarianceSpec) -> BaseCovariance:
-    if isinstance(cov_func, BaseCovariance):
-        return cov_func
-    if callable(cov_func):
-        cov = cov_func()
-        if not isinstance(cov, BaseCovariance):
-            raise TypeError(
-                "cov_func() must return a PyMC covariance (pm.gp.cov.Covariance), got "
-                f"{type(cov).__name__}."
-            )
-        return cov
-    raise TypeError(
-        "cov_func must be a PyMC covariance (e.g. pm.gp.cov.ExpQuad(1, ls=0.5)) or a "
-        f"zero-argument callable returning one, got {type(cov_func).__name__}."
-    )
-
-
-def _resolve_sigma(sigma: NoiseSpec) -> float | Variable:
-    value: Any = sigma
-    if isinstance(value, BaseCovariance):
-        raise TypeError("sigma must be a noise standard deviation, not a covariance function.")
-    if callable(value) and not isinstance(value, Variable):
-        value = value()
-    if isinstance(value, bool):
-        raise TypeError("sigma must be a number or a PyMC random variable, got a bool.")
-    if isinstance(value, numbers.Real) or (isinstance(value, np.ndarray) and value.ndim == 0):
-        return check_positive(float(value), "sigma")
-    if isinstance(value, Variable):
-        if value.type.ndim != 0:
-            raise ValueError(
-                f"sigma must be a scalar (homoscedastic noise std), got ndim={value.type.ndim}."
-            )
-        return value
-    raise TypeError(
-        "sigma must be a positive float, a scalar PyMC variable, or a zero-argument callable "
-        f"returning one, got {type(value).__name__}."
-    )
-
-
-def _check_mean_not_from_data(mean: float, y: NDArray[np.float64]) -> None:
-    for label, stat in (("mean", float(np.mean(y))), ("median", float(np.median(y)))):
-        if mean != 0.0 and math.isclose(mean, stat, rel_tol=1e-9, abs_tol=0.0):
-            raise ValueError(
-                f"mean={mean!r} equals the {label} of the private y: it looks computed from the "
-                "data, and a prior mean computed from y leaks it (it is not covered by any "
-                "privacy guarantee). Use a public value (domain knowledge, public data), or pass "
-                "mean_is_public=True if it really is public."
-            )
-
-
 def gp_regression(
     X: ArrayLike,
     y: ArrayLike,
@@ -612,14 +510,7 @@ def gp_regression(
         raise ValueError(
             f"X and y must have the same number of rows, got {X_arr.shape[0]} and {y_arr.shape[0]}."
         )
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"name must be a non-empty string, got {name!r}.")
-    try:
-        mean_f = float(mean)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"mean must be a public constant number, got {mean!r}.") from err
-    if not math.isfinite(mean_f):
-        raise ValueError(f"mean must be finite, got {mean!r}.")
+    mean_f = _check_name_and_mean(name, mean)
     if not mean_is_public:
         _check_mean_not_from_data(mean_f, y_arr)
     if model is not None and not isinstance(model, pm.Model):
@@ -627,26 +518,11 @@ def gp_regression(
 
     ctx = pm.Model() if model is None else model
     with ctx:
-        cov = _resolve_cov(cov_func)
-        sig = _resolve_sigma(sigma)
-        input_dim = getattr(cov, "input_dim", None)
-        if input_dim is not None and input_dim != X_arr.shape[1]:
-            raise ValueError(
-                f"cov_func has input_dim={input_dim} but X has {X_arr.shape[1]} column(s)."
-            )
+        cov, sig = _resolve_cov_and_sigma(cov_func, sigma, X_arr.shape[1], "X")
         gp = pm.gp.Marginal(mean_func=pm.gp.mean.Constant(mean_f), cov_func=cov)
         gp.marginal_likelihood(f"{name}_obs", X=X_arr, y=y_arr, sigma=sig)
 
-    # Hyperparameters: free RVs reached from the kernel / noise graphs, not looking
-    # through them (a hyperprior's parameters are not needed once the child is fixed).
-    Xa = pt.matrix("Xa", dtype="float64")
-    Xb = pt.matrix("Xb", dtype="float64")
-    graphs = [pt.as_tensor_variable(cov(Xa, Xb)), pt.as_tensor_variable(cov(Xa, diag=True))]
-    if isinstance(sig, Variable):
-        graphs.append(sig)
-    free = list(ctx.free_RVs)
-    reached = set(ancestors(graphs, blockers=free))
-    hyper_rvs = tuple(rv for rv in free if rv in reached)
+    hyper_rvs = _hyperparameter_rvs(ctx, cov, sig)
 
     return GPRegression(
         model=ctx,

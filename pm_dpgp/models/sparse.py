@@ -36,30 +36,25 @@ from typing import Any
 
 import numpy as np
 import pymc as pm
-import pytensor.tensor as pt
 from numpy.typing import ArrayLike, NDArray
 from pymc.gp.cov import BaseCovariance
 from pymc.gp.util import JITTER_DEFAULT
 
-try:  # pytensor >= 2.31
-    from pytensor.graph.traversal import ancestors
-except ImportError:  # pragma: no cover - older pytensor
-    from pytensor.graph.basic import ancestors
-
 from pm_dpgp._validation import check_finite_array, check_positive, check_rng
 from pm_dpgp.gp.sparse import count_matching_rows
-from pm_dpgp.models.exact import (
+from pm_dpgp.models._common import (
     CovarianceSpec,
-    GPRegression,
     NoiseSpec,
-    _as_2d_inputs,
     _check_mean_not_from_data,
-    _describe_cov,
-    _format_value,
+    _check_name_and_mean,
+    _eval_kernel,
+    _eval_kernel_diag,
+    _hyperparameter_rvs,
     _readonly,
     _resolve_cov,
-    _resolve_sigma,
+    _resolve_cov_and_sigma,
 )
+from pm_dpgp.models.exact import GPRegression
 
 __all__ = [
     "DirichletGPClassification",
@@ -251,23 +246,11 @@ class PublicSparseGP:
 
     def kernel(self, Xa: ArrayLike, Xb: ArrayLike | None = None) -> NDArray[np.float64]:
         """``k(Xa, Xb)`` at the public hyperparameters (thread-safe); ``Xb=None`` means ``Xa``."""
-        A = _as_2d_inputs(Xa, "Xa", self.input_dim)
-        B = A if Xb is None else _as_2d_inputs(Xb, "Xb", self.input_dim)
-        K = self._kernel(A, B)
-        if B is A:
-            K = 0.5 * (K + K.T)
-        if not np.all(np.isfinite(K)):
-            raise ValueError(
-                "The kernel evaluated to NaN/inf at these inputs and hyperparameters "
-                f"({self.hyperparameters}); check the hyperparameter values."
-            )
-        return K
+        return _eval_kernel(self, Xa, Xb, symmetrise_equal=False)
 
     def kernel_diag(self, Xa: ArrayLike) -> NDArray[np.float64]:
         """``k(x, x)`` for each row of ``Xa``, shape ``(m,)``."""
-        A = _as_2d_inputs(Xa, "Xa", self.input_dim)
-        d = np.broadcast_to(np.asarray(self._kernel_diag(A), dtype=np.float64), (A.shape[0],))
-        return np.array(d)
+        return _eval_kernel_diag(self, Xa, check_finite=False)
 
     def kzz(self) -> NDArray[np.float64]:
         """``K_ZZ + jitter·I`` (the matrix PyMC's ``MarginalApprox`` factorises)."""
@@ -316,28 +299,11 @@ class SparseGPRegression(GPRegression):
         has no public value (fitted values are functions of the private data, not public).
         """
         values = self._check_hyperparameters(hyperparameters)
-        args = tuple(values[nm] for nm in self.hyperparameter_names)
-        if isinstance(self.sigma, float | int):
-            noise_var = float(self.sigma) ** 2
-        else:
-            sigma_val = float(np.asarray(self._function("noise")(*args)))
-            noise_var = check_positive(sigma_val**2, "noise variance (sigma**2)")
-        kernel_fn = _thread_safe(self._function("kernel"))
-        diag_fn = _thread_safe(self._function("diag"))
-
-        def kernel(Xa: NDArray[np.float64], Xb: NDArray[np.float64]) -> NDArray[np.float64]:
-            return np.asarray(kernel_fn(Xa, Xb, *args), dtype=np.float64)
-
-        def kernel_diag(Xa: NDArray[np.float64]) -> NDArray[np.float64]:
-            return np.asarray(diag_fn(Xa, *args), dtype=np.float64)
-
-        mapping = dict(zip(self._hyper_rvs, self._hyper_inputs, strict=True))
-        hyper_str = ", ".join(f"{nm}={_format_value(v)}" for nm, v in values.items())
-        description = (
-            f"kernel: {_describe_cov(self.cov_func, mapping)}"
-            + (f"; public hyperparameters: {hyper_str}" if hyper_str else "")
-            + f"; noise variance: {noise_var:.6g}; prior mean: {self.mean:.6g}"
-            + f"; inducing inputs: {self.Z.shape[0]} public points; jitter: {self.jitter:g}"
+        noise_var, kernel, kernel_diag, description = self._public_parts(
+            values, allow_zero_noise=False, wrap=_thread_safe
+        )
+        description += (
+            f"; inducing inputs: {self.Z.shape[0]} public points; jitter: {self.jitter:g}"
         )
         public = PublicSparseGP(
             Z=_readonly(self.Z),
@@ -416,14 +382,7 @@ def sparse_gp_regression(
                 f"Z must have {X_arr.shape[1]} column(s) like X, got shape {Z_arr.shape}."
             )
         _check_z_public(Z_arr, X_arr, z_is_public)
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"name must be a non-empty string, got {name!r}.")
-    try:
-        mean_f = float(mean)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"mean must be a public constant number, got {mean!r}.") from err
-    if not math.isfinite(mean_f):
-        raise ValueError(f"mean must be finite, got {mean!r}.")
+    mean_f = _check_name_and_mean(name, mean)
     if y_arr.size and not mean_is_public:
         _check_mean_not_from_data(mean_f, y_arr)
     jitter = check_positive(jitter, "jitter", allow_zero=True)
@@ -432,27 +391,14 @@ def sparse_gp_regression(
 
     ctx = pm.Model() if model is None else model
     with ctx:
-        cov = _resolve_cov(cov_func)
-        sig = _resolve_sigma(sigma)
-        input_dim = getattr(cov, "input_dim", None)
-        if input_dim is not None and input_dim != Z_arr.shape[1]:
-            raise ValueError(
-                f"cov_func has input_dim={input_dim} but Z has {Z_arr.shape[1]} column(s)."
-            )
+        cov, sig = _resolve_cov_and_sigma(cov_func, sigma, Z_arr.shape[1], "Z")
         gp = pm.gp.MarginalApprox(approx="VFE", mean_func=pm.gp.mean.Constant(mean_f), cov_func=cov)
         if X_arr.shape[0]:
             gp.marginal_likelihood(
                 f"{name}_obs", X=X_arr, Xu=Z_arr, y=y_arr, sigma=sig, jitter=jitter
             )
 
-    Xa = pt.matrix("Xa", dtype="float64")
-    Xb = pt.matrix("Xb", dtype="float64")
-    graphs = [pt.as_tensor_variable(cov(Xa, Xb)), pt.as_tensor_variable(cov(Xa, diag=True))]
-    if not isinstance(sig, float):
-        graphs.append(sig)
-    free = list(ctx.free_RVs)
-    reached = set(ancestors(graphs, blockers=free))
-    hyper_rvs = tuple(rv for rv in free if rv in reached)
+    hyper_rvs = _hyperparameter_rvs(ctx, cov, sig)
 
     return SparseGPRegression(
         model=ctx,
@@ -603,12 +549,7 @@ def dirichlet_gp_classification(
                 jitter=jitter,
             )
             gps.append(gp)
-    Xa = pt.matrix("Xa", dtype="float64")
-    Xb = pt.matrix("Xb", dtype="float64")
-    graphs = [pt.as_tensor_variable(cov(Xa, Xb)), pt.as_tensor_variable(cov(Xa, diag=True))]
-    free = list(ctx.free_RVs)
-    reached = set(ancestors(graphs, blockers=free))
-    hyper_rvs = tuple(rv for rv in free if rv in reached)
+    hyper_rvs = _hyperparameter_rvs(ctx, cov)
     return DirichletGPClassification(
         model=ctx,
         gp=gps[0],

@@ -322,7 +322,8 @@ def plot_dp_release(
         noise_sd = release.noise_sd[order]
     if gpr is not None:
         public_gp = (
-            release.public_gp if isinstance(release, SamplePathRelease)
+            release.public_gp
+            if isinstance(release, SamplePathRelease)
             else gpr.public_gp(hyperparameters)
         )
         y = np.asarray(gpr.y, float)
@@ -333,22 +334,42 @@ def plot_dp_release(
             y = np.clip(y, *release.metadata["clipping_bounds"])
         mean, var = public_gp.predict(y, grid[:, None], full_cov=False)
         sd = np.sqrt(np.clip(var, 0.0, None))
-        ax.fill_between(grid, mean - width * sd, mean + width * sd, color="C0", alpha=0.2,
-                        label=f"non-DP posterior ±{width:g} sd (owner's view: private)")
+        ax.fill_between(
+            grid,
+            mean - width * sd,
+            mean + width * sd,
+            color="C0",
+            alpha=0.2,
+            label=f"non-DP posterior ±{width:g} sd (owner's view: private)",
+        )
         ax.plot(grid, mean, color="C0", lw=1.5, label="non-DP posterior mean (private)")
     for i, d in enumerate(draws[:max_draws]):
-        ax.plot(grid, d, color="C3", lw=1, alpha=0.8 if len(draws) == 1 else 0.4,
-                label="DP draws" if i == 0 else None)
+        ax.plot(
+            grid,
+            d,
+            color="C3",
+            lw=1,
+            alpha=0.8 if len(draws) == 1 else 0.4,
+            label="DP draws" if i == 0 else None,
+        )
     if noise_sd is not None:
         lo, hi = draws[0] - width * noise_sd, draws[0] + width * noise_sd
         ax.plot(grid, lo, "k--", lw=1, label=f"DP noise band: draw ±{width:g} noise sd (public)")
         ax.plot(grid, hi, "k--", lw=1)
     if X_holdout is not None and y_holdout is not None:
-        ax.plot(np.asarray(X_holdout, float).ravel(), np.asarray(y_holdout, float), "k.", ms=4,
-                label="public hold-out set")
+        ax.plot(
+            np.asarray(X_holdout, float).ravel(),
+            np.asarray(y_holdout, float),
+            "k.",
+            ms=4,
+            label="public hold-out set",
+        )
     mech = getattr(release, "mechanism", "sample_path")
-    eps = release.epsilon if isinstance(release, SamplePathRelease) else release.metadata.get(
-        "epsilon_total", release.metadata.get("epsilon"))
+    eps = (
+        release.epsilon
+        if isinstance(release, SamplePathRelease)
+        else release.metadata.get("epsilon_total", release.metadata.get("epsilon"))
+    )
     ax.set_title(f"{mech} release (ε = {float(eps):.3g})" if eps is not None else mech)
     ax.legend(fontsize=8, loc="best")
     return ax

@@ -187,8 +187,9 @@ def _maximise(
     x_best, f_best = X_c[i], float(f_c[i])
     scale = 0.1 * (upper - lower)
     for _ in range(refine_steps):
-        Xn = np.clip(x_best + scale * rng.standard_normal((refine_points, len(lower))),
-                     lower, upper)
+        Xn = np.clip(
+            x_best + scale * rng.standard_normal((refine_points, len(lower))), lower, upper
+        )
         fn = evaluate(Xn)
         j = int(np.argmax(fn))
         if fn[j] > f_best:
@@ -297,9 +298,18 @@ def dp_thompson_sampling(
         )
     X_all, y_all = X0.copy(), y0.copy()
 
-    rows: dict[str, list[Any]] = {k: [] for k in (
-        "x_chosen", "f_path_at_chosen", "epsilon_round", "epsilon_cumulative", "n_data",
-        "alpha_max", "event")}
+    rows: dict[str, list[Any]] = {
+        k: []
+        for k in (
+            "x_chosen",
+            "f_path_at_chosen",
+            "epsilon_round",
+            "epsilon_cumulative",
+            "n_data",
+            "alpha_max",
+            "event",
+        )
+    }
     events: list[PrivacyEvent] = []
     stop: StopReason = "completed"
     desc = "DP Thompson sampling" if private else "Thompson sampling"
@@ -307,22 +317,40 @@ def dp_thompson_sampling(
         try:
             for _ in range(int(n_rounds)):
                 n = len(y_all)
-                X_c = (fixed_cand if fixed_cand is not None
-                       else rng.uniform(lower, upper, size=(n_cand, d)))
+                X_c = (
+                    fixed_cand
+                    if fixed_cand is not None
+                    else rng.uniform(lower, upper, size=(n_cand, d))
+                )
                 if private:
                     assert ledger is not None and delta is not None and kappa is not None
-                    bound = SamplePathBound(n=n, sigma=sigma, r2=r2, y_bound=y_bound,
-                                            kappa=float(kappa), eta=eta,
-                                            kernel_class=kernel_class)
+                    bound = SamplePathBound(
+                        n=n,
+                        sigma=sigma,
+                        r2=r2,
+                        y_bound=y_bound,
+                        kappa=float(kappa),
+                        eta=eta,
+                        kernel_class=kernel_class,
+                    )
                     event = bound.event(1, label=f"Thompson round path (n={n})")
                     if not ledger.can_afford(event):
                         stop = "budget"
                         break
                     data = cast(GPRegression, _Dataset(base, X_all, y_all))
                     release = sample_path_release(
-                        data, X_c, n_paths=1, sigma=sigma, y_bound=y_bound, delta=delta,
-                        kappa=float(kappa), eta=eta, kernel_class=kernel_class,
-                        ledger=ledger, rng=rng, clip="warn",
+                        data,
+                        X_c,
+                        n_paths=1,
+                        sigma=sigma,
+                        y_bound=y_bound,
+                        delta=delta,
+                        kappa=float(kappa),
+                        eta=eta,
+                        kernel_class=kernel_class,
+                        ledger=ledger,
+                        rng=rng,
+                        clip="warn",
                     )
                     path = release.evaluate
                     f_c = path(X_c)[0]
@@ -334,8 +362,16 @@ def dp_thompson_sampling(
                     eps_round = event.epsilon(delta)
                     eps_cum = ledger.epsilon()
                     meta = json.dumps(
-                        {"label": event.label, "n": n, "r2": r2, "V": bound.V, "Phi": bound.Phi,
-                         "Delta": bound.Delta, "tau": bound.tau, "epsilon_at_delta": eps_round}
+                        {
+                            "label": event.label,
+                            "n": n,
+                            "r2": r2,
+                            "V": bound.V,
+                            "Phi": bound.Phi,
+                            "Delta": bound.Delta,
+                            "tau": bound.tau,
+                            "epsilon_at_delta": eps_round,
+                        }
                     )
                     alpha_max = bound.alpha_max
                 else:
@@ -344,8 +380,9 @@ def dp_thompson_sampling(
                     eps_round = eps_cum = math.inf
                     meta = json.dumps({"mechanism": "none (non-private)"})
                     alpha_max = math.nan
-                x_new, f_new = _maximise(evaluate, (X_c, f_c), lower, upper, refine_steps,
-                                         refine_points, rng)
+                x_new, f_new = _maximise(
+                    evaluate, (X_c, f_c), lower, upper, refine_steps, refine_points, rng
+                )
                 y_new = _observe(objective, x_new[None, :])
                 X_all = np.vstack([X_all, x_new[None, :]])
                 y_all = np.concatenate([y_all, y_new])
@@ -365,8 +402,7 @@ def dp_thompson_sampling(
     coords = {"round": np.arange(R), "input_dim": np.arange(d)}
     attrs: dict[str, Any] = {
         "mechanism": "sample_path Thompson sampling" if private else "non-private Thompson",
-        "privacy_model": "full (queried inputs and observed values private)" if private
-        else "none",
+        "privacy_model": "full (queried inputs and observed values private)" if private else "none",
         "stop_reason": stop,
         "n_rounds_requested": int(n_rounds),
         "n_rounds_completed": R,
@@ -380,13 +416,16 @@ def dp_thompson_sampling(
     }
     if private:
         assert ledger is not None
-        attrs.update({
-            "delta": float(delta),  # type: ignore[arg-type]
-            "kappa": float(kappa),  # type: ignore[arg-type]
-            "epsilon_budget": "none" if ledger.epsilon_budget is None
-            else float(ledger.epsilon_budget),
-            "epsilon_spent_total": float(ledger.epsilon()),
-        })
+        attrs.update(
+            {
+                "delta": float(delta),  # type: ignore[arg-type]
+                "kappa": float(kappa),  # type: ignore[arg-type]
+                "epsilon_budget": "none"
+                if ledger.epsilon_budget is None
+                else float(ledger.epsilon_budget),
+                "epsilon_spent_total": float(ledger.epsilon()),
+            }
+        )
     trace = xr.Dataset(
         {
             "x_chosen": (("round", "input_dim"), x_ch),
@@ -412,8 +451,13 @@ def dp_thompson_sampling(
     idata = az.InferenceData(constant_data=const)
     idata.add_groups({"thompson": trace}, warn_on_custom_groups=False)
     owner = OwnerRecord(X=X_all, y=y_all, n_init=len(X0))
-    return ThompsonResult(idata=idata, owner=owner, ledger=ledger if private else None,
-                          events=events, stop_reason=stop)
+    return ThompsonResult(
+        idata=idata,
+        owner=owner,
+        ledger=ledger if private else None,
+        events=events,
+        stop_reason=stop,
+    )
 
 
 def random_search(

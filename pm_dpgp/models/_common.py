@@ -1,0 +1,227 @@
+"""Helpers shared by the exact (:mod:`.exact`) and sparse (:mod:`.sparse`) model builders."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import pymc as pm
+import pytensor
+import pytensor.tensor as pt
+from numpy.typing import ArrayLike, NDArray
+from pymc.gp.cov import BaseCovariance
+from pytensor.graph.basic import Constant, Variable
+from pytensor.graph.replace import clone_replace
+
+try:  # pytensor >= 2.31
+    from pytensor.graph.traversal import ancestors
+except ImportError:  # pragma: no cover - older pytensor
+    from pytensor.graph.basic import ancestors
+
+from pm_dpgp._validation import check_finite_array, check_positive
+
+CovarianceSpec = BaseCovariance | Callable[[], BaseCovariance]
+NoiseSpec = float | Variable | Callable[[], Any]
+HyperValue = float | NDArray[np.float64]
+
+
+# --------------------------------------------------------------------------- arrays
+def _as_2d_inputs(X: ArrayLike, name: str, n_cols: int) -> NDArray[np.float64]:
+    arr = check_finite_array(X, name, ndim=2)
+    if arr.shape[1] != n_cols:
+        raise ValueError(
+            f"{name} must have {n_cols} column(s) like the training inputs, got shape {arr.shape}."
+        )
+    return arr
+
+
+def _readonly(arr: NDArray[np.float64]) -> NDArray[np.float64]:
+    out = np.array(arr, dtype=np.float64, copy=True)
+    out.setflags(write=False)
+    return out
+
+
+# --------------------------------------------------------------------------- public kernels
+def _eval_kernel(
+    view: Any, Xa: ArrayLike, Xb: ArrayLike | None, *, symmetrise_equal: bool
+) -> NDArray[np.float64]:
+    """``view._kernel(Xa, Xb)`` on checked inputs, symmetrised and checked finite.
+
+    ``view`` is a public GP view (``_kernel``, ``input_dim``, ``hyperparameters``).  The
+    result is symmetrised (``½(K + Kᵀ)``) when ``Xb`` is omitted, and with
+    ``symmetrise_equal`` also when ``Xb`` equals ``Xa``.
+    """
+    A = _as_2d_inputs(Xa, "Xa", view.input_dim)
+    B = A if Xb is None else _as_2d_inputs(Xb, "Xb", view.input_dim)
+    K = view._kernel(A, B)
+    if B is A or (symmetrise_equal and np.array_equal(A, B)):
+        K = 0.5 * (K + K.T)
+    if not np.all(np.isfinite(K)):
+        raise ValueError(
+            "The kernel evaluated to NaN/inf at these inputs and hyperparameters "
+            f"({view.hyperparameters}); check the hyperparameter values."
+        )
+    return K
+
+
+def _eval_kernel_diag(view: Any, Xa: ArrayLike, *, check_finite: bool) -> NDArray[np.float64]:
+    """``view._kernel_diag(Xa)`` as a fresh ``(m,)`` array (optionally checked finite)."""
+    A = _as_2d_inputs(Xa, "Xa", view.input_dim)
+    d = np.broadcast_to(np.asarray(view._kernel_diag(A), dtype=np.float64), (A.shape[0],))
+    if check_finite and not np.all(np.isfinite(d)):
+        raise ValueError(
+            "The kernel diagonal evaluated to NaN/inf at these hyperparameters "
+            f"({view.hyperparameters}); check the hyperparameter values."
+        )
+    return np.array(d)
+
+
+# --------------------------------------------------------------------------- descriptions
+def _format_value(v: HyperValue) -> str:
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return "[" + ", ".join(f"{x:.6g}" for x in np.ravel(v)) + "]"
+
+
+def _describe_tensor(x: Any, mapping: Mapping[Variable, Variable]) -> str:
+    if isinstance(x, numbers.Real) and not isinstance(x, bool):
+        return f"{float(x):.6g}"
+    if isinstance(x, np.ndarray):
+        return _format_value(x if x.ndim else float(x))
+    if isinstance(x, Variable):
+        if isinstance(x, Constant):
+            data = np.asarray(x.data, dtype=float)
+            return _format_value(float(data) if data.ndim == 0 else data)
+        try:
+            [x2] = clone_replace([x], replace=dict(mapping))
+            return str(pytensor.printing.pprint(x2))
+        except Exception:  # noqa: BLE001 - printing is best effort
+            return x.name or "<expression>"
+    return repr(x)
+
+
+def _describe_cov(cov: Any, mapping: Mapping[Variable, Variable]) -> str:
+    """Human-readable description of a PyMC covariance (best effort, for metadata)."""
+    gpc = pm.gp.cov
+    if isinstance(cov, (gpc.Add, gpc.Prod)):
+        sep = " + " if isinstance(cov, gpc.Add) else " * "
+        parts = [
+            _describe_cov(f, mapping)
+            if isinstance(f, BaseCovariance)
+            else _describe_tensor(f, mapping)
+            for f in cov._factor_list
+        ]
+        return "(" + sep.join(parts) + ")"
+    if isinstance(cov, gpc.Exponentiated):
+        return f"({_describe_cov(cov.kernel, mapping)})**{_describe_tensor(cov.power, mapping)}"
+    if isinstance(cov, gpc.Constant):
+        return f"Constant(c={_describe_tensor(cov.c, mapping)})"
+    if isinstance(cov, gpc.WhiteNoise):
+        return f"WhiteNoise(sigma={_describe_tensor(cov.sigma, mapping)})"
+    args: list[str] = []
+    if isinstance(cov, gpc.Covariance):
+        args.append(f"input_dim={cov.input_dim}")
+        if not np.array_equal(cov.active_dims, np.arange(cov.input_dim)):
+            args.append(f"active_dims={cov.active_dims.tolist()}")
+    for attr in ("ls", "period", "alpha", "c", "d", "offset"):
+        if hasattr(cov, attr):
+            args.append(f"{attr}={_describe_tensor(getattr(cov, attr), mapping)}")
+    return f"{type(cov).__name__}({', '.join(args)})"
+
+
+# --------------------------------------------------------------------------- builders
+def _resolve_cov(cov_func: CovarianceSpec) -> BaseCovariance:
+    if isinstance(cov_func, BaseCovariance):
+        return cov_func
+    if callable(cov_func):
+        cov = cov_func()
+        if not isinstance(cov, BaseCovariance):
+            raise TypeError(
+                "cov_func() must return a PyMC covariance (pm.gp.cov.Covariance), got "
+                f"{type(cov).__name__}."
+            )
+        return cov
+    raise TypeError(
+        "cov_func must be a PyMC covariance (e.g. pm.gp.cov.ExpQuad(1, ls=0.5)) or a "
+        f"zero-argument callable returning one, got {type(cov_func).__name__}."
+    )
+
+
+def _resolve_sigma(sigma: NoiseSpec) -> float | Variable:
+    value: Any = sigma
+    if isinstance(value, BaseCovariance):
+        raise TypeError("sigma must be a noise standard deviation, not a covariance function.")
+    if callable(value) and not isinstance(value, Variable):
+        value = value()
+    if isinstance(value, bool):
+        raise TypeError("sigma must be a number or a PyMC random variable, got a bool.")
+    if isinstance(value, numbers.Real) or (isinstance(value, np.ndarray) and value.ndim == 0):
+        return check_positive(float(value), "sigma")
+    if isinstance(value, Variable):
+        if value.type.ndim != 0:
+            raise ValueError(
+                f"sigma must be a scalar (homoscedastic noise std), got ndim={value.type.ndim}."
+            )
+        return value
+    raise TypeError(
+        "sigma must be a positive float, a scalar PyMC variable, or a zero-argument callable "
+        f"returning one, got {type(value).__name__}."
+    )
+
+
+def _check_mean_not_from_data(mean: float, y: NDArray[np.float64]) -> None:
+    for label, stat in (("mean", float(np.mean(y))), ("median", float(np.median(y)))):
+        if mean != 0.0 and math.isclose(mean, stat, rel_tol=1e-9, abs_tol=0.0):
+            raise ValueError(
+                f"mean={mean!r} equals the {label} of the private y: it looks computed from the "
+                "data, and a prior mean computed from y leaks it (it is not covered by any "
+                "privacy guarantee). Use a public value (domain knowledge, public data), or pass "
+                "mean_is_public=True if it really is public."
+            )
+
+
+def _check_name_and_mean(name: str, mean: float) -> float:
+    """Validate the variable-name prefix and return the public prior mean as a finite float."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"name must be a non-empty string, got {name!r}.")
+    try:
+        mean_f = float(mean)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"mean must be a public constant number, got {mean!r}.") from err
+    if not math.isfinite(mean_f):
+        raise ValueError(f"mean must be finite, got {mean!r}.")
+    return mean_f
+
+
+def _resolve_cov_and_sigma(
+    cov_func: CovarianceSpec, sigma: NoiseSpec, n_cols: int, inputs_name: str
+) -> tuple[BaseCovariance, float | Variable]:
+    """Resolve covariance then noise (inside the model context) and check ``input_dim``."""
+    cov = _resolve_cov(cov_func)
+    sig = _resolve_sigma(sigma)
+    input_dim = getattr(cov, "input_dim", None)
+    if input_dim is not None and input_dim != n_cols:
+        raise ValueError(
+            f"cov_func has input_dim={input_dim} but {inputs_name} has {n_cols} column(s)."
+        )
+    return cov, sig
+
+
+def _hyperparameter_rvs(
+    model: pm.Model, cov: BaseCovariance, sigma: float | Variable | None = None
+) -> tuple[Variable, ...]:
+    """Free RVs reached from the kernel / noise graphs, not looking through them.
+
+    A hyperprior's parameters are not needed once the child is fixed.
+    """
+    Xa = pt.matrix("Xa", dtype="float64")
+    Xb = pt.matrix("Xb", dtype="float64")
+    graphs = [pt.as_tensor_variable(cov(Xa, Xb)), pt.as_tensor_variable(cov(Xa, diag=True))]
+    if isinstance(sigma, Variable):
+        graphs.append(sigma)
+    free = list(model.free_RVs)
+    reached = set(ancestors(graphs, blockers=free))
+    return tuple(rv for rv in free if rv in reached)
