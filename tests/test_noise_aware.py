@@ -32,6 +32,7 @@ from pm_dpgp.mechanisms.noise_aware import (
     worst_case_sensitivity,
 )
 from pm_dpgp.models import InducingFromDataError, grid_inducing_points, sparse_gp_regression
+from tests.tolerances import assert_normwise_close, cond_rtol, condition_number
 
 Z15 = grid_inducing_points(-3.5, 3.5, 15)
 RY = 2.0
@@ -71,14 +72,53 @@ def _release(pub, data, **kw):
 
 
 # --------------------------------------------------------------------------- no-noise limit
+def _whitened_rtol(K, B, scale) -> float:
+    """Tolerance for two computations of Titsias' q(u) in the whitened form.
+
+    Both go through ``K = L Lᵀ`` and ``Λ = I + s L⁻¹ B L⁻ᵀ = L_Λ L_Λᵀ``; Cholesky and
+    triangular-solve forward errors are bounded by ``c·M·κ·EPS`` for κ(K) and κ(Λ)
+    (Higham 2002, Thms 8.5, 10.4), so the normwise difference of m and S is at most
+    ``4·M·(κ(K) + κ(Λ))·EPS`` (here κ(K) ≈ 2e6, κ(Λ) ≈ 1e4: 2.8e-8).  κ(K + sB) ≈ 2e10 is
+    *not* the relevant number: the whitened form never solves with K + sB.
+    """
+    L = np.linalg.cholesky(K)
+    LiB = np.linalg.solve(L, B)
+    Lam = np.eye(len(K)) + scale * np.linalg.solve(L, LiB.T)
+    return cond_rtol(condition_number(K) + condition_number(Lam), len(K))
+
+
 def test_no_noise_equals_titsias_eq2(pub, reg) -> None:
     K = pub.kzz()
     s = sufficient_statistics(pub.kernel, Z15, (reg.X, reg.y))
     m, S = titsias_qu(K, s.A[:, 0], s.B[0], 1 / pub.noise_var)
     q = dp_qu(K, s.A[:, 0], s.B[0], scale=1 / pub.noise_var, sigma_a=0.0, sigma_b=0.0, lam=0.0)
-    assert np.allclose(q.m, m, rtol=1e-8, atol=1e-9)
-    assert np.allclose(q.S, S, rtol=1e-8, atol=1e-12)
+    tol = _whitened_rtol(K, s.B[0], 1 / pub.noise_var)
+    assert_normwise_close(q.m, m, tol, "m")
+    assert_normwise_close(q.S, S, tol, "S")
     assert q.lam_used == 0.0
+
+
+def test_titsias_comparison_fails_for_a_wrong_s(pub, reg) -> None:
+    """The tolerance above is not vacuous: near-miss answers are rejected by it."""
+    K = pub.kzz()
+    s = sufficient_statistics(pub.kernel, Z15, (reg.X, reg.y))
+    beta = 1 / pub.noise_var
+    m, S = titsias_qu(K, s.A[:, 0], s.B[0], beta)
+    tol = _whitened_rtol(K, s.B[0], beta)
+    # (a) the noise precision off by 1e-4 (relative): S moves by ~1e-4, m by ~3e-7.
+    m_w, S_w = titsias_qu(K, s.A[:, 0], s.B[0], beta * (1 + 1e-4))
+    for got, ref in ((m_w, m), (S_w, S)):
+        with pytest.raises(AssertionError):
+            assert_normwise_close(got, ref, tol)
+    # (b) the naive variant's S against the noise-aware S from the same noisy statistics:
+    #     they differ by the S₂ correction (eq. 11 + 14), which the comparison must see.
+    rng = np.random.default_rng(3)
+    B_noisy = s.B[0] + 0.5 * np.diag(rng.uniform(1.0, 2.0, len(K)))
+    kw = dict(scale=beta, sigma_a=0.05, sigma_b=0.05, lam=1.0)
+    naive = dp_qu(K, s.A[:, 0], B_noisy, variant="naive", **kw)
+    aware = dp_qu(K, s.A[:, 0], B_noisy, **kw)
+    with pytest.raises(AssertionError):
+        assert_normwise_close(naive.S, aware.S, tol)
 
 
 def test_release_with_noise_switched_off_matches_titsias_and_pymc(pub, reg, monkeypatch) -> None:
@@ -93,14 +133,17 @@ def test_release_with_noise_switched_off_matches_titsias_and_pymc(pub, reg, monk
     K = pub.kzz()
     s = sufficient_statistics(pub.kernel, Z15, (reg.X, reg.y))
     m, S = titsias_qu(K, s.A[:, 0], s.B[0], 1 / pub.noise_var)
-    assert np.allclose(rel.m, m, rtol=1e-9, atol=1e-10)
-    assert np.allclose(rel.S, S, rtol=1e-6, atol=1e-12)
+    tol = _whitened_rtol(K, s.B[0], 1 / pub.noise_var)
+    assert_normwise_close(rel.m, m, tol, "m")
+    assert_normwise_close(rel.S, S, tol, "S")
     Xs = np.linspace(-5, 5, 33)
     mu, var = rel.predict(Xs)
     with reg.model:
         mu_pm, var_pm = reg.gp.predict(Xs[:, None], point={}, diag=True)
-    assert np.allclose(mu, mu_pm, rtol=1e-7, atol=1e-8)
-    assert np.allclose(var, var_pm, rtol=1e-6, atol=1e-9)
+    # PyMC's MarginalApprox uses the same whitened form (plus one more solve with K for
+    # K_VZ K⁻¹), so the same conditioning bound applies to the predictions.
+    assert_normwise_close(mu, mu_pm, tol, "predictive mean")
+    assert_normwise_close(var, var_pm, tol, "predictive variance")
 
 
 def test_epsilon_to_infinity_limit(reg, pub) -> None:

@@ -1,0 +1,51 @@
+"""The conditioning-based tolerances of ``tests/tolerances.py`` accept round-off and reject errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.linalg as sla
+
+from tests.tolerances import (
+    EPS,
+    assert_normwise_close,
+    cond_rtol,
+    condition_number,
+    scalar_rtol,
+)
+
+
+def _spd(n: int, kappa: float, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    Q, _ = np.linalg.qr(rng.standard_normal((n, n)))
+    return (Q * np.geomspace(1.0, 1.0 / kappa, n)) @ Q.T
+
+
+@pytest.mark.parametrize("kappa", [1e2, 1e6, 1e10])
+def test_two_backward_stable_solves_agree_within_cond_rtol(kappa) -> None:
+    A = _spd(40, kappa, 0)
+    b = np.random.default_rng(1).standard_normal(40)
+    x_chol = sla.cho_solve(sla.cho_factor(A, lower=True), b)
+    x_lu = np.linalg.solve(A, b)
+    tol = cond_rtol(A)
+    assert condition_number(A) == pytest.approx(kappa, rel=1e-3)
+    assert_normwise_close(x_chol, x_lu, tol)
+    # a deliberately wrong answer (one entry moved by 10 tolerances) fails
+    wrong = x_lu.copy()
+    wrong[0] += 10 * tol * np.linalg.norm(x_lu)
+    with pytest.raises(AssertionError):
+        assert_normwise_close(wrong, x_lu, tol)
+
+
+def test_cond_rtol_refuses_vacuous_tolerances() -> None:
+    with pytest.raises(AssertionError, match="ill-conditioned"):
+        cond_rtol(_spd(30, 1e15, 0))
+    with pytest.raises(ValueError):
+        cond_rtol(1e3)
+    assert cond_rtol(1e3, 10) == pytest.approx(4 * 10 * 1e3 * EPS)
+
+
+def test_scalar_rtol_and_shape_check() -> None:
+    assert scalar_rtol(10) == pytest.approx(40 * EPS)
+    with pytest.raises(AssertionError, match="shape"):
+        assert_normwise_close(np.zeros(3), np.zeros(4), 1.0)

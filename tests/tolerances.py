@@ -1,0 +1,83 @@
+"""Numerical tolerances derived from the problem's conditioning, not from what one machine printed.
+
+Every comparison between two floating-point computations of the same quantity in the suite
+takes its tolerance from here (or says next to it why it needs none). The rules, float64
+unit round-off ``EPS = 2.2e-16``:
+
+* **Scalar closed forms** (a formula of a few dozen flops, no cancellation, no solve):
+  each flop has relative error ≤ EPS, so ``k`` flops give ≤ ``k·EPS`` relative
+  (Higham 2002, §3.1).  :func:`scalar_rtol` returns that with a safety factor 4.
+* **Solves with a matrix A** (Cholesky, LU, triangular), done by two backward-stable
+  implementations (ours and NumPy's / PyMC's, possibly another BLAS build or thread
+  count): each has forward error ``‖x̂ − x‖ / ‖x‖ ≤ c·n·κ(A)·EPS`` (Higham 2002,
+  Thm 7.2 and §10.1), so the two differ by at most twice that.  :func:`cond_rtol`
+  returns ``4·n·κ(A)·EPS`` (``c = 2`` per side), and the comparison is *normwise*
+  (:func:`assert_normwise_close`), which is what that theorem bounds — elementwise
+  relative error of small entries is not controlled by any such bound.
+* **Iterative algorithms with a stopping tolerance** (root finding, optimisers,
+  quadrature): the tolerance is the algorithm's own stopping tolerance, stated at
+  the call.
+
+Each helper returns a tolerance that a wrong answer still violates: the tests in
+``tests/test_tolerances.py`` feed a perturbed result through the same comparison and
+check that it fails.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+EPS = float(np.finfo(np.float64).eps)
+
+
+def scalar_rtol(n_flops: int = 10) -> float:
+    """Relative tolerance for a closed-form scalar formula of ``n_flops`` operations."""
+    return 4.0 * n_flops * EPS
+
+
+def condition_number(A: ArrayLike) -> float:
+    """2-norm condition number κ(A) = σ_max / σ_min (∞ for a singular matrix)."""
+    s = np.linalg.svd(np.asarray(A, dtype=np.float64), compute_uv=False)
+    return float(s[0] / s[-1]) if s[-1] > 0 else float("inf")
+
+
+def cond_rtol(A: ArrayLike | float, n: int | None = None, *, factor: float = 4.0) -> float:
+    """Normwise relative tolerance ``factor·n·κ(A)·EPS`` for two backward-stable solves.
+
+    ``A`` is the matrix being solved with (or its condition number); ``n`` its order
+    (taken from ``A`` when it is a matrix).  The result is capped at 1e-2 so that a
+    hopelessly ill-conditioned problem does not silently make the test vacuous: a test
+    that hits the cap should use a better-conditioned problem.
+    """
+    if np.ndim(A) == 0:
+        kappa = float(A)
+        if n is None:
+            raise ValueError("give n with a scalar condition number")
+    else:
+        A = np.asarray(A, dtype=np.float64)
+        kappa = condition_number(A)
+        n = A.shape[0] if n is None else n
+    tol = factor * n * kappa * EPS
+    if not tol < 1e-2:
+        raise AssertionError(
+            f"κ = {kappa:.3g} (n = {n}) is too ill-conditioned for a meaningful comparison"
+        )
+    return tol
+
+
+def normwise_error(actual: ArrayLike, expected: ArrayLike) -> float:
+    """``‖actual − expected‖_F / ‖expected‖_F`` (absolute when ``expected`` is 0)."""
+    a = np.asarray(actual, dtype=np.float64)
+    e = np.asarray(expected, dtype=np.float64)
+    if a.shape != e.shape:
+        raise AssertionError(f"shape {a.shape} != {e.shape}")
+    denom = float(np.linalg.norm(e))
+    diff = float(np.linalg.norm(a - e))
+    return diff / denom if denom > 0 else diff
+
+
+def assert_normwise_close(actual: ArrayLike, expected: ArrayLike, rtol: float, what: str = "") -> None:
+    """Assert ``‖actual − expected‖ ≤ rtol·‖expected‖`` (Frobenius norm)."""
+    err = normwise_error(actual, expected)
+    assert err <= rtol, f"{what}: normwise relative error {err:.3g} > tolerance {rtol:.3g}"
