@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from pm_dpgp.accounting import BudgetExceededError, GaussianEvent, Ledger
+from pm_dpgp.compat import get_group, to_netcdf
 from pm_dpgp.datasets import load_kung_women
 from pm_dpgp.mechanisms.cloaking_release import cloaked_release
 
@@ -74,8 +75,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     )
     idata = release.to_inference_data()
     nc_path = out / "kung_cloaked_release.nc"
-    idata.to_netcdf(str(nc_path))
-    print(f"\nRelease stored as InferenceData ({nc_path}):\n{idata.posterior_predictive}")
+    to_netcdf(idata, nc_path)
+    print(f"\nRelease stored as {type(idata).__name__} ({nc_path}):")
+    print(get_group(idata, "posterior_predictive"))
 
     print("\nPrivacy ledger:")
     print(ledger.summary())

@@ -81,12 +81,12 @@ class Release:
         return centre - width * self.noise_sd, centre + width * self.noise_sd
 
     def to_inference_data(self) -> Any:
-        """Return an ``arviz.InferenceData`` (see :func:`release_to_inference_data`)."""
+        """Return the installed ArviZ's result object (see :func:`release_to_inference_data`)."""
         return release_to_inference_data(self)
 
 
 def release_to_inference_data(release: Release) -> Any:
-    """Store a :class:`Release` as ``arviz.InferenceData``.
+    """Store a :class:`Release` as ``arviz.InferenceData`` (ArviZ 0.x) or ``DataTree`` (ArviZ 1).
 
     * ``posterior_predictive[variable_name]``: dims ``(chain, draw, x_star)``, one
       chain, one entry of ``draw`` per DP draw; coordinate ``x_star`` holds the
@@ -96,8 +96,9 @@ def release_to_inference_data(release: Release) -> Any:
     * attrs of every group: the privacy metadata, flat; nested values are stored
       as JSON strings so that the object round-trips through netCDF.
     """
-    import arviz as az
     import xarray as xr
+
+    from pm_dpgp.compat import make_inference_data
 
     X = np.asarray(release.X_star, dtype=np.float64)
     m, d = X.shape
@@ -117,7 +118,7 @@ def release_to_inference_data(release: Release) -> Any:
     attrs = _flat_attrs(release)
     pp.attrs.update(attrs)
     const.attrs.update(attrs)
-    return az.InferenceData(posterior_predictive=pp, constant_data=const)
+    return make_inference_data({"posterior_predictive": pp, "constant_data": const})
 
 
 def _flat_attrs(release: Release) -> dict[str, Any]:

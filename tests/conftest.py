@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pymc as pm
 import pytest
+from hypothesis import settings
 
 from pm_dpgp.datasets import load_kung_women
 from pm_dpgp.models import gp_regression
 
 KUNG_BOUNDS = (50.0, 170.0)
+
+# Property tests draw the same examples on every machine (a clean clone must not meet an
+# example nobody has seen); `HYPOTHESIS_PROFILE=explore python -m pytest` searches afresh.
+settings.register_profile("pm_dpgp", derandomize=True, print_blob=True)
+settings.register_profile("explore", derandomize=False, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "pm_dpgp"))
 
 
 @pytest.fixture(scope="session")
@@ -32,3 +41,10 @@ def small_model(seed: int, n: int = 12, ls: float = 1.5, scale: float = 1.0, noi
     X = np.sort(rng.uniform(0, 6, n))
     y = np.clip(np.sin(X) + 0.3 * rng.standard_normal(n), -1.9, 1.9)
     return gp_regression(X, y, scale**2 * pm.gp.cov.ExpQuad(1, ls=ls), sigma=noise, mean=0.0)
+
+
+def pytest_report_header(config) -> str:
+    """Name the stack in the run's header (CI runs the suite on two stacks)."""
+    from pm_dpgp.compat import stack_description
+
+    return f"pm_dpgp test stack: {stack_description()}"

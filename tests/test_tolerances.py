@@ -1,4 +1,4 @@
-"""The conditioning-based tolerances of ``tests/tolerances.py`` accept round-off and reject errors."""
+"""Conditioning-based tolerances (tests/tolerances.py) accept round-off and reject errors."""
 
 from __future__ import annotations
 

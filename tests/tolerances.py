@@ -77,7 +77,9 @@ def normwise_error(actual: ArrayLike, expected: ArrayLike) -> float:
     return diff / denom if denom > 0 else diff
 
 
-def assert_normwise_close(actual: ArrayLike, expected: ArrayLike, rtol: float, what: str = "") -> None:
+def assert_normwise_close(
+    actual: ArrayLike, expected: ArrayLike, rtol: float, what: str = ""
+) -> None:
     """Assert ``‖actual − expected‖ ≤ rtol·‖expected‖`` (Frobenius norm)."""
     err = normwise_error(actual, expected)
     assert err <= rtol, f"{what}: normwise relative error {err:.3g} > tolerance {rtol:.3g}"

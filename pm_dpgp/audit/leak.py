@@ -77,21 +77,20 @@ def scan_for_values(
     rtol:
         relative tolerance of a match (exact float64 equality with ``rtol=0``).
     """
-    import arviz as az
+    from pm_dpgp.compat import from_netcdf, iter_all_groups, to_netcdf
 
     private = np.unique(np.asarray(private_values, dtype=np.float64).ravel())
     findings: list[LeakFinding] = []
     tmpdir = None
     if isinstance(idata, str | os.PathLike):
         path = Path(idata)
-        idata = az.from_netcdf(path)
+        idata = from_netcdf(path)
     else:
         tmpdir = tempfile.TemporaryDirectory()
         path = Path(tmpdir.name) / "release.nc"
-        idata.to_netcdf(str(path))
+        to_netcdf(idata, path)
     try:
-        for group in idata.groups():
-            ds = idata[group]
+        for group, ds in iter_all_groups(idata):
             for name, da in list(ds.data_vars.items()) + list(ds.coords.items()):
                 if da.dtype.kind in "fiu":
                     hit = _matches(np.asarray(da.values, dtype=np.float64), private, rtol)

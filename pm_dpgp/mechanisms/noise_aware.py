@@ -609,7 +609,7 @@ _R = TypeVar("_R", bound=SparseQuRelease)
 
 
 def sparse_qu_to_inference_data(release: SparseQuRelease, X_star: ArrayLike | None = None) -> Any:
-    """Store a :class:`SparseQuRelease` as ``arviz.InferenceData``.
+    """Store a :class:`SparseQuRelease` as ``InferenceData`` / ``DataTree`` (:mod:`pm_dpgp.compat`).
 
     * ``posterior``: ``u_mean`` dims ``(chain, draw, [output,] inducing)`` and ``u_cov`` dims
       ``(chain, draw, [output,] inducing, inducing_)``, one chain and one draw (the DP release
@@ -619,8 +619,9 @@ def sparse_qu_to_inference_data(release: SparseQuRelease, X_star: ArrayLike | No
       post-processing) dims ``(chain, draw, [output,] x_star)``.
     * attrs of every group: the privacy metadata (nested values as JSON strings).
     """
-    import arviz as az
     import xarray as xr
+
+    from pm_dpgp.compat import make_inference_data
 
     Z = release.Z
     M, d = Z.shape
@@ -669,7 +670,7 @@ def sparse_qu_to_inference_data(release: SparseQuRelease, X_star: ArrayLike | No
     attrs = release.attrs()
     for ds in (post, const, *groups.values()):
         ds.attrs.update(attrs)
-    return az.InferenceData(posterior=post, constant_data=const, **groups)
+    return make_inference_data({"posterior": post, "constant_data": const, **groups})
 
 
 # =========================================================================== the mechanism

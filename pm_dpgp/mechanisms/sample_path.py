@@ -190,6 +190,7 @@ class SamplePathRelease:
         ``posterior_predictive[variable_name]`` has dims ``(chain, draw, x_star)`` with
         one draw per released path; the public query inputs are in ``constant_data``.
         """
+        from pm_dpgp.compat import add_groups, get_group
         from pm_dpgp.release import Release
 
         release = Release(
@@ -201,8 +202,8 @@ class SamplePathRelease:
             variable_name=variable_name,
         )
         idata = release.to_inference_data()
-        idata.constant_data = idata.constant_data.drop_vars("dp_noise_sd")
-        return idata
+        const = get_group(idata, "constant_data").drop_vars("dp_noise_sd")
+        return add_groups(idata, {"constant_data": const})
 
 
 def _check_kernel_class(

@@ -55,6 +55,7 @@ except ImportError:  # pragma: no cover - older pytensor
 from pm_dpgp._validation import check_finite_array, check_positive
 from pm_dpgp.gp.exact import ExactPosterior
 from pm_dpgp.models._common import (
+    BoundFunction,
     CovarianceSpec,
     HyperValue,
     NoiseSpec,
@@ -68,6 +69,7 @@ from pm_dpgp.models._common import (
     _hyperparameter_rvs,
     _readonly,
     _resolve_cov_and_sigma,
+    hoist_float_constants,
 )
 
 __all__ = ["PrivateHyperparameterError", "GPRegression", "PublicGP", "gp_regression"]
@@ -296,12 +298,14 @@ class GPRegression:
         else:  # pragma: no cover - internal misuse
             raise KeyError(key)
         [out] = self._replace([pt.as_tensor_variable(out)])
-        fn = pytensor.function(
-            [*inputs, *self._hyper_inputs],
+        out, const_inputs, const_values = hoist_float_constants(out)
+        compiled = pytensor.function(
+            [*inputs, *self._hyper_inputs, *const_inputs],
             out,
             on_unused_input="ignore",
             allow_input_downcast=True,
         )
+        fn = BoundFunction(compiled, const_values)
         self._compiled[key] = fn
         return fn
 

@@ -40,6 +40,7 @@ from numpy.typing import ArrayLike, NDArray
 from scipy.special import logsumexp
 
 from pm_dpgp._validation import check_finite_array, check_positive, check_rng
+from pm_dpgp.compat import get_group, make_inference_data
 from pm_dpgp.mechanisms.sample_path import SamplePathRelease
 from pm_dpgp.models import GPRegression
 from pm_dpgp.release import Release
@@ -124,13 +125,13 @@ def _dp_values(
     """``(S, m)`` DP function values at ``X_hold`` by post-processing, and the release attrs."""
     if isinstance(release, SamplePathRelease):
         values = release.evaluate(X_hold)  # lazy, consistent, no privacy cost
-        attrs = dict(release.to_inference_data().posterior_predictive.attrs)
+        attrs = dict(get_group(release.to_inference_data(), "posterior_predictive").attrs)
         return values, attrs
     if not isinstance(release, Release):
         raise TypeError(
             f"release must be a pm_dpgp Release or SamplePathRelease, got {type(release).__name__}."
         )
-    attrs = dict(release.to_inference_data().posterior_predictive.attrs)
+    attrs = dict(get_group(release.to_inference_data(), "posterior_predictive").attrs)
     X_star = np.asarray(release.X_star, float)
     if X_star.shape[1] != X_hold.shape[1]:
         raise ValueError(
@@ -207,7 +208,6 @@ def dp_ppc(
         the hold-out set contains the private training outputs (or, for a sample-path
         release, the private training inputs).
     """
-    import arviz as az
     import xarray as xr
 
     rng = check_rng(rng)
@@ -251,19 +251,21 @@ def dp_ppc(
         out.attrs.update(attrs)
         return out
 
-    return az.InferenceData(
-        posterior=ds({"f": (dims, f_rep[None])}, coords),
-        posterior_predictive=ds({var_name: (dims, y_rep[None])}, coords),
-        log_likelihood=ds({var_name: (dims, loglik[None])}, coords),
-        observed_data=ds({var_name: (("obs_id",), y_hold)}, {"obs_id": np.arange(m)}),
-        constant_data=ds(
-            {
-                "X": (("obs_id", "input_dim"), X_hold),
-                "x": (("obs_id",), X_coord),
-                "predictive_sd": (("obs_id",), sd),
-            },
-            {"obs_id": np.arange(m), "input_dim": np.arange(X_hold.shape[1])},
-        ),
+    return make_inference_data(
+        {
+            "posterior": ds({"f": (dims, f_rep[None])}, coords),
+            "posterior_predictive": ds({var_name: (dims, y_rep[None])}, coords),
+            "log_likelihood": ds({var_name: (dims, loglik[None])}, coords),
+            "observed_data": ds({var_name: (("obs_id",), y_hold)}, {"obs_id": np.arange(m)}),
+            "constant_data": ds(
+                {
+                    "X": (("obs_id", "input_dim"), X_hold),
+                    "x": (("obs_id",), X_coord),
+                    "predictive_sd": (("obs_id",), sd),
+                },
+                {"obs_id": np.arange(m), "input_dim": np.arange(X_hold.shape[1])},
+            ),
+        }
     )
 
 
@@ -273,7 +275,7 @@ def holdout_elpd(idata: Any, var_name: str = "y") -> tuple[float, NDArray[np.flo
     The exact hold-out analogue of ``az.loo``'s elpd (no importance sampling is needed:
     the hold-out points were not used to fit the release).
     """
-    ll = np.asarray(idata.log_likelihood[var_name].values, float)
+    ll = np.asarray(get_group(idata, "log_likelihood")[var_name].values, float)
     ll = ll.reshape(-1, ll.shape[-1])
     point = logsumexp(ll, axis=0) - np.log(ll.shape[0])
     return float(point.sum()), point

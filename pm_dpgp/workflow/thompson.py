@@ -43,6 +43,7 @@ from scipy.linalg import cholesky
 
 from pm_dpgp._validation import check_delta, check_finite_array, check_positive, check_rng
 from pm_dpgp.accounting import Ledger, PrivacyEvent
+from pm_dpgp.compat import get_group, make_inference_data
 from pm_dpgp.mechanisms.sample_path import sample_path_release
 from pm_dpgp.mechanisms.sample_path_bounds import SamplePathBound, kernel_lower_bound
 from pm_dpgp.models import GPRegression, PublicGP, gp_regression
@@ -96,12 +97,12 @@ class ThompsonResult:
     @property
     def n_rounds(self) -> int:
         """Number of completed rounds."""
-        return int(self.idata.thompson.sizes.get("round", 0))
+        return int(get_group(self.idata, "thompson").sizes.get("round", 0))
 
     @property
     def x_chosen(self) -> NDArray[np.float64]:
         """``(rounds, d)`` chosen inputs (public)."""
-        return np.asarray(self.idata.thompson["x_chosen"].values)
+        return np.asarray(get_group(self.idata, "thompson")["x_chosen"].values)
 
 
 class _Dataset:
@@ -258,7 +259,6 @@ def dp_thompson_sampling(
     rng:
         the only source of randomness.
     """
-    import arviz as az
     import xarray as xr
 
     rng = check_rng(rng)
@@ -448,8 +448,7 @@ def dp_thompson_sampling(
         coords={"init": np.arange(len(X0)), "input_dim": np.arange(d)},
         attrs=attrs,
     )
-    idata = az.InferenceData(constant_data=const)
-    idata.add_groups({"thompson": trace}, warn_on_custom_groups=False)
+    idata = make_inference_data({"constant_data": const, "thompson": trace})
     owner = OwnerRecord(X=X_all, y=y_all, n_init=len(X0))
     return ThompsonResult(
         idata=idata,

@@ -1,0 +1,157 @@
+"""The one place that knows which ArviZ is installed.
+
+pm_dpgp supports two stacks from one code base:
+
+* ArviZ 0.x (with PyMC 5): results are ``arviz.InferenceData``;
+* ArviZ ≥ 1 (with PyMC 6): results are ``xarray.DataTree`` (``InferenceData`` is gone;
+  groups are child nodes, ``az.from_netcdf`` returns a ``DataTree``).
+
+Everything that builds, reads, extends or serialises a result goes through the functions
+below, so that every release type, :func:`pm_dpgp.workflow.dp_ppc` and the Thompson loop
+return the *native* object of the installed ArviZ.  Nothing else in the package checks
+versions.  Group contents are always ``xarray.Dataset`` objects here, whatever the stack.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import xarray as xr
+
+__all__ = [
+    "ARVIZ_MAJOR",
+    "USES_DATATREE",
+    "add_groups",
+    "from_netcdf",
+    "get_group",
+    "group_names",
+    "iter_all_groups",
+    "make_inference_data",
+    "stack_description",
+    "to_netcdf",
+]
+
+
+def _arviz_major() -> int:
+    from importlib.metadata import version
+
+    return int(version("arviz").split(".")[0])
+
+
+ARVIZ_MAJOR: int = _arviz_major()
+#: True on ArviZ ≥ 1, where results are ``xarray.DataTree``.
+USES_DATATREE: bool = ARVIZ_MAJOR >= 1
+
+
+def make_inference_data(groups: Mapping[str, xr.Dataset]) -> Any:
+    """Build the native result object (``InferenceData`` or ``DataTree``) from datasets.
+
+    ``groups`` maps group names (``posterior``, ``posterior_predictive``, ``constant_data``,
+    or a custom name such as ``thompson``) to ``xarray.Dataset`` objects; their attrs are kept.
+    """
+    _check_groups(groups)
+    if USES_DATATREE:
+        return xr.DataTree.from_dict(dict(groups))
+    import arviz as az
+
+    standard = {k: v for k, v in groups.items() if k in _SUPPORTED_GROUPS_0X}
+    custom = {k: v for k, v in groups.items() if k not in _SUPPORTED_GROUPS_0X}
+    idata = az.InferenceData(**standard)
+    if custom:
+        idata.add_groups(custom, warn_on_custom_groups=False)
+    return idata
+
+
+def group_names(idata: Any) -> list[str]:
+    """Names of the groups of ``idata`` (without DataTree's leading ``/``)."""
+    if USES_DATATREE:
+        return list(idata.children)
+    return list(idata.groups())
+
+
+def get_group(idata: Any, name: str) -> xr.Dataset:
+    """Group ``name`` of ``idata`` as an ``xarray.Dataset`` (``KeyError`` if absent)."""
+    if name not in group_names(idata):
+        raise KeyError(f"no group {name!r}; groups are {group_names(idata)}")
+    node = idata[name]
+    return node.to_dataset() if USES_DATATREE else node
+
+
+def iter_all_groups(idata: Any) -> list[tuple[str, xr.Dataset]]:
+    """Every node's data as ``(name, Dataset)``, including a DataTree's root and nested nodes.
+
+    Used by the leak scan, which must see everything that would be serialised.
+    """
+    if USES_DATATREE:
+        return [(node.path, node.to_dataset()) for node in idata.subtree]
+    return [(name, idata[name]) for name in idata.groups()]
+
+
+def add_groups(idata: Any, groups: Mapping[str, xr.Dataset]) -> Any:
+    """Add (or replace) groups in place and return ``idata``."""
+    _check_groups(groups)
+    if USES_DATATREE:
+        for name, ds in groups.items():
+            idata[name] = xr.DataTree(ds)
+        return idata
+    for name, ds in groups.items():
+        if name in idata.groups():
+            setattr(idata, name, ds)
+        else:
+            idata.add_groups({name: ds}, warn_on_custom_groups=False)
+    return idata
+
+
+def to_netcdf(idata: Any, path: str | os.PathLike[str]) -> str:
+    """Write ``idata`` (all groups and their attrs) to one netCDF-4 file; return the path."""
+    path = os.fspath(path)
+    idata.to_netcdf(path, engine="h5netcdf")  # same call on InferenceData and DataTree
+    return path
+
+
+def from_netcdf(path: str | os.PathLike[str]) -> Any:
+    """Read a file written by :func:`to_netcdf` into the native object, fully loaded."""
+    import arviz as az
+
+    obj = az.from_netcdf(os.fspath(path), engine="h5netcdf")
+    return obj.load() if USES_DATATREE else obj
+
+
+def stack_description() -> str:
+    """One line naming the installed stack (printed by the test runs)."""
+    import sys
+    from importlib.metadata import version
+
+    kind = "DataTree" if USES_DATATREE else "InferenceData"
+    return (
+        f"Python {sys.version.split()[0]}, PyMC {version('pymc')}, PyTensor {version('pytensor')}, "
+        f"ArviZ {version('arviz')} ({kind}), xarray {version('xarray')}"
+    )
+
+
+_SUPPORTED_GROUPS_0X = (
+    "posterior",
+    "posterior_predictive",
+    "predictions",
+    "log_likelihood",
+    "sample_stats",
+    "observed_data",
+    "constant_data",
+    "predictions_constant_data",
+    "prior",
+    "prior_predictive",
+    "sample_stats_prior",
+    "warmup_posterior",
+    "warmup_posterior_predictive",
+    "warmup_predictions",
+    "warmup_log_likelihood",
+    "warmup_sample_stats",
+)
+
+
+def _check_groups(groups: Mapping[str, xr.Dataset]) -> None:
+    for name, ds in groups.items():
+        if not isinstance(ds, xr.Dataset):
+            raise TypeError(f"group {name!r} must be an xarray.Dataset, got {type(ds).__name__}")

@@ -1,0 +1,175 @@
+"""Every result type is the installed ArviZ's native object and round-trips through netCDF.
+
+Runs on whichever stack is installed (CI runs it on both: Python 3.11 + PyMC 5 + ArviZ 0.x
+``InferenceData``, and Python 3.12 + PyMC 6 + ArviZ 1 ``DataTree``).
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import arviz as az
+import matplotlib
+import numpy as np
+import pymc as pm
+import pytest
+import xarray as xr
+
+from pm_dpgp import compat
+from pm_dpgp.accounting import Ledger
+from pm_dpgp.mechanisms import (
+    cloaked_release,
+    dirichlet_release,
+    noise_aware_release,
+    prior_noise_release,
+    sample_path_release,
+)
+from pm_dpgp.models import gp_regression, grid_inducing_points, sparse_gp_regression
+from pm_dpgp.workflow import dp_ppc, dp_thompson_sampling
+from tests import arviz_stack
+
+matplotlib.use("Agg")
+
+NATIVE = xr.DataTree if compat.USES_DATATREE else az.InferenceData
+
+
+def test_stack_is_reported_and_consistent() -> None:
+    line = compat.stack_description()
+    print(line)  # shows in -rA / CI logs which stack ran
+    assert ("DataTree" in line) == compat.USES_DATATREE
+    assert compat.USES_DATATREE == (int(az.__version__.split(".")[0]) >= 1)
+
+
+@pytest.fixture(scope="module")
+def small():
+    rng = np.random.default_rng(0)
+    X = np.sort(rng.uniform(0, 6, 30))
+    y = np.clip(np.sin(X) + 0.3 * rng.standard_normal(30), -1.9, 1.9)
+    return gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=1.5), sigma=0.3, mean=0.0)
+
+
+def _label_release(kind, model):
+    fn = {"cloaking": cloaked_release, "prior_noise": prior_noise_release}[kind]
+    return fn(model, np.linspace(0, 6, 25), epsilon=1.0, delta=1e-3, y_bounds=(-2.0, 2.0),
+              n_draws=2, rng=np.random.default_rng(1))
+
+
+def _sample_path(model):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return sample_path_release(model, np.linspace(0, 6, 20), n_paths=3, sigma=1.0,
+                                   y_bound=2.0, delta=1e-5, domain=(0.0, 6.0),
+                                   rng=np.random.default_rng(2))
+
+
+def _noise_aware():
+    rng = np.random.default_rng(3)
+    X = rng.uniform(-3, 3, 300)
+    y = np.sin(2 * X) + 0.1 * rng.standard_normal(300)
+    Z = grid_inducing_points(-3.2, 3.2, 8)
+    pub = sparse_gp_regression(None, None, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z,
+                               sigma=0.3).public_sparse_gp()
+    return noise_aware_release(pub, (X, y), epsilon=1.0, delta=1e-4, y_bound=2.0,
+                               rng=np.random.default_rng(4))
+
+
+def _dirichlet():
+    rng = np.random.default_rng(5)
+    X = rng.uniform(-3, 3, 300)
+    lab = (X > -1).astype(int) + (X > 1).astype(int)
+    Z = grid_inducing_points(-3.2, 3.2, 8)
+    pub = sparse_gp_regression(None, None, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z,
+                               sigma=1.0).public_sparse_gp()
+    return dirichlet_release(pub, (X, lab), n_classes=3, epsilon=1.0, delta=1e-4,
+                             rng=np.random.default_rng(6))
+
+
+def _results(kind, model):
+    """(result object, group holding the privacy attrs, a DP variable in it)."""
+    if kind in ("cloaking", "prior_noise"):
+        return _label_release(kind, model).to_inference_data(), "posterior_predictive", "f_dp"
+    if kind == "sample_path":
+        return _sample_path(model).to_inference_data(), "posterior_predictive", "f_path"
+    if kind == "noise_aware":
+        return _noise_aware().to_inference_data(np.linspace(-3, 3, 11)), "posterior", "u_mean"
+    if kind == "dirichlet":
+        return _dirichlet().to_inference_data(np.linspace(-3, 3, 11)), "posterior", "u_mean"
+    if kind == "dp_ppc":
+        rel = _label_release("cloaking", model)
+        X_hold = np.linspace(0.1, 5.9, 12)
+        y_hold = np.sin(X_hold)
+        idata = dp_ppc(rel, X_hold, y_hold, noise_sd=0.3, training=model, interpolate=True,
+                       rng=np.random.default_rng(7))
+        return idata, "posterior", "f"
+    if kind == "thompson":
+        res = dp_thompson_sampling(
+            lambda X: np.sin(6 * X[:, 0]), pm.gp.cov.ExpQuad(1, ls=0.2), domain=(0.0, 1.0),
+            X_init=[[0.2], [0.7]], n_rounds=2, noise_sd=2.0, y_bound=1.0,
+            ledger=Ledger(epsilon=100.0, delta=1e-5), candidates=32, progressbar=False,
+            rng=np.random.default_rng(8),
+        )
+        return res.idata, "thompson", "x_chosen"
+    raise AssertionError(kind)
+
+
+KINDS = ["cloaking", "prior_noise", "sample_path", "noise_aware", "dirichlet", "dp_ppc",
+         "thompson"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_native_object_and_netcdf_round_trip(kind, small, tmp_path) -> None:
+    idata, group, var = _results(kind, small)
+    assert isinstance(idata, NATIVE), type(idata)
+    assert group in compat.group_names(idata)
+    ds = compat.get_group(idata, group)
+    assert isinstance(ds, xr.Dataset) and var in ds
+    attrs = dict(ds.attrs)
+    assert "privacy_model" in attrs or "mechanism" in attrs or kind == "thompson"
+    path = compat.to_netcdf(idata, tmp_path / f"{kind}.nc")
+    back = compat.from_netcdf(path)
+    assert isinstance(back, NATIVE)
+    assert set(compat.group_names(back)) == set(compat.group_names(idata))
+    for name in compat.group_names(idata):
+        a, b = compat.get_group(idata, name), compat.get_group(back, name)
+        for v in a.data_vars:
+            # netCDF stores float64 verbatim: the round trip is bit-exact.
+            np.testing.assert_array_equal(b[v].values, a[v].values)
+        assert set(b.attrs) == set(a.attrs)
+        for key, value in a.attrs.items():
+            got = b.attrs[key]
+            if isinstance(value, str):
+                assert got == value, key
+                if value.startswith(("{", "[")):
+                    json.loads(got)  # nested metadata survives as valid JSON
+            else:
+                np.testing.assert_array_equal(np.asarray(got), np.asarray(value), err_msg=key)
+
+
+@pytest.mark.parametrize("kind", ["cloaking", "prior_noise", "sample_path", "dp_ppc"])
+def test_arviz_summary_and_plots_work(kind, small) -> None:
+    idata, group, var = _results(kind, small)
+    if kind == "dp_ppc":
+        assert arviz_stack.summary(idata, var_names=["f"], kind="stats").shape[0] == 12
+        arviz_stack.plot_ppc(idata, num_samples=20)
+        hdi = arviz_stack.plot_hdi(idata, "y")
+        lo_hi = np.asarray(hdi["y"])  # (obs, 2) on both stacks
+        assert lo_hi.shape == (12, 2) and np.all(lo_hi[:, 0] <= lo_hi[:, 1])
+    else:
+        s = arviz_stack.summary(idata, group=group, var_names=[var], kind="stats")
+        assert s.shape[0] == compat.get_group(idata, group)[var].shape[-1]
+    matplotlib.pyplot.close("all")
+
+
+def test_add_groups_and_errors(small) -> None:
+    idata, _, _ = _results("cloaking", small)
+    extra = xr.Dataset({"a": ("k", np.arange(3.0))}, attrs={"note": "public"})
+    compat.add_groups(idata, {"my_group": extra})
+    assert compat.get_group(idata, "my_group").attrs["note"] == "public"
+    replaced = compat.get_group(idata, "constant_data").drop_vars("dp_noise_sd")
+    compat.add_groups(idata, {"constant_data": replaced})
+    assert "dp_noise_sd" not in compat.get_group(idata, "constant_data")
+    with pytest.raises(KeyError, match="no group"):
+        compat.get_group(idata, "nope")
+    with pytest.raises(TypeError, match="xarray.Dataset"):
+        compat.make_inference_data({"posterior": np.zeros(3)})
