@@ -22,6 +22,7 @@ Cholesky factorisations and triangular solves only; no explicit inverse.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -262,6 +263,25 @@ def sufficient_statistics(
     return acc.result()
 
 
+def _packed_block_statistics(
+    kernel: Callable[[NDArray, NDArray], NDArray],
+    Z: NDArray[np.float64],
+    preprocess: Preprocess,
+    ndims: tuple[int, ...],
+    n_targets: int,
+    n_extras: int,
+    *blocks: NDArray,
+) -> NDArray:
+    """One Dask block's ``(A, B, n, extras)`` packed in a ``(1, P)`` row (runs on a worker).
+
+    A module-level function (pickled by reference) bound with :func:`functools.partial` to
+    public arguments only; the private block arrays arrive as task inputs, on the worker.
+    """
+    arrs = [b if nd == 2 else b.reshape(-1) for b, nd in zip(blocks, ndims, strict=True)]
+    A, B, cnt, extras = _chunk_pack(kernel, Z, preprocess, arrs, n_targets, n_extras)
+    return np.concatenate([A.ravel(), B.ravel(), [float(cnt)], extras])[None, :]
+
+
 def _dask_statistics(
     kernel: Callable[[NDArray, NDArray], NDArray],
     Z: NDArray[np.float64],
@@ -289,11 +309,9 @@ def _dask_statistics(
     P = M * T + T * M * M + 1 + n_extras
     nblocks = len(as2d[0].chunks[0])
 
-    def block(*blocks: NDArray) -> NDArray:
-        arrs = [b if nd == 2 else b.reshape(-1) for b, nd in zip(blocks, ndims, strict=True)]
-        A, B, cnt, extras = _chunk_pack(kernel, Z, preprocess, arrs, n_targets, n_extras)
-        return np.concatenate([A.ravel(), B.ravel(), [float(cnt)], extras])[None, :]
-
+    block = functools.partial(
+        _packed_block_statistics, kernel, Z, preprocess, tuple(ndims), n_targets, n_extras
+    )
     packed = da.map_blocks(
         block,
         *as2d,

@@ -59,6 +59,7 @@ from pm_dpgp.models._common import (
     CovarianceSpec,
     HyperValue,
     NoiseSpec,
+    PublicKernel,
     _as_2d_inputs,
     _check_mean_not_from_data,
     _check_name_and_mean,
@@ -395,14 +396,8 @@ class GPRegression:
         else:
             noise_var = float(self.sigma) ** 2
 
-        kernel_fn = wrap(self._function("kernel"))
-        diag_fn = wrap(self._function("diag"))
-
-        def kernel(Xa: NDArray[np.float64], Xb: NDArray[np.float64]) -> NDArray[np.float64]:
-            return np.asarray(kernel_fn(Xa, Xb, *args), dtype=np.float64)
-
-        def kernel_diag(Xa: NDArray[np.float64]) -> NDArray[np.float64]:
-            return np.asarray(diag_fn(Xa, *args), dtype=np.float64)
+        kernel = PublicKernel(wrap(self._function("kernel")), args)
+        kernel_diag = PublicKernel(wrap(self._function("diag")), args, diag=True)
 
         mapping = dict(zip(self._hyper_rvs, self._hyper_inputs, strict=True))
         hyper_str = ", ".join(f"{nm}={_format_value(v)}" for nm, v in values.items())

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,6 +44,7 @@ from pm_dpgp.gp.sparse import count_matching_rows
 from pm_dpgp.models._common import (
     CovarianceSpec,
     NoiseSpec,
+    ThreadSafeFunction,
     _check_mean_not_from_data,
     _check_name_and_mean,
     _eval_kernel,
@@ -257,24 +257,6 @@ class PublicSparseGP:
         return self.kernel(self.Z) + self.jitter * np.eye(self.n_inducing)
 
 
-def _thread_safe(fn: Any) -> Callable[..., Any]:
-    """Wrap a compiled PyTensor function so that each thread calls its own copy.
-
-    A compiled ``pytensor`` function keeps its input/output storage inside the function
-    object, so two threads calling it at once (Dask's threaded scheduler) would race.
-    ``Function.copy()`` gives an independent copy without recompiling.
-    """
-    local = threading.local()
-
-    def call(*args: Any) -> Any:
-        own = getattr(local, "fn", None)
-        if own is None:
-            own = local.fn = fn.copy()
-        return own(*args)
-
-    return call
-
-
 # --------------------------------------------------------------------------- builder
 @dataclass(eq=False)
 class SparseGPRegression(GPRegression):
@@ -300,7 +282,7 @@ class SparseGPRegression(GPRegression):
         """
         values = self._check_hyperparameters(hyperparameters)
         noise_var, kernel, kernel_diag, description = self._public_parts(
-            values, allow_zero_noise=False, wrap=_thread_safe
+            values, allow_zero_noise=False, wrap=ThreadSafeFunction
         )
         description += (
             f"; inducing inputs: {self.Z.shape[0]} public points; jitter: {self.jitter:g}"
