@@ -49,3 +49,18 @@ def test_scalar_rtol_and_shape_check() -> None:
     assert scalar_rtol(10) == pytest.approx(40 * EPS)
     with pytest.raises(AssertionError, match="shape"):
         assert_normwise_close(np.zeros(3), np.zeros(4), 1.0)
+
+
+def test_summation_atol_accepts_reordering_and_rejects_a_lost_term() -> None:
+    from tests.tolerances import summation_atol
+
+    t = np.random.default_rng(0).uniform(-1.0, 1.0, 100_000)
+    forward = float(np.sum(t))
+    blocked = float(sum(np.sum(t[i : i + 777]) for i in range(0, t.size, 777)))
+    serial = 0.0
+    for v in t[::-1]:
+        serial += float(v)
+    tol = summation_atol(t.size, 1.0)
+    assert abs(blocked - forward) <= tol and abs(serial - forward) <= tol
+    # a term counted twice, or dropped, is far outside
+    assert abs((forward + t[5]) - forward) > tol

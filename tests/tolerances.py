@@ -83,3 +83,17 @@ def assert_normwise_close(
     """Assert ``‖actual − expected‖ ≤ rtol·‖expected‖`` (Frobenius norm)."""
     err = normwise_error(actual, expected)
     assert err <= rtol, f"{what}: normwise relative error {err:.3g} > tolerance {rtol:.3g}"
+
+
+def summation_atol(n_terms: int, term_bound: float, n_flops_per_term: int = 4) -> float:
+    """Absolute tolerance for two float sums of the same ``n_terms`` terms in different orders.
+
+    Each term ``t_i`` (a product of ``n_flops_per_term`` rounded operations) obeys
+    ``|t_i| ≤ term_bound``.  Any summation order gives ``|ŝ − s| ≤ γ_{n−1} Σ|t_i|`` with
+    ``γ_k = k·EPS/(1 − k·EPS)`` (Higham 2002, eq. 4.4), and each term carries a relative error
+    of at most ``n_flops_per_term·EPS``; two orders (chunked in memory vs a Dask tree
+    reduction) differ by at most twice the sum of both, times a safety factor 2.
+    """
+    n = int(n_terms)
+    gamma = n * EPS / (1.0 - n * EPS)
+    return 4.0 * (gamma + n_flops_per_term * EPS) * n * float(term_bound)
