@@ -11,7 +11,9 @@ number of points).  It reports
    tracing does not slow the timed one; and the process peak RSS from ``resource``), against
    the time and ``tracemalloc`` peak of computing ``K_ZX`` for ONE chunk.  Targets: < 60 s and
    < 1 GB on a 2-core machine.
-2. The same with the data as Dask arrays (reduced by Dask's threaded scheduler).
+2. The same with the data as Dask arrays (reduced by Dask's threaded scheduler), and on a
+   ``dask.distributed`` ``LocalCluster`` with 2 worker processes (1 thread each, data generated
+   on the workers; skip with ``--no-distributed``).
 3. **S₂ for |Z| = 300**: time of :func:`~pm_dpgp.mechanisms.noise_aware.noise_correction`
    (the O(|Z|³) closed form) and of the whole post-processing :func:`dp_qu`.  Target < 1 s.
    On a shared 2-core machine multi-threaded OpenBLAS can be slowed down a lot by other load
@@ -76,13 +78,15 @@ def blas_settings() -> list[tuple[str, Any]]:
     return out
 
 
-def bench_stream(n: int) -> None:
-    for name, ctx in blas_settings():
+def bench_stream(n: int, distributed: bool = True) -> None:
+    settings = blas_settings()
+    for i, (name, ctx) in enumerate(settings):
         with ctx():
-            _bench_stream(n, name)
+            # the cluster run once, with the last (1 BLAS thread) setting
+            _bench_stream(n, name, distributed and i == len(settings) - 1)
 
 
-def _bench_stream(n: int, setting: str) -> None:
+def _bench_stream(n: int, setting: str, distributed_run: bool = False) -> None:
     Z = grid_inducing_points([-5.0, -5.0], [5.0, 5.0], [10, 10])
     public = sparse_gp_regression(
         None, None, pm.gp.cov.ExpQuad(2, ls=1.5), Z=Z, sigma=0.3
@@ -155,7 +159,36 @@ def _bench_stream(n: int, setting: str) -> None:
         t_dask = time.perf_counter() - t0
     print(
         f"noise_aware_release (Dask arrays, threaded scheduler, {Xd.numblocks[0]} blocks): "
-        f"{t_dask:.2f} s wall; process peak RSS {rss_mb():.0f} MB"
+        f"{t_dask:.2f} s wall (= {t_dask / t_k:.0f} x one K_ZX chunk); "
+        f"process peak RSS {rss_mb():.0f} MB"
+    )
+    if distributed_run:
+        bench_distributed(public, Xd, yd, t_k, t_rel)
+
+
+def bench_distributed(public: Any, Xd: Any, yd: Any, t_k: float, t_stream: float) -> None:
+    """The same release on a ``dask.distributed`` LocalCluster: 2 worker processes, 1 thread."""
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:  # pragma: no cover
+        print("distributed not installed: cluster run skipped")
+        return
+    env = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    with (
+        LocalCluster(
+            n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None, env=env
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        client.run(lambda: __import__("pm_dpgp.models"))  # import PyMC in the workers first
+        release(public, (Xd[:2000], yd[:2000]))  # warm-up: kernel loaded once per worker
+        t0 = time.perf_counter()
+        release(public, (Xd, yd))
+        t_dist = time.perf_counter() - t0
+    print(
+        f"noise_aware_release (Dask arrays, distributed LocalCluster, 2 worker processes x 1 "
+        f"thread, data generated on the workers): {t_dist:.2f} s wall "
+        f"(= {t_dist / t_k:.0f} x one K_ZX chunk, {t_dist / t_stream:.2f} x the iterator run)"
     )
 
 
@@ -194,8 +227,11 @@ def bench_s2(M: int = 300, repeats: int = 3) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=1_000_000)
+    parser.add_argument(
+        "--no-distributed", action="store_true", help="skip the dask.distributed LocalCluster run"
+    )
     args = parser.parse_args()
-    bench_stream(args.n)
+    bench_stream(args.n, distributed=not args.no_distributed)
     bench_s2()
 
 
