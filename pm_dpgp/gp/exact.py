@@ -66,6 +66,9 @@ class ExactPosterior:
     jitter
         Initial jitter passed to :func:`~pm_dpgp.gp.linalg.jittered_cholesky`
         (default 0: factorise exactly, add jitter only if the factorisation fails).
+    overwrite_K
+        Allow the factorisation to destroy ``K_ff`` (a writeable float64 array; its memory
+        then holds ``L``): peak memory one ``n × n`` matrix instead of two.
 
     Attributes
     ----------
@@ -90,12 +93,23 @@ class ExactPosterior:
     noise_var: float
     n: int
 
-    def __init__(self, K_ff: ArrayLike, noise_var: float, *, jitter: float = 0.0) -> None:
-        K = check_square_symmetric(K_ff, "K_ff")
+    def __init__(
+        self,
+        K_ff: ArrayLike,
+        noise_var: float,
+        *,
+        jitter: float = 0.0,
+        overwrite_K: bool = False,
+    ) -> None:
+        K = check_square_symmetric(K_ff, "K_ff")  # the one validation pass over K_ff
         self.noise_var = check_positive(noise_var, "noise_var", allow_zero=True)
         self.n = K.shape[0]
-        A = K + self.noise_var * np.eye(self.n)
-        self.L, self.jitter = jittered_cholesky(A, jitter=jitter)
+        # One working n×n matrix: K_ff itself with overwrite_K (the caller gives it up, as
+        # PublicGP does with the kernel matrix it just evaluated), else one copy.  The noise
+        # goes on its diagonal, and the Cholesky factor overwrites it.
+        A = K if overwrite_K and K is K_ff and K.flags.writeable else np.array(K, order="F")
+        np.einsum("ii->i", A)[:] += self.noise_var
+        self.L, self.jitter = jittered_cholesky(A, jitter=jitter, overwrite_a=True, check=False)
 
     # ------------------------------------------------------------------ checks
     def _check_K_sf(self, K_sf: ArrayLike) -> NDArray[np.float64]:

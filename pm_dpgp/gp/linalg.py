@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 import scipy.linalg
+import scipy.linalg.lapack
 from numpy.typing import ArrayLike, NDArray
 
 from pm_dpgp._validation import check_finite_array, check_positive
@@ -24,6 +25,7 @@ __all__ = [
     "CholeskyError",
     "check_square_symmetric",
     "jittered_cholesky",
+    "symmetrise_inplace",
     "cho_solve_lower",
     "solve_lower",
 ]
@@ -40,6 +42,15 @@ class CholeskyError(np.linalg.LinAlgError):
     """
 
 
+#: Rows per block in the blocked passes over an n×n matrix: each pass holds O(n · block)
+#: temporaries instead of several n×n ones, and reads the transpose block-wise (cache friendly).
+_BLOCK = 256
+
+
+def _blocks(n: int) -> range:
+    return range(0, n, _BLOCK)
+
+
 def check_square_symmetric(
     A: ArrayLike, name: str = "A", *, rtol: float = 1e-8
 ) -> NDArray[np.float64]:
@@ -47,21 +58,71 @@ def check_square_symmetric(
 
     Raises ``ValueError`` otherwise.  The tolerance is relative to the largest
     absolute entry, so kernel matrices that are symmetric up to rounding pass.
+    One blocked pass over ``A`` (``max |A − Aᵀ|`` and ``max |A|`` strip by strip, O(n · 256)
+    temporary memory); no copy of a float64 input.
     """
     arr = check_finite_array(A, name)
     if arr.ndim != 2 or arr.shape[0] != arr.shape[1]:
         raise ValueError(f"{name} must be a square matrix, got shape {arr.shape}.")
-    scale = float(np.max(np.abs(arr))) if arr.size else 0.0
-    if not np.allclose(arr, arr.T, rtol=0.0, atol=rtol * max(scale, np.finfo(float).tiny)):
+    n = arr.shape[0]
+    scale = 0.0
+    asym = 0.0
+    for i in _blocks(n):
+        j = min(n, i + _BLOCK)
+        strip = arr[i:j, i:]  # rows i..j, columns i.. (upper part of the strip)
+        scale = max(scale, float(np.max(np.abs(arr[i:j]))))
+        asym = max(asym, float(np.max(np.abs(strip - arr[i:, i:j].T))))
+    if not asym <= rtol * max(scale, np.finfo(float).tiny):
         raise ValueError(
-            f"{name} is not symmetric (max |A - A^T| = {np.max(np.abs(arr - arr.T)):.3g}); "
+            f"{name} is not symmetric (max |A - A^T| = {asym:.3g}); "
             "a covariance matrix must be symmetric."
         )
     return arr
 
 
+def symmetrise_inplace(A: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Replace the square matrix ``A`` by ``½(A + Aᵀ)`` in place (blocked); return it.
+
+    Bitwise the same numbers as ``0.5 * (A + A.T)`` (each entry is ``0.5·(a_ij + a_ji)``,
+    one addition and one exact halving), without the two n×n temporaries.
+    """
+    n = A.shape[0]
+    for i in _blocks(n):
+        j = min(n, i + _BLOCK)
+        avg = 0.5 * (A[i:j, i:] + A[i:, i:j].T)
+        A[i:j, i:] = avg
+        A[i:, i:j] = avg.T
+    return A
+
+
+def _restore_lower_from_upper(W: NDArray[np.float64]) -> None:
+    """``W``'s lower triangle (strict) := its upper triangle transposed (blocked, in place)."""
+    n = W.shape[0]
+    for i in _blocks(n):
+        j = min(n, i + _BLOCK)
+        W[j:, i:j] = W[i:j, j:].T
+        blk = W[i:j, i:j]
+        low = np.tril_indices(j - i, -1)
+        blk[low] = blk.T[low]
+
+
+def _zero_upper(W: NDArray[np.float64]) -> None:
+    """Zero the strict upper triangle of ``W`` in place (blocked)."""
+    n = W.shape[0]
+    for i in _blocks(n):
+        j = min(n, i + _BLOCK)
+        W[i:j, j:] = 0.0
+        blk = W[i:j, i:j]
+        blk[np.triu_indices(j - i, 1)] = 0.0
+
+
 def jittered_cholesky(
-    A: ArrayLike, *, jitter: float = 0.0, max_tries: int = 6
+    A: ArrayLike,
+    *,
+    jitter: float = 0.0,
+    max_tries: int = 6,
+    overwrite_a: bool = False,
+    check: bool = True,
 ) -> tuple[NDArray[np.float64], float]:
     r"""Lower Cholesky factor of ``A + jitter·I``, adding more jitter only if needed.
 
@@ -72,6 +133,12 @@ def jittered_cholesky(
     ``jitter > 0``.  This is the usual "jitchol" strategy for kernel matrices
     (cf. GPy's ``jitchol``; Rasmussen & Williams 2006, §A.4 / Algorithm 2.1).
 
+    The factorisation is LAPACK ``dpotrf`` on one working matrix: a copy of ``A``, or with
+    ``overwrite_a=True`` and a contiguous float64 ``A`` the memory of ``A`` itself (``A`` is
+    destroyed and the factor is returned in its memory, as a Fortran-ordered view).  Only one
+    triangle is factorised, so a failed attempt is undone from the other one; jitter is added
+    to the diagonal only (no ``n × n`` identity is formed).
+
     Parameters
     ----------
     A
@@ -81,6 +148,11 @@ def jittered_cholesky(
         Jitter to add on the first attempt (absolute, >= 0).
     max_tries
         Maximum number of factorisation attempts (>= 1).
+    overwrite_a
+        Factorise in the memory of ``A`` (peak memory one ``n × n`` matrix instead of two).
+    check
+        Check that ``A`` is finite, square and symmetric (:func:`check_square_symmetric`);
+        pass ``False`` only when the caller has just checked it.
 
     Returns
     -------
@@ -96,12 +168,13 @@ def jittered_cholesky(
     CholeskyError
         No attempt succeeded (``A`` is far from positive semi-definite).
     """
-    arr = check_square_symmetric(A, "A")
+    arr = check_square_symmetric(A, "A") if check else np.asarray(A, dtype=np.float64)
     jitter = check_positive(jitter, "jitter", allow_zero=True)
     if isinstance(max_tries, bool) or not isinstance(max_tries, (int, np.integer)) or max_tries < 1:
         raise ValueError(f"max_tries must be a positive integer, got {max_tries!r}.")
 
-    mean_diag = float(np.mean(np.diag(arr)))
+    diag0 = np.diag(arr).copy()
+    mean_diag = float(np.mean(diag0))
     scale = mean_diag if (math.isfinite(mean_diag) and mean_diag > 0.0) else 1.0
     if jitter > 0.0:
         step = max(10.0 * jitter, _RELATIVE_JITTER_START * scale)
@@ -109,19 +182,30 @@ def jittered_cholesky(
         step = _RELATIVE_JITTER_START * scale
     schedule = [jitter] + [step * 10.0**k for k in range(max_tries - 1)]
 
-    eye = np.eye(arr.shape[0])
-    for j in schedule:
-        try:
-            L = scipy.linalg.cholesky(
-                arr + j * eye if j > 0.0 else arr, lower=True, check_finite=False
-            )
-        except np.linalg.LinAlgError:
-            continue
-        if np.all(np.isfinite(L)) and np.all(np.diag(L) > 0.0):
-            return L, float(j)
-    min_eig = float(np.linalg.eigvalsh(arr)[0])
+    # A Fortran-ordered working matrix; for a symmetric A, A.T is the same matrix.
+    if overwrite_a and arr.flags.f_contiguous and arr.flags.writeable:
+        W = arr
+    elif overwrite_a and arr.flags.c_contiguous and arr.flags.writeable:
+        W = arr.T
+    else:
+        W = np.array(arr, dtype=np.float64, order="F", copy=True)
+    n = W.shape[0]
+    diag = np.einsum("ii->i", W)  # writeable view of the diagonal
+    for attempt, j in enumerate(schedule):
+        if attempt:
+            _restore_lower_from_upper(W)  # undo the failed attempt (upper triangle untouched)
+        diag[:] = diag0 + j if j > 0.0 else diag0
+        L, info = scipy.linalg.lapack.dpotrf(W, lower=1, clean=0, overwrite_a=1)
+        if info == 0 and np.all(np.diag(L) > 0.0) and np.all(np.isfinite(np.diag(L))):
+            if not np.shares_memory(L, W):  # pragma: no cover - f2py always works in place here
+                W[...] = L
+            _zero_upper(W)
+            return W, float(j)
+    _restore_lower_from_upper(W)
+    diag[:] = diag0
+    min_eig = float(scipy.linalg.eigvalsh(W, subset_by_index=[0, 0])[0]) if n else 0.0
     raise CholeskyError(
-        f"Cholesky factorisation failed for a {arr.shape[0]}x{arr.shape[0]} matrix even with "
+        f"Cholesky factorisation failed for a {n}x{n} matrix even with "
         f"jitter up to {schedule[-1]:.3g} (mean diagonal {mean_diag:.3g}, smallest eigenvalue "
         f"{min_eig:.3g}). The matrix is not positive semi-definite: check the kernel and its "
         "hyperparameters, remove duplicated inputs, or increase the noise variance."

@@ -26,6 +26,7 @@ except ImportError:  # pragma: no cover - older pytensor
     from pytensor.graph.basic import ancestors
 
 from pm_dpgp._validation import check_finite_array, check_positive
+from pm_dpgp.gp.linalg import symmetrise_inplace
 
 CovarianceSpec = BaseCovariance | Callable[[], BaseCovariance]
 NoiseSpec = float | Variable | Callable[[], Any]
@@ -181,7 +182,8 @@ def _eval_kernel(
     B = A if Xb is None else _as_2d_inputs(Xb, "Xb", view.input_dim)
     K = view._kernel(A, B)
     if B is A or (symmetrise_equal and np.array_equal(A, B)):
-        K = 0.5 * (K + K.T)
+        # ½(K + Kᵀ) in place, blocked: no n×n temporaries (the kernel output is ours)
+        K = symmetrise_inplace(np.require(K, dtype=np.float64, requirements=["W", "A"]))
     if not np.all(np.isfinite(K)):
         raise ValueError(
             "The kernel evaluated to NaN/inf at these inputs and hyperparameters "

@@ -186,7 +186,9 @@ class PublicGP:
 
     @functools.cached_property
     def _posterior(self) -> ExactPosterior:
-        return ExactPosterior(self.kernel(self.X), self.noise_var)
+        # The kernel matrix is evaluated, symmetrised in place, checked once and factorised
+        # in its own memory: one n×n matrix at a time.
+        return ExactPosterior(self.kernel(self.X), self.noise_var, overwrite_K=True)
 
     def posterior(self) -> ExactPosterior:
         """Cached factorisation of ``k(X, X) + σ_n² I`` (:class:`~pm_dpgp.gp.exact.ExactPosterior`).
