@@ -56,6 +56,7 @@ well conditioned even when the retained singular values span ten orders of magni
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass
@@ -66,6 +67,7 @@ import scipy.linalg as sla
 from numpy.typing import ArrayLike, NDArray
 
 __all__ = [
+    "CloakingOperator",
     "NoiseCovariance",
     "solve_noise_covariance",
     "gradient_ascent_reference",
@@ -107,9 +109,14 @@ class NoiseCovariance:
     ----------
     M:
         ``m × m`` positive semi-definite noise covariance ``basis @ M_k @ basis.T``, scaled so
-        that ``max_i c_iᵀ M⁺ c_i`` equals :attr:`max_mahalanobis` (1 up to rounding).
+        that ``max_i c_iᵀ M⁺ c_i`` equals :attr:`max_mahalanobis` (1 up to rounding).  A
+        lazy property: formed only when asked for.
     basis:
         ``m × k`` orthonormal basis ``U_k`` of the retained column space of ``C``.
+    projected:
+        ``k × n`` projected columns ``a_i = U_kᵀ c_i``.  A release computes its mean as
+        ``U_k (A r)`` with this very matrix, so the change caused by one label is
+        ``t · U_k a_i``, whose Mahalanobis norm is what :attr:`max_mahalanobis` bounds.
     M_k:
         ``k × k`` positive-definite covariance in that basis.
     chol_k:
@@ -135,8 +142,8 @@ class NoiseCovariance:
         Whether the requested tolerance (or the baseline's stopping rule) was met.
     """
 
-    M: FloatArray
     basis: FloatArray
+    projected: FloatArray
     M_k: FloatArray
     chol_k: FloatArray
     lam: FloatArray
@@ -146,6 +153,18 @@ class NoiseCovariance:
     gap_bound: float
     iterations: int
     converged: bool
+
+    @functools.cached_property
+    def M(self) -> FloatArray:
+        """The ``m × m`` noise covariance ``U_k M_k U_kᵀ`` (exactly symmetric, read-only).
+
+        Formed on first access only (``2 m²`` doubles): a release needs only
+        :attr:`basis` and :attr:`chol_k`.
+        """
+        M = self.basis @ self.M_k @ self.basis.T
+        M = 0.5 * (M + M.T)
+        M.setflags(write=False)
+        return M
 
     def projector(self) -> FloatArray:
         """Return ``U_k U_kᵀ``, the orthogonal projector onto the noise-carrying subspace.
@@ -245,44 +264,152 @@ def _distinct_columns(C: FloatArray) -> NDArray[np.intp]:
     return nonzero[np.sort(order[~repeat])]
 
 
-def _column_space(C: FloatArray, rank_tol: float) -> tuple[FloatArray, FloatArray]:
-    """Orthonormal basis ``U_k`` and singular values ``σ_1 ≥ … ≥ σ_k`` of the numerical range.
+class CloakingOperator:
+    r"""The cloaking matrix ``C = K_sf (K_ff + σ_n² I)⁻¹`` as a linear operator, never formed.
+
+    ``C G = K_sf (A⁻¹ G)`` and ``Qᵀ C = (A⁻¹ (K_fs Q))ᵀ`` cost ``O(n² ℓ + m n ℓ)`` for ``ℓ``
+    columns with the Cholesky factor ``L`` of ``A = K_ff + σ_n² I``, against ``O(n² m)`` to
+    form the ``m × n`` matrix ``C``.  :func:`solve_noise_covariance` accepts it in place of
+    ``C`` (only public quantities: inputs and hyperparameters).
+    """
+
+    def __init__(self, K_sf: FloatArray, L: FloatArray) -> None:
+        self.K_sf = np.asarray(K_sf, dtype=np.float64)
+        self.L = L
+        self.shape = (self.K_sf.shape[0], self.K_sf.shape[1])
+
+    def _solve(self, B: FloatArray) -> FloatArray:
+        return sla.cho_solve((self.L, True), B, check_finite=False)
+
+    def matmat(self, G: FloatArray) -> FloatArray:
+        """``C G`` (``m × ℓ``)."""
+        return self.K_sf @ self._solve(G)
+
+    def rmatmat(self, Q: FloatArray) -> FloatArray:
+        """``Qᵀ C`` (``ℓ × n``); ``A`` is symmetric."""
+        return self._solve(self.K_sf.T @ Q).T
+
+    def dense(self) -> FloatArray:
+        """``C`` itself (``O(n² m)``): only for the fallback of slowly decaying spectra."""
+        return self._solve(self.K_sf.T).T
+
+
+class _DenseOperator:
+    """An explicit matrix ``C`` behind the operator interface of :class:`CloakingOperator`."""
+
+    def __init__(self, C: FloatArray) -> None:
+        self.C = C
+        self.shape = C.shape
+
+    def matmat(self, G: FloatArray) -> FloatArray:
+        return self.C @ G
+
+    def rmatmat(self, Q: FloatArray) -> FloatArray:
+        return Q.T @ self.C
+
+    def dense(self) -> FloatArray:
+        return self.C
+
+
+#: Gaussian probes of the a-posteriori residual estimate (Halko et al. 2011, §4.3).
+_PROBES = 10
+#: ``10·sqrt(2/π)``: ``‖(I − QQᵀ)C‖₂ ≤ _PROBE_FACTOR · max_j ‖(I − QQᵀ)C ω_j‖`` with
+#: probability ``≥ 1 − 10^-_PROBES`` (Halko, Martinsson & Tropp 2011, eq. 4.3).
+_PROBE_FACTOR = 10.0 * math.sqrt(2.0 / math.pi)
+
+
+def _canonical_signs(U: FloatArray) -> FloatArray:
+    """Flip columns of ``U`` so that ``wᵀ u_j > 0`` for a fixed public Gaussian ``w``.
+
+    Singular vectors are defined up to sign, and different algorithms (a full SVD of ``C``, an
+    SVD of a sketch) pick different signs.  The noise ``U_k L_k ξ`` depends on the signs, so
+    they are fixed by a rule that only depends on the subspace directions: the same seed then
+    gives the same release whichever algorithm found the basis.  (A random ``w`` rather than
+    the largest entry: symmetric test grids give singular vectors with ties in ``|u_ij|``.)
+    """
+    w = np.random.default_rng(20180409).standard_normal(U.shape[0])
+    signs = np.where(w @ U < 0.0, -1.0, 1.0)
+    return U * signs
+
+
+def _column_space(
+    op: CloakingOperator | _DenseOperator, rank_tol: float
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Basis ``U_k``, singular values ``σ_1 ≥ … ≥ σ_k`` and ``U_kᵀ C`` of the numerical range.
 
     Keeps the directions with ``σ_j > rank_tol · σ_1``.  Cloaking matrices of smooth kernels
     have rapidly decaying spectra, so a randomised range finder (Halko, Martinsson & Tropp
-    2011, Alg. 4.1, with a fixed-seed Gaussian test matrix, so results are reproducible) first
-    finds an ``ℓ``-dimensional subspace ``Q`` with a residual ``ρ = ‖C − QQᵀC‖_F`` at rounding
-    level; the SVD of the small ``QᵀC`` then gives the basis.  The sketch is accepted only if
-    ``ρ ≤ min(10⁻² rank_tol, 10⁻¹²) σ_1(QᵀC)``, and a direction is kept when
-    ``σ_j(QᵀC) > rank_tol σ_1(QᵀC) − ρ``; by Weyl's inequality every discarded singular value
-    of ``C`` is then ``≤ rank_tol · σ_1(C)``.  Otherwise ``ℓ`` doubles, and a full thin SVD is
-    used once ``ℓ`` would exceed half of ``min(m, n)``.
+    2011, Alg. 4.2, blocked: ``ℓ`` = 32 columns, doubling; fixed-seed Gaussian test matrices,
+    so results are reproducible) builds an orthonormal ``Q`` until the residual
+    ``ρ ≥ ‖C − QQᵀC‖₂`` is small: exactly ``‖C − QQᵀC‖_F`` for an explicit ``C``, and the
+    probabilistic bound of Halko et al. eq. (4.3) from 10 extra Gaussian probes for a
+    :class:`CloakingOperator` (``C`` never formed).  The sketch is accepted when
+    ``ρ ≤ max(10⁻² rank_tol σ_1, ρ_round)``, where ``ρ_round = 10 √m u ‖QᵀC‖_F`` is the
+    rounding level of the residual itself (the old test ``ρ ≤ 10⁻¹² σ_1`` was below it, so it
+    always failed).  The SVD of the small ``QᵀC`` gives the basis, keeping
+    ``σ_j(QᵀC) > rank_tol σ_1 − ρ``: by Weyl's inequality every discarded singular value of
+    ``C`` is ``≤ rank_tol σ_1(C)`` (up to ``ρ_round``).  A full thin SVD of ``C`` is used once
+    ``ℓ`` would exceed half of ``min(m, n)``.
+
+    **Privacy does not depend on this test** (docs/cloaking.md §4): the release is
+    ``U_k (U_kᵀ C r) + U_k L_k ξ`` for the basis returned here, and its sensitivity is
+    computed from ``U_kᵀ c_i``, the exact change of that release, for whatever orthonormal
+    ``U_k``.  The test only bounds the utility loss: the projected-out part of the mean,
+    ``‖(I − U_kU_kᵀ) C r‖ ≤ (rank_tol σ_1 + ρ) ‖r‖``.
     """
-    m, n = C.shape
+    m, n = op.shape
     rng = np.random.default_rng(20180409)
+    probes = np.random.default_rng(19601215).standard_normal((n, _PROBES))
+    exact = isinstance(op, _DenseOperator)
+    C_probes = None if exact else op.matmat(probes)
+    Q = np.zeros((m, 0))
+    small = np.zeros((0, n))
     ell = 32
     while 2 * ell <= min(m, n):
-        Q, _ = np.linalg.qr(C @ rng.standard_normal((n, ell)))
-        small = Q.T @ C
-        gap = Q @ small
-        gap -= C
-        residual = math.sqrt(float(gap.ravel() @ gap.ravel()))  # ‖C − QQᵀC‖_F
+        new = ell - Q.shape[1]
+        Y = op.matmat(rng.standard_normal((n, new)))
+        for _ in range(2):  # block Gram–Schmidt against Q, twice (Giraud et al. 2005)
+            Y -= Q @ (Q.T @ Y)
+        Qn, _ = np.linalg.qr(Y)
+        Q = np.hstack([Q, Qn])
+        small = np.vstack([small, op.rmatmat(Qn)])
+        if exact:
+            gap = Q @ small
+            gap -= op.C
+            residual = math.sqrt(float(gap.ravel() @ gap.ravel()))  # ‖C − QQᵀC‖_F
+            del gap
+        else:
+            left = C_probes - Q @ (Q.T @ C_probes)
+            residual = _PROBE_FACTOR * float(np.max(np.linalg.norm(left, axis=0)))
         U, s, _ = np.linalg.svd(small, full_matrices=False)
-        if residual <= min(1e-2 * rank_tol, 1e-12) * s[0]:
+        rounding = 10.0 * math.sqrt(m) * np.finfo(float).eps * float(np.linalg.norm(s))
+        if residual <= max(1e-2 * rank_tol * s[0], rounding):
             k = int(np.count_nonzero(s > rank_tol * s[0] - residual))
-            return np.ascontiguousarray(Q @ U[:, :k]), s[:k].copy()
+            Uk = _canonical_signs_small(Q, U[:, :k])
+            basis = np.ascontiguousarray(Q @ Uk)
+            # U_kᵀ C: for an explicit C the product itself (O(m n k)); for the operator
+            # U_sᵀ (QᵀC), which needs no further solve with the n×n factor
+            return basis, s[:k].copy(), (basis.T @ op.C if exact else Uk.T @ small)
         ell *= 2
+    C = op.dense()
     U, s, _ = np.linalg.svd(C, full_matrices=False)
     k = int(np.count_nonzero(s > rank_tol * s[0]))
-    return np.ascontiguousarray(U[:, :k]), s[:k].copy()
+    basis = _canonical_signs(U[:, :k])
+    return np.ascontiguousarray(basis), s[:k].copy(), basis.T @ C
 
 
-def _reduce(C: FloatArray, rank_tol: float) -> _Reduced:
+def _canonical_signs_small(Q: FloatArray, Us: FloatArray) -> FloatArray:
+    """``Us`` with column signs such that ``Q Us`` has the signs of :func:`_canonical_signs`."""
+    w = np.random.default_rng(20180409).standard_normal(Q.shape[0])
+    return Us * np.where((w @ Q) @ Us < 0.0, -1.0, 1.0)
+
+
+def _reduce(C: FloatArray | CloakingOperator, rank_tol: float) -> _Reduced:
     """Basis of the numerical column space of ``C`` and the projected / whitened columns."""
-    basis, sing = _column_space(C, rank_tol)
-    proj = basis.T @ C
+    op = C if isinstance(C, CloakingOperator) else _DenseOperator(C)
+    basis, sing, proj = _column_space(op, rank_tol)
     white = proj / sing[:, None]
-    return _Reduced(basis, sing, proj, white, _distinct_columns(C), rank_tol)
+    return _Reduced(basis, sing, proj, white, _distinct_columns(proj), rank_tol)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -622,16 +749,14 @@ def _assemble(
     chol_k = red.sing[:, None] * (math.sqrt(gamma) * L)  # chol(S · γA_b · S) = S · sqrt(γ) L
     M_k = chol_k @ chol_k.T
     M_k = 0.5 * (M_k + M_k.T)
-    M = red.basis @ M_k @ red.basis.T
-    M = 0.5 * (M + M.T)
     W = _lower_solve(chol_k, red.proj)
     max_mahalanobis = float(np.max(np.einsum("ij,ij->j", W, W)))
     gap_bound = max(0.0, k * math.log(gamma / k))
     if tol is not None:
         converged = converged and gamma / k - 1.0 <= tol
     arrays = {
-        "M": M,
-        "basis": red.basis.copy(),
+        "basis": red.basis,
+        "projected": red.proj,
         "M_k": M_k,
         "chol_k": chol_k,
         "lam": gamma * u,
@@ -655,7 +780,7 @@ def _assemble(
 
 
 def solve_noise_covariance(
-    C: ArrayLike,
+    C: ArrayLike | CloakingOperator,
     *,
     tol: float = 1e-9,
     rank_tol: float = 1e-10,
@@ -671,7 +796,8 @@ def solve_noise_covariance(
     Parameters
     ----------
     C:
-        ``m × n`` cloaking matrix (test points × training points), finite.
+        ``m × n`` cloaking matrix (test points × training points), finite; or a
+        :class:`CloakingOperator` (``C`` applied through the Cholesky factor, never formed).
     tol:
         Relative Kiefer–Wolfowitz tolerance: stop when ``max_i g_i / k − 1 ≤ tol``; the
         returned ``gap_bound = k log(max g / k) ≤ k · tol`` then bounds the excess of ``log|M|``
@@ -704,11 +830,13 @@ def solve_noise_covariance(
     Frank–Wolfe step and ``O(k² s + k f² + f³)`` per Newton step (``s`` candidate columns,
     ``f`` free weights), plus ``O(n k²)`` per certificate check.
     """
-    arr = _validate_matrix(C)
+    arr = C if isinstance(C, CloakingOperator) else _validate_matrix(C)
     tol = _check_positive(tol, "tol")
     rank_tol = _check_positive(rank_tol, "rank_tol", upper=1.0)
     max_iter = _check_max_iter(max_iter)
     red = _reduce(arr, rank_tol)
+    if not np.all(np.isfinite(red.proj)) or not np.any(red.proj):
+        raise ValueError("C is zero or not finite: there is nothing to cloak.")
     Bt = np.ascontiguousarray(red.white[:, red.reps].T)
     u_reps, iterations, converged = _solve_design(Bt, tol, max_iter)
     weights = np.zeros(arr.shape[1])

@@ -25,7 +25,11 @@ from numpy.typing import ArrayLike
 
 from pm_dpgp._validation import check_finite_array
 from pm_dpgp.accounting import Ledger
-from pm_dpgp.mechanisms.cloaking import NoiseCovariance, solve_noise_covariance
+from pm_dpgp.mechanisms.cloaking import (
+    CloakingOperator,
+    NoiseCovariance,
+    solve_noise_covariance,
+)
 from pm_dpgp.mechanisms.output_perturbation import label_gaussian_release, prepare_labels
 from pm_dpgp.models import GPRegression, PublicGP
 from pm_dpgp.release import Release
@@ -107,9 +111,12 @@ def cloaked_release(
     public_gp = gpr.public_gp(hyperparameters)
     X_star = check_finite_array(X_star, "X_star", ndim=2)
     labels = prepare_labels(gpr.y, y_bounds, clip=clip, bounds_are_public=bounds_are_public)
-    C, noise = cloaking_noise(public_gp, X_star, tol=tol, rank_tol=rank_tol)
+    # C = K*f (K + σ²I)⁻¹ is used as an operator (one n×n Cholesky factor, never the m×n C)
+    C = CloakingOperator(public_gp.kernel(X_star, public_gp.X), public_gp.posterior().L)
+    noise = solve_noise_covariance(C, tol=tol, rank_tol=rank_tol)
     U = noise.basis
-    mean = public_gp.mean + U @ (U.T @ (C @ (labels.y - public_gp.mean)))
+    # U_k (U_kᵀ C) r with the same U_kᵀ C the sensitivity was computed from (docs §4)
+    mean = public_gp.mean + U @ (noise.projected @ (labels.y - public_gp.mean))
     return label_gaussian_release(
         "cloaking",
         public_gp,
