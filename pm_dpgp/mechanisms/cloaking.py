@@ -311,11 +311,16 @@ class _DenseOperator:
         return self.C
 
 
+#: Columns of the first range-finder sketch (doubled until the residual test passes).
+_SKETCH_START = 32
 #: Gaussian probes of the a-posteriori residual estimate (Halko et al. 2011, §4.3).
-_PROBES = 10
-#: ``10·sqrt(2/π)``: ``‖(I − QQᵀ)C‖₂ ≤ _PROBE_FACTOR · max_j ‖(I − QQᵀ)C ω_j‖`` with
-#: probability ``≥ 1 − 10^-_PROBES`` (Halko, Martinsson & Tropp 2011, eq. 4.3).
-_PROBE_FACTOR = 10.0 * math.sqrt(2.0 / math.pi)
+_PROBES = 30
+#: ``α·sqrt(2/π)`` with ``α = 2``: ``‖(I − QQᵀ)C‖₂ ≤ _PROBE_FACTOR · max_j ‖(I − QQᵀ)C ω_j‖``
+#: with probability ``≥ 1 − α^-_PROBES = 1 − 2⁻³⁰`` (Halko, Martinsson & Tropp 2011, Lemma 4.1
+#: and eq. 4.3, which states it for α = 10).
+_PROBE_FACTOR = 2.0 * math.sqrt(2.0 / math.pi)
+#: Accept the sketch when the residual is below this fraction of ``rank_tol · σ_1``.
+_ACCEPT = 0.1
 
 
 def _canonical_signs(U: FloatArray) -> FloatArray:
@@ -342,11 +347,13 @@ def _column_space(
     2011, Alg. 4.2, blocked: ``ℓ`` = 32 columns, doubling; fixed-seed Gaussian test matrices,
     so results are reproducible) builds an orthonormal ``Q`` until the residual
     ``ρ ≥ ‖C − QQᵀC‖₂`` is small: exactly ``‖C − QQᵀC‖_F`` for an explicit ``C``, and the
-    probabilistic bound of Halko et al. eq. (4.3) from 10 extra Gaussian probes for a
-    :class:`CloakingOperator` (``C`` never formed).  The sketch is accepted when
-    ``ρ ≤ max(10⁻² rank_tol σ_1, ρ_round)``, where ``ρ_round = 10 √m u ‖QᵀC‖_F`` is the
-    rounding level of the residual itself (the old test ``ρ ≤ 10⁻¹² σ_1`` was below it, so it
-    always failed).  The SVD of the small ``QᵀC`` gives the basis, keeping
+    probabilistic bound of Halko et al. (Lemma 4.1, eq. 4.3 with α = 2) from 30 extra
+    Gaussian probes for a :class:`CloakingOperator` (``C`` never formed; it holds with
+    probability ``1 − 2⁻³⁰``).  The sketch is accepted when
+    ``ρ ≤ max(0.1 rank_tol σ_1, ρ_round)``, where ``ρ_round = 10 √m u ‖QᵀC‖_F`` is the
+    rounding level of the residual itself (the old test ``ρ ≤ min(10⁻² rank_tol, 10⁻¹²) σ_1``
+    was below the rounding level of ``C`` and of the operator, so it always failed).  The SVD
+    of the small ``QᵀC`` gives the basis, keeping
     ``σ_j(QᵀC) > rank_tol σ_1 − ρ``: by Weyl's inequality every discarded singular value of
     ``C`` is ``≤ rank_tol σ_1(C)`` (up to ``ρ_round``).  A full thin SVD of ``C`` is used once
     ``ℓ`` would exceed half of ``min(m, n)``.
@@ -364,7 +371,7 @@ def _column_space(
     C_probes = None if exact else op.matmat(probes)
     Q = np.zeros((m, 0))
     small = np.zeros((0, n))
-    ell = 32
+    ell = _SKETCH_START
     while 2 * ell <= min(m, n):
         new = ell - Q.shape[1]
         Y = op.matmat(rng.standard_normal((n, new)))
@@ -383,7 +390,7 @@ def _column_space(
             residual = _PROBE_FACTOR * float(np.max(np.linalg.norm(left, axis=0)))
         U, s, _ = np.linalg.svd(small, full_matrices=False)
         rounding = 10.0 * math.sqrt(m) * np.finfo(float).eps * float(np.linalg.norm(s))
-        if residual <= max(1e-2 * rank_tol * s[0], rounding):
+        if residual <= max(_ACCEPT * rank_tol * s[0], rounding):
             k = int(np.count_nonzero(s > rank_tol * s[0] - residual))
             Uk = _canonical_signs_small(Q, U[:, :k])
             basis = np.ascontiguousarray(Q @ Uk)

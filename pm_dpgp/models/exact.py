@@ -43,7 +43,7 @@ import pytensor.tensor as pt
 from numpy.typing import ArrayLike, NDArray
 from pymc.distributions.distribution import SymbolicRandomVariable
 from pymc.gp.cov import BaseCovariance
-from pytensor.graph.basic import Variable
+from pytensor.graph.basic import Variable, equal_computations
 from pytensor.graph.replace import clone_replace
 from pytensor.tensor.random.op import RandomVariable
 
@@ -223,6 +223,26 @@ class PublicGP:
         return mu, post.var(K_sf, self.kernel_diag(Xs))
 
 
+# --------------------------------------------------------------------------- compile cache
+#: Compiled kernel functions of this process, with the graphs they were compiled from.  With
+#: the float constants hoisted to inputs (:func:`hoist_float_constants`), kernels of the same
+#: structure — a new model with other data or other fixed hyperparameters — are the same
+#: graph, and reuse one compiled function instead of compiling again (≈ 1–3 s each).
+_COMPILED: list[tuple[list[Variable], Variable, Any]] = []
+_COMPILED_MAX = 64
+
+
+def _compiled_like(inputs: list[Variable], out: Variable) -> Any | None:
+    """A compiled function of a graph equal to ``out`` over ``inputs`` (same types), if any."""
+    for cached_inputs, cached_out, compiled in reversed(_COMPILED):
+        if len(cached_inputs) == len(inputs) and all(
+            a.type == b.type for a, b in zip(cached_inputs, inputs, strict=True)
+        ):
+            if equal_computations([out], [cached_out], in_xs=inputs, in_ys=cached_inputs):
+                return compiled
+    return None
+
+
 # --------------------------------------------------------------------------- GPRegression
 @dataclass(eq=False)
 class GPRegression:
@@ -302,12 +322,14 @@ class GPRegression:
             raise KeyError(key)
         [out] = self._replace([pt.as_tensor_variable(out)])
         out, const_inputs, const_values = hoist_float_constants(out)
-        compiled = pytensor.function(
-            [*inputs, *self._hyper_inputs, *const_inputs],
-            out,
-            on_unused_input="ignore",
-            allow_input_downcast=True,
-        )
+        all_inputs = [*inputs, *self._hyper_inputs, *const_inputs]
+        compiled = _compiled_like(all_inputs, out)
+        if compiled is None:
+            compiled = pytensor.function(
+                all_inputs, out, on_unused_input="ignore", allow_input_downcast=True
+            )
+            _COMPILED.append((all_inputs, out, compiled))
+            del _COMPILED[:-_COMPILED_MAX]
         fn = BoundFunction(compiled, const_values)
         self._compiled[key] = fn
         return fn
