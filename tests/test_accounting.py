@@ -604,3 +604,50 @@ def test_metadata_is_strict_json_and_pickle_roundtrip():
     assert clone.spent_epsilon == ledger.spent_epsilon
     clone.spend(GaussianEvent(10.0))
     assert len(clone.history) == 5 and len(ledger.history) == 4
+
+
+# --------------------------------------------------------------------------- issue 13: speed
+def test_gdp_epsilon_root_equals_dp_accounting_and_is_safe() -> None:
+    from dp_accounting import get_epsilon_gaussian
+
+    from pm_dpgp.accounting.events import gdp_delta, gdp_epsilon
+
+    for mu in np.geomspace(1e-3, 30.0, 40):
+        for delta in (1e-12, 1e-5, 0.3):
+            new = gdp_epsilon(float(mu), delta)
+            old = float(get_epsilon_gaussian(1.0 / mu, delta))
+            # both are root finders stopped at ~1e-12 of the root, then (ours) nudged up by
+            # relative steps 1e-12·2^k: they agree to the root finders' tolerance
+            assert new == pytest.approx(old, rel=1e-9, abs=1e-12)
+            assert gdp_delta(float(mu), new) <= delta  # never below the true root
+
+
+def test_vectorised_rdp_conversion_equals_dp_accounting() -> None:
+    from pm_dpgp.accounting.events import (
+        DEFAULT_ORDERS,
+        _rdp_to_epsilon_reference,
+        rdp_to_epsilon,
+    )
+    from tests.tolerances import scalar_rtol
+
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        curve = DEFAULT_ORDERS * rng.uniform(1e-6, 2.0) + rng.uniform(-1e-3, 1.0)
+        curve[rng.random(curve.size) < 0.05] = np.inf
+        for delta in (1e-10, 1e-5, 1e-2):
+            new = rdp_to_epsilon(DEFAULT_ORDERS, curve, delta)
+            old = _rdp_to_epsilon_reference(DEFAULT_ORDERS, curve, delta)
+            # the same closed form per order (≈ 10 flops; ln(δα) vs ln δ + ln α)
+            assert new == pytest.approx(old, rel=scalar_rtol(10), abs=1e-300)
+
+
+def test_thousand_gaussian_events_compose_exactly() -> None:
+    from pm_dpgp.accounting.events import gdp_epsilon
+
+    ledger = Ledger(epsilon=None, delta=1e-5)
+    zs = [20.0 + (i % 3) for i in range(1000)]
+    for z in zs:
+        ledger.spend(GaussianEvent(z))
+    mu = math.sqrt(sum(1.0 / z**2 for z in zs))
+    assert ledger.bound_used == "gdp"
+    assert ledger.spent_epsilon == gdp_epsilon(mu, 1e-5)
