@@ -346,3 +346,23 @@ def test_export_json_is_strict_and_complete(tmp_path):
     assert [e["record"]["event"]["noise_multiplier"] for e in doc["entries"]] == [3.0, 4.0, 5.0]
     assert doc["filter_epsilon"] == led.filter_epsilon
     json.loads(text, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(path="missing-dir/ledger.db"), "existing directory"),
+    (dict(timeout=0.0), "timeout"),
+    (dict(key="not bytes"), "key"),
+    (dict(filter="best"), "filter must be one of"),
+    (dict(epsilon=-1.0), "epsilon"),
+])
+def test_bad_arguments_raise_clear_errors_and_store_nothing(tmp_path, kw, match):
+    args = dict(path=tmp_path / "ledger.db", dataset_fingerprint=FP, epsilon=1.0)
+    if "path" in kw:
+        kw = {**kw, "path": tmp_path / kw["path"]}
+    with pytest.raises(ValueError, match=match):
+        PersistentLedger(**{**args, **kw})
+    path = tmp_path / "ledger.db"
+    if path.exists():  # the file may be created, but the failed transaction stored nothing
+        with sqlite3.connect(path) as conn:
+            tables = conn.execute("SELECT name FROM sqlite_master").fetchall()
+        assert tables == []

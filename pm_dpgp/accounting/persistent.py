@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from pm_dpgp._validation import check_positive
 from pm_dpgp.accounting.events import (
     DEFAULT_ORDERS,
     PrivacyEvent,
@@ -118,6 +119,11 @@ class PersistentLedger(Ledger):
     timeout
         Seconds to wait for another process's write lock before ``sqlite3.OperationalError``.
 
+    Notes
+    -----
+    The object holds no open connection (one per operation), so it survives ``fork`` and can be
+    pickled; a pickle carries the ``key``, so do not share pickles of a keyed ledger.
+
     Raises
     ------
     LedgerMismatchError, LedgerIntegrityError, ValueError
@@ -137,11 +143,15 @@ class PersistentLedger(Ledger):
         timeout: float = 60.0,
     ) -> None:
         self._path = Path(path)
+        if not self._path.parent.is_dir() or self._path.is_dir():
+            raise ValueError(
+                f"path must be a database file in an existing directory, got {str(path)!r}."
+            )
         self._fingerprint = _check_fingerprint(dataset_fingerprint)
         if key is not None and (not isinstance(key, bytes) or not key):
             raise ValueError("key must be non-empty bytes (or None).")
         self._key = key
-        self._timeout = float(timeout)
+        self._timeout = check_positive(timeout, "timeout")
         given = {"epsilon": epsilon, "delta": delta, "orders": orders, "filter": filter}
         with self._transaction(write=True) as conn:
             row = conn.execute(
