@@ -570,7 +570,7 @@ class Ledger:
         out.append("")
         out.append(
             f"spent epsilon     : {_fmt(self.spent_epsilon)}  (bound: {self.bound_used}; "
-            f"{self.filter_family} filter: {_fmt(self.filter_epsilon)})"
+            f"{self.filter_family or self._filter} filter: {_fmt(self.filter_epsilon)})"
         )
         out.append(f"remaining epsilon : {_fmt(self.remaining_epsilon)}")
         out.append(f"budget epsilon    : {_fmt(self._budget)}")
