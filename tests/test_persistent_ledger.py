@@ -12,6 +12,7 @@ import json
 import math
 import multiprocessing as mp
 import os
+import pickle
 import signal
 import sqlite3
 from pathlib import Path
@@ -137,6 +138,10 @@ def test_restart_round_trip_restores_history_and_budget(tmp_path):
     # it keeps charging the same budget after the restart
     back.spend(GaussianEvent(4.0))
     assert len(PersistentLedger(path, FP).history) == 6
+    # a pickled ledger is a handle on the same database (it holds no connection)
+    clone = pickle.loads(pickle.dumps(back))
+    clone.spend(GaussianEvent(5.0))
+    assert len(back.history) == 7 == len(PersistentLedger(path, FP).history)
 
 
 def test_reopening_with_a_different_budget_is_refused(tmp_path):
@@ -186,6 +191,51 @@ def test_mechanism_charges_the_persistent_ledger_before_noise(tmp_path):
         perturb(mean, F, ledger=PersistentLedger(path, FP), rng=rng, **kw)
     assert rng.bit_generator.state == state  # no noise drawn
     assert _rows(path) == 1
+
+
+class _CheckingRng(np.random.Generator):
+    """A Generator that records, at the first noise draw, how many spends are committed."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(np.random.PCG64(7))
+        self.path, self.committed_at_first_draw = path, None
+
+    def standard_normal(self, *args, **kwargs):
+        if self.committed_at_first_draw is None:
+            self.committed_at_first_draw = _rows(self.path)  # a separate connection
+        return super().standard_normal(*args, **kwargs)
+
+
+def test_spend_is_committed_before_the_first_noise_draw(tmp_path):
+    path = tmp_path / "ledger.db"
+    led = PersistentLedger(path, FP, 5.0, 1e-3)
+    rng = _CheckingRng(path)
+    perturb(np.zeros(2), np.eye(2), unit_sensitivity=1.0, data_sensitivity=1.0, epsilon=1.0,
+            delta=1e-3, ledger=led, rng=rng)
+    assert rng.committed_at_first_draw == 1
+
+
+@settings(max_examples=15, deadline=None)
+@given(events=st.lists(events_st(), min_size=1, max_size=6), budget=st.floats(0.5, 30.0),
+       flt=st.sampled_from(["auto", "renyi", "fixed"]))
+def test_persistent_and_in_memory_ledgers_decide_identically(tmp_path_factory, events, budget,
+                                                             flt):
+    path = tmp_path_factory.mktemp("same") / "ledger.db"
+    disk = PersistentLedger(path, FP, budget, 1e-5, filter=flt)
+    memory = Ledger(budget, 1e-5, filter=flt)
+    for ev in events:
+        assert disk.can_afford(ev) == memory.can_afford(ev)
+        try:
+            memory.spend(ev)
+        except BudgetExceededError:
+            with pytest.raises(BudgetExceededError):
+                disk.spend(ev)
+        else:
+            disk.spend(ev)
+    reopened = PersistentLedger(path, FP)
+    assert [e.event for e in reopened.history] == [e.event for e in memory.history]
+    assert reopened.filter_epsilon == memory.filter_epsilon
+    assert reopened.spent_epsilon == memory.spent_epsilon
 
 
 # ============================================================================================
