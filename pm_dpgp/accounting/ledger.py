@@ -248,6 +248,17 @@ def _family_of(event: PrivacyEvent) -> str:
     return "renyi"
 
 
+def _family_accepts(family: str, event: PrivacyEvent) -> bool:
+    """Whether privacy filter ``family`` can account for events of ``event``'s type at all."""
+    if family == "gdp":
+        return isinstance(event, GaussianEvent)
+    if family == "basic":
+        return isinstance(event, (PureDpEvent, ApproxDpEvent))
+    if family == "renyi":
+        return event.has_rdp
+    return True
+
+
 def filter_epsilon(
     family: str, totals: _Totals, delta: float, orders: NDArray[np.float64]
 ) -> float:
@@ -489,13 +500,21 @@ class Ledger:
         if not self._within_budget(f_eps):
             own = event.epsilon(self._delta)
             family = self._family(new)
-            why = (
-                f"the {family!r} privacy filter cannot account for {type(event).__name__} "
-                "(create the ledger with filter='renyi' to mix Gaussian, curve and pure events)"
-                if math.isinf(f_eps) and math.isfinite(own)
-                else f"the filter's total would be {f_eps:.6g} > budget epsilon="
-                f"{self._budget:.6g} at delta={self._delta:.3g}"
-            )
+            if family is not None and not _family_accepts(family, event):
+                hint = (
+                    "approximate events compose only under filter='basic' (with pure events) "
+                    "or 'fixed' (all parameters fixed in advance)"
+                    if isinstance(event, ApproxDpEvent)
+                    else "create the ledger with filter='renyi' to mix Gaussian, curve and "
+                    "pure events"
+                )
+                why = f"the {family!r} privacy filter cannot account for {type(event).__name__} "
+                why += f"({hint})"
+            else:
+                why = (
+                    f"the {family} filter's total would be {f_eps:.6g} > budget epsilon="
+                    f"{self._budget:.6g} at delta={self._delta:.3g}"
+                )
             raise BudgetExceededError(
                 f"privacy budget exceeded: spent epsilon={self._filter_epsilon(self._totals):.6g} "
                 f"({family} filter), this release ({label!r}, {event.describe()}) alone costs "
