@@ -624,7 +624,8 @@ def test_spend_rejects_non_events():
 # Reporting and metadata
 # ============================================================================================
 def make_reporting_ledger() -> Ledger:
-    ledger = Ledger(epsilon=8.0, delta=1e-5)
+    # A fixed (non-adaptive) plan mixing every event type, so the "fixed" rule (no filter).
+    ledger = Ledger(epsilon=8.0, delta=1e-5, filter="fixed")
     ledger.spend(GaussianEvent(2.0), label="posterior <mean>")
     ledger.spend(PureDpEvent(0.4), label="hyperparameters")
     ledger.spend(RdpCurveEvent.from_function(lambda a: a / 20, 30.0, label="sample path"))

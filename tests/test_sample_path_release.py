@@ -172,3 +172,22 @@ def test_kernel_class_is_checked():
     rel = sample_path_release(const, [0.5], rng=np.random.default_rng(0),
                               **{**KW, "kernel_class": "constant"})
     assert rel.metadata["kernel_class"] == "constant"
+
+
+@pytest.mark.parametrize("constant", ["author", "Proved", None])
+def test_release_refuses_the_author_constant(model, constant):
+    """Point 5 of issue 12: an invalid bound cannot be used for a release (nothing spent or
+    drawn); the bound object keeps it for comparison."""
+    ledger = Ledger(epsilon=1e6, delta=1e-5)
+    rng = np.random.default_rng(5)
+    state = rng.bit_generator.state
+    with pytest.raises(ValueError, match="constant='proved'") as info:
+        sample_path_release(model, [0.5], n_paths=1, ledger=ledger, rng=rng, constant=constant,
+                            **KW)
+    assert "SamplePathBound" in str(info.value)
+    assert ledger.history == [] and rng.bit_generator.state == state
+    from pm_dpgp.mechanisms.sample_path_bounds import SamplePathBound
+
+    with pytest.warns(PrivacyWarning):
+        author = SamplePathBound(15, SIGMA, R2, 2.0, 0.5, constant="author")
+    assert author.epsilon(1e-5) < SamplePathBound(15, SIGMA, R2, 2.0, 0.5).epsilon(1e-5)
