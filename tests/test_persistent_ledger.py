@@ -71,12 +71,13 @@ def events_st(draw):
     if kind == "pure":
         return PureDpEvent(draw(st.floats(1e-3, 5.0)), label, count=count)
     if kind == "approx":
-        return ApproxDpEvent(draw(st.floats(1e-3, 5.0)), draw(st.floats(1e-12, 1e-3)), label,
-                             count=count)
-    vals = draw(st.lists(st.one_of(st.floats(0.0, 1e3), st.just(math.inf)), min_size=3,
-                         max_size=3))
-    return RdpCurveEvent((1.5, 2.0, 8.0), tuple(vals), alpha_max=draw(st.floats(9.0, 1e4)),
-                         label=label, count=count)
+        return ApproxDpEvent(
+            draw(st.floats(1e-3, 5.0)), draw(st.floats(1e-12, 1e-3)), label, count=count
+        )
+    vals = draw(st.lists(st.one_of(st.floats(0.0, 1e3), st.just(math.inf)), min_size=3, max_size=3))
+    return RdpCurveEvent(
+        (1.5, 2.0, 8.0), tuple(vals), alpha_max=draw(st.floats(9.0, 1e4)), label=label, count=count
+    )
 
 
 @settings(max_examples=60, deadline=None)
@@ -87,11 +88,16 @@ def test_event_metadata_round_trip_is_exact(event):
     np.testing.assert_array_equal(back.rdp(), event.rdp())
 
 
-@pytest.mark.parametrize("meta", [
-    {"type": "Nope"}, {"type": "GaussianEvent"}, {"noise_multiplier": 1.0},
-    {"type": "GaussianEvent", "noise_multiplier": "1.0"},
-    {"type": "GaussianEvent", "noise_multiplier": -1.0},
-])
+@pytest.mark.parametrize(
+    "meta",
+    [
+        {"type": "Nope"},
+        {"type": "GaussianEvent"},
+        {"noise_multiplier": 1.0},
+        {"type": "GaussianEvent", "noise_multiplier": "1.0"},
+        {"type": "GaussianEvent", "noise_multiplier": -1.0},
+    ],
+)
 def test_event_from_bad_metadata_raises(meta):
     with pytest.raises(ValueError):
         event_from_metadata(meta)
@@ -147,8 +153,13 @@ def test_restart_round_trip_restores_history_and_budget(tmp_path):
 def test_reopening_with_a_different_budget_is_refused(tmp_path):
     path = tmp_path / "ledger.db"
     PersistentLedger(path, FP, 1.0, 1e-5).spend(GaussianEvent(10.0))
-    for kw in [dict(epsilon=2.0), dict(epsilon=None), dict(delta=1e-6),
-               dict(orders=[2.0, 4.0]), dict(filter="renyi")]:
+    for kw in [
+        dict(epsilon=2.0),
+        dict(epsilon=None),
+        dict(delta=1e-6),
+        dict(orders=[2.0, 4.0]),
+        dict(filter="renyi"),
+    ]:
         with pytest.raises(LedgerMismatchError, match="already stored"):
             PersistentLedger(path, FP, **kw)
     same = PersistentLedger(path, FP, 1.0, 1e-5)  # the same values are fine
@@ -210,16 +221,26 @@ def test_spend_is_committed_before_the_first_noise_draw(tmp_path):
     path = tmp_path / "ledger.db"
     led = PersistentLedger(path, FP, 5.0, 1e-3)
     rng = _CheckingRng(path)
-    perturb(np.zeros(2), np.eye(2), unit_sensitivity=1.0, data_sensitivity=1.0, epsilon=1.0,
-            delta=1e-3, ledger=led, rng=rng)
+    perturb(
+        np.zeros(2),
+        np.eye(2),
+        unit_sensitivity=1.0,
+        data_sensitivity=1.0,
+        epsilon=1.0,
+        delta=1e-3,
+        ledger=led,
+        rng=rng,
+    )
     assert rng.committed_at_first_draw == 1
 
 
 @settings(max_examples=15, deadline=None)
-@given(events=st.lists(events_st(), min_size=1, max_size=6), budget=st.floats(0.5, 30.0),
-       flt=st.sampled_from(["auto", "renyi", "fixed"]))
-def test_persistent_and_in_memory_ledgers_decide_identically(tmp_path_factory, events, budget,
-                                                             flt):
+@given(
+    events=st.lists(events_st(), min_size=1, max_size=6),
+    budget=st.floats(0.5, 30.0),
+    flt=st.sampled_from(["auto", "renyi", "fixed"]),
+)
+def test_persistent_and_in_memory_ledgers_decide_identically(tmp_path_factory, events, budget, flt):
     path = tmp_path_factory.mktemp("same") / "ledger.db"
     disk = PersistentLedger(path, FP, budget, 1e-5, filter=flt)
     memory = Ledger(budget, 1e-5, filter=flt)
@@ -354,12 +375,15 @@ def test_editing_a_stored_row_is_detected(tmp_path):
         led.spend(GaussianEvent(100.0))
 
 
-@pytest.mark.parametrize("sql", [
-    "DELETE FROM entries WHERE idx = 1",
-    "UPDATE entries SET idx = idx + 10 WHERE idx = 0",
-    "UPDATE ledgers SET epsilon = 1000.0",
-    "UPDATE ledgers SET filter = 'fixed'",
-])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "DELETE FROM entries WHERE idx = 1",
+        "UPDATE entries SET idx = idx + 10 WHERE idx = 0",
+        "UPDATE ledgers SET epsilon = 1000.0",
+        "UPDATE ledgers SET filter = 'fixed'",
+    ],
+)
 def test_deleting_reordering_or_raising_the_budget_is_detected(tmp_path, sql):
     path = tmp_path / "ledger.db"
     _make(path)
@@ -398,13 +422,16 @@ def test_export_json_is_strict_and_complete(tmp_path):
     json.loads(text, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
 
 
-@pytest.mark.parametrize("kw, match", [
-    (dict(path="missing-dir/ledger.db"), "existing directory"),
-    (dict(timeout=0.0), "timeout"),
-    (dict(key="not bytes"), "key"),
-    (dict(filter="best"), "filter must be one of"),
-    (dict(epsilon=-1.0), "epsilon"),
-])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(path="missing-dir/ledger.db"), "existing directory"),
+        (dict(timeout=0.0), "timeout"),
+        (dict(key="not bytes"), "key"),
+        (dict(filter="best"), "filter must be one of"),
+        (dict(epsilon=-1.0), "epsilon"),
+    ],
+)
 def test_bad_arguments_raise_clear_errors_and_store_nothing(tmp_path, kw, match):
     args = dict(path=tmp_path / "ledger.db", dataset_fingerprint=FP, epsilon=1.0)
     if "path" in kw:

@@ -65,8 +65,9 @@ def test_renyi_filter_hand_computed_example():
     ledger = Ledger(budget, delta, orders=[2.0, 4.0], filter="renyi")
     for k in range(1, 5):
         ledger.spend(GaussianEvent(2.0))
-        assert ledger.filter_epsilon == pytest.approx(min(k / 2 + c4, k / 4 + c2),
-                                                      rel=scalar_rtol(30))
+        assert ledger.filter_epsilon == pytest.approx(
+            min(k / 2 + c4, k / 4 + c2), rel=scalar_rtol(30)
+        )
     assert not ledger.can_afford(GaussianEvent(2.0))
     with pytest.raises(BudgetExceededError, match="Nothing was recorded"):
         ledger.spend(GaussianEvent(2.0))
@@ -95,8 +96,11 @@ def rdp_event_st(draw):
 
 
 @settings(max_examples=40, deadline=None)
-@given(events=st.lists(rdp_event_st(), min_size=1, max_size=8),
-       budget=st.floats(0.5, 20.0), delta=st.sampled_from([1e-3, 1e-5, 1e-8]))
+@given(
+    events=st.lists(rdp_event_st(), min_size=1, max_size=8),
+    budget=st.floats(0.5, 20.0),
+    delta=st.sampled_from([1e-3, 1e-5, 1e-8]),
+)
 def test_renyi_rule_is_exactly_the_grid_filter_condition(events, budget, delta):
     ledger = Ledger(budget, delta, filter="renyi")
     orders = ledger.orders
@@ -118,8 +122,11 @@ def test_renyi_rule_is_exactly_the_grid_filter_condition(events, budget, delta):
 
 
 @settings(max_examples=40, deadline=None)
-@given(zs=st.lists(st.floats(0.3, 10.0), min_size=1, max_size=10),
-       mu_budget=st.floats(0.2, 3.0), delta=st.sampled_from([1e-2, 1e-5]))
+@given(
+    zs=st.lists(st.floats(0.3, 10.0), min_size=1, max_size=10),
+    mu_budget=st.floats(0.2, 3.0),
+    delta=st.sampled_from([1e-2, 1e-5]),
+)
 def test_gdp_rule_is_exactly_the_gdp_filter_condition(zs, mu_budget, delta):
     """GDP filter: accept while Σ 1/z_i² ≤ μ_B², where ε_GDP(μ_B, δ) is the budget."""
     budget = gdp_epsilon(mu_budget, delta)
@@ -153,11 +160,14 @@ def test_basic_filter_for_pure_and_approximate_events():
 # ============================================================================================
 # "auto": the family of the first event; events outside the family are refused, not guessed
 # ============================================================================================
-@pytest.mark.parametrize("first, family, refused", [
-    (GaussianEvent(5.0), "gdp", PureDpEvent(0.01)),
-    (PureDpEvent(0.1), "basic", GaussianEvent(50.0)),
-    (RdpCurveEvent.from_function(lambda a: a / 100, 50.0), "renyi", ApproxDpEvent(0.01, 1e-9)),
-])
+@pytest.mark.parametrize(
+    "first, family, refused",
+    [
+        (GaussianEvent(5.0), "gdp", PureDpEvent(0.01)),
+        (PureDpEvent(0.1), "basic", GaussianEvent(50.0)),
+        (RdpCurveEvent.from_function(lambda a: a / 100, 50.0), "renyi", ApproxDpEvent(0.01, 1e-9)),
+    ],
+)
 def test_auto_filter_is_the_family_of_the_first_event(first, family, refused):
     ledger = Ledger(10.0, 1e-5)
     assert ledger.filter_family is None and ledger.filter_epsilon == 0.0

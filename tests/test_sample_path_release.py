@@ -153,7 +153,12 @@ def test_two_dimensional_domain_gives_corner_kappa():
     X = rng.uniform(0, 1, (12, 2))
     model = gp_regression(X, np.sin(X.sum(1)), pm.gp.cov.ExpQuad(2, ls=[0.5, 2.0]), sigma=1.0)
     rel = sample_path_release(
-        model, [[0.5, 0.5]], sigma=1.0, y_bound=2.0, delta=1e-5, domain=[(0, 1), (0, 2)],
+        model,
+        [[0.5, 0.5]],
+        sigma=1.0,
+        y_bound=2.0,
+        delta=1e-5,
+        domain=[(0, 1), (0, 2)],
         rng=np.random.default_rng(0),
     )
     expected = np.exp(-0.5 * ((1 / 0.5) ** 2 + (2 / 2.0) ** 2))
@@ -169,8 +174,9 @@ def test_kernel_class_is_checked():
     with pytest.raises(ValueError, match="not of class 'constant'"):
         sample_path_release(eq, [0.5], **{**KW, "kernel_class": "constant"})
     const = gp_regression(X, np.sin(X), pm.gp.cov.Constant(1.0), sigma=2.0)
-    rel = sample_path_release(const, [0.5], rng=np.random.default_rng(0),
-                              **{**KW, "kernel_class": "constant"})
+    rel = sample_path_release(
+        const, [0.5], rng=np.random.default_rng(0), **{**KW, "kernel_class": "constant"}
+    )
     assert rel.metadata["kernel_class"] == "constant"
 
 
@@ -182,8 +188,9 @@ def test_release_refuses_the_author_constant(model, constant):
     rng = np.random.default_rng(5)
     state = rng.bit_generator.state
     with pytest.raises(ValueError, match="constant='proved'") as info:
-        sample_path_release(model, [0.5], n_paths=1, ledger=ledger, rng=rng, constant=constant,
-                            **KW)
+        sample_path_release(
+            model, [0.5], n_paths=1, ledger=ledger, rng=rng, constant=constant, **KW
+        )
     assert "SamplePathBound" in str(info.value)
     assert ledger.history == [] and rng.bit_generator.state == state
     from pm_dpgp.mechanisms.sample_path_bounds import SamplePathBound

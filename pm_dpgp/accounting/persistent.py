@@ -155,8 +155,7 @@ class PersistentLedger(Ledger):
         given = {"epsilon": epsilon, "delta": delta, "orders": orders, "filter": filter}
         with self._transaction(write=True) as conn:
             row = conn.execute(
-                "SELECT epsilon, delta, orders, filter, genesis FROM ledgers "
-                "WHERE fingerprint = ?",
+                "SELECT epsilon, delta, orders, filter, genesis FROM ledgers WHERE fingerprint = ?",
                 (self._fingerprint,),
             ).fetchone()
             if row is None:
@@ -306,8 +305,7 @@ class PersistentLedger(Ledger):
     def _sync(self, conn: sqlite3.Connection) -> None:
         """Append the rows committed since the last read, verifying their chain links."""
         rows = conn.execute(
-            "SELECT idx, record, hash FROM entries WHERE fingerprint = ? AND idx >= ? "
-            "ORDER BY idx",
+            "SELECT idx, record, hash FROM entries WHERE fingerprint = ? AND idx >= ? ORDER BY idx",
             (self._fingerprint, len(self._entries)),
         ).fetchall()
         totals, entries, head = self._totals, list(self._entries), self._head
