@@ -39,8 +39,8 @@ from pm_dpgp.audit.renyi import (
     posterior_mean_cov,
 )
 from pm_dpgp.mechanisms.sample_path_bounds import SamplePathBound, kernel_lower_bound
-
-TOL = 1e-9  # relative slack for round-off in "exact ≤ bound"
+from tests.test_sample_path_bounds import bound_roundoff, gaussian_renyi_roundoff, renyi_roundoff
+from tests.tolerances import assert_normwise_close, cond_rtol, scalar_rtol
 
 
 def _bounds(n, sigma, r2, kappa, eta, cls):
@@ -67,6 +67,26 @@ def _kappa(kernel, domain, cls):
     return 1.0 if cls == "constant" else kernel_lower_bound(kernel, domain, assume_monotone=True)
 
 
+def _pair_roundoff(kernel, pair, **kw):
+    """Round-off of the exact divergence of a neighbouring pair (renyi_roundoff; a list of
+    them for a list of orders ``alpha``)."""
+    return renyi_roundoff(kernel, *pair.datasets(), pair.X_test, **kw)
+
+
+def _assert_dominated(t, b, a, err, L=1, msg=()):
+    """Assert "exact ≤ bound" for the mean part, the covariance part and the total.
+
+    The slack is the round-off of the two sides and nothing else: ``err`` for the computed
+    exact parts (conditioning of the posterior solves and of Σ_1, Σ_α: renyi_roundoff) and
+    bound_roundoff for the closed form (cancellation in V, near α = 1 and in 1 − β).
+    """
+    err_mean, err_cov = err
+    b_mean, b_cov = bound_roundoff(b, a)
+    assert t.mean <= L * (b.mean_term(a) + b_mean) + err_mean, msg
+    assert t.cov <= L * (b.cov_term(a) + b_cov) + err_cov, msg
+    assert t.total <= L * (b.rdp(a) + b_mean + b_cov) + err_mean + err_cov, msg
+
+
 # --------------------------------------------------------------------------------------------
 # exact Gaussian Rényi divergence
 # --------------------------------------------------------------------------------------------
@@ -82,6 +102,22 @@ def _literal(mu1, S1, mu2, S2, a):
     return a / 2 * d @ np.linalg.inv(Sa) @ d - (ld_a - (1 - a) * ld_1 - a * ld_2) / (2 * (a - 1))
 
 
+def _literal_roundoff(S1, S2, a, value):
+    """Round-off of :func:`_literal`: explicit inverse and three log-determinants.
+
+    An LU-based log-determinant of S is off by ``tr(S⁻¹δS) ≤ m·cond_rtol(S)`` (backward error
+    ``c·m·EPS·‖S‖``); forming ``Σ_α = aΣ_2 + (1−a)Σ_1`` adds ``EPS(a‖Σ_2‖ + (a−1)‖Σ_1‖)``; the
+    three are combined with weights 1, a−1, a and divided by ``2(a−1)`` (cancellation near
+    a = 1).  The mean part's explicit inverse has forward error ``cond_rtol(Σ_α)``.
+    """
+    m = len(S1)
+    Sa = a * S2 + (1 - a) * S1
+    form = 2 * scalar_rtol(1) * (a * np.linalg.norm(S2, 2) + (a - 1) * np.linalg.norm(S1, 2))
+    d_logdet = m * cond_rtol(Sa) + m * form / np.linalg.eigvalsh(Sa)[0]
+    d_logdet += (a - 1) * m * cond_rtol(S1) + a * m * cond_rtol(S2)
+    return d_logdet / (2 * (a - 1)) + (cond_rtol(Sa) + scalar_rtol(2 * m)) * abs(value)
+
+
 def test_renyi_matches_quadrature_in_one_dimension():
     for m1, s1, m2, s2, a in [(0.3, 0.8, -0.2, 1.1, 2.5), (0.0, 1.0, 1.0, 1.0, 1.5)]:
 
@@ -90,10 +126,16 @@ def test_renyi_matches_quadrature_in_one_dimension():
                 a * stats.norm.logpdf(x, m1, s1) + (1 - a) * stats.norm.logpdf(x, m2, s2)
             )
 
-        exact = math.log(integrate.quad(f, -15, 15, epsabs=0, epsrel=1e-12)[0]) / (a - 1)
-        assert gaussian_renyi_divergence([m1], [[s1**2]], [m2], [[s2**2]], a) == pytest.approx(
-            exact, rel=1e-9
-        )
+        val, err = integrate.quad(f, -15, 15, epsabs=0, epsrel=1e-12)
+        assert err <= 1e-10 * val  # quadrature converged: the comparison below is meaningful
+        exact = math.log(val) / (a - 1)
+        got = gaussian_renyi_divergence([m1], [[s1**2]], [m2], [[s2**2]], a)
+        # quadrature: QUADPACK's error estimate bounds the integral's relative error err/val,
+        # i.e. err/val/(a−1) on ln(val)/(a−1); the integrand's exponent (a few dozen flops) and
+        # the 1-D closed form add scalar_rtol-sized relative errors (tails beyond ±15 < e⁻¹⁰⁰)
+        tol = (err / val + scalar_rtol(30)) / (a - 1) + scalar_rtol(30) * abs(exact)
+        assert abs(got - exact) <= tol
+        assert abs(got * (1 + 1e-4) - exact) > tol  # a 1e-4 error would be caught
 
 
 def test_renyi_matches_the_literal_formula():
@@ -110,7 +152,11 @@ def test_renyi_matches_the_literal_formula():
             if math.isinf(lit):
                 assert math.isinf(got)
             else:
-                assert got == pytest.approx(lit, rel=1e-7, abs=1e-10)
+                tol = sum(gaussian_renyi_roundoff(mu1, S1, mu2, S2, a)) + _literal_roundoff(
+                    S1, S2, a, lit
+                )
+                assert abs(got - lit) <= tol
+                assert abs(got * (1 + 1e-4) - lit) > tol  # a 1e-4 error would be caught
     # Σ_α not positive definite → +inf
     assert math.isinf(gaussian_renyi_divergence([0.0], [[4.0]], [0.0], [[1.0]], 2.0))
     with pytest.raises(ValueError):
@@ -128,8 +174,15 @@ def test_renyi_on_degenerate_common_support():
     P = np.array([[1, 0], [0, 1], [1, 0]], float)  # duplicate the first coordinate
     full = gaussian_renyi_terms(P @ mu1, P @ S1 @ P.T, P @ mu2, P @ S2 @ P.T, 1.7)
     reduced = gaussian_renyi_terms(mu1, S1, mu2, S2, 1.7)
-    assert full.mean == pytest.approx(reduced.mean, rel=1e-8)
-    assert full.cov == pytest.approx(reduced.cov, rel=1e-8)
+    # two computations (on the common support vs directly), each within its round-off bound
+    # (gaussian_renyi_roundoff: backward-stable evaluation, conditioning of Σ_1 and Σ_α)
+    e_full = gaussian_renyi_roundoff(P @ mu1, P @ S1 @ P.T, P @ mu2, P @ S2 @ P.T, 1.7)
+    e_red = gaussian_renyi_roundoff(mu1, S1, mu2, S2, 1.7)
+    tol_mean, tol_cov = e_full[0] + e_red[0], e_full[1] + e_red[1]
+    assert abs(full.mean - reduced.mean) <= tol_mean
+    assert abs(full.cov - reduced.cov) <= tol_cov
+    assert abs(full.mean * (1 + 1e-4) - reduced.mean) > tol_mean  # 1e-4 errors are caught
+    assert abs(full.cov * (1 + 1e-4) - reduced.cov) > tol_cov
     # means differing along a direction neither law charges, or different supports: +inf
     bad_mu = P @ mu1 + np.array([0.0, 0.0, 1e-3])
     assert math.isinf(gaussian_renyi_divergence(bad_mu, P @ S1 @ P.T, P @ mu2, P @ S2 @ P.T, 1.7))
@@ -145,11 +198,23 @@ def test_posterior_mean_cov_parametrisation():
     m1, c1 = posterior_mean_cov(k, X, y, T, sigma=1.0, r2=0.3)
     m2, c2 = posterior_mean_cov(k, X, y, T, sigma=2.5, r2=0.3, eta=0.7)
     K = k(X, X) + 0.3 * np.eye(6)
-    np.testing.assert_allclose(m1, k(T, X) @ np.linalg.solve(K, y), rtol=1e-10)
+    # two backward-stable solves with K (Cholesky vs LU): normwise, cond_rtol(K)
+    tol = cond_rtol(K)
+    assert_normwise_close(m1, k(T, X) @ np.linalg.solve(K, y), tol, "mean")
+    # the mean does not depend on σ, η: the same operations on the same inputs (bitwise)
     np.testing.assert_allclose(m2, m1, rtol=1e-12)
     direct = k(T, T) - k(T, X) @ np.linalg.solve(K, k(X, T))
-    np.testing.assert_allclose(c1, direct, atol=1e-12)
-    np.testing.assert_allclose(c2, 6.25 * direct + 0.49 * k(T, T), atol=1e-12)
+    # the solve's error is relative to ‖k(T,X)K⁻¹k(X,T)‖ ≤ ‖k(T,T)‖, not to the difference
+    # (which cancels): scale by ‖k(T,T)‖/‖direct‖; c2 adds σ² = 6.25 and η²k(T,T) (a few flops)
+    K_tt = k(T, T)
+    tol_c1 = tol * np.linalg.norm(K_tt) / np.linalg.norm(direct)
+    assert_normwise_close(c1, direct, tol_c1, "cov")
+    ref2 = 6.25 * direct + 0.49 * K_tt
+    tol_c2 = 6.25 * tol * np.linalg.norm(K_tt) / np.linalg.norm(ref2) + scalar_rtol(3)
+    assert_normwise_close(c2, ref2, tol_c2, "cov with sigma and eta")
+    for got, ref, t in ((m1, m2, tol), (c1, direct, tol_c1), (c2, ref2, tol_c2)):
+        with pytest.raises(AssertionError):  # a 1e-4 error is caught
+            assert_normwise_close(got * (1 + 1e-4), ref, t)
 
 
 def test_L_paths_multiply_the_divergence():
@@ -180,13 +245,12 @@ def test_bound_dominates_random_neighbours(name, kernel, domain, cls):
             pair = NeighbourPair(
                 pair.X_core, np.sign(pair.y_core), pair.x, 1.0, pair.x_prime, -1.0, pair.X_test
             )
-        for frac in (0.01, 0.3, 0.8, 0.99):
-            a = 1.0 + frac * (b["proved"].alpha_max - 1.0)
+        alphas = [1.0 + frac * (b["proved"].alpha_max - 1.0) for frac in (0.01, 0.3, 0.8, 0.99)]
+        errs = _pair_roundoff(kernel, pair, alpha=alphas, sigma=sigma, r2=r2, eta=eta, L=L)
+        for a, err in zip(alphas, errs, strict=True):
             t = neighbour_divergence(kernel, pair, alpha=a, sigma=sigma, r2=r2, eta=eta, L=L)
             for key in ("proved", "inertia"):
-                assert t.total <= L * b[key].rdp(a) * (1 + TOL), (key, n, sigma, r2, eta, a)
-                assert t.mean <= L * b[key].mean_term(a) * (1 + TOL) + 1e-12
-                assert t.cov <= L * b[key].cov_term(a) * (1 + TOL) + 1e-12
+                _assert_dominated(t, b[key], a, err, L, (key, n, sigma, r2, eta, a))
             checked += 1
     assert checked == 160
 
@@ -221,13 +285,13 @@ def test_bound_dominates_adversarial_neighbours(ki, n, sigma, r2, eta):
                 n_test=2, objective=objective, restarts=2, maxiter=60, rng=rng,
             )  # fmt: skip
             t = res.terms
-            # the reported terms are the exact (ExactPosterior) divergence of the reported pair
+            # the reported terms are the exact (ExactPosterior) divergence of the reported pair:
+            # the search computed them by this very call (same code, same inputs: bitwise)
             again = neighbour_divergence(kernel, res.pair, alpha=a, sigma=sigma, r2=r2, eta=eta)
             assert again.total == pytest.approx(t.total, rel=1e-12)
+            err = _pair_roundoff(kernel, res.pair, alpha=a, sigma=sigma, r2=r2, eta=eta)
             for key in ("proved", "inertia"):
-                assert t.total <= b[key].rdp(a) * (1 + TOL), (name, key, objective, a)
-                assert t.mean <= b[key].mean_term(a) * (1 + TOL) + 1e-12
-                assert t.cov <= b[key].cov_term(a) * (1 + TOL) + 1e-12
+                _assert_dominated(t, b[key], a, err, 1, (name, key, objective, a))
 
 
 def test_search_finds_the_known_worst_case():
@@ -243,7 +307,31 @@ def test_search_finds_the_known_worst_case():
     V = b.V  # exact k_c(x,x) for the constant kernel
     sup = a / 2 * 4.0 * V / (sigma**2 * r2 * (V + r2))  # T = {x}: Δm² / posterior variance
     assert res.terms.mean == pytest.approx(sup, rel=1e-2)
-    assert res.terms.mean <= sup * (1 + 1e-9)
+    # slack: the computed mean part's round-off (renyi_roundoff) + sup's: a few flops, and V =
+    # 1 − m/(m+r²) cancels (absolute error scalar_rtol(8)·2, |∂ln sup/∂ln V| ≤ 1)
+    err_sup = sup * (scalar_rtol(10) + 2 * scalar_rtol(8) / V)
+    err = _pair_roundoff(constant_kernel(), res.pair, alpha=a, sigma=sigma, r2=r2)[0]
+    assert res.terms.mean <= sup + err_sup + err
+
+
+def test_exact_mean_part_of_the_constant_kernel_worst_case():
+    """The constant-kernel worst case written down: mean part 2α M²/(σ²r²(n+r²)) exactly
+    (Δm = 2M/(n+r²), posterior variance σ²r²/(n+r²)), reproduced to its round-off bound."""
+    n, sigma, r2, a = 4, 0.7, 1.5, 1.3
+    rng = np.random.default_rng(0)
+    pair = NeighbourPair(
+        rng.uniform(0, 1, (n - 1, 1)), rng.uniform(-1, 1, n - 1), np.array([0.2]), 1.0,
+        np.array([0.9]), -1.0, np.array([[0.4], [0.4]]),
+    )  # fmt: skip
+    t = neighbour_divergence(constant_kernel(), pair, alpha=a, sigma=sigma, r2=r2)
+    closed = 2 * a / (sigma**2 * r2 * (n + r2))
+    # two computations: the exact one within renyi_roundoff (a repeated test point: the common
+    # support path), the closed form within scalar_rtol (6 flops, no cancellation)
+    err_mean, err_cov = _pair_roundoff(constant_kernel(), pair, alpha=a, sigma=sigma, r2=r2)
+    tol = err_mean + scalar_rtol(6) * closed
+    assert abs(t.mean - closed) <= tol
+    assert t.cov <= err_cov  # the covariances coincide: the exact covariance part is 0
+    assert abs(t.mean - closed * (1 + 1e-4)) > tol  # a 1e-4 error would be caught
 
 
 def test_author_constant_is_violated_by_the_search():
@@ -259,7 +347,8 @@ def test_author_constant_is_violated_by_the_search():
             rng=np.random.default_rng(9),
         )  # fmt: skip
         assert res.terms.total > 1.5 * b["author"].rdp(a)
-        assert res.terms.total <= b["proved"].rdp(a)
+        err = _pair_roundoff(kernel, res.pair, alpha=a, sigma=0.5, r2=4.0)
+        _assert_dominated(res.terms, b["proved"], a, err)
 
 
 def test_search_input_validation():
@@ -277,7 +366,7 @@ def test_search_is_reproducible():
     kw = {"n": 3, "alpha": 1.2, "sigma": 1.0, "r2": 1.0, "y_bound": 1.0, "restarts": 2}
     r1 = adversarial_neighbours(eq_kernel(0.3), (0, 1), rng=np.random.default_rng(4), **kw)
     r2 = adversarial_neighbours(eq_kernel(0.3), (0, 1), rng=np.random.default_rng(4), **kw)
-    assert r1.terms == r2.terms
+    assert r1.terms == r2.terms  # same code, same seed, same process: bitwise reproducible
 
 
 @pytest.mark.slow
@@ -296,10 +385,9 @@ def test_bound_dominates_adversarial_neighbours_large(name, kernel, domain, cls)
                     kernel, domain, n=n, alpha=a, sigma=sigma, r2=r2, y_bound=1.0, eta=eta,
                     n_test=4, objective=objective, restarts=8, maxiter=200, rng=rng,
                 )  # fmt: skip
+                err = _pair_roundoff(kernel, res.pair, alpha=a, sigma=sigma, r2=r2, eta=eta)
                 for key in ("proved", "inertia"):
-                    assert res.terms.total <= b[key].rdp(a) * (1 + TOL)
-                    assert res.terms.mean <= b[key].mean_term(a) * (1 + TOL) + 1e-12
-                    assert res.terms.cov <= b[key].cov_term(a) * (1 + TOL) + 1e-12
+                    _assert_dominated(res.terms, b[key], a, err, 1, (name, key, objective, a))
 
 
 # --------------------------------------------------------------------------------------------
@@ -314,13 +402,23 @@ def test_shadow_posteriors_match_the_exact_posterior():
 
     X, y = _datasets(s, True, 5, np.random.default_rng(1))
     assert np.all(X[:, -1] == s.target_x) and np.all(y[:, -1] == s.y_target)
+    k = exponential_kernel(0.3)
     for i in range(5):
         mm, cc = posterior_mean_cov(
-            exponential_kernel(0.3), X[i][:, None], y[i], [[s.target_x]], sigma=1.3, r2=0.2,
-            eta=0.4,
-        )  # fmt: skip
-        assert m[i] == pytest.approx(mm[0], rel=1e-10)
-        assert v[i] == pytest.approx(cc[0, 0], rel=1e-10)
+            k, X[i][:, None], y[i], [[s.target_x]], sigma=1.3, r2=0.2, eta=0.4
+        )
+        # two backward-stable solves with A = K + r²I (batched NumPy Cholesky vs ExactPosterior)
+        # and two kernel evaluations (|x − x'|/ℓ vs x/ℓ − x'/ℓ: ≲ 2·EPS·max|x|/ℓ more backward
+        # error per entry, hence the factor): cond_rtol(A) relative to ‖k*‖‖A⁻¹y‖ for the mean
+        # and to σ²(1 + k*ᵀA⁻¹k*) ≤ 2σ² for the variance (1 − k*ᵀA⁻¹k* cancels)
+        A = k(X[i][:, None], X[i][:, None]) + 0.2 * np.eye(s.n)
+        kx = k(X[i][:, None], [[s.target_x]])[:, 0]
+        rho = cond_rtol(A, factor=4 * (1 + np.max(np.abs(X[i])) / 0.3)) + scalar_rtol(s.n)
+        tol_m = rho * np.linalg.norm(kx) * np.linalg.norm(np.linalg.solve(A, y[i]))
+        tol_v = rho * 2 * 1.3**2
+        assert abs(m[i] - mm[0]) <= tol_m
+        assert abs(v[i] - cc[0, 0]) <= tol_v
+        assert abs(v[i] * (1 + 1e-4) - cc[0, 0]) > tol_v  # a 1e-4 error would be caught
     del rng
 
 
@@ -395,6 +493,7 @@ def test_lira_is_reproducible_and_validates():
     s = LiraSetting(n=10, L=3)
     r1 = lira_attack(s, n_shadow=50, n_eval=100, rng=np.random.default_rng(0))
     r2 = lira_attack(s, n_shadow=50, n_eval=100, rng=np.random.default_rng(0))
+    # same code, same seed, same process: bitwise reproducible (the seed policy's promise)
     np.testing.assert_array_equal(r1.scores_in, r2.scores_in)
     for bad in ({"n": 0}, {"r2": 0.0}, {"L": 1.5}, {"target_x": 3.0}, {"target_y": 2.0}):
         with pytest.raises(ValueError):

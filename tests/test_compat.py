@@ -51,16 +51,30 @@ def small():
 
 def _label_release(kind, model):
     fn = {"cloaking": cloaked_release, "prior_noise": prior_noise_release}[kind]
-    return fn(model, np.linspace(0, 6, 25), epsilon=1.0, delta=1e-3, y_bounds=(-2.0, 2.0),
-              n_draws=2, rng=np.random.default_rng(1))
+    return fn(
+        model,
+        np.linspace(0, 6, 25),
+        epsilon=1.0,
+        delta=1e-3,
+        y_bounds=(-2.0, 2.0),
+        n_draws=2,
+        rng=np.random.default_rng(1),
+    )
 
 
 def _sample_path(model):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return sample_path_release(model, np.linspace(0, 6, 20), n_paths=3, sigma=1.0,
-                                   y_bound=2.0, delta=1e-5, domain=(0.0, 6.0),
-                                   rng=np.random.default_rng(2))
+        return sample_path_release(
+            model,
+            np.linspace(0, 6, 20),
+            n_paths=3,
+            sigma=1.0,
+            y_bound=2.0,
+            delta=1e-5,
+            domain=(0.0, 6.0),
+            rng=np.random.default_rng(2),
+        )
 
 
 def _noise_aware():
@@ -68,10 +82,12 @@ def _noise_aware():
     X = rng.uniform(-3, 3, 300)
     y = np.sin(2 * X) + 0.1 * rng.standard_normal(300)
     Z = grid_inducing_points(-3.2, 3.2, 8)
-    pub = sparse_gp_regression(None, None, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z,
-                               sigma=0.3).public_sparse_gp()
-    return noise_aware_release(pub, (X, y), epsilon=1.0, delta=1e-4, y_bound=2.0,
-                               rng=np.random.default_rng(4))
+    pub = sparse_gp_regression(
+        None, None, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z, sigma=0.3
+    ).public_sparse_gp()
+    return noise_aware_release(
+        pub, (X, y), epsilon=1.0, delta=1e-4, y_bound=2.0, rng=np.random.default_rng(4)
+    )
 
 
 def _dirichlet():
@@ -79,10 +95,12 @@ def _dirichlet():
     X = rng.uniform(-3, 3, 300)
     lab = (X > -1).astype(int) + (X > 1).astype(int)
     Z = grid_inducing_points(-3.2, 3.2, 8)
-    pub = sparse_gp_regression(None, None, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z,
-                               sigma=1.0).public_sparse_gp()
-    return dirichlet_release(pub, (X, lab), n_classes=3, epsilon=1.0, delta=1e-4,
-                             rng=np.random.default_rng(6))
+    pub = sparse_gp_regression(
+        None, None, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z, sigma=1.0
+    ).public_sparse_gp()
+    return dirichlet_release(
+        pub, (X, lab), n_classes=3, epsilon=1.0, delta=1e-4, rng=np.random.default_rng(6)
+    )
 
 
 def _results(kind, model):
@@ -99,22 +117,35 @@ def _results(kind, model):
         rel = _label_release("cloaking", model)
         X_hold = np.linspace(0.1, 5.9, 12)
         y_hold = np.sin(X_hold)
-        idata = dp_ppc(rel, X_hold, y_hold, noise_sd=0.3, training=model, interpolate=True,
-                       rng=np.random.default_rng(7))
+        idata = dp_ppc(
+            rel,
+            X_hold,
+            y_hold,
+            noise_sd=0.3,
+            training=model,
+            interpolate=True,
+            rng=np.random.default_rng(7),
+        )
         return idata, "posterior", "f"
     if kind == "thompson":
         res = dp_thompson_sampling(
-            lambda X: np.sin(6 * X[:, 0]), pm.gp.cov.ExpQuad(1, ls=0.2), domain=(0.0, 1.0),
-            X_init=[[0.2], [0.7]], n_rounds=2, noise_sd=2.0, y_bound=1.0,
-            ledger=Ledger(epsilon=100.0, delta=1e-5), candidates=32, progressbar=False,
+            lambda X: np.sin(6 * X[:, 0]),
+            pm.gp.cov.ExpQuad(1, ls=0.2),
+            domain=(0.0, 1.0),
+            X_init=[[0.2], [0.7]],
+            n_rounds=2,
+            noise_sd=2.0,
+            y_bound=1.0,
+            ledger=Ledger(epsilon=100.0, delta=1e-5),
+            candidates=32,
+            progressbar=False,
             rng=np.random.default_rng(8),
         )
         return res.idata, "thompson", "x_chosen"
     raise AssertionError(kind)
 
 
-KINDS = ["cloaking", "prior_noise", "sample_path", "noise_aware", "dirichlet", "dp_ppc",
-         "thompson"]
+KINDS = ["cloaking", "prior_noise", "sample_path", "noise_aware", "dirichlet", "dp_ppc", "thompson"]
 
 
 @pytest.mark.parametrize("kind", KINDS)

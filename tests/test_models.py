@@ -15,6 +15,7 @@ import pytest
 
 from pm_dpgp.gp.exact import ExactPosterior
 from pm_dpgp.models import GPRegression, PrivateHyperparameterError, PublicGP, gp_regression
+from tests.tolerances import assert_normwise_close, cond_rtol, condition_number, scalar_rtol
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*BLAS:UserWarning")
 
@@ -32,6 +33,7 @@ class Case:
     reg: GPRegression
     point: dict[str, object]
     X_star: np.ndarray
+    ls_min: float  # smallest lengthscale in the kernel (sets the kernel's rounding, see below)
 
     @property
     def public(self) -> PublicGP:
@@ -40,7 +42,7 @@ class Case:
 
 def _fixed_1d() -> Case:
     reg = gp_regression(X1, Y1, 1.7 * pm.gp.cov.ExpQuad(1, ls=0.8), sigma=0.3, mean=0.25)
-    return Case(reg, {}, XS1)
+    return Case(reg, {}, XS1, 0.8)
 
 
 def _fixed_2d() -> Case:
@@ -48,7 +50,7 @@ def _fixed_2d() -> Case:
         2, ls=1.1, active_dims=[0]
     ) * pm.gp.cov.Matern32(2, ls=0.7, active_dims=[1])
     reg = gp_regression(X2, Y2, cov, sigma=0.2, mean=-0.4)
-    return Case(reg, {}, XS2)
+    return Case(reg, {}, XS2, 0.7)
 
 
 def _prior_1d() -> Case:
@@ -59,7 +61,7 @@ def _prior_1d() -> Case:
         sigma=lambda: pm.HalfNormal("sigma", 1.0),
         mean=0.1,
     )
-    return Case(reg, {"eta": 1.3, "ell": 0.6, "sigma": 0.25}, XS1)
+    return Case(reg, {"eta": 1.3, "ell": 0.6, "sigma": 0.25}, XS1, 0.6)
 
 
 def _prior_2d_ard() -> Case:
@@ -70,7 +72,7 @@ def _prior_2d_ard() -> Case:
         )
 
     reg = gp_regression(X2, Y2, cov, sigma=0.15, mean=0.0, name="g")
-    return Case(reg, {"ell": np.array([0.8, 1.6]), "eta2": 0.7, "ell_b": 2.0}, XS2)
+    return Case(reg, {"ell": np.array([0.8, 1.6]), "eta2": 0.7, "ell_b": 2.0}, XS2, 0.8)
 
 
 BUILDERS = {
@@ -91,13 +93,50 @@ def prior1d() -> Case:
     return _prior_1d()
 
 
-def _scale_tol(ref: np.ndarray) -> float:
-    return 1e-8 * max(1.0, float(np.max(np.abs(ref))))
+def _max_norm(X: np.ndarray) -> float:
+    return float(np.max(np.linalg.norm(np.reshape(X, (len(X), -1)), axis=1)))
+
+
+def _kernel_entry_rtol(Xa: np.ndarray, Xb: np.ndarray, ls_min: float) -> float:
+    """Relative tolerance per entry for two evaluations of the same stationary kernel formula.
+
+    PyMC forms ``r² = |x|² + |x'|² − 2x·x'`` (absolute rounding ≤ 3·EPS·(|x| + |x'|)², Higham
+    2002 §3.1, cancellation for near points); the kernels are ``σ² f(r/ℓ)`` with ``f`` an
+    exponential times a polynomial, which turns an absolute error δu in ``u = r²/ℓ²`` (or
+    ``r/ℓ``) into a relative error ≲ δu, and ``u``'s own relative rounding into ``u·EPS``.
+    ``u ≤ (|x| + |x'|)²/ℓ_min²`` bounds both; sums/products of kernels and the rest of each
+    formula are ≲ 32 flops (:func:`scalar_rtol`).
+    """
+    u = (_max_norm(Xa) + _max_norm(Xb)) ** 2 / ls_min**2
+    return scalar_rtol(32) * (1.0 + u)
+
+
+def _posterior_rtol(
+    case: Case, pub: PublicGP, x: np.ndarray, result: np.ndarray, K_ss: np.ndarray | None = None
+) -> float:
+    """Normwise tolerance for PyMC's posterior mean/cov vs ours, ``result = [K_ss −] K_sf x``.
+
+    Both factorise ``A = K_ff + σ²I`` (backward-stable: ``cond_rtol(A)`` on ``x = A⁻¹b``) with
+    kernel matrices from separately compiled copies of the same graph (entries may differ by
+    ``k_rtol`` = :func:`_kernel_entry_rtol`, a perturbation that the solve amplifies by κ(A) and
+    each product with ``K_sf``/``K_ss`` passes on).  Absolute error ≤ that times
+    ``‖K_sf‖₂‖x‖ (+ ‖K_ss‖)``, relative to ``‖result‖`` (cancellation in ``K_ss − K_sf x``).
+    """
+    X, Xs = case.reg.X, case.X_star
+    A = pub.kernel(X) + pub.noise_var * np.eye(X.shape[0])
+    X_all = np.vstack([np.reshape(Xs, (len(Xs), -1)), X])
+    k_rtol = _kernel_entry_rtol(X_all, X_all, case.ls_min)
+    K_sf = pub.kernel(Xs, X)
+    size = np.linalg.norm(K_sf, 2) * np.linalg.norm(x)
+    if K_ss is not None:
+        size += np.linalg.norm(K_ss)
+    rel = cond_rtol(A) + (condition_number(A) + 2.0) * k_rtol
+    return rel * max(1.0, size / np.linalg.norm(result))
 
 
 # ------------------------------------------------------------------ agreement with PyMC
 def test_predict_matches_pymc(case: Case) -> None:
-    """Mean and full covariance agree with PyMC's own gp.predict (jitter=0) to 1e-8."""
+    """Mean and full covariance agree with PyMC's own gp.predict (jitter=0), see _posterior_rtol."""
     reg = case.reg
     mu_ref, cov_ref = reg.gp.predict(
         case.X_star.reshape(len(case.X_star), -1),
@@ -110,11 +149,23 @@ def test_predict_matches_pymc(case: Case) -> None:
     pub = case.public
     mu, cov = pub.predict(reg.y, case.X_star)
     assert pub.posterior().jitter == 0.0
-    np.testing.assert_allclose(mu, mu_ref, rtol=1e-8, atol=_scale_tol(mu_ref))
-    np.testing.assert_allclose(cov, cov_ref, rtol=1e-8, atol=_scale_tol(cov_ref))
+    A = pub.kernel(reg.X) + pub.noise_var * np.eye(reg.X.shape[0])
+    K_sf, K_ss = pub.kernel(case.X_star, reg.X), pub.kernel(case.X_star)
+    alpha, X = np.linalg.solve(A, reg.y - pub.mean), np.linalg.solve(A, K_sf.T)
+    tol_mu = _posterior_rtol(case, pub, alpha, mu_ref - pub.mean)
+    assert_normwise_close(mu - pub.mean, mu_ref - pub.mean, tol_mu, "mean")
+    tol_cov = _posterior_rtol(case, pub, X, cov_ref, K_ss)
+    assert_normwise_close(cov, cov_ref, tol_cov, "cov")
     mu_d, var = pub.predict(reg.y, case.X_star, full_cov=False)
+    # same code on the same numbers (the mean does not depend on full_cov): bitwise equal
     np.testing.assert_allclose(mu_d, mu, rtol=1e-12, atol=1e-14)
-    np.testing.assert_allclose(var, np.diag(cov_ref), rtol=1e-8, atol=_scale_tol(cov_ref))
+    # var uses k(x, x) from the kernel's diag(), PyMC the diagonal of the full kernel, whose
+    # distance is √(r² + 1e-12) (PyMC's Stationary.euclidean_dist): the two differ by exactly
+    # this public, data-free offset, which is added to the rounding budget.
+    offset = np.linalg.norm(pub.kernel_diag(case.X_star) - np.diag(K_ss))
+    tol_var = tol_cov * np.linalg.norm(cov_ref) / np.linalg.norm(np.diag(cov_ref))
+    tol_var += offset / np.linalg.norm(np.diag(cov_ref))
+    assert_normwise_close(var, np.diag(cov_ref), tol_var, "var")
 
 
 def test_cloaking_matrix_reproduces_mean(case: Case) -> None:
@@ -122,11 +173,20 @@ def test_cloaking_matrix_reproduces_mean(case: Case) -> None:
     C = pub.cloaking_matrix(case.X_star)
     assert C.shape == (len(case.X_star), reg.X.shape[0])
     mu, _ = pub.predict(reg.y, case.X_star, full_cov=False)
-    np.testing.assert_allclose(C @ (reg.y - pub.mean) + pub.mean, mu, rtol=1e-10, atol=1e-12)
-    # Dense LU reference for C = K_sf (K_ff + s2 I)^-1.
     K_ff, K_sf = pub.kernel(reg.X), pub.kernel(case.X_star, reg.X)
-    C_ref = np.linalg.solve(K_ff + pub.noise_var * np.eye(reg.X.shape[0]), K_sf.T).T
-    np.testing.assert_allclose(C, C_ref, rtol=1e-8, atol=_scale_tol(C_ref))
+    A = K_ff + pub.noise_var * np.eye(reg.X.shape[0])
+    # C = (A⁻¹K_fs)ᵀ vs K_sf (A⁻¹(y − m)): two Cholesky solves with the same A, then products
+    # with K_sf (‖K_sf‖‖A⁻¹(y − m)‖/‖mu − m‖ allows for cancellation in the product).
+    alpha = np.linalg.solve(A, reg.y - pub.mean)
+    amp = max(1.0, np.linalg.norm(K_sf, 2) * np.linalg.norm(alpha) / np.linalg.norm(mu - pub.mean))
+    assert_normwise_close(C @ (reg.y - pub.mean), mu - pub.mean, cond_rtol(A) * amp, "C (y - m)")
+    # Dense LU reference for C = K_sf (K_ff + s2 I)^-1: two backward-stable solves with A.
+    C_ref = np.linalg.solve(A, K_sf.T).T
+    assert_normwise_close(C, C_ref, cond_rtol(A), "C")
+    # a noise variance off by 1e-4 (relative) gives a C the comparison rejects
+    C_bad = np.linalg.solve(K_ff + pub.noise_var * (1 + 1e-4) * np.eye(reg.X.shape[0]), K_sf.T).T
+    with pytest.raises(AssertionError):
+        assert_normwise_close(C_bad, C_ref, cond_rtol(A))
 
 
 def test_kernel_matches_pymc_graph(case: Case) -> None:
@@ -137,7 +197,10 @@ def test_kernel_matches_pymc_graph(case: Case) -> None:
         replacements=case.point,
         model=reg.model,
     )[0]
-    np.testing.assert_allclose(pub.kernel(reg.X, case.X_star), K_ref, rtol=1e-12, atol=1e-14)
+    # entrywise closed forms (no solve): per-entry relative rounding bound
+    rtol = _kernel_entry_rtol(reg.X, case.X_star, case.ls_min)
+    np.testing.assert_allclose(pub.kernel(reg.X, case.X_star), K_ref, rtol=rtol, atol=0)
+    # diag() uses r = 0, the full kernel √(r² + 1e-12) (PyMC): ≤ ~1e-12/ℓ² apart, far below 1e-7
     np.testing.assert_allclose(pub.kernel_diag(case.X_star), np.diag(pub.kernel(case.X_star)))
     K = pub.kernel(reg.X)
     assert np.array_equal(K, K.T)
@@ -146,16 +209,20 @@ def test_kernel_matches_pymc_graph(case: Case) -> None:
 def test_expquad_kernel_against_formula() -> None:
     pub = _fixed_1d().public
     d2 = (X1[:, None] - XS1[None, :]) ** 2
-    np.testing.assert_allclose(
-        pub.kernel(X1, XS1), 1.7 * np.exp(-0.5 * d2 / 0.8**2), rtol=1e-12, atol=1e-15
-    )
+    # (x − x')² here vs |x|² + |x'|² − 2xx' in PyMC: per-entry bound of _kernel_entry_rtol
+    rtol = _kernel_entry_rtol(X1, XS1, 0.8)
+    K = pub.kernel(X1, XS1)
+    np.testing.assert_allclose(K, 1.7 * np.exp(-0.5 * d2 / 0.8**2), rtol=rtol, atol=0)
+    with pytest.raises(AssertionError):  # a lengthscale off by 1e-4 (relative) is rejected
+        np.testing.assert_allclose(K, 1.7 * np.exp(-0.5 * d2 / (0.8 * (1 + 1e-4)) ** 2), rtol=rtol)
 
 
 def test_public_gp_fields(prior1d: Case) -> None:
     reg = prior1d.reg
     assert reg.hyperparameter_names == ("eta", "ell", "sigma")
     pub = prior1d.public
-    assert pub.noise_var == pytest.approx(0.25**2, rel=1e-14)
+    # σ through one compiled function (at most a transform and its inverse), then squared
+    assert pub.noise_var == pytest.approx(0.25**2, rel=scalar_rtol(8))
     assert pub.mean == 0.1
     assert pub.hyperparameters == {"eta": 1.3, "ell": 0.6, "sigma": 0.25}
     assert all(isinstance(v, float) for v in pub.hyperparameters.values())

@@ -35,9 +35,16 @@ def split():
 def release(split):
     model, X_hold, _ = split
     X_star = np.linspace(0, 6, 61)
-    return cloaked_release(model, X_star, epsilon=1.0, delta=1e-3, y_bounds=(-2.0, 2.0),
-                           n_draws=5, ledger=Ledger(epsilon=5.0, delta=1e-2),
-                           rng=np.random.default_rng(1))
+    return cloaked_release(
+        model,
+        X_star,
+        epsilon=1.0,
+        delta=1e-3,
+        y_bounds=(-2.0, 2.0),
+        n_draws=5,
+        ledger=Ledger(epsilon=5.0, delta=1e-2),
+        rng=np.random.default_rng(1),
+    )
 
 
 def test_refuses_the_private_training_outputs(split, release):
@@ -46,27 +53,57 @@ def test_refuses_the_private_training_outputs(split, release):
         dp_ppc(release, model.X, model.y, noise_sd=0.3, training=model, interpolate=True)
     # A copy, or a hold-out set mixing in training pairs, is refused as well.
     with pytest.raises(PrivateDataError, match="training pairs"):
-        dp_ppc(release, model.X[:5], np.array(model.y[:5]), noise_sd=0.3, training=model,
-               interpolate=True)
+        dp_ppc(
+            release,
+            model.X[:5],
+            np.array(model.y[:5]),
+            noise_sd=0.3,
+            training=model,
+            interpolate=True,
+        )
+
+
+def _sample_path_release(model, n_paths: int, seed: int):
+    """A small sample-path release on [0, 6] (its warnings about the bound are not under test)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return sample_path_release(
+            model,
+            np.linspace(0, 6, 20),
+            n_paths=n_paths,
+            sigma=1.0,
+            y_bound=2.0,
+            delta=1e-5,
+            domain=(0.0, 6.0),
+            rng=np.random.default_rng(seed),
+        )
 
 
 def test_refuses_private_inputs_of_a_sample_path_release(split):
     model, _, _ = split
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        rel = sample_path_release(model, np.linspace(0, 6, 20), n_paths=3, sigma=1.0,
-                                  y_bound=2.0, delta=1e-5, domain=(0.0, 6.0),
-                                  rng=np.random.default_rng(2))
+    rel = _sample_path_release(model, n_paths=3, seed=2)
     with pytest.raises(PrivateDataError, match="private training inputs"):
         dp_ppc(rel, model.X[:3], np.zeros(3), noise_sd=0.3, training=None)
 
 
 def test_inference_data_works_with_arviz(split, release):
     model, X_hold, y_hold = split
-    idata = dp_ppc(release, X_hold, y_hold, noise_sd=0.3, training=model, interpolate=True,
-                   rng=np.random.default_rng(3))
-    assert set(group_names(idata)) >= {"posterior", "posterior_predictive", "log_likelihood",
-                                       "observed_data", "constant_data"}
+    idata = dp_ppc(
+        release,
+        X_hold,
+        y_hold,
+        noise_sd=0.3,
+        training=model,
+        interpolate=True,
+        rng=np.random.default_rng(3),
+    )
+    assert set(group_names(idata)) >= {
+        "posterior",
+        "posterior_predictive",
+        "log_likelihood",
+        "observed_data",
+        "constant_data",
+    }
     np.testing.assert_array_equal(get_group(idata, "observed_data")["y"], y_hold)
     pp = get_group(idata, "posterior_predictive")
     assert pp["y"].shape == (1, 200, len(y_hold))  # 5 draws x 40
@@ -87,22 +124,27 @@ def test_needs_the_release_at_the_holdout_inputs_or_interpolation(split, release
     model, X_hold, y_hold = split
     with pytest.raises(ValueError, match="interpolate=True"):
         dp_ppc(release, X_hold + 1e-3, y_hold, noise_sd=0.3, training=model)
-    exact = cloaked_release(model, X_hold, epsilon=1.0, delta=1e-3, y_bounds=(-2.0, 2.0),
-                            rng=np.random.default_rng(4))
-    idata = dp_ppc(exact, X_hold, y_hold, noise_sd=0.3, training=model,
-                   rng=np.random.default_rng(5))
+    exact = cloaked_release(
+        model, X_hold, epsilon=1.0, delta=1e-3, y_bounds=(-2.0, 2.0), rng=np.random.default_rng(4)
+    )
+    idata = dp_ppc(
+        exact, X_hold, y_hold, noise_sd=0.3, training=model, rng=np.random.default_rng(5)
+    )
     np.testing.assert_allclose(get_group(idata, "posterior")["f"].values[0, 0], exact.draws[0])
 
 
 def test_sample_path_release_is_evaluated_lazily(split):
     model, X_hold, y_hold = split
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        rel = sample_path_release(model, np.linspace(0, 6, 20), n_paths=4, sigma=1.0,
-                                  y_bound=2.0, delta=1e-5, domain=(0.0, 6.0),
-                                  rng=np.random.default_rng(6))
-    idata = dp_ppc(rel, X_hold, y_hold, noise_sd=0.3, training=model, n_replicates=10,
-                   rng=np.random.default_rng(7))
+    rel = _sample_path_release(model, n_paths=4, seed=6)
+    idata = dp_ppc(
+        rel,
+        X_hold,
+        y_hold,
+        noise_sd=0.3,
+        training=model,
+        n_replicates=10,
+        rng=np.random.default_rng(7),
+    )
     np.testing.assert_array_equal(
         get_group(idata, "posterior")["f"].values[0, ::10], rel.evaluate(X_hold[:, None])
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mpmath
 import numpy as np
 import pymc as pm
 import pytest
@@ -23,6 +24,7 @@ from pm_dpgp.models import (
     kmeans_inducing_points,
     sparse_gp_regression,
 )
+from tests.tolerances import EPS, assert_normwise_close, cond_rtol, condition_number
 
 Z15 = grid_inducing_points(-3.5, 3.5, 15)
 
@@ -45,6 +47,47 @@ def pub(reg: SparseGPRegression) -> PublicSparseGP:
     return reg.public_sparse_gp()
 
 
+# --------------------------------------------------------------------------- tolerances
+def _summation_atol(n: int, abs_terms: np.ndarray) -> np.ndarray:
+    """Componentwise bound on the difference of two float sums of the same ``n`` terms.
+
+    Any summation order (BLAS blocking, threads, chunks, Dask's tree) has error
+    ``≤ γ_{n−1} Σ|termᵢ|`` (Higham 2002, §4.2); two of them differ by at most twice that.
+    ``abs_terms`` is ``Σ|termᵢ|`` (e.g. ``|K| @ |y|``).
+    """
+    return 2 * (n + 1) * EPS * abs_terms
+
+
+def _whitened_rtol(K: np.ndarray, B: np.ndarray, scale: float) -> float:
+    """Tolerance for Titsias' q(u) in the whitened form (as tests/test_noise_aware.py).
+
+    ``K = L Lᵀ``, ``Λ = I + s L⁻¹ B L⁻ᵀ = L_Λ L_Λᵀ``: Cholesky and triangular-solve forward
+    errors are bounded by ``c·M·κ·EPS`` for κ(K) and κ(Λ) (Higham 2002, Thms 8.5, 10.4), so m
+    and S are within ``4·M·(κ(K) + κ(Λ))·EPS`` (normwise) of the exact values.
+    """
+    L = np.linalg.cholesky(K)
+    LiB = np.linalg.solve(L, B)
+    Lam = np.eye(len(K)) + scale * np.linalg.solve(L, LiB.T)
+    return cond_rtol(condition_number(K) + condition_number(Lam), len(K))
+
+
+def _titsias_eq2_exact(K, A, B, scale) -> tuple[np.ndarray, np.ndarray]:
+    """Literal eq. (2) — ``Σ = (K + sB)⁻¹``, ``m = s K Σ A``, ``S = K Σ K`` — in 40 digits.
+
+    mpmath (a dependency of dp-accounting) from the float64 inputs: κ(K + sB) ≈ 1e10 costs
+    10 of the 40 digits, so the result is exact to float64 precision and a comparison with it
+    sees only the float64 error of the code under test.  (In float64, the explicit inverse
+    of K + sB would itself be wrong by up to ``M·κ(K + sB)·EPS`` ≈ 1e-4.)
+    """
+    with mpmath.workdps(40):
+        Km = mpmath.matrix(np.asarray(K).tolist())
+        Sig = mpmath.inverse(Km + mpmath.mpf(scale) * mpmath.matrix(np.asarray(B).tolist()))
+        KS = Km * Sig
+        m = mpmath.mpf(scale) * KS * mpmath.matrix(np.asarray(A).tolist())
+        S = KS * Km
+        return np.array(m.tolist(), dtype=float)[:, 0], np.array(S.tolist(), dtype=float)
+
+
 # --------------------------------------------------------------------------- builder
 def test_builder_uses_marginal_approx_vfe(reg: SparseGPRegression) -> None:
     assert isinstance(reg.gp, pm.gp.MarginalApprox)
@@ -58,6 +101,7 @@ def test_public_sparse_gp_holds_no_data(pub: PublicSparseGP) -> None:
     assert pub.n_inducing == 15 and pub.noise_var == pytest.approx(0.01)
     assert pub.stationary
     K = pub.kzz()
+    # K is symmetrised exactly (½(K + Kᵀ)) before the jitter is added: bitwise symmetric
     assert np.allclose(K, K.T) and np.all(np.linalg.eigvalsh(K) > 0)
     assert pub.jitter == 1e-6 and "ExpQuad" in pub.description
 
@@ -123,13 +167,16 @@ def test_count_matching_rows() -> None:
 def test_chunk_statistics_matches_eq3(pub: PublicSparseGP) -> None:
     X, y = _data(4, 200)
     K = pub.kernel(Z15, X)
+    # 200-term sums by different BLAS calls (gemm/syrk vs gemv/gemm): summation bound
+    aK = np.abs(K)
     A, B = chunk_statistics(K, y[:, None])
-    assert np.allclose(A[:, 0], K @ y)
-    assert np.allclose(B[0], K @ K.T)
+    assert np.all(np.abs(A[:, 0] - K @ y) <= _summation_atol(200, aK @ np.abs(y)))
+    assert np.all(np.abs(B[0] - K @ K.T) <= _summation_atol(200, aK @ aK.T))
     w = np.random.default_rng(0).uniform(0.1, 1, 200)
     A, B = chunk_statistics(K, y[:, None], w[:, None])
-    assert np.allclose(A[:, 0], K @ (w * y))
-    assert np.allclose(B[0], (K * w) @ K.T)
+    # the weighted B is a syrk of K·√w: the square root and its square add 2 roundings per term
+    assert np.all(np.abs(A[:, 0] - K @ (w * y)) <= _summation_atol(201, aK @ np.abs(w * y)))
+    assert np.all(np.abs(B[0] - (K * w) @ K.T) <= _summation_atol(203, (aK * w) @ aK.T))
 
 
 def test_statistics_chunked_iterator_and_dask_agree(pub: PublicSparseGP) -> None:
@@ -137,7 +184,11 @@ def test_statistics_chunked_iterator_and_dask_agree(pub: PublicSparseGP) -> None
     X, y = _data(5, 1000)
     K = pub.kernel(Z15, X)
     full = sufficient_statistics(pub.kernel, Z15, (X, y), chunk_size=10**6)
-    assert np.allclose(full.A[:, 0], K @ y) and np.allclose(full.B[0], K @ K.T)
+    # every comparison below: the same 1000 terms summed in another order (chunks, Dask tree)
+    atol_A = _summation_atol(1000, np.abs(K) @ np.abs(y))[:, None]
+    atol_B = _summation_atol(1000, np.abs(K) @ np.abs(K).T)[None]
+    assert np.all(np.abs(full.A - (K @ y)[:, None]) <= atol_A)
+    assert np.all(np.abs(full.B - (K @ K.T)[None]) <= atol_B)
     chunked = sufficient_statistics(pub.kernel, Z15, (X, y), chunk_size=97)
     sizes = [0, 13, 400, 1000]
     gen = ((X[a:b], y[a:b]) for a, b in zip(sizes[:-1], sizes[1:], strict=True))
@@ -147,8 +198,13 @@ def test_statistics_chunked_iterator_and_dask_agree(pub: PublicSparseGP) -> None
     )
     for s in (chunked, streamed, dasked):
         assert s.n == 1000
-        assert np.allclose(s.A, full.A, rtol=1e-12, atol=1e-10)
-        assert np.allclose(s.B, full.B, rtol=1e-12, atol=1e-10)
+        assert np.all(np.abs(s.A - full.A) <= atol_A)
+        # + one rounding for Dask's ½(B + Bᵀ)
+        assert np.all(np.abs(s.B - full.B) <= atol_B + EPS * np.abs(full.B))
+    # a chunking bug that drops (or repeats) one point of 1000 is far outside the bound
+    dropped = sufficient_statistics(pub.kernel, Z15, (X[1:], y[1:]), chunk_size=97)
+    assert not np.all(np.abs(dropped.A - full.A) <= atol_A)
+    assert not np.all(np.abs(dropped.B - full.B) <= atol_B + EPS * np.abs(full.B))
 
 
 def test_statistics_memory_independent_of_n(pub: PublicSparseGP) -> None:
@@ -179,20 +235,37 @@ def test_titsias_matches_eq2_and_pymc_predictions(reg: SparseGPRegression, pub) 
     X, y = reg.X[:, 0], reg.y
     K = pub.kzz()
     s = sufficient_statistics(pub.kernel, Z15, (X, y))
-    m, S = titsias_qu(K, s.A[:, 0], s.B[0], 1.0 / pub.noise_var)
-    # Literal eq. (2) in long form (well-conditioned enough at this size).
+    beta = 1.0 / pub.noise_var
+    m, S = titsias_qu(K, s.A[:, 0], s.B[0], beta)
+    # Literal eq. (2) in long form.  κ(K + K_ZX K_XZ/σ²) ≈ 1e10 here, so it is evaluated in
+    # 40 digits (_titsias_eq2_exact) and only our whitened float64 error remains.
+    # (1) the statistics are K_ZX y and K_ZX K_XZ up to summation rounding (300 terms) ...
     Kzx = pub.kernel(Z15, X)
-    Sig = np.linalg.inv(K + Kzx @ Kzx.T / pub.noise_var)
-    assert np.allclose(m, K @ Sig @ Kzx @ y / pub.noise_var, atol=1e-6)
-    assert np.allclose(S, K @ Sig @ K, atol=1e-8)
+    aK = np.abs(Kzx)
+    assert np.all(np.abs(s.A[:, 0] - Kzx @ y) <= _summation_atol(300, aK @ np.abs(y)))
+    assert np.all(np.abs(s.B[0] - Kzx @ Kzx.T) <= _summation_atol(300, aK @ aK.T))
+    # (2) ... and q(u) is eq. (2) of those statistics within the whitened bound.
+    tol = _whitened_rtol(K, s.B[0], beta)
+    m_ex, S_ex = _titsias_eq2_exact(K, s.A[:, 0], s.B[0], beta)
+    assert_normwise_close(m, m_ex, tol, "m")
+    assert_normwise_close(S, S_ex, tol, "S")
+    # a noise precision off by 1e-4 (relative) is rejected
+    m_bad, S_bad = titsias_qu(K, s.A[:, 0], s.B[0], beta * (1 + 1e-4))
+    for got, ref in ((m_bad, m_ex), (S_bad, S_ex)):
+        with pytest.raises(AssertionError):
+            assert_normwise_close(got, ref, tol)
     Xs = np.linspace(-5, 5, 41)
     mu, var = predict_from_qu(K, m, S, pub.kernel(Z15, Xs), pub.kernel_diag(Xs))
     with reg.model:
         mu_pm, var_pm = reg.gp.predict(Xs[:, None], point={}, diag=True)
         mu_pn, var_pn = reg.gp.predict(Xs[:, None], point={}, diag=True, pred_noise=True)
-    assert np.allclose(mu, mu_pm, rtol=1e-7, atol=1e-8)
-    assert np.allclose(var, var_pm, rtol=1e-6, atol=1e-9)
-    assert np.allclose(var + pub.noise_var, var_pn, rtol=1e-6, atol=1e-9)
+    # PyMC's MarginalApprox uses the same whitened form (plus one more solve with K for
+    # K_VZ K⁻¹), so the same conditioning bound applies to the predictions (both sides).
+    # The variance is k(x, x) minus terms of the same size: its error scales with ‖k(x, x)‖.
+    assert_normwise_close(mu, mu_pm, tol, "predictive mean")
+    tol_var = tol * max(1.0, np.linalg.norm(pub.kernel_diag(Xs)) / np.linalg.norm(var_pm))
+    assert_normwise_close(var, var_pm, tol_var, "predictive variance")
+    assert_normwise_close(var + pub.noise_var, var_pn, tol_var, "predictive variance + noise")
 
 
 def test_predict_full_cov_and_multi_output(pub: PublicSparseGP) -> None:
@@ -205,11 +278,25 @@ def test_predict_full_cov_and_multi_output(pub: PublicSparseGP) -> None:
     Kzv, kd = pub.kernel(Z15, Xs), pub.kernel_diag(Xs)
     mu, var = predict_from_qu(K, m, S, Kzv, kd, mean=0.5)
     mu2, cov = predict_from_qu(K, m, S, Kzv, pub.kernel(Xs), mean=0.5, full_cov=True)
-    assert np.allclose(mu, mu2) and np.allclose(np.diag(cov), var)
+    # mu: the same code on the same numbers (bitwise equal).  var vs diag(cov): the same
+    # A = L⁻¹K_ZV, W = L⁻ᵀA, SW; only the 15-term sums (ΣA², Σ W·SW) run in another order.
+    assert np.allclose(mu, mu2)
     W = np.linalg.solve(K, Kzv)
-    assert np.allclose(mu, 0.5 + W.T @ (m - 0.5))
-    assert np.allclose(cov, pub.kernel(Xs) - Kzv.T @ W + W.T @ S @ W, atol=1e-10)
+    A = np.linalg.solve(np.linalg.cholesky(K), Kzv)
+    terms = np.abs(kd) + (A * A).sum(0) + (np.abs(W) * np.abs(S @ W)).sum(0)
+    assert np.all(np.abs(np.diag(cov) - var) <= _summation_atol(17, terms))
+    # W by LU here, by two triangular solves in predict_from_qu: forward errors ≤ cond_rtol(K)
+    # relative to ‖W‖ on each side, passed on through the products with m, K_VZ, S.
+    tol_W = cond_rtol(K)
+    amp = np.linalg.norm(W, 2) * np.linalg.norm(m - 0.5) / np.linalg.norm(mu - 0.5)
+    assert_normwise_close(mu - 0.5, W.T @ (m - 0.5), tol_W * max(1.0, amp), "mean")
+    cov_ref = pub.kernel(Xs) - Kzv.T @ W + W.T @ S @ W
+    nW = np.linalg.norm(W, 2)
+    size = nW * np.linalg.norm(Kzv) + 2 * nW**2 * np.linalg.norm(S)
+    assert_normwise_close(cov, cov_ref, tol_W * max(1.0, size / np.linalg.norm(cov_ref)), "cov")
     muT, varT = predict_from_qu(K, np.stack([m, -m]), np.stack([S, S]), Kzv, kd)
     mu0, _ = predict_from_qu(K, m, S, Kzv, kd)
+    # batched vs single call: the same operations except BLAS's choice of kernel for 15-term
+    # dot products (≲ 1e-15 relative); the default rtol = 1e-5 only has to catch a mix-up.
     assert muT.shape == (2, 7) and np.allclose(varT[0], var) and np.allclose(muT[0], mu0)
     assert np.allclose(muT[1], -mu0)

@@ -10,11 +10,24 @@ from pm_dpgp.accounting.events import (
     PrivacyEvent,
     PureDpEvent,
     RdpCurveEvent,
+    event_from_metadata,
     gdp_delta,
     gdp_epsilon,
     rdp_to_epsilon,
 )
-from pm_dpgp.accounting.ledger import BUDGET_RTOL, BudgetExceededError, Ledger, LedgerEntry
+from pm_dpgp.accounting.ledger import (
+    BUDGET_RTOL,
+    FILTERS,
+    BudgetExceededError,
+    Ledger,
+    LedgerEntry,
+)
+from pm_dpgp.accounting.persistent import (
+    LedgerIntegrityError,
+    LedgerMismatchError,
+    PersistentLedger,
+    dataset_fingerprint,
+)
 
 __all__ = [
     "DEFAULT_ORDERS",
@@ -27,6 +40,12 @@ __all__ = [
     "BudgetExceededError",
     "Ledger",
     "LedgerEntry",
+    "FILTERS",
+    "PersistentLedger",
+    "LedgerIntegrityError",
+    "LedgerMismatchError",
+    "dataset_fingerprint",
+    "event_from_metadata",
     "gdp_delta",
     "gdp_epsilon",
     "rdp_to_epsilon",

@@ -56,6 +56,7 @@ __all__ = [
     "gdp_delta",
     "gdp_epsilon",
     "rdp_to_epsilon",
+    "event_from_metadata",
 ]
 
 
@@ -627,3 +628,58 @@ class ApproxDpEvent(PrivacyEvent):
     def describe(self) -> str:
         rep = f"×{self.count}" if self.count > 1 else ""
         return f"ApproxDP(ε={self.eps:.4g}, δ={self.delta:.3g}){rep}"
+
+
+# --------------------------------------------------------------------------------------------
+# Restoring events from their metadata (used by the persistent ledger)
+# --------------------------------------------------------------------------------------------
+def _meta_float(value: Any, name: str) -> float:
+    """Inverse of :func:`json_float`: a JSON number or one of "inf"/"-inf"/"nan"."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"event metadata field {name!r} must be a number, got {value!r}.")
+    if isinstance(value, str) and value not in ("inf", "-inf", "nan"):
+        raise ValueError(f"event metadata field {name!r} must be a number, got {value!r}.")
+    return float(value)
+
+
+def event_from_metadata(meta: dict[str, Any]) -> PrivacyEvent:
+    """Rebuild the event whose :meth:`PrivacyEvent.to_metadata` is ``meta`` (exact inverse).
+
+    Floats survive a JSON round trip exactly (Python writes the shortest repr that reads back
+    to the same double), so ``event_from_metadata(json.loads(json.dumps(e.to_metadata())))``
+    equals ``e``.  Derived fields in the metadata (``mu`` of a Gaussian event) are ignored;
+    the constructors re-validate every parameter, so a corrupted record raises ``ValueError``.
+    """
+    if not isinstance(meta, dict) or "type" not in meta:
+        raise ValueError("event metadata must be a dict with a 'type' field.")
+    kind = meta["type"]
+    label = meta.get("label", "")
+    count = meta.get("count", 1)
+    try:
+        if kind == "GaussianEvent":
+            z = _meta_float(meta["noise_multiplier"], "noise_multiplier")
+            return GaussianEvent(z, count=count, label=label)
+        if kind == "RdpCurveEvent":
+            return RdpCurveEvent(
+                tuple(_meta_float(a, "orders") for a in meta["orders"]),
+                tuple(_meta_float(v, "values") for v in meta["values"]),
+                alpha_min=_meta_float(meta["alpha_min"], "alpha_min"),
+                alpha_max=_meta_float(meta["alpha_max"], "alpha_max"),
+                label=label,
+                count=count,
+            )
+        if kind == "PureDpEvent":
+            return PureDpEvent(_meta_float(meta["epsilon"], "epsilon"), label, count=count)
+        if kind == "ApproxDpEvent":
+            return ApproxDpEvent(
+                _meta_float(meta["epsilon"], "epsilon"),
+                _meta_float(meta["delta"], "delta"),
+                label,
+                count=count,
+            )
+    except KeyError as err:
+        raise ValueError(f"event metadata of type {kind!r} lacks the field {err}.") from None
+    raise ValueError(
+        f"unknown event type {kind!r} in metadata (expected GaussianEvent, RdpCurveEvent, "
+        "PureDpEvent or ApproxDpEvent)."
+    )

@@ -36,6 +36,39 @@ Vadhan 2010), provided each event's parameters (noise multiplier, ε, δ, curve)
 mechanism for every possible earlier output.  See ``docs/accounting.md`` for the fully adaptive
 case (parameters themselves chosen from earlier outputs).
 
+The refusal rule is a privacy filter
+--------------------------------------
+Whether :meth:`Ledger.spend` accepts an event is decided by a *privacy filter*, not by the
+minimum above (a minimum over bounds or Rényi orders taken after adaptively chosen events is not
+what any filter theorem proves).  The filter is one of (``filter=`` argument):
+
+``"gdp"``
+    Gaussian events only; accept while ε_GDP(√Σμ_i², δ) ≤ budget (fully adaptive GDP filter:
+    Smith & Thakurta 2022; Whitehouse, Ramdas, Rogers & Wu 2023).
+``"basic"``
+    Pure and approximate events; accept while Σ count·ε_i ≤ budget and Σ count·δ_i ≤ δ (the
+    basic-composition filter of Rogers, Roth, Ullman & Vadhan 2016).
+``"renyi"``
+    RDP-capable events (Gaussian, curve, pure); accept while some order α of the grid Λ certifies
+    the budget at δ/|Λ|: min_α [R(α) + ln(1 − 1/α) − (ln(δ/|Λ|) + ln α)/(α − 1)] ≤ budget, with
+    R(α) = Σ ρ_i(α).  This is the union over α ∈ Λ of the fixed-order Rényi filters of Feldman &
+    Zrnic (2021), each converted at δ/|Λ| (the grid-of-orders filter of Lécuyer 2021 and
+    Whitehouse et al. 2023 with uniform weights).
+``"auto"`` (default)
+    The family of the *first* event spent: Gaussian → ``"gdp"``, RDP curve → ``"renyi"``,
+    pure or approximate → ``"basic"``.  The first event is chosen before any release, so this
+    choice does not depend on private outputs.
+``"fixed"``
+    No filter: refuse when the composition bound ``epsilon()`` (the minimum below) would exceed
+    the budget.  Valid only when every event's parameters are fixed before the first release
+    (then the refusal happens at a time that does not depend on private outputs); it accepts
+    any mix of events, including approximate events interleaved with RDP events.
+
+Each is a theorem for fully adaptive choice of events; see ``docs/accounting.md`` for the
+statements and the proof of the union step.  :attr:`Ledger.filter_epsilon` is the filter's ε of
+the recorded history; ``epsilon()`` stays the (tighter) composition bound, valid when the event
+parameters are fixed in advance.
+
 Budget comparison.  A release is allowed when the new total is ≤ budget · (1 + 1e-9).  The
 relative slack absorbs the 1e-12 tolerance of the root finders (a Gaussian event calibrated
 to exactly the budget computes to ε = budget + 1e-12); it can let the true total exceed the
@@ -50,7 +83,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -69,13 +102,17 @@ from pm_dpgp.accounting.events import (
     rdp_to_epsilon,
 )
 
-__all__ = ["BudgetExceededError", "Ledger", "LedgerEntry", "BUDGET_RTOL"]
+__all__ = ["BudgetExceededError", "Ledger", "LedgerEntry", "BUDGET_RTOL", "FILTERS", "FilterName"]
 
 #: Relative slack in the budget comparison (see the module docstring).
 BUDGET_RTOL: float = 1e-9
 
 #: Bound "basic" is only evaluated for at most this many events.
 _BASIC_MAX_EVENTS = 64
+
+FilterName = Literal["auto", "gdp", "renyi", "basic", "fixed"]
+#: The refusal rules a ledger can enforce (see the module docstring).
+FILTERS: tuple[str, ...] = ("auto", "gdp", "renyi", "basic", "fixed")
 
 
 class BudgetExceededError(ValueError):
@@ -87,7 +124,9 @@ class LedgerEntry:
     """One recorded release.
 
     ``epsilon`` is the event's own ε at the ledger's δ; ``cumulative_epsilon`` is the ledger's
-    total after it, computed with ``bound`` (see :class:`Ledger`).  ``time`` is UTC, ISO 8601.
+    total after it, computed with ``bound`` (see :class:`Ledger`); ``filter_epsilon`` is the
+    privacy filter's ε after it (what the budget was checked against).  ``time`` is UTC,
+    ISO 8601.
     """
 
     index: int
@@ -97,6 +136,7 @@ class LedgerEntry:
     epsilon: float
     cumulative_epsilon: float
     bound: str
+    filter_epsilon: float = math.nan
 
     def to_metadata(self) -> dict[str, Any]:
         """JSON-serialisable form of the entry."""
@@ -107,6 +147,7 @@ class LedgerEntry:
             "epsilon": json_float(self.epsilon),
             "cumulative_epsilon": json_float(self.cumulative_epsilon),
             "bound": self.bound,
+            "filter_epsilon": json_float(self.filter_epsilon),
             "event": self.event.to_metadata(),
         }
 
@@ -198,6 +239,57 @@ class _Totals:
         return total
 
 
+def _family_of(event: PrivacyEvent) -> str:
+    """The filter family ``"auto"`` picks when ``event`` is the first event of a ledger."""
+    if isinstance(event, GaussianEvent):
+        return "gdp"
+    if isinstance(event, (PureDpEvent, ApproxDpEvent)):
+        return "basic"
+    return "renyi"
+
+
+def _family_accepts(family: str, event: PrivacyEvent) -> bool:
+    """Whether privacy filter ``family`` can account for events of ``event``'s type at all."""
+    if family == "gdp":
+        return isinstance(event, GaussianEvent)
+    if family == "basic":
+        return isinstance(event, (PureDpEvent, ApproxDpEvent))
+    if family == "renyi":
+        return event.has_rdp
+    return True
+
+
+def filter_epsilon(
+    family: str, totals: _Totals, delta: float, orders: NDArray[np.float64]
+) -> float:
+    """ε that privacy filter ``family`` certifies at ``delta`` for the events in ``totals``.
+
+    ``+inf`` when the filter cannot account for one of the events (e.g. a curve event under the
+    GDP filter), so that the ledger refuses it.  An empty history costs 0.  The statements are
+    in the module docstring and ``docs/accounting.md`` ("Filter semantics").
+    """
+    events = totals.events
+    if not events:
+        return 0.0
+    if family == "gdp":
+        if totals.n_gauss != len(events):
+            return math.inf
+        return gdp_epsilon(math.sqrt(totals.gauss_mu2), delta)
+    if family == "basic":
+        if not all(isinstance(e, (PureDpEvent, ApproxDpEvent)) for e in events):
+            return math.inf
+        if totals.approx_delta > delta:
+            return math.inf
+        return totals.pure_eps + totals.approx_eps
+    if family == "renyi":
+        if totals.n_rdp != len(events):
+            return math.inf
+        return rdp_to_epsilon(orders, totals.rdp, delta / orders.size)
+    if family == "fixed":
+        return _best(totals.bounds(delta, orders))[0]
+    raise ValueError(f"unknown privacy filter {family!r}; expected one of {FILTERS}.")
+
+
 def _best(bounds: dict[str, float]) -> tuple[float, str]:
     if not bounds:
         return 0.0, "none"
@@ -222,6 +314,9 @@ class Ledger:
         The δ at which ε is reported and the budget enforced (0 < δ < 1).
     orders
         Rényi orders α > 1 for RDP composition (default :data:`DEFAULT_ORDERS`).
+    filter
+        The privacy filter that decides refusals: ``"auto"`` (default: the family of the first
+        event), ``"gdp"``, ``"renyi"`` or ``"basic"`` (see the module docstring).
 
     Notes
     -----
@@ -236,15 +331,23 @@ class Ledger:
         epsilon: float | None = None,
         delta: float = 1e-5,
         orders: ArrayLike = DEFAULT_ORDERS,
+        *,
+        filter: FilterName = "auto",  # noqa: A002 - the established name of the concept
     ) -> None:
         self._budget = None if epsilon is None else check_epsilon(epsilon, "epsilon budget")
         self._delta = check_delta(delta)
         grid = np.unique(_check_orders(orders))
         grid.setflags(write=False)
         self._orders = grid
+        if filter not in FILTERS:
+            raise ValueError(f"filter must be one of {FILTERS}, got {filter!r}.")
+        self._filter = str(filter)
         self._totals = _Totals.empty(grid.size)
         self._entries: list[LedgerEntry] = []
         self._lock = threading.Lock()
+
+    def _refresh(self) -> None:
+        """Bring the in-memory state up to date (no-op here; the persistent ledger re-reads)."""
 
     # -- pickling (the lock is not picklable) --------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
@@ -253,6 +356,7 @@ class Ledger:
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        state.setdefault("_filter", "auto")  # ledgers pickled before filters existed
         self.__dict__.update(state)
         self._lock = threading.Lock()
 
@@ -273,36 +377,79 @@ class Ledger:
         return self._orders
 
     @property
+    def filter(self) -> str:
+        """The configured privacy filter: "auto", "gdp", "renyi" or "basic"."""
+        return self._filter
+
+    @property
+    def filter_family(self) -> str | None:
+        """The filter in force: the configured one, or for "auto" the first event's family
+        (``None`` while an "auto" ledger is empty)."""
+        self._refresh()
+        return self._family(self._totals)
+
+    def _family(self, totals: _Totals) -> str | None:
+        if self._filter != "auto":
+            return self._filter
+        return _family_of(totals.events[0]) if totals.events else None
+
+    def _filter_epsilon(self, totals: _Totals) -> float:
+        family = self._family(totals)
+        if family is None:
+            return 0.0
+        return filter_epsilon(family, totals, self._delta, self._orders)
+
+    @property
+    def filter_epsilon(self) -> float:
+        """ε the privacy filter certifies for the recorded history at the ledger's δ.
+
+        Valid even when each event was chosen from earlier outputs (fully adaptive
+        composition); the budget is enforced on this number.  0 for an empty ledger.
+        """
+        self._refresh()
+        return self._filter_epsilon(self._totals)
+
+    @property
     def rdp(self) -> NDArray[np.float64]:
         """Composed RDP curve of the RDP-capable events spent so far, on :attr:`orders` (copy)."""
+        self._refresh()
         return self._totals.rdp.copy()
 
     @property
     def history(self) -> list[LedgerEntry]:
         """The recorded releases, oldest first (a copy)."""
+        self._refresh()
         return list(self._entries)
 
     @property
     def spent_epsilon(self) -> float:
-        """ε of everything spent so far at the ledger's δ (0 for an empty ledger)."""
+        """ε of everything spent so far at the ledger's δ (0 for an empty ledger).
+
+        The composition bound of the recorded events (minimum of "rdp", "gdp", "basic"); valid
+        for event parameters fixed in advance.  See :attr:`filter_epsilon` for the adaptive
+        guarantee that the budget is enforced on.
+        """
+        self._refresh()
         return self._entries[-1].cumulative_epsilon if self._entries else 0.0
 
     @property
     def bound_used(self) -> str:
         """Which bound gives :attr:`spent_epsilon`: "rdp", "gdp", "basic" or "none" (empty)."""
+        self._refresh()
         return self._entries[-1].bound if self._entries else "none"
 
     @property
     def remaining_epsilon(self) -> float | None:
-        """Budget minus spent ε (≥ 0), or ``None`` for an unbounded ledger."""
+        """Budget minus the filter's ε (≥ 0), or ``None`` for an unbounded ledger."""
         if self._budget is None:
             return None
-        return max(0.0, self._budget - self.spent_epsilon)
+        return max(0.0, self._budget - self.filter_epsilon)
 
     # -- queries ------------------------------------------------------------------------------
     def bounds(self, delta: float | None = None) -> dict[str, float]:
         """Every applicable bound on the total ε at ``delta`` (default: the ledger's δ)."""
         d = self._delta if delta is None else check_delta(delta)
+        self._refresh()
         return self._totals.bounds(d, self._orders)
 
     def epsilon(self, delta: float | None = None) -> float:
@@ -325,13 +472,71 @@ class Ledger:
         return self._budget is None or total <= self._budget * (1.0 + BUDGET_RTOL)
 
     def preview(self, event: PrivacyEvent) -> float:
-        """Total ε at the ledger's δ if ``event`` were spent now.  Records nothing."""
+        """Composition total ε at the ledger's δ if ``event`` were spent now.  Records nothing."""
+        self._refresh()
         new = self._totals.add(self._check_event(event), self._orders)
         return _best(new.bounds(self._delta, self._orders))[0]
 
+    def preview_filter(self, event: PrivacyEvent) -> float:
+        """The filter's ε at the ledger's δ if ``event`` were spent now.  Records nothing."""
+        self._refresh()
+        return self._filter_epsilon(self._totals.add(self._check_event(event), self._orders))
+
     def can_afford(self, event: PrivacyEvent) -> bool:
-        """Whether :meth:`spend` would accept ``event`` now."""
-        return self._within_budget(self.preview(event))
+        """Whether :meth:`spend` would accept ``event`` now (the filter's ε within budget)."""
+        return self._within_budget(self.preview_filter(event))
+
+    def _decide(self, event: PrivacyEvent, label: str) -> tuple[_Totals, LedgerEntry]:
+        """The new totals and entry if the filter accepts ``event``; else raise (pure function).
+
+        Raises
+        ------
+        BudgetExceededError
+            If the filter's ε at the ledger's δ would exceed the budget.
+        """
+        new = self._totals.add(event, self._orders)
+        total, bound = _best(new.bounds(self._delta, self._orders))
+        f_eps = self._filter_epsilon(new)
+        if not self._within_budget(f_eps):
+            own = event.epsilon(self._delta)
+            family = self._family(new)
+            if family is not None and not _family_accepts(family, event):
+                hint = (
+                    "approximate events compose only under filter='basic' (with pure events) "
+                    "or 'fixed' (all parameters fixed in advance)"
+                    if isinstance(event, ApproxDpEvent)
+                    else "create the ledger with filter='renyi' to mix Gaussian, curve and "
+                    "pure events"
+                )
+                why = f"the {family!r} privacy filter cannot account for {type(event).__name__} "
+                why += f"({hint})"
+            else:
+                why = (
+                    f"the {family} filter's total would be {f_eps:.6g} > budget epsilon="
+                    f"{self._budget:.6g} at delta={self._delta:.3g}"
+                )
+            raise BudgetExceededError(
+                f"privacy budget exceeded: spent epsilon={self._filter_epsilon(self._totals):.6g} "
+                f"({family} filter), this release ({label!r}, {event.describe()}) alone costs "
+                f"epsilon={own:.6g}; {why}. Nothing was recorded and no noise was drawn; use "
+                "more noise, fewer releases, or a larger budget decided in advance."
+            )
+        entry = LedgerEntry(
+            index=len(self._entries),
+            label=label,
+            event=event,
+            time=datetime.now(timezone.utc).isoformat(),
+            epsilon=event.epsilon(self._delta),
+            cumulative_epsilon=total,
+            bound=bound,
+            filter_epsilon=f_eps,
+        )
+        return new, entry
+
+    def _label(self, event: PrivacyEvent, label: str | None) -> str:
+        if label is not None and not isinstance(label, str):
+            raise ValueError(f"label must be a string, got {type(label).__name__}.")
+        return label or event.label or type(event).__name__
 
     def spend(self, event: PrivacyEvent, label: str | None = None) -> LedgerEntry:
         """Record ``event`` if the budget allows it; otherwise raise and record nothing.
@@ -342,40 +547,20 @@ class Ledger:
         Raises
         ------
         BudgetExceededError
-            If the total ε at the ledger's δ would exceed the budget (with relative slack
-            :data:`BUDGET_RTOL`).  The ledger is left unchanged.
+            If the privacy filter's ε at the ledger's δ would exceed the budget (with relative
+            slack :data:`BUDGET_RTOL`).  The ledger is left unchanged.
         """
         event = self._check_event(event)
-        if label is not None and not isinstance(label, str):
-            raise ValueError(f"label must be a string, got {type(label).__name__}.")
-        label = label or event.label or type(event).__name__
+        label = self._label(event, label)
         with self._lock:
-            new = self._totals.add(event, self._orders)
-            total, bound = _best(new.bounds(self._delta, self._orders))
-            if not self._within_budget(total):
-                own = event.epsilon(self._delta)
-                raise BudgetExceededError(
-                    f"privacy budget exceeded: spent epsilon={self.spent_epsilon:.6g}, this "
-                    f"release ({label!r}, {event.describe()}) alone costs epsilon={own:.6g}, "
-                    f"the total would be {total:.6g} > budget epsilon={self._budget:.6g} at "
-                    f"delta={self._delta:.3g}. Nothing was recorded and no noise was drawn; "
-                    "use more noise, fewer releases, or a larger budget decided in advance."
-                )
-            entry = LedgerEntry(
-                index=len(self._entries),
-                label=label,
-                event=event,
-                time=datetime.now(timezone.utc).isoformat(),
-                epsilon=event.epsilon(self._delta),
-                cumulative_epsilon=total,
-                bound=bound,
-            )
+            new, entry = self._decide(event, label)
             self._totals = new
             self._entries.append(entry)
         return entry
 
     # -- reporting ----------------------------------------------------------------------------
     def _rows(self) -> list[tuple[str, str, str, str, str]]:
+        self._refresh()
         return [
             (
                 str(e.index),
@@ -402,7 +587,10 @@ class Ledger:
         if not rows:
             out.append("(no releases)")
         out.append("")
-        out.append(f"spent epsilon     : {_fmt(self.spent_epsilon)}  (bound: {self.bound_used})")
+        out.append(
+            f"spent epsilon     : {_fmt(self.spent_epsilon)}  (bound: {self.bound_used}; "
+            f"{self.filter_family or self._filter} filter: {_fmt(self.filter_epsilon)})"
+        )
         out.append(f"remaining epsilon : {_fmt(self.remaining_epsilon)}")
         out.append(f"budget epsilon    : {_fmt(self._budget)}")
         return "\n".join(out)
@@ -430,6 +618,7 @@ class Ledger:
 
     def to_metadata(self) -> dict[str, Any]:
         """JSON-serialisable record of the ledger (budget, totals, every entry and its event)."""
+        self._refresh()
         remaining = self.remaining_epsilon
         return {
             "type": "Ledger",
@@ -438,6 +627,9 @@ class Ledger:
             "spent_epsilon": json_float(self.spent_epsilon),
             "remaining_epsilon": None if remaining is None else json_float(remaining),
             "bound_used": self.bound_used,
+            "filter": self._filter,
+            "filter_family": self.filter_family,
+            "filter_epsilon": json_float(self.filter_epsilon),
             "budget_rtol": BUDGET_RTOL,
             "orders": self._orders.tolist(),
             "entries": [e.to_metadata() for e in self._entries],

@@ -309,12 +309,24 @@ def sample_path_release(
         are clipped into it (with a warning) so that the bound holds.
     eta:
         extra prior-GP noise scale ``η`` (0 for none).
-    kernel_class, constant:
-        which mean-sensitivity bound applies, and the proved or author's constant.
+    kernel_class:
+        which mean-sensitivity bound applies.
+    constant:
+        must be ``"proved"`` (``Δ = 2 B √Φ``).  ``"author"`` (``√2 B √Φ``, the author's code
+        constant) is **refused** with ``ValueError`` before anything is computed, spent or
+        drawn: exact neighbouring pairs violate it (``docs/sample_paths.md`` §6).  It stays
+        available as ``SamplePathBound(..., constant="author")`` for comparison.
     nugget:
         relative white-noise variance added to the released values for numerical
         stability (post-processing; recorded).
     """
+    if constant != "proved":
+        raise ValueError(
+            f"sample_path_release needs constant='proved', got {constant!r}. The author's "
+            "constant sqrt(2)*B*sqrt(Phi) is not a valid bound (exact neighbouring pairs exceed "
+            "it, docs/sample_paths.md section 6), so it cannot be used for a release; nothing "
+            "was spent or drawn. For comparison use SamplePathBound(..., constant='author')."
+        )
     rng = check_rng(rng)
     delta = check_delta(delta)
     sigma = check_positive(sigma, "sigma")

@@ -1,0 +1,426 @@
+"""A ledger stored on disk (SQLite), bound to a dataset fingerprint.
+
+:class:`PersistentLedger` is a :class:`~pm_dpgp.accounting.ledger.Ledger` whose history lives in
+an SQLite database (Python's standard :mod:`sqlite3`), so every mechanism works with it unchanged:
+they call :meth:`~pm_dpgp.accounting.ledger.Ledger.spend` before drawing noise, and ``spend``
+returns only after the spend is **committed**.
+
+What it guarantees (tested in ``tests/test_persistent_ledger.py``; design in
+``docs/accounting.md``, "Persistent ledger"):
+
+* **Commit before noise.**  ``spend`` runs ``BEGIN IMMEDIATE`` (SQLite's write lock), re-reads
+  the whole history of the dataset inside the transaction, decides with the privacy filter,
+  inserts the row and commits; only then does it return, so a mechanism draws noise only for a
+  spend that is already durable.  A process killed after the commit leaves the spend recorded; a
+  process killed before it leaves nothing, and no noise was drawn.
+* **No overspending across processes.**  The write lock serialises concurrent spends on the same
+  database file; each decision sees every committed spend of every process.
+* **Restart round trip.**  Reopening restores the history, the budget, δ, orders and filter; a
+  different budget (or δ, orders, filter) for the same dataset fingerprint is refused.
+* **Tamper evidence.**  Each row stores ``hash = H(previous hash ‖ canonical JSON of the row)``
+  with SHA-256 (or HMAC-SHA-256 under a secret ``key``), starting from a hash of the ledger's
+  parameters.  The chain is verified on open, on every re-read and by :meth:`verify`; an edited,
+  inserted or reordered row raises :class:`LedgerIntegrityError`.  Without a key, someone with
+  write access could recompute the whole chain, and deleting trailing rows is only detectable
+  against a :attr:`head_hash` recorded elsewhere: record it, or use a ``key``.
+* **Only a fingerprint is stored** (a SHA-256 hex digest, see :func:`dataset_fingerprint`), never
+  a dataset value.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import re
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from os import PathLike
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from pm_dpgp._validation import check_positive
+from pm_dpgp.accounting.events import (
+    DEFAULT_ORDERS,
+    PrivacyEvent,
+    event_from_metadata,
+    json_float,
+)
+from pm_dpgp.accounting.ledger import FilterName, Ledger, LedgerEntry, _Totals
+
+__all__ = [
+    "LedgerIntegrityError",
+    "LedgerMismatchError",
+    "PersistentLedger",
+    "dataset_fingerprint",
+]
+
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_SCHEMA_VERSION = 1
+_UNSET: Any = object()
+
+
+class LedgerIntegrityError(RuntimeError):
+    """The stored history fails its hash-chain check (it was edited outside the ledger)."""
+
+
+class LedgerMismatchError(ValueError):
+    """A stored ledger exists for this dataset with a different budget, δ, orders or filter."""
+
+
+def dataset_fingerprint(identifier: str | bytes) -> str:
+    """SHA-256 hex digest of a public dataset identifier, e.g. ``"howell-kung-women-v1"``.
+
+    The identifier is hashed with a domain-separation prefix, so the stored fingerprint does not
+    reveal it.  Use a *name or version string* of the dataset, not its values: hashing
+    low-entropy private data could be inverted by trying candidates.
+    """
+    if isinstance(identifier, str):
+        identifier = identifier.encode("utf-8")
+    if not isinstance(identifier, bytes) or not identifier:
+        raise ValueError("the dataset identifier must be a non-empty str or bytes.")
+    return hashlib.sha256(b"pm_dpgp dataset fingerprint v1\x00" + identifier).hexdigest()
+
+
+def _check_fingerprint(fingerprint: Any) -> str:
+    if not isinstance(fingerprint, str) or not _HEX64.match(fingerprint):
+        raise ValueError(
+            "dataset_fingerprint must be a SHA-256 hex digest (64 lowercase hex characters); "
+            "compute one with pm_dpgp.accounting.dataset_fingerprint('<dataset name>')."
+        )
+    return fingerprint
+
+
+def _canonical(obj: Any) -> bytes:
+    """Deterministic JSON encoding (sorted keys, no whitespace, strict: no NaN)."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+
+
+class PersistentLedger(Ledger):
+    """A :class:`Ledger` persisted in SQLite and bound to one dataset fingerprint.
+
+    Parameters
+    ----------
+    path
+        The SQLite database file (created if missing).  Several datasets may share one file.
+    dataset_fingerprint
+        SHA-256 hex digest identifying the dataset (:func:`dataset_fingerprint`).
+    epsilon, delta, orders, filter
+        As for :class:`Ledger`.  For a new ledger ``epsilon`` must be given (``None``: record
+        only).  When the database already holds this dataset, leaving them out restores the
+        stored values, and giving different ones raises :class:`LedgerMismatchError`.
+    key
+        Optional secret for HMAC-SHA-256 chaining (then the chain cannot be recomputed by
+        someone without the key).  The same key must be given on every open.
+    timeout
+        Seconds to wait for another process's write lock before ``sqlite3.OperationalError``.
+
+    Notes
+    -----
+    The object holds no open connection (one per operation), so it survives ``fork`` and can be
+    pickled; a pickle carries the ``key``, so do not share pickles of a keyed ledger.
+
+    Raises
+    ------
+    LedgerMismatchError, LedgerIntegrityError, ValueError
+        See the module docstring.
+    """
+
+    def __init__(
+        self,
+        path: str | PathLike[str],
+        dataset_fingerprint: str,
+        epsilon: float | None = _UNSET,
+        delta: float = _UNSET,
+        orders: ArrayLike = _UNSET,
+        *,
+        filter: FilterName = _UNSET,  # noqa: A002
+        key: bytes | None = None,
+        timeout: float = 60.0,
+    ) -> None:
+        self._path = Path(path)
+        if not self._path.parent.is_dir() or self._path.is_dir():
+            raise ValueError(
+                f"path must be a database file in an existing directory, got {str(path)!r}."
+            )
+        self._fingerprint = _check_fingerprint(dataset_fingerprint)
+        if key is not None and (not isinstance(key, bytes) or not key):
+            raise ValueError("key must be non-empty bytes (or None).")
+        self._key = key
+        self._timeout = check_positive(timeout, "timeout")
+        given = {"epsilon": epsilon, "delta": delta, "orders": orders, "filter": filter}
+        with self._transaction(write=True) as conn:
+            row = conn.execute(
+                "SELECT epsilon, delta, orders, filter, genesis FROM ledgers WHERE fingerprint = ?",
+                (self._fingerprint,),
+            ).fetchone()
+            if row is None:
+                if epsilon is _UNSET:
+                    raise ValueError(
+                        "no ledger is stored for this dataset yet: give its budget "
+                        "(epsilon=..., or epsilon=None to record only)."
+                    )
+                super().__init__(
+                    epsilon,
+                    1e-5 if delta is _UNSET else delta,
+                    DEFAULT_ORDERS if orders is _UNSET else orders,
+                    filter="auto" if filter is _UNSET else filter,
+                )
+                self._genesis = self._hash(b"", _canonical(self._params()))
+                conn.execute(
+                    "INSERT INTO ledgers (fingerprint, epsilon, delta, orders, filter, genesis) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    (
+                        self._fingerprint,
+                        self._budget,
+                        self._delta,
+                        json.dumps(self._orders.tolist()),
+                        self._filter,
+                        self._genesis,
+                    ),
+                )
+            else:
+                s_eps, s_delta, s_orders, s_filter, genesis = row
+                super().__init__(s_eps, s_delta, json.loads(s_orders), filter=s_filter)
+                self._genesis = genesis
+                if self._hash(b"", _canonical(self._params())) != genesis:
+                    raise LedgerIntegrityError(
+                        "the stored ledger parameters do not match their hash (edited outside "
+                        "the ledger, or opened with a different key)."
+                    )
+                self._check_same(given)
+        self._head = self._genesis
+        self._refresh()  # reads and verifies the stored history
+
+    # -- parameters ---------------------------------------------------------------------------
+    def _params(self) -> dict[str, Any]:
+        return {
+            "schema": _SCHEMA_VERSION,
+            "fingerprint": self._fingerprint,
+            "epsilon": self._budget,
+            "delta": self._delta,
+            "orders": self._orders.tolist(),
+            "filter": self._filter,
+        }
+
+    def _check_same(self, given: dict[str, Any]) -> None:
+        stored: dict[str, Any] = {
+            "epsilon": self._budget,
+            "delta": self._delta,
+            "orders": self._orders,
+            "filter": self._filter,
+        }
+        for name, value in given.items():
+            if value is _UNSET:
+                continue
+            if name == "orders":
+                same = np.array_equal(np.unique(np.asarray(value, dtype=float)), stored[name])
+            else:
+                same = value == stored[name]
+            if not same:
+                raise LedgerMismatchError(
+                    f"a ledger for this dataset is already stored in {self._path} with "
+                    f"{name}={stored[name] if name != 'orders' else '<stored grid>'}; it cannot "
+                    f"be reopened with {name}={value!r}. The budget is fixed when the ledger is "
+                    "created; open it without these arguments to restore the stored values."
+                )
+
+    @property
+    def path(self) -> Path:
+        """The database file."""
+        return self._path
+
+    @property
+    def dataset_fingerprint(self) -> str:
+        """The dataset fingerprint this ledger is bound to."""
+        return self._fingerprint
+
+    @property
+    def head_hash(self) -> str:
+        """Hash of the last row (of the parameters for an empty ledger): record it elsewhere to
+        detect truncation."""
+        self._refresh()
+        return self._head
+
+    # -- SQLite -------------------------------------------------------------------------------
+    @contextmanager
+    def _transaction(self, *, write: bool) -> Iterator[sqlite3.Connection]:
+        """A fresh connection in one transaction: ``BEGIN IMMEDIATE`` (write lock) or
+        ``BEGIN`` (read snapshot); committed on success, rolled back on any exception.
+
+        A new connection per operation keeps the ledger safe to use after ``fork`` and to
+        pickle; opening one costs well under a millisecond.
+        """
+        conn = sqlite3.connect(self._path, timeout=self._timeout, isolation_level=None)
+        try:
+            conn.execute("PRAGMA synchronous = FULL")
+            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            try:
+                if write:
+                    conn.execute(
+                        "CREATE TABLE IF NOT EXISTS ledgers (fingerprint TEXT PRIMARY KEY, "
+                        "epsilon REAL, delta REAL NOT NULL, orders TEXT NOT NULL, "
+                        "filter TEXT NOT NULL, genesis TEXT NOT NULL)"
+                    )
+                    conn.execute(
+                        "CREATE TABLE IF NOT EXISTS entries (fingerprint TEXT NOT NULL, "
+                        "idx INTEGER NOT NULL, record TEXT NOT NULL, hash TEXT NOT NULL, "
+                        "PRIMARY KEY (fingerprint, idx))"
+                    )
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+
+    def _hash(self, prev: bytes | str, payload: bytes) -> str:
+        prev_b = prev.encode() if isinstance(prev, str) else prev
+        msg = prev_b + b"\x00" + payload
+        if self._key is not None:
+            return hmac.new(self._key, msg, hashlib.sha256).hexdigest()
+        return hashlib.sha256(msg).hexdigest()
+
+    @staticmethod
+    def _record(entry: LedgerEntry) -> dict[str, Any]:
+        return entry.to_metadata()
+
+    def _entry_from_record(self, record: dict[str, Any]) -> LedgerEntry:
+        return LedgerEntry(
+            index=int(record["index"]),
+            label=str(record["label"]),
+            event=event_from_metadata(record["event"]),
+            time=str(record["time"]),
+            epsilon=float(record["epsilon"]),
+            cumulative_epsilon=float(record["cumulative_epsilon"]),
+            bound=str(record["bound"]),
+            filter_epsilon=float(record["filter_epsilon"]),
+        )
+
+    def _sync(self, conn: sqlite3.Connection) -> None:
+        """Append the rows committed since the last read, verifying their chain links."""
+        rows = conn.execute(
+            "SELECT idx, record, hash FROM entries WHERE fingerprint = ? AND idx >= ? ORDER BY idx",
+            (self._fingerprint, len(self._entries)),
+        ).fetchall()
+        totals, entries, head = self._totals, list(self._entries), self._head
+        for idx, record, stored_hash in rows:
+            if idx != len(entries) or self._hash(head, record.encode()) != stored_hash:
+                raise LedgerIntegrityError(
+                    f"the stored history of this dataset fails its hash-chain check at row "
+                    f"{idx}: it was edited outside the ledger. Do not release from it; restore "
+                    "the database from a trusted copy."
+                )
+            try:
+                entry = self._entry_from_record(json.loads(record))
+            except (ValueError, KeyError, TypeError) as err:
+                raise LedgerIntegrityError(f"row {idx} cannot be decoded: {err}") from None
+            if entry.index != idx:
+                raise LedgerIntegrityError(f"row {idx} records index {entry.index}.")
+            totals = totals.add(entry.event, self._orders)
+            entries.append(entry)
+            head = stored_hash
+        self._totals, self._entries, self._head = totals, entries, head
+
+    def _refresh(self) -> None:
+        if not hasattr(self, "_head"):  # during Ledger.__init__
+            return
+        with self._lock, self._transaction(write=False) as conn:
+            self._sync(conn)
+
+    def verify(self) -> int:
+        """Re-verify the whole stored chain from the parameters' hash; return the row count.
+
+        Raises
+        ------
+        LedgerIntegrityError
+            If any row (or the parameters) was edited, inserted, removed in the middle or
+            reordered.
+        """
+        with self._lock:
+            self._totals = _Totals.empty(self._orders.size)
+            self._entries, self._head = [], self._genesis
+            with self._transaction(write=False) as conn:
+                row = conn.execute(
+                    "SELECT epsilon, delta, orders, filter FROM ledgers WHERE fingerprint = ?",
+                    (self._fingerprint,),
+                ).fetchone()
+                stored = {
+                    "schema": _SCHEMA_VERSION,
+                    "fingerprint": self._fingerprint,
+                    "epsilon": row[0],
+                    "delta": row[1],
+                    "orders": json.loads(row[2]),
+                    "filter": row[3],
+                }
+                if self._hash(b"", _canonical(stored)) != self._genesis:
+                    raise LedgerIntegrityError("the stored ledger parameters were edited.")
+                self._sync(conn)
+            return len(self._entries)
+
+    # -- spending -----------------------------------------------------------------------------
+    def spend(self, event: PrivacyEvent, label: str | None = None) -> LedgerEntry:
+        """Decide and record ``event`` in one SQLite write transaction, committed on return.
+
+        Inside ``BEGIN IMMEDIATE`` the history is re-read (spends of other processes included)
+        and verified, the filter decides, and the row is inserted and committed.  A refusal
+        (:class:`~pm_dpgp.accounting.ledger.BudgetExceededError`) or any error rolls back:
+        nothing is recorded.  See :meth:`Ledger.spend`.
+        """
+        event = self._check_event(event)
+        label = self._label(event, label)
+        with self._lock:
+            with self._transaction(write=True) as conn:
+                self._sync(conn)
+                new, entry = self._decide(event, label)
+                record = _canonical(self._record(entry)).decode()
+                digest = self._hash(self._head, record.encode())
+                conn.execute(
+                    "INSERT INTO entries (fingerprint, idx, record, hash) VALUES (?, ?, ?, ?)",
+                    (self._fingerprint, entry.index, record, digest),
+                )
+            # committed when the transaction block exited; only now update the memory state
+            self._totals, self._head = new, digest
+            self._entries = [*self._entries, entry]
+        return entry
+
+    # -- export -------------------------------------------------------------------------------
+    def export_json(self, path: str | PathLike[str] | None = None) -> str:
+        """The parameters, every row with its hash, and the head hash as strict JSON.
+
+        Written to ``path`` if given; always returned.  Contains only the fingerprint, the
+        budget and the events' parameters, never a dataset value.
+        """
+        self.verify()
+        with self._transaction(write=False) as conn:
+            rows = conn.execute(
+                "SELECT record, hash FROM entries WHERE fingerprint = ? ORDER BY idx",
+                (self._fingerprint,),
+            ).fetchall()
+        doc = {
+            "type": "PersistentLedger",
+            "parameters": {
+                **self._params(),
+                "epsilon": None if self._budget is None else json_float(self._budget),
+            },
+            "hash": "hmac-sha256" if self._key is not None else "sha256",
+            "genesis": self._genesis,
+            "head_hash": self._head,
+            "entries": [{"record": json.loads(r), "hash": h} for r, h in rows],
+            "filter_epsilon": json_float(self._filter_epsilon(self._totals)),
+            "spent_epsilon": json_float(
+                self._entries[-1].cumulative_epsilon if self._entries else 0.0
+            ),
+        }
+        text = json.dumps(doc, indent=1, allow_nan=False)
+        if path is not None:
+            Path(path).write_text(text, encoding="utf-8")
+        return text
+
+    def __repr__(self) -> str:
+        return f"Persistent{super().__repr__()[:-1]}, path={str(self._path)!r})"
