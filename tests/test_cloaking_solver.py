@@ -301,9 +301,8 @@ def test_certificate_checks_reject_near_misses() -> None:
     res = solve_noise_covariance(C)
     assert_kiefer_wolfowitz(res, C)
     shrink = 1.0 - 1e-4  # M too small: the worst column sticks out of the ellipsoid by ~1e-4
-    too_small = replace(
-        res, M=res.M * shrink, M_k=res.M_k * shrink, chol_k=res.chol_k * math.sqrt(shrink)
-    )
+    # (M = U_k M_k U_kᵀ is formed from M_k on demand, so scaling M_k and chol_k scales it too)
+    too_small = replace(res, M_k=res.M_k * shrink, chol_k=res.chol_k * math.sqrt(shrink))
     too_heavy = replace(res, lam=res.lam * (1.0 + 1e-4))  # KW gains above k, M_k ≠ Σ λ a aᵀ
     misreported = replace(res, max_mahalanobis=res.max_mahalanobis * (1.0 + 1e-4))
     for bad in (too_small, too_heavy, misreported):
@@ -312,7 +311,8 @@ def test_certificate_checks_reject_near_misses() -> None:
     with pytest.raises(AssertionError):
         assert misreported.max_mahalanobis == pytest.approx(1.0, abs=scaling_atol(res))
     with pytest.raises(AssertionError):
-        assert_structure(replace(res, M=res.M * (1.0 + 1e-4)), *C.shape)
+        # a stale factor: M_k changed by 1e-4 without refactorising
+        assert_structure(replace(res, M_k=res.M_k * (1.0 + 1e-4)), *C.shape)
 
 
 def test_certificate_gp_cloaking_matrix() -> None:
