@@ -11,7 +11,7 @@ from pm_dpgp.accounting import BudgetExceededError, Ledger
 from pm_dpgp.audit import scan_for_values
 from pm_dpgp.mechanisms.sample_path import sample_path_release
 from pm_dpgp.models import gp_regression
-from tests.tolerances import scalar_rtol
+from tests.tolerances import assert_normwise_close, cond_rtol, scalar_rtol
 
 SIGMA, R2, LS = 1.0, 4.0, 0.3
 
@@ -198,3 +198,41 @@ def test_release_refuses_the_author_constant(model, constant):
     with pytest.warns(PrivacyWarning):
         author = SamplePathBound(15, SIGMA, R2, 2.0, 0.5, constant="author")
     assert author.epsilon(1e-5) < SamplePathBound(15, SIGMA, R2, 2.0, 0.5).epsilon(1e-5)
+
+
+def test_lazy_rounds_build_the_cholesky_factor_of_the_joint(model):
+    """Three calls (5, then 3 new + 1 old, then 2 new inputs) append block rows whose
+    assembled factor is that of the exact posterior joint at all 10 inputs plus the nugget.
+
+    The only rounding is in the posterior covariance ``s·k − k K_r⁻¹ k`` (solves with
+    ``K + r²I``) and in the block Cholesky steps: normwise within
+    ``cond_rtol(K + r²I)`` of ``‖Σ‖`` plus the factor products' ``γ_q ‖L‖²``.
+    """
+    X1, X2, X3 = np.linspace(0, 1, 5), np.array([0.12, 0.5, 0.33, 0.9]), np.array([0.7, 0.05])
+    rel = sample_path_release(model, X1, n_paths=3, rng=np.random.default_rng(4), **KW)
+    rel.evaluate(X2[:, None])  # 0.5 was released in the first call
+    rel.evaluate(X3[:, None])
+    state = rel._state
+    assert [len(d) for _, d in state.blocks] == [5, 3, 2]
+    X_all = np.concatenate([X1, [0.12, 0.33, 0.9], X3])
+    np.testing.assert_array_equal(state.X[:, 0], X_all)
+    _, cov = _exact_joint(model, X_all)
+    joint = cov + rel.metadata["nugget_variance"] * np.eye(len(X_all))
+    L = state.L
+    np.testing.assert_array_equal(L, np.tril(L))
+    gp = model.public_gp()
+    K = gp.kernel(gp.X) + gp.noise_var * np.eye(gp.n)
+    tol = cond_rtol(K) + scalar_rtol(len(X_all))
+    assert_normwise_close(L @ L.T, joint, tol, "L Lᵀ")
+    with pytest.raises(AssertionError):  # a 1e-4 error in one block row is caught
+        L_bad = L.copy()
+        L_bad[8:] *= 1 + 1e-4
+        assert_normwise_close(L_bad @ L_bad.T, joint, tol, "L Lᵀ")
+    # the released values are μ + L W row by row
+    np.testing.assert_allclose(
+        rel.released_values,
+        (state.mean[:, None] + L @ state.W).T,
+        rtol=0,
+        atol=scalar_rtol(len(X_all))
+        * float(np.max(np.abs(state.mean)[:, None] + np.abs(L) @ np.abs(state.W))),
+    )

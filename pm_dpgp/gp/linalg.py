@@ -23,6 +23,7 @@ from pm_dpgp._validation import check_finite_array, check_positive
 
 __all__ = [
     "CholeskyError",
+    "fill_upper_from_lower",
     "check_square_symmetric",
     "jittered_cholesky",
     "symmetrise_inplace",
@@ -104,6 +105,15 @@ def _restore_lower_from_upper(W: NDArray[np.float64]) -> None:
         blk = W[i:j, i:j]
         low = np.tril_indices(j - i, -1)
         blk[low] = blk.T[low]
+
+
+def fill_upper_from_lower(W: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Make the square ``W`` symmetric from its lower triangle, in place (blocked); return it.
+
+    For results of BLAS ``?syrk`` / ``?potrf``-style routines that write one triangle only.
+    """
+    _restore_lower_from_upper(W.T)  # W.T's lower triangle is W's upper one
+    return W
 
 
 def _zero_upper(W: NDArray[np.float64]) -> None:

@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
-from numpy.linalg import LinAlgError
 from numpy.typing import ArrayLike, NDArray
-from scipy.linalg import cholesky, eigh, qr, solve_triangular
+from scipy.linalg import eigh, qr, solve_triangular
+from scipy.linalg.blas import dsyrk
 
 from pm_dpgp._validation import (
     PrivacyWarning,
@@ -45,6 +45,7 @@ from pm_dpgp._validation import (
     check_rng,
 )
 from pm_dpgp.accounting import Ledger
+from pm_dpgp.gp.linalg import CholeskyError, fill_upper_from_lower, jittered_cholesky
 from pm_dpgp.mechanisms.output_perturbation import SEED_POLICY
 from pm_dpgp.mechanisms.sample_path_bounds import (
     SamplePathBound,
@@ -57,16 +58,80 @@ __all__ = ["SamplePathRelease", "sample_path_release"]
 
 KernelClass = Literal["generic", "exponential_1d", "constant"]
 
+#: Doubles per block of ``k(X_o, X)`` when conditioning on released values (8 MiB).
+_BLOCK_DOUBLES = 2**20
 
-@dataclass
+
 class _PathState:
-    """Growing joint factor of all released values: ``F = μ + L_full W``."""
+    """All values released so far: ``F = μ + L W`` with ``L`` their joint lower factor.
 
-    X: NDArray[np.float64]  # (q, d) inputs released so far
-    mean: NDArray[np.float64]  # (q,) posterior mean there (private; never published)
-    L: NDArray[np.float64]  # (q, q) lower factor of the released values' covariance
-    W: NDArray[np.float64]  # (q, L_paths) standard normals behind the released values
-    nugget: float
+    ``L`` (``q × q``, lower triangular) is stored as block rows, one per call that
+    released new inputs: block ``b`` holds ``L[r_b, :s_b]`` (``off``) and the diagonal
+    block ``L[r_b, r_b]`` (``diag``), where ``r_b`` are its rows and ``s_b`` the number of
+    values released before it.  A lazy round appends one block row, so nothing already
+    stored is copied or recomputed, and memory is ``Σ_b k_b (s_b + k_b)`` doubles (the
+    lower triangle plus the diagonal blocks' upper halves), never a grown ``q × q`` copy.
+    """
+
+    def __init__(self, input_dim: int, n_paths: int) -> None:
+        self.X = np.empty((0, input_dim))  # (q, d) released inputs
+        self.mean = np.empty(0)  # (q,) posterior mean there (private; never published)
+        self.W = np.empty((0, n_paths))  # (q, L) standard normals behind the values
+        self.blocks: list[tuple[NDArray[np.float64], NDArray[np.float64]]] = []
+
+    @property
+    def q(self) -> int:
+        return len(self.X)
+
+    def append(
+        self,
+        X_new: NDArray[np.float64],
+        mean_new: NDArray[np.float64],
+        off: NDArray[np.float64],
+        diag: NDArray[np.float64],
+        Z: NDArray[np.float64],
+    ) -> None:
+        """Add the block row ``[off, diag]`` for the values ``mean_new + off W + diag Z``."""
+        self.blocks.append((off, diag))
+        self.X = np.vstack([self.X, X_new])
+        self.mean = np.concatenate([self.mean, mean_new])
+        self.W = np.vstack([self.W, Z])
+
+    def solve(self, B: NDArray[np.float64]) -> NDArray[np.float64]:
+        """``L⁻¹ B`` by block forward substitution (one triangular solve per block row)."""
+        out = np.empty_like(B)
+        start = 0
+        for off, diag in self.blocks:
+            stop = start + len(diag)
+            rhs = B[start:stop] - off @ out[:start] if start else B[start:stop]
+            out[start:stop] = solve_triangular(diag, rhs, lower=True, check_finite=False)
+            start = stop
+        return out
+
+    def values(self, rows: NDArray[np.intp] | None = None) -> NDArray[np.float64]:
+        """``(μ + L W)[rows]``, shape ``(len(rows), L)`` (all rows when ``rows`` is None)."""
+        out = np.empty((self.q, self.W.shape[1]))
+        start = 0
+        for off, diag in self.blocks:
+            stop = start + len(diag)
+            out[start:stop] = diag @ self.W[start:stop]
+            if start:
+                out[start:stop] += off @ self.W[:start]
+            start = stop
+        out += self.mean[:, None]
+        return out if rows is None else out[rows]
+
+    @property
+    def L(self) -> NDArray[np.float64]:
+        """The joint factor as one dense ``q × q`` matrix (for inspection and tests only)."""
+        L = np.zeros((self.q, self.q))
+        start = 0
+        for off, diag in self.blocks:
+            stop = start + len(diag)
+            L[start:stop, :start] = off
+            L[start:stop, start:stop] = diag
+            start = stop
+        return L
 
 
 @dataclass
@@ -97,23 +162,56 @@ class SamplePathRelease:
     metadata: dict[str, Any] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ algebra
-    def _cross_cov(self, A: NDArray[np.float64], B: NDArray[np.float64]) -> NDArray[np.float64]:
-        """Covariance of the released process between inputs ``A`` and ``B``.
-
-        ``σ²[k(A,B) − k(A,X)(K + r²I)⁻¹k(X,B)] + η² k(A,B)``: the PublicGP kernel is
-        ``σ² k`` and its noise variance ``σ² r²`` (R&W 2006, eq. 2.24).
-        """
-        gp = self.public_gp
-        post = gp.posterior()
-        Va = solve_triangular(post.L, gp.kernel(gp.X, A), lower=True)
-        Vb = Va if B is A else solve_triangular(post.L, gp.kernel(gp.X, B), lower=True)
-        K_ab = gp.kernel(A, B)
-        scale = 1.0 + self.eta**2 / self.bound.sigma**2
-        return scale * K_ab - Va.T @ Vb
-
     def _mean(self, A: NDArray[np.float64]) -> NDArray[np.float64]:
         gp = self.public_gp
         return gp.mean + gp.kernel(A, gp.X) @ self._alpha
+
+    def _conditional_covariance(
+        self, X_new: NDArray[np.float64]
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """Covariance at ``X_new`` given every value released so far, and the new block row.
+
+        With ``V = L_K⁻¹ k(X, X_new)`` (``L_K`` the factor of ``K + r²I``, kernel ``σ² k``),
+        the posterior covariance is ``s·k(X_new, X_new) − VᵀV`` with ``s = 1 + η²/σ²``
+        (R&W 2006, eq. 2.24, plus the independent ``η g``).  Conditioning on the ``q``
+        released values ``F_o = μ_o + L_o W_o`` subtracts ``L_noᵀ L_no`` with
+        ``L_no = L_o⁻¹ S_on`` and ``S_on = s·k(X_o, X_new) − k(X_o, X)(K + r²I)⁻¹ k(X, X_new)``
+        (block Cholesky of the joint covariance; ``L_noᵀ`` is the new block row's
+        off-diagonal part).  Cost ``O(n² k + n q k + q² k)`` for ``k`` new inputs; nothing
+        about earlier inputs is solved again, and ``k(X_o, X)`` is evaluated one row block
+        at a time.  The ``k × k`` result is updated in place by BLAS ``dsyrk`` (lower
+        triangle) and symmetrised from it.
+        """
+        gp = self.public_gp
+        L_K = gp.posterior().L
+        scale = 1.0 + self.eta**2 / self.bound.sigma**2
+        # k(X_new, X) is C-ordered (k × n): its transpose is the Fortran-ordered n × k
+        # right-hand side, solved in its own memory; k(X_new, X_new) is exactly symmetric
+        # (the kernel symmetrises it), so its transpose is the same matrix, Fortran-ordered.
+        V = solve_triangular(
+            L_K, gp.kernel(X_new, gp.X).T, lower=True, overwrite_b=True, check_finite=False
+        )
+        S = dsyrk(
+            -1.0,
+            V,
+            beta=scale,
+            c=gp.kernel(X_new).T,
+            trans=1,
+            lower=1,
+            overwrite_c=1,
+        )
+        state = self._state
+        if state is None:
+            return fill_upper_from_lower(S), np.empty((len(X_new), 0))
+        G = solve_triangular(L_K, V, lower=True, trans="T", overwrite_b=True, check_finite=False)
+        S_on = np.empty((state.q, len(X_new)))
+        step = max(1, _BLOCK_DOUBLES // max(gp.n, 1))
+        for i in range(0, state.q, step):
+            X_o = state.X[i : i + step]
+            S_on[i : i + step] = scale * gp.kernel(X_o, X_new) - gp.kernel(X_o, gp.X) @ G
+        L_no = state.solve(S_on)
+        S = dsyrk(-1.0, L_no, beta=1.0, c=S, trans=1, lower=1, overwrite_c=1)
+        return fill_upper_from_lower(S), L_no.T
 
     # ------------------------------------------------------------------ release
     def evaluate(self, X_new: ArrayLike) -> NDArray[np.float64]:
@@ -138,38 +236,16 @@ class SamplePathRelease:
             self._extend(fresh[np.sort(first)])
         state = self._state
         _, where = _match_rows(X_new, state.X)
-        return (state.mean[where, None] + state.L[where] @ state.W).T
+        return state.values(where).T
 
     def _extend(self, X_new: NDArray[np.float64]) -> None:
         """Draw the paths at new, distinct inputs conditionally on all released values."""
-        state = self._state
-        S_nn = self._cross_cov(X_new, X_new)
-        mean_new = self._mean(X_new)
-        nugget = self.metadata["nugget_variance"]
-        if state is None:
-            L_nn = _nugget_cholesky(S_nn, nugget)
-            L_no = np.zeros((len(X_new), 0))
-        else:
-            S_on = self._cross_cov(state.X, X_new)
-            L_no = solve_triangular(state.L, S_on, lower=True).T
-            S_cond = S_nn - L_no @ L_no.T
-            L_nn = _nugget_cholesky(S_cond, nugget)
+        S_cond, off = self._conditional_covariance(X_new)
+        diag = _nugget_cholesky(S_cond, self.metadata["nugget_variance"])
         Z = self._rng.standard_normal((len(X_new), self.n_paths))
-        if state is None:
-            self._state = _PathState(X_new, mean_new, L_nn, Z, nugget)
-            return
-        q, m = len(state.X), len(X_new)
-        L_full = np.zeros((q + m, q + m))
-        L_full[:q, :q] = state.L
-        L_full[q:, :q] = L_no
-        L_full[q:, q:] = L_nn
-        self._state = _PathState(
-            np.vstack([state.X, X_new]),
-            np.concatenate([state.mean, mean_new]),
-            L_full,
-            np.vstack([state.W, Z]),
-            nugget,
-        )
+        if self._state is None:
+            self._state = _PathState(X_new.shape[1], self.n_paths)
+        self._state.append(X_new, self._mean(X_new), off, diag, Z)
 
     @property
     def released_inputs(self) -> NDArray[np.float64]:
@@ -181,8 +257,7 @@ class SamplePathRelease:
         """``(L, q)``: all values released so far, in query order."""
         if self._state is None:
             return np.empty((self.n_paths, 0))
-        s = self._state
-        return (s.mean[:, None] + s.L @ s.W).T
+        return self._state.values().T
 
     def to_inference_data(self, variable_name: str = "f_path") -> Any:
         """Everything released so far as ``InferenceData`` (DP content only).
@@ -241,17 +316,16 @@ def _check_kernel_class(
 def _nugget_cholesky(S: NDArray[np.float64], nugget: float) -> NDArray[np.float64]:
     """Lower factor ``L`` with ``L Lᵀ = S₊ + nugget·I``, ``S₊`` the PSD part of ``S``.
 
-    The nugget is fixed in advance (data-independent), never grown on failure: a
-    jitter chosen by trial on a matrix that depends on private inputs would make
-    the added noise data-dependent.  When the Cholesky factorisation of
-    ``S + nugget·I`` fails because round-off made ``S`` slightly indefinite, its
-    negative eigenvalues (zero in exact arithmetic) are clipped and the factor is
-    re-triangularised by a QR decomposition.
+    ``S`` (symmetric) is factorised in its own memory.  The nugget is fixed in advance
+    (data-independent), never grown on failure: a jitter chosen by trial on a matrix that
+    depends on private inputs would make the added noise data-dependent.  When the
+    Cholesky factorisation of ``S + nugget·I`` fails because round-off made ``S`` slightly
+    indefinite (``S`` is then restored), its negative eigenvalues (zero in exact
+    arithmetic) are clipped and the factor is re-triangularised by a QR decomposition.
     """
-    S = 0.5 * (S + S.T)
     try:
-        return cholesky(S + nugget * np.eye(len(S)), lower=True)
-    except LinAlgError:
+        return jittered_cholesky(S, jitter=nugget, max_tries=1, overwrite_a=True, check=False)[0]
+    except CholeskyError:
         w, V = eigh(S)
         F = V * np.sqrt(np.clip(w, 0.0, None) + nugget)
         R = qr(F.T, mode="r")[0]
