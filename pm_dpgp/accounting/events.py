@@ -502,8 +502,16 @@ class RdpCurveEvent(PrivacyEvent):
         out[(alpha <= self.alpha_min) | (alpha >= self.alpha_max)] = math.inf
         return out
 
+    @functools.cached_property
+    def _own_curve(self) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """``(orders, rdp(orders))`` as arrays, computed once: the event is immutable, and a
+        ledger's basic bound converts every recorded event again whenever δ's share changes
+        (stored in the instance ``__dict__``, so neither compared, hashed nor serialised)."""
+        grid = np.asarray(self.orders, dtype=np.float64)
+        return grid, self.rdp(grid)
+
     def epsilon(self, delta: float) -> float:
-        return rdp_to_epsilon(self.orders, self.rdp(self.orders), delta)
+        return rdp_to_epsilon(*self._own_curve, delta)
 
     def _parameters(self) -> dict[str, Any]:
         return {

@@ -1,0 +1,67 @@
+"""Benchmark: cost of a DP Thompson-sampling round against a non-private round.
+
+Run ``OPENBLAS_NUM_THREADS=1 python benchmarks/bench_thompson_round.py``.  In ONE process,
+for 64 and 512 candidate points per round, it runs :func:`pm_dpgp.workflow.thompson.
+dp_thompson_sampling` for 30 rounds privately (one sample-path release per round, charged
+to a ledger) and non-privately (``private=False``: an exact posterior draw at the
+candidates), after a warm-up run of each, and prints the time per round and the ratio
+private / non-private (issue 13's target: at most 1.5×).
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+
+import numpy as np
+import pymc as pm
+
+from pm_dpgp.accounting import Ledger
+from pm_dpgp.workflow.thompson import dp_thompson_sampling
+
+COV = pm.gp.cov.Matern52(1, ls=0.2)
+X0 = np.linspace(0.1, 0.9, 3)[:, None]
+
+
+def objective(seed: int):
+    """A smooth public test function on [0, 1] with small observation noise."""
+    rng = np.random.default_rng(seed)
+    return lambda X: 0.8 * np.sin(6 * X[:, 0]) + 0.05 * rng.standard_normal(len(X))
+
+
+def seconds_per_round(private: bool, n_rounds: int, candidates: int) -> float:
+    if private:
+        kw = dict(ledger=Ledger(epsilon=1e6, delta=1e-5), y_bound=1.0, noise_sd=2.0)
+    else:
+        kw = dict(private=False, noise_sd=0.05)
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = dp_thompson_sampling(
+            objective(1),
+            COV,
+            domain=(0.0, 1.0),
+            X_init=X0,
+            n_rounds=n_rounds,
+            candidates=candidates,
+            progressbar=False,
+            rng=np.random.default_rng(0),
+            **kw,
+        )
+    return (time.perf_counter() - t0) / res.n_rounds
+
+
+def main() -> None:
+    for candidates in (64, 512):
+        seconds_per_round(True, 3, candidates)  # warm-up (kernel compilation)
+        seconds_per_round(False, 3, candidates)
+        private = seconds_per_round(True, 30, candidates)
+        public = seconds_per_round(False, 30, candidates)
+        print(
+            f"{candidates:4d} candidates: DP round {1e3 * private:6.1f} ms, non-private "
+            f"{1e3 * public:6.1f} ms, ratio {private / public:5.2f}x (target <= 1.5x)"
+        )
+
+
+if __name__ == "__main__":
+    main()
