@@ -239,9 +239,7 @@ def _compiled_like(inputs: list[Variable], out: Variable) -> Any | None:
             a.type == b.type for a, b in zip(cached_inputs, inputs, strict=True)
         ):
             if equal_computations([out], [cached_out], in_xs=inputs, in_ys=cached_inputs):
-                # a copy (own input/output storage, no recompilation): models used from
-                # different threads must not share one function's storage
-                return compiled.copy()
+                return compiled
     return None
 
 
