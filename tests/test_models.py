@@ -13,6 +13,7 @@ import pymc as pm
 import pytensor
 import pytest
 
+import pm_dpgp.models.exact as exact_models
 from pm_dpgp.gp.exact import ExactPosterior
 from pm_dpgp.models import GPRegression, PrivateHyperparameterError, PublicGP, gp_regression
 from tests.tolerances import assert_normwise_close, cond_rtol, condition_number, scalar_rtol
@@ -323,6 +324,8 @@ def test_kernel_compiled_once_per_model(monkeypatch: pytest.MonkeyPatch) -> None
         return real_function(*args, **kwargs)
 
     monkeypatch.setattr(pytensor, "function", counting)
+    # start from an empty process-wide structural cache (earlier tests may have filled it)
+    monkeypatch.setattr(exact_models, "_COMPILED", [])
     reg = _prior_1d().reg
     assert not calls  # building the model compiles nothing
     pubs = [
