@@ -214,17 +214,6 @@ def _resolve_sigma(sigma: NoiseSpec) -> float | Variable:
     )
 
 
-def _check_mean_not_from_data(mean: float, y: NDArray[np.float64]) -> None:
-    for label, stat in (("mean", float(np.mean(y))), ("median", float(np.median(y)))):
-        if mean != 0.0 and math.isclose(mean, stat, rel_tol=1e-9, abs_tol=0.0):
-            raise ValueError(
-                f"mean={mean!r} equals the {label} of the private y: it looks computed from the "
-                "data, and a prior mean computed from y leaks it (it is not covered by any "
-                "privacy guarantee). Use a public value (domain knowledge, public data), or pass "
-                "mean_is_public=True if it really is public."
-            )
-
-
 def _check_name_and_mean(name: str, mean: float) -> float:
     """Validate the variable-name prefix and return the public prior mean as a finite float."""
     if not isinstance(name, str) or not name:
