@@ -23,6 +23,7 @@ __all__ = [
     "check_epsilon",
     "check_delta",
     "check_positive",
+    "check_count",
     "check_finite_array",
     "check_rng",
     "check_public_bounds",
@@ -68,7 +69,7 @@ def check_delta(delta: float, name: str = "delta") -> float:
     if not (0.0 < value < 1.0) or not math.isfinite(value):
         raise ValueError(
             f"{name} must lie strictly between 0 and 1, got {delta!r}. "
-            "The Gaussian mechanism needs delta > 0; a common choice is delta << 1/n."
+            "The Gaussian mechanism needs delta > 0; choose e.g. delta << 1/n."
         )
     return value
 
@@ -85,9 +86,25 @@ def check_positive(value: float, name: str, *, allow_zero: bool = False) -> floa
     return v
 
 
+def check_count(value: int, name: str) -> int:
+    """Return ``value`` as an int >= 1 (a whole number of draws, paths, rounds …)."""
+    try:
+        ok = not isinstance(value, bool) and int(value) == value and value >= 1
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}; pass e.g. {name}=1.")
+    return int(value)
+
+
 def check_finite_array(x: ArrayLike, name: str, *, ndim: int | None = None) -> NDArray[np.float64]:
     """Return ``x`` as a float64 array, raising ``ValueError`` on NaN/inf or wrong rank."""
-    arr = np.asarray(x, dtype=np.float64)
+    try:
+        arr = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"{name} must be an array of numbers; convert it to float64 first."
+        ) from None
     if ndim is not None:
         if ndim == 2 and arr.ndim == 1:
             arr = arr[:, None]

@@ -200,7 +200,10 @@ def dirichlet_release(
     data = _default_data(model, data)
     if isinstance(model, DirichletGPClassification):
         if n_classes is not None and n_classes != model.n_classes:
-            raise ValueError(f"n_classes={n_classes} differs from the model's {model.n_classes}.")
+            raise ValueError(
+                f"n_classes={n_classes} differs from the model's {model.n_classes}; omit "
+                "n_classes or pass the model's."
+            )
         n_classes = model.n_classes
         alpha_epsilon = model.alpha_epsilon if alpha_epsilon is None else alpha_epsilon
         prior_mean = model.mean if prior_mean is None else prior_mean
@@ -213,6 +216,10 @@ def dirichlet_release(
     c = check_positive(ratio, "ratio")
     if not (0.0 < float(rho) < 1.0):
         raise ValueError(f"rho must lie in (0, 1), got {rho!r}.")
+    if variant not in ("noise_aware", "naive"):  # before anything is spent or drawn
+        raise ValueError(f"variant must be 'noise_aware' or 'naive', got {variant!r}; use one.")
+    if s22_form not in ("linearised", "eq14"):
+        raise ValueError(f"s22_form must be 'linearised' or 'eq14', got {s22_form!r}; use one.")
     rng = check_rng(rng)
     del z_is_public  # compatibility only: Z is never compared with the private inputs
     tg = DirichletTargets.from_alpha(alpha_epsilon)

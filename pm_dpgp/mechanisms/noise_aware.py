@@ -471,7 +471,7 @@ def dp_qu(
     Bn = np.asarray(B_noisy, dtype=np.float64)
     M = K.shape[0]
     if variant not in ("noise_aware", "naive"):
-        raise ValueError(f"variant must be 'noise_aware' or 'naive', got {variant!r}.")
+        raise ValueError(f"variant must be 'noise_aware' or 'naive', got {variant!r}; use one.")
     sB = scale * 0.5 * (Bn + Bn.T)
     lam_used = float(lam)
     eig_min = float(np.linalg.eigvalsh(K + sB)[0])
@@ -809,9 +809,9 @@ def noise_aware_release(
     if not (0.0 < float(rho) < 1.0):
         raise ValueError(f"rho must lie in (0, 1), got {rho!r}.")
     if variant not in ("noise_aware", "naive"):
-        raise ValueError(f"variant must be 'noise_aware' or 'naive', got {variant!r}.")
+        raise ValueError(f"variant must be 'noise_aware' or 'naive', got {variant!r}; use one.")
     if s22_form not in ("linearised", "eq14"):
-        raise ValueError(f"s22_form must be 'linearised' or 'eq14', got {s22_form!r}.")
+        raise ValueError(f"s22_form must be 'linearised' or 'eq14', got {s22_form!r}; use one.")
     check_clip_option(clip)
     rng = check_rng(rng)
     hetero = noise_var_floor is not None

@@ -23,6 +23,7 @@ from numpy.typing import NDArray
 
 from pm_dpgp._validation import (
     check_clip_option,
+    check_count,
     check_delta,
     check_epsilon,
     check_public_bounds,
@@ -129,9 +130,7 @@ def perturb(
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta)
     rng = check_rng(rng)
-    if int(n_draws) != n_draws or n_draws < 1:
-        raise ValueError(f"n_draws must be a positive integer, got {n_draws!r}.")
-    n_draws = int(n_draws)
+    n_draws = check_count(n_draws, "n_draws")
     l2 = float(data_sensitivity) * float(unit_sensitivity)
     if not np.isfinite(l2) or l2 <= 0.0:
         raise ValueError(f"The L2 sensitivity d·s must be finite and > 0, got {l2!r}.")

@@ -38,6 +38,7 @@ from scipy.linalg import cholesky, eigh, qr, solve_triangular
 
 from pm_dpgp._validation import (
     check_clip_option,
+    check_count,
     check_delta,
     check_finite_array,
     check_positive,
@@ -238,7 +239,8 @@ def _check_kernel_class(
         return
     if kernel_class not in ("exponential_1d", "constant"):
         raise ValueError(
-            f"kernel_class must be 'generic', 'exponential_1d' or 'constant', got {kernel_class!r}."
+            "kernel_class must be 'generic', 'exponential_1d' or 'constant', got "
+            f"{kernel_class!r}; use one of them."
         )
     x = np.unique(points, axis=0)
     K = public_gp.kernel(x, x) / sigma**2
@@ -364,13 +366,16 @@ def sample_path_release(
     sigma = check_positive(sigma, "sigma")
     y_bound = check_positive(y_bound, "y_bound")
     eta = check_positive(eta, "eta", allow_zero=True)
-    if int(n_paths) != n_paths or n_paths < 1:
-        raise ValueError(f"n_paths must be a positive integer, got {n_paths!r}.")
-    n_paths = int(n_paths)
+    n_paths = check_count(n_paths, "n_paths")
     X_star = check_finite_array(X_star, "X_star", ndim=2)
     check_clip_option(clip)
     public_gp = gpr.public_gp(hyperparameters)
     X = public_gp.X
+    if X_star.shape[1] != X.shape[1]:
+        raise ValueError(
+            f"X_star must have {X.shape[1]} column(s) like the inputs, got shape "
+            f"{X_star.shape}; pass inputs with that many columns."
+        )
     if domain is not None:
         lower, upper = parse_domain(domain)
         if lower.size != X.shape[1]:

@@ -33,7 +33,8 @@ def _as_2d_inputs(X: ArrayLike, name: str, n_cols: int) -> NDArray[np.float64]:
     arr = check_finite_array(X, name, ndim=2)
     if arr.shape[1] != n_cols:
         raise ValueError(
-            f"{name} must have {n_cols} column(s) like the training inputs, got shape {arr.shape}."
+            f"{name} must have {n_cols} column(s) like the training inputs, got shape {arr.shape}; "
+            "pass inputs with that many columns."
         )
     return arr
 
@@ -195,22 +196,27 @@ def _resolve_cov(cov_func: CovarianceSpec) -> BaseCovariance:
 def _resolve_sigma(sigma: NoiseSpec) -> float | Variable:
     value: Any = sigma
     if isinstance(value, BaseCovariance):
-        raise TypeError("sigma must be a noise standard deviation, not a covariance function.")
+        raise TypeError(
+            "sigma must be a noise standard deviation, not a covariance function; pass a float."
+        )
     if callable(value) and not isinstance(value, Variable):
         value = value()
     if isinstance(value, bool):
-        raise TypeError("sigma must be a number or a PyMC random variable, got a bool.")
+        raise TypeError(
+            "sigma must be a number or a PyMC random variable, got a bool; pass a float."
+        )
     if isinstance(value, numbers.Real) or (isinstance(value, np.ndarray) and value.ndim == 0):
         return check_positive(float(value), "sigma")
     if isinstance(value, Variable):
         if value.type.ndim != 0:
             raise ValueError(
-                f"sigma must be a scalar (homoscedastic noise std), got ndim={value.type.ndim}."
+                f"sigma must be a scalar (homoscedastic noise std), got ndim={value.type.ndim}; "
+                "pass a scalar."
             )
         return value
     raise TypeError(
         "sigma must be a positive float, a scalar PyMC variable, or a zero-argument callable "
-        f"returning one, got {type(value).__name__}."
+        f"returning one, got {type(value).__name__}; pass e.g. sigma=0.1."
     )
 
 
@@ -221,9 +227,11 @@ def _check_name_and_mean(name: str, mean: float) -> float:
     try:
         mean_f = float(mean)
     except (TypeError, ValueError) as err:
-        raise ValueError(f"mean must be a public constant number, got {mean!r}.") from err
+        raise ValueError(
+            f"mean must be a public constant number, got {mean!r}; pass a float."
+        ) from err
     if not math.isfinite(mean_f):
-        raise ValueError(f"mean must be finite, got {mean!r}.")
+        raise ValueError(f"mean must be finite, got {mean!r}; pass a finite public value.")
     return mean_f
 
 

@@ -358,7 +358,9 @@ class GPRegression:
                     f"Hyperparameter {nm!r} must have shape {static}, got {arr.shape}."
                 )
             if not np.all(np.isfinite(arr)):
-                raise ValueError(f"Hyperparameter {nm!r} must be finite, got {given[nm]!r}.")
+                raise ValueError(
+                    f"Hyperparameter {nm!r} must be finite, got {given[nm]!r}; pass a finite value."
+                )
             lo, hi = self._support[nm]
             if np.any(arr < lo) or np.any(arr > hi):
                 raise ValueError(
@@ -511,7 +513,8 @@ def gp_regression(
     y_arr = check_finite_array(y, "y", ndim=1)
     if X_arr.shape[0] != y_arr.shape[0]:
         raise ValueError(
-            f"X and y must have the same number of rows, got {X_arr.shape[0]} and {y_arr.shape[0]}."
+            "X and y must have the same number of rows (pass one output per input row), got "
+            f"{X_arr.shape[0]} and {y_arr.shape[0]}."
         )
     mean_f = _check_name_and_mean(name, mean)
     del mean_is_public  # compatibility only: the mean is never compared with y

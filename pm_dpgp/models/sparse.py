@@ -362,7 +362,8 @@ def sparse_gp_regression(
         y_arr = check_finite_array(y, "y", ndim=1)
         if X_arr.shape[0] != y_arr.shape[0]:
             raise ValueError(
-                f"X and y must have the same number of rows, got {X_arr.shape[0]} and "
+                f"X and y must have the same number of rows (pass one output per input row), got "
+                f"{X_arr.shape[0]} and "
                 f"{y_arr.shape[0]}."
             )
         if X_arr.shape[1] != Z_arr.shape[1]:
@@ -534,7 +535,7 @@ def dirichlet_gp_classification(
     tg = DirichletTargets.from_alpha(alpha_epsilon)
     mu = tg.default_prior_mean(C) if prior_mean is None else float(prior_mean)
     if not math.isfinite(mu):
-        raise ValueError(f"prior_mean must be finite, got {prior_mean!r}.")
+        raise ValueError(f"prior_mean must be finite, got {prior_mean!r}; pass a finite value.")
     jitter = check_positive(jitter, "jitter", allow_zero=True)
     y, v = dirichlet_targets(lab, C, alpha_epsilon)
     ctx = pm.Model() if model is None else model

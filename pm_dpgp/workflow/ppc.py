@@ -183,7 +183,8 @@ def dp_ppc(
     y_hold = check_finite_array(y_holdout, "y_holdout", ndim=1)
     if len(X_hold) != len(y_hold):
         raise ValueError(
-            f"X_holdout and y_holdout must have the same length, got {len(X_hold)} and "
+            f"X_holdout and y_holdout must have the same length (pass one output per input), got "
+            f"{len(X_hold)} and "
             f"{len(y_hold)}."
         )
     noise_sd = check_positive(noise_sd, "noise_sd")
@@ -194,10 +195,12 @@ def dp_ppc(
     if n_replicates is None:
         n_replicates = max(1, math.ceil(200 / n_dp))
     if int(n_replicates) != n_replicates or n_replicates < 1:
-        raise ValueError(f"n_replicates must be a positive integer, got {n_replicates!r}.")
+        raise ValueError(
+            f"n_replicates must be a positive integer, got {n_replicates!r}; pass e.g. 10."
+        )
     extra = np.broadcast_to(np.asarray(extra_sd, float), y_hold.shape)
     if np.any(extra < 0) or not np.all(np.isfinite(extra)):
-        raise ValueError("extra_sd must be finite and non-negative.")
+        raise ValueError("extra_sd must be finite and non-negative; pass e.g. extra_sd=0.")
     sd = np.sqrt(noise_sd**2 + extra**2)
     f_rep = np.repeat(f, int(n_replicates), axis=0)  # (S, m)
     y_rep = f_rep + sd * rng.standard_normal(f_rep.shape)
