@@ -97,21 +97,29 @@ def check_count(value: int, name: str) -> int:
     return int(value)
 
 
-def check_finite_array(x: ArrayLike, name: str, *, ndim: int | None = None) -> NDArray[np.float64]:
-    """Return ``x`` as a float64 array, raising ``ValueError`` on NaN/inf or wrong rank."""
+def _float_array(x: ArrayLike, name: str, ndim: int | None) -> NDArray[np.float64]:
+    """``x`` as float64 of rank ``ndim`` (1-D becomes one column for ``ndim == 2``).
+
+    Non-numeric content is refused with ``TypeError`` whose message names no value
+    (NumPy's own message would quote the offending entry).
+    """
     try:
         arr = np.asarray(x, dtype=np.float64)
     except (TypeError, ValueError):
-        raise TypeError(
-            f"{name} must be an array of numbers; convert it to float64 first."
-        ) from None
-    if ndim is not None:
-        if ndim == 2 and arr.ndim == 1:
-            arr = arr[:, None]
-        if arr.ndim != ndim:
-            raise ValueError(
-                f"{name} must be {ndim}-dimensional, got shape {arr.shape}; reshape it."
-            )
+        raise TypeError(f"{name} must be an array of numbers; convert it to float64.") from None
+    if ndim == 2 and arr.ndim == 1:
+        arr = arr[:, None]
+    if ndim is not None and arr.ndim != ndim:
+        raise ValueError(
+            f"{name} must be {ndim}-dimensional, got shape {arr.shape}; reshape it (one row "
+            "per record)."
+        )
+    return arr
+
+
+def check_finite_array(x: ArrayLike, name: str, *, ndim: int | None = None) -> NDArray[np.float64]:
+    """Return ``x`` as a float64 array, raising ``ValueError`` on NaN/inf or wrong rank."""
+    arr = _float_array(x, name, ndim)
     if arr.size == 0:
         raise ValueError(f"{name} is empty; pass at least one value.")
     if not np.all(np.isfinite(arr)):
@@ -129,22 +137,9 @@ def private_array(x: ArrayLike, name: str, *, ndim: int) -> NDArray[np.float64]:
 
     The shape (number of records, number of columns) is public; the values are not
     inspected, so nothing here depends on them.  A 1-D input becomes one column when
-    ``ndim == 2``.  Non-numeric content is refused with ``TypeError`` whose message names
-    no value (NumPy's own message would quote the offending entry).
+    ``ndim == 2``; non-numeric content is a ``TypeError`` that quotes no value.
     """
-    try:
-        arr = np.asarray(x, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise TypeError(
-            f"{name} must be an array of numbers; convert it to float64 before the release."
-        ) from None
-    if ndim == 2 and arr.ndim == 1:
-        arr = arr[:, None]
-    if arr.ndim != ndim:
-        raise ValueError(
-            f"{name} must be {ndim}-dimensional, got shape {arr.shape}; pass one row per record."
-        )
-    return arr
+    return _float_array(x, name, ndim)
 
 
 def finite_rows(*arrays: NDArray[np.float64]) -> NDArray[np.bool_]:

@@ -104,41 +104,23 @@ def models():
 X_STAR = np.linspace(0.0, 2.0, 5)
 
 
+def _label_call(release, models):
+    """A label-privacy release of the exact model with valid defaults and ``kw`` overrides."""
+
+    def call(led, rng, kw):
+        base = {"epsilon": 1.0, "delta": 1e-3, "y_bounds": (-2.0, 2.0), "ledger": led, "rng": rng}
+        return release(models["exact"], kw.pop("X_star", X_STAR), **{**base, **kw})
+
+    return call
+
+
 def _calls(models):
     """Entry point name -> (function of (ledger, rng, overrides), keys it can take bad)."""
     m = models
     label_keys = ["epsilon", "delta", "y_bounds", "X_star", "n_draws", "clip", "rng"]
     return {
-        "cloaked_release": (
-            lambda led, rng, kw: cloaked_release(
-                m["exact"],
-                kw.pop("X_star", X_STAR),
-                **{
-                    "epsilon": 1.0,
-                    "delta": 1e-3,
-                    "y_bounds": (-2.0, 2.0),
-                    "ledger": led,
-                    "rng": rng,
-                    **kw,
-                },
-            ),
-            [*label_keys, "calibration"],
-        ),
-        "prior_noise_release": (
-            lambda led, rng, kw: prior_noise_release(
-                m["exact"],
-                kw.pop("X_star", X_STAR),
-                **{
-                    "epsilon": 1.0,
-                    "delta": 1e-3,
-                    "y_bounds": (-2.0, 2.0),
-                    "ledger": led,
-                    "rng": rng,
-                    **kw,
-                },
-            ),
-            label_keys,
-        ),
+        "cloaked_release": (_label_call(cloaked_release, m), [*label_keys, "calibration"]),
+        "prior_noise_release": (_label_call(prior_noise_release, m), label_keys),
         "noise_aware_release": (
             lambda led, rng, kw: noise_aware_release(
                 m["sparse"],
