@@ -3,12 +3,17 @@
 Bad input must produce a clear error that says what to do, never a silent wrong
 answer (developers' guide, "Standards").  Each check returns the validated value
 so it can be used inline: ``epsilon = check_epsilon(epsilon)``.
+
+Checks that depend on private values never speak (DESIGN "Rules", ``docs/errors.md``):
+a release never raises or warns because of what the private data contain.  Private
+arrays are checked for their shape only (the number of records and columns is public);
+their values are sanitised to the declared public bounds instead (:func:`clip_to_bounds`,
+:func:`finite_rows`), a record-wise map whose effect is documented and never reported.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -18,15 +23,23 @@ __all__ = [
     "check_epsilon",
     "check_delta",
     "check_positive",
+    "check_count",
     "check_finite_array",
     "check_rng",
     "check_public_bounds",
+    "check_clip_option",
     "clip_to_bounds",
+    "finite_rows",
+    "private_array",
 ]
 
 
 class PrivacyWarning(UserWarning):
-    """Warns about something that changes what the release means (e.g. clipping)."""
+    """Warns about something that changes what the release means.
+
+    Decided from public information only (arguments, model structure): a warning whose
+    emission depended on the private data would leak it (``docs/errors.md``).
+    """
 
 
 def check_epsilon(epsilon: float, name: str = "epsilon") -> float:
@@ -34,7 +47,9 @@ def check_epsilon(epsilon: float, name: str = "epsilon") -> float:
     try:
         value = float(epsilon)
     except (TypeError, ValueError) as err:
-        raise ValueError(f"{name} must be a positive number, got {epsilon!r}.") from err
+        raise ValueError(
+            f"{name} must be a positive number, got {epsilon!r}; pass e.g. {name}=1.0."
+        ) from err
     if not math.isfinite(value) or value <= 0.0:
         raise ValueError(
             f"{name} must be a finite number > 0, got {epsilon!r}. "
@@ -48,11 +63,13 @@ def check_delta(delta: float, name: str = "delta") -> float:
     try:
         value = float(delta)
     except (TypeError, ValueError) as err:
-        raise ValueError(f"{name} must be a number in (0, 1), got {delta!r}.") from err
+        raise ValueError(
+            f"{name} must be a number in (0, 1), got {delta!r}; pass e.g. {name}=1e-5."
+        ) from err
     if not (0.0 < value < 1.0) or not math.isfinite(value):
         raise ValueError(
             f"{name} must lie strictly between 0 and 1, got {delta!r}. "
-            "The Gaussian mechanism needs delta > 0; a common choice is delta << 1/n."
+            "The Gaussian mechanism needs delta > 0; choose e.g. delta << 1/n."
         )
     return value
 
@@ -62,30 +79,100 @@ def check_positive(value: float, name: str, *, allow_zero: bool = False) -> floa
     try:
         v = float(value)
     except (TypeError, ValueError) as err:
-        raise ValueError(f"{name} must be a number, got {value!r}.") from err
+        raise ValueError(f"{name} must be a number, got {value!r}; pass a float.") from err
     if not math.isfinite(v) or v < 0.0 or (v == 0.0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{name} must be a finite number {bound}, got {value!r}.")
+        raise ValueError(f"{name} must be a finite number {bound}, got {value!r}; pass one.")
     return v
+
+
+def check_count(value: int, name: str) -> int:
+    """Return ``value`` as an int >= 1 (a whole number of draws, paths, rounds …)."""
+    try:
+        ok = not isinstance(value, bool) and int(value) == value and value >= 1
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}; pass e.g. {name}=1.")
+    return int(value)
+
+
+def _float_array(x: ArrayLike, name: str, ndim: int | None) -> NDArray[np.float64]:
+    """``x`` as float64 of rank ``ndim`` (1-D becomes one column for ``ndim == 2``).
+
+    Non-numeric content is refused with ``TypeError`` whose message names no value
+    (NumPy's own message would quote the offending entry).
+    """
+    try:
+        arr = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be an array of numbers; convert it to float64.") from None
+    if ndim == 2 and arr.ndim == 1:
+        arr = arr[:, None]
+    if ndim is not None and arr.ndim != ndim:
+        raise ValueError(
+            f"{name} must be {ndim}-dimensional, got shape {arr.shape}; reshape it (one row "
+            "per record)."
+        )
+    return arr
 
 
 def check_finite_array(x: ArrayLike, name: str, *, ndim: int | None = None) -> NDArray[np.float64]:
     """Return ``x`` as a float64 array, raising ``ValueError`` on NaN/inf or wrong rank."""
-    arr = np.asarray(x, dtype=np.float64)
-    if ndim is not None:
-        if ndim == 2 and arr.ndim == 1:
-            arr = arr[:, None]
-        if arr.ndim != ndim:
-            raise ValueError(f"{name} must be {ndim}-dimensional, got shape {arr.shape}.")
+    arr = _float_array(x, name, ndim)
     if arr.size == 0:
-        raise ValueError(f"{name} is empty.")
-    bad = ~np.isfinite(arr)
-    if bad.any():
+        raise ValueError(f"{name} is empty; pass at least one value.")
+    if not np.all(np.isfinite(arr)):
+        # no count and no position: for private arrays (model builders) this is the data
+        # owner's input check, and its message must say nothing more than the one bit
         raise ValueError(
-            f"{name} contains {int(bad.sum())} NaN or infinite value(s). "
+            f"{name} contains NaN or infinite values. "
             "Remove or impute them with a public rule before a private release."
         )
     return arr
+
+
+def private_array(x: ArrayLike, name: str, *, ndim: int) -> NDArray[np.float64]:
+    """Return private ``x`` as a float64 array of rank ``ndim``, checking its shape only.
+
+    The shape (number of records, number of columns) is public; the values are not
+    inspected, so nothing here depends on them.  A 1-D input becomes one column when
+    ``ndim == 2``; non-numeric content is a ``TypeError`` that quotes no value.
+    """
+    return _float_array(x, name, ndim)
+
+
+def finite_rows(*arrays: NDArray[np.float64]) -> NDArray[np.bool_]:
+    """Rows (records) where every given private array is finite (a record-wise mask).
+
+    Releases drop the other records' contributions instead of raising: dropping is a
+    record-wise map, so the guarantee is unchanged, and whether it happened is never
+    reported (``docs/errors.md``).
+    """
+    n = arrays[0].shape[0]
+    ok = np.ones(n, dtype=bool)
+    for arr in arrays:
+        ok &= np.all(np.isfinite(arr.reshape(n, -1)), axis=1)
+    return ok
+
+
+def check_clip_option(clip: str) -> str:
+    """Validate the ``clip`` option of a release: only ``"warn"`` (clip to the public bounds).
+
+    ``clip="raise"`` used to refuse data outside the public bounds; whether it refused
+    depended on the private data (a one-bit answer, and with a bound chosen by the caller a
+    search for the data's extremes), so it is refused here, from the argument alone.
+    """
+    if clip == "raise":
+        raise ValueError(
+            "clip='raise' is no longer supported: refusing data outside the public bounds "
+            "would tell the caller something about the private data. Use clip='warn' (values "
+            "are clipped to the public bounds, as documented in docs/errors.md) and check your "
+            "own data before the release if you need to know."
+        )
+    if clip != "warn":
+        raise ValueError(f"clip must be 'warn', got {clip!r}; use clip='warn'.")
+    return clip
 
 
 def check_rng(rng: np.random.Generator | None) -> np.random.Generator:
@@ -110,49 +197,41 @@ def check_public_bounds(
     name: str = "y_bounds",
     bounds_are_public: bool = False,
 ) -> tuple[float, float]:
-    """Validate a public clipping range ``(lower, upper)``.
+    """Validate a public clipping range ``(lower, upper)`` from the range alone.
 
-    A range that coincides with the minimum or maximum of the private values is
-    almost certainly computed from them; using it as if it were public leaks
-    those extremes (REFERENCE §1).  Such a range is refused unless the caller
-    states ``bounds_are_public=True``.
+    The range is never compared with the private values: a refusal that depended on them
+    (e.g. "equals the minimum of the data") would answer a question about the data for free,
+    and a caller could search for the data's extremes with it.  ``private_values`` and
+    ``bounds_are_public`` are accepted for compatibility and not used; the data owner can run
+    :func:`pm_dpgp.audit.check_public_choices` on their own data instead.
     """
+    del private_values, bounds_are_public
     try:
         lower, upper = (float(b) for b in bounds)
     except (TypeError, ValueError) as err:
         raise ValueError(
-            f"{name} must be a pair (lower, upper) of numbers, got {bounds!r}."
+            f"{name} must be a pair (lower, upper) of numbers, got {bounds!r}; pass e.g. (0, 1)."
         ) from err
     if not (math.isfinite(lower) and math.isfinite(upper)) or not lower < upper:
-        raise ValueError(f"{name} must be finite with lower < upper, got {bounds!r}.")
-    if private_values is not None and not bounds_are_public:
-        vmin, vmax = float(np.min(private_values)), float(np.max(private_values))
-        if lower == vmin or upper == vmax:
-            raise ValueError(
-                f"{name}={bounds!r} equals the minimum or maximum of the private data: it looks "
-                "computed from the data, and using it as public would leak those values. Choose "
-                "bounds from public knowledge (e.g. plausible human heights), or pass "
-                "bounds_are_public=True if they really are public."
-            )
+        raise ValueError(
+            f"{name} must be finite with lower < upper, got {bounds!r}; choose the range from "
+            "public knowledge."
+        )
     return lower, upper
 
 
 def clip_to_bounds(
     values: NDArray[np.float64], bounds: tuple[float, float], *, name: str = "y"
 ) -> NDArray[np.float64]:
-    """Clip ``values`` to the public ``bounds``, warning with how many were changed.
+    """Clip private ``values`` to the public ``bounds``, silently.
 
-    Clipping is what makes the data sensitivity ``d = upper - lower`` a true bound;
-    the warning tells the user the release describes the clipped data.
+    Clipping is what makes the data sensitivity ``d = upper - lower`` a true bound; the
+    release describes the clipped data (documented in ``docs/errors.md`` and recorded in
+    the release metadata as a rule).  How many values were changed depends on the private
+    data, so it is not reported.  Non-finite values become the midpoint of the bounds (a
+    public value).  ``name`` is kept for compatibility.
     """
+    del name
     lower, upper = bounds
-    outside = (values < lower) | (values > upper)
-    n_out = int(outside.sum())
-    if n_out:
-        warnings.warn(
-            f"{n_out} of {values.size} {name} values lie outside the public range "
-            f"[{lower}, {upper}] and were clipped to it; the release describes the clipped data.",
-            PrivacyWarning,
-            stacklevel=3,
-        )
-    return np.clip(values, lower, upper)
+    filled = np.where(np.isfinite(values), values, 0.5 * (lower + upper))
+    return np.clip(filled, lower, upper)

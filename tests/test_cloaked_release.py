@@ -355,17 +355,41 @@ def test_bad_input_is_refused(kung_model, kung_ages):
             cloaked_release(kung_model, kung_ages, **{**ok, **bad})
     with pytest.raises(ValueError, match="analytic"):
         cloaked_release(kung_model, kung_ages, **{**ok, "epsilon": 2.0}, calibration="classic")
-    y = kung_model.y
-    with pytest.raises(ValueError, match="computed from the data"):
-        cloaked_release(kung_model, kung_ages, **{**ok, "y_bounds": (y.min(), 200.0)})
-    with pytest.raises(ValueError, match="outside the public range"):
-        cloaked_release(kung_model, kung_ages, **{**ok, "y_bounds": (60.0, 150.0)}, clip="raise")
-    with pytest.warns(PrivacyWarning, match="clipped"):
-        cloaked_release(kung_model, kung_ages, **{**ok, "y_bounds": (60.0, 150.0)})
+    # clip="raise" is refused from the argument alone, whatever the data (docs/errors.md)
+    with pytest.raises(ValueError, match="no longer supported"):
+        cloaked_release(kung_model, kung_ages, **ok, clip="raise")
     with pytest.raises(ValueError, match="NaN"):
         cloaked_release(kung_model, np.array([1.0, np.nan]), **ok)
     with pytest.raises(ValueError):
         cloaked_release(kung_model, kung_ages, **ok, n_draws=0)
+
+
+def test_clipping_is_silent_and_bounds_are_not_compared_with_the_data(kung_model, kung_ages):
+    """Data outside the bounds are clipped with no warning; a bound equal to min(y) is used.
+
+    The release with bounds (60, 150) equals the release of a model built on the clipped
+    heights (same seed): clipping is the only effect, and nothing says whether it happened.
+    """
+    age, height = kung_model.X[:, 0], kung_model.y
+    bounds = (60.0, 150.0)
+    assert np.any(height < bounds[0]) or np.any(height > bounds[1])
+    clipped = gp_regression(
+        age,
+        np.clip(height, *bounds),
+        7.72**2 * pm.gp.cov.ExpQuad(1, ls=25.0),
+        sigma=14.0,
+        mean=110.0,
+    )
+    kw = dict(epsilon=1.0, delta=0.01, y_bounds=bounds)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        a = cloaked_release(kung_model, kung_ages, rng=np.random.default_rng(3), **kw)
+        b = cloaked_release(clipped, kung_ages, rng=np.random.default_rng(3), **kw)
+        r = cloaked_release(
+            kung_model, kung_ages, epsilon=1.0, delta=0.01, y_bounds=(height.min(), 200.0)
+        )
+    assert np.array_equal(a.draws, b.draws)
+    assert r.metadata["clipping_bounds"] == [float(height.min()), 200.0]
 
 
 def test_hyperparameters_with_priors_need_public_values():

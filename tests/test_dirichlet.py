@@ -12,7 +12,7 @@ import pytest
 import pm_dpgp.mechanisms.dirichlet as dmod
 import pm_dpgp.mechanisms.noise_aware as na
 from pm_dpgp.accounting import GaussianEvent, Ledger
-from pm_dpgp.audit import scan_for_values
+from pm_dpgp.audit import check_public_choices, scan_for_values
 from pm_dpgp.gp.sparse import sufficient_statistics, titsias_qu
 from pm_dpgp.mechanisms.dirichlet import (
     DirichletRelease,
@@ -248,22 +248,25 @@ def test_streams_dask_and_validation(pub, monkeypatch) -> None:
     )
     with pytest.raises(AssertionError):
         assert_normwise_close(dup.u_mean[0] - mu, ref.u_mean[0] - mu, tols[0])
+    # invalid private values never change the control flow (docs/errors.md): a record
+    # with a label outside 0 … C−1 or a non-finite input is dropped, nothing is said
+    kept = dirichlet_release(pub, (X[1:], lab[1:]), rng=np.random.default_rng(0), **kw)
     bad = lab.copy()
     bad[0] = 7
-    with pytest.raises(ValueError, match="labels"):
-        dirichlet_release(pub, (X, bad), rng=np.random.default_rng(0), **kw)
+    Xn = X.copy()
+    Xn[0] = np.nan
+    for data in ((X, bad), (Xn, lab)):
+        r = dirichlet_release(pub, data, rng=np.random.default_rng(0), **kw)
+        assert np.array_equal(r.u_mean, kept.u_mean) and np.array_equal(r.u_cov, kept.u_cov)
     with pytest.raises(ValueError, match="n_classes"):
         dirichlet_release(pub, (X, lab), n_classes=1, epsilon=1.0, delta=1e-4)
     with pytest.raises(ValueError):
         dirichlet_release(pub, (X, lab), n_classes=3, epsilon=0.0, delta=1e-4)
     Xz = X.copy()
-    Xz[:2] = Z[:2, 0]
-    with pytest.raises(InducingFromDataError):
-        dirichlet_release(pub, (Xz, lab), rng=np.random.default_rng(0), **kw)
-    Xn = X.copy()
-    Xn[5] = np.nan
-    with pytest.raises(ValueError, match="NaN"):
-        dirichlet_release(pub, (Xn, lab), rng=np.random.default_rng(0), **kw)
+    Xz[:2] = Z[:2, 0]  # Z is never compared with the private inputs
+    dirichlet_release(pub, (Xz, lab), rng=np.random.default_rng(0), **kw)
+    with pytest.raises(InducingFromDataError):  # the data owner's own check
+        check_public_choices(Xz, Z=Z)
 
 
 def test_inference_data_and_scan(pub) -> None:
@@ -314,6 +317,7 @@ def test_pymc_builder_and_noise_off_release_match(monkeypatch) -> None:
     with pytest.raises(ValueError, match="differs"):
         dirichlet_release(model, epsilon=1.0, delta=1e-4, n_classes=4)
     Xz = X.copy()
-    Xz[0] = Z[3, 0]
+    Xz[0] = Z[3, 0]  # the builder never compares Z with X either; the owner's check does
+    dirichlet_gp_classification(Xz, lab, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z, n_classes=3)
     with pytest.raises(InducingFromDataError):
-        dirichlet_gp_classification(Xz, lab, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z, n_classes=3)
+        check_public_choices(Xz, Z=Z)

@@ -383,11 +383,15 @@ def test_bad_arguments() -> None:
         pub.predict(Y1[:-1], XS1)
 
 
-def test_prior_mean_computed_from_private_data_is_refused() -> None:
+def test_prior_mean_from_private_data_is_caught_by_the_owners_check_only() -> None:
+    """The builder never compares the mean with y (docs/errors.md); the owner's check does."""
+    from pm_dpgp.audit import DataDerivedChoiceError, check_public_choices
+
     cov = pm.gp.cov.ExpQuad(1, ls=1.0)
-    with pytest.raises(ValueError, match="mean of the private y"):
-        gp_regression(X1, Y1, cov, sigma=0.3, mean=float(np.mean(Y1)))
-    with pytest.raises(ValueError, match="median"):
-        gp_regression(X1, Y1, cov, sigma=0.3, mean=float(np.median(Y1)))
-    reg = gp_regression(X1, Y1, cov, sigma=0.3, mean=float(np.mean(Y1)), mean_is_public=True)
+    reg = gp_regression(X1, Y1, cov, sigma=0.3, mean=float(np.mean(Y1)))
     assert reg.mean == pytest.approx(np.mean(Y1))
+    with pytest.raises(DataDerivedChoiceError, match="mean of the private y"):
+        check_public_choices(X1, Y1, mean=float(np.mean(Y1)))
+    with pytest.raises(DataDerivedChoiceError, match="median"):
+        check_public_choices(X1, Y1, mean=float(np.median(Y1)))
+    check_public_choices(X1, Y1, mean=float(np.mean(Y1)) + 1.0)

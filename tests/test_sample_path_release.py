@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pymc as pm
 import pytest
@@ -138,14 +140,27 @@ def test_bad_input(model):
         sample_path_release(model, [0.5], **{**KW, "delta": 0.0})
     with pytest.raises(ValueError):
         sample_path_release(model, [np.nan], **KW)
-    with pytest.warns(PrivacyWarning, match="clipped"):
-        sample_path_release(model, [0.5], rng=np.random.default_rng(0), **{**KW, "y_bound": 0.5})
-    with pytest.warns(PrivacyWarning, match="domain"):
-        sample_path_release(
-            model, [0.5], rng=np.random.default_rng(0), **{**KW, "domain": (0.2, 0.8)}
-        )
-    with pytest.raises(ValueError, match="domain"):
+    with pytest.raises(ValueError, match="no longer supported"):
         sample_path_release(model, [0.5], clip="raise", **{**KW, "domain": (0.2, 0.8)})
+
+
+def test_clipping_is_silent_and_equals_clipping_by_hand(model):
+    """Responses beyond y_bound and inputs outside the domain are clipped with no warning
+    (how many depends on private data): the release equals that of the clipped model."""
+    X, y = model.public_gp().X[:, 0], model.y
+    kw = {**KW, "y_bound": 0.5, "domain": (0.2, 0.8)}
+    assert np.any(np.abs(y) > 0.5) and np.any((X < 0.2) | (X > 0.8))
+    by_hand = gp_regression(
+        np.clip(X, 0.2, 0.8),
+        np.clip(y, -0.5, 0.5),
+        model.cov_func,
+        sigma=float(np.sqrt(model.public_gp().noise_var)),
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        a = sample_path_release(model, [0.5, 0.6], rng=np.random.default_rng(0), **kw)
+        b = sample_path_release(by_hand, [0.5, 0.6], rng=np.random.default_rng(0), **kw)
+    assert np.allclose(a.released_values, b.released_values, rtol=0, atol=1e-12)
 
 
 def test_two_dimensional_domain_gives_corner_kappa():

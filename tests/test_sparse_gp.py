@@ -7,6 +7,7 @@ import numpy as np
 import pymc as pm
 import pytest
 
+from pm_dpgp.audit import DataDerivedChoiceError, check_public_choices
 from pm_dpgp.gp.sparse import (
     chunk_statistics,
     count_matching_rows,
@@ -106,11 +107,16 @@ def test_public_sparse_gp_holds_no_data(pub: PublicSparseGP) -> None:
     assert pub.jitter == 1e-6 and "ExpQuad" in pub.description
 
 
-def test_z_from_private_x_refused() -> None:
+def test_z_from_private_x_is_caught_by_the_owners_check_only() -> None:
+    """The builder never compares Z with the private X (a refusal would reveal private
+    inputs to whoever runs the code, docs/errors.md); the data owner's check does."""
     X, y = _data(1, 40)
     Z = np.concatenate([X[:5], [10.0]])
+    m = sparse_gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z, sigma=0.1)
+    assert not m.public_sparse_gp().z_is_public
     with pytest.raises(InducingFromDataError, match="coincide"):
-        sparse_gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z, sigma=0.1)
+        check_public_choices(X, y, Z=Z)
+    check_public_choices(X, y, Z=Z15)  # a public grid passes
     m = sparse_gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z, sigma=0.1, z_is_public=True)
     assert m.public_sparse_gp().z_is_public
 
@@ -130,10 +136,12 @@ def test_free_hyperparameters_need_public_values() -> None:
     assert pub.noise_var == pytest.approx(0.04)
 
 
-def test_mean_from_data_refused() -> None:
+def test_mean_from_data_is_caught_by_the_owners_check_only() -> None:
     X, y = _data(3, 50)
-    with pytest.raises(ValueError, match="mean"):
-        sparse_gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z15, sigma=0.1, mean=y.mean())
+    m = sparse_gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z15, sigma=0.1, mean=y.mean())
+    assert m.mean == y.mean()
+    with pytest.raises(DataDerivedChoiceError, match="mean"):
+        check_public_choices(X, y, mean=y.mean())
 
 
 def test_dataless_model_for_streams() -> None:

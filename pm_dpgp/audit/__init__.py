@@ -4,7 +4,9 @@
 * :mod:`~pm_dpgp.audit.renyi`: exact Rényi divergence between Gaussian posteriors of
   neighbouring datasets;
 * :mod:`~pm_dpgp.audit.neighbours`: random and adversarial neighbouring datasets;
-* :mod:`~pm_dpgp.audit.lira`: LiRA-style membership-inference attack (Maciazek §4, App. C).
+* :mod:`~pm_dpgp.audit.lira`: LiRA-style membership-inference attack (Maciazek §4, App. C);
+* :mod:`~pm_dpgp.audit.public_choices`: the data owner's check that "public" choices
+  (``Z``, bounds, prior mean, hold-out set) were not taken from the private data.
 """
 
 from pm_dpgp.audit.leak import LeakFinding, scan_for_values
@@ -16,6 +18,7 @@ from pm_dpgp.audit.neighbours import (
     neighbour_divergence,
     random_neighbours,
 )
+from pm_dpgp.audit.public_choices import DataDerivedChoiceError, check_public_choices
 from pm_dpgp.audit.renyi import (
     RenyiTerms,
     gaussian_renyi_divergence,
@@ -24,12 +27,14 @@ from pm_dpgp.audit.renyi import (
 
 __all__ = [
     "AdversarialResult",
+    "DataDerivedChoiceError",
     "LeakFinding",
     "LiraResult",
     "LiraSetting",
     "NeighbourPair",
     "RenyiTerms",
     "adversarial_neighbours",
+    "check_public_choices",
     "gaussian_renyi_divergence",
     "lira_attack",
     "neighbour_divergence",

@@ -55,7 +55,6 @@ from pm_dpgp.mechanisms.noise_aware import (
     SparseQuRelease,
     _account_draw_release,
     _as_public,
-    _check_z_against,
     _default_data,
     _inputs_chunk,
     kernel_norm_bound,
@@ -68,9 +67,9 @@ from pm_dpgp.models.sparse import (
     DirichletTargets,
     PublicSparseGP,
     SparseGPRegression,
-    check_labels,
     check_n_classes,
     dirichlet_targets,
+    sanitise_labels,
 )
 
 __all__ = [
@@ -201,7 +200,10 @@ def dirichlet_release(
     data = _default_data(model, data)
     if isinstance(model, DirichletGPClassification):
         if n_classes is not None and n_classes != model.n_classes:
-            raise ValueError(f"n_classes={n_classes} differs from the model's {model.n_classes}.")
+            raise ValueError(
+                f"n_classes={n_classes} differs from the model's {model.n_classes}; omit "
+                "n_classes or pass the model's."
+            )
         n_classes = model.n_classes
         alpha_epsilon = model.alpha_epsilon if alpha_epsilon is None else alpha_epsilon
         prior_mean = model.mean if prior_mean is None else prior_mean
@@ -214,8 +216,12 @@ def dirichlet_release(
     c = check_positive(ratio, "ratio")
     if not (0.0 < float(rho) < 1.0):
         raise ValueError(f"rho must lie in (0, 1), got {rho!r}.")
+    if variant not in ("noise_aware", "naive"):  # before anything is spent or drawn
+        raise ValueError(f"variant must be 'noise_aware' or 'naive', got {variant!r}; use one.")
+    if s22_form not in ("linearised", "eq14"):
+        raise ValueError(f"s22_form must be 'linearised' or 'eq14', got {s22_form!r}; use one.")
     rng = check_rng(rng)
-    zpub = public.z_is_public if z_is_public is None else bool(z_is_public)
+    del z_is_public  # compatibility only: Z is never compared with the private inputs
     tg = DirichletTargets.from_alpha(alpha_epsilon)
     mu = tg.default_prior_mean(C) if prior_mean is None else float(prior_mean)
     if not math.isfinite(mu):
@@ -236,15 +242,20 @@ def dirichlet_release(
     classes = np.arange(C)
 
     def preprocess(X: Any, labels: Any) -> tuple[Any, Any, Any, Any]:
-        Xa = _inputs_chunk(X, d)
-        _check_z_against(Z, Xa, zpub)
-        lab = check_labels(labels, C)
+        # Records with a non-finite input or a label outside 0 … C−1 are dropped (they
+        # contribute zero, within the sensitivity); nothing reports whether that happened.
+        Xa, ok = _inputs_chunk(X, d)
+        lab, ok_lab = sanitise_labels(labels, C)
         if lab.shape[0] != Xa.shape[0]:
-            raise ValueError(f"labels has {lab.shape[0]} rows but X has {Xa.shape[0]}.")
-        onehot = lab[:, None] == classes[None, :]
+            raise ValueError(
+                f"labels has {lab.shape[0]} rows but X has {Xa.shape[0]}; pass one label per "
+                "record."
+            )
+        ok &= ok_lab
+        onehot = lab[ok, None] == classes[None, :]
         R = np.where(onehot, r_in, r_out)
         W = np.where(onehot, 1.0, w_out)
-        return Xa, R, W, np.zeros(0)
+        return Xa[ok], R, W, np.array([float(Xa.shape[0])])
 
     stats = sufficient_statistics(
         public.kernel,
@@ -252,11 +263,11 @@ def dirichlet_release(
         data,
         preprocess=preprocess,
         n_targets=C,
-        n_extras=0,
+        n_extras=1,
         chunk_size=chunk_size,
     )
-    if stats.n == 0:
-        raise ValueError("the data contain no points.")
+    if stats.extras[0] == 0:  # the number of records is public
+        raise ValueError("the data contain no records; pass at least one (x, label) record.")
     return _account_draw_release(
         DirichletRelease,
         public,

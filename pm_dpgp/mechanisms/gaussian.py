@@ -82,7 +82,9 @@ def gaussian_sigma(
             )
         return classic_c(delta) * sensitivity / epsilon
     if method != "analytic":
-        raise ValueError(f"method must be 'analytic' or 'classic', got {method!r}.")
+        raise ValueError(
+            f"method must be 'analytic' or 'classic', got {method!r}; use one of them."
+        )
 
     sigma = float(get_sigma_gaussian(epsilon, delta)) * sensitivity
     return _nudge_up(

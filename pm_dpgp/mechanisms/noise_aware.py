@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import json
 import math
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
@@ -56,23 +55,24 @@ from numpy.typing import ArrayLike, NDArray
 
 from pm_dpgp import __version__
 from pm_dpgp._validation import (
-    PrivacyWarning,
+    check_clip_option,
     check_delta,
     check_epsilon,
     check_positive,
     check_rng,
+    finite_rows,
+    private_array,
 )
 from pm_dpgp.accounting import GaussianEvent, Ledger
 from pm_dpgp.gp.linalg import jittered_cholesky
 from pm_dpgp.gp.sparse import (
     SufficientStatistics,
-    count_matching_rows,
     predict_from_qu,
     sufficient_statistics,
 )
 from pm_dpgp.mechanisms.gaussian import gaussian_sigma
 from pm_dpgp.mechanisms.output_perturbation import SEED_POLICY
-from pm_dpgp.models.sparse import InducingFromDataError, PublicSparseGP, SparseGPRegression
+from pm_dpgp.models.sparse import PublicSparseGP, SparseGPRegression
 from pm_dpgp.release import _jsonable
 
 __all__ = [
@@ -471,7 +471,7 @@ def dp_qu(
     Bn = np.asarray(B_noisy, dtype=np.float64)
     M = K.shape[0]
     if variant not in ("noise_aware", "naive"):
-        raise ValueError(f"variant must be 'noise_aware' or 'naive', got {variant!r}.")
+        raise ValueError(f"variant must be 'noise_aware' or 'naive', got {variant!r}; use one.")
     sB = scale * 0.5 * (Bn + Bn.T)
     lam_used = float(lam)
     eig_min = float(np.linalg.eigvalsh(K + sB)[0])
@@ -697,73 +697,30 @@ def _default_data(model: Any, data: Any) -> Any:
     )
 
 
-def _check_clip(clip: str) -> None:
-    if clip not in ("warn", "raise"):
-        raise ValueError(f"clip must be 'warn' or 'raise', got {clip!r}.")
-
-
-def _inputs_chunk(X: Any, d: int) -> NDArray[np.float64]:
-    Xa = np.asarray(X, dtype=np.float64)
-    if Xa.ndim == 1:
-        Xa = Xa[:, None]
-    if Xa.ndim != 2 or Xa.shape[1] != d:
-        raise ValueError(f"inputs must have {d} column(s) like Z, got shape {Xa.shape}.")
-    if not np.all(np.isfinite(Xa)):
+def _inputs_chunk(X: Any, d: int) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
+    """Private inputs of one chunk (shape checked, public) and the mask of finite rows."""
+    Xa = private_array(X, "X", ndim=2)
+    if Xa.shape[1] != d:
         raise ValueError(
-            "X contains NaN or infinite values. Remove or impute them with a public rule "
-            "before a private release."
+            f"inputs must have {d} column(s) like Z, got shape {Xa.shape}; pass one row per "
+            "record with the model's input columns."
         )
-    return Xa
-
-
-def _check_z_against(Z: NDArray[np.float64], X: NDArray[np.float64], z_is_public: bool) -> None:
-    if not z_is_public and count_matching_rows(Z, X):
-        raise InducingFromDataError(
-            "inducing inputs Z coincide exactly with rows of the private inputs X: Z looks "
-            "chosen from the data, and the release publishes Z. Use a public grid or public "
-            "domain knowledge; pass z_is_public=True only if Z was fixed without looking at X."
-        )
+    return Xa, finite_rows(Xa)
 
 
 def _residuals(
-    y: Any, n: int, mean: float, y_bound: float, clip: str, name: str = "y"
-) -> tuple[NDArray[np.float64], float, float]:
-    ya = np.asarray(y, dtype=np.float64).reshape(-1)
+    y: Any, n: int, mean: float, y_bound: float, name: str = "y"
+) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
+    """Clipped residuals ``clip(y − μ, ±R_y)`` and the mask of finite responses.
+
+    Nothing depends on the values beyond the record-wise clipping (``docs/errors.md``).
+    """
+    ya = private_array(y, name, ndim=1)
     if ya.shape[0] != n:
-        raise ValueError(f"{name} has {ya.shape[0]} rows but X has {n}.")
-    if not np.all(np.isfinite(ya)):
-        raise ValueError(
-            f"{name} contains NaN or infinite values. Remove or impute them with a public rule "
-            "before a private release."
-        )
-    r = ya - mean
-    absr = np.abs(r)
-    above = float(np.count_nonzero(absr > y_bound))
-    equal = float(np.count_nonzero(absr == y_bound))
-    if above and clip == "raise":
-        raise ValueError(
-            f"{int(above)} responses lie outside the public bound |y - mean| <= {y_bound}; widen "
-            "the bound (from public knowledge) or pass clip='warn' to clip them."
-        )
-    return np.clip(r, -y_bound, y_bound), above, equal
-
-
-def _finish_checks(
-    above: float, equal: float, bound: float, bound_is_public: bool, what: str, hint: str
-) -> None:
-    if equal > 0 and above == 0 and not bound_is_public:
-        raise ValueError(
-            f"the public {what} {bound!r} equals the largest value in the private data: it looks "
-            f"computed from the data, and using it as public would leak it. {hint} or pass "
-            "bound_is_public=True if it really is public."
-        )
-    if above > 0:
-        warnings.warn(
-            f"{int(above)} private value(s) lay beyond the public {what} {bound!r} and were "
-            "clipped to it; the release describes the clipped data.",
-            PrivacyWarning,
-            stacklevel=3,
-        )
+        raise ValueError(f"{name} has {ya.shape[0]} rows but X has {n}; pass one value per record.")
+    ok = finite_rows(ya)
+    r = np.where(ok, ya - mean, 0.0)
+    return np.clip(r, -y_bound, y_bound), ok
 
 
 def noise_aware_release(
@@ -803,8 +760,10 @@ def noise_aware_release(
     epsilon, delta
         Privacy of the release, ε > 0, 0 < δ < 1.
     y_bound
-        Public ``R_y``: responses are clipped to ``|y − μ| ≤ R_y`` (μ = public prior mean)
-        with a :class:`PrivacyWarning` (``clip="warn"``) or refused (``clip="raise"``).
+        Public ``R_y``: responses are clipped to ``|y − μ| ≤ R_y`` (μ = public prior mean),
+        silently: how many were clipped depends on the private data (``docs/errors.md``).
+        Records with a non-finite input, response or noise variance are dropped (they
+        contribute zero); nothing reports whether that happened.
     hyperparameters
         Public values for any hyperparameter with a prior in ``model``.
     ratio
@@ -820,23 +779,27 @@ def noise_aware_release(
         ``"linearised"`` (default; exact covariance of the linearisation) or ``"eq14"``.
     noise_var_floor
         Heteroscedastic noise: public lower bound σ²_min on the per-point noise variances
-        given as the third data column (private; clipped up to the floor with a warning).
+        given as the third data column (private; clipped up to the floor, silently).
     calibration
         ``"analytic"`` (Balle & Wang 2018) or ``"classic"`` (ε ≤ 1).
     ledger
         Charged with one :class:`GaussianEvent` (multiplier σ_a/Δ) before any noise is drawn.
     rng
         The only randomness.  The seed is never stored.
-    bound_is_public
-        Accept a bound that equals the extreme of the private data.
-    z_is_public
-        Accept ``Z`` rows that coincide with private inputs (default: the model's flag).
+    clip
+        ``"warn"`` (clip to the public bounds); ``"raise"`` is refused (its outcome would
+        depend on the private data).
+    bound_is_public, z_is_public
+        Accepted for compatibility, not used: the bound and ``Z`` are never compared with
+        the private data (a refusal that did would leak it).  The data owner can run
+        :func:`pm_dpgp.audit.check_public_choices` on their own data.
 
     Returns
     -------
     SparseQuRelease
         DP ``m`` and ``S`` on ``Z`` with metadata; ``predict`` is free post-processing.
     """
+    del bound_is_public, z_is_public  # compatibility only: never compared with private data
     public = _as_public(model, hyperparameters)
     data = _default_data(model, data)
     epsilon = check_epsilon(epsilon)
@@ -846,12 +809,11 @@ def noise_aware_release(
     if not (0.0 < float(rho) < 1.0):
         raise ValueError(f"rho must lie in (0, 1), got {rho!r}.")
     if variant not in ("noise_aware", "naive"):
-        raise ValueError(f"variant must be 'noise_aware' or 'naive', got {variant!r}.")
+        raise ValueError(f"variant must be 'noise_aware' or 'naive', got {variant!r}; use one.")
     if s22_form not in ("linearised", "eq14"):
-        raise ValueError(f"s22_form must be 'linearised' or 'eq14', got {s22_form!r}.")
-    _check_clip(clip)
+        raise ValueError(f"s22_form must be 'linearised' or 'eq14', got {s22_form!r}; use one.")
+    check_clip_option(clip)
     rng = check_rng(rng)
-    zpub = public.z_is_public if z_is_public is None else bool(z_is_public)
     hetero = noise_var_floor is not None
     floor = check_positive(noise_var_floor, "noise_var_floor") if hetero else None
     scale = 1.0 / (floor if floor is not None else check_positive(public.noise_var, "noise_var"))
@@ -868,9 +830,12 @@ def noise_aware_release(
     Z, d, mu = public.Z, public.input_dim, public.mean
 
     def preprocess(X: Any, y: Any, v: Any = None) -> tuple[Any, Any, Any, Any]:
-        Xa = _inputs_chunk(X, d)
-        _check_z_against(Z, Xa, zpub)
-        r, above, equal = _residuals(y, Xa.shape[0], mu, R_y, clip)
+        # Records with a non-finite input, response or noise variance are dropped (they
+        # contribute zero, within the sensitivity); nothing reports whether that happened.
+        Xa, ok = _inputs_chunk(X, d)
+        r, ok_y = _residuals(y, Xa.shape[0], mu, R_y)
+        ok &= ok_y
+        rows = np.array([float(Xa.shape[0])])
         if not hetero:
             if v is not None:
                 raise ValueError(
@@ -878,21 +843,17 @@ def noise_aware_release(
                     "is not set; give the public lower bound noise_var_floor for "
                     "heteroscedastic noise."
                 )
-            return Xa, r[:, None], None, np.array([above, equal, 0.0, 0.0])
+            return Xa[ok], r[ok, None], None, rows
         if v is None:
-            raise ValueError("heteroscedastic noise needs data=(X, y, noise_var).")
-        va = np.asarray(v, dtype=np.float64).reshape(-1)
-        if va.shape[0] != Xa.shape[0] or not np.all(np.isfinite(va)) or np.any(va <= 0):
-            raise ValueError("noise_var must be finite, > 0 and have one value per point.")
-        below = float(np.count_nonzero(va < floor))
-        at = float(np.count_nonzero(va == floor))
-        if below and clip == "raise":
             raise ValueError(
-                f"{int(below)} noise variances lie below the public floor {floor}; lower the "
-                "floor (from public knowledge) or pass clip='warn'."
+                "heteroscedastic noise needs per-point variances: pass data=(X, y, noise_var)."
             )
-        omega = floor / np.maximum(va, floor)
-        return Xa, r[:, None], omega[:, None], np.array([above, equal, below, at])
+        va = private_array(v, "noise_var", ndim=1)
+        if va.shape[0] != Xa.shape[0]:
+            raise ValueError("noise_var must have one value per record; pass one per row of X.")
+        ok &= finite_rows(va) & (np.nan_to_num(va, nan=0.0) > 0)
+        omega = floor / np.maximum(np.where(ok, va, floor), floor)  # clipped up to the floor
+        return Xa[ok], r[ok, None], omega[ok, None], rows
 
     stats = sufficient_statistics(
         public.kernel,
@@ -900,30 +861,11 @@ def noise_aware_release(
         data,
         preprocess=preprocess,
         n_targets=1,
-        n_extras=4,
+        n_extras=1,
         chunk_size=chunk_size,
     )
-    if stats.n == 0:
-        raise ValueError("the data contain no points.")
-    above, equal, below, at = stats.extras
-    _finish_checks(
-        above,
-        equal,
-        R_y,
-        bound_is_public,
-        "response bound y_bound",
-        "Choose y_bound from public knowledge",
-    )
-    if hetero:
-        # the floor is a lower bound: "beyond" means below it
-        _finish_checks(
-            below,
-            at,
-            floor,
-            bound_is_public,
-            "noise_var_floor",
-            "Choose the floor from public knowledge",
-        )
+    if stats.extras[0] == 0:  # the number of records is public
+        raise ValueError("the data contain no records; pass at least one (x, y) record.")
 
     # --- account, then draw -----------------------------------------------------------------
     return _account_draw_release(

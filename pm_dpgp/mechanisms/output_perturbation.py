@@ -22,12 +22,14 @@ import numpy as np
 from numpy.typing import NDArray
 
 from pm_dpgp._validation import (
+    check_clip_option,
+    check_count,
     check_delta,
     check_epsilon,
-    check_finite_array,
     check_public_bounds,
     check_rng,
     clip_to_bounds,
+    private_array,
 )
 from pm_dpgp.accounting import GaussianEvent, Ledger
 from pm_dpgp.mechanisms.gaussian import gaussian_sigma
@@ -62,24 +64,19 @@ def prepare_labels(
     clip: Literal["warn", "raise"] = "warn",
     bounds_are_public: bool = False,
 ) -> LabelData:
-    """Validate the private outputs and clip them to the public range.
+    """Check the private outputs' shape and clip them to the public range, silently.
 
-    ``clip="warn"`` clips values outside ``y_bounds`` with a :class:`PrivacyWarning`;
-    ``clip="raise"`` refuses with ``ValueError`` instead.  The data sensitivity is
-    the width of the range: neighbouring datasets differ in one label by at most
-    ``d = upper − lower`` (label privacy, REFERENCE §1).
+    Nothing here depends on the values of ``y`` (``docs/errors.md``): the range is checked
+    from the arguments alone, ``clip`` must be ``"warn"`` (``"raise"`` is refused from the
+    argument), and values outside the range (non-finite ones: the midpoint) are clipped
+    without reporting how many.  The data sensitivity is the width of the range: neighbouring
+    datasets differ in one label by at most ``d = upper − lower`` (label privacy, REFERENCE
+    §1).  ``n_clipped`` is kept for compatibility and is always 0 (never computed).
     """
-    if clip not in ("warn", "raise"):
-        raise ValueError(f"clip must be 'warn' or 'raise', got {clip!r}.")
-    y = check_finite_array(y, "y", ndim=1)
-    bounds = check_public_bounds(y_bounds, y, bounds_are_public=bounds_are_public)
-    outside = int(((y < bounds[0]) | (y > bounds[1])).sum())
-    if outside and clip == "raise":
-        raise ValueError(
-            f"{outside} responses lie outside the public range {bounds}; widen the range "
-            "(from public knowledge) or pass clip='warn' to clip them."
-        )
-    return LabelData(clip_to_bounds(y, bounds), bounds, bounds[1] - bounds[0], outside)
+    check_clip_option(clip)
+    y = private_array(y, "y", ndim=1)
+    bounds = check_public_bounds(y_bounds, name="y_bounds", bounds_are_public=bounds_are_public)
+    return LabelData(clip_to_bounds(y, bounds), bounds, bounds[1] - bounds[0], 0)
 
 
 @dataclass(frozen=True)
@@ -133,9 +130,7 @@ def perturb(
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta)
     rng = check_rng(rng)
-    if int(n_draws) != n_draws or n_draws < 1:
-        raise ValueError(f"n_draws must be a positive integer, got {n_draws!r}.")
-    n_draws = int(n_draws)
+    n_draws = check_count(n_draws, "n_draws")
     l2 = float(data_sensitivity) * float(unit_sensitivity)
     if not np.isfinite(l2) or l2 <= 0.0:
         raise ValueError(f"The L2 sensitivity d·s must be finite and > 0, got {l2!r}.")

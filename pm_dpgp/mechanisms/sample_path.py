@@ -28,7 +28,6 @@ that law.
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -38,7 +37,8 @@ from scipy.linalg import eigh, qr, solve_triangular
 from scipy.linalg.blas import dsyrk
 
 from pm_dpgp._validation import (
-    PrivacyWarning,
+    check_clip_option,
+    check_count,
     check_delta,
     check_finite_array,
     check_positive,
@@ -53,6 +53,7 @@ from pm_dpgp.mechanisms.sample_path_bounds import (
     parse_domain,
 )
 from pm_dpgp.models import GPRegression, PublicGP
+from pm_dpgp.models.sparse import is_stationary_decreasing
 
 __all__ = ["SamplePathRelease", "sample_path_release"]
 
@@ -281,6 +282,24 @@ class SamplePathRelease:
         return add_groups(idata, {"constant_data": const})
 
 
+def _public_probes(
+    X_star: NDArray[np.float64], domain: ArrayLike | None, n_grid: int = 33
+) -> NDArray[np.float64]:
+    """Public points at which the kernel is checked: ``X_star`` and a grid over the domain.
+
+    Never the private training inputs (``docs/errors.md``): a check on them would answer a
+    question about the private data.
+    """
+    pts = [X_star]
+    if domain is not None:
+        lower, upper = parse_domain(domain)
+        d = lower.size
+        per_dim = max(2, int(round(n_grid ** (1.0 / d)))) if d > 1 else n_grid
+        axes = [np.linspace(lo, hi, per_dim) for lo, hi in zip(lower, upper, strict=True)]
+        pts.append(np.stack(np.meshgrid(*axes, indexing="ij"), -1).reshape(-1, d))
+    return np.unique(np.vstack(pts), axis=0)
+
+
 def _check_kernel_class(
     public_gp: PublicGP, kernel_class: str, sigma: float, points: NDArray[np.float64]
 ) -> None:
@@ -288,13 +307,15 @@ def _check_kernel_class(
 
     ``"exponential_1d"`` relies on the Markov property of ``exp(−|x − x'|/ℓ)`` in 1-D,
     ``k(a, c) = k(a, b) k(b, c)`` for ``a ≤ b ≤ c``; ``"constant"`` on ``k`` being constant.
-    Both are checked numerically on the training and query inputs.
+    Both are checked numerically at the PUBLIC ``points`` (:func:`_public_probes`), never at
+    the private training inputs.
     """
     if kernel_class == "generic":
         return
     if kernel_class not in ("exponential_1d", "constant"):
         raise ValueError(
-            f"kernel_class must be 'generic', 'exponential_1d' or 'constant', got {kernel_class!r}."
+            "kernel_class must be 'generic', 'exponential_1d' or 'constant', got "
+            f"{kernel_class!r}; use one of them."
         )
     x = np.unique(points, axis=0)
     K = public_gp.kernel(x, x) / sigma**2
@@ -302,14 +323,23 @@ def _check_kernel_class(
         ok = np.allclose(K, K[0, 0], rtol=1e-9, atol=1e-12)
     else:
         if x.shape[1] != 1:
-            raise ValueError("kernel_class='exponential_1d' needs one-dimensional inputs.")
+            raise ValueError(
+                "kernel_class='exponential_1d' needs one-dimensional inputs; use "
+                "kernel_class='generic'."
+            )
+        if len(x) < 3:
+            raise ValueError(
+                "kernel_class='exponential_1d' is checked at public points (X_star and the "
+                "domain), and fewer than 3 were given; pass domain=(low, high)."
+            )
         a, b, c = 0, np.arange(1, len(x) - 1), len(x) - 1  # sorted: x[a] <= x[b] <= x[c]
-        ok = len(x) < 3 or np.allclose(K[a, c], K[a, b] * K[b, c], rtol=1e-7, atol=1e-12)
+        ok = np.allclose(K[a, c], K[a, b] * K[b, c], rtol=1e-7, atol=1e-12)
         ok = ok and np.allclose(np.diag(K), K[0, 0], rtol=1e-9)
     if not ok:
         raise ValueError(
-            f"The kernel is not of class {kernel_class!r} (checked numerically on the inputs); "
-            "its sensitivity bound would not hold. Use kernel_class='generic'."
+            f"The kernel is not of class {kernel_class!r} (checked numerically at public "
+            "points: X_star and the domain); its sensitivity bound would not hold. Use "
+            "kernel_class='generic'."
         )
 
 
@@ -379,8 +409,10 @@ def sample_path_release(
     kappa, domain:
         lower bound ``κ`` of ``k`` on the public input domain, or the domain from which
         it is computed: an interval ``(low, high)`` or one ``(low, high)`` pair per input
-        dimension; private inputs outside the box
-        are clipped into it (with a warning) so that the bound holds.
+        dimension; private inputs outside the box are clipped into it, silently (how many
+        depends on the private data, ``docs/errors.md``), so that the bound holds.  For a
+        kernel not recognised as stationary the domain is required: ``k(x, x) ≤ 1`` is
+        checked on it, never at the private inputs.
     eta:
         extra prior-GP noise scale ``η`` (0 for none).
     kernel_class:
@@ -390,6 +422,8 @@ def sample_path_release(
         constant) is **refused** with ``ValueError`` before anything is computed, spent or
         drawn: exact neighbouring pairs violate it (``docs/sample_paths.md`` §6).  It stays
         available as ``SamplePathBound(..., constant="author")`` for comparison.
+    clip:
+        ``"warn"`` (clip to the public bounds, silently); ``"raise"`` is refused.
     nugget:
         relative white-noise variance added to the released values for numerical
         stability (post-processing; recorded).
@@ -406,12 +440,16 @@ def sample_path_release(
     sigma = check_positive(sigma, "sigma")
     y_bound = check_positive(y_bound, "y_bound")
     eta = check_positive(eta, "eta", allow_zero=True)
-    if int(n_paths) != n_paths or n_paths < 1:
-        raise ValueError(f"n_paths must be a positive integer, got {n_paths!r}.")
-    n_paths = int(n_paths)
+    n_paths = check_count(n_paths, "n_paths")
     X_star = check_finite_array(X_star, "X_star", ndim=2)
+    check_clip_option(clip)
     public_gp = gpr.public_gp(hyperparameters)
     X = public_gp.X
+    if X_star.shape[1] != X.shape[1]:
+        raise ValueError(
+            f"X_star must have {X.shape[1]} column(s) like the inputs, got shape "
+            f"{X_star.shape}; pass inputs with that many columns."
+        )
     if domain is not None:
         lower, upper = parse_domain(domain)
         if lower.size != X.shape[1]:
@@ -419,28 +457,22 @@ def sample_path_release(
                 f"domain has {lower.size} dimension(s) but the inputs have {X.shape[1]}; give "
                 "one (low, high) pair per input dimension."
             )
-        outside = np.any((X < lower) | (X > upper), axis=1)
-        if outside.any():
-            if clip == "raise":
-                raise ValueError(
-                    f"{int(outside.sum())} private inputs lie outside the public domain; widen "
-                    "it or pass clip='warn' to clip them into it."
-                )
-            warnings.warn(
-                f"{int(outside.sum())} private inputs lie outside the public domain and were "
-                "clipped into it; the release describes the clipped data.",
-                PrivacyWarning,
-                stacklevel=2,
-            )
-            public_gp = dataclasses.replace(public_gp, X=np.clip(X, lower, upper))
-            X = public_gp.X
-    for name, inputs in (("training inputs", X), ("X_star", X_star)):
-        ratio = public_gp.kernel_diag(inputs) / sigma**2
-        if np.any(ratio > 1 + 1e-9):
-            raise ValueError(
-                f"k(x, x) = kernel(x, x) / sigma² reaches {ratio.max():.4g} > 1 on the {name}: "
-                "sigma must be the kernel's public scale (k(x, x) <= 1, REFERENCE §4)."
-            )
+        # private inputs are clipped into the public domain, silently (docs/errors.md)
+        public_gp = dataclasses.replace(public_gp, X=np.clip(X, lower, upper))
+        X = public_gp.X
+    elif not is_stationary_decreasing(getattr(gpr, "cov_func", None)):
+        raise ValueError(
+            "the kernel is not recognised as stationary, so k(x, x) <= 1 cannot be checked "
+            "from public information alone; give the public input domain (domain=(low, high))."
+        )
+    probes = _public_probes(X_star, domain)
+    ratio = public_gp.kernel_diag(probes) / sigma**2
+    if np.any(ratio > 1 + 1e-9):
+        raise ValueError(
+            f"k(x, x) = kernel(x, x) / sigma² reaches {ratio.max():.4g} > 1 at public points "
+            "(X_star and the domain): pass sigma equal to the kernel's public scale "
+            "(k(x, x) <= 1, REFERENCE §4)."
+        )
     if kappa is None:
         if domain is None:
             raise ValueError(
@@ -448,7 +480,7 @@ def sample_path_release(
                 "kappa in [0, 1] (kappa=0 is always valid but gives a weaker bound)."
             )
         kappa = kernel_lower_bound(lambda A, B: public_gp.kernel(A, B) / sigma**2, domain)
-    _check_kernel_class(public_gp, kernel_class, sigma, np.vstack([X, X_star]))
+    _check_kernel_class(public_gp, kernel_class, sigma, probes)
     r2 = public_gp.noise_var / sigma**2
     bound = SamplePathBound(
         n=X.shape[0],
@@ -463,20 +495,9 @@ def sample_path_release(
     event = bound.event(n_paths, label=f"{n_paths} GP posterior sample path(s) (Maciazek)")
     if ledger is not None:
         ledger.spend(event)  # refuses before any path is drawn
-    y_centred = gpr.y - public_gp.mean
-    n_clipped = int(np.sum(np.abs(y_centred) > y_bound))
-    if n_clipped:
-        if clip == "raise":
-            raise ValueError(
-                f"{n_clipped} centred responses exceed the public bound {y_bound}; widen it "
-                "or pass clip='warn'."
-            )
-        warnings.warn(
-            f"{n_clipped} of {y_centred.size} centred responses exceed the public bound "
-            f"|y - mean| <= {y_bound} and were clipped; the release describes the clipped data.",
-            PrivacyWarning,
-            stacklevel=2,
-        )
+    # responses are clipped to the public bound, silently (non-finite ones to the mean)
+    y_centred = np.asarray(gpr.y, dtype=np.float64) - public_gp.mean
+    y_centred = np.where(np.isfinite(y_centred), y_centred, 0.0)
     alpha = public_gp.posterior().alpha(np.clip(y_centred, -y_bound, y_bound))
     epsilon = event.epsilon(delta)
     metadata = {

@@ -40,7 +40,8 @@ def _as_2d_inputs(X: ArrayLike, name: str, n_cols: int) -> NDArray[np.float64]:
     arr = np.require(check_finite_array(X, name, ndim=2), requirements="A")
     if arr.shape[1] != n_cols:
         raise ValueError(
-            f"{name} must have {n_cols} column(s) like the training inputs, got shape {arr.shape}."
+            f"{name} must have {n_cols} column(s) like the training inputs, got shape {arr.shape}; "
+            "pass inputs with that many columns."
         )
     return arr
 
@@ -278,34 +279,28 @@ def _resolve_cov(cov_func: CovarianceSpec) -> BaseCovariance:
 def _resolve_sigma(sigma: NoiseSpec) -> float | Variable:
     value: Any = sigma
     if isinstance(value, BaseCovariance):
-        raise TypeError("sigma must be a noise standard deviation, not a covariance function.")
+        raise TypeError(
+            "sigma must be a noise standard deviation, not a covariance function; pass a float."
+        )
     if callable(value) and not isinstance(value, Variable):
         value = value()
     if isinstance(value, bool):
-        raise TypeError("sigma must be a number or a PyMC random variable, got a bool.")
+        raise TypeError(
+            "sigma must be a number or a PyMC random variable, got a bool; pass a float."
+        )
     if isinstance(value, numbers.Real) or (isinstance(value, np.ndarray) and value.ndim == 0):
         return check_positive(float(value), "sigma")
     if isinstance(value, Variable):
         if value.type.ndim != 0:
             raise ValueError(
-                f"sigma must be a scalar (homoscedastic noise std), got ndim={value.type.ndim}."
+                f"sigma must be a scalar (homoscedastic noise std), got ndim={value.type.ndim}; "
+                "pass a scalar."
             )
         return value
     raise TypeError(
         "sigma must be a positive float, a scalar PyMC variable, or a zero-argument callable "
-        f"returning one, got {type(value).__name__}."
+        f"returning one, got {type(value).__name__}; pass e.g. sigma=0.1."
     )
-
-
-def _check_mean_not_from_data(mean: float, y: NDArray[np.float64]) -> None:
-    for label, stat in (("mean", float(np.mean(y))), ("median", float(np.median(y)))):
-        if mean != 0.0 and math.isclose(mean, stat, rel_tol=1e-9, abs_tol=0.0):
-            raise ValueError(
-                f"mean={mean!r} equals the {label} of the private y: it looks computed from the "
-                "data, and a prior mean computed from y leaks it (it is not covered by any "
-                "privacy guarantee). Use a public value (domain knowledge, public data), or pass "
-                "mean_is_public=True if it really is public."
-            )
 
 
 def _check_name_and_mean(name: str, mean: float) -> float:
@@ -315,9 +310,11 @@ def _check_name_and_mean(name: str, mean: float) -> float:
     try:
         mean_f = float(mean)
     except (TypeError, ValueError) as err:
-        raise ValueError(f"mean must be a public constant number, got {mean!r}.") from err
+        raise ValueError(
+            f"mean must be a public constant number, got {mean!r}; pass a float."
+        ) from err
     if not math.isfinite(mean_f):
-        raise ValueError(f"mean must be finite, got {mean!r}.")
+        raise ValueError(f"mean must be finite, got {mean!r}; pass a finite public value.")
     return mean_f
 
 

@@ -61,7 +61,6 @@ from pm_dpgp.models._common import (
     NoiseSpec,
     PublicKernel,
     _as_2d_inputs,
-    _check_mean_not_from_data,
     _check_name_and_mean,
     _describe_cov,
     _eval_kernel,
@@ -384,7 +383,9 @@ class GPRegression:
                     f"Hyperparameter {nm!r} must have shape {static}, got {arr.shape}."
                 )
             if not np.all(np.isfinite(arr)):
-                raise ValueError(f"Hyperparameter {nm!r} must be finite, got {given[nm]!r}.")
+                raise ValueError(
+                    f"Hyperparameter {nm!r} must be finite, got {given[nm]!r}; pass a finite value."
+                )
             lo, hi = self._support[nm]
             if np.any(arr < lo) or np.any(arr > hi):
                 raise ValueError(
@@ -506,15 +507,15 @@ def gp_regression(
         (run inside the model context).
     mean
         Public constant prior mean.  It must not be computed from ``y`` (e.g.
-        ``y.mean()``): that is a statistic of the private data and leaks it.
-        Values equal to the mean or median of ``y`` are refused unless
-        ``mean_is_public=True``.
+        ``y.mean()``): that is a statistic of the private data and leaks it.  It is never
+        compared with ``y`` (a refusal that did would leak ``y``, ``docs/errors.md``); the
+        data owner can check with :func:`pm_dpgp.audit.check_public_choices`.
     name
         Prefix for model variables (likelihood ``f"{name}_obs"``).
     model
         Existing model to add to; a new ``pm.Model()`` by default.
     mean_is_public
-        Assert that ``mean`` is public even though it coincides with a statistic of ``y``.
+        Kept for compatibility; not used.
 
     Returns
     -------
@@ -531,11 +532,11 @@ def gp_regression(
     y_arr = check_finite_array(y, "y", ndim=1)
     if X_arr.shape[0] != y_arr.shape[0]:
         raise ValueError(
-            f"X and y must have the same number of rows, got {X_arr.shape[0]} and {y_arr.shape[0]}."
+            "X and y must have the same number of rows (pass one output per input row), got "
+            f"{X_arr.shape[0]} and {y_arr.shape[0]}."
         )
     mean_f = _check_name_and_mean(name, mean)
-    if not mean_is_public:
-        _check_mean_not_from_data(mean_f, y_arr)
+    del mean_is_public  # compatibility only: the mean is never compared with y
     if model is not None and not isinstance(model, pm.Model):
         raise TypeError(f"model must be a pymc.Model or None, got {type(model).__name__}.")
 

@@ -15,7 +15,8 @@ private.  Everything else must be public:
 * the inducing inputs ``Z`` — a regular grid over a public domain
   (:func:`grid_inducing_points`), user-given from domain knowledge, or k-means centres of a
   *public* dataset (:func:`kmeans_inducing_points`), never chosen from the private ``X``.
-  ``Z`` rows that coincide with rows of ``X`` are refused unless ``z_is_public=True``;
+  ``Z`` is never compared with ``X`` (a refusal that did would reveal private inputs,
+  ``docs/errors.md``); the data owner can check with :func:`pm_dpgp.audit.check_public_choices`;
 * the kernel hyperparameters and the noise (as for the exact builder,
   :mod:`pm_dpgp.models.exact`, whose machinery is reused: one PyTensor function per model,
   hyperparameter RVs replaced by public values);
@@ -40,12 +41,10 @@ from pymc.gp.cov import BaseCovariance
 from pymc.gp.util import JITTER_DEFAULT
 
 from pm_dpgp._validation import check_finite_array, check_positive, check_rng
-from pm_dpgp.gp.sparse import count_matching_rows
 from pm_dpgp.models._common import (
     CovarianceSpec,
     NoiseSpec,
     ThreadSafeFunction,
-    _check_mean_not_from_data,
     _check_name_and_mean,
     _eval_kernel,
     _eval_kernel_diag,
@@ -65,6 +64,7 @@ __all__ = [
     "dirichlet_gp_classification",
     "dirichlet_targets",
     "grid_inducing_points",
+    "is_stationary_decreasing",
     "kmeans_inducing_points",
     "sparse_gp_regression",
 ]
@@ -85,7 +85,9 @@ _DECREASING_STATIONARY = (
 class InducingFromDataError(ValueError):
     """Inducing inputs coincide with private training inputs (they look chosen from the data).
 
-    Publishing ``Z`` (needed for predictions) would then reveal those private inputs.
+    Publishing ``Z`` (needed for predictions) would then reveal those private inputs.  Raised
+    only by the data owner's own check :func:`pm_dpgp.audit.check_public_choices`: releases
+    and builders never compare ``Z`` with the private inputs (``docs/errors.md``).
     """
 
 
@@ -158,21 +160,7 @@ def kmeans_inducing_points(
     return C
 
 
-def _check_z_public(Z: NDArray[np.float64], X: NDArray[np.float64], z_is_public: bool) -> None:
-    if z_is_public:
-        return
-    hits = count_matching_rows(Z, X)
-    if hits:
-        raise InducingFromDataError(
-            f"{hits} inducing input(s) Z coincide exactly with rows of the private training "
-            "inputs X: Z looks chosen from the data, and publishing it (it is part of the "
-            "release) would reveal those private inputs. Use a public grid "
-            "(grid_inducing_points), public domain knowledge, or k-means of PUBLIC data; pass "
-            "z_is_public=True only if Z was fixed without looking at X."
-        )
-
-
-def _is_stationary_decreasing(cov: Any) -> bool:
+def is_stationary_decreasing(cov: Any) -> bool:
     """Structural check: built from decreasing stationary kernels, sums, products, scalars."""
     gpc = pm.gp.cov
     if isinstance(cov, _DECREASING_STATIONARY):
@@ -182,7 +170,7 @@ def _is_stationary_decreasing(cov: Any) -> bool:
     if isinstance(cov, gpc.Add | gpc.Prod):
         for part in cov._factor_list:
             if isinstance(part, BaseCovariance):
-                if not _is_stationary_decreasing(part):
+                if not is_stationary_decreasing(part):
                     return False
             elif np.ndim(part) != 0 and not (
                 hasattr(part, "type") and getattr(part.type, "ndim", 1) == 0
@@ -294,7 +282,7 @@ class SparseGPRegression(GPRegression):
             hyperparameters=values,
             description=description,
             jitter=float(self.jitter),
-            stationary=_is_stationary_decreasing(self.cov_func),
+            stationary=is_stationary_decreasing(self.cov_func),
             z_is_public=bool(self.z_is_public),
             _kernel=kernel,
             _kernel_diag=kernel_diag,
@@ -335,13 +323,13 @@ def sparse_gp_regression(
         PyMC covariance, or a zero-argument callable returning one (may declare priors).
     Z
         PUBLIC inducing inputs ``(M,)`` or ``(M, d)``: a grid over a public domain, domain
-        knowledge, or k-means of public data.  Refused (:class:`InducingFromDataError`) if a
-        row equals a row of ``X``, unless ``z_is_public=True``.
+        knowledge, or k-means of public data.  Never compared with ``X`` (``docs/errors.md``);
+        ``z_is_public`` records the caller's declaration.
     sigma
         Noise standard deviation: float, scalar PyMC variable, or callable returning one.
     mean
-        Public constant prior mean (refused if it equals the mean/median of ``y`` unless
-        ``mean_is_public=True``).
+        Public constant prior mean; never compared with ``y`` (``mean_is_public`` is kept for
+        compatibility and not used).
     jitter
         Added to ``K_ZZ`` (PyMC's default 1e-6); the mechanism uses the same matrix.
     """
@@ -356,17 +344,16 @@ def sparse_gp_regression(
         y_arr = check_finite_array(y, "y", ndim=1)
         if X_arr.shape[0] != y_arr.shape[0]:
             raise ValueError(
-                f"X and y must have the same number of rows, got {X_arr.shape[0]} and "
+                f"X and y must have the same number of rows (pass one output per input row), got "
+                f"{X_arr.shape[0]} and "
                 f"{y_arr.shape[0]}."
             )
         if X_arr.shape[1] != Z_arr.shape[1]:
             raise ValueError(
                 f"Z must have {X_arr.shape[1]} column(s) like X, got shape {Z_arr.shape}."
             )
-        _check_z_public(Z_arr, X_arr, z_is_public)
     mean_f = _check_name_and_mean(name, mean)
-    if y_arr.size and not mean_is_public:
-        _check_mean_not_from_data(mean_f, y_arr)
+    del mean_is_public  # compatibility only: the mean is never compared with y
     jitter = check_positive(jitter, "jitter", allow_zero=True)
     if model is not None and not isinstance(model, pm.Model):
         raise TypeError(f"model must be a pymc.Model or None, got {type(model).__name__}.")
@@ -445,6 +432,24 @@ def check_labels(labels: Any, n_classes: int) -> NDArray[np.int64]:
     return lab
 
 
+def sanitise_labels(labels: Any, n_classes: int) -> tuple[NDArray[np.int64], NDArray[np.bool_]]:
+    """Private labels as integers and the mask of valid ones, without raising on values.
+
+    A label is valid when it is a finite integer in ``0 … n_classes−1``; invalid labels
+    become 0 and are masked out (the release drops those records).  Only the shape and
+    dtype kind (schema, public) can make it fail (``docs/errors.md``).
+    """
+    arr = np.asarray(labels).reshape(-1)
+    if arr.dtype.kind not in "iubf":
+        raise TypeError(
+            f"labels must be numbers (integers 0 … n_classes − 1), got dtype {arr.dtype}; "
+            "convert them to integers before the release."
+        )
+    val = arr.astype(np.float64)
+    ok = np.isfinite(val) & (val == np.round(val)) & (val >= 0) & (val < n_classes)
+    return np.where(ok, val, 0.0).astype(np.int64), ok
+
+
 def check_n_classes(n_classes: Any) -> int:
     """``n_classes`` as an int ≥ 2."""
     if isinstance(n_classes, bool) or not isinstance(n_classes, int | np.integer) or n_classes < 2:
@@ -509,11 +514,10 @@ def dirichlet_gp_classification(
         raise ValueError(f"X has {X_arr.shape[0]} rows but labels has {lab.shape[0]}.")
     if X_arr.shape[1] != Z_arr.shape[1]:
         raise ValueError(f"Z must have {X_arr.shape[1]} column(s) like X, got {Z_arr.shape}.")
-    _check_z_public(Z_arr, X_arr, z_is_public)
     tg = DirichletTargets.from_alpha(alpha_epsilon)
     mu = tg.default_prior_mean(C) if prior_mean is None else float(prior_mean)
     if not math.isfinite(mu):
-        raise ValueError(f"prior_mean must be finite, got {prior_mean!r}.")
+        raise ValueError(f"prior_mean must be finite, got {prior_mean!r}; pass a finite value.")
     jitter = check_positive(jitter, "jitter", allow_zero=True)
     y, v = dirichlet_targets(lab, C, alpha_epsilon)
     ctx = pm.Model() if model is None else model

@@ -58,23 +58,6 @@ class PrivateDataError(ValueError):
 
 
 # ---------------------------------------------------------------------------------- checks
-def _rows_in(A: NDArray[np.float64], B: NDArray[np.float64]) -> NDArray[np.bool_]:
-    """For each row of ``A``: does it occur among the rows of ``B`` (exact equality)?"""
-    if len(A) == 0 or len(B) == 0:
-        return np.zeros(len(A), dtype=bool)
-    return np.all(A[:, None, :] == B[None, :, :], axis=2).any(axis=1)
-
-
-def _training_arrays(
-    training: GPRegression | tuple[ArrayLike, ArrayLike],
-) -> tuple[NDArray[np.float64], NDArray[np.float64], Any]:
-    if isinstance(training, GPRegression):
-        return np.asarray(training.X, float), np.asarray(training.y, float), training.y
-    X_tr, y_tr = training
-    X_arr = check_finite_array(X_tr, "training X", ndim=2)
-    return X_arr, np.asarray(y_tr, float).ravel(), y_tr
-
-
 def _refuse_private(
     release: AnyRelease,
     X_hold: NDArray[np.float64],
@@ -90,32 +73,17 @@ def _refuse_private(
         "was not used to fit the released model."
     )
     if training is not None:
-        X_tr, y_tr, y_tr_raw = _training_arrays(training)
+        # Identity only (which object was passed: public to the caller).  The hold-out values
+        # are never compared with the private training values: a refusal that did would be a
+        # membership oracle (docs/errors.md); the data owner can run
+        # pm_dpgp.audit.check_public_choices(X, y, holdout=(X_h, y_h)) on their own data.
+        y_tr_raw = training.y if isinstance(training, GPRegression) else training[1]
         if y_raw is y_tr_raw or (
             isinstance(y_raw, np.ndarray)
             and isinstance(y_tr_raw, np.ndarray)
             and np.shares_memory(y_raw, y_tr_raw)
         ):
             raise PrivateDataError(f"y_holdout is the private training output array. {why}")
-        if X_tr.shape[1] == X_hold.shape[1]:
-            pairs_hold = np.column_stack([X_hold, y_hold])
-            pairs_tr = np.column_stack([X_tr, y_tr])
-            hit = _rows_in(pairs_hold, pairs_tr)
-            if hit.any():
-                raise PrivateDataError(
-                    f"{int(hit.sum())} of the {len(y_hold)} hold-out (x, y) pairs are private "
-                    f"training pairs. {why} If these rows really are public duplicates, pass "
-                    "holdout_is_public=True."
-                )
-    if isinstance(release, SamplePathRelease):
-        # Full privacy: the training inputs are private too.
-        hit = _rows_in(X_hold, np.asarray(release.public_gp.X, float))
-        if hit.any():
-            raise PrivateDataError(
-                f"{int(hit.sum())} hold-out inputs are private training inputs of this "
-                f"full-privacy (sample-path) release. {why} If these inputs really are "
-                "public, pass holdout_is_public=True."
-            )
 
 
 # --------------------------------------------------------------------------- DP values
@@ -188,8 +156,9 @@ def dp_ppc(
         public observation-noise sd of the predictive ``y = f + e``.
     training:
         the private training data (the ``GPRegression`` or ``(X, y)``), used only to
-        *check* that the hold-out set is disjoint from it; nothing from it is stored.
-        ``None`` skips the check (you assert the hold-out set is public and disjoint).
+        check that ``y_holdout`` is not the training output array itself (by identity;
+        values are never compared, ``docs/errors.md``); nothing from it is stored.
+        ``None`` skips the check.
     extra_sd:
         public extra predictive sd (scalar or ``(m,)``), e.g. the label-private
         posterior sd at the hold-out inputs.
@@ -198,15 +167,14 @@ def dp_ppc(
     interpolate:
         allow linear interpolation of a 1-D :class:`Release` to the hold-out inputs.
     holdout_is_public:
-        override the disjointness check for rows that really are public duplicates.
+        skip the identity check.
     rng:
         source of the (public, post-processing) predictive noise.
 
     Raises
     ------
     PrivateDataError
-        the hold-out set contains the private training outputs (or, for a sample-path
-        release, the private training inputs).
+        ``y_holdout`` is the private training output array (same object or memory).
     """
     import xarray as xr
 
@@ -215,7 +183,8 @@ def dp_ppc(
     y_hold = check_finite_array(y_holdout, "y_holdout", ndim=1)
     if len(X_hold) != len(y_hold):
         raise ValueError(
-            f"X_holdout and y_holdout must have the same length, got {len(X_hold)} and "
+            f"X_holdout and y_holdout must have the same length (pass one output per input), got "
+            f"{len(X_hold)} and "
             f"{len(y_hold)}."
         )
     noise_sd = check_positive(noise_sd, "noise_sd")
@@ -226,10 +195,12 @@ def dp_ppc(
     if n_replicates is None:
         n_replicates = max(1, math.ceil(200 / n_dp))
     if int(n_replicates) != n_replicates or n_replicates < 1:
-        raise ValueError(f"n_replicates must be a positive integer, got {n_replicates!r}.")
+        raise ValueError(
+            f"n_replicates must be a positive integer, got {n_replicates!r}; pass e.g. 10."
+        )
     extra = np.broadcast_to(np.asarray(extra_sd, float), y_hold.shape)
     if np.any(extra < 0) or not np.all(np.isfinite(extra)):
-        raise ValueError("extra_sd must be finite and non-negative.")
+        raise ValueError("extra_sd must be finite and non-negative; pass e.g. extra_sd=0.")
     sd = np.sqrt(noise_sd**2 + extra**2)
     f_rep = np.repeat(f, int(n_replicates), axis=0)  # (S, m)
     y_rep = f_rep + sd * rng.standard_normal(f_rep.shape)

@@ -129,11 +129,27 @@ def _box(domain: tuple[ArrayLike, ArrayLike], d: int) -> tuple[NDArray, NDArray]
     return lower, upper
 
 
-def _observe(objective: Objective, X: NDArray[np.float64]) -> NDArray[np.float64]:
+def _observe(
+    objective: Objective, X: NDArray[np.float64], fill: float | None = None
+) -> NDArray[np.float64]:
+    """Objective values at ``X``; the count is checked (public), never the values.
+
+    With ``fill`` (private runs) non-finite values become ``fill`` (the public prior mean)
+    instead of raising: whether the private objective returned one is never reported
+    (``docs/errors.md``).  Without it (non-private runs) they are refused.
+    """
     y = np.asarray(objective(X), dtype=np.float64).reshape(-1)
-    if y.shape != (len(X),) or not np.all(np.isfinite(y)):
+    if y.shape != (len(X),):
         raise ValueError(
-            f"objective(X) must return {len(X)} finite values for X of shape {X.shape}."
+            f"objective(X) must return {len(X)} values for X of shape {X.shape}; return one "
+            "value per row."
+        )
+    if fill is not None:
+        return np.where(np.isfinite(y), y, fill)
+    if not np.all(np.isfinite(y)):
+        raise ValueError(
+            f"objective(X) must return {len(X)} finite values for X of shape {X.shape}; "
+            "return finite values."
         )
     return y
 
@@ -288,7 +304,8 @@ def dp_thompson_sampling(
             raise ValueError(f"candidates must have {d} column(s).")
         n_cand = len(fixed_cand)
 
-    y0 = _observe(objective, X0)
+    fill = float(prior_mean) if private else None
+    y0 = _observe(objective, X0, fill)
     model = gp_regression(X0, y0, cov_func, sigma=noise_sd, mean=prior_mean, mean_is_public=True)
     base = model.public_gp()
     r2 = base.noise_var / sigma**2
@@ -346,6 +363,7 @@ def dp_thompson_sampling(
                         y_bound=y_bound,
                         delta=delta,
                         kappa=float(kappa),
+                        domain=np.column_stack([lower, upper]),
                         eta=eta,
                         kernel_class=kernel_class,
                         ledger=ledger,
@@ -383,7 +401,7 @@ def dp_thompson_sampling(
                 x_new, f_new = _maximise(
                     evaluate, (X_c, f_c), lower, upper, refine_steps, refine_points, rng
                 )
-                y_new = _observe(objective, x_new[None, :])
+                y_new = _observe(objective, x_new[None, :], fill)
                 X_all = np.vstack([X_all, x_new[None, :]])
                 y_all = np.concatenate([y_all, y_new])
                 rows["x_chosen"].append(x_new)
