@@ -49,7 +49,7 @@ from pm_dpgp._validation import (
 )
 from pm_dpgp.accounting import Ledger
 from pm_dpgp.gp.sparse import sufficient_statistics
-from pm_dpgp.mechanisms.gaussian import gaussian_sigma
+from pm_dpgp.mechanisms.noise import simulation_rng
 from pm_dpgp.mechanisms.noise_aware import (
     KernelNorm,
     SparseQuRelease,
@@ -58,6 +58,7 @@ from pm_dpgp.mechanisms.noise_aware import (
     _check_z_against,
     _default_data,
     _inputs_chunk,
+    calibrate_statistics_noise,
     kernel_norm_bound,
     l2_sensitivity,
     regularisation_lambda,
@@ -214,7 +215,7 @@ def dirichlet_release(
     c = check_positive(ratio, "ratio")
     if not (0.0 < float(rho) < 1.0):
         raise ValueError(f"rho must lie in (0, 1), got {rho!r}.")
-    rng = check_rng(rng)
+    rng = simulation_rng(rng)
     zpub = public.z_is_public if z_is_public is None else bool(z_is_public)
     tg = DirichletTargets.from_alpha(alpha_epsilon)
     mu = tg.default_prior_mean(C) if prior_mean is None else float(prior_mean)
@@ -225,10 +226,12 @@ def dirichlet_release(
     Delta = dirichlet_sensitivity(C, tg, mu, bound.R_k, c, nonnegative_kernel=bound.nonnegative)
     R_y = max(abs(tg.y_in - mu), abs(tg.y_out - mu))
     per_class = l2_sensitivity(R_y, bound.R_k, c)
-    sigma_a = gaussian_sigma(epsilon, delta, Delta, method=calibration)
+    M = public.n_inducing
+    sigma_a, plan = calibrate_statistics_noise(
+        epsilon, delta, Delta, calibration, n_outputs=C, n_inducing=M, secure=rng is None
+    )
     sigma_b = sigma_a / c
     scale = 1.0 / tg.var_in
-    M = public.n_inducing
     lam = regularisation_lambda(sigma_b, scale, M, rho)
     w_out = tg.var_in / tg.var_out
     r_in, r_out = tg.y_in - mu, tg.y_out - mu
@@ -282,6 +285,7 @@ def dirichlet_release(
         calibration=calibration,
         ledger=ledger,
         rng=rng,
+        plan=plan,
         sensitivity_equation=(
             "joint over all classes (docs/noise_aware.md): max over same/different label of "
             "max_t sum_c [(a_c^2 + a_c'^2) Rk^2 + c^2 (w_c^2 + w_c'^2) Rk^4 - 2 t a_c a_c' "
