@@ -49,8 +49,15 @@ def main() -> None:
 
     def release() -> None:
         sample_path_release(
-            model, X_star, n_paths=args.paths, sigma=1.0, y_bound=3.0, delta=1e-5,
-            domain=(0.0, 10.0), ledger=Ledger(), rng=np.random.default_rng(1),
+            model,
+            X_star,
+            n_paths=args.paths,
+            sigma=1.0,
+            y_bound=3.0,
+            delta=1e-5,
+            domain=(0.0, 10.0),
+            ledger=Ledger(),
+            rng=np.random.default_rng(1),
         )
 
     release()  # warm-up: PyTensor compilation of the kernel happens once per model
