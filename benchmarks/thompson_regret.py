@@ -37,8 +37,7 @@ def f2(X: np.ndarray) -> np.ndarray:
 
 PROBLEMS: dict[str, tuple[Callable, object, np.ndarray, float]] = {
     "1-D": (f1, pm.gp.cov.ExpQuad(1, ls=0.2), np.array([[0.1], [0.5], [0.9]]), 0.8),
-    "2-D": (f2, pm.gp.cov.ExpQuad(2, ls=0.25), np.array([[0.2, 0.2], [0.8, 0.8], [0.5, 0.5]]),
-            0.8),
+    "2-D": (f2, pm.gp.cov.ExpQuad(2, ls=0.25), np.array([[0.2, 0.2], [0.8, 0.8], [0.5, 0.5]]), 0.8),
 }
 
 
@@ -68,8 +67,10 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     fig, axes = plt.subplots(1, len(PROBLEMS), figsize=(11, 4))
     table: dict[str, dict[str, float]] = {}
     print(f"budget (eps, delta) = ({args.budget}, 1e-05), model noise sd (DP) = {args.noise_sd}")
-    print(f"{'problem':8s} {'method':16s} {'rounds':>6s} {'simple regret':>14s} "
-          f"{'mean inst. regret':>18s} {'eps spent':>10s} {'time s':>7s}")
+    print(
+        f"{'problem':8s} {'method':16s} {'rounds':>6s} {'simple regret':>14s} "
+        f"{'mean inst. regret':>18s} {'eps spent':>10s} {'time s':>7s}"
+    )
     for ax, (name, (f, cov, X0, fmax)) in zip(axes, PROBLEMS.items(), strict=True):
         d = X0.shape[1]
         box = (np.zeros(d), np.ones(d))
@@ -81,26 +82,50 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
                 warnings.simplefilter("ignore")
                 t0 = time.perf_counter()
                 dp = dp_thompson_sampling(
-                    _noisy(f, np.random.default_rng(10_000 + seed)), cov, domain=box, X_init=X0,
-                    n_rounds=args.rounds, noise_sd=args.noise_sd, y_bound=1.0,
-                    ledger=Ledger(epsilon=args.budget, delta=1e-5), candidates=128,
-                    refine_steps=2, progressbar=False, rng=np.random.default_rng(seed),
+                    _noisy(f, np.random.default_rng(10_000 + seed)),
+                    cov,
+                    domain=box,
+                    X_init=X0,
+                    n_rounds=args.rounds,
+                    noise_sd=args.noise_sd,
+                    y_bound=1.0,
+                    ledger=Ledger(epsilon=args.budget, delta=1e-5),
+                    candidates=128,
+                    refine_steps=2,
+                    progressbar=False,
+                    rng=np.random.default_rng(seed),
                 )
                 t1 = time.perf_counter()
                 R = dp.n_rounds
                 npts = dp_thompson_sampling(
-                    _noisy(f, np.random.default_rng(20_000 + seed)), cov, domain=box, X_init=X0,
-                    n_rounds=R, noise_sd=0.05, private=False, candidates=128, refine_steps=2,
-                    progressbar=False, rng=np.random.default_rng(seed),
+                    _noisy(f, np.random.default_rng(20_000 + seed)),
+                    cov,
+                    domain=box,
+                    X_init=X0,
+                    n_rounds=R,
+                    noise_sd=0.05,
+                    private=False,
+                    candidates=128,
+                    refine_steps=2,
+                    progressbar=False,
+                    rng=np.random.default_rng(seed),
                 )
                 t2 = time.perf_counter()
-                rs = random_search(_noisy(f, np.random.default_rng(30_000 + seed)), domain=box,
-                                   X_init=X0, n_rounds=R, rng=np.random.default_rng(seed))
+                rs = random_search(
+                    _noisy(f, np.random.default_rng(30_000 + seed)),
+                    domain=box,
+                    X_init=X0,
+                    n_rounds=R,
+                    rng=np.random.default_rng(seed),
+                )
                 t3 = time.perf_counter()
             spent.append(dp.ledger.epsilon())
-            for key, rec, dt in (("DP TS", dp.owner, t1 - t0), ("non-private TS", npts.owner,
-                                 t2 - t1), ("random", rs, t3 - t2)):
-                true = f(rec.X[rec.n_init:])
+            for key, rec, dt in (
+                ("DP TS", dp.owner, t1 - t0),
+                ("non-private TS", npts.owner, t2 - t1),
+                ("random", rs, t3 - t2),
+            ):
+                true = f(rec.X[rec.n_init :])
                 curves[key].append(fmax - np.maximum.accumulate(true))
                 inst[key].append(float(np.mean(fmax - true)))
                 times[key] += dt
@@ -114,12 +139,16 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
             ax.fill_between(np.arange(1, L + 1), mean - se, mean + se, alpha=0.2)
             table[name][key] = float(C[:, -1].mean())
             eps = f"{np.mean(spent):10.2f}" if key == "DP TS" else f"{'-':>10s}"
-            print(f"{name:8s} {key:16s} {L:6d} {C[:, -1].mean():14.3f} "
-                  f"{np.mean(inst[key]):18.3f} {eps} {times[key]:7.1f}")
+            print(
+                f"{name:8s} {key:16s} {L:6d} {C[:, -1].mean():14.3f} "
+                f"{np.mean(inst[key]):18.3f} {eps} {times[key]:7.1f}"
+            )
         ax.set(title=f"{name} objective", xlabel="round", ylabel="simple regret", yscale="log")
         ax.legend(fontsize=8)
-    fig.suptitle(f"Thompson sampling under (ε, δ) = ({args.budget:g}, 1e-5), "
-                 f"{args.seeds} seeds (mean ± s.e.)")
+    fig.suptitle(
+        f"Thompson sampling under (ε, δ) = ({args.budget:g}, 1e-5), "
+        f"{args.seeds} seeds (mean ± s.e.)"
+    )
     fig.tight_layout()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

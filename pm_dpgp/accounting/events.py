@@ -22,6 +22,10 @@ References
   ICML 2015 (every ε-DP pair is a post-processing of randomized response).
 * T. van Erven and P. Harremoës, "Rényi divergence and Kullback–Leibler divergence",
   IEEE Trans. IT 2014 (monotonicity in α, data processing).
+* M. Bun and T. Steinke, "Concentrated differential privacy: simplifications, extensions, and
+  lower bounds", TCC 2016 (ρ-zCDP, Def. 1.1; composition, Lemma 1.7).
+* C. Canonne, G. Kamath and T. Steinke, "The discrete Gaussian for differential privacy",
+  NeurIPS 2020 (the discrete Gaussian is Δ²/(2σ²)-zCDP, Thm. 14 for vectors).
 * C. Dwork, F. McSherry, K. Nissim and A. Smith, "Calibrating noise to sensitivity", TCC 2006;
   C. Dwork, G. Rothblum and S. Vadhan, "Boosting and differential privacy", FOCS 2010
   (basic composition, also under adaptivity).
@@ -50,6 +54,7 @@ __all__ = [
     "DEFAULT_ORDERS",
     "PrivacyEvent",
     "GaussianEvent",
+    "ZCDPEvent",
     "RdpCurveEvent",
     "PureDpEvent",
     "ApproxDpEvent",
@@ -390,6 +395,50 @@ class GaussianEvent(PrivacyEvent):
 
 
 @dataclass(frozen=True)
+class ZCDPEvent(PrivacyEvent):
+    """``count`` runs of a ρ-zCDP mechanism, e.g. the discrete Gaussian mechanism.
+
+    ρ-zCDP (Bun & Steinke 2016, Def. 1.1) is RDP at every order with ε(α) = αρ, so the curve is
+    ``rdp(α) = count · α · rho`` (composition adds ρ: Bun & Steinke 2016, Lemma 1.7).  The
+    discrete Gaussian with scale σ and integer L2 sensitivity Δ is Δ²/(2σ²)-zCDP (Canonne,
+    Kamath & Steinke 2020, Thm. 14); it is *not* claimed to be μ-GDP, so this event has no
+    Balle–Wang curve (see ``docs/secure_noise.md``, "Why not the continuous GDP bound").
+
+    ``epsilon(delta)`` converts the curve on :data:`DEFAULT_ORDERS` with
+    :func:`rdp_to_epsilon`; it is exactly what a ledger with the default orders charges for this
+    event alone under its ``"zcdp"`` filter, so a mechanism calibrated with it fits the budget.
+    """
+
+    rho: float
+    count: int = 1
+    label: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rho", check_positive(self.rho, "rho"))
+        object.__setattr__(self, "count", _check_count(self.count))
+        object.__setattr__(self, "label", _check_label(self.label))
+
+    @property
+    def total_rho(self) -> float:
+        """count · ρ: the zCDP parameter of the whole event."""
+        return self.count * self.rho
+
+    def rdp(self, orders: ArrayLike = DEFAULT_ORDERS) -> NDArray[np.float64]:
+        alpha = _check_orders(orders)
+        return alpha * self.total_rho
+
+    def epsilon(self, delta: float) -> float:
+        return rdp_to_epsilon(DEFAULT_ORDERS, self.rdp(DEFAULT_ORDERS), delta)
+
+    def _parameters(self) -> dict[str, Any]:
+        return {"rho": self.rho}
+
+    def describe(self) -> str:
+        rep = f"×{self.count}" if self.count > 1 else ""
+        return f"zCDP(ρ={self.rho:.4g}){rep}"
+
+
+@dataclass(frozen=True)
 class RdpCurveEvent(PrivacyEvent):
     """A mechanism known only through an upper bound on its RDP curve, given on an order grid.
 
@@ -667,6 +716,8 @@ def event_from_metadata(meta: dict[str, Any]) -> PrivacyEvent:
         if kind == "GaussianEvent":
             z = _meta_float(meta["noise_multiplier"], "noise_multiplier")
             return GaussianEvent(z, count=count, label=label)
+        if kind == "ZCDPEvent":
+            return ZCDPEvent(_meta_float(meta["rho"], "rho"), count=count, label=label)
         if kind == "RdpCurveEvent":
             return RdpCurveEvent(
                 tuple(_meta_float(a, "orders") for a in meta["orders"]),
@@ -688,6 +739,6 @@ def event_from_metadata(meta: dict[str, Any]) -> PrivacyEvent:
     except KeyError as err:
         raise ValueError(f"event metadata of type {kind!r} lacks the field {err}.") from None
     raise ValueError(
-        f"unknown event type {kind!r} in metadata (expected GaussianEvent, RdpCurveEvent, "
-        "PureDpEvent or ApproxDpEvent)."
+        f"unknown event type {kind!r} in metadata (expected GaussianEvent, ZCDPEvent, "
+        "RdpCurveEvent, PureDpEvent or ApproxDpEvent)."
     )

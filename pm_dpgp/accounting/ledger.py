@@ -17,7 +17,8 @@ the mechanism is (ε₁, δ)-DP and (ε₂, δ)-DP, so it is (min(ε₁, ε₂),
     :class:`ApproxDpEvent`s (basic composition; see ``docs/accounting.md`` for why interleaving
     is allowed).
 ``"gdp"``
-    Only when there is at least one :class:`GaussianEvent` and no :class:`RdpCurveEvent`: the
+    Only when there is at least one :class:`GaussianEvent` and no :class:`RdpCurveEvent` or
+    :class:`ZCDPEvent`: the
     Gaussian events compose exactly to μ-GDP with μ = √(Σ count_i / z_i²) (Dong, Roth & Su 2019,
     Cor. 3.3), converted exactly at δ′ = δ − Σδ_approx (Balle & Wang 2018, Thm. 8); pure and
     approximate events are added by basic composition.  With only Gaussian events this is the
@@ -45,6 +46,13 @@ what any filter theorem proves).  The filter is one of (``filter=`` argument):
 ``"gdp"``
     Gaussian events only; accept while ε_GDP(√Σμ_i², δ) ≤ budget (fully adaptive GDP filter:
     Smith & Thakurta 2022; Whitehouse, Ramdas, Rogers & Wu 2023).
+``"zcdp"``
+    zCDP and Gaussian events (each ρ_i-zCDP, a Gaussian event with ρ = μ²/2); accept while
+    min_α [α·Σρ_i + ln(1 − 1/α) − (ln δ + ln α)/(α − 1)] ≤ budget over the grid.  Every event is
+    RDP at *every* order with a curve linear in α, so the condition is Σρ_i ≤ ρ_B for the public
+    ρ_B that converts to the budget, i.e. the fixed-order Rényi filter (Feldman & Zrnic 2021) at
+    the order that is optimal for ρ_B: no δ is split over the orders (``docs/accounting.md``,
+    Theorem Z).
 ``"basic"``
     Pure and approximate events; accept while Σ count·ε_i ≤ budget and Σ count·δ_i ≤ δ (the
     basic-composition filter of Rogers, Roth, Ullman & Vadhan 2016).
@@ -55,9 +63,9 @@ what any filter theorem proves).  The filter is one of (``filter=`` argument):
     Zrnic (2021), each converted at δ/|Λ| (the grid-of-orders filter of Lécuyer 2021 and
     Whitehouse et al. 2023 with uniform weights).
 ``"auto"`` (default)
-    The family of the *first* event spent: Gaussian → ``"gdp"``, RDP curve → ``"renyi"``,
-    pure or approximate → ``"basic"``.  The first event is chosen before any release, so this
-    choice does not depend on private outputs.
+    The family of the *first* event spent: Gaussian → ``"gdp"``, zCDP → ``"zcdp"``, RDP curve →
+    ``"renyi"``, pure or approximate → ``"basic"``.  The first event is chosen before any
+    release, so this choice does not depend on private outputs.
 ``"fixed"``
     No filter: refuse when the composition bound ``epsilon()`` (the minimum below) would exceed
     the budget.  Valid only when every event's parameters are fixed before the first release
@@ -96,6 +104,7 @@ from pm_dpgp.accounting.events import (
     PrivacyEvent,
     PureDpEvent,
     RdpCurveEvent,
+    ZCDPEvent,
     _check_orders,
     gdp_epsilon,
     json_float,
@@ -110,9 +119,9 @@ BUDGET_RTOL: float = 1e-9
 #: Bound "basic" is only evaluated for at most this many events.
 _BASIC_MAX_EVENTS = 64
 
-FilterName = Literal["auto", "gdp", "renyi", "basic", "fixed"]
+FilterName = Literal["auto", "gdp", "zcdp", "renyi", "basic", "fixed"]
 #: The refusal rules a ledger can enforce (see the module docstring).
-FILTERS: tuple[str, ...] = ("auto", "gdp", "renyi", "basic", "fixed")
+FILTERS: tuple[str, ...] = ("auto", "gdp", "zcdp", "renyi", "basic", "fixed")
 
 
 class BudgetExceededError(ValueError):
@@ -161,7 +170,7 @@ class _Totals:
     n_rdp: int  # number of RDP-capable events
     gauss_mu2: float  # Σ μ_i² of Gaussian events
     n_gauss: int
-    n_curve: int  # number of RdpCurveEvents (they exclude the GDP bound)
+    n_curve: int  # number of RdpCurveEvents and ZCDPEvents (they exclude the GDP bound)
     pure_eps: float  # Σ count·ε of pure events
     approx_eps: float  # Σ count·ε of approximate events
     approx_delta: float  # Σ count·δ of approximate events
@@ -192,7 +201,8 @@ class _Totals:
             n_rdp,
             gauss_mu2,
             n_gauss,
-            self.n_curve + isinstance(event, RdpCurveEvent),
+            # a zCDP event is not known to be GDP, so it excludes the GDP bound like a curve
+            self.n_curve + isinstance(event, (RdpCurveEvent, ZCDPEvent)),
             pure_eps,
             approx_eps,
             approx_delta,
@@ -243,6 +253,8 @@ def _family_of(event: PrivacyEvent) -> str:
     """The filter family ``"auto"`` picks when ``event`` is the first event of a ledger."""
     if isinstance(event, GaussianEvent):
         return "gdp"
+    if isinstance(event, ZCDPEvent):
+        return "zcdp"
     if isinstance(event, (PureDpEvent, ApproxDpEvent)):
         return "basic"
     return "renyi"
@@ -252,6 +264,8 @@ def _family_accepts(family: str, event: PrivacyEvent) -> bool:
     """Whether privacy filter ``family`` can account for events of ``event``'s type at all."""
     if family == "gdp":
         return isinstance(event, GaussianEvent)
+    if family == "zcdp":
+        return isinstance(event, (ZCDPEvent, GaussianEvent))
     if family == "basic":
         return isinstance(event, (PureDpEvent, ApproxDpEvent))
     if family == "renyi":
@@ -275,6 +289,11 @@ def filter_epsilon(
         if totals.n_gauss != len(events):
             return math.inf
         return gdp_epsilon(math.sqrt(totals.gauss_mu2), delta)
+    if family == "zcdp":
+        # Gaussian and zCDP curves are α·ρ exactly, so totals.rdp = α·Σρ_i on the grid.
+        if not all(isinstance(e, (ZCDPEvent, GaussianEvent)) for e in events):
+            return math.inf
+        return rdp_to_epsilon(orders, totals.rdp, delta)
     if family == "basic":
         if not all(isinstance(e, (PureDpEvent, ApproxDpEvent)) for e in events):
             return math.inf
@@ -316,7 +335,8 @@ class Ledger:
         Rényi orders α > 1 for RDP composition (default :data:`DEFAULT_ORDERS`).
     filter
         The privacy filter that decides refusals: ``"auto"`` (default: the family of the first
-        event), ``"gdp"``, ``"renyi"`` or ``"basic"`` (see the module docstring).
+        event), ``"gdp"``, ``"zcdp"``, ``"renyi"``, ``"basic"`` or ``"fixed"`` (see the module
+        docstring).
 
     Notes
     -----
@@ -378,7 +398,7 @@ class Ledger:
 
     @property
     def filter(self) -> str:
-        """The configured privacy filter: "auto", "gdp", "renyi" or "basic"."""
+        """The configured privacy filter: "auto", "gdp", "zcdp", "renyi", "basic" or "fixed"."""
         return self._filter
 
     @property
@@ -463,8 +483,8 @@ class Ledger:
     def _check_event(self, event: PrivacyEvent) -> PrivacyEvent:
         if not isinstance(event, PrivacyEvent):
             raise TypeError(
-                "spend/preview expect a privacy event (GaussianEvent, RdpCurveEvent, PureDpEvent "
-                f"or ApproxDpEvent), got {type(event).__name__}."
+                "spend/preview expect a privacy event (GaussianEvent, ZCDPEvent, RdpCurveEvent, "
+                f"PureDpEvent or ApproxDpEvent), got {type(event).__name__}."
             )
         return event
 
@@ -505,8 +525,8 @@ class Ledger:
                     "approximate events compose only under filter='basic' (with pure events) "
                     "or 'fixed' (all parameters fixed in advance)"
                     if isinstance(event, ApproxDpEvent)
-                    else "create the ledger with filter='renyi' to mix Gaussian, curve and "
-                    "pure events"
+                    else "create the ledger with filter='renyi' to mix Gaussian, zCDP, curve "
+                    "and pure events, or filter='zcdp' to mix Gaussian and zCDP events"
                 )
                 why = f"the {family!r} privacy filter cannot account for {type(event).__name__} "
                 why += f"({hint})"

@@ -22,6 +22,7 @@ from typing import Literal
 
 import numpy as np
 from numpy.typing import ArrayLike
+from scipy.linalg import solve_triangular
 
 from pm_dpgp._validation import check_finite_array
 from pm_dpgp.accounting import Ledger
@@ -96,7 +97,11 @@ def cloaked_release(
     ledger:
         charged before any noise is drawn; refuses with ``BudgetExceededError``.
     rng:
-        the only source of randomness.
+        ``None`` (default): secure noise, a discrete Gaussian release of the rounded whitened
+        mean sampled by OpenDP from OS entropy and charged as a
+        :class:`~pm_dpgp.accounting.ZCDPEvent` (``docs/secure_noise.md``).  A NumPy
+        Generator: the simulation mode (continuous float noise, a ``GaussianEvent``), for
+        tests and reproducible notebooks.
     clip:
         ``"warn"`` clips outputs outside ``y_bounds`` with a warning, ``"raise"`` refuses.
     bounds_are_public:
@@ -116,7 +121,10 @@ def cloaked_release(
     noise = solve_noise_covariance(C, tol=tol, rank_tol=rank_tol)
     U = noise.basis
     # U_k (U_kᵀ C) r with the same U_kᵀ C the sensitivity was computed from (docs §4)
-    mean = public_gp.mean + U @ (noise.projected @ (labels.y - public_gp.mean))
+    coords = noise.projected @ (labels.y - public_gp.mean)  # mean − μ = U coords
+    mean = public_gp.mean + U @ coords
+    # whitened coordinates: mean = μ + (U L_k) w, w = L_k⁻¹ Uᵀ C (y − μ)
+    whitened = solve_triangular(noise.chol_k, coords, lower=True)
     return label_gaussian_release(
         "cloaking",
         public_gp,
@@ -132,6 +140,8 @@ def cloaked_release(
         rng=rng,
         label="cloaked GP release (Smith et al. 2018)",
         X_star=X_star,
+        offset=np.full(mean.shape, public_gp.mean),
+        whitened_mean=whitened,
         max_mahalanobis=noise.max_mahalanobis,
         noise_rank=noise.rank,
         rank_tol=noise.rank_tol,

@@ -49,7 +49,7 @@ from pm_dpgp._validation import (
 )
 from pm_dpgp.accounting import Ledger
 from pm_dpgp.gp.sparse import sufficient_statistics
-from pm_dpgp.mechanisms.gaussian import gaussian_sigma
+from pm_dpgp.mechanisms.noise import simulation_rng
 from pm_dpgp.mechanisms.noise_aware import (
     KernelNorm,
     SparseQuRelease,
@@ -57,6 +57,7 @@ from pm_dpgp.mechanisms.noise_aware import (
     _as_public,
     _default_data,
     _inputs_chunk,
+    calibrate_statistics_noise,
     kernel_norm_bound,
     l2_sensitivity,
     regularisation_lambda,
@@ -220,7 +221,7 @@ def dirichlet_release(
         raise ValueError(f"variant must be 'noise_aware' or 'naive', got {variant!r}; use one.")
     if s22_form not in ("linearised", "eq14"):
         raise ValueError(f"s22_form must be 'linearised' or 'eq14', got {s22_form!r}; use one.")
-    rng = check_rng(rng)
+    rng = simulation_rng(rng)
     del z_is_public  # compatibility only: Z is never compared with the private inputs
     tg = DirichletTargets.from_alpha(alpha_epsilon)
     mu = tg.default_prior_mean(C) if prior_mean is None else float(prior_mean)
@@ -231,10 +232,12 @@ def dirichlet_release(
     Delta = dirichlet_sensitivity(C, tg, mu, bound.R_k, c, nonnegative_kernel=bound.nonnegative)
     R_y = max(abs(tg.y_in - mu), abs(tg.y_out - mu))
     per_class = l2_sensitivity(R_y, bound.R_k, c)
-    sigma_a = gaussian_sigma(epsilon, delta, Delta, method=calibration)
+    M = public.n_inducing
+    sigma_a, plan = calibrate_statistics_noise(
+        epsilon, delta, Delta, calibration, n_outputs=C, n_inducing=M, secure=rng is None
+    )
     sigma_b = sigma_a / c
     scale = 1.0 / tg.var_in
-    M = public.n_inducing
     lam = regularisation_lambda(sigma_b, scale, M, rho)
     w_out = tg.var_in / tg.var_out
     r_in, r_out = tg.y_in - mu, tg.y_out - mu
@@ -293,6 +296,7 @@ def dirichlet_release(
         calibration=calibration,
         ledger=ledger,
         rng=rng,
+        plan=plan,
         sensitivity_equation=(
             "joint over all classes (docs/noise_aware.md): max over same/different label of "
             "max_t sum_c [(a_c^2 + a_c'^2) Rk^2 + c^2 (w_c^2 + w_c'^2) Rk^4 - 2 t a_c a_c' "

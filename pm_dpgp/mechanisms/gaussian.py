@@ -17,6 +17,10 @@ neighbouring datasets is (ε, δ)-DP when σ is large enough.  Two calibrations 
 
 At (ε, δ) = (1, 0.01) and Δ = 1: analytic σ = 1.8779, classic σ = 3.2552 (73% more noise).
 See ``docs/gaussian_calibration.md``.
+
+Secure (discrete) noise is accounted in zCDP, not GDP; :func:`zcdp_rho` gives the largest ρ whose
+(ε, δ) conversion (the one :class:`~pm_dpgp.accounting.ZCDPEvent` and the ledger's ``"zcdp"``
+filter use) is within a budget.  See ``docs/secure_noise.md``.
 """
 
 from __future__ import annotations
@@ -24,12 +28,20 @@ from __future__ import annotations
 import math
 from typing import Literal
 
+import numpy as np
 from dp_accounting import get_sigma_gaussian
 
 from pm_dpgp._validation import check_delta, check_epsilon, check_positive
-from pm_dpgp.accounting.events import _gdp_log_delta, _log_delta_ok, _nudge_up, gdp_epsilon
+from pm_dpgp.accounting.events import (
+    DEFAULT_ORDERS,
+    ZCDPEvent,
+    _gdp_log_delta,
+    _log_delta_ok,
+    _nudge_up,
+    gdp_epsilon,
+)
 
-__all__ = ["classic_c", "gaussian_sigma", "gaussian_epsilon"]
+__all__ = ["classic_c", "gaussian_sigma", "gaussian_epsilon", "zcdp_rho"]
 
 
 def classic_c(delta: float) -> float:
@@ -103,3 +115,32 @@ def gaussian_epsilon(sigma: float, delta: float, sensitivity: float = 1.0) -> fl
     delta = check_delta(delta)
     sensitivity = check_positive(sensitivity, "sensitivity")
     return gdp_epsilon(sensitivity / sigma, delta)
+
+
+def zcdp_rho(epsilon: float, delta: float) -> float:
+    """Largest ρ such that ``ZCDPEvent(ρ).epsilon(delta) ≤ epsilon`` (up to a relative 1e-12).
+
+    The conversion is the one of :func:`pm_dpgp.accounting.rdp_to_epsilon` on
+    :data:`~pm_dpgp.accounting.DEFAULT_ORDERS` (Canonne, Kamath & Steinke 2020, Prop. 12, with the
+    total-variation case; see ``docs/accounting.md``).  At each order α it is
+    ``αρ + c_α ≤ ε`` with ``c_α = ln(1 − 1/α) − (ln δ + ln α)/(α − 1)`` (α > 1.01), or ε = 0 when
+    ``αρ < −ln(1 − δ²)``, so the largest ρ is the maximum over α of the closed forms
+    ``max((ε − c_α)/α, −ln(1 − δ²)/α)``.  The result is then checked with
+    :meth:`ZCDPEvent.epsilon` and lowered in relative steps of 1e-12 until the check passes, so
+    a mechanism calibrated with it never exceeds ``epsilon`` by round-off.
+    """
+    epsilon = check_epsilon(epsilon)
+    delta = check_delta(delta)
+    alpha = DEFAULT_ORDERS[DEFAULT_ORDERS > 1.01]
+    c = np.log1p(-1.0 / alpha) - (math.log(delta) + np.log(alpha)) / (alpha - 1.0)
+    tv = -math.log1p(-(delta**2)) / alpha
+    rho = float(np.max(np.maximum((epsilon - c) / alpha, tv)))
+    if rho <= 0.0:  # cannot happen for epsilon > 0 (the TV term is > 0); guard anyway
+        raise RuntimeError("could not calibrate rho; please report this bug.")
+    step = 1e-12
+    for _ in range(80):
+        if ZCDPEvent(rho).epsilon(delta) <= epsilon:
+            return rho
+        rho *= 1.0 - step
+        step *= 2.0
+    raise RuntimeError("could not certify rho; please report this bug.")

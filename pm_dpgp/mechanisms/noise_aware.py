@@ -59,11 +59,10 @@ from pm_dpgp._validation import (
     check_delta,
     check_epsilon,
     check_positive,
-    check_rng,
     finite_rows,
     private_array,
 )
-from pm_dpgp.accounting import GaussianEvent, Ledger
+from pm_dpgp.accounting import GaussianEvent, Ledger, PrivacyEvent
 from pm_dpgp.gp.linalg import jittered_cholesky
 from pm_dpgp.gp.sparse import (
     SufficientStatistics,
@@ -71,7 +70,14 @@ from pm_dpgp.gp.sparse import (
     sufficient_statistics,
 )
 from pm_dpgp.mechanisms.gaussian import gaussian_sigma
-from pm_dpgp.mechanisms.output_perturbation import SEED_POLICY
+from pm_dpgp.mechanisms.noise import (
+    SEED_POLICY_SECURE,
+    SEED_POLICY_SIMULATION,
+    SIMULATION,
+    DiscreteGaussianPlan,
+    secure_plan,
+    simulation_rng,
+)
 from pm_dpgp.models.sparse import PublicSparseGP, SparseGPRegression
 from pm_dpgp.release import _jsonable
 
@@ -79,6 +85,7 @@ __all__ = [
     "DPQu",
     "KernelNormBound",
     "SparseQuRelease",
+    "calibrate_statistics_noise",
     "dp_qu",
     "eq6_sensitivity",
     "kernel_norm_bound",
@@ -89,6 +96,7 @@ __all__ = [
     "regularisation_lambda",
     "symmetric_from_upper",
     "upper_vector",
+    "whitened_statistics",
     "worst_case_sensitivity",
 ]
 
@@ -783,9 +791,12 @@ def noise_aware_release(
     calibration
         ``"analytic"`` (Balle & Wang 2018) or ``"classic"`` (ε ≤ 1).
     ledger
-        Charged with one :class:`GaussianEvent` (multiplier σ_a/Δ) before any noise is drawn.
+        Charged before any noise is drawn: one :class:`~pm_dpgp.accounting.ZCDPEvent` (secure
+        noise) or :class:`GaussianEvent` (multiplier σ_a/Δ; simulation).
     rng
-        The only randomness.  The seed is never stored.
+        ``None`` (default): secure noise, a discrete Gaussian release of the rounded whitened
+        statistics ``(A, c B̂)`` by OpenDP from OS entropy (``docs/secure_noise.md``).  A NumPy
+        Generator: the simulation mode (continuous float noise).  The seed is never stored.
     clip
         ``"warn"`` (clip to the public bounds); ``"raise"`` is refused (its outcome would
         depend on the private data).
@@ -813,7 +824,7 @@ def noise_aware_release(
     if s22_form not in ("linearised", "eq14"):
         raise ValueError(f"s22_form must be 'linearised' or 'eq14', got {s22_form!r}; use one.")
     check_clip_option(clip)
-    rng = check_rng(rng)
+    rng = simulation_rng(rng)
     hetero = noise_var_floor is not None
     floor = check_positive(noise_var_floor, "noise_var_floor") if hetero else None
     scale = 1.0 / (floor if floor is not None else check_positive(public.noise_var, "noise_var"))
@@ -821,9 +832,11 @@ def noise_aware_release(
     # --- public calibration, before touching the data --------------------------------------
     bound = kernel_norm_bound(public, kernel_norm)
     Delta = l2_sensitivity(R_y, bound.R_k, c)
-    sigma_a = gaussian_sigma(epsilon, delta, Delta, method=calibration)
-    sigma_b = sigma_a / c
     M = public.n_inducing
+    sigma_a, plan = calibrate_statistics_noise(
+        epsilon, delta, Delta, calibration, n_outputs=1, n_inducing=M, secure=rng is None
+    )
+    sigma_b = sigma_a / c
     lam = regularisation_lambda(sigma_b, scale, M, rho)
 
     # --- private sufficient statistics (clipped per chunk) ---------------------------------
@@ -893,6 +906,7 @@ def noise_aware_release(
         calibration=calibration,
         ledger=ledger,
         rng=rng,
+        plan=plan,
         sensitivity_equation=(
             "Honkela eq. (6) (App. A, Lemma 5) with |<k, k'>| <= R_k^2: "
             "D^2 = 2 Ry^2 Rk^2 + 2 c^2 Rk^4 + max_{0<=s<=Rk^2}(2 Ry^2 s - 2 c^2 s^2)"
@@ -900,6 +914,30 @@ def noise_aware_release(
         noise_model="heteroscedastic (App. D)" if hetero else "homoscedastic",
         noise_var_floor=floor,
     )
+
+
+def calibrate_statistics_noise(
+    epsilon: float,
+    delta: float,
+    Delta: float,
+    calibration: Literal["analytic", "classic"],
+    *,
+    n_outputs: int,
+    n_inducing: int,
+    secure: bool,
+) -> tuple[float, DiscreteGaussianPlan | None]:
+    """σ_a of the joint mechanism on the whitened statistics, and the secure plan if any.
+
+    Public only.  The whitened vector concatenates ``(A_t, c·B̂_t)`` over the ``n_outputs``
+    outputs: ``n_outputs · (M + M(M+1)/2)`` coordinates with iid noise σ_a and L2 sensitivity
+    Δ.  Simulation: σ_a from the analytic (or classic) Gaussian calibration; secure: the
+    discrete Gaussian plan of :func:`~pm_dpgp.mechanisms.noise.secure_plan`, σ_a = its σ.
+    """
+    if not secure:
+        return gaussian_sigma(epsilon, delta, Delta, method=calibration), None
+    dim = n_outputs * (n_inducing + n_inducing * (n_inducing + 1) // 2)
+    plan = secure_plan(epsilon, delta, Delta, dim, calibration)
+    return plan.sigma, plan
 
 
 def _privatise(
@@ -914,6 +952,31 @@ def _privatise(
     a_noisy = stats.A[:, t] + sigma_a * rng.standard_normal(M)
     b_hat = upper_vector(stats.B[t]) + sigma_b * rng.standard_normal(M * (M + 1) // 2)
     return a_noisy, symmetric_from_upper(b_hat, M)
+
+
+def whitened_statistics(stats: SufficientStatistics, ratio: float) -> NDArray[np.float64]:
+    """The concatenation over outputs t of ``(A_t, c·B̂_t)``: noise is iid σ_a here (eq. 5)."""
+    return np.concatenate(
+        [
+            np.concatenate([stats.A[:, t], ratio * upper_vector(stats.B[t])])
+            for t in range(stats.A.shape[1])
+        ]
+    )
+
+
+def _privatise_secure(
+    stats: SufficientStatistics, ratio: float, plan: DiscreteGaussianPlan
+) -> list[tuple[NDArray[np.float64], NDArray[np.float64]]]:
+    """Secure eq. (5) for all outputs at once: one discrete Gaussian release of
+    :func:`whitened_statistics`, mapped back to ``(ã_t, B̃_t)`` (post-processing)."""
+    M = stats.A.shape[0]
+    width = M + M * (M + 1) // 2
+    noisy = plan.release(whitened_statistics(stats, ratio), 1)[0]
+    out = []
+    for t in range(stats.A.shape[1]):
+        block = noisy[t * width : (t + 1) * width]
+        out.append((block[:M], symmetric_from_upper(block[M:] / ratio, M)))
+    return out
 
 
 def _account_draw_release(
@@ -941,7 +1004,8 @@ def _account_draw_release(
     s22_form: str,
     calibration: str,
     ledger: Ledger | None,
-    rng: np.random.Generator,
+    rng: np.random.Generator | None,
+    plan: DiscreteGaussianPlan | None = None,
     **metadata: Any,
 ) -> _R:
     """Charge one Gaussian event, then release a DP ``q(u_t)`` for every output ``t``.
@@ -950,13 +1014,27 @@ def _account_draw_release(
     ``stats.A.shape[1]`` outputs; the ledger refuses before any noise is drawn.  ``metadata``
     goes to :func:`_metadata` (``sensitivity_equation``, ``noise_model``, … and extras).
     """
-    event = GaussianEvent(noise_multiplier=sigma_a / Delta, label=label)
+    event: PrivacyEvent
+    if plan is None:
+        if rng is None:
+            raise ValueError("secure noise needs a calibrated plan (calibrate_statistics_noise).")
+        event = GaussianEvent(noise_multiplier=sigma_a / Delta, label=label)
+        noise = {"noise_source": SIMULATION, "seed_policy": SEED_POLICY_SIMULATION}
+        multiplier = event.noise_multiplier
+    else:
+        event = plan.event(1, label)
+        noise = {**plan.metadata(), "seed_policy": SEED_POLICY_SECURE}
+        multiplier = plan.noise_multiplier
     if ledger is not None:
         ledger.spend(event, label=label)
     Kzz = public.kzz()
     qs = []
-    for t in range(stats.A.shape[1]):
-        a_noisy, B_noisy = _privatise(stats, t, sigma_a, sigma_b, rng)
+    noisy = (
+        [_privatise(stats, t, sigma_a, sigma_b, rng) for t in range(stats.A.shape[1])]
+        if plan is None
+        else _privatise_secure(stats, ratio, plan)
+    )
+    for a_noisy, B_noisy in noisy:
         qs.append(
             dp_qu(
                 Kzz,
@@ -986,8 +1064,10 @@ def _account_draw_release(
         scale=scale,
         variant=variant,
         s22_form=s22_form,
-        calibration=calibration,
+        calibration=calibration if plan is None else f"zcdp ({calibration})",
         event=event,
+        noise_multiplier=multiplier,
+        **noise,
         **metadata,
     )
     md["prior_mean"] = prior_mean
@@ -1025,7 +1105,8 @@ def _metadata(
     variant: str,
     s22_form: str,
     calibration: str,
-    event: GaussianEvent,
+    event: PrivacyEvent,
+    noise_multiplier: float,
     sensitivity_equation: str,
     noise_model: str,
     noise_var_floor: float | None,
@@ -1059,7 +1140,7 @@ def _metadata(
         "noise_model": noise_model,
         "noise_var_floor": noise_var_floor,
         "statistics_scale": scale,
-        "noise_multiplier": event.noise_multiplier,
+        "noise_multiplier": noise_multiplier,
         "privacy_event": event.to_metadata(),
         "kernel": public.description,
         "hyperparameters": public.hyperparameters,
@@ -1069,7 +1150,6 @@ def _metadata(
         "n_inducing": public.n_inducing,
         "inducing_inputs": "public (given; never chosen from the private inputs)",
         "prediction": "Honkela eq. (17): post-processing, no privacy cost",
-        "seed_policy": SEED_POLICY,
     }
     md.update(extra)
     return md

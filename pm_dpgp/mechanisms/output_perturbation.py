@@ -11,6 +11,12 @@ is the Gaussian mechanism with L2 sensitivity ``d · s`` in the whitened space
 This module holds the steps the mechanisms share, in the order privacy needs:
 validate, clip, build the privacy event, charge the ledger (which refuses
 *before* any noise is drawn), then draw.
+
+Noise source (:mod:`pm_dpgp.mechanisms.noise`): with ``rng=None`` (default) the draw is
+``offset + F·(γ ñ)``, ``ñ`` a discrete Gaussian release (OpenDP) of the rounded whitened mean
+``w`` (``mean = offset + F w``), accounted as a :class:`~pm_dpgp.accounting.ZCDPEvent`; with a
+NumPy Generator it is the continuous simulation ``mean + σ F z`` and a
+:class:`~pm_dpgp.accounting.GaussianEvent`, exactly as before.
 """
 
 from __future__ import annotations
@@ -27,12 +33,18 @@ from pm_dpgp._validation import (
     check_delta,
     check_epsilon,
     check_public_bounds,
-    check_rng,
     clip_to_bounds,
     private_array,
 )
-from pm_dpgp.accounting import GaussianEvent, Ledger
+from pm_dpgp.accounting import GaussianEvent, Ledger, PrivacyEvent
 from pm_dpgp.mechanisms.gaussian import gaussian_sigma
+from pm_dpgp.mechanisms.noise import (
+    SEED_POLICY_SECURE,
+    SEED_POLICY_SIMULATION,
+    SIMULATION,
+    secure_plan,
+    simulation_rng,
+)
 from pm_dpgp.models import PublicGP
 from pm_dpgp.release import Release
 
@@ -87,10 +99,12 @@ class GaussianPerturbation:
     noise_factor: NDArray[np.float64]  # (m, k): DP-noise covariance = noise_factor @ noise_factor.T
     sigma: float  # multiplier of the unit-shaped noise F z
     l2_sensitivity: float  # d · unit_sensitivity
-    event: GaussianEvent
+    event: PrivacyEvent  # GaussianEvent (simulation) or ZCDPEvent (secure)
     epsilon: float
     delta: float
     calibration: str
+    noise_multiplier: float  # noise std / L2 sensitivity (grid units for the secure source)
+    noise: dict[str, object]  # public description of the noise source (noise_source, grid, ...)
 
 
 def perturb(
@@ -106,6 +120,8 @@ def perturb(
     ledger: Ledger | None = None,
     rng: np.random.Generator | None = None,
     label: str = "",
+    offset: NDArray[np.float64] | None = None,
+    whitened_mean: NDArray[np.float64] | None = None,
 ) -> GaussianPerturbation:
     """Charge the ledger for ``n_draws`` Gaussian releases, then draw them.
 
@@ -121,19 +137,64 @@ def perturb(
         one label changes by 1.
     data_sensitivity:
         ``d``: the largest change of one label (public clipping width).
+    rng:
+        ``None`` (default): secure discrete Gaussian noise from OpenDP (OS entropy),
+        accounted in zCDP; a Generator: the continuous simulation mode.
+    offset, whitened_mean:
+        public ``(m,)`` offset and private ``(k,)`` whitened mean with
+        ``mean = offset + F @ whitened_mean``; required for secure noise, whose release
+        depends on the private data only through ``rint(whitened_mean / γ)``.
 
-    Each draw is one (ε, δ)-DP Gaussian mechanism with noise multiplier
-    ``σ / (d s)``; the ledger composes the ``n_draws`` of them (RDP / Gaussian DP).
-    The ledger is charged before any noise is drawn, so a refused release
+    Each draw is one (ε, δ)-DP Gaussian mechanism; the ledger composes the ``n_draws``
+    of them.  The ledger is charged before any noise is drawn, so a refused release
     (:class:`~pm_dpgp.accounting.BudgetExceededError`) consumes no randomness.
     """
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta)
-    rng = check_rng(rng)
+    rng = simulation_rng(rng)
     n_draws = check_count(n_draws, "n_draws")
     l2 = float(data_sensitivity) * float(unit_sensitivity)
     if not np.isfinite(l2) or l2 <= 0.0:
         raise ValueError(f"The L2 sensitivity d·s must be finite and > 0, got {l2!r}.")
+    if rng is not None:
+        return _simulate(
+            mean, shape_factor, l2, epsilon, delta, calibration, n_draws, ledger, rng, label
+        )
+    if offset is None or whitened_mean is None:
+        raise ValueError("secure noise needs the public offset and the whitened mean.")
+    plan = secure_plan(epsilon, delta, l2, shape_factor.shape[1], calibration)
+    event = plan.event(n_draws, label)
+    noise = {**plan.metadata(), "seed_policy": SEED_POLICY_SECURE}  # built before spending
+    if ledger is not None:
+        ledger.spend(event, label=label)
+    draws = offset[None, :] + plan.release(whitened_mean, n_draws) @ shape_factor.T
+    return GaussianPerturbation(
+        draws=draws,
+        noise_factor=plan.sigma * shape_factor,
+        sigma=plan.sigma,
+        l2_sensitivity=l2,
+        event=event,
+        epsilon=epsilon,
+        delta=delta,
+        calibration=f"zcdp ({calibration})",
+        noise_multiplier=plan.noise_multiplier,
+        noise=noise,
+    )
+
+
+def _simulate(
+    mean: NDArray[np.float64],
+    shape_factor: NDArray[np.float64],
+    l2: float,
+    epsilon: float,
+    delta: float,
+    calibration: Literal["analytic", "classic"],
+    n_draws: int,
+    ledger: Ledger | None,
+    rng: np.random.Generator,
+    label: str,
+) -> GaussianPerturbation:
+    """The simulation mode: continuous float noise from ``rng``, a :class:`GaussianEvent`."""
     sigma = gaussian_sigma(epsilon, delta, l2, method=calibration)
     event = GaussianEvent(noise_multiplier=sigma / l2, count=n_draws, label=label)
     if ledger is not None:
@@ -149,13 +210,13 @@ def perturb(
         epsilon=epsilon,
         delta=delta,
         calibration=calibration,
+        noise_multiplier=event.noise_multiplier,
+        noise={"noise_source": SIMULATION, "seed_policy": SEED_POLICY_SIMULATION},
     )
 
 
-SEED_POLICY = (
-    "noise from the numpy Generator passed by the caller (OS entropy if none); "
-    "the seed is never stored: publishing it would let anyone remove the noise"
-)
+#: Kept for existing imports: the policy of the simulation mode.
+SEED_POLICY = SEED_POLICY_SIMULATION
 
 
 def label_release_metadata(
@@ -172,13 +233,13 @@ def label_release_metadata(
         "l2_sensitivity": result.l2_sensitivity,
         "data_sensitivity": labels.data_sensitivity,
         "clipping_bounds": list(labels.y_bounds),
-        "noise_multiplier": result.event.noise_multiplier,
+        "noise_multiplier": result.noise_multiplier,
         "kernel": public_gp.description,
         "hyperparameters": public_gp.hyperparameters,
         "noise_var": public_gp.noise_var,
         "prior_mean": public_gp.mean,
         "privacy_event": result.event.to_metadata(),
-        "seed_policy": SEED_POLICY,
+        **result.noise,
     }
     metadata.update(extra)
     return metadata
@@ -200,6 +261,8 @@ def label_gaussian_release(
     rng: np.random.Generator | None = None,
     label: str = "",
     X_star: NDArray[np.float64],
+    offset: NDArray[np.float64] | None = None,
+    whitened_mean: NDArray[np.float64] | None = None,
     **extra_metadata: object,
 ) -> Release:
     """:func:`perturb` the clipped-label ``mean`` and wrap the draws as a :class:`Release`.
@@ -219,6 +282,8 @@ def label_gaussian_release(
         ledger=ledger,
         rng=rng,
         label=label,
+        offset=offset,
+        whitened_mean=whitened_mean,
     )
     return Release(
         mechanism=mechanism,

@@ -110,6 +110,8 @@ def prior_noise_release(
     Label privacy: the inputs are public, neighbours differ in one output by at most
     ``d = y_bounds[1] − y_bounds[0]``.  Each of the ``n_draws`` draws is one
     (ε, δ)-DP release; the ledger is charged for all of them before noise is drawn.
+    ``rng=None`` (default) draws secure discrete Gaussian noise (OpenDP, OS entropy;
+    ``docs/secure_noise.md``); a NumPy Generator selects the simulation mode.
     """
     public_gp = gpr.public_gp(hyperparameters)
     X_star = check_finite_array(X_star, "X_star", ndim=2)
@@ -118,6 +120,9 @@ def prior_noise_release(
     K_sf = public_gp.kernel(X_star, public_gp.X)
     mean = public_gp.posterior().mean(K_sf, labels.y, mean_f=public_gp.mean, mean_s=public_gp.mean)
     shape = prior_noise_shape(public_gp, X_star)
+    # whitened coordinates: F = V diag(s) ⇒ F⁻¹x = (Fᵀx)/s², s² the squared column norms
+    offset = np.full(mean.shape, public_gp.mean)
+    whitened = (shape.T @ (mean - offset)) / np.sum(shape * shape, axis=0)
     return label_gaussian_release(
         "prior_noise",
         public_gp,
@@ -133,5 +138,7 @@ def prior_noise_release(
         rng=rng,
         label="prior-noise GP release (Hall et al. 2013)",
         X_star=X_star,
+        offset=offset,
+        whitened_mean=whitened,
         sensitivity_bound=bound,
     )

@@ -16,6 +16,11 @@ post-processing).  Only the data owner (curator) holds this object, because it
 needs the private data to condition; what is published is
 :meth:`SamplePathRelease.to_inference_data`.
 
+Randomness: with ``rng=None`` (default) the paths are drawn from a NumPy Generator seeded
+from OS entropy (``noise_source = "numpy_os_entropy"``); a Generator passed by the caller is
+the simulation mode (``"numpy_simulation"``).  Either way the sampler is floating point; see
+``docs/secure_noise.md`` ("Sample paths") for what this does and does not protect.
+
 Numerics: the posterior covariance at many nearby inputs is numerically
 singular.  A nugget ``j`` (relative to ``σ²``) is added to the covariance of the
 released values: the release is then ``f(x) + e(x)`` with ``e`` independent white
@@ -46,7 +51,7 @@ from pm_dpgp._validation import (
 )
 from pm_dpgp.accounting import Ledger
 from pm_dpgp.gp.linalg import CholeskyError, fill_upper_from_lower, jittered_cholesky
-from pm_dpgp.mechanisms.output_perturbation import SEED_POLICY
+from pm_dpgp.mechanisms.noise import SEED_POLICY_SIMULATION, SIMULATION
 from pm_dpgp.mechanisms.sample_path_bounds import (
     SamplePathBound,
     kernel_lower_bound,
@@ -54,6 +59,9 @@ from pm_dpgp.mechanisms.sample_path_bounds import (
 )
 from pm_dpgp.models import GPRegression, PublicGP
 from pm_dpgp.models.sparse import is_stationary_decreasing
+
+#: ``noise_source`` of a sample-path release drawn without a caller's Generator.
+SAMPLE_PATH_OS_ENTROPY = "numpy_os_entropy"
 
 __all__ = ["SamplePathRelease", "sample_path_release"]
 
@@ -435,7 +443,11 @@ def sample_path_release(
             "it, docs/sample_paths.md section 6), so it cannot be used for a release; nothing "
             "was spent or drawn. For comparison use SamplePathBound(..., constant='author')."
         )
-    rng = check_rng(rng)
+    # The posterior draw *is* the mechanism, so there is no discretised form of it: without a
+    # Generator, use a fresh one seeded from OS entropy (np.random.default_rng() does so),
+    # never a fixed or global seed.  Float caveat: docs/secure_noise.md, "Sample paths".
+    noise_source = SAMPLE_PATH_OS_ENTROPY if rng is None else SIMULATION
+    rng = np.random.default_rng() if rng is None else check_rng(rng)
     delta = check_delta(delta)
     sigma = check_positive(sigma, "sigma")
     y_bound = check_positive(y_bound, "y_bound")
@@ -523,7 +535,13 @@ def sample_path_release(
         "hyperparameters": public_gp.hyperparameters,
         "nugget_variance": nugget * sigma**2,
         "privacy_event": event.to_metadata(),
-        "seed_policy": SEED_POLICY,
+        "noise_source": noise_source,
+        "seed_policy": SEED_POLICY_SIMULATION
+        if noise_source == SIMULATION
+        else (
+            "no stored seed: numpy Generator seeded from OS entropy (float sampler; see "
+            "docs/secure_noise.md, 'Sample paths')"
+        ),
     }
     release = SamplePathRelease(
         public_gp=public_gp,

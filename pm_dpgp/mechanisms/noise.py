@@ -1,0 +1,252 @@
+"""The noise source of the Gaussian-mechanism releases: secure discretised, or simulation.
+
+Every Gaussian release in this package has the form ``offset + F (w + noise)``, where ``w`` is
+the *whitened* private vector (k coordinates in which the noise is iid with standard deviation
+σ) with whitened L2 sensitivity Δ, ``F`` a public factor and ``offset`` public.  Two noise
+sources are offered (``docs/secure_noise.md``):
+
+**Secure (default, ``rng=None``)** — a discretised Gaussian release, then post-processing:
+
+1. round ``w`` to the power-of-two grid γ = 2^j ≤ σ·2^-20 chosen from public quantities only:
+   ``n = rint(clamp(w/γ, ±2^61))`` as int64 (:func:`discretise`);
+2. add discrete Gaussian noise with OpenDP's ``make_gaussian`` on ``i64`` vectors (Canonne,
+   Kamath & Steinke 2020, "The discrete Gaussian for differential privacy", NeurIPS, Alg. 3;
+   sampled from OS entropy), whose privacy map gives ρ-zCDP for the integer L2 sensitivity
+   ``Δ_int = ceil((Δ + γ√k)/γ)`` (:func:`integer_sensitivity`; CKS 2020, Thm. 14:
+   ρ = Δ_int²/(2 scale²));
+3. return ``γ·ñ`` — the caller maps it back with ``offset + F (γ ñ)``, post-processing.
+
+Why Δ_int: the clamp is a projection onto a box (1-Lipschitz in L2), and rounding moves each
+coordinate by at most γ/2, so two neighbours' integer vectors differ by at most
+``‖w − w′‖/γ + √k ≤ (Δ + γ√k)/γ`` in L2 (triangle inequality).  OpenDP's map takes an integer
+``d_in`` and is non-decreasing in it, so its value at the ceiling is a valid ρ.
+
+Overflow of int64 is impossible by construction: ``|n_i| ≤ 2^61`` after the clamp, and the noise
+would need to exceed 2^61 ≥ 2^39 · scale (scale < 2^22 by the choice of γ), an event of
+probability below exp(−2^77).  The clamp changes the release only when a whitened coordinate
+exceeds 2^61·γ ≥ 2^40·σ, i.e. a signal-to-noise ratio above 10^12; it is silent because whether
+it acts depends on private values.
+
+**Simulation (``rng`` given)** — continuous float64 noise ``σ · N(0, I_k)`` from the caller's
+NumPy Generator, accounted as a :class:`~pm_dpgp.accounting.GaussianEvent` (Balle & Wang 2018).
+For tests and reproducible notebooks only: floating-point samplers leak through the low-order
+bits of their outputs (Mironov 2012; Jin et al. 2022).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from importlib.metadata import version
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from pm_dpgp._validation import check_positive, check_rng
+from pm_dpgp.accounting import ZCDPEvent
+from pm_dpgp.mechanisms.gaussian import gaussian_sigma, zcdp_rho
+
+__all__ = [
+    "GRID_BITS",
+    "INT_LIMIT",
+    "SECURE",
+    "SIMULATION",
+    "SEED_POLICY_SECURE",
+    "SEED_POLICY_SIMULATION",
+    "DiscreteGaussianPlan",
+    "discretise",
+    "grid_for",
+    "integer_sensitivity",
+    "plan_discrete_gaussian",
+    "secure_plan",
+    "simulation_rng",
+]
+
+#: The grid is γ ≤ σ·2^-GRID_BITS: rounding costs at most a relative √k·2^-20 in sensitivity.
+GRID_BITS = 20
+#: Integer coordinates are clamped to ±INT_LIMIT before the noise is added (no int64 overflow).
+INT_LIMIT = 2.0**61
+
+SECURE = "opendp_discrete_gaussian"
+SIMULATION = "numpy_simulation"
+NoiseSource = Literal["opendp_discrete_gaussian", "numpy_simulation"]
+
+SEED_POLICY_SECURE = (
+    "no seed exists: OpenDP draws the discrete Gaussian noise from OS entropy (not seedable)"
+)
+SEED_POLICY_SIMULATION = (
+    "simulation: float noise from the numpy Generator passed by the caller; the seed is never "
+    "stored (publishing it would let anyone remove the noise)"
+)
+
+
+def simulation_rng(rng: np.random.Generator | None) -> np.random.Generator | None:
+    """``None`` (secure noise) stays ``None``; a Generator selects the simulation mode.
+
+    Anything else is refused by :func:`~pm_dpgp._validation.check_rng`, before any budget is
+    spent.
+    """
+    return None if rng is None else check_rng(rng)
+
+
+def grid_for(sigma: float) -> float:
+    """The power of two γ = 2^(⌊log₂ σ⌋ − GRID_BITS), so σ·2^-21 < γ ≤ σ·2^-20.
+
+    Computed exactly with :func:`math.frexp` (σ = m·2^e, ½ ≤ m < 1 ⇒ ⌊log₂ σ⌋ = e − 1).  Call it
+    with a public σ only.
+    """
+    sigma = check_positive(sigma, "sigma")
+    _, e = math.frexp(sigma)
+    return math.ldexp(1.0, e - 1 - GRID_BITS)
+
+
+def integer_sensitivity(sensitivity: float, gamma: float, dim: int) -> int:
+    """Exact ``ceil((Δ + γ√k)/γ)``: the L2 sensitivity of the rounded vector in grid units.
+
+    Evaluated in exact rational arithmetic (no float rounding can make it too small): the
+    smallest integer N ≥ Δ/γ with (N − Δ/γ)² ≥ k.
+    """
+    sensitivity = check_positive(sensitivity, "sensitivity")
+    gamma = check_positive(gamma, "gamma")
+    if int(dim) != dim or dim < 1:
+        raise ValueError(f"dim must be a positive integer, got {dim!r}.")
+    x = Fraction(sensitivity) / Fraction(gamma)
+    n = math.floor(x) + math.isqrt(int(dim))
+    while n < x or (n - x) ** 2 < int(dim):
+        n += 1
+    return int(n)
+
+
+def discretise(w: NDArray[np.float64], gamma: float) -> NDArray[np.int64]:
+    """``rint(clamp(w/γ, ±INT_LIMIT))`` as int64: the only way the release depends on ``w``.
+
+    ``w/γ`` is exact (γ is a power of two), the clamp is a projection onto a box (it cannot
+    increase L2 distances), and ``rint`` moves each coordinate by at most ½.  NaN (impossible
+    for finite clipped data) maps to 0 silently: a message would depend on private values.
+    """
+    x = np.asarray(w, dtype=np.float64) / gamma
+    x = np.where(np.isnan(x), 0.0, x)
+    return np.rint(np.clip(x, -INT_LIMIT, INT_LIMIT)).astype(np.int64)
+
+
+def _measurement(dim: int, scale: float) -> Any:
+    """OpenDP's discrete Gaussian measurement on ``i64`` vectors of length ``dim``."""
+    import opendp.prelude as dp
+
+    dp.enable_features("contrib")
+    return dp.m.make_gaussian(
+        dp.vector_domain(dp.atom_domain(T="i64"), size=int(dim)),
+        dp.l2_distance(T="i64"),
+        scale=float(scale),
+    )
+
+
+@dataclass(frozen=True)
+class DiscreteGaussianPlan:
+    """A calibrated secure release: everything here is public (no data has been touched).
+
+    ``sigma = scale · γ`` is the noise standard deviation in whitened units (the discrete
+    Gaussian's variance is below scale² by a relative < 1e-100 at scale ≥ 2^20; CKS 2020,
+    Cor. 9); ``rho`` is OpenDP's privacy map at ``sensitivity_int``.
+    """
+
+    sensitivity: float
+    dim: int
+    gamma: float
+    sensitivity_int: int
+    scale: float
+    rho: float
+
+    @property
+    def sigma(self) -> float:
+        """Noise standard deviation in whitened units (≈ continuous σ)."""
+        return self.scale * self.gamma
+
+    @property
+    def noise_multiplier(self) -> float:
+        """scale / Δ_int: the discrete mechanism's noise-to-sensitivity ratio (ρ = 1/(2z²))."""
+        return self.scale / self.sensitivity_int
+
+    def event(self, count: int = 1, label: str = "") -> ZCDPEvent:
+        """The privacy event of ``count`` draws: ρ-zCDP each (ρ from OpenDP's map)."""
+        return ZCDPEvent(self.rho, count=count, label=label)
+
+    def metadata(self) -> dict[str, Any]:
+        """Public description of the noise source for the release metadata."""
+        return {
+            "noise_source": SECURE,
+            "sampler": f"opendp {version('opendp')} make_gaussian on i64 vectors "
+            "(Canonne, Kamath & Steinke 2020), OS entropy",
+            "grid": self.gamma,
+            "grid_bits": GRID_BITS,
+            "integer_sensitivity": self.sensitivity_int,
+            "integer_scale": self.scale,
+            "zcdp_rho_per_draw": self.rho,
+            "whitened_dim": self.dim,
+            "whitened_clamp": INT_LIMIT * self.gamma,
+        }
+
+    def release(self, w: NDArray[np.float64], n_draws: int = 1) -> NDArray[np.float64]:
+        """``γ·(n + noise)`` for ``n = discretise(w, γ)``: ``(n_draws, dim)`` whitened draws.
+
+        Each row is one run of the discrete Gaussian mechanism (fresh OS-entropy noise).  Call
+        only after the ledger has accepted :meth:`event`.
+        """
+        w = np.asarray(w, dtype=np.float64).reshape(-1)
+        if w.shape[0] != self.dim:
+            raise ValueError(f"whitened vector has {w.shape[0]} entries, expected {self.dim}.")
+        ints = discretise(w, self.gamma).tolist()
+        meas = _measurement(self.dim, self.scale)
+        out = np.array([meas(ints) for _ in range(int(n_draws))], dtype=np.float64)
+        return self.gamma * out.reshape(int(n_draws), self.dim)
+
+
+def plan_discrete_gaussian(sensitivity: float, dim: int, rho: float) -> DiscreteGaussianPlan:
+    """Calibrate the discrete Gaussian for whitened sensitivity Δ, dimension k and target ρ.
+
+    σ₀ = Δ/√(2ρ) fixes the grid γ = :func:`grid_for` (σ₀); then Δ_int =
+    :func:`integer_sensitivity` (Δ, γ, k) and scale = Δ_int/√(2ρ) in grid units, raised in
+    relative steps of 1e-12 until OpenDP's privacy map at Δ_int is ≤ ρ.  The noise in whitened
+    units is then σ = scale·γ ≥ σ₀ (inflated by the rounding, a relative ≤ (√k + 1)γ/Δ).
+    """
+    sensitivity = check_positive(sensitivity, "sensitivity")
+    rho = check_positive(rho, "rho")
+    if int(dim) != dim or dim < 1:
+        raise ValueError(f"dim must be a positive integer, got {dim!r}.")
+    dim = int(dim)
+    gamma = grid_for(sensitivity / math.sqrt(2.0 * rho))
+    d_int = integer_sensitivity(sensitivity, gamma, dim)
+    scale = d_int / math.sqrt(2.0 * rho)
+    step = 1e-12
+    for _ in range(80):
+        rho_map = float(_measurement(dim, scale).map(d_int))
+        if rho_map <= rho:
+            return DiscreteGaussianPlan(sensitivity, dim, gamma, d_int, scale, rho_map)
+        scale *= 1.0 + step
+        step *= 2.0
+    raise RuntimeError("could not calibrate the discrete Gaussian; please report this bug.")
+
+
+def secure_plan(
+    epsilon: float,
+    delta: float,
+    sensitivity: float,
+    dim: int,
+    calibration: Literal["analytic", "classic"] = "analytic",
+) -> DiscreteGaussianPlan:
+    """The discrete Gaussian plan whose zCDP event costs at most ε at δ per draw.
+
+    ``calibration="analytic"``: ρ = :func:`~pm_dpgp.mechanisms.gaussian.zcdp_rho` (ε, δ), the
+    largest ρ the ledger's zCDP conversion maps to ≤ ε.  ``"classic"``: at least the classic
+    σ = c(δ)Δ/ε of Hall et al. (ε ≤ 1), i.e. ρ = min(zcdp_rho(ε, δ), Δ²/(2σ²)), so the noise is
+    never below the paper's and the charge never above ε.
+    """
+    rho = zcdp_rho(epsilon, delta)
+    if calibration == "classic":
+        sigma = gaussian_sigma(epsilon, delta, sensitivity, method="classic")
+        rho = min(rho, sensitivity**2 / (2.0 * sigma**2))
+    elif calibration != "analytic":
+        raise ValueError(f"calibration must be 'analytic' or 'classic', got {calibration!r}.")
+    return plan_discrete_gaussian(sensitivity, dim, rho)
