@@ -38,6 +38,7 @@ from pm_dpgp.models import (
 )
 from pm_dpgp.workflow import dp_ppc
 from pm_dpgp.workflow.ppc import PrivateDataError
+from tests.tolerances import assert_normwise_close, cond_rtol, condition_number
 
 #: The exception types docs/errors.md lists for the release paths (exact types, not bases).
 DOCUMENTED = {
@@ -353,3 +354,50 @@ def test_non_stationary_kernel_scale_is_checked_at_public_points_only():
             domain=(0.0, 0.9),
             rng=np.random.default_rng(0),
         )
+
+
+@pytest.mark.parametrize("x0", [1e300, 1e308, 1.7e308])
+def test_overflowing_private_input_is_dropped_not_refused(x0):
+    """Regression (adversarial audit): one finite private input so large that the kernel
+    overflows made noise_aware_release and dirichlet_release raise, uncharged, while the
+    neighbour with an ordinary input succeeded.  The record is now dropped like a non-finite
+    one, and the release equals the release without that record."""
+    Z8 = np.linspace(-3, 3, 8)[:, None]
+    pub = sparse_gp_regression(
+        None, None, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z8, sigma=0.3
+    ).public_sparse_gp()
+    X = np.linspace(-3, 3, 40)
+    y, lab = np.sin(X), (X > 0).astype(int)
+    X_big = X.copy()
+    X_big[0] = x0
+    runs = {
+        "noise_aware": lambda X_, keep: noise_aware_release(
+            pub,
+            (X_[keep], y[keep]),
+            epsilon=1.0,
+            delta=1e-4,
+            y_bound=1.0,
+            ledger=Ledger(10, 1e-4),
+            rng=np.random.default_rng(3),
+        ),
+        "dirichlet": lambda X_, keep: dirichlet_release(
+            pub,
+            (X_[keep], lab[keep]),
+            n_classes=2,
+            epsilon=1.0,
+            delta=1e-4,
+            ledger=Ledger(10, 1e-4),
+            rng=np.random.default_rng(3),
+        ),
+    }
+    everything, without_first = np.ones(40, bool), np.arange(40) > 0
+    for run in runs.values():
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", PrivacyWarning)  # silently, as documented
+            big = run(X_big, everything)
+        ref = run(X, without_first)
+        # the same statistics up to the summation order (39 vs 40 terms, one of them 0) and the
+        # same noise draws; the solves with K_ZZ + B/σ² (better conditioned than K_ZZ, as B is
+        # PSD) amplify that by at most κ(K_ZZ): cond_rtol(κ(K_ZZ), 40), normwise
+        tol = cond_rtol(condition_number(pub.kzz()), 40)
+        assert_normwise_close(big.u_mean, ref.u_mean, tol, "u_mean")

@@ -424,3 +424,33 @@ def test_refused_spend_draws_no_noise(captured) -> None:
             small_model(10), XS, epsilon=1.0, delta=1e-5, y_bounds=BOUNDS, ledger=ledger
         )
     assert ledger.history == [] and captured == []
+
+
+@pytest.mark.parametrize("mechanism", [prior_noise_release, cloaked_release])
+@pytest.mark.parametrize("L", [0.0, 1e12])
+def test_labels_far_from_the_prior_mean_stay_within_integer_sensitivity(
+    captured, mechanism, L
+) -> None:
+    """Regression (adversarial audit): public bounds [L, L + 1] with prior mean 0.
+
+    Before the whitened mean was centred at the bounds' midpoint with its round-off bounded
+    (mechanisms/whitening.py), the rounding of W(y − μ) ~ u·L·‖W‖ made two label-neighbours'
+    integer vectors differ by 45× Δ_int for prior noise at L = 10¹² (1.0003× for cloaking).
+    """
+    rng = np.random.default_rng(0)
+    X = np.sort(rng.uniform(0, 6, 30))
+    X_star = np.linspace(0, 6, 40)[:, None]
+    bounds = (L, L + 1.0)
+    worst = 0.0
+    for _ in range(4):
+        y, j = L + rng.uniform(0, 1, 30), int(rng.integers(30))
+        captured.clear()
+        for value in bounds:  # label j moved across the whole public range
+            y_j = y.copy()
+            y_j[j] = value
+            model = gp_regression(X, y_j, pm.gp.cov.ExpQuad(1, ls=1.0), sigma=0.1)
+            mechanism(model, X_star, epsilon=1.0, delta=1e-5, y_bounds=bounds)
+        gap, d_int = _integer_gap(captured)
+        assert gap <= d_int
+        worst = max(worst, gap / d_int)
+    assert worst > 0.5  # the check is not vacuous: the neighbours come close to the bound

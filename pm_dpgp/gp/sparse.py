@@ -168,8 +168,17 @@ def _chunk_pack(
         M = Z.shape[0]
         return np.zeros((M, n_targets)), np.zeros((n_targets, M, M)), 0, extras
     K = kernel(Z, X)
+    dropped = ~np.all(np.isfinite(K), axis=0)
+    if dropped.any():
+        # records whose kernel column is not finite (private inputs so large that the kernel
+        # overflows) contribute nothing, like non-finite records: a record-wise map, never
+        # reported (a refusal would depend on the private data; docs/errors.md)
+        K = np.where(dropped[None, :], 0.0, K)
+        R = np.where(dropped[:, None], 0.0, R)
+        if W is not None:
+            W = np.where(dropped.reshape(-1, *([1] * (np.ndim(W) - 1))), 0.0, W)
     A, B = chunk_statistics(K, R, W)
-    return A, B, int(X.shape[0]), extras
+    return A, B, int(X.shape[0] - np.count_nonzero(dropped)), extras
 
 
 def _split_rows(arrays: Sequence[Any], chunk_size: int) -> Iterable[tuple[Any, ...]]:

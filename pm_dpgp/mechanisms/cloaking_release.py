@@ -32,6 +32,7 @@ from pm_dpgp.mechanisms.cloaking import (
     solve_noise_covariance,
 )
 from pm_dpgp.mechanisms.output_perturbation import label_gaussian_release, prepare_labels
+from pm_dpgp.mechanisms.whitening import centred_whitening
 from pm_dpgp.models import GPRegression, PublicGP
 from pm_dpgp.release import Release
 
@@ -120,11 +121,12 @@ def cloaked_release(
     C = CloakingOperator(public_gp.kernel(X_star, public_gp.X), public_gp.posterior().L)
     noise = solve_noise_covariance(C, tol=tol, rank_tol=rank_tol)
     U = noise.basis
-    # U_k (U_kᵀ C) r with the same U_kᵀ C the sensitivity was computed from (docs §4)
-    coords = noise.projected @ (labels.y - public_gp.mean)  # mean − μ = U coords
-    mean = public_gp.mean + U @ coords
-    # whitened coordinates: mean = μ + (U L_k) w, w = L_k⁻¹ Uᵀ C (y − μ)
-    whitened = solve_triangular(noise.chol_k, coords, lower=True)
+    # U_k (U_kᵀ C) r with the same U_kᵀ C the sensitivity was computed from (docs §4):
+    # mean = μ + (U L_k) w with w = W (y − μ), W = L_k⁻¹ U_kᵀ C public (k × n), evaluated
+    # centred at the bounds' midpoint with its round-off bounded (mechanisms/whitening.py)
+    W = solve_triangular(noise.chol_k, noise.projected, lower=True)
+    whitening = centred_whitening(W, labels.y, labels.y_bounds, public_gp.mean)
+    mean = public_gp.mean + U @ (noise.projected @ (labels.y - public_gp.mean))
     return label_gaussian_release(
         "cloaking",
         public_gp,
@@ -140,8 +142,7 @@ def cloaked_release(
         rng=rng,
         label="cloaked GP release (Smith et al. 2018)",
         X_star=X_star,
-        offset=np.full(mean.shape, public_gp.mean),
-        whitened_mean=whitened,
+        whitening=whitening,
         max_mahalanobis=noise.max_mahalanobis,
         noise_rank=noise.rank,
         rank_tol=noise.rank_tol,

@@ -261,7 +261,7 @@ def dirichlet_release(
         return Xa[ok], R, W, np.array([float(Xa.shape[0])])
 
     stats = sufficient_statistics(
-        public.kernel,
+        public.kernel_private,
         Z,
         data,
         preprocess=preprocess,

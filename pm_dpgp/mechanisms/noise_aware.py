@@ -869,7 +869,7 @@ def noise_aware_release(
         return Xa[ok], r[ok, None], omega[ok, None], rows
 
     stats = sufficient_statistics(
-        public.kernel,
+        public.kernel_private,
         Z,
         data,
         preprocess=preprocess,

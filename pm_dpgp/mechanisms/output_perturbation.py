@@ -45,6 +45,7 @@ from pm_dpgp.mechanisms.noise import (
     secure_plan,
     simulation_rng,
 )
+from pm_dpgp.mechanisms.whitening import CentredWhitening
 from pm_dpgp.models import PublicGP
 from pm_dpgp.release import Release
 
@@ -122,6 +123,7 @@ def perturb(
     label: str = "",
     offset: NDArray[np.float64] | None = None,
     whitened_mean: NDArray[np.float64] | None = None,
+    whitened_rounding: float = 0.0,
 ) -> GaussianPerturbation:
     """Charge the ledger for ``n_draws`` Gaussian releases, then draw them.
 
@@ -144,6 +146,9 @@ def perturb(
         public ``(m,)`` offset and private ``(k,)`` whitened mean with
         ``mean = offset + F @ whitened_mean``; required for secure noise, whose release
         depends on the private data only through ``rint(whitened_mean / γ)``.
+    whitened_rounding:
+        public bound ``r`` on the round-off of ``whitened_mean`` (every dataset); the
+        sensitivity charged is ``d·s + 2r`` (:mod:`pm_dpgp.mechanisms.whitening`).
 
     Each draw is one (ε, δ)-DP Gaussian mechanism; the ledger composes the ``n_draws``
     of them.  The ledger is charged before any noise is drawn, so a refused release
@@ -153,7 +158,7 @@ def perturb(
     delta = check_delta(delta)
     rng = simulation_rng(rng)
     n_draws = check_count(n_draws, "n_draws")
-    l2 = float(data_sensitivity) * float(unit_sensitivity)
+    l2 = float(data_sensitivity) * float(unit_sensitivity) + 2.0 * float(whitened_rounding)
     if not np.isfinite(l2) or l2 <= 0.0:
         raise ValueError(f"The L2 sensitivity d·s must be finite and > 0, got {l2!r}.")
     if rng is not None:
@@ -261,17 +266,24 @@ def label_gaussian_release(
     rng: np.random.Generator | None = None,
     label: str = "",
     X_star: NDArray[np.float64],
-    offset: NDArray[np.float64] | None = None,
-    whitened_mean: NDArray[np.float64] | None = None,
+    whitening: CentredWhitening,
     **extra_metadata: object,
 ) -> Release:
-    """:func:`perturb` the clipped-label ``mean`` and wrap the draws as a :class:`Release`.
+    """:func:`perturb` the clipped-label mean and wrap the draws as a :class:`Release`.
 
-    The data sensitivity is ``labels.data_sensitivity``; the metadata is
-    :func:`label_release_metadata` plus ``extra_metadata``.
+    ``whitening`` (:func:`~pm_dpgp.mechanisms.whitening.centred_whitening`) gives the mean
+    as ``μ + F (public + private)`` with ``F = shape_factor``: the noise is added to the private
+    part only, the public part afterwards (post-processing), and the sensitivity charged is
+    ``max(d·s, column sensitivity of W) + 2 r`` (its round-off ``r`` included).  ``mean`` is
+    the caller's exact-arithmetic mean (kept for the metadata's checks only).  The data
+    sensitivity is ``labels.data_sensitivity``; the metadata is :func:`label_release_metadata`
+    plus ``extra_metadata``.
     """
+    d = labels.data_sensitivity
+    offset = public_gp.mean + shape_factor @ whitening.public
+    unit_sensitivity = max(float(unit_sensitivity), whitening.column_sensitivity / d)
     result = perturb(
-        mean,
+        offset + shape_factor @ whitening.private,
         shape_factor,
         unit_sensitivity=unit_sensitivity,
         data_sensitivity=labels.data_sensitivity,
@@ -283,8 +295,10 @@ def label_gaussian_release(
         rng=rng,
         label=label,
         offset=offset,
-        whitened_mean=whitened_mean,
+        whitened_mean=whitening.private,
+        whitened_rounding=whitening.rounding,
     )
+    del mean  # the released vector is built from ``whitening`` (same value up to round-off)
     return Release(
         mechanism=mechanism,
         draws=result.draws,

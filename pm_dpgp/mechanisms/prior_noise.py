@@ -38,6 +38,7 @@ from scipy.linalg import cho_solve, eigh
 from pm_dpgp._validation import check_finite_array
 from pm_dpgp.accounting import Ledger
 from pm_dpgp.mechanisms.output_perturbation import label_gaussian_release, prepare_labels
+from pm_dpgp.mechanisms.whitening import centred_whitening
 from pm_dpgp.models import GPRegression, PublicGP
 from pm_dpgp.release import Release
 
@@ -120,9 +121,12 @@ def prior_noise_release(
     K_sf = public_gp.kernel(X_star, public_gp.X)
     mean = public_gp.posterior().mean(K_sf, labels.y, mean_f=public_gp.mean, mean_s=public_gp.mean)
     shape = prior_noise_shape(public_gp, X_star)
-    # whitened coordinates: F = V diag(s) ⇒ F⁻¹x = (Fᵀx)/s², s² the squared column norms
-    offset = np.full(mean.shape, public_gp.mean)
-    whitened = (shape.T @ (mean - offset)) / np.sum(shape * shape, axis=0)
+    # whitened coordinates: F = V diag(s) ⇒ F⁻¹x = (Fᵀx)/s², s² the squared column norms, so
+    # mean − μ = F W (y − μ) with the public W = F⁻¹ C (m × n), C = K*f (K + σ²I)⁻¹; evaluated
+    # centred at the bounds' midpoint with its round-off bounded (mechanisms/whitening.py)
+    C = public_gp.posterior().cloaking_matrix(K_sf)
+    W = (shape.T @ C) / np.sum(shape * shape, axis=0)[:, None]
+    whitening = centred_whitening(W, labels.y, labels.y_bounds, public_gp.mean)
     return label_gaussian_release(
         "prior_noise",
         public_gp,
@@ -138,7 +142,6 @@ def prior_noise_release(
         rng=rng,
         label="prior-noise GP release (Hall et al. 2013)",
         X_star=X_star,
-        offset=offset,
-        whitened_mean=whitened,
+        whitening=whitening,
         sensitivity_bound=bound,
     )

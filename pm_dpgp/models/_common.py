@@ -171,13 +171,20 @@ class PublicKernel:
 
 # --------------------------------------------------------------------------- public kernels
 def _eval_kernel(
-    view: Any, Xa: ArrayLike, Xb: ArrayLike | None, *, symmetrise_equal: bool
+    view: Any,
+    Xa: ArrayLike,
+    Xb: ArrayLike | None,
+    *,
+    symmetrise_equal: bool,
+    check_finite: bool = True,
 ) -> NDArray[np.float64]:
     """``view._kernel(Xa, Xb)`` on checked inputs, symmetrised and checked finite.
 
     ``view`` is a public GP view (``_kernel``, ``input_dim``, ``hyperparameters``).  The
     result is symmetrised (``½(K + Kᵀ)``) when ``Xb`` is omitted, and with
-    ``symmetrise_equal`` also when ``Xb`` equals ``Xa``.
+    ``symmetrise_equal`` also when ``Xb`` equals ``Xa``.  ``check_finite=False`` is for
+    private inputs: the caller drops records with non-finite values instead of raising
+    (a refusal would depend on the private data, ``docs/errors.md``).
     """
     A = _as_2d_inputs(Xa, "Xa", view.input_dim)
     B = A if Xb is None else _as_2d_inputs(Xb, "Xb", view.input_dim)
@@ -185,7 +192,7 @@ def _eval_kernel(
     if B is A or (symmetrise_equal and np.array_equal(A, B)):
         # ½(K + Kᵀ) in place, blocked: no n×n temporaries (the kernel output is ours)
         K = symmetrise_inplace(np.require(K, dtype=np.float64, requirements=["W", "A"]))
-    if not np.all(np.isfinite(K)):
+    if check_finite and not np.all(np.isfinite(K)):
         raise ValueError(
             "The kernel evaluated to NaN/inf at these inputs and hyperparameters "
             f"({view.hyperparameters}); check the hyperparameter values."

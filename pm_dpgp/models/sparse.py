@@ -240,6 +240,15 @@ class PublicSparseGP:
         """``k(x, x)`` for each row of ``Xa``, shape ``(m,)``."""
         return _eval_kernel_diag(self, Xa, check_finite=False)
 
+    def kernel_private(self, Z: ArrayLike, X: ArrayLike) -> NDArray[np.float64]:
+        """``k(Z, X)`` for PRIVATE inputs ``X``: never refuses because of their values.
+
+        Inputs so large that the kernel overflows give non-finite entries, which the
+        statistics drop record by record (:func:`pm_dpgp.gp.sparse.sufficient_statistics`),
+        as they drop non-finite records: whether that happened is never reported.
+        """
+        return _eval_kernel(self, Z, X, symmetrise_equal=False, check_finite=False)
+
     def kzz(self) -> NDArray[np.float64]:
         """``K_ZZ + jitter·I`` (the matrix PyMC's ``MarginalApprox`` factorises)."""
         return self.kernel(self.Z) + self.jitter * np.eye(self.n_inducing)
