@@ -401,3 +401,19 @@ def test_overflowing_private_input_is_dropped_not_refused(x0):
         # PSD) amplify that by at most κ(K_ZZ): cond_rtol(κ(K_ZZ), 40), normwise
         tol = cond_rtol(condition_number(pub.kzz()), 40)
         assert_normwise_close(big.u_mean, ref.u_mean, tol, "u_mean")
+
+
+def test_dirichlet_builder_is_not_a_label_range_oracle():
+    """Regression (adversarial audit): the builder refused labels ≥ n_classes, so varying
+    n_classes revealed the largest private label.  Now every n_classes builds, and the model
+    leaves out exactly the records whose label is out of range."""
+    X = np.linspace(-3, 3, 12)[:, None]
+    labels = np.array([0, 1, 2, 0, 1, 7, 0, 1, 2, 0, 1, 0])
+    Z = np.linspace(-3, 3, 4)[:, None]
+    for k in (2, 3, 8):
+        model = dirichlet_gp_classification(
+            X, labels, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z, n_classes=k
+        )
+        keep = labels < k
+        np.testing.assert_array_equal(model.X, X[keep])
+        np.testing.assert_array_equal(model.y, labels[keep].astype(float))

@@ -518,9 +518,13 @@ def dirichlet_gp_classification(
     C = check_n_classes(n_classes)
     Z_arr = check_finite_array(Z, "Z", ndim=2)
     X_arr = check_finite_array(X, "X", ndim=2)
-    lab = check_labels(labels, C)
+    lab, valid = sanitise_labels(labels, C)
     if X_arr.shape[0] != lab.shape[0]:
         raise ValueError(f"X has {X_arr.shape[0]} rows but labels has {lab.shape[0]}.")
+    # Records whose label is not an integer in 0 … C−1 are left out, silently: refusing them
+    # would let a caller learn the largest private label by varying n_classes (an uncharged
+    # oracle found by an audit; docs/errors.md).  The release drops the same records.
+    X_arr, lab = X_arr[valid], lab[valid]
     if X_arr.shape[1] != Z_arr.shape[1]:
         raise ValueError(f"Z must have {X_arr.shape[1]} column(s) like X, got {Z_arr.shape}.")
     tg = DirichletTargets.from_alpha(alpha_epsilon)
