@@ -67,7 +67,7 @@ def clipped_square_change_bound(t: ArrayLike, clip: float) -> NDArray[np.float64
 
 
 def expected_clipped_square(mean: ArrayLike, var: ArrayLike, clip: float) -> NDArray[np.float64]:
-    """``E[min(X², c²)]`` for ``X ~ N(mean, var)`` elementwise, in closed form (``var = 0`` allowed).
+    """``E[min(X², c²)]`` for ``X ~ N(mean, var)`` elementwise, in closed form (var = 0 allowed).
 
     With ``X = μ + sZ`` and ``a = (−c − μ)/s``, ``b = (c − μ)/s``:
     ``E[X² 1{|X| < c}] = (μ² + s²)(Φ(b) − Φ(a)) + 2μs(φ(a) − φ(b)) + s²(aφ(a) − bφ(b))`` and the
@@ -158,13 +158,17 @@ def _fold_plan(
     return CvFold(test, train, Cp, var)
 
 
-def paper_sse_sensitivity(fold_matrices: Sequence[ArrayLike], data_sensitivity: float) -> float:
+def paper_sse_sensitivity(
+    fold_matrices: Sequence[ArrayLike], data_sensitivity: float, error_clip: float = 4.0
+) -> float:
     """Eq. (13) of Smith et al. (2021) as printed: ``9d² + Σ_{κ−1 largest} d² max_j ‖c_jk‖²``.
 
-    Kept to reproduce §5.1 (Δu = 116); it is **not** a valid sensitivity of the clipped SSE
-    (``docs/selection.md`` §2) and no mechanism here uses it.
+    With errors clipped at ``error_clip · d`` the test-fold term ``d² + 2·4d·d = 9d²`` of the
+    paper becomes ``d² + 2·error_clip·d²``.  Kept to reproduce §5.1 (Δu = 116); it is **not** a
+    valid sensitivity of the clipped SSE (``docs/selection.md`` §2) and no mechanism uses it.
     """
     d = check_positive(data_sensitivity, "data_sensitivity")
+    test_term = (1.0 + 2.0 * check_positive(error_clip, "error_clip")) * d * d
     alphas = sorted(
         (
             float(np.max(np.sum(np.asarray(C, dtype=np.float64) ** 2, axis=0)))
@@ -172,7 +176,7 @@ def paper_sse_sensitivity(fold_matrices: Sequence[ArrayLike], data_sensitivity: 
         ),
         reverse=True,
     )
-    return 9.0 * d * d + d * d * float(sum(alphas[: len(alphas) - 1]))
+    return test_term + d * d * float(sum(alphas[: len(alphas) - 1]))
 
 
 def _sensitivity(fold_plans: list[CvFold], n: int, d: float, clip: float) -> float:
@@ -226,7 +230,7 @@ def plan_cv_sse(
             for te in folds
         ]
         sens[t] = _sensitivity(fps, n, d, clip)
-        paper[t] = paper_sse_sensitivity([fp.C for fp in fps], d)
+        paper[t] = paper_sse_sensitivity([fp.C for fp in fps], d, error_clip)
         plans.append(fps)
     kept = np.ones(len(configs), dtype=bool)
     if max_sensitivity is not None:
