@@ -139,16 +139,14 @@ class CvSsePlan:
 
 
 def _fold_plan(
-    public: Any,
-    X: NDArray[np.float64],
+    K: NDArray[np.float64],
+    noise_var: float,
     test: NDArray[np.intp],
     train: NDArray[np.intp],
     unit_scale: float | None,
     rank_tol: float,
 ) -> CvFold:
-    K_tr = public.kernel(X[train])
-    K_te = public.kernel(X[test], X[train])
-    C = cloaking_matrix(K_tr, K_te, public.noise_var)
+    C = cloaking_matrix(K[np.ix_(train, train)], K[np.ix_(test, train)], noise_var)
     if unit_scale is None:
         return CvFold(test, train, C, np.zeros(test.size))
     noise = solve_noise_covariance(C, rank_tol=rank_tol)
@@ -225,8 +223,9 @@ def plan_cv_sse(
     all_idx = np.arange(n)
     for t, cfg in enumerate(configs):
         public = gpr.public_gp(cfg)
+        K = public.kernel(X)  # once per configuration; folds take blocks of it
         fps = [
-            _fold_plan(public, X, te, np.setdiff1d(all_idx, te), unit_scale, rank_tol)
+            _fold_plan(K, public.noise_var, te, np.setdiff1d(all_idx, te), unit_scale, rank_tol)
             for te in folds
         ]
         sens[t] = _sensitivity(fps, n, d, clip)
