@@ -1,0 +1,47 @@
+"""Private hyperparameter and model selection (``docs/selection.md``).
+
+One module per idea: public candidate grids and splits (:mod:`.grids`), the exponential
+mechanism and its events (:mod:`.exponential`), Smith et al.'s cross-validated SSE utility and
+its sensitivity (:mod:`.cv_sse`), the label-private selection of Algorithm 1 (:mod:`.smith`),
+and the result object (:mod:`.result`).
+"""
+
+from pm_dpgp.selection.cv_sse import (
+    clipped_square_change_bound,
+    cv_sse_utilities,
+    expected_clipped_square,
+    paper_sse_sensitivity,
+    plan_cv_sse,
+)
+from pm_dpgp.selection.exponential import (
+    bounded_range_rho,
+    exponential_mechanism_event,
+    exponential_mechanism_probabilities,
+    sample_exponential_mechanism,
+)
+from pm_dpgp.selection.grids import (
+    check_grid,
+    kfold_splits,
+    prior_quantile_grid,
+    product_grid,
+)
+from pm_dpgp.selection.result import SelectionResult
+from pm_dpgp.selection.smith import select_by_cross_validated_sse
+
+__all__ = [
+    "SelectionResult",
+    "bounded_range_rho",
+    "check_grid",
+    "clipped_square_change_bound",
+    "cv_sse_utilities",
+    "expected_clipped_square",
+    "exponential_mechanism_event",
+    "exponential_mechanism_probabilities",
+    "kfold_splits",
+    "paper_sse_sensitivity",
+    "plan_cv_sse",
+    "prior_quantile_grid",
+    "product_grid",
+    "sample_exponential_mechanism",
+    "select_by_cross_validated_sse",
+]

@@ -1,0 +1,281 @@
+"""Smith et al.'s selection utility: negative cross-validated SSE of *cloaked* predictions.
+
+Label privacy (inputs public, labels private, neighbours differ in one clipped label by at most
+``d``).  For a configuration θ and a public κ-fold split, fold k predicts its test labels from
+its training labels with the cloaking matrix ``C_k`` (Smith et al. 2021, Algorithm 1, lines
+5–7), and the utility is
+
+    u(θ) = −Σ_k Σ_{i ∈ test_k} E_z[ min((f_{k,i} + z_{k,i} − y_i)², c²) ],   c = 4d by default,
+
+where ``f_k = μ + P_k C_k (y_train − μ)`` is the cloaked mean of the release and ``z_k`` its
+Gaussian noise at the release's (ε, δ) (Algorithm 1: "we include the effect of the DP noise").
+The expectation is computed in closed form (:func:`expected_clipped_square`), which is the
+paper's Monte-Carlo average with infinitely many draws.
+
+Sensitivity (``docs/selection.md`` §2).  Eq. (13) as printed, ``9d² + Σ_{κ−1 largest}
+d² max_j ‖c_jk‖²``, bounds how far one label moves the *distance* between predictions and test
+labels, not the squared distance the SSE sums: with errors clipped at ``c`` a move of ``t`` in
+one prediction changes its clipped squared error by up to ``g(t) = 2ct − t²`` (t ≤ c), ``c²``
+beyond, which exceeds ``t²`` by ``2c·t``.  A hypothesis search finds neighbours that break
+eq. (13) (``tests/test_selection.py``).  The bound used here, proved in the docs, is
+
+    Δ(θ) = g(d) + max_j Σ_{k : j ∈ train_k} Σ_{i ∈ test_k} g(d |C̃_k[i, j]|)
+
+(label j is a test label in exactly one fold — where it moves only its own clipped error, by at
+most ``g(d) = 2cd − d²`` — and a training label in all others), and ``Δu = max_θ Δ(θ)`` over the
+kept configurations, eq. (14).  Configurations with ``Δ(θ)`` above a public threshold are
+dropped before the labels are read (§5 of the paper).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from scipy.special import ndtr
+
+from pm_dpgp._validation import check_delta, check_epsilon, check_positive
+from pm_dpgp.gp.exact import cloaking_matrix
+from pm_dpgp.mechanisms.cloaking import solve_noise_covariance
+from pm_dpgp.mechanisms.cloaking_release import SENSITIVITY_SAFETY
+from pm_dpgp.mechanisms.gaussian import gaussian_sigma
+
+__all__ = [
+    "CvFold",
+    "CvSsePlan",
+    "clipped_square_change_bound",
+    "cv_sse_utilities",
+    "expected_clipped_square",
+    "paper_sse_sensitivity",
+    "plan_cv_sse",
+]
+
+_INV_SQRT_2PI = 1.0 / np.sqrt(2.0 * np.pi)
+
+
+def clipped_square_change_bound(t: ArrayLike, clip: float) -> NDArray[np.float64]:
+    """``g(t) = max |a² − b²|`` over ``|a|, |b| ≤ c`` with ``|a − b| ≤ t``: ``2ct − t²`` or ``c²``.
+
+    Attained at ``a = c, b = max(c − t, 0)``.  Clipping ``clip(e, −c, c)`` is 1-Lipschitz, so a
+    change of at most ``t`` in an error changes its clipped square by at most ``g(t)``.
+    """
+    t = np.abs(np.asarray(t, dtype=np.float64))
+    return np.where(t < clip, 2.0 * clip * t - t * t, clip * clip)
+
+
+def expected_clipped_square(mean: ArrayLike, var: ArrayLike, clip: float) -> NDArray[np.float64]:
+    """``E[min(X², c²)]`` for ``X ~ N(mean, var)`` elementwise, in closed form (var = 0 allowed).
+
+    With ``X = μ + sZ`` and ``a = (−c − μ)/s``, ``b = (c − μ)/s``:
+    ``E[X² 1{|X| < c}] = (μ² + s²)(Φ(b) − Φ(a)) + 2μs(φ(a) − φ(b)) + s²(aφ(a) − bφ(b))`` and the
+    rest is ``c² (1 − Φ(b) + Φ(a))``.  ``clip = inf`` gives ``μ² + s²``.
+    """
+    mu = np.asarray(mean, dtype=np.float64)
+    s = np.sqrt(np.asarray(var, dtype=np.float64))
+    if not np.isfinite(clip):
+        return mu * mu + s * s
+    out = np.minimum(mu * mu, clip * clip)  # the var = 0 case
+    pos = s > 0
+    if np.any(pos):
+        m, sd = np.broadcast_to(mu, s.shape)[pos], s[pos]
+        a, b = (-clip - m) / sd, (clip - m) / sd
+        pa, pb = _INV_SQRT_2PI * np.exp(-0.5 * a * a), _INV_SQRT_2PI * np.exp(-0.5 * b * b)
+        inside = ndtr(b) - ndtr(a)
+        val = (m * m + sd * sd) * inside + 2.0 * m * sd * (pa - pb) + sd * sd * (a * pa - b * pb)
+        val += clip * clip * (1.0 - inside)
+        out = np.array(np.broadcast_to(out, s.shape), dtype=np.float64)
+        out[pos] = np.clip(val, 0.0, clip * clip)
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class CvFold:
+    """Public ingredients of one fold at one configuration (no labels)."""
+
+    test: NDArray[np.intp]
+    train: NDArray[np.intp]
+    C: NDArray[np.float64] = field(repr=False)  # projected cloaking matrix U_k U_kᵀ C_k
+    noise_var: NDArray[np.float64] = field(repr=False)  # release noise variance per test point
+
+
+@dataclass(frozen=True, eq=False)
+class CvSsePlan:
+    """Everything about Algorithm 1 that depends on public information only.
+
+    ``sensitivities[θ]`` is Δ(θ) of ``docs/selection.md`` §2, ``paper_sensitivities[θ]`` eq. (13)
+    as printed (for comparison only), ``kept`` the configurations whose Δ(θ) is at most the
+    public threshold, and ``sensitivity`` = Δu = max over the kept ones (eq. 14).
+    """
+
+    configs: list[dict[str, float]]
+    folds: list[NDArray[np.intp]]
+    data_sensitivity: float
+    error_clip: float
+    y_bounds: tuple[float, float]
+    prior_mean: float
+    fold_plans: list[list[CvFold] | None] = field(repr=False)
+    sensitivities: NDArray[np.float64]
+    paper_sensitivities: NDArray[np.float64]
+    kept: NDArray[np.bool_]
+    sensitivity: float
+    release_epsilon: float | None
+    release_delta: float | None
+
+    def metadata(self) -> dict[str, Any]:
+        """Public description (all derived from public inputs)."""
+        return {
+            "n_configurations": len(self.configs),
+            "n_kept": int(self.kept.sum()),
+            "n_folds": len(self.folds),
+            "data_sensitivity": self.data_sensitivity,
+            "error_clip": self.error_clip,
+            "utility_sensitivity": self.sensitivity,
+            "release_epsilon_in_utility": self.release_epsilon,
+            "release_delta_in_utility": self.release_delta,
+        }
+
+
+def _fold_plan(
+    K: NDArray[np.float64],
+    noise_var: float,
+    test: NDArray[np.intp],
+    train: NDArray[np.intp],
+    unit_scale: float | None,
+    rank_tol: float,
+) -> CvFold:
+    C = cloaking_matrix(K[np.ix_(train, train)], K[np.ix_(test, train)], noise_var)
+    if unit_scale is None:
+        return CvFold(test, train, C, np.zeros(test.size))
+    noise = solve_noise_covariance(C, rank_tol=rank_tol)
+    Cp = noise.basis @ noise.projected  # what a release of this fold would compute
+    sigma = unit_scale * float(np.sqrt(noise.max_mahalanobis)) * SENSITIVITY_SAFETY
+    var = sigma * sigma * np.einsum("ij,jk,ik->i", noise.basis, noise.M_k, noise.basis)
+    return CvFold(test, train, Cp, var)
+
+
+def paper_sse_sensitivity(
+    fold_matrices: Sequence[ArrayLike], data_sensitivity: float, error_clip: float = 4.0
+) -> float:
+    """Eq. (13) of Smith et al. (2021) as printed: ``9d² + Σ_{κ−1 largest} d² max_j ‖c_jk‖²``.
+
+    With errors clipped at ``error_clip · d`` the test-fold term ``d² + 2·4d·d = 9d²`` of the
+    paper becomes ``d² + 2·error_clip·d²``.  Kept to reproduce §5.1 (Δu = 116); it is **not** a
+    valid sensitivity of the clipped SSE (``docs/selection.md`` §2) and no mechanism uses it.
+    """
+    d = check_positive(data_sensitivity, "data_sensitivity")
+    test_term = (1.0 + 2.0 * check_positive(error_clip, "error_clip")) * d * d
+    alphas = sorted(
+        (
+            float(np.max(np.sum(np.asarray(C, dtype=np.float64) ** 2, axis=0)))
+            for C in fold_matrices
+        ),
+        reverse=True,
+    )
+    return test_term + d * d * float(sum(alphas[: len(alphas) - 1]))
+
+
+def _sensitivity(fold_plans: list[CvFold], n: int, d: float, clip: float) -> float:
+    per_label = np.zeros(n)
+    for fp in fold_plans:
+        per_label[fp.train] += clipped_square_change_bound(d * fp.C, clip).sum(axis=0)
+    return float(clipped_square_change_bound(d, clip)) + float(per_label.max())
+
+
+def plan_cv_sse(
+    gpr: Any,
+    configs: Sequence[dict[str, float]],
+    folds: Sequence[NDArray[np.intp]],
+    *,
+    y_bounds: tuple[float, float],
+    release_epsilon: float | None,
+    release_delta: float | None,
+    error_clip: float = 4.0,
+    max_sensitivity: float | None = None,
+    calibration: Literal["analytic", "classic"] = "analytic",
+    rank_tol: float = 1e-8,
+) -> CvSsePlan:
+    """Public planning of Algorithm 1: cloaking matrices, noise, Δ(θ), the drop, Δu.
+
+    Reads ``gpr.X`` and the priors' support only, never ``gpr.y``.  ``error_clip`` is the
+    clipping of prediction errors in units of ``d`` (the paper's 4).  ``release_epsilon``/
+    ``release_delta``: the budget of the release that will follow, whose cloaking noise the
+    utility includes; ``None`` leaves the noise out.  ``max_sensitivity``: configurations with
+    Δ(θ) above it are dropped (public threshold; ``None`` keeps all).
+    """
+    lo, hi = (float(b) for b in y_bounds)
+    d = hi - lo
+    clip = check_positive(error_clip, "error_clip") * d
+    unit_scale = None
+    if release_epsilon is not None or release_delta is not None:
+        if release_epsilon is None or release_delta is None:
+            raise ValueError("give both release_epsilon and release_delta, or neither.")
+        release_epsilon = check_epsilon(release_epsilon, "release_epsilon")
+        release_delta = check_delta(release_delta, "release_delta")
+        unit_scale = gaussian_sigma(release_epsilon, release_delta, d, method=calibration)
+    X = np.asarray(gpr.X, dtype=np.float64)
+    n = X.shape[0]
+    plans: list[list[CvFold] | None] = []
+    sens = np.empty(len(configs))
+    paper = np.empty(len(configs))
+    all_idx = np.arange(n)
+    for t, cfg in enumerate(configs):
+        public = gpr.public_gp(cfg)
+        K = public.kernel(X)  # once per configuration; folds take blocks of it
+        fps = [
+            _fold_plan(K, public.noise_var, te, np.setdiff1d(all_idx, te), unit_scale, rank_tol)
+            for te in folds
+        ]
+        sens[t] = _sensitivity(fps, n, d, clip)
+        paper[t] = paper_sse_sensitivity([fp.C for fp in fps], d, error_clip)
+        plans.append(fps)
+    kept = np.ones(len(configs), dtype=bool)
+    if max_sensitivity is not None:
+        kept = sens <= check_positive(max_sensitivity, "max_sensitivity")
+        if not kept.any():
+            raise ValueError(
+                f"max_sensitivity={max_sensitivity} drops every configuration (the smallest "
+                f"sensitivity is {sens.min():.6g}); raise it or change the grid."
+            )
+        plans = [p if k else None for p, k in zip(plans, kept, strict=True)]
+    return CvSsePlan(
+        configs=list(configs),
+        folds=list(folds),
+        data_sensitivity=d,
+        error_clip=clip,
+        y_bounds=(lo, hi),
+        prior_mean=float(gpr.mean),
+        fold_plans=plans,
+        sensitivities=sens,
+        paper_sensitivities=paper,
+        kept=kept,
+        sensitivity=float(sens[kept].max()),
+        release_epsilon=release_epsilon,
+        release_delta=release_delta,
+    )
+
+
+def cv_sse_utilities(plan: CvSsePlan, y: ArrayLike) -> NDArray[np.float64]:
+    """Utilities ``−E[clipped CV SSE]`` of the kept configurations (private: owner's view only).
+
+    ``y`` is clipped to the plan's public ``y_bounds`` first (what makes ``d`` a bound).
+    Dropped configurations get ``−inf`` (they are never selected).
+    """
+    lo, hi = plan.y_bounds
+    yv = np.asarray(y, dtype=np.float64)
+    yv = np.clip(np.where(np.isfinite(yv), yv, 0.5 * (lo + hi)), lo, hi)
+    mu = plan.prior_mean
+    u = np.full(len(plan.configs), -np.inf)
+    for t, fps in enumerate(plan.fold_plans):
+        if fps is None:
+            continue
+        total = 0.0
+        for fp in fps:
+            f = mu + fp.C @ (yv[fp.train] - mu)
+            total += float(
+                expected_clipped_square(f - yv[fp.test], fp.noise_var, plan.error_clip).sum()
+            )
+        u[t] = -total
+    return u

@@ -1,0 +1,188 @@
+"""Public ingredients of a private selection: candidate grids and validation splits.
+
+Everything here is a function of public information only — the model's *priors*, the number
+of rows, a public seed — never of the private outputs (or, under full privacy, the private
+inputs).  A grid built from prior quantiles is the paper-free analogue of the hand-made grids of
+Smith, Álvarez & Lawrence (2021, §6.7: lengthscale 1…625, noise and kernel variance 0.2…125) and
+Honkela (2024, §4.3, the candidate set Θ of Algorithm 2).
+"""
+
+from __future__ import annotations
+
+import itertools
+import numbers
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+__all__ = [
+    "Configuration",
+    "check_grid",
+    "kfold_splits",
+    "prior_quantile_grid",
+    "product_grid",
+]
+
+#: One candidate: ``{hyperparameter name: value on the constrained scale}``.
+Configuration = dict[str, float]
+
+
+def product_grid(values: Mapping[str, Iterable[float]]) -> list[Configuration]:
+    """Cartesian product of per-hyperparameter values, in the order given (last name fastest).
+
+    ``product_grid({"ell": [1, 5], "eta": [1, 2]})`` gives the four configurations
+    ``ell=1,eta=1``, ``ell=1,eta=2``, ``ell=5,eta=1``, ``ell=5,eta=2`` — the layout of Table 2 of
+    Smith et al. (2021).
+    """
+    if not isinstance(values, Mapping) or not values:
+        raise ValueError("values must be a non-empty mapping {name: sequence of values}.")
+    names = list(values)
+    axes: list[list[float]] = []
+    for nm in names:
+        arr = np.asarray(list(values[nm]), dtype=np.float64).ravel()
+        if arr.size == 0 or not np.all(np.isfinite(arr)):
+            raise ValueError(f"grid values for {nm!r} must be a non-empty list of finite numbers.")
+        axes.append([float(v) for v in arr])
+    return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*axes)]
+
+
+def check_grid(grid: Sequence[Mapping[str, float]], names: Sequence[str]) -> list[Configuration]:
+    """Validate a candidate grid against the model's hyperparameter ``names`` (public check).
+
+    Every configuration must give a finite float for exactly the names of the model.  The check
+    reads only the grid and the names, so a refusal leaks nothing.
+    """
+    if isinstance(grid, Mapping) or not isinstance(grid, Sequence) or len(grid) == 0:
+        raise ValueError(
+            "grid must be a non-empty list of configurations {name: value}; build one with "
+            "product_grid(...) or prior_quantile_grid(model)."
+        )
+    out: list[Configuration] = []
+    expected = set(names)
+    for i, cfg in enumerate(grid):
+        if not isinstance(cfg, Mapping):
+            raise TypeError(
+                f"grid[{i}] must be a mapping {{name: value}}, got {type(cfg).__name__}."
+            )
+        if set(cfg) != expected:
+            raise ValueError(
+                f"grid[{i}] has names {sorted(cfg)}; the model's hyperparameters are "
+                f"{sorted(expected)}."
+            )
+        row: Configuration = {}
+        for nm in names:
+            v = cfg[nm]
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not np.isfinite(v):
+                raise ValueError(f"grid[{i}][{nm!r}] must be a finite number, got {v!r}.")
+            row[nm] = float(v)
+        out.append(row)
+    return out
+
+
+def _prior_quantiles(model: Any, rv: Any, q: NDArray[np.float64], n_draws: int, seed: int) -> Any:
+    """Quantiles ``q`` of the prior of ``rv``: exact ``icdf`` when PyMC has it, else from draws."""
+    import pymc as pm
+
+    del model
+    try:
+        vals = np.asarray(pm.icdf(rv, q.astype(rv.dtype)).eval(), dtype=np.float64)
+        if vals.shape == q.shape and np.all(np.isfinite(vals)):
+            return vals
+    except Exception:  # noqa: BLE001 - no icdf for this distribution: use prior draws
+        pass
+    draws = np.asarray(pm.draw(rv, draws=n_draws, random_seed=seed), dtype=np.float64)
+    return np.quantile(draws.reshape(n_draws, -1)[:, 0], q)
+
+
+def prior_quantile_grid(
+    gpr: Any,
+    quantiles: Sequence[float] | Mapping[str, Sequence[float]] = (0.1, 0.5, 0.9),
+    *,
+    n_draws: int = 20_000,
+    seed: int = 0,
+) -> list[Configuration]:
+    """Candidate grid at quantiles of the model's hyperparameter *priors* (no data touched).
+
+    Parameters
+    ----------
+    gpr
+        a model from :func:`pm_dpgp.models.gp_regression` (or the sparse builders): its free
+        hyperparameters and their PyMC priors are read, never ``gpr.y``.
+    quantiles
+        probabilities in (0, 1), the same for every hyperparameter or ``{name: probs}``.
+    n_draws, seed
+        prior draws used only for a distribution without an inverse CDF in PyMC; the seed is
+        public (the draws are from the prior, not the data).
+
+    Returns
+    -------
+    list of dict
+        the Cartesian product of the per-hyperparameter quantiles (:func:`product_grid`).
+
+    Only scalar hyperparameters are supported (ARD vectors: build the grid by hand).
+    """
+    names = tuple(gpr.hyperparameter_names)
+    if not names:
+        raise ValueError("this model has no free hyperparameters: there is nothing to select.")
+    values: dict[str, list[float]] = {}
+    for rv in gpr._hyper_rvs:
+        nm = rv.name
+        probs = quantiles[nm] if isinstance(quantiles, Mapping) else quantiles
+        q = np.asarray(list(probs), dtype=np.float64)
+        if q.ndim != 1 or q.size == 0 or np.any(~(q > 0) | ~(q < 1)):
+            raise ValueError(
+                f"quantiles for {nm!r} must be probabilities in (0, 1), got {probs!r}."
+            )
+        if rv.type.ndim != 0:
+            raise ValueError(f"hyperparameter {nm!r} is not scalar; build its grid by hand.")
+        values[nm] = [float(v) for v in _prior_quantiles(gpr.model, rv, q, n_draws, seed)]
+    return product_grid(values)
+
+
+def kfold_splits(
+    n: int,
+    n_folds: int,
+    *,
+    order: Literal["contiguous", "interleaved", "permuted"] = "interleaved",
+    seed: int | None = None,
+) -> list[NDArray[np.intp]]:
+    """Public κ-fold validation split of ``n`` row indices: a list of the test indices per fold.
+
+    The split depends only on ``n`` (and a public ``seed`` for ``"permuted"``), never on the
+    data, as Smith et al. (2021, §5) require ("the choice of splits … is arbitrary, as long as
+    there is no dependence on the private data").  ``"contiguous"`` cuts the rows in order,
+    ``"interleaved"`` deals row i to fold ``i mod κ``, ``"permuted"`` shuffles with the public seed.
+    Every row is a test point in exactly one fold.
+    """
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 2:
+        raise ValueError(f"n must be an integer >= 2, got {n!r}.")
+    if isinstance(n_folds, bool) or not isinstance(n_folds, numbers.Integral):
+        raise ValueError(f"n_folds must be an integer, got {n_folds!r}.")
+    if not 2 <= n_folds <= n:
+        raise ValueError(f"n_folds must be in [2, n={n}], got {n_folds}.")
+    idx = np.arange(int(n))
+    if order == "contiguous":
+        return [np.asarray(a, dtype=np.intp) for a in np.array_split(idx, int(n_folds))]
+    if order == "interleaved":
+        return [idx[k :: int(n_folds)].astype(np.intp) for k in range(int(n_folds))]
+    if order == "permuted":
+        if seed is None:
+            raise ValueError("order='permuted' needs a public integer seed.")
+        perm = np.random.default_rng(seed).permutation(idx)
+        return [np.sort(a).astype(np.intp) for a in np.array_split(perm, int(n_folds))]
+    raise ValueError(f"order must be 'contiguous', 'interleaved' or 'permuted', got {order!r}.")
+
+
+def check_folds(folds: Sequence[ArrayLike], n: int) -> list[NDArray[np.intp]]:
+    """Validate a public split: test index arrays that partition ``range(n)``, at least two."""
+    if isinstance(folds, np.ndarray) or not isinstance(folds, Sequence) or len(folds) < 2:
+        raise ValueError("folds must be a list of at least two arrays of test indices.")
+    out = [np.asarray(f, dtype=np.intp).ravel() for f in folds]
+    allidx = np.concatenate(out)
+    if allidx.size != n or not np.array_equal(np.sort(allidx), np.arange(n)):
+        raise ValueError(f"folds must partition the row indices 0..{n - 1} (each row in one fold).")
+    if any(f.size == 0 or f.size == n for f in out):
+        raise ValueError("every fold needs at least one test and one training row.")
+    return out

@@ -1,0 +1,92 @@
+"""The outcome of a private selection: the public choice, its privacy event, and the owner's scores.
+
+What may be published (``to_metadata()``, ``repr``, pickling) is a function of public inputs and
+of the DP output (the chosen index) only.  The non-private scores, the selection probabilities
+and anything else computed from the private data are kept in a private slot, returned by
+:meth:`SelectionResult.owner_report` for the data owner, and dropped on pickling and from every
+serialised form (tested with the leak scanner).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pm_dpgp.accounting import PrivacyEvent
+
+__all__ = ["SelectionResult"]
+
+
+@dataclass(frozen=True, eq=False)
+class SelectionResult:
+    """A DP-selected configuration.
+
+    Attributes
+    ----------
+    method:
+        e.g. ``"exponential_mechanism_cv_sse"`` (Smith et al. 2021, Algorithm 1) or
+        ``"liu_talwar_random_stopping"`` (Honkela 2024, Algorithm 2).
+    hyperparameters:
+        the chosen configuration, public: pass it to any release
+        (``cloaked_release(..., hyperparameters=result.hyperparameters)``).
+    index:
+        its position in ``grid``.
+    grid:
+        the candidate configurations (public).
+    event:
+        the privacy event charged to the ledger (``None`` if no ledger was given: then the caller
+        must charge it).
+    privacy_model, neighbouring_relation:
+        what the guarantee protects.
+    public_details:
+        public parameters (ε, sensitivity, folds, dropped configurations, …).
+    """
+
+    method: str
+    hyperparameters: dict[str, float]
+    index: int
+    grid: list[dict[str, float]]
+    event: PrivacyEvent
+    privacy_model: str
+    neighbouring_relation: str
+    public_details: dict[str, Any]
+    _owner: dict[str, Any] | None = field(default=None, repr=False)
+
+    def owner_report(self) -> dict[str, Any]:
+        """The data owner's non-private view (scores, probabilities).  NEVER publish it.
+
+        Raises ``ValueError`` on a copy that travelled through pickling (the slot is dropped).
+        """
+        if self._owner is None:
+            raise ValueError("this result carries no owner report (it was serialised or copied).")
+        return {
+            k: (np.array(v) if isinstance(v, np.ndarray) else v) for k, v in self._owner.items()
+        }
+
+    def to_metadata(self) -> dict[str, Any]:
+        """Public metadata: method, choice, grid, event and public parameters (JSON-friendly)."""
+        return {
+            "method": self.method,
+            "chosen_index": int(self.index),
+            "hyperparameters": dict(self.hyperparameters),
+            "grid": [dict(c) for c in self.grid],
+            "privacy_model": self.privacy_model,
+            "neighbouring_relation": self.neighbouring_relation,
+            "event": self.event.to_metadata(),
+            **{k: v for k, v in self.public_details.items()},
+        }
+
+    def __reduce__(self) -> Any:
+        state = (
+            self.method,
+            dict(self.hyperparameters),
+            self.index,
+            list(self.grid),
+            self.event,
+            self.privacy_model,
+            self.neighbouring_relation,
+            dict(self.public_details),
+        )
+        return (SelectionResult, state)
