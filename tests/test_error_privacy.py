@@ -304,7 +304,9 @@ def test_sample_path_control_flow_does_not_depend_on_private_inputs():
     cov = pm.gp.cov.ExpQuad(1, ls=0.3)
     two = gp_regression(np.array([0.2, 0.2, 0.9]), np.array([0.1, PLANTED, 0.3]), cov, sigma=2.0)
     three = gp_regression(np.array([0.2, 0.5, 0.9]), np.array([0.1, PLANTED, 0.3]), cov, sigma=2.0)
-    kw = dict(sigma=1.0, y_bound=2.0, delta=1e-5, kappa=0.0, kernel_class="exponential_1d")
+    kw = dict(
+        sigma=1.0, y_bound=2.0, delta=1e-5, epsilon=1e3, kappa=0.0, kernel_class="exponential_1d"
+    )
     messages = []
     for model in (two, three):
         with pytest.raises(ValueError) as info:
@@ -323,6 +325,7 @@ def test_sample_path_control_flow_does_not_depend_on_private_inputs():
             sigma=1.0,
             y_bound=2.0,
             delta=1e-5,
+            ledger=Ledger(epsilon=10.0, delta=1e-5),
             domain=(0.0, 1.0),
             rng=np.random.default_rng(0),
         ).epsilon
@@ -339,7 +342,9 @@ def test_non_stationary_kernel_scale_is_checked_at_public_points_only():
     large = gp_regression(np.array([0.1, 0.2, 3.0]), np.zeros(3), cov, sigma=1.0)
     for model in (small, large):  # no domain: refused from public information
         with pytest.raises(ValueError, match="domain") as info:
-            sample_path_release(model, [0.5], sigma=1.0, y_bound=1.0, delta=1e-5, kappa=0.0)
+            sample_path_release(
+                model, [0.5], sigma=1.0, y_bound=1.0, delta=1e-5, epsilon=5.0, kappa=0.0
+            )
         _check_failure(info.value)
     for model in (small, large):  # domain [0, 0.9]: k(x, x) = x² ≤ 1 there, both succeed
         _silently(
@@ -349,6 +354,7 @@ def test_non_stationary_kernel_scale_is_checked_at_public_points_only():
             sigma=1.0,
             y_bound=1.0,
             delta=1e-5,
+            epsilon=10.0,
             kappa=0.0,
             domain=(0.0, 0.9),
             rng=np.random.default_rng(0),

@@ -46,6 +46,7 @@ from pm_dpgp._validation import (
     check_epsilon,
     check_positive,
     check_rng,
+    warn_public_settings,
 )
 from pm_dpgp.accounting import Ledger
 from pm_dpgp.gp.sparse import sufficient_statistics
@@ -271,6 +272,8 @@ def dirichlet_release(
     )
     if stats.extras[0] == 0:  # the number of records is public
         raise ValueError("the data contain no records; pass at least one (x, label) record.")
+    # public settings only (n is public under replace-one neighbours), before any spend
+    warn_public_settings(epsilon=epsilon, delta=delta, n_records=int(stats.extras[0]))
     return _account_draw_release(
         DirichletRelease,
         public,

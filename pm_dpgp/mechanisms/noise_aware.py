@@ -61,6 +61,7 @@ from pm_dpgp._validation import (
     check_positive,
     finite_rows,
     private_array,
+    warn_public_settings,
 )
 from pm_dpgp.accounting import GaussianEvent, Ledger, PrivacyEvent
 from pm_dpgp.gp.linalg import jittered_cholesky
@@ -879,6 +880,15 @@ def noise_aware_release(
     )
     if stats.extras[0] == 0:  # the number of records is public
         raise ValueError("the data contain no records; pass at least one (x, y) record.")
+    # public settings only (n is public under replace-one neighbours), before any spend
+    warn_public_settings(
+        epsilon=epsilon,
+        delta=delta,
+        n_records=int(stats.extras[0]),
+        range_width=2.0 * R_y,
+        prior_sd=float(np.sqrt(np.max(public.kernel_diag(Z)) + public.noise_var)),
+        range_name="2 * y_bound",
+    )
 
     # --- account, then draw -----------------------------------------------------------------
     return _account_draw_release(
@@ -1025,8 +1035,14 @@ def _account_draw_release(
         event = plan.event(1, label)
         noise = {**plan.metadata(), "seed_policy": SEED_POLICY_SECURE}
         multiplier = plan.noise_multiplier
-    if ledger is not None:
-        ledger.spend(event, label=label)
+    if ledger is not None:  # refuses a Generator state already used on this ledger
+        ledger.spend(
+            event,
+            label=label,
+            privacy_model=PRIVACY_MODEL,
+            neighbouring_relation=NEIGHBOURING_RELATION,
+            rng=rng if plan is None else None,
+        )
     Kzz = public.kzz()
     qs = []
     noisy = (

@@ -35,6 +35,7 @@ from pm_dpgp._validation import (
     check_public_bounds,
     clip_to_bounds,
     private_array,
+    warn_public_settings,
 )
 from pm_dpgp.accounting import GaussianEvent, Ledger, PrivacyEvent
 from pm_dpgp.mechanisms.gaussian import gaussian_sigma
@@ -48,7 +49,13 @@ from pm_dpgp.mechanisms.noise import (
 from pm_dpgp.models import PublicGP
 from pm_dpgp.release import Release
 
+#: What the label-private releases protect (``docs/privacy_model.md``).
+LABEL_PRIVACY_MODEL = "label"
+LABEL_RELATION = "replace-one-label, |y_i - y_i'| <= d (inputs public)"
+
 __all__ = [
+    "LABEL_PRIVACY_MODEL",
+    "LABEL_RELATION",
     "LabelData",
     "prepare_labels",
     "GaussianPerturbation",
@@ -166,7 +173,9 @@ def perturb(
     event = plan.event(n_draws, label)
     noise = {**plan.metadata(), "seed_policy": SEED_POLICY_SECURE}  # built before spending
     if ledger is not None:
-        ledger.spend(event, label=label)
+        ledger.spend(
+            event, label=label, privacy_model=LABEL_PRIVACY_MODEL, neighbouring_relation=LABEL_RELATION
+        )
     draws = offset[None, :] + plan.release(whitened_mean, n_draws) @ shape_factor.T
     return GaussianPerturbation(
         draws=draws,
@@ -197,8 +206,14 @@ def _simulate(
     """The simulation mode: continuous float noise from ``rng``, a :class:`GaussianEvent`."""
     sigma = gaussian_sigma(epsilon, delta, l2, method=calibration)
     event = GaussianEvent(noise_multiplier=sigma / l2, count=n_draws, label=label)
-    if ledger is not None:
-        ledger.spend(event, label=label)
+    if ledger is not None:  # refuses a Generator state already used on this ledger
+        ledger.spend(
+            event,
+            label=label,
+            privacy_model=LABEL_PRIVACY_MODEL,
+            neighbouring_relation=LABEL_RELATION,
+            rng=rng,
+        )
     z = rng.standard_normal((n_draws, shape_factor.shape[1]))
     draws = mean[None, :] + sigma * (z @ shape_factor.T)
     return GaussianPerturbation(
@@ -215,6 +230,15 @@ def _simulate(
     )
 
 
+def prior_sd_of_y(public_gp: PublicGP, points: NDArray[np.float64]) -> float:
+    """``sqrt(max_x k(x, x) + σ_n²)`` over the public ``points``: the model's prior sd of y.
+
+    Public (public hyperparameters and public points); the scale against which
+    :func:`~pm_dpgp._validation.warn_public_settings` judges a public range.
+    """
+    return float(np.sqrt(np.max(public_gp.kernel_diag(points)) + public_gp.noise_var))
+
+
 #: Kept for existing imports: the policy of the simulation mode.
 SEED_POLICY = SEED_POLICY_SIMULATION
 
@@ -224,8 +248,8 @@ def label_release_metadata(
 ) -> dict[str, object]:
     """Privacy metadata shared by the label-private Gaussian releases (DESIGN "Rules")."""
     metadata: dict[str, object] = {
-        "privacy_model": "label",
-        "neighbouring_relation": "replace-one-label, |y_i - y_i'| <= d (inputs public)",
+        "privacy_model": LABEL_PRIVACY_MODEL,
+        "neighbouring_relation": LABEL_RELATION,
         "epsilon_per_draw": result.epsilon,
         "delta_per_draw": result.delta,
         "epsilon_total": result.event.epsilon(result.delta),
@@ -268,8 +292,21 @@ def label_gaussian_release(
     """:func:`perturb` the clipped-label ``mean`` and wrap the draws as a :class:`Release`.
 
     The data sensitivity is ``labels.data_sensitivity``; the metadata is
-    :func:`label_release_metadata` plus ``extra_metadata``.
+    :func:`label_release_metadata` plus ``extra_metadata``.  Absurd but valid settings
+    (δ > 1/n, ε above :data:`~pm_dpgp._validation.EPSILON_WARN_THRESHOLD`, a public range
+    wider than :data:`~pm_dpgp._validation.WIDE_RANGE_FACTOR` prior sd of y at ``X_star``)
+    get a :class:`~pm_dpgp._validation.PrivacyWarning` before anything is spent or drawn;
+    all of these are public (the inputs, hence n, are public under label privacy).
     """
+    epsilon = check_epsilon(epsilon)
+    delta = check_delta(delta)
+    warn_public_settings(
+        epsilon=epsilon,
+        delta=delta,
+        n_records=public_gp.n,
+        range_width=labels.data_sensitivity,
+        prior_sd=prior_sd_of_y(public_gp, X_star),
+    )
     result = perturb(
         mean,
         shape_factor,
