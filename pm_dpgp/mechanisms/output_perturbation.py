@@ -174,7 +174,10 @@ def perturb(
     noise = {**plan.metadata(), "seed_policy": SEED_POLICY_SECURE}  # built before spending
     if ledger is not None:
         ledger.spend(
-            event, label=label, privacy_model=LABEL_PRIVACY_MODEL, neighbouring_relation=LABEL_RELATION
+            event,
+            label=label,
+            privacy_model=LABEL_PRIVACY_MODEL,
+            neighbouring_relation=LABEL_RELATION,
         )
     draws = offset[None, :] + plan.release(whitened_mean, n_draws) @ shape_factor.T
     return GaussianPerturbation(
