@@ -93,8 +93,9 @@ def check_public_choices(
       (exact: a hold-out set is data, and near-equal records may be legitimate).
 
     ``rtol=0`` and ``z_rtol=0`` restore exact comparisons.  The others raise
-    :class:`DataDerivedChoiceError`.  Returns ``None`` when nothing is flagged.  The answer depends on the private data: keep it
-    to yourself (``docs/errors.md``); this is never run inside a release.
+    :class:`DataDerivedChoiceError`.  Returns ``None`` when nothing is flagged.  The answer
+    depends on the private data: keep it to yourself (``docs/errors.md``); this is never run
+    inside a release.
     """
     rtol, z_rtol = float(rtol), float(z_rtol)
     for name, value in (("rtol", rtol), ("z_rtol", z_rtol)):
