@@ -21,7 +21,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pm_dpgp._validation import PrivacyWarning
-from pm_dpgp.accounting import BudgetExceededError, GaussianEvent, Ledger
+from pm_dpgp.accounting import (
+    BudgetExceededError,
+    GaussianEvent,
+    Ledger,
+    PrivacyModelMismatchError,
+    ReusedGeneratorError,
+)
 from pm_dpgp.mechanisms import (
     cloaked_release,
     dirichlet_release,
@@ -46,6 +52,8 @@ DOCUMENTED = {
     BudgetExceededError,
     PrivateHyperparameterError,
     PrivateDataError,
+    ReusedGeneratorError,  # issue 15: a Generator state used twice on one ledger
+    PrivacyModelMismatchError,  # issue 15: label and full releases on one ledger
 }
 #: Every message says what to do: it contains one of these imperatives (or an example).
 HINT = re.compile(
@@ -88,6 +96,12 @@ def _private_1d(seed: int, n: int, high: float = 6.0):
 
 @pytest.fixture(scope="module")
 def models():
+    return build_models()
+
+
+def build_models() -> dict:
+    """One small model per entry point, each with a planted private value (also used by
+    ``tests/test_guard_rails.py``)."""
     X, y = _private_1d(0, 12)
     exact = gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=1.5), sigma=0.3)
     Xp, yp = _private_1d(1, 10, high=2.0)

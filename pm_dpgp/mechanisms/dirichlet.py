@@ -217,7 +217,7 @@ def dirichlet_release(
     delta = check_delta(delta)
     c = check_positive(ratio, "ratio")
     if not (0.0 < float(rho) < 1.0):
-        raise ValueError(f"rho must lie in (0, 1), got {rho!r}.")
+        raise ValueError(f"rho must lie in (0, 1), got {rho!r}; pass e.g. rho=0.01.")
     if variant not in ("noise_aware", "naive"):  # before anything is spent or drawn
         raise ValueError(f"variant must be 'noise_aware' or 'naive', got {variant!r}; use one.")
     if s22_form not in ("linearised", "eq14"):

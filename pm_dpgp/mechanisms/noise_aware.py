@@ -327,7 +327,7 @@ def regularisation_lambda(
     sigma_b = check_positive(sigma_b, "sigma_b", allow_zero=True)
     scale = check_positive(scale, "scale")
     if not (0.0 < rho < 1.0):
-        raise ValueError(f"rho must lie in (0, 1), got {rho!r}.")
+        raise ValueError(f"rho must lie in (0, 1), got {rho!r}; pass e.g. rho=0.01.")
     M = int(n_inducing)
     if M < 1:
         raise ValueError(f"n_inducing must be >= 1, got {n_inducing!r}.")
@@ -819,7 +819,7 @@ def noise_aware_release(
     R_y = check_positive(y_bound, "y_bound")
     c = check_positive(ratio, "ratio")
     if not (0.0 < float(rho) < 1.0):
-        raise ValueError(f"rho must lie in (0, 1), got {rho!r}.")
+        raise ValueError(f"rho must lie in (0, 1), got {rho!r}; pass e.g. rho=0.01.")
     if variant not in ("noise_aware", "naive"):
         raise ValueError(f"variant must be 'noise_aware' or 'naive', got {variant!r}; use one.")
     if s22_form not in ("linearised", "eq14"):

@@ -35,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from decimal import ROUND_FLOOR, Decimal
 from typing import Any, Literal
 
 import numpy as np
@@ -388,35 +389,50 @@ PRIVACY_MODEL = "full"
 NEIGHBOURING_RELATION = "replace-one (x, y); inputs and outputs private"
 
 
+def _event_cost(bound: SamplePathBound, delta: float, L: int) -> float:
+    """ε at ``delta`` of ``L`` paths as the ledger and the release metadata compute it (the
+    event's conversion on its order grid; ``SamplePathBound.epsilon`` may be a little lower)."""
+    return bound.event(L).epsilon(delta)
+
+
 def _fitting_setting(bound: SamplePathBound, target: float, delta: float) -> str:
     """Say which public setting would meet ``target``: fewer paths, or a smaller ``y_bound``.
 
-    Public only.  ε(δ, L) is non-decreasing in L (``paths_affordable``) and in M_Y (the mean
-    term of eq. SP8 grows with Δ = 2B√Φ, and B with M_Y); the y_bound returned is one that
-    was evaluated and fits.
+    Public only.  The cost is non-decreasing in L (the RDP curve scales with L) and grows with
+    M_Y (the mean term of eq. SP8 grows with Δ = 2B√Φ, and B with M_Y).  The planning helper
+    :func:`~pm_dpgp.mechanisms.sample_path_bounds.paths_affordable` gives an upper bound on L
+    (its conversion is at least as tight as the event's); a binary search with the event's own
+    cost finds the answer.  Every value suggested was evaluated and fits.
     """
-    L = paths_affordable(bound, target, delta)
-    if L >= 1:
-        return f"Pass n_paths={L} (the most that fit), or raise epsilon."
+    hi_L = paths_affordable(bound, target, delta)
+    if hi_L >= 1 and _event_cost(bound, delta, 1) <= target:
+        lo, hi = 1, hi_L + 1  # invariant: lo fits, hi does not (or is beyond the helper's L)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if _event_cost(bound, delta, mid) <= target else (lo, mid)
+        return f"Pass n_paths={lo} (the most that fit), or choose a larger epsilon."
 
     def fits(m: float) -> bool:
-        return dataclasses.replace(bound, y_bound=m).epsilon(delta, 1) <= target
+        return _event_cost(dataclasses.replace(bound, y_bound=m), delta, 1) <= target
 
     tiny = bound.y_bound * 1e-9
     if not fits(tiny):
         return (
             "Not even one path fits with any y_bound: the covariance term alone costs more. "
             "Use more noise (a larger noise variance, i.e. r2, or eta > 0; "
-            "feasible_configurations lists (sigma, r2, eta) that fit) or raise epsilon."
+            "feasible_configurations lists (sigma, r2, eta) that fit) or choose a larger epsilon."
         )
-    lo, hi = tiny, bound.y_bound  # invariant: lo fits, hi does not (geometric bisection)
+    lo_m, hi_m = tiny, bound.y_bound  # invariant: lo_m fits, hi_m does not (geometric bisection)
     for _ in range(60):
-        mid = math.sqrt(lo * hi)
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+        mid_m = math.sqrt(lo_m * hi_m)
+        lo_m, hi_m = (mid_m, hi_m) if fits(mid_m) else (lo_m, mid_m)
+    # printed with 4 significant digits, rounded *down* so that the printed value fits too
+    exact = Decimal(lo_m)
+    shown = exact.quantize(Decimal(1).scaleb(exact.adjusted() - 3), rounding=ROUND_FLOOR)
     return (
-        f"One path fits with y_bound <= {lo:.4g} (if that range is still publicly plausible), "
-        "or with more noise (feasible_configurations lists (sigma, r2, eta) that fit), or "
-        "raise epsilon."
+        f"One path fits with y_bound <= {shown}: pass such a y_bound if that range is still "
+        "publicly plausible, or use more noise (feasible_configurations lists (sigma, r2, eta) "
+        "that fit), or choose a larger epsilon."
     )
 
 
