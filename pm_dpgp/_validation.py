@@ -14,6 +14,7 @@ their values are sanitised to the declared public bounds instead (:func:`clip_to
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -31,6 +32,9 @@ __all__ = [
     "clip_to_bounds",
     "finite_rows",
     "private_array",
+    "EPSILON_WARN_THRESHOLD",
+    "WIDE_RANGE_FACTOR",
+    "warn_public_settings",
 ]
 
 
@@ -235,3 +239,78 @@ def clip_to_bounds(
     lower, upper = bounds
     filled = np.where(np.isfinite(values), values, 0.5 * (lower + upper))
     return np.clip(filled, lower, upper)
+
+
+# --------------------------------------------------------------------------------------------
+# Warnings about absurd but valid settings (issue 15, point 5).  Every one is decided from
+# public quantities only: the release's ε and δ, the number of records n (public under the
+# replace-one neighbouring relations this package uses, in both privacy models:
+# docs/privacy_model.md, "What is public"), the public range and the public prior scale.
+# --------------------------------------------------------------------------------------------
+
+#: A release whose own ε exceeds this gets a :class:`PrivacyWarning` (``docs/errors.md``).
+#: At ε = 10 the likelihood ratio between neighbours may reach e¹⁰ ≈ 22,000: the guarantee
+#: is nominal (Dwork & Roth 2014, §3.5 discuss ε "small constant"; deployments above 10 are
+#: widely criticised, e.g. Domingo-Ferrer, Sánchez & Blanco-Justicia 2021, CACM 64(7)).
+EPSILON_WARN_THRESHOLD: float = 10.0
+
+#: A public response range wider than this many prior standard deviations of y
+#: (``sqrt(max k(x, x) + σ_n²)`` at the public points) gets a :class:`PrivacyWarning`: a
+#: range of ±50 prior sd is not a plausible range for y under the model, and the DP noise,
+#: proportional to the width, then dwarfs any signal the model considers plausible.
+WIDE_RANGE_FACTOR: float = 100.0
+
+
+def warn_public_settings(
+    *,
+    epsilon: float | None = None,
+    delta: float | None = None,
+    n_records: int | None = None,
+    range_width: float | None = None,
+    prior_sd: float | None = None,
+    range_name: str = "y_bounds",
+    stacklevel: int = 3,
+) -> list[str]:
+    """Emit a :class:`PrivacyWarning` for each absurd but valid public setting.
+
+    * ``delta > 1/n``: a mechanism that publishes one whole record at random with
+      probability 1/n is (0, 1/n)-DP, so δ ≥ 1/n permits releasing records in the clear
+      (Dwork & Roth 2014, §2.3, remark after Def. 2.4);
+    * ``epsilon >`` :data:`EPSILON_WARN_THRESHOLD`;
+    * ``range_width > WIDE_RANGE_FACTOR · prior_sd`` (:data:`WIDE_RANGE_FACTOR`).
+
+    Every input is public (``docs/errors.md``: the number of records is public under
+    replace-one neighbours), so whether a warning fires says nothing about the private data.
+    Returns the messages (for the callers' metadata); each names the setting and a fix.
+    """
+    messages: list[str] = []
+    if delta is not None and n_records is not None and n_records > 0 and delta > 1.0 / n_records:
+        messages.append(
+            f"delta={delta:.3g} exceeds 1/n = {1.0 / n_records:.3g} (n = {n_records} records): "
+            "a mechanism that publishes a random record in the clear satisfies this "
+            "guarantee. Choose delta much smaller than 1/n, e.g. delta=1e-5 or 1/n**1.1."
+        )
+    if epsilon is not None and epsilon > EPSILON_WARN_THRESHOLD:
+        messages.append(
+            f"epsilon={epsilon:.6g} exceeds {EPSILON_WARN_THRESHOLD:g}: neighbouring datasets "
+            f"may then be distinguished with likelihood ratio up to e^{epsilon:.3g}, so the "
+            "guarantee is nominal. Choose epsilon <= 10 (e.g. 1), or release less (fewer "
+            "draws or paths, a narrower public range)."
+        )
+    if (
+        range_width is not None
+        and prior_sd is not None
+        and math.isfinite(prior_sd)
+        and prior_sd > 0.0
+        and range_width > WIDE_RANGE_FACTOR * prior_sd
+    ):
+        messages.append(
+            f"the public range {range_name} is {range_width:.4g} wide, more than "
+            f"{WIDE_RANGE_FACTOR:g} prior standard deviations of y ({prior_sd:.4g}): the DP "
+            "noise grows with the width and will dwarf any signal the model finds plausible. "
+            f"Choose {range_name} from public knowledge of the plausible range of y (e.g. the "
+            "prior mean +/- 4 prior sd), or rescale the model."
+        )
+    for message in messages:
+        warnings.warn(message, PrivacyWarning, stacklevel=stacklevel)
+    return messages

@@ -641,7 +641,7 @@ def test_summary_and_repr():
     assert "spent epsilon" in text and "remaining epsilon" in text and "budget epsilon" in text
     assert f"{ledger.spent_epsilon:.4f}" in text
     assert f"{ledger.remaining_epsilon:.4f}" in text
-    assert len(text.splitlines()) == 3 + 4 + 4
+    assert len(text.splitlines()) == 3 + 4 + 5  # ... and the privacy-model line
     r = repr(ledger)
     assert r.startswith("Ledger(") and "releases=4" in r
     h = ledger._repr_html_()

@@ -380,13 +380,13 @@ def test_clipping_is_silent_and_bounds_are_not_compared_with_the_data(kung_model
         sigma=14.0,
         mean=110.0,
     )
-    kw = dict(epsilon=1.0, delta=0.01, y_bounds=bounds)
+    kw = dict(epsilon=1.0, delta=1e-3, y_bounds=bounds)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         a = cloaked_release(kung_model, kung_ages, rng=np.random.default_rng(3), **kw)
         b = cloaked_release(clipped, kung_ages, rng=np.random.default_rng(3), **kw)
         r = cloaked_release(
-            kung_model, kung_ages, epsilon=1.0, delta=0.01, y_bounds=(height.min(), 200.0)
+            kung_model, kung_ages, epsilon=1.0, delta=1e-3, y_bounds=(height.min(), 200.0)
         )
     assert np.array_equal(a.draws, b.draws)
     assert r.metadata["clipping_bounds"] == [float(height.min()), 200.0]

@@ -21,7 +21,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pm_dpgp._validation import PrivacyWarning
-from pm_dpgp.accounting import BudgetExceededError, GaussianEvent, Ledger
+from pm_dpgp.accounting import (
+    BudgetExceededError,
+    GaussianEvent,
+    Ledger,
+    PrivacyModelMismatchError,
+    ReusedGeneratorError,
+)
 from pm_dpgp.mechanisms import (
     cloaked_release,
     dirichlet_release,
@@ -47,6 +53,8 @@ DOCUMENTED = {
     BudgetExceededError,
     PrivateHyperparameterError,
     PrivateDataError,
+    ReusedGeneratorError,  # issue 15: a Generator state used twice on one ledger
+    PrivacyModelMismatchError,  # issue 15: label and full releases on one ledger
 }
 #: Every message says what to do: it contains one of these imperatives (or an example).
 HINT = re.compile(
@@ -89,6 +97,12 @@ def _private_1d(seed: int, n: int, high: float = 6.0):
 
 @pytest.fixture(scope="module")
 def models():
+    return build_models()
+
+
+def build_models() -> dict:
+    """One small model per entry point, each with a planted private value (also used by
+    ``tests/test_guard_rails.py``)."""
     X, y = _private_1d(0, 12)
     exact = gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=1.5), sigma=0.3)
     Xp, yp = _private_1d(1, 10, high=2.0)
@@ -305,7 +319,9 @@ def test_sample_path_control_flow_does_not_depend_on_private_inputs():
     cov = pm.gp.cov.ExpQuad(1, ls=0.3)
     two = gp_regression(np.array([0.2, 0.2, 0.9]), np.array([0.1, PLANTED, 0.3]), cov, sigma=2.0)
     three = gp_regression(np.array([0.2, 0.5, 0.9]), np.array([0.1, PLANTED, 0.3]), cov, sigma=2.0)
-    kw = dict(sigma=1.0, y_bound=2.0, delta=1e-5, kappa=0.0, kernel_class="exponential_1d")
+    kw = dict(
+        sigma=1.0, y_bound=2.0, delta=1e-5, epsilon=1e3, kappa=0.0, kernel_class="exponential_1d"
+    )
     messages = []
     for model in (two, three):
         with pytest.raises(ValueError) as info:
@@ -324,6 +340,8 @@ def test_sample_path_control_flow_does_not_depend_on_private_inputs():
             sigma=1.0,
             y_bound=2.0,
             delta=1e-5,
+            ledger=Ledger(epsilon=10.0, delta=1e-5),
+            eta=1.0,  # extra noise: this setting costs 6.2 < 10 (no epsilon warning)
             domain=(0.0, 1.0),
             rng=np.random.default_rng(0),
         ).epsilon
@@ -340,7 +358,9 @@ def test_non_stationary_kernel_scale_is_checked_at_public_points_only():
     large = gp_regression(np.array([0.1, 0.2, 3.0]), np.zeros(3), cov, sigma=1.0)
     for model in (small, large):  # no domain: refused from public information
         with pytest.raises(ValueError, match="domain") as info:
-            sample_path_release(model, [0.5], sigma=1.0, y_bound=1.0, delta=1e-5, kappa=0.0)
+            sample_path_release(
+                model, [0.5], sigma=1.0, y_bound=1.0, delta=1e-5, epsilon=5.0, kappa=0.0
+            )
         _check_failure(info.value)
     for model in (small, large):  # domain [0, 0.9]: k(x, x) = x² ≤ 1 there, both succeed
         _silently(
@@ -350,6 +370,8 @@ def test_non_stationary_kernel_scale_is_checked_at_public_points_only():
             sigma=1.0,
             y_bound=1.0,
             delta=1e-5,
+            epsilon=10.0,
+            eta=2.0,  # extra noise: this setting costs 6.9 < 10 (no epsilon warning)
             kappa=0.0,
             domain=(0.0, 0.9),
             rng=np.random.default_rng(0),

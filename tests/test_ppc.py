@@ -68,6 +68,7 @@ def _sample_path_release(model, n_paths: int, seed: int):
             sigma=1.0,
             y_bound=2.0,
             delta=1e-5,
+            ledger=Ledger(),  # records the (large) cost; the cost is not under test here
             domain=(0.0, 6.0),
             rng=np.random.default_rng(seed),
         )

@@ -27,7 +27,17 @@ def _model(seed: int = 0, n: int = 15):
     )
 
 
-KW = dict(sigma=SIGMA, y_bound=2.0, delta=1e-5, domain=(0.0, 1.0), kernel_class="exponential_1d")
+#: These tests check the sampler's law with many paths, not a private setting: the target
+#: epsilon (required without a ledger, issue 15) is set so that it never refuses.
+NO_CAP = 1e9
+KW = dict(
+    sigma=SIGMA,
+    y_bound=2.0,
+    delta=1e-5,
+    epsilon=NO_CAP,
+    domain=(0.0, 1.0),
+    kernel_class="exponential_1d",
+)
 
 
 @pytest.fixture(scope="module")
@@ -173,6 +183,7 @@ def test_two_dimensional_domain_gives_corner_kappa():
         sigma=1.0,
         y_bound=2.0,
         delta=1e-5,
+        epsilon=NO_CAP,
         domain=[(0, 1), (0, 2)],
         rng=np.random.default_rng(0),
     )

@@ -22,6 +22,9 @@ from pm_dpgp.accounting.ledger import (
     BudgetExceededError,
     Ledger,
     LedgerEntry,
+    PrivacyModelMismatchError,
+    ReusedGeneratorError,
+    generator_fingerprint,
 )
 from pm_dpgp.accounting.persistent import (
     LedgerIntegrityError,
@@ -42,6 +45,9 @@ __all__ = [
     "BudgetExceededError",
     "Ledger",
     "LedgerEntry",
+    "PrivacyModelMismatchError",
+    "ReusedGeneratorError",
+    "generator_fingerprint",
     "FILTERS",
     "PersistentLedger",
     "LedgerIntegrityError",

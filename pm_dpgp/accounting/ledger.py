@@ -77,6 +77,26 @@ statements and the proof of the union step.  :attr:`Ledger.filter_epsilon` is th
 the recorded history; ``epsilon()`` stays the (tighter) composition bound, valid when the event
 parameters are fixed in advance.
 
+Privacy models and seeds (issue 15)
+-----------------------------------
+Each entry records the *privacy model* (``"label"``: inputs public, one output changes;
+``"full"``: inputs and outputs private, one record ``(x, y)`` is replaced) and the
+neighbouring relation the event was analysed under; :attr:`Ledger.privacy_model` says which
+model the total holds for.  A ledger refuses an event of another model than the ones already
+recorded (nothing recorded, nothing drawn) unless it was created with
+``allow_mixed_privacy_models=True``; the total of a mixed ledger then holds for **label**
+privacy only: two datasets that differ in one label (same inputs) also differ in one record,
+so they are neighbours under both relations, and every fully private release's (ε, δ) bound
+holds for them; a label-private release gives no guarantee when an input changes, so the
+total says nothing about full-privacy neighbours.  Events spent without a model (directly by
+a user, or rows stored before issue 15) are ``None``: they neither set nor conflict with the
+ledger's model.
+
+Releases in the NumPy simulation mode pass their ``numpy.random.Generator``: the ledger keeps a
+salted one-way fingerprint (SHA-256 of a per-ledger secret salt and the bit generator's state)
+of each state used, never the state or the seed, and refuses a release whose Generator is in a
+state already used on this ledger (two releases with the same noise would cancel it).
+
 Budget comparison.  A release is allowed when the new total is ≤ budget · (1 + 1e-9).  The
 relative slack absorbs the 1e-12 tolerance of the root finders (a Gaussian event calibrated
 to exactly the budget computes to ε = budget + 1e-12); it can let the true total exceed the
@@ -85,8 +105,11 @@ budget by at most a relative 1e-9, i.e. a factor e^(1e-9·ε) ≈ 1 in the likel
 
 from __future__ import annotations
 
+import hashlib
 import html
+import json
 import math
+import os
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -111,7 +134,18 @@ from pm_dpgp.accounting.events import (
     rdp_to_epsilon,
 )
 
-__all__ = ["BudgetExceededError", "Ledger", "LedgerEntry", "BUDGET_RTOL", "FILTERS", "FilterName"]
+__all__ = [
+    "BudgetExceededError",
+    "Ledger",
+    "LedgerEntry",
+    "BUDGET_RTOL",
+    "FILTERS",
+    "FilterName",
+    "PRIVACY_MODELS",
+    "PrivacyModelMismatchError",
+    "ReusedGeneratorError",
+    "generator_fingerprint",
+]
 
 #: Relative slack in the budget comparison (see the module docstring).
 BUDGET_RTOL: float = 1e-9
@@ -124,8 +158,49 @@ FilterName = Literal["auto", "gdp", "zcdp", "renyi", "basic", "fixed"]
 FILTERS: tuple[str, ...] = ("auto", "gdp", "zcdp", "renyi", "basic", "fixed")
 
 
+#: The privacy models an entry may record (``docs/privacy_model.md``).
+PRIVACY_MODELS: tuple[str, ...] = ("label", "full")
+
+
 class BudgetExceededError(ValueError):
     """Raised by :meth:`Ledger.spend` when a release would exceed the budget (nothing recorded)."""
+
+
+class PrivacyModelMismatchError(ValueError):
+    """A release under another privacy model than the ledger's entries (nothing recorded)."""
+
+
+class ReusedGeneratorError(ValueError):
+    """A simulation-mode release whose Generator state was already used on this ledger."""
+
+
+def _plain(obj: Any) -> Any:
+    """A bit-generator state as JSON-encodable plain data (arrays become lists)."""
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj
+
+
+def generator_fingerprint(rng: np.random.Generator, salt: bytes) -> str:
+    """Salted SHA-256 of ``rng``'s bit-generator state: ``H(salt ‖ canonical JSON of state)``.
+
+    One-way: the state (hence the seed) is not stored.  Without the salt, a fingerprint of a
+    low-entropy seed cannot be checked against guesses either (the salt is 32 random bytes
+    kept by the ledger and never exported).
+    """
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(
+            "rng must be a numpy.random.Generator (e.g. np.random.default_rng()), got "
+            f"{type(rng).__name__}."
+        )
+    state = json.dumps(_plain(rng.bit_generator.state), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(b"pm_dpgp generator v1\x00" + salt + state.encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -146,10 +221,16 @@ class LedgerEntry:
     cumulative_epsilon: float
     bound: str
     filter_epsilon: float = math.nan
+    privacy_model: str | None = None
+    neighbouring_relation: str | None = None
+    generator_fingerprint: str | None = None
 
     def to_metadata(self) -> dict[str, Any]:
-        """JSON-serialisable form of the entry."""
+        """JSON-serialisable form of the entry (the generator fingerprint is salted, one-way)."""
         return {
+            "privacy_model": self.privacy_model,
+            "neighbouring_relation": self.neighbouring_relation,
+            "generator_fingerprint": self.generator_fingerprint,
             "index": self.index,
             "label": self.label,
             "time": self.time,
@@ -309,6 +390,27 @@ def filter_epsilon(
     raise ValueError(f"unknown privacy filter {family!r}; expected one of {FILTERS}.")
 
 
+def _total_model(entries: Sequence[LedgerEntry]) -> str | None:
+    """The model a total over ``entries`` holds for (see :attr:`Ledger.privacy_model`)."""
+    models = {e.privacy_model for e in entries if e.privacy_model is not None}
+    if not models:
+        return None
+    return models.pop() if len(models) == 1 else "label"
+
+
+def _check_privacy_model(privacy_model: str | None, relation: str | None) -> None:
+    if privacy_model is not None and privacy_model not in PRIVACY_MODELS:
+        raise ValueError(
+            f"privacy_model must be one of {PRIVACY_MODELS} or None, got {privacy_model!r}; "
+            "pass 'label' (inputs public) or 'full' (inputs and outputs private)."
+        )
+    if relation is not None and not isinstance(relation, str):
+        raise ValueError(
+            f"neighbouring_relation must be a string, got {type(relation).__name__}; pass a "
+            "description such as 'replace-one (x, y)'."
+        )
+
+
 def _best(bounds: dict[str, float]) -> tuple[float, str]:
     if not bounds:
         return 0.0, "none"
@@ -337,6 +439,11 @@ class Ledger:
         The privacy filter that decides refusals: ``"auto"`` (default: the family of the first
         event), ``"gdp"``, ``"zcdp"``, ``"renyi"``, ``"basic"`` or ``"fixed"`` (see the module
         docstring).
+    allow_mixed_privacy_models
+        Accept releases under both privacy models (``"label"`` and ``"full"``); the total then
+        holds for label privacy only (module docstring, "Privacy models and seeds").  Default:
+        refuse a release whose model differs from the recorded ones
+        (:class:`PrivacyModelMismatchError`).
 
     Notes
     -----
@@ -353,7 +460,12 @@ class Ledger:
         orders: ArrayLike = DEFAULT_ORDERS,
         *,
         filter: FilterName = "auto",  # noqa: A002 - the established name of the concept
+        allow_mixed_privacy_models: bool = False,
     ) -> None:
+        if not isinstance(allow_mixed_privacy_models, bool):
+            raise TypeError("allow_mixed_privacy_models must be True or False; pass a bool.")
+        self._allow_mixed = allow_mixed_privacy_models
+        self._salt = os.urandom(32)
         self._budget = None if epsilon is None else check_epsilon(epsilon, "epsilon budget")
         self._delta = check_delta(delta)
         grid = np.unique(_check_orders(orders))
@@ -377,6 +489,8 @@ class Ledger:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         state.setdefault("_filter", "auto")  # ledgers pickled before filters existed
+        state.setdefault("_allow_mixed", False)  # ... before privacy models were recorded
+        state.setdefault("_salt", os.urandom(32))
         self.__dict__.update(state)
         self._lock = threading.Lock()
 
@@ -400,6 +514,30 @@ class Ledger:
     def filter(self) -> str:
         """The configured privacy filter: "auto", "gdp", "zcdp", "renyi", "basic" or "fixed"."""
         return self._filter
+
+    @property
+    def allow_mixed_privacy_models(self) -> bool:
+        """Whether releases under both privacy models are accepted (then: label privacy)."""
+        return self._allow_mixed
+
+    @property
+    def privacy_model(self) -> str | None:
+        """The privacy model the total holds for: ``"label"`` or ``"full"`` when every recorded
+        model agrees, ``"label"`` for a mix (allowed only with ``allow_mixed_privacy_models``;
+        a label-neighbour pair is also a full-privacy neighbour pair), ``None`` when no entry
+        records a model."""
+        self._refresh()
+        return _total_model(self._entries)
+
+    @property
+    def neighbouring_relations(self) -> list[str]:
+        """The distinct neighbouring relations recorded, in order of first use."""
+        self._refresh()
+        seen: list[str] = []
+        for e in self._entries:
+            if e.neighbouring_relation is not None and e.neighbouring_relation not in seen:
+                seen.append(e.neighbouring_relation)
+        return seen
 
     @property
     def filter_family(self) -> str | None:
@@ -506,14 +644,51 @@ class Ledger:
         """Whether :meth:`spend` would accept ``event`` now (the filter's ε within budget)."""
         return self._within_budget(self.preview_filter(event))
 
-    def _decide(self, event: PrivacyEvent, label: str) -> tuple[_Totals, LedgerEntry]:
+    def _check_provenance(
+        self, label: str, privacy_model: str | None, fingerprint: str | None
+    ) -> None:
+        """Refuse a reused Generator state or a second privacy model (public checks only)."""
+        if fingerprint is not None and any(
+            e.generator_fingerprint == fingerprint for e in self._entries
+        ):
+            raise ReusedGeneratorError(
+                f"this release ({label!r}) uses a numpy Generator whose state was already used "
+                "for a release on this ledger (e.g. np.random.default_rng(seed) with the same "
+                "seed twice): its noise would repeat, and the difference of two releases of "
+                "neighbouring data would reveal the change exactly. Nothing was recorded and no "
+                "noise was drawn. Use the secure default (rng=None) for real releases, or a "
+                "fresh Generator (np.random.default_rng()) per release."
+            )
+        if privacy_model is None or self._allow_mixed:
+            return
+        recorded = {e.privacy_model for e in self._entries if e.privacy_model is not None}
+        if recorded and privacy_model not in recorded:
+            raise PrivacyModelMismatchError(
+                f"this release ({label!r}) is {privacy_model!r}-private but the ledger holds "
+                f"{sorted(recorded)[0]!r}-private releases: their total would have no single "
+                "meaning. Nothing was recorded and no noise was drawn. Use a separate ledger "
+                "per privacy model, or create the ledger with allow_mixed_privacy_models=True "
+                "(the total then holds for label privacy only; docs/accounting.md)."
+            )
+
+    def _decide(
+        self,
+        event: PrivacyEvent,
+        label: str,
+        privacy_model: str | None = None,
+        neighbouring_relation: str | None = None,
+        fingerprint: str | None = None,
+    ) -> tuple[_Totals, LedgerEntry]:
         """The new totals and entry if the filter accepts ``event``; else raise (pure function).
 
         Raises
         ------
+        ReusedGeneratorError, PrivacyModelMismatchError
+            See :meth:`spend`.
         BudgetExceededError
             If the filter's ε at the ledger's δ would exceed the budget.
         """
+        self._check_provenance(label, privacy_model, fingerprint)
         new = self._totals.add(event, self._orders)
         total, bound = _best(new.bounds(self._delta, self._orders))
         f_eps = self._filter_epsilon(new)
@@ -550,6 +725,9 @@ class Ledger:
             cumulative_epsilon=total,
             bound=bound,
             filter_epsilon=f_eps,
+            privacy_model=privacy_model,
+            neighbouring_relation=neighbouring_relation,
+            generator_fingerprint=fingerprint,
         )
         return new, entry
 
@@ -558,33 +736,63 @@ class Ledger:
             raise ValueError(f"label must be a string, got {type(label).__name__}.")
         return label or event.label or type(event).__name__
 
-    def spend(self, event: PrivacyEvent, label: str | None = None) -> LedgerEntry:
+    def _provenance(
+        self,
+        privacy_model: str | None,
+        neighbouring_relation: str | None,
+        rng: np.random.Generator | None,
+    ) -> str | None:
+        """Validate the provenance arguments of :meth:`spend`; the generator's fingerprint."""
+        _check_privacy_model(privacy_model, neighbouring_relation)
+        return None if rng is None else generator_fingerprint(rng, self._salt)
+
+    def spend(
+        self,
+        event: PrivacyEvent,
+        label: str | None = None,
+        *,
+        privacy_model: str | None = None,
+        neighbouring_relation: str | None = None,
+        rng: np.random.Generator | None = None,
+    ) -> LedgerEntry:
         """Record ``event`` if the budget allows it; otherwise raise and record nothing.
 
         Mechanisms call this before drawing any noise, so a refused release never touches the
         data.  An empty or missing ``label`` falls back to the event's label, then its type name.
+        ``privacy_model`` (``"label"`` or ``"full"``) and ``neighbouring_relation`` are recorded
+        with the entry; ``rng`` is the Generator a simulation-mode release is about to draw
+        from (its salted fingerprint is recorded, never its state).
 
         Raises
         ------
+        ReusedGeneratorError
+            ``rng`` is in a state already used for a release on this ledger.
+        PrivacyModelMismatchError
+            ``privacy_model`` differs from the recorded ones and the ledger was not created
+            with ``allow_mixed_privacy_models=True``.
         BudgetExceededError
             If the privacy filter's ε at the ledger's δ would exceed the budget (with relative
             slack :data:`BUDGET_RTOL`).  The ledger is left unchanged.
         """
         event = self._check_event(event)
         label = self._label(event, label)
+        fingerprint = self._provenance(privacy_model, neighbouring_relation, rng)
         with self._lock:
-            new, entry = self._decide(event, label)
+            new, entry = self._decide(
+                event, label, privacy_model, neighbouring_relation, fingerprint
+            )
             self._totals = new
             self._entries.append(entry)
         return entry
 
     # -- reporting ----------------------------------------------------------------------------
-    def _rows(self) -> list[tuple[str, str, str, str, str]]:
+    def _rows(self) -> list[tuple[str, str, str, str, str, str]]:
         self._refresh()
         return [
             (
                 str(e.index),
                 e.label,
+                e.privacy_model or "-",
                 e.event.describe(),
                 _fmt(e.epsilon),
                 _fmt(e.cumulative_epsilon),
@@ -594,9 +802,9 @@ class Ledger:
 
     def summary(self) -> str:
         """A readable table: each release with its own ε and the cumulative ε, then totals."""
-        header = ("#", "label", "event", "epsilon", "cumulative")
+        header = ("#", "label", "model", "event", "epsilon", "cumulative")
         rows = self._rows()
-        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(5)]
+        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(6)]
 
         def line(cells: Sequence[str]) -> str:
             return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
@@ -613,7 +821,21 @@ class Ledger:
         )
         out.append(f"remaining epsilon : {_fmt(self.remaining_epsilon)}")
         out.append(f"budget epsilon    : {_fmt(self._budget)}")
+        out.append(f"privacy model     : {self._model_statement()}")
         return "\n".join(out)
+
+    def _model_statement(self) -> str:
+        """Which neighbouring relation the total holds for, in words."""
+        self._refresh()
+        models = {e.privacy_model for e in self._entries if e.privacy_model is not None}
+        if not models:
+            return "not recorded"
+        if len(models) == 1:
+            return f"{models.pop()} (every recorded release)"
+        return (
+            "label (mixed label and full releases: the total holds for neighbours that differ "
+            "in one label, not for a changed input)"
+        )
 
     def __repr__(self) -> str:
         budget = "None" if self._budget is None else f"{self._budget:g}"
@@ -624,7 +846,9 @@ class Ledger:
 
     def _repr_html_(self) -> str:
         esc = html.escape
-        head = "".join(f"<th>{h}</th>" for h in ("#", "label", "event", "ε", "cumulative ε"))
+        head = "".join(
+            f"<th>{h}</th>" for h in ("#", "label", "model", "event", "ε", "cumulative ε")
+        )
         body = "".join(
             "<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in self._rows()
         )
@@ -650,6 +874,10 @@ class Ledger:
             "filter": self._filter,
             "filter_family": self.filter_family,
             "filter_epsilon": json_float(self.filter_epsilon),
+            "privacy_model": self.privacy_model,
+            "privacy_model_statement": self._model_statement(),
+            "neighbouring_relations": self.neighbouring_relations,
+            "allow_mixed_privacy_models": self._allow_mixed,
             "budget_rtol": BUDGET_RTOL,
             "orders": self._orders.tolist(),
             "entries": [e.to_metadata() for e in self._entries],

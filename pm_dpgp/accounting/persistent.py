@@ -25,6 +25,12 @@ What it guarantees (tested in ``tests/test_persistent_ledger.py``; design in
   against a :attr:`head_hash` recorded elsewhere: record it, or use a ``key``.
 * **Only a fingerprint is stored** (a SHA-256 hex digest, see :func:`dataset_fingerprint`), never
   a dataset value.
+* **Privacy model and Generator fingerprints** (issue 15).  Each row records the entry's privacy
+  model, neighbouring relation and, for simulation-mode releases, the salted fingerprint of the
+  Generator state (:func:`~pm_dpgp.accounting.ledger.generator_fingerprint`).  The salt (32
+  random bytes per dataset) is kept in the database's ``salts`` table, outside the hash chain
+  and never exported, so a fingerprint in an export cannot be tested against guessed seeds.
+  Rows written before these fields existed read as ``None`` (no model, no fingerprint).
 """
 
 from __future__ import annotations
@@ -50,7 +56,7 @@ from pm_dpgp.accounting.events import (
     event_from_metadata,
     json_float,
 )
-from pm_dpgp.accounting.ledger import FilterName, Ledger, LedgerEntry, _Totals
+from pm_dpgp.accounting.ledger import FilterName, Ledger, LedgerEntry, _total_model, _Totals
 
 __all__ = [
     "LedgerIntegrityError",
@@ -100,6 +106,10 @@ def _canonical(obj: Any) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
 
 
+def _optional_str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
 class PersistentLedger(Ledger):
     """A :class:`Ledger` persisted in SQLite and bound to one dataset fingerprint.
 
@@ -118,6 +128,9 @@ class PersistentLedger(Ledger):
         someone without the key).  The same key must be given on every open.
     timeout
         Seconds to wait for another process's write lock before ``sqlite3.OperationalError``.
+    allow_mixed_privacy_models
+        As for :class:`Ledger`; an option of this handle, not stored: a handle opened without
+        it refuses a second privacy model even if the stored history already mixes them.
 
     Notes
     -----
@@ -141,6 +154,7 @@ class PersistentLedger(Ledger):
         filter: FilterName = _UNSET,  # noqa: A002
         key: bytes | None = None,
         timeout: float = 60.0,
+        allow_mixed_privacy_models: bool = False,
     ) -> None:
         self._path = Path(path)
         if not self._path.parent.is_dir() or self._path.is_dir():
@@ -169,6 +183,7 @@ class PersistentLedger(Ledger):
                     1e-5 if delta is _UNSET else delta,
                     DEFAULT_ORDERS if orders is _UNSET else orders,
                     filter="auto" if filter is _UNSET else filter,
+                    allow_mixed_privacy_models=allow_mixed_privacy_models,
                 )
                 self._genesis = self._hash(b"", _canonical(self._params()))
                 conn.execute(
@@ -185,7 +200,13 @@ class PersistentLedger(Ledger):
                 )
             else:
                 s_eps, s_delta, s_orders, s_filter, genesis = row
-                super().__init__(s_eps, s_delta, json.loads(s_orders), filter=s_filter)
+                super().__init__(
+                    s_eps,
+                    s_delta,
+                    json.loads(s_orders),
+                    filter=s_filter,
+                    allow_mixed_privacy_models=allow_mixed_privacy_models,
+                )
                 self._genesis = genesis
                 if self._hash(b"", _canonical(self._params())) != genesis:
                     raise LedgerIntegrityError(
@@ -193,6 +214,16 @@ class PersistentLedger(Ledger):
                         "the ledger, or opened with a different key)."
                     )
                 self._check_same(given)
+            salt = conn.execute(
+                "SELECT salt FROM salts WHERE fingerprint = ?", (self._fingerprint,)
+            ).fetchone()
+            if salt is None:  # a new ledger, or one stored before issue 15
+                conn.execute(
+                    "INSERT INTO salts (fingerprint, salt) VALUES (?, ?)",
+                    (self._fingerprint, self._salt),
+                )
+            else:
+                self._salt = bytes(salt[0])
         self._head = self._genesis
         self._refresh()  # reads and verifies the stored history
 
@@ -271,6 +302,10 @@ class PersistentLedger(Ledger):
                         "idx INTEGER NOT NULL, record TEXT NOT NULL, hash TEXT NOT NULL, "
                         "PRIMARY KEY (fingerprint, idx))"
                     )
+                    conn.execute(
+                        "CREATE TABLE IF NOT EXISTS salts (fingerprint TEXT PRIMARY KEY, "
+                        "salt BLOB NOT NULL)"
+                    )
                 yield conn
             except BaseException:
                 conn.execute("ROLLBACK")
@@ -300,6 +335,10 @@ class PersistentLedger(Ledger):
             cumulative_epsilon=float(record["cumulative_epsilon"]),
             bound=str(record["bound"]),
             filter_epsilon=float(record["filter_epsilon"]),
+            # absent from rows stored before issue 15: read as "not recorded"
+            privacy_model=_optional_str(record.get("privacy_model")),
+            neighbouring_relation=_optional_str(record.get("neighbouring_relation")),
+            generator_fingerprint=_optional_str(record.get("generator_fingerprint")),
         )
 
     def _sync(self, conn: sqlite3.Connection) -> None:
@@ -364,20 +403,32 @@ class PersistentLedger(Ledger):
             return len(self._entries)
 
     # -- spending -----------------------------------------------------------------------------
-    def spend(self, event: PrivacyEvent, label: str | None = None) -> LedgerEntry:
+    def spend(
+        self,
+        event: PrivacyEvent,
+        label: str | None = None,
+        *,
+        privacy_model: str | None = None,
+        neighbouring_relation: str | None = None,
+        rng: np.random.Generator | None = None,
+    ) -> LedgerEntry:
         """Decide and record ``event`` in one SQLite write transaction, committed on return.
 
         Inside ``BEGIN IMMEDIATE`` the history is re-read (spends of other processes included)
         and verified, the filter decides, and the row is inserted and committed.  A refusal
         (:class:`~pm_dpgp.accounting.ledger.BudgetExceededError`) or any error rolls back:
-        nothing is recorded.  See :meth:`Ledger.spend`.
+        nothing is recorded.  The provenance checks (reused Generator state, a second privacy
+        model) also see every committed row.  See :meth:`Ledger.spend`.
         """
         event = self._check_event(event)
         label = self._label(event, label)
+        fingerprint = self._provenance(privacy_model, neighbouring_relation, rng)
         with self._lock:
             with self._transaction(write=True) as conn:
                 self._sync(conn)
-                new, entry = self._decide(event, label)
+                new, entry = self._decide(
+                    event, label, privacy_model, neighbouring_relation, fingerprint
+                )
                 record = _canonical(self._record(entry)).decode()
                 digest = self._hash(self._head, record.encode())
                 conn.execute(
@@ -413,6 +464,8 @@ class PersistentLedger(Ledger):
             "head_hash": self._head,
             "entries": [{"record": json.loads(r), "hash": h} for r, h in rows],
             "filter_epsilon": json_float(self._filter_epsilon(self._totals)),
+            "privacy_model": _total_model(self._entries),
+            "privacy_model_statement": self._model_statement(),
             "spent_epsilon": json_float(
                 self._entries[-1].cumulative_epsilon if self._entries else 0.0
             ),

@@ -46,6 +46,7 @@ from pm_dpgp._validation import (
     check_epsilon,
     check_positive,
     check_rng,
+    warn_public_settings,
 )
 from pm_dpgp.accounting import Ledger
 from pm_dpgp.gp.sparse import sufficient_statistics
@@ -216,7 +217,7 @@ def dirichlet_release(
     delta = check_delta(delta)
     c = check_positive(ratio, "ratio")
     if not (0.0 < float(rho) < 1.0):
-        raise ValueError(f"rho must lie in (0, 1), got {rho!r}.")
+        raise ValueError(f"rho must lie in (0, 1), got {rho!r}; pass e.g. rho=0.01.")
     if variant not in ("noise_aware", "naive"):  # before anything is spent or drawn
         raise ValueError(f"variant must be 'noise_aware' or 'naive', got {variant!r}; use one.")
     if s22_form not in ("linearised", "eq14"):
@@ -271,6 +272,8 @@ def dirichlet_release(
     )
     if stats.extras[0] == 0:  # the number of records is public
         raise ValueError("the data contain no records; pass at least one (x, label) record.")
+    # public settings only (n is public under replace-one neighbours), before any spend
+    warn_public_settings(epsilon=epsilon, delta=delta, n_records=int(stats.extras[0]))
     return _account_draw_release(
         DirichletRelease,
         public,

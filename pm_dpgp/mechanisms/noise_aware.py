@@ -61,6 +61,7 @@ from pm_dpgp._validation import (
     check_positive,
     finite_rows,
     private_array,
+    warn_public_settings,
 )
 from pm_dpgp.accounting import GaussianEvent, Ledger, PrivacyEvent
 from pm_dpgp.gp.linalg import jittered_cholesky
@@ -326,7 +327,7 @@ def regularisation_lambda(
     sigma_b = check_positive(sigma_b, "sigma_b", allow_zero=True)
     scale = check_positive(scale, "scale")
     if not (0.0 < rho < 1.0):
-        raise ValueError(f"rho must lie in (0, 1), got {rho!r}.")
+        raise ValueError(f"rho must lie in (0, 1), got {rho!r}; pass e.g. rho=0.01.")
     M = int(n_inducing)
     if M < 1:
         raise ValueError(f"n_inducing must be >= 1, got {n_inducing!r}.")
@@ -818,7 +819,7 @@ def noise_aware_release(
     R_y = check_positive(y_bound, "y_bound")
     c = check_positive(ratio, "ratio")
     if not (0.0 < float(rho) < 1.0):
-        raise ValueError(f"rho must lie in (0, 1), got {rho!r}.")
+        raise ValueError(f"rho must lie in (0, 1), got {rho!r}; pass e.g. rho=0.01.")
     if variant not in ("noise_aware", "naive"):
         raise ValueError(f"variant must be 'noise_aware' or 'naive', got {variant!r}; use one.")
     if s22_form not in ("linearised", "eq14"):
@@ -879,6 +880,15 @@ def noise_aware_release(
     )
     if stats.extras[0] == 0:  # the number of records is public
         raise ValueError("the data contain no records; pass at least one (x, y) record.")
+    # public settings only (n is public under replace-one neighbours), before any spend
+    warn_public_settings(
+        epsilon=epsilon,
+        delta=delta,
+        n_records=int(stats.extras[0]),
+        range_width=2.0 * R_y,
+        prior_sd=float(np.sqrt(np.max(public.kernel_diag(Z)) + public.noise_var)),
+        range_name="2 * y_bound",
+    )
 
     # --- account, then draw -----------------------------------------------------------------
     return _account_draw_release(
@@ -1025,8 +1035,14 @@ def _account_draw_release(
         event = plan.event(1, label)
         noise = {**plan.metadata(), "seed_policy": SEED_POLICY_SECURE}
         multiplier = plan.noise_multiplier
-    if ledger is not None:
-        ledger.spend(event, label=label)
+    if ledger is not None:  # refuses a Generator state already used on this ledger
+        ledger.spend(
+            event,
+            label=label,
+            privacy_model=PRIVACY_MODEL,
+            neighbouring_relation=NEIGHBOURING_RELATION,
+            rng=rng if plan is None else None,
+        )
     Kzz = public.kzz()
     qs = []
     noisy = (

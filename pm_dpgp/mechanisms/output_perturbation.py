@@ -35,6 +35,7 @@ from pm_dpgp._validation import (
     check_public_bounds,
     clip_to_bounds,
     private_array,
+    warn_public_settings,
 )
 from pm_dpgp.accounting import GaussianEvent, Ledger, PrivacyEvent
 from pm_dpgp.mechanisms.gaussian import gaussian_sigma
@@ -49,7 +50,13 @@ from pm_dpgp.mechanisms.whitening import CentredWhitening
 from pm_dpgp.models import PublicGP
 from pm_dpgp.release import Release
 
+#: What the label-private releases protect (``docs/privacy_model.md``).
+LABEL_PRIVACY_MODEL = "label"
+LABEL_RELATION = "replace-one-label, |y_i - y_i'| <= d (inputs public)"
+
 __all__ = [
+    "LABEL_PRIVACY_MODEL",
+    "LABEL_RELATION",
     "LabelData",
     "prepare_labels",
     "GaussianPerturbation",
@@ -171,7 +178,12 @@ def perturb(
     event = plan.event(n_draws, label)
     noise = {**plan.metadata(), "seed_policy": SEED_POLICY_SECURE}  # built before spending
     if ledger is not None:
-        ledger.spend(event, label=label)
+        ledger.spend(
+            event,
+            label=label,
+            privacy_model=LABEL_PRIVACY_MODEL,
+            neighbouring_relation=LABEL_RELATION,
+        )
     draws = offset[None, :] + plan.release(whitened_mean, n_draws) @ shape_factor.T
     return GaussianPerturbation(
         draws=draws,
@@ -202,8 +214,14 @@ def _simulate(
     """The simulation mode: continuous float noise from ``rng``, a :class:`GaussianEvent`."""
     sigma = gaussian_sigma(epsilon, delta, l2, method=calibration)
     event = GaussianEvent(noise_multiplier=sigma / l2, count=n_draws, label=label)
-    if ledger is not None:
-        ledger.spend(event, label=label)
+    if ledger is not None:  # refuses a Generator state already used on this ledger
+        ledger.spend(
+            event,
+            label=label,
+            privacy_model=LABEL_PRIVACY_MODEL,
+            neighbouring_relation=LABEL_RELATION,
+            rng=rng,
+        )
     z = rng.standard_normal((n_draws, shape_factor.shape[1]))
     draws = mean[None, :] + sigma * (z @ shape_factor.T)
     return GaussianPerturbation(
@@ -220,6 +238,15 @@ def _simulate(
     )
 
 
+def prior_sd_of_y(public_gp: PublicGP, points: NDArray[np.float64]) -> float:
+    """``sqrt(max_x k(x, x) + σ_n²)`` over the public ``points``: the model's prior sd of y.
+
+    Public (public hyperparameters and public points); the scale against which
+    :func:`~pm_dpgp._validation.warn_public_settings` judges a public range.
+    """
+    return float(np.sqrt(np.max(public_gp.kernel_diag(points)) + public_gp.noise_var))
+
+
 #: Kept for existing imports: the policy of the simulation mode.
 SEED_POLICY = SEED_POLICY_SIMULATION
 
@@ -229,8 +256,8 @@ def label_release_metadata(
 ) -> dict[str, object]:
     """Privacy metadata shared by the label-private Gaussian releases (DESIGN "Rules")."""
     metadata: dict[str, object] = {
-        "privacy_model": "label",
-        "neighbouring_relation": "replace-one-label, |y_i - y_i'| <= d (inputs public)",
+        "privacy_model": LABEL_PRIVACY_MODEL,
+        "neighbouring_relation": LABEL_RELATION,
         "epsilon_per_draw": result.epsilon,
         "delta_per_draw": result.delta,
         "epsilon_total": result.event.epsilon(result.delta),
@@ -277,8 +304,21 @@ def label_gaussian_release(
     ``max(d·s, column sensitivity of W) + 2 r`` (its round-off ``r`` included).  ``mean`` is
     the caller's exact-arithmetic mean (kept for the metadata's checks only).  The data
     sensitivity is ``labels.data_sensitivity``; the metadata is :func:`label_release_metadata`
-    plus ``extra_metadata``.
+    plus ``extra_metadata``.  Absurd but valid settings
+    (δ > 1/n, ε above :data:`~pm_dpgp._validation.EPSILON_WARN_THRESHOLD`, a public range
+    wider than :data:`~pm_dpgp._validation.WIDE_RANGE_FACTOR` prior sd of y at ``X_star``)
+    get a :class:`~pm_dpgp._validation.PrivacyWarning` before anything is spent or drawn;
+    all of these are public (the inputs, hence n, are public under label privacy).
     """
+    epsilon = check_epsilon(epsilon)
+    delta = check_delta(delta)
+    warn_public_settings(
+        epsilon=epsilon,
+        delta=delta,
+        n_records=public_gp.n,
+        range_width=labels.data_sensitivity,
+        prior_sd=prior_sd_of_y(public_gp, X_star),
+    )
     d = labels.data_sensitivity
     offset = public_gp.mean + shape_factor @ whitening.public
     unit_sensitivity = max(float(unit_sensitivity), whitening.column_sensitivity / d)

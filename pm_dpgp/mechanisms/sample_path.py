@@ -33,7 +33,9 @@ that law.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
+from decimal import ROUND_FLOOR, Decimal
 from typing import Any, Literal
 
 import numpy as np
@@ -45,17 +47,20 @@ from pm_dpgp._validation import (
     check_clip_option,
     check_count,
     check_delta,
+    check_epsilon,
     check_finite_array,
     check_positive,
     check_rng,
+    warn_public_settings,
 )
-from pm_dpgp.accounting import Ledger
+from pm_dpgp.accounting import BUDGET_RTOL, Ledger
 from pm_dpgp.gp.linalg import CholeskyError, fill_upper_from_lower, jittered_cholesky
 from pm_dpgp.mechanisms.noise import SEED_POLICY_SIMULATION, SIMULATION
 from pm_dpgp.mechanisms.sample_path_bounds import (
     SamplePathBound,
     kernel_lower_bound,
     parse_domain,
+    paths_affordable,
 )
 from pm_dpgp.models import GPRegression, PublicGP
 from pm_dpgp.models.sparse import is_stationary_decreasing
@@ -379,6 +384,58 @@ def _match_rows(
     return eq.any(axis=1), eq.argmax(axis=1)
 
 
+#: What a sample-path release protects (``docs/sample_paths.md``).
+PRIVACY_MODEL = "full"
+NEIGHBOURING_RELATION = "replace-one (x, y); inputs and outputs private"
+
+
+def _event_cost(bound: SamplePathBound, delta: float, L: int) -> float:
+    """ε at ``delta`` of ``L`` paths as the ledger and the release metadata compute it (the
+    event's conversion on its order grid; ``SamplePathBound.epsilon`` may be a little lower)."""
+    return bound.event(L).epsilon(delta)
+
+
+def _fitting_setting(bound: SamplePathBound, target: float, delta: float) -> str:
+    """Say which public setting would meet ``target``: fewer paths, or a smaller ``y_bound``.
+
+    Public only.  The cost is non-decreasing in L (the RDP curve scales with L) and grows with
+    M_Y (the mean term of eq. SP8 grows with Δ = 2B√Φ, and B with M_Y).  The planning helper
+    :func:`~pm_dpgp.mechanisms.sample_path_bounds.paths_affordable` gives an upper bound on L
+    (its conversion is at least as tight as the event's); a binary search with the event's own
+    cost finds the answer.  Every value suggested was evaluated and fits.
+    """
+    hi_L = paths_affordable(bound, target, delta)
+    if hi_L >= 1 and _event_cost(bound, delta, 1) <= target:
+        lo, hi = 1, hi_L + 1  # invariant: lo fits, hi does not (or is beyond the helper's L)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if _event_cost(bound, delta, mid) <= target else (lo, mid)
+        return f"Pass n_paths={lo} (the most that fit), or choose a larger epsilon."
+
+    def fits(m: float) -> bool:
+        return _event_cost(dataclasses.replace(bound, y_bound=m), delta, 1) <= target
+
+    tiny = bound.y_bound * 1e-9
+    if not fits(tiny):
+        return (
+            "Not even one path fits with any y_bound: the covariance term alone costs more. "
+            "Use more noise (a larger noise variance, i.e. r2, or eta > 0; "
+            "feasible_configurations lists (sigma, r2, eta) that fit) or choose a larger epsilon."
+        )
+    lo_m, hi_m = tiny, bound.y_bound  # invariant: lo_m fits, hi_m does not (geometric bisection)
+    for _ in range(60):
+        mid_m = math.sqrt(lo_m * hi_m)
+        lo_m, hi_m = (mid_m, hi_m) if fits(mid_m) else (lo_m, mid_m)
+    # printed with 4 significant digits, rounded *down* so that the printed value fits too
+    exact = Decimal(lo_m)
+    shown = exact.quantize(Decimal(1).scaleb(exact.adjusted() - 3), rounding=ROUND_FLOOR)
+    return (
+        f"One path fits with y_bound <= {shown}: pass such a y_bound if that range is still "
+        "publicly plausible, or use more noise (feasible_configurations lists (sigma, r2, eta) "
+        "that fit), or choose a larger epsilon."
+    )
+
+
 def sample_path_release(
     gpr: GPRegression,
     X_star: ArrayLike,
@@ -387,6 +444,7 @@ def sample_path_release(
     sigma: float,
     y_bound: float,
     delta: float,
+    epsilon: float | None = None,
     kappa: float | None = None,
     domain: ArrayLike | None = None,
     eta: float = 0.0,
@@ -414,6 +472,14 @@ def sample_path_release(
         public ``M_Y``: the centred responses ``y − μ₀`` are clipped to ``[−M_Y, M_Y]``.
     delta:
         δ at which ε is reported (the ledger composes the RDP curve itself).
+    epsilon:
+        target ε at ``delta`` for the ``n_paths`` paths.  Here ε is an *output* of the public
+        setting (n, σ, r², M_Y, κ, η, L); a setting that costs more is refused with
+        ``ValueError`` before anything is spent or drawn, and the message says what would fit
+        (the largest affordable ``n_paths`` from
+        :func:`~pm_dpgp.mechanisms.sample_path_bounds.paths_affordable`, or the largest
+        ``y_bound``).  ``epsilon`` or ``ledger`` (or both) must be given: with neither the
+        release is refused (issue 15).
     kappa, domain:
         lower bound ``κ`` of ``k`` on the public input domain, or the domain from which
         it is computed: an interval ``(low, high)`` or one ``(low, high)`` pair per input
@@ -443,6 +509,15 @@ def sample_path_release(
             "it, docs/sample_paths.md section 6), so it cannot be used for a release; nothing "
             "was spent or drawn. For comparison use SamplePathBound(..., constant='author')."
         )
+    if epsilon is None and ledger is None:
+        raise ValueError(
+            "sample_path_release needs a target epsilon= or a ledger=: its cost is an output of "
+            "the public setting and can be enormous (e.g. epsilon in the thousands for a few "
+            "paths of a small dataset). Pass e.g. epsilon=1.0 (the setting is refused if it "
+            "costs more, with a setting that fits), or a Ledger with a budget; nothing was "
+            "spent or drawn."
+        )
+    target = None if epsilon is None else check_epsilon(epsilon)
     # The posterior draw *is* the mechanism, so there is no discretised form of it: without a
     # Generator, use a fresh one seeded from OS entropy (np.random.default_rng() does so),
     # never a fixed or global seed.  Float caveat: docs/secure_noise.md, "Sample paths".
@@ -505,16 +580,37 @@ def sample_path_release(
         constant=constant,
     )
     event = bound.event(n_paths, label=f"{n_paths} GP posterior sample path(s) (Maciazek)")
-    if ledger is not None:
-        ledger.spend(event)  # refuses before any path is drawn
+    cost = event.epsilon(delta)
+    if target is not None and cost > target * (1.0 + BUDGET_RTOL):
+        raise ValueError(
+            f"{n_paths} sample path(s) with this public setting cost epsilon={cost:.6g} at "
+            f"delta={delta:.3g}, above the target epsilon={target:.6g}; nothing was spent or "
+            f"drawn. {_fitting_setting(bound, target, delta)}"
+        )
+    # public settings only (n is public under replace-one neighbours), before any spend
+    warn_public_settings(
+        epsilon=cost,
+        delta=delta,
+        n_records=X.shape[0],
+        range_width=2.0 * y_bound,
+        prior_sd=float(np.sqrt(np.max(public_gp.kernel_diag(probes)) + public_gp.noise_var)),
+        range_name="2 * y_bound",
+    )
+    if ledger is not None:  # refuses before any path is drawn (and a reused Generator state)
+        ledger.spend(
+            event,
+            privacy_model=PRIVACY_MODEL,
+            neighbouring_relation=NEIGHBOURING_RELATION,
+            rng=rng if noise_source == SIMULATION else None,
+        )
     # responses are clipped to the public bound, silently (non-finite ones to the mean)
     y_centred = np.asarray(gpr.y, dtype=np.float64) - public_gp.mean
     y_centred = np.where(np.isfinite(y_centred), y_centred, 0.0)
     alpha = public_gp.posterior().alpha(np.clip(y_centred, -y_bound, y_bound))
     epsilon = event.epsilon(delta)
     metadata = {
-        "privacy_model": "full",
-        "neighbouring_relation": "replace-one (x, y); inputs and outputs private",
+        "privacy_model": PRIVACY_MODEL,
+        "neighbouring_relation": NEIGHBOURING_RELATION,
         "n_paths": n_paths,
         "epsilon": epsilon,
         "delta": delta,

@@ -160,6 +160,13 @@ class PublicGP:
     )
     _kernel_diag: Callable[[NDArray[np.float64]], NDArray[np.float64]] = field(repr=False)
 
+    def __post_init__(self) -> None:
+        # The same check as the builder's ``sigma`` (issue 15, point 3): a noise variance of 0
+        # reaches a mechanism by no path (builder, hyperparameter dict, direct construction).
+        object.__setattr__(
+            self, "noise_var", check_positive(self.noise_var, "noise variance (sigma**2)")
+        )
+
     @property
     def n(self) -> int:
         """Number of training points."""
@@ -454,7 +461,7 @@ class GPRegression:
         """
         values = self._check_hyperparameters(hyperparameters)
         noise_var, kernel, kernel_diag, description = self._public_parts(
-            values, allow_zero_noise=True
+            values, allow_zero_noise=False
         )
         public = PublicGP(
             X=_readonly(self.X),

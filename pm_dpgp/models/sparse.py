@@ -222,6 +222,12 @@ class PublicSparseGP:
     )
     _kernel_diag: Callable[[NDArray[np.float64]], NDArray[np.float64]] = field(repr=False)
 
+    def __post_init__(self) -> None:
+        # as PublicGP: a zero noise variance is refused on every path (issue 15, point 3)
+        object.__setattr__(
+            self, "noise_var", check_positive(self.noise_var, "noise variance (sigma**2)")
+        )
+
     @property
     def n_inducing(self) -> int:
         """``M = |Z|``."""
