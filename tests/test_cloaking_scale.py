@@ -89,6 +89,7 @@ def test_noise_covariance_M_is_formed_only_when_asked() -> None:
     assert "M" in vars(res) and res.M is M and not M.flags.writeable
     np.testing.assert_array_equal(M, M.T)
     assert_normwise_close(M, res.basis @ res.M_k @ res.basis.T, cond_rtol(1.0, 30))
+    # two products over ≤ 50 terms with an orthonormal basis: ≤ γ_50·‖C‖ ≈ 1e-14·max|C| apart
     np.testing.assert_allclose(res.projected, res.basis.T @ C, rtol=0, atol=1e-12 * abs(C).max())
 
 

@@ -70,6 +70,7 @@ def test_probabilities_closed_form_small_grid():
     u = np.array([-3.0, -1.0, -2.5, 0.0])
     eps, du = 0.7, 1.3
     w = np.exp(eps * u / (2 * du))
+    # scalar exp/sum of 4 terms (max-shifted in the library): a few ulps apart on any machine
     assert np.allclose(exponential_mechanism_probabilities(u, du, eps), w / w.sum(), rtol=1e-14)
     # shift invariance and no overflow for huge utilities
     assert np.allclose(exponential_mechanism_probabilities(u - 1e6, du, eps), w / w.sum())
@@ -144,6 +145,7 @@ def test_bounded_range_rho_matches_opendp_and_direct_divergence():
     eps = 0.8
     space = dp.vector_domain(dp.atom_domain(T=float, nan=False)), dp.linf_distance(T=float)
     meas = dp.m.make_noisy_max(*space, dp.zero_concentrated_divergence(), scale=1.0 / eps)
+    # ε²/8 in scalar arithmetic on both sides (OpenDP's map rounds up by ≤ a few ulps)
     assert meas.map(0.5) == pytest.approx(bounded_range_rho(eps), rel=1e-12)
     # direct Rényi divergences of the mechanism on adversarial neighbouring utilities
     rng = np.random.default_rng(3)
@@ -297,6 +299,7 @@ def test_select_then_release_composes_on_one_ledger():
     fresh = Ledger(epsilon=3.0, delta=1e-5)
     for entry in ledger.history:
         fresh.spend(entry.event)
+    # the same events in the same order through the same scalar code: bitwise equal in fact
     assert fresh.spent_epsilon == pytest.approx(ledger.spent_epsilon, rel=1e-12)
     assert fresh.filter_epsilon == pytest.approx(ledger.filter_epsilon, rel=1e-12)
     assert ledger.filter_epsilon <= 3.0
