@@ -401,3 +401,59 @@ def test_nothing_private_in_serialised_result():
     with pytest.raises(ValueError):
         copy.owner_report()
     assert "utilities" not in repr(res)
+
+
+# ---------------------------------------------------------------- shared fold plans (issue 9 speed)
+def _plan_pair(grid, folds=4):
+    gpr = _model(3)
+    kw = dict(y_bounds=BOUNDS, release_epsilon=1.0, release_delta=1e-3)
+    split = kfold_splits(14, folds)
+    shared = plan_cv_sse(gpr, grid, split, **kw)
+    alone = plan_cv_sse(gpr, grid, split, share_plans=False, **kw)
+    return gpr, shared, alone
+
+
+def test_shared_fold_plans_equal_recomputed_ones_bitwise():
+    """η² k(·; ℓ) with noise σ²: configurations with the same ℓ and σ²/η² share fold plans.
+
+    Powers of two scale kernel, noise and every floating-point step exactly, so the shared
+    plans must equal the recomputed ones bit for bit (matrices, noise, Δ(θ), eq. 13, utilities).
+    """
+    grid = product_grid({"eta": [0.5, 1.0, 2.0], "ell": [0.3, 1.0], "noise": [0.25, 0.5, 1.0]})
+    gpr, shared, alone = _plan_pair(grid)
+    # σ²/η² ∈ {1/64, 1/16, 1/4, 1, 4}: five distinct cloaking problems per lengthscale
+    assert shared.n_plans_computed == 10 and alone.n_plans_computed == len(grid)
+    assert np.array_equal(shared.sensitivities, alone.sensitivities)
+    assert np.array_equal(shared.paper_sensitivities, alone.paper_sensitivities)
+    assert shared.sensitivity == alone.sensitivity
+    for fps_s, fps_a in zip(shared.fold_plans, alone.fold_plans, strict=True):
+        for a, b in zip(fps_s, fps_a, strict=True):
+            assert np.array_equal(a.C, b.C) and np.array_equal(a.noise_var, b.noise_var)
+            assert np.array_equal(a.test, b.test) and np.array_equal(a.train, b.train)
+    assert np.array_equal(cv_sse_utilities(shared, gpr.y), cv_sse_utilities(alone, gpr.y))
+
+
+def test_shared_fold_plans_up_to_rounding_of_the_ratio():
+    """√-valued grids (Smith et al. Table 2): σ²/η² equal only up to rounding still share.
+
+    The sharing configuration gets bitwise the plan of the first configuration of its class
+    (whose own plan is bitwise the recomputed one), and that agrees with its own recomputed
+    plan up to rounding.  Different ratios or lengthscales never share.
+    """
+    grid = product_grid(
+        {"ell": [0.3, 1.0], "noise": [0.2**0.5, 1.0, 5.0**0.5], "eta": [1.0, 5.0**0.5]}
+    )
+    gpr, shared, alone = _plan_pair(grid)
+    # ratios {0.2, 1, 5} at η = 1 and {0.04, 0.2, 1} at η = √5: four classes per lengthscale
+    assert shared.n_plans_computed == 8
+    u_s, u_a = cv_sse_utilities(shared, gpr.y), cv_sse_utilities(alone, gpr.y)
+    ratio = [round(c["noise"] ** 2 / c["eta"] ** 2, 9) for c in grid]
+    first: dict[tuple[float, float], int] = {}
+    for t, cfg in enumerate(grid):
+        rep = first.setdefault((cfg["ell"], ratio[t]), t)
+        assert shared.fold_plans[t] is shared.fold_plans[rep]
+        assert shared.sensitivities[t] == alone.sensitivities[rep]
+        assert u_s[t] == u_a[rep]
+        assert np.isclose(shared.sensitivities[t], alone.sensitivities[t], rtol=1e-9, atol=0)
+        assert np.isclose(u_s[t], u_a[t], rtol=1e-9, atol=0)
+    assert len(first) == 8

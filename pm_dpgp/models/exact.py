@@ -292,6 +292,8 @@ class GPRegression:
     _hyper_inputs: tuple[Variable, ...] = field(init=False, repr=False)
     _support: dict[str, tuple[float, float]] = field(init=False, repr=False)
     _compiled: dict[str, Any] = field(init=False, repr=False, default_factory=dict)
+    # the kernel part of the description does not depend on the values: built once
+    _cov_description: str | None = field(init=False, repr=False, default=None)
 
     def __post_init__(self) -> None:
         self._hyper_inputs = tuple(rv.type(name=rv.name) for rv in self._hyper_rvs)
@@ -431,10 +433,12 @@ class GPRegression:
         kernel = PublicKernel(wrap(self._function("kernel")), args)
         kernel_diag = PublicKernel(wrap(self._function("diag")), args, diag=True)
 
-        mapping = dict(zip(self._hyper_rvs, self._hyper_inputs, strict=True))
+        if self._cov_description is None:
+            mapping = dict(zip(self._hyper_rvs, self._hyper_inputs, strict=True))
+            self._cov_description = _describe_cov(self.cov_func, mapping)
         hyper_str = ", ".join(f"{nm}={_format_value(v)}" for nm, v in values.items())
         description = (
-            f"kernel: {_describe_cov(self.cov_func, mapping)}"
+            f"kernel: {self._cov_description}"
             + (f"; public hyperparameters: {hyper_str}" if hyper_str else "")
             + f"; noise variance: {noise_var:.6g}; prior mean: {self.mean:.6g}"
         )

@@ -34,11 +34,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
+import scipy.linalg as sla
 from numpy.typing import ArrayLike, NDArray
 from scipy.special import ndtr
 
 from pm_dpgp._validation import check_delta, check_epsilon, check_positive
 from pm_dpgp.gp.exact import cloaking_matrix
+from pm_dpgp.gp.linalg import check_square_symmetric
 from pm_dpgp.mechanisms.cloaking import solve_noise_covariance
 from pm_dpgp.mechanisms.cloaking_release import SENSITIVITY_SAFETY
 from pm_dpgp.mechanisms.gaussian import gaussian_sigma
@@ -123,6 +125,7 @@ class CvSsePlan:
     sensitivity: float
     release_epsilon: float | None
     release_delta: float | None
+    n_plans_computed: int = 0  # configurations whose fold plans were computed (not shared)
 
     def metadata(self) -> dict[str, Any]:
         """Public description (all derived from public inputs)."""
@@ -138,6 +141,29 @@ class CvSsePlan:
         }
 
 
+def _fold_cloaking_matrix(
+    K: NDArray[np.float64],
+    noise_var: float,
+    test: NDArray[np.intp],
+    train: NDArray[np.intp],
+) -> NDArray[np.float64]:
+    """``C_k = K_te,tr (K_tr,tr + σ² I)⁻¹``: bitwise what :func:`cloaking_matrix` computes.
+
+    ``K`` was checked once (finite, symmetric) by the caller and a principal block of it is
+    too, so the per-fold validation passes are skipped.  The fast path is the first attempt of
+    :func:`~pm_dpgp.gp.linalg.jittered_cholesky` (LAPACK ``dpotrf`` of the same Fortran-ordered
+    matrix, no jitter) followed by the same ``cho_solve``, which reads the lower triangle only;
+    a block that needs jitter takes the general path.
+    """
+    A = np.array(K[np.ix_(train, train)], order="F")
+    np.einsum("ii->i", A)[:] += noise_var
+    L, info = sla.lapack.dpotrf(A, lower=1, clean=0, overwrite_a=1)
+    d = np.diag(L)
+    if info != 0 or not (np.all(d > 0.0) and np.all(np.isfinite(d))):
+        return cloaking_matrix(K[np.ix_(train, train)], K[np.ix_(test, train)], noise_var)
+    return sla.cho_solve((L, True), K[np.ix_(test, train)].T, check_finite=False).T
+
+
 def _fold_plan(
     K: NDArray[np.float64],
     noise_var: float,
@@ -146,7 +172,7 @@ def _fold_plan(
     unit_scale: float | None,
     rank_tol: float,
 ) -> CvFold:
-    C = cloaking_matrix(K[np.ix_(train, train)], K[np.ix_(test, train)], noise_var)
+    C = _fold_cloaking_matrix(K, noise_var, test, train)
     if unit_scale is None:
         return CvFold(test, train, C, np.zeros(test.size))
     noise = solve_noise_covariance(C, rank_tol=rank_tol)
@@ -154,6 +180,38 @@ def _fold_plan(
     sigma = unit_scale * float(np.sqrt(noise.max_mahalanobis)) * SENSITIVITY_SAFETY
     var = sigma * sigma * np.einsum("ij,jk,ik->i", noise.basis, noise.M_k, noise.basis)
     return CvFold(test, train, Cp, var)
+
+
+#: Two configurations share their fold plans when their normalised kernel matrices ``K/s``
+#: (entries in [−1, 1]) and noise ratios ``σ²/s`` agree to this many units of rounding.
+_SHARE_ULPS = 16.0
+
+
+@dataclass(eq=False)
+class _SharedPlan:
+    """The fold plans of one configuration, reused by later ones of the same normalised form."""
+
+    Kn: NDArray[np.float64]  # K / s, s = max |K|
+    ratio: float  # σ² / s
+    fold_plans: list[CvFold]
+    sensitivity: float
+    paper_sensitivity: float
+
+
+def _same_normalised_form(entry: _SharedPlan, Kn: NDArray[np.float64], ratio: float) -> bool:
+    """Whether ``(Kn, ratio)`` equals the entry's normalised form up to rounding.
+
+    ``C_k = K_te,tr (K_tr,tr + σ² I)⁻¹`` is unchanged when ``K`` and ``σ²`` are multiplied by
+    the same ``s > 0`` (for ``η² k(·; ℓ)`` it depends on ℓ and σ²/η² only); so are the
+    release noise of a fold and Δ(θ), which depend on the ``C_k`` only.  The comparison
+    allows ``_SHARE_ULPS`` units of rounding because configurations that are equal in exact
+    arithmetic (``η = √5, σ = 1`` and ``η = 1, σ = √0.2``) evaluate to ratios and normalised
+    kernels that differ in their last bits.
+    """
+    tol = _SHARE_ULPS * np.finfo(np.float64).eps
+    if abs(ratio - entry.ratio) > tol * max(ratio, entry.ratio):
+        return False
+    return bool(np.max(np.abs(Kn - entry.Kn)) <= tol)
 
 
 def paper_sse_sensitivity(
@@ -196,6 +254,7 @@ def plan_cv_sse(
     max_sensitivity: float | None = None,
     calibration: Literal["analytic", "classic"] = "analytic",
     rank_tol: float = 1e-8,
+    share_plans: bool = True,
 ) -> CvSsePlan:
     """Public planning of Algorithm 1: cloaking matrices, noise, Δ(θ), the drop, Δu.
 
@@ -204,6 +263,12 @@ def plan_cv_sse(
     ``release_delta``: the budget of the release that will follow, whose cloaking noise the
     utility includes; ``None`` leaves the noise out.  ``max_sensitivity``: configurations with
     Δ(θ) above it are dropped (public threshold; ``None`` keeps all).
+
+    ``share_plans``: a configuration whose kernel matrix and noise variance are those of an
+    earlier one times a common factor ``s > 0`` (up to rounding: :func:`_same_normalised_form`;
+    e.g. ``η² k(·; ℓ)`` with the same ℓ and σ²/η²) has the same cloaking matrices, release
+    noise and Δ(θ), and reuses that configuration's fold plans, Δ(θ) and eq. (13)
+    (``docs/selection.md`` §5).  ``False`` recomputes every configuration.
     """
     lo, hi = (float(b) for b in y_bounds)
     d = hi - lo
@@ -221,15 +286,32 @@ def plan_cv_sse(
     sens = np.empty(len(configs))
     paper = np.empty(len(configs))
     all_idx = np.arange(n)
+    trains = [np.setdiff1d(all_idx, te) for te in folds]
+    shared: list[_SharedPlan] = []
+    n_computed = 0
     for t, cfg in enumerate(configs):
         public = gpr.public_gp(cfg)
-        K = public.kernel(X)  # once per configuration; folds take blocks of it
-        fps = [
-            _fold_plan(K, public.noise_var, te, np.setdiff1d(all_idx, te), unit_scale, rank_tol)
-            for te in folds
-        ]
-        sens[t] = _sensitivity(fps, n, d, clip)
-        paper[t] = paper_sse_sensitivity([fp.C for fp in fps], d, error_clip)
+        # once per configuration (folds take blocks of it); the one validation pass over K
+        K = check_square_symmetric(public.kernel(X), "K")
+        scale = float(np.max(np.abs(K)))
+        if not scale > 0.0:
+            raise ValueError("the kernel matrix of a configuration is zero.")
+        Kn, ratio = K / scale, public.noise_var / scale
+        entry = next(
+            (e for e in shared if share_plans and _same_normalised_form(e, Kn, ratio)), None
+        )
+        if entry is None:
+            fps = [
+                _fold_plan(K, public.noise_var, te, tr, unit_scale, rank_tol)
+                for te, tr in zip(folds, trains, strict=True)
+            ]
+            s_t = _sensitivity(fps, n, d, clip)
+            p_t = paper_sse_sensitivity([fp.C for fp in fps], d, error_clip)
+            entry = _SharedPlan(Kn, ratio, fps, s_t, p_t)
+            n_computed += 1
+            if share_plans:
+                shared.append(entry)
+        fps, sens[t], paper[t] = entry.fold_plans, entry.sensitivity, entry.paper_sensitivity
         plans.append(fps)
     kept = np.ones(len(configs), dtype=bool)
     if max_sensitivity is not None:
@@ -254,6 +336,7 @@ def plan_cv_sse(
         sensitivity=float(sens[kept].max()),
         release_epsilon=release_epsilon,
         release_delta=release_delta,
+        n_plans_computed=n_computed,
     )
 
 
