@@ -169,7 +169,8 @@ def test_event_kind_follows_the_ledger_filter():
     ev = exponential_mechanism_event(1.0, ledger=Ledger(2.0, filter="renyi"))
     assert isinstance(ev, RdpCurveEvent)
     assert np.all(ev.rdp() <= PureDpEvent(1.0).rdp() + 1e-15)
-    assert np.all(ev.rdp() <= DEFAULT_ORDERS / 8 + 1e-15)
+    # the charge carries 4 ulps of slack on ε for the sampler's rounded scale (ρ: 8 ulps)
+    assert np.all(ev.rdp() <= DEFAULT_ORDERS / 8 * (1 + 1e-15) + 1e-15)
 
 
 # ---------------------------------------------------------------- utility and sensitivity
@@ -285,7 +286,9 @@ def test_select_then_release_composes_on_one_ledger():
     ledger = Ledger(epsilon=3.0, delta=1e-5)
     res = _select(gpr, ledger)
     assert res.hyperparameters in GRID and res.hyperparameters == GRID[res.index]
-    assert res.event == ZCDPEvent(bounded_range_rho(0.5), label=res.event.label)
+    # ε²/8 with ε carrying 4 ulps of slack (the sampler's rounded scale): never below ε²/8
+    assert isinstance(res.event, ZCDPEvent) and res.event.rho >= bounded_range_rho(0.5)
+    assert res.event.rho == pytest.approx(bounded_range_rho(0.5), rel=1e-14)
     cloaked_release(
         gpr,
         np.linspace(0, 6, 9)[:, None],

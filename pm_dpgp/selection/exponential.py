@@ -101,7 +101,10 @@ def exponential_mechanism_event(
     ``gdp`` ledger accepts only Gaussian events: the zCDP event is returned and the ledger refuses
     it (before anything is drawn).
     """
-    epsilon = check_epsilon(epsilon)
+    # The sampler's scale is fl(1/ε) (OpenDP) or ε/(2Δu) is rounded (simulation): the ε it
+    # realises may exceed ε by an ulp or two, so the charge carries 4 ulps of slack (OpenDP's
+    # own map rounds up the same way, e.g. 1.1250000000000004 for ε = 3).
+    epsilon = check_epsilon(epsilon) * (1.0 + 4.0 * np.finfo(np.float64).eps)
     if kind == "auto":
         family = None if ledger is None else ledger.filter_family
         kind = {"renyi": "renyi", "basic": "pure", "fixed": "pure"}.get(family or "", "zcdp")
