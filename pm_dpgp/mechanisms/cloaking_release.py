@@ -126,12 +126,10 @@ def cloaked_release(
     # centred at the bounds' midpoint with its round-off bounded (mechanisms/whitening.py)
     W = solve_triangular(noise.chol_k, noise.projected, lower=True)
     whitening = centred_whitening(W, labels.y, labels.y_bounds, public_gp.mean)
-    mean = public_gp.mean + U @ (noise.projected @ (labels.y - public_gp.mean))
     return label_gaussian_release(
         "cloaking",
         public_gp,
         labels,
-        mean,
         U @ noise.chol_k,
         float(np.sqrt(noise.max_mahalanobis)) * SENSITIVITY_SAFETY,
         epsilon=epsilon,

@@ -281,7 +281,6 @@ def label_gaussian_release(
     mechanism: str,
     public_gp: PublicGP,
     labels: LabelData,
-    mean: NDArray[np.float64],
     shape_factor: NDArray[np.float64],
     unit_sensitivity: float,
     *,
@@ -301,8 +300,7 @@ def label_gaussian_release(
     ``whitening`` (:func:`~pm_dpgp.mechanisms.whitening.centred_whitening`) gives the mean
     as ``μ + F (public + private)`` with ``F = shape_factor``: the noise is added to the private
     part only, the public part afterwards (post-processing), and the sensitivity charged is
-    ``max(d·s, column sensitivity of W) + 2 r`` (its round-off ``r`` included).  ``mean`` is
-    the caller's exact-arithmetic mean (kept for the metadata's checks only).  The data
+    ``max(d·s, column sensitivity of W) + 2 r`` (its round-off ``r`` included).  The data
     sensitivity is ``labels.data_sensitivity``; the metadata is :func:`label_release_metadata`
     plus ``extra_metadata``.  Absurd but valid settings
     (δ > 1/n, ε above :data:`~pm_dpgp._validation.EPSILON_WARN_THRESHOLD`, a public range
@@ -338,7 +336,6 @@ def label_gaussian_release(
         whitened_mean=whitening.private,
         whitened_rounding=whitening.rounding,
     )
-    del mean  # the released vector is built from ``whitening`` (same value up to round-off)
     return Release(
         mechanism=mechanism,
         draws=result.draws,

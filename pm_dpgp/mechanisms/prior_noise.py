@@ -119,7 +119,6 @@ def prior_noise_release(
     labels = prepare_labels(gpr.y, y_bounds, clip=clip, bounds_are_public=bounds_are_public)
     unit = rkhs_sensitivity(public_gp, bound)
     K_sf = public_gp.kernel(X_star, public_gp.X)
-    mean = public_gp.posterior().mean(K_sf, labels.y, mean_f=public_gp.mean, mean_s=public_gp.mean)
     shape = prior_noise_shape(public_gp, X_star)
     # whitened coordinates: F = V diag(s) ⇒ F⁻¹x = (Fᵀx)/s², s² the squared column norms, so
     # mean − μ = F W (y − μ) with the public W = F⁻¹ C (m × n), C = K*f (K + σ²I)⁻¹; evaluated
@@ -131,7 +130,6 @@ def prior_noise_release(
         "prior_noise",
         public_gp,
         labels,
-        mean,
         shape,
         unit,
         epsilon=epsilon,
