@@ -3,8 +3,8 @@
 Run ``python benchmarks/bench_cloaking.py`` from the repository root.  For each problem it
 prints the wall-clock time, ``log|M|`` (the log pseudo-determinant of ``M``, i.e. ``log det M_k``
 in the retained basis ``U_k``, which is the same for both methods) and the certificate of
-:func:`pm_dpgp.mechanisms.cloaking.solve_noise_covariance` and of
-:func:`pm_dpgp.mechanisms.cloaking.gradient_ascent_reference` (Smith et al. 2018, supplement
+:func:`pm_dpgp.mechanisms.label.cloaking.solve_noise_covariance` and of
+:func:`pm_dpgp.mechanisms.label.cloaking.gradient_ascent_reference` (Smith et al. 2018, supplement
 Algorithm 1: rate 0.05, stop at max|Δλ| < 1e-5), plus the speed ratio.
 
 Problems
@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import scipy.linalg as sla
 
-from pm_dpgp.mechanisms.cloaking import (
+from pm_dpgp.mechanisms.label.cloaking import (
     NoiseCovariance,
     gradient_ascent_reference,
     solve_noise_covariance,

@@ -6,7 +6,7 @@ number of points).  It reports
 1. **Streaming release**: ``n`` = 1,000,000 points (2-D inputs uniform on [-5, 5]², responses
    ``sin(x₁) cos(x₂) + 0.3 ε``) generated chunk by chunk (the data never exist in memory at
    once), ``|Z|`` = 100 (a 10 × 10 public grid), EQ kernel, ε = 1, δ = 1e-6: wall time of
-   :func:`pm_dpgp.mechanisms.noise_aware.noise_aware_release` and its peak memory
+   :func:`pm_dpgp.mechanisms.full.noise_aware.noise_aware_release` and its peak memory
    (``tracemalloc`` peak of Python/NumPy allocations during the call, in a separate run so the
    tracing does not slow the timed one; and the process peak RSS from ``resource``), against
    the time and ``tracemalloc`` peak of computing ``K_ZX`` for ONE chunk.  Targets: < 60 s and
@@ -14,7 +14,7 @@ number of points).  It reports
 2. The same with the data as Dask arrays (reduced by Dask's threaded scheduler), and on a
    ``dask.distributed`` ``LocalCluster`` with 2 worker processes (1 thread each, data generated
    on the workers; skip with ``--no-distributed``).
-3. **S₂ for |Z| = 300**: time of :func:`~pm_dpgp.mechanisms.noise_aware.noise_correction`
+3. **S₂ for |Z| = 300**: time of :func:`~pm_dpgp.mechanisms.full.noise_aware.noise_correction`
    (the O(|Z|³) closed form) and of the whole post-processing :func:`dp_qu`.  Target < 1 s.
    On a shared 2-core machine multi-threaded OpenBLAS can be slowed down a lot by other load
    (thread contention); if ``threadpoolctl`` is installed the timings are repeated with one
@@ -38,7 +38,7 @@ import numpy as np
 import pymc as pm
 
 from pm_dpgp.gp.sparse import default_chunk_size
-from pm_dpgp.mechanisms.noise_aware import dp_qu, noise_aware_release, noise_correction
+from pm_dpgp.mechanisms.full.noise_aware import dp_qu, noise_aware_release, noise_correction
 from pm_dpgp.models import grid_inducing_points, sparse_gp_regression
 
 MB = 2**20

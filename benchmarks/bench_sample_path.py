@@ -5,7 +5,7 @@ Run ``OPENBLAS_NUM_THREADS=1 python benchmarks/bench_sample_path.py
 [--n 5000 --m 5000 --paths 100 --rounds 10 --k 100]``.  Prints, in ONE process:
 
 * the reference: one Cholesky factorisation of the n × n kernel matrix (best of ``--repeats``);
-* :func:`pm_dpgp.mechanisms.sample_path.sample_path_release` (kernel evaluation,
+* :func:`pm_dpgp.mechanisms.full.sample_path.sample_path_release` (kernel evaluation,
   factorisation, L paths at m inputs, the bound, the ledger) as a ratio to it
   (the issue's earlier target: under 20× for L = 100, m = n = 2000);
 * each of ``--rounds`` lazy rounds of ``--k`` new inputs (``SamplePathRelease.evaluate``),
@@ -28,7 +28,7 @@ import pymc as pm
 from scipy.linalg import cholesky
 
 from pm_dpgp.accounting import Ledger
-from pm_dpgp.mechanisms.sample_path import sample_path_release
+from pm_dpgp.mechanisms.full.sample_path import sample_path_release
 from pm_dpgp.models import gp_regression
 
 

@@ -32,7 +32,7 @@ import numpy as np
 import pymc as pm
 from scipy.stats import norm
 
-from pm_dpgp.mechanisms.noise_aware import noise_aware_release
+from pm_dpgp.mechanisms.full.noise_aware import noise_aware_release
 from pm_dpgp.models import grid_inducing_points, sparse_gp_regression
 
 SIGMAS = (0.03, 0.1, 0.3)

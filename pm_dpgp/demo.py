@@ -25,7 +25,7 @@ import numpy as np
 from pm_dpgp.accounting import BudgetExceededError, GaussianEvent, Ledger
 from pm_dpgp.compat import get_group, to_netcdf
 from pm_dpgp.datasets import load_kung_women
-from pm_dpgp.mechanisms.cloaking_release import cloaked_release
+from pm_dpgp.mechanisms.label.cloaking_release import cloaked_release
 
 # Public choices, fixed before looking at the heights.
 HEIGHT_BOUNDS = (50.0, 170.0)  # cm: plausible heights of girls and women; d = 120 cm

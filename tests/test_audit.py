@@ -38,7 +38,7 @@ from pm_dpgp.audit.renyi import (
     matern52_kernel,
     posterior_mean_cov,
 )
-from pm_dpgp.mechanisms.sample_path_bounds import SamplePathBound, kernel_lower_bound
+from pm_dpgp.mechanisms.full.sample_path_bounds import SamplePathBound, kernel_lower_bound
 from tests.test_sample_path_bounds import bound_roundoff, gaussian_renyi_roundoff, renyi_roundoff
 from tests.tolerances import assert_normwise_close, cond_rtol, scalar_rtol
 

@@ -7,8 +7,8 @@ import pymc as pm
 import pytest
 import scipy.linalg as sla
 
-import pm_dpgp.mechanisms.cloaking as cloaking
-import pm_dpgp.mechanisms.cloaking_release as cloaking_release_module
+import pm_dpgp.mechanisms.label.cloaking as cloaking
+import pm_dpgp.mechanisms.label.cloaking_release as cloaking_release_module
 from pm_dpgp.gp.exact import ExactPosterior
 from pm_dpgp.gp.linalg import (
     CholeskyError,
@@ -17,7 +17,7 @@ from pm_dpgp.gp.linalg import (
     symmetrise_inplace,
 )
 from pm_dpgp.mechanisms import cloaked_release
-from pm_dpgp.mechanisms.cloaking import CloakingOperator, solve_noise_covariance
+from pm_dpgp.mechanisms.label.cloaking import CloakingOperator, solve_noise_covariance
 from pm_dpgp.models import gp_regression
 from tests.conftest import KUNG_BOUNDS
 from tests.tolerances import assert_normwise_close, cond_rtol

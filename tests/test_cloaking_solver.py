@@ -1,4 +1,4 @@
-"""Tests for the cloaking noise-covariance solver (pm_dpgp.mechanisms.cloaking).
+"""Tests for the cloaking noise-covariance solver (pm_dpgp.mechanisms.label.cloaking).
 
 The optimality tests check the Kiefer–Wolfowitz (1960) certificate independently of the
 solver: with ``u = λ / Σλ`` and ``M_k = Σ λ_i a_i a_iᵀ`` scaled so that ``max a_iᵀ M_k⁻¹ a_i = 1``,
@@ -27,7 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.optimize import minimize
 
-from pm_dpgp.mechanisms.cloaking import (
+from pm_dpgp.mechanisms.label.cloaking import (
     NoiseCovariance,
     gradient_ascent_reference,
     solve_noise_covariance,

@@ -9,19 +9,19 @@ import numpy as np
 import pymc as pm
 import pytest
 
-import pm_dpgp.mechanisms.dirichlet as dmod
-import pm_dpgp.mechanisms.noise_aware as na
+import pm_dpgp.mechanisms.full.dirichlet as dmod
+import pm_dpgp.mechanisms.full.noise_aware as na
 from pm_dpgp.accounting import GaussianEvent, Ledger
 from pm_dpgp.audit import check_public_choices, scan_for_values
 from pm_dpgp.gp.sparse import sufficient_statistics, titsias_qu
-from pm_dpgp.mechanisms.dirichlet import (
+from pm_dpgp.mechanisms.full.dirichlet import (
     DirichletRelease,
     DirichletTargets,
     dirichlet_release,
     dirichlet_sensitivity,
     dirichlet_targets,
 )
-from pm_dpgp.mechanisms.noise_aware import kernel_norm_bound, upper_vector
+from pm_dpgp.mechanisms.full.noise_aware import kernel_norm_bound, upper_vector
 from pm_dpgp.models import (
     DirichletGPClassification,
     InducingFromDataError,
@@ -143,7 +143,7 @@ def test_joint_sensitivity_bounds_random_neighbours(pub, C, ratio) -> None:
     assert worst <= Delta * (1 + scalar_rtol(2 * C * 135 + 20))
     assert worst > 0.6 * Delta
     # never worse than charging each class separately (sqrt(C) x per-class bound)
-    from pm_dpgp.mechanisms.noise_aware import l2_sensitivity
+    from pm_dpgp.mechanisms.full.noise_aware import l2_sensitivity
 
     Ry = max(abs(t.y_in - mu), abs(t.y_out - mu))
     assert Delta <= math.sqrt(C) * l2_sensitivity(Ry, b.R_k, ratio)
@@ -291,7 +291,7 @@ def test_pymc_builder_and_noise_off_release_match(monkeypatch) -> None:
     def noiseless(stats, t, sigma_a, sigma_b, rng):
         return stats.A[:, t].copy(), stats.B[t].copy()
 
-    monkeypatch.setattr("pm_dpgp.mechanisms.noise_aware._privatise", noiseless)
+    monkeypatch.setattr("pm_dpgp.mechanisms.full.noise_aware._privatise", noiseless)
     monkeypatch.setattr(dmod, "regularisation_lambda", lambda *a, **k: 0.0)
     rel = dirichlet_release(
         model, epsilon=1.0, delta=1e-4, variant="naive", rng=np.random.default_rng(0)

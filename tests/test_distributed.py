@@ -139,7 +139,7 @@ def test_statistics_on_cluster_equal_in_memory_and_only_sums_leave(client, pub) 
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_noise_aware_release_runs_on_cluster(client, pub, monkeypatch) -> None:
-    import pm_dpgp.mechanisms.noise_aware as na
+    import pm_dpgp.mechanisms.full.noise_aware as na
     from pm_dpgp.accounting import Ledger
 
     seen = []

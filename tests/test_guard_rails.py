@@ -38,7 +38,7 @@ from pm_dpgp.mechanisms import (
     prior_noise_release,
     sample_path_release,
 )
-from pm_dpgp.mechanisms.sample_path_bounds import paths_affordable
+from pm_dpgp.mechanisms.full.sample_path_bounds import paths_affordable
 from pm_dpgp.models import PublicGP, gp_regression, sparse_gp_regression
 from tests.test_error_privacy import _calls, _check_failure, build_models
 

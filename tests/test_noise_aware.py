@@ -13,13 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import norm
 
-import pm_dpgp.mechanisms.noise_aware as na
+import pm_dpgp.mechanisms.full.noise_aware as na
 from pm_dpgp._validation import PrivacyWarning
 from pm_dpgp.accounting import BudgetExceededError, GaussianEvent, Ledger
 from pm_dpgp.audit import scan_for_values
 from pm_dpgp.gp.sparse import sufficient_statistics, titsias_qu
-from pm_dpgp.mechanisms.gaussian import gaussian_sigma
-from pm_dpgp.mechanisms.noise_aware import (
+from pm_dpgp.mechanisms.full.noise_aware import (
     dp_qu,
     eq6_sensitivity,
     kernel_norm_bound,
@@ -32,6 +31,7 @@ from pm_dpgp.mechanisms.noise_aware import (
     upper_vector,
     worst_case_sensitivity,
 )
+from pm_dpgp.mechanisms.gaussian import gaussian_sigma
 from pm_dpgp.models import grid_inducing_points, sparse_gp_regression
 from tests.tolerances import EPS, assert_normwise_close, cond_rtol, condition_number, scalar_rtol
 

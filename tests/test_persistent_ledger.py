@@ -36,7 +36,7 @@ from pm_dpgp.accounting import (
     event_from_metadata,
     gdp_epsilon,
 )
-from pm_dpgp.mechanisms.output_perturbation import perturb
+from pm_dpgp.mechanisms.label.output_perturbation import perturb
 
 FP = dataset_fingerprint("unit-test dataset v1")
 CTX = mp.get_context("fork")  # children only use sqlite3/numpy; the ledger opens its own

@@ -27,7 +27,7 @@ from pm_dpgp.audit.renyi import (
     posterior_mean_cov,
     posterior_renyi_terms,
 )
-from pm_dpgp.mechanisms.sample_path_bounds import (
+from pm_dpgp.mechanisms.full.sample_path_bounds import (
     SamplePathBound,
     check_kappa,
     feasible_configurations,

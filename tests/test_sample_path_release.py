@@ -11,7 +11,7 @@ import pytest
 from pm_dpgp._validation import PrivacyWarning
 from pm_dpgp.accounting import BudgetExceededError, Ledger
 from pm_dpgp.audit import scan_for_values
-from pm_dpgp.mechanisms.sample_path import sample_path_release
+from pm_dpgp.mechanisms.full.sample_path import sample_path_release
 from pm_dpgp.models import gp_regression
 from tests.tolerances import assert_normwise_close, cond_rtol, scalar_rtol
 
@@ -219,7 +219,7 @@ def test_release_refuses_the_author_constant(model, constant):
         )
     assert "SamplePathBound" in str(info.value)
     assert ledger.history == [] and rng.bit_generator.state == state
-    from pm_dpgp.mechanisms.sample_path_bounds import SamplePathBound
+    from pm_dpgp.mechanisms.full.sample_path_bounds import SamplePathBound
 
     with pytest.warns(PrivacyWarning):
         author = SamplePathBound(15, SIGMA, R2, 2.0, 0.5, constant="author")

@@ -27,7 +27,8 @@ from pm_dpgp.accounting import (
 from pm_dpgp.audit import scan_for_values
 from pm_dpgp.compat import to_netcdf
 from pm_dpgp.mechanisms import cloaked_release, cloaking_noise, prior_noise_release
-from pm_dpgp.mechanisms.dirichlet import dirichlet_release
+from pm_dpgp.mechanisms.full.dirichlet import dirichlet_release
+from pm_dpgp.mechanisms.full.noise_aware import noise_aware_release
 from pm_dpgp.mechanisms.gaussian import zcdp_rho
 from pm_dpgp.mechanisms.noise import (
     GRID_BITS,
@@ -38,7 +39,6 @@ from pm_dpgp.mechanisms.noise import (
     plan_discrete_gaussian,
     secure_plan,
 )
-from pm_dpgp.mechanisms.noise_aware import noise_aware_release
 from pm_dpgp.models import gp_regression, sparse_gp_regression
 from tests.tolerances import scalar_rtol
 

@@ -26,9 +26,9 @@ from pm_dpgp.accounting import (
     RdpCurveEvent,
     ZCDPEvent,
 )
-from pm_dpgp.mechanisms.cloaking import solve_noise_covariance
-from pm_dpgp.mechanisms.cloaking_release import cloaked_release
 from pm_dpgp.mechanisms.gaussian import gaussian_sigma
+from pm_dpgp.mechanisms.label.cloaking import solve_noise_covariance
+from pm_dpgp.mechanisms.label.cloaking_release import cloaked_release
 from pm_dpgp.models import gp_regression
 from pm_dpgp.selection import (
     bounded_range_rho,

@@ -12,7 +12,7 @@ import pytest
 from pm_dpgp.accounting import BUDGET_RTOL, Ledger
 from pm_dpgp.audit import scan_for_values
 from pm_dpgp.compat import group_names
-from pm_dpgp.mechanisms.sample_path_bounds import SamplePathBound
+from pm_dpgp.mechanisms.full.sample_path_bounds import SamplePathBound
 from pm_dpgp.workflow import dp_thompson_sampling, random_search
 
 try:

@@ -52,7 +52,7 @@ from scipy.special import gammaln, logsumexp
 from scipy.stats import beta as beta_dist
 
 from pm_dpgp._validation import check_delta, check_positive, check_rng
-from pm_dpgp.mechanisms.sample_path_bounds import SamplePathBound
+from pm_dpgp.mechanisms.full.sample_path_bounds import SamplePathBound
 
 __all__ = [
     "LiraSetting",

@@ -4,7 +4,7 @@ A replace-one neighbouring pair is a common core ``(X_c, y_c)`` of ``n − 1`` p
 differing point: ``D = core ∪ {(x, y)}``, ``D' = core ∪ {(x', y')}``.  Together with a finite
 test set ``T`` it determines the exact divergence ``D_α(P_D(T) ‖ P_D'(T))`` of the released
 sample paths (:mod:`pm_dpgp.audit.renyi`).  The sample-path bound
-(:class:`~pm_dpgp.mechanisms.sample_path_bounds.SamplePathBound`) must dominate it for every
+(:class:`~pm_dpgp.mechanisms.full.sample_path_bounds.SamplePathBound`) must dominate it for every
 pair and every ``T``; this module looks for counter-examples.
 
 Search: every coordinate (core inputs and outputs, both differing points, the test inputs) is
@@ -27,7 +27,7 @@ from scipy.optimize import minimize
 
 from pm_dpgp._validation import check_positive, check_rng
 from pm_dpgp.audit.renyi import Kernel, RenyiTerms, posterior_renyi_terms
-from pm_dpgp.mechanisms.sample_path_bounds import parse_domain
+from pm_dpgp.mechanisms.full.sample_path_bounds import parse_domain
 
 __all__ = [
     "NeighbourPair",
@@ -360,7 +360,7 @@ def adversarial_neighbours(
         Normalised kernel (``k(x, x) ≤ 1``), e.g. :func:`~pm_dpgp.audit.renyi.eq_kernel`.
         Kernels that accept stacked inputs ``(..., n, d)`` are evaluated batched.
     domain
-        Public input box (:func:`~pm_dpgp.mechanisms.sample_path_bounds.parse_domain`).
+        Public input box (:func:`~pm_dpgp.mechanisms.full.sample_path_bounds.parse_domain`).
     n, alpha, sigma, r2, y_bound, eta, L
         Dataset size, Rényi order, kernel scale, effective ridge, response bound, extra noise
         and number of paths of the release being audited.

@@ -64,7 +64,7 @@ class RenyiTerms:
 
     ``mean`` = (α/2)Δμᵀ Σ_α⁻¹ Δμ; ``cov`` = −ln(|Σ_α|/(|Σ_1|^{1−α}|Σ_2|^α))/(2(α−1)).
     The sample-path bound dominates them separately (``mean_term`` and ``cov_term`` of
-    :class:`~pm_dpgp.mechanisms.sample_path_bounds.SamplePathBound`).
+    :class:`~pm_dpgp.mechanisms.full.sample_path_bounds.SamplePathBound`).
     """
 
     alpha: float

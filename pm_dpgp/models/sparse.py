@@ -5,7 +5,7 @@ r"""PyMC builder for sparse (variational) GP regression with PUBLIC inducing inp
 of inducing variables in sparse Gaussian processes", AISTATS; the collapsed bound that PyMC
 implements), so the data owner can fit or sample it non-privately as usual.  Its
 :meth:`SparseGPRegression.public_sparse_gp` gives the :class:`PublicSparseGP` that the
-noise-aware DP mechanism (:mod:`pm_dpgp.mechanisms.noise_aware`, Honkela 2024) consumes:
+noise-aware DP mechanism (:mod:`pm_dpgp.mechanisms.full.noise_aware`, Honkela 2024) consumes:
 inducing inputs, kernel at public hyperparameters, noise variance and prior mean, and *no*
 training data.
 
@@ -519,7 +519,7 @@ def dirichlet_gp_classification(
     eq. 21, see :func:`dirichlet_targets`), each a ``pm.gp.MarginalApprox`` sharing the
     covariance ``cov_func`` and the public constant prior mean (default
     :meth:`DirichletTargets.default_prior_mean`, a function of ``C`` and ``α_ε`` only).
-    The DP release is :func:`pm_dpgp.mechanisms.dirichlet.dirichlet_release`.
+    The DP release is :func:`pm_dpgp.mechanisms.full.dirichlet.dirichlet_release`.
     """
     C = check_n_classes(n_classes)
     Z_arr = check_finite_array(Z, "Z", ndim=2)

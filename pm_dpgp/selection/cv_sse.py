@@ -41,9 +41,9 @@ from scipy.special import ndtr
 from pm_dpgp._validation import check_delta, check_epsilon, check_positive
 from pm_dpgp.gp.exact import cloaking_matrix
 from pm_dpgp.gp.linalg import check_square_symmetric
-from pm_dpgp.mechanisms.cloaking import solve_noise_covariance
-from pm_dpgp.mechanisms.cloaking_release import SENSITIVITY_SAFETY
 from pm_dpgp.mechanisms.gaussian import gaussian_sigma
+from pm_dpgp.mechanisms.label.cloaking import solve_noise_covariance
+from pm_dpgp.mechanisms.label.cloaking_release import SENSITIVITY_SAFETY
 
 __all__ = [
     "CvFold",

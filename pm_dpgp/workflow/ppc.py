@@ -1,7 +1,7 @@
 """Posterior predictive checks on DP releases, against a *public* hold-out set.
 
 A DP release (:class:`pm_dpgp.release.Release` from the cloaking or prior-noise
-mechanisms, or a :class:`~pm_dpgp.mechanisms.sample_path.SamplePathRelease`) gives
+mechanisms, or a :class:`~pm_dpgp.mechanisms.full.sample_path.SamplePathRelease`) gives
 DP draws of the regression function.  :func:`dp_ppc` puts them next to a public
 hold-out set in one ``arviz.InferenceData`` laid out like a PyMC model's, so that
 ``az.plot_ppc``, ``az.summary``, ``az.plot_hdi``, ``az.loo`` / ``az.compare`` work as
@@ -41,7 +41,7 @@ from scipy.special import logsumexp
 
 from pm_dpgp._validation import check_finite_array, check_positive, check_rng
 from pm_dpgp.compat import get_group, make_inference_data
-from pm_dpgp.mechanisms.sample_path import SamplePathRelease
+from pm_dpgp.mechanisms.full.sample_path import SamplePathRelease
 from pm_dpgp.models import GPRegression
 from pm_dpgp.release import Release
 

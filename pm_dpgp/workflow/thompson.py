@@ -6,10 +6,10 @@ Each round ``t`` (Thompson 1933; Russo & Van Roy 2014 for GP posterior sampling)
    objective values observed there (full privacy: inputs *and* outputs private,
    neighbours replace one ``(x, y)``);
 2. the privacy event of releasing **one** posterior sample path of ``D_t`` is computed
-   (:class:`~pm_dpgp.mechanisms.sample_path_bounds.SamplePathBound` with ``n = |D_t|``;
+   (:class:`~pm_dpgp.mechanisms.full.sample_path_bounds.SamplePathBound` with ``n = |D_t|``;
    the bound grows with ``n``) and the ledger is asked ``can_afford`` **before** any
    sampling; the loop stops cleanly when it cannot;
-3. the path is released with :func:`~pm_dpgp.mechanisms.sample_path.sample_path_release`
+3. the path is released with :func:`~pm_dpgp.mechanisms.full.sample_path.sample_path_release`
    (``n_paths=1``, same ledger: adaptive RDP composition, Mironov 2017 Prop. 1);
 4. the next query is the maximiser of the released path over candidates: a public
    candidate set, or random candidates in the public box followed by local refinement,
@@ -44,8 +44,8 @@ from scipy.linalg import cholesky
 from pm_dpgp._validation import check_delta, check_finite_array, check_positive, check_rng
 from pm_dpgp.accounting import Ledger, PrivacyEvent
 from pm_dpgp.compat import get_group, make_inference_data
-from pm_dpgp.mechanisms.sample_path import sample_path_release
-from pm_dpgp.mechanisms.sample_path_bounds import SamplePathBound, kernel_lower_bound
+from pm_dpgp.mechanisms.full.sample_path import sample_path_release
+from pm_dpgp.mechanisms.full.sample_path_bounds import SamplePathBound, kernel_lower_bound
 from pm_dpgp.models import GPRegression, PublicGP, gp_regression
 from pm_dpgp.workflow.progress import progress_bar
 

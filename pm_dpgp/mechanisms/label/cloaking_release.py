@@ -8,7 +8,7 @@ With public training inputs ``X``, public test inputs ``X*`` and private outputs
     f̃* = μ + P C (y − μ) + σ · U_k L_k z,   z ~ N(0, I_k),
 
 where ``M = U_k L_k L_kᵀ U_kᵀ`` is the optimal noise covariance of
-:func:`~pm_dpgp.mechanisms.cloaking.solve_noise_covariance` (minimum-volume
+:func:`~pm_dpgp.mechanisms.label.cloaking.solve_noise_covariance` (minimum-volume
 ellipsoid enclosing ``±cᵢ``), ``P = U_k U_kᵀ`` the projector onto the retained
 column space of ``C`` (directions treated as numerically zero are projected out
 of the mean, never left unprotected), and ``σ`` is the analytic Gaussian
@@ -26,12 +26,12 @@ from scipy.linalg import solve_triangular
 
 from pm_dpgp._validation import check_finite_array
 from pm_dpgp.accounting import Ledger
-from pm_dpgp.mechanisms.cloaking import (
+from pm_dpgp.mechanisms.label.cloaking import (
     CloakingOperator,
     NoiseCovariance,
     solve_noise_covariance,
 )
-from pm_dpgp.mechanisms.output_perturbation import label_gaussian_release, prepare_labels
+from pm_dpgp.mechanisms.label.output_perturbation import label_gaussian_release, prepare_labels
 from pm_dpgp.mechanisms.whitening import centred_whitening
 from pm_dpgp.models import GPRegression, PublicGP
 from pm_dpgp.release import Release
@@ -123,7 +123,7 @@ def cloaked_release(
     U = noise.basis
     # U_k (U_kᵀ C) r with the same U_kᵀ C the sensitivity was computed from (docs §4):
     # mean = μ + (U L_k) w with w = W (y − μ), W = L_k⁻¹ U_kᵀ C public (k × n), evaluated
-    # centred at the bounds' midpoint with its round-off bounded (mechanisms/whitening.py)
+    # centred at the bounds' midpoint with its round-off bounded (pm_dpgp/mechanisms/whitening.py)
     W = solve_triangular(noise.chol_k, noise.projected, lower=True)
     whitening = centred_whitening(W, labels.y, labels.y_bounds, public_gp.mean)
     return label_gaussian_release(

@@ -17,11 +17,11 @@ prior mean).
 
 **Privacy accounting.**  Replacing one record ``(x, l)`` changes the statistics of *every*
 class.  All ``C`` statistics are released by one Gaussian mechanism on their concatenation
-(whitened as in :mod:`~pm_dpgp.mechanisms.noise_aware`), whose L2 sensitivity is computed
+(whitened as in :mod:`~pm_dpgp.mechanisms.full.noise_aware`), whose L2 sensitivity is computed
 jointly: the inner product ``t = ⟨k, k'⟩`` is common to all classes, and the per-class values
 ``(ω r, ω)`` of the two records are known up to which classes are ``l`` and ``l'``, so
 ``Δ² = max_{same/different label} max_t Σ_c (…)``
-(:func:`~pm_dpgp.mechanisms.noise_aware.worst_case_sensitivity`).  One
+(:func:`~pm_dpgp.mechanisms.full.noise_aware.worst_case_sensitivity`).  One
 :class:`~pm_dpgp.accounting.GaussianEvent` with multiplier ``σ_a/Δ`` is exactly the
 Gaussian-DP composition of the per-class releases (``μ = Δ/σ_a``), and the joint ``Δ`` is never
 larger than ``√C`` times the per-class sensitivity (what one event per class would charge),
@@ -50,8 +50,7 @@ from pm_dpgp._validation import (
 )
 from pm_dpgp.accounting import Ledger
 from pm_dpgp.gp.sparse import sufficient_statistics
-from pm_dpgp.mechanisms.noise import simulation_rng
-from pm_dpgp.mechanisms.noise_aware import (
+from pm_dpgp.mechanisms.full.noise_aware import (
     KernelNorm,
     SparseQuRelease,
     _account_draw_release,
@@ -64,6 +63,7 @@ from pm_dpgp.mechanisms.noise_aware import (
     regularisation_lambda,
     worst_case_sensitivity,
 )
+from pm_dpgp.mechanisms.noise import simulation_rng
 from pm_dpgp.models.sparse import (
     DirichletGPClassification,
     DirichletTargets,
@@ -97,7 +97,7 @@ def dirichlet_sensitivity(
     Records contribute ``a = ω r``, ``w = ω`` per class (``ω_in = 1``,
     ``ω_out = σ²_in/σ²_out``, ``r = ỹ − μ``).  Two cases: same label (``l = l'``, only ``x``
     changes) and different labels; ``Δ`` is the larger
-    :func:`~pm_dpgp.mechanisms.noise_aware.worst_case_sensitivity` (``t ≥ 0`` when the kernel
+    :func:`~pm_dpgp.mechanisms.full.noise_aware.worst_case_sensitivity` (``t ≥ 0`` when the kernel
     is non-negative).
     """
     C = check_n_classes(n_classes)
@@ -195,7 +195,7 @@ def dirichlet_release(
         function of ``C`` and ``α_ε`` only).
     epsilon, delta, ratio, kernel_norm, rho, variant, s22_form, calibration, ledger, rng,
     z_is_public, chunk_size
-        As in :func:`~pm_dpgp.mechanisms.noise_aware.noise_aware_release`.  The ledger is
+        As in :func:`~pm_dpgp.mechanisms.full.noise_aware.noise_aware_release`.  The ledger is
         charged once (joint mechanism over all classes) before any noise is drawn.
     """
     public = _as_public(model, hyperparameters)

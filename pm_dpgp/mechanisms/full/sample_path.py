@@ -5,7 +5,7 @@ The prior is ``f ~ GP(μ₀, σ² k)`` with ``k(x, x) ≤ 1`` and the observatio
 variance is ``σ² r²`` (``r²`` the effective ridge), all public (REFERENCE §4).  The
 release is ``L`` independent draws of the posterior process, optionally plus
 ``η g`` with ``g ~ GP(0, k)`` independent (extra prior-GP noise).  Its Rényi-DP
-curve comes from :mod:`pm_dpgp.mechanisms.sample_path_bounds`; the ledger is
+curve comes from :mod:`pm_dpgp.mechanisms.full.sample_path_bounds`; the ledger is
 charged before any path is drawn.
 
 The release is *function-valued*: :meth:`SamplePathRelease.evaluate` draws the
@@ -55,13 +55,13 @@ from pm_dpgp._validation import (
 )
 from pm_dpgp.accounting import BUDGET_RTOL, Ledger
 from pm_dpgp.gp.linalg import CholeskyError, fill_upper_from_lower, jittered_cholesky
-from pm_dpgp.mechanisms.noise import SEED_POLICY_SIMULATION, SIMULATION
-from pm_dpgp.mechanisms.sample_path_bounds import (
+from pm_dpgp.mechanisms.full.sample_path_bounds import (
     SamplePathBound,
     kernel_lower_bound,
     parse_domain,
     paths_affordable,
 )
+from pm_dpgp.mechanisms.noise import SEED_POLICY_SIMULATION, SIMULATION
 from pm_dpgp.models import GPRegression, PublicGP
 from pm_dpgp.models.sparse import is_stationary_decreasing
 
@@ -400,7 +400,7 @@ def _fitting_setting(bound: SamplePathBound, target: float, delta: float) -> str
 
     Public only.  The cost is non-decreasing in L (the RDP curve scales with L) and grows with
     M_Y (the mean term of eq. SP8 grows with Δ = 2B√Φ, and B with M_Y).  The planning helper
-    :func:`~pm_dpgp.mechanisms.sample_path_bounds.paths_affordable` gives an upper bound on L
+    :func:`~pm_dpgp.mechanisms.full.sample_path_bounds.paths_affordable` gives an upper bound on L
     (its conversion is at least as tight as the event's); a binary search with the event's own
     cost finds the answer.  Every value suggested was evaluated and fits.
     """
@@ -477,7 +477,7 @@ def sample_path_release(
         setting (n, σ, r², M_Y, κ, η, L); a setting that costs more is refused with
         ``ValueError`` before anything is spent or drawn, and the message says what would fit
         (the largest affordable ``n_paths`` from
-        :func:`~pm_dpgp.mechanisms.sample_path_bounds.paths_affordable`, or the largest
+        :func:`~pm_dpgp.mechanisms.full.sample_path_bounds.paths_affordable`, or the largest
         ``y_bound``).  ``epsilon`` or ``ledger`` (or both) must be given: with neither the
         release is refused (issue 15).
     kappa, domain:

@@ -37,7 +37,7 @@ from scipy.linalg import cho_solve, eigh
 
 from pm_dpgp._validation import check_finite_array
 from pm_dpgp.accounting import Ledger
-from pm_dpgp.mechanisms.output_perturbation import label_gaussian_release, prepare_labels
+from pm_dpgp.mechanisms.label.output_perturbation import label_gaussian_release, prepare_labels
 from pm_dpgp.mechanisms.whitening import centred_whitening
 from pm_dpgp.models import GPRegression, PublicGP
 from pm_dpgp.release import Release
@@ -122,7 +122,7 @@ def prior_noise_release(
     shape = prior_noise_shape(public_gp, X_star)
     # whitened coordinates: F = V diag(s) ⇒ F⁻¹x = (Fᵀx)/s², s² the squared column norms, so
     # mean − μ = F W (y − μ) with the public W = F⁻¹ C (m × n), C = K*f (K + σ²I)⁻¹; evaluated
-    # centred at the bounds' midpoint with its round-off bounded (mechanisms/whitening.py)
+    # centred at the bounds' midpoint with its round-off bounded (pm_dpgp/mechanisms/whitening.py)
     C = public_gp.posterior().cloaking_matrix(K_sf)
     W = (shape.T @ C) / np.sum(shape * shape, axis=0)[:, None]
     whitening = centred_whitening(W, labels.y, labels.y_bounds, public_gp.mean)

@@ -1,0 +1,22 @@
+"""Label-privacy mechanisms: the inputs X are public, one output y_i may change.
+
+The neighbouring relation is "one label replaced by another within the public bounds"
+(Smith et al. 2018, §2; Smith et al. 2021, §2).  Every mechanism here releases a linear
+function ``C y`` of the labels with Gaussian noise whose covariance is shaped by the
+cloaking matrix ``C`` (:mod:`~pm_dpgp.mechanisms.label.cloaking`) or by the prior
+(:mod:`~pm_dpgp.mechanisms.label.prior_noise`, Hall et al. 2013); the shared steps
+(clip, charge, draw) are in :mod:`~pm_dpgp.mechanisms.label.output_perturbation`.
+"""
+
+from pm_dpgp.mechanisms.label.cloaking import NoiseCovariance, solve_noise_covariance
+from pm_dpgp.mechanisms.label.cloaking_release import cloaked_release, cloaking_noise
+from pm_dpgp.mechanisms.label.prior_noise import prior_noise_release, rkhs_sensitivity
+
+__all__ = [
+    "NoiseCovariance",
+    "cloaked_release",
+    "cloaking_noise",
+    "prior_noise_release",
+    "rkhs_sensitivity",
+    "solve_noise_covariance",
+]
