@@ -10,11 +10,13 @@ from pm_dpgp.accounting.events import (
     PrivacyEvent,
     PureDpEvent,
     RdpCurveEvent,
+    RepeatAndSelectEvent,
     ZCDPEvent,
     event_from_metadata,
     gdp_delta,
     gdp_epsilon,
     rdp_to_epsilon,
+    stopping_mean,
 )
 from pm_dpgp.accounting.ledger import (
     BUDGET_RTOL,
@@ -42,6 +44,7 @@ __all__ = [
     "RdpCurveEvent",
     "PureDpEvent",
     "ApproxDpEvent",
+    "RepeatAndSelectEvent",
     "BudgetExceededError",
     "Ledger",
     "LedgerEntry",
@@ -57,4 +60,5 @@ __all__ = [
     "gdp_delta",
     "gdp_epsilon",
     "rdp_to_epsilon",
+    "stopping_mean",
 ]

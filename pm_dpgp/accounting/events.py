@@ -26,6 +26,8 @@ References
   lower bounds", TCC 2016 (ρ-zCDP, Def. 1.1; composition, Lemma 1.7).
 * C. Canonne, G. Kamath and T. Steinke, "The discrete Gaussian for differential privacy",
   NeurIPS 2020 (the discrete Gaussian is Δ²/(2σ²)-zCDP, Thm. 14 for vectors).
+* N. Papernot and T. Steinke, "Hyperparameter tuning with Renyi differential privacy", ICLR 2022
+  / arXiv:2110.03620v2 (random stopping: Def. 1, Thm. 2) — :class:`RepeatAndSelectEvent`.
 * C. Dwork, F. McSherry, K. Nissim and A. Smith, "Calibrating noise to sensitivity", TCC 2006;
   C. Dwork, G. Rothblum and S. Vadhan, "Boosting and differential privacy", FOCS 2010
   (basic composition, also under adaptivity).
@@ -58,6 +60,8 @@ __all__ = [
     "RdpCurveEvent",
     "PureDpEvent",
     "ApproxDpEvent",
+    "RepeatAndSelectEvent",
+    "stopping_mean",
     "gdp_delta",
     "gdp_epsilon",
     "rdp_to_epsilon",
@@ -688,6 +692,101 @@ class ApproxDpEvent(PrivacyEvent):
 
 
 # --------------------------------------------------------------------------------------------
+# Random stopping: repeat a mechanism a random number of times, publish only the best run
+# --------------------------------------------------------------------------------------------
+def _check_stopping(gamma: Any, shape: Any) -> tuple[float, float]:
+    """Validate the truncated-negative-binomial parameters γ ∈ (0, 1), η ≥ 0 (finite)."""
+    g = check_positive(gamma, "gamma")
+    if not g < 1.0:
+        raise ValueError(f"gamma (the stopping probability) must lie in (0, 1), got {gamma!r}.")
+    eta = check_positive(shape, "shape", allow_zero=True)
+    if not math.isfinite(eta):
+        raise ValueError("shape must be finite (the Poisson case is not supported).")
+    return g, eta
+
+
+def stopping_mean(gamma: float, shape: float = 1.0) -> float:
+    """E[K] of the truncated negative binomial D_{η,γ} (Papernot & Steinke 2022, Def. 1).
+
+    η = 1 (geometric): 1/γ; η = 0 (logarithmic): (1/γ − 1)/ln(1/γ); otherwise
+    η(1/γ − 1)/(1 − γ^η).  ``tests/test_liu_talwar.py`` checks it against the pmf and against
+    dp_accounting's ``_truncated_negative_binomial_mean``.
+    """
+    g, eta = _check_stopping(gamma, shape)
+    if eta == 1.0:
+        return 1.0 / g
+    if eta == 0.0:
+        return (1.0 - g) / (g * -math.log(g))
+    return eta * (1.0 - g) / (g * -math.expm1(eta * math.log(g)))
+
+
+@dataclass(frozen=True)
+class RepeatAndSelectEvent(PrivacyEvent):
+    """Run ``base`` K ~ D_{η,γ} times (K secret), publish only the best run's output.
+
+    D_{η,γ} is the truncated negative binomial of Papernot & Steinke (2022, Def. 1):
+    P(K = k) ∝ (1 − γ)^k · C(k + η − 1, k) on k ≥ 1 (η = 1: geometric, P(K = k) = γ(1 − γ)^{k−1},
+    the "stop with probability γ after every run" of Liu & Talwar 2019, Alg. 2; η = 0:
+    logarithmic).  If ``base`` is (λ, ε(λ))-RDP at every order, the whole procedure is
+    (λ, ε′(λ))-RDP with (Papernot & Steinke 2022, Thm. 2, for every λ > 1 and every λ̂ ≥ 1)
+
+        ε′(λ) = ε(λ) + (1 + η)(1 − 1/λ̂) ε(λ̂) + (1 + η) ln(1/γ)/λ̂ + ln E[K]/(λ − 1).
+
+    ``rdp(orders)`` takes the minimum over λ̂ in the union of ``orders`` and
+    :data:`DEFAULT_ORDERS` (each λ̂ gives a valid bound), evaluates ε′ at the grid orders and
+    then uses monotonicity of Rényi divergences in λ (bound at λ = min over grid orders ≥ λ),
+    as dp_accounting's ``RepeatAndSelectDpEvent`` does in its RDP accountant (tested equal on
+    the same grid).  ``count`` independent runs of the whole procedure add up (Mironov 2017,
+    Prop. 1).  ``docs/selection.md`` §5.
+    """
+
+    base: PrivacyEvent
+    gamma: float
+    shape: float = 1.0
+    label: str = ""
+    count: int = field(default=1, kw_only=True)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.base, PrivacyEvent) or not self.base.has_rdp:
+            raise ValueError("base must be a privacy event with an RDP curve.")
+        g, eta = _check_stopping(self.gamma, self.shape)
+        object.__setattr__(self, "gamma", g)
+        object.__setattr__(self, "shape", eta)
+        object.__setattr__(self, "label", _check_label(self.label))
+        object.__setattr__(self, "count", _check_count(self.count))
+
+    @property
+    def mean(self) -> float:
+        """E[K]: the expected number of runs of ``base``."""
+        return stopping_mean(self.gamma, self.shape)
+
+    def _grid_curve(self, grid: NDArray[np.float64]) -> NDArray[np.float64]:
+        """ε′ on ``grid`` (sorted), before the monotone envelope (one procedure)."""
+        eps = self.base.rdp(grid)
+        with np.errstate(invalid="ignore"):
+            hat = (1.0 - 1.0 / grid) * eps - math.log(self.gamma) / grid
+        c = (1.0 + self.shape) * float(np.min(hat))
+        return eps + c + math.log(self.mean) / (grid - 1.0)
+
+    def rdp(self, orders: ArrayLike = DEFAULT_ORDERS) -> NDArray[np.float64]:
+        alpha = _check_orders(orders)
+        grid = np.unique(np.concatenate([alpha, DEFAULT_ORDERS]))
+        curve = self._grid_curve(grid)
+        env = np.minimum.accumulate(curve[::-1])[::-1]  # min over grid orders >= λ
+        return self.count * env[np.searchsorted(grid, alpha)]
+
+    def epsilon(self, delta: float) -> float:
+        return rdp_to_epsilon(DEFAULT_ORDERS, self.rdp(DEFAULT_ORDERS), delta)
+
+    def _parameters(self) -> dict[str, Any]:
+        return {"base": self.base.to_metadata(), "gamma": self.gamma, "shape": self.shape}
+
+    def describe(self) -> str:
+        rep = f"×{self.count}" if self.count > 1 else ""
+        return f"RepeatAndSelect({self.base.describe()}, E[K]={self.mean:.4g}){rep}"
+
+
+# --------------------------------------------------------------------------------------------
 # Restoring events from their metadata (used by the persistent ledger)
 # --------------------------------------------------------------------------------------------
 def _meta_float(value: Any, name: str) -> float:
@@ -729,6 +828,14 @@ def event_from_metadata(meta: dict[str, Any]) -> PrivacyEvent:
             )
         if kind == "PureDpEvent":
             return PureDpEvent(_meta_float(meta["epsilon"], "epsilon"), label, count=count)
+        if kind == "RepeatAndSelectEvent":
+            return RepeatAndSelectEvent(
+                event_from_metadata(meta["base"]),
+                _meta_float(meta["gamma"], "gamma"),
+                _meta_float(meta["shape"], "shape"),
+                label,
+                count=count,
+            )
         if kind == "ApproxDpEvent":
             return ApproxDpEvent(
                 _meta_float(meta["epsilon"], "epsilon"),
@@ -740,5 +847,5 @@ def event_from_metadata(meta: dict[str, Any]) -> PrivacyEvent:
         raise ValueError(f"event metadata of type {kind!r} lacks the field {err}.") from None
     raise ValueError(
         f"unknown event type {kind!r} in metadata (expected GaussianEvent, ZCDPEvent, "
-        "RdpCurveEvent, PureDpEvent or ApproxDpEvent)."
+        "RdpCurveEvent, PureDpEvent, ApproxDpEvent or RepeatAndSelectEvent)."
     )

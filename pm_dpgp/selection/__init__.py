@@ -3,9 +3,17 @@
 One module per idea: public candidate grids and splits (:mod:`.grids`), the exponential
 mechanism and its events (:mod:`.exponential`), Smith et al.'s cross-validated SSE utility and
 its sensitivity (:mod:`.cv_sse`), the label-private selection of Algorithm 1 (:mod:`.smith`),
-and the result object (:mod:`.result`).
+the result object (:mod:`.result`), the 1-D COINPRESS mean (:mod:`.coinpress`), the fully
+private random-stopping selection of Honkela's Algorithm 2 (:mod:`.liu_talwar`) and the front
+end :func:`select_hyperparameters` (:mod:`.front`).
 """
 
+from pm_dpgp.selection.coinpress import (
+    CoinpressResult,
+    clipped_mean_sensitivity,
+    coinpress_mean,
+    coinpress_rho_schedule,
+)
 from pm_dpgp.selection.cv_sse import (
     clipped_square_change_bound,
     cv_sse_utilities,
@@ -19,17 +27,37 @@ from pm_dpgp.selection.exponential import (
     exponential_mechanism_probabilities,
     sample_exponential_mechanism,
 )
+from pm_dpgp.selection.front import select_hyperparameters
 from pm_dpgp.selection.grids import (
     check_grid,
     kfold_splits,
     prior_quantile_grid,
     product_grid,
 )
+from pm_dpgp.selection.liu_talwar import (
+    loglik_bounds,
+    random_stopping_event,
+    sample_stopping_time,
+    select_by_random_stopping,
+    stopping_pmf,
+    validation_loglik,
+)
 from pm_dpgp.selection.result import SelectionResult
 from pm_dpgp.selection.smith import select_by_cross_validated_sse
 
 __all__ = [
+    "CoinpressResult",
     "SelectionResult",
+    "clipped_mean_sensitivity",
+    "coinpress_mean",
+    "coinpress_rho_schedule",
+    "loglik_bounds",
+    "random_stopping_event",
+    "sample_stopping_time",
+    "select_by_random_stopping",
+    "select_hyperparameters",
+    "stopping_pmf",
+    "validation_loglik",
     "bounded_range_rho",
     "check_grid",
     "clipped_square_change_bound",

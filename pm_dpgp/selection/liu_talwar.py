@@ -1,0 +1,348 @@
+r"""Fully private hyperparameter selection by random stopping (Honkela 2024, §4, Alg. 2).
+
+Privacy model: **full** (inputs and outputs private; replace one record ``(x, y)``).  The
+split of the rows into a training part D₁ and a validation part D₂ is public (a function of
+``n`` only), the grid is public, the inducing inputs ``Z`` are public.
+
+One run of the base mechanism Q (Honkela, Lemma 3):
+
+1. draw a candidate ``i`` uniformly from the grid (public randomness, data-independent);
+2. release the noise-aware ``q(u)`` on D₁ with hyperparameters θ_i
+   (:func:`~pm_dpgp.mechanisms.full.noise_aware.noise_aware_release`, Alg. 1; ρ_M-zCDP, or a
+   Gaussian event with ρ_M = 1/(2z²) in simulation mode);
+3. score it on D₂: per-record validation log-likelihoods (eq. 18) clipped to
+   ``[L_min, L_max]`` (eqs. 30–31, i.e. centre/radius eqs. 32–33) and averaged by 1-D COINPRESS
+   (:mod:`~pm_dpgp.selection.coinpress`, ρ_CP-zCDP w.r.t. D₂).
+
+Because D₁ and D₂ are disjoint and a replace-one neighbour changes only one of them, the pair
+(release, score) is max(ρ_M, ρ_CP)-zCDP: for a change in D₁ the score is post-processing of the
+release; for a change in D₂ the release has the same law and, conditionally on it, the score's
+Rényi divergence is at most α·ρ_CP (the Rényi divergence of two joint laws with a common
+marginal is at most the supremum of the conditional ones); the uniform choice of ``i`` is
+a mixture with public weights, which cannot increase the maximum (``docs/selection.md`` §5).
+
+Random stopping (Liu & Talwar 2019, Alg. 2): after every run, stop with probability γ and
+publish the best valid candidate seen; the number of runs K is geometric (never published).
+Accounting: :class:`~pm_dpgp.accounting.RepeatAndSelectEvent` with the base event
+``ZCDPEvent(max(ρ_M, ρ_CP))`` and η = 1 (Papernot & Steinke 2022, Thm. 2) — an RDP curve that
+composes on ``renyi`` and ``fixed`` ledgers.  This replaces Honkela's eq. (20), which is Liu &
+Talwar's (ε, δ) bound for the *truncated* procedure (T = ln(1/δ₂)/γ runs at most); we do not
+truncate (the RDP theorem is for the untruncated K; P(K > T) = (1 − γ)^T).
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from collections.abc import Sequence
+from fractions import Fraction
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from pm_dpgp._validation import check_delta, check_epsilon, check_positive, check_rng
+from pm_dpgp.accounting import (
+    GaussianEvent,
+    Ledger,
+    PrivacyEvent,
+    RepeatAndSelectEvent,
+    ZCDPEvent,
+    event_from_metadata,
+    stopping_mean,
+)
+from pm_dpgp.gp.sparse import predict_from_qu, titsias_qu
+from pm_dpgp.mechanisms.full.noise_aware import (
+    NEIGHBOURING_RELATION,
+    PRIVACY_MODEL,
+    KernelNorm,
+    SparseQuRelease,
+    calibrate_statistics_noise,
+    kernel_norm_bound,
+    l2_sensitivity,
+    noise_aware_release,
+)
+from pm_dpgp.mechanisms.gaussian import zcdp_rho
+from pm_dpgp.mechanisms.noise import SIMULATION
+from pm_dpgp.models.sparse import PublicSparseGP, SparseGPRegression
+from pm_dpgp.selection.coinpress import coinpress_mean
+from pm_dpgp.selection.grids import check_grid, kfold_splits, prior_quantile_grid
+from pm_dpgp.selection.result import SelectionResult
+
+__all__ = [
+    "loglik_bounds",
+    "random_stopping_event",
+    "sample_stopping_time",
+    "select_by_random_stopping",
+    "stopping_pmf",
+    "validation_loglik",
+]
+
+
+def stopping_pmf(k: ArrayLike, gamma: float) -> NDArray[np.float64]:
+    """P(K = k) = γ(1 − γ)^{k−1}, k ≥ 1: the geometric law of "stop with probability γ after
+    every run" (Liu & Talwar 2019, Alg. 2; Papernot & Steinke 2022, Def. 1 with η = 1)."""
+    stopping_mean(gamma, 1.0)  # validates γ
+    kk = np.asarray(k, dtype=np.float64)
+    out = gamma * np.exp((kk - 1.0) * math.log1p(-gamma))
+    return np.where(kk >= 1, out, 0.0)
+
+
+def _coin(gamma: Fraction, rng: np.random.Generator | None) -> bool:
+    """One Bernoulli(γ): exact from OS entropy (γ = p/2^k as a dyadic fraction) or simulated."""
+    if rng is None:
+        return secrets.randbelow(gamma.denominator) < gamma.numerator
+    return bool(rng.random() < float(gamma))
+
+
+def _uniform(k: int, rng: np.random.Generator | None) -> int:
+    return secrets.randbelow(k) if rng is None else int(rng.integers(k))
+
+
+def sample_stopping_time(gamma: float, rng: np.random.Generator | None = None) -> int:
+    """Draw K by the procedure the selection uses: run, then stop with probability γ."""
+    stopping_mean(gamma, 1.0)
+    g = Fraction(float(gamma))
+    k = 1
+    while not _coin(g, rng):
+        k += 1
+    return k
+
+
+def loglik_bounds(noise_var: float, y_bound: float) -> tuple[float, float]:
+    """``(L_min, L_max)`` of Honkela eqs. (30)–(31): ``L_max = −½ln(2π) − ln σ``,
+    ``L_min = L_max − 4R_y²/(2σ²)`` (centre ``C`` and radius ``R = R_y²/σ²``, eqs. 32–33)."""
+    s2 = check_positive(noise_var, "noise_var")
+    R_y = check_positive(y_bound, "y_bound")
+    l_max = -0.5 * math.log(2.0 * math.pi) - 0.5 * math.log(s2)
+    return l_max - 2.0 * R_y * R_y / s2, l_max
+
+
+def validation_loglik(
+    mean: NDArray[np.float64],
+    var: NDArray[np.float64],
+    y: NDArray[np.float64],
+    prior_mean: float,
+    y_bound: float,
+) -> NDArray[np.float64]:
+    """Per-record ``log N(r_j; μ̂_j − μ, Σ̂_jj + σ²)`` (eq. 18), ``r = clip(y − μ, ±R_y)``.
+
+    Each entry depends on one validation record only (and on public or DP quantities).
+    """
+    r = np.clip(np.nan_to_num(y - prior_mean, nan=0.0), -y_bound, y_bound)
+    e = r - (mean - prior_mean)
+    return -0.5 * (np.log(2.0 * np.pi * var) + e * e / var)
+
+
+def _release_event(
+    public: PublicSparseGP,
+    epsilon: float,
+    delta: float,
+    y_bound: float,
+    ratio: float,
+    kernel_norm: KernelNorm | float,
+    calibration: Literal["analytic", "classic"],
+    secure: bool,
+) -> PrivacyEvent:
+    """The event one noise-aware release at θ would charge (public calibration only)."""
+    bound = kernel_norm_bound(public, kernel_norm)
+    Delta = l2_sensitivity(y_bound, bound.R_k, ratio)
+    sigma_a, plan = calibrate_statistics_noise(
+        epsilon, delta, Delta, calibration, n_outputs=1, n_inducing=public.n_inducing, secure=secure
+    )
+    return plan.event(1) if plan is not None else GaussianEvent(sigma_a / Delta)
+
+
+def _rho(event: PrivacyEvent) -> float:
+    if isinstance(event, GaussianEvent):
+        return event.mu_squared / 2.0
+    if isinstance(event, ZCDPEvent):
+        return event.total_rho
+    raise TypeError(f"expected a Gaussian or zCDP event, got {type(event).__name__}.")
+
+
+def random_stopping_event(base_rho: float, gamma: float, label: str = "") -> RepeatAndSelectEvent:
+    """The event of the whole selection: ρ-zCDP base run, geometric stopping with γ."""
+    return RepeatAndSelectEvent(ZCDPEvent(base_rho), gamma, 1.0, label)
+
+
+def _owner_score(
+    public: PublicSparseGP,
+    X1: NDArray[np.float64],
+    r1: NDArray[np.float64],
+    X2: NDArray[np.float64],
+    y2: NDArray[np.float64],
+    y_bound: float,
+) -> float:
+    """Non-private mean clipped validation log-likelihood of Titsias' q(u) (owner only)."""
+    Kzx = public.kernel(public.Z, X1)
+    m, S = titsias_qu(public.kzz(), Kzx @ r1, Kzx @ Kzx.T, 1.0 / public.noise_var)
+    mu, var = predict_from_qu(
+        public.kzz(), m[None], S[None], public.kernel(public.Z, X2), public.kernel_diag(X2)
+    )
+    v = validation_loglik(mu[0] + public.mean, var[0] + public.noise_var, y2, public.mean, y_bound)
+    lo, hi = loglik_bounds(public.noise_var, y_bound)
+    return float(np.mean(np.clip(v, lo, hi)))
+
+
+def select_by_random_stopping(
+    model: SparseGPRegression,
+    grid: Sequence[dict[str, float]] | None = None,
+    data: tuple[ArrayLike, ArrayLike] | None = None,
+    *,
+    epsilon: float,
+    delta: float,
+    y_bound: float,
+    ledger: Ledger | None,
+    gamma: float = 0.1,
+    validation: ArrayLike | None = None,
+    n_steps: int = 12,
+    spread: float = 4.0,
+    ratio: float = 1.0,
+    kernel_norm: KernelNorm | float = "auto",
+    calibration: Literal["analytic", "classic"] = "analytic",
+    owner_scores: bool = True,
+    rng: np.random.Generator | None = None,
+) -> SelectionResult:
+    """Fully private choice of hyperparameters by Liu–Talwar random stopping (Honkela Alg. 2).
+
+    Parameters
+    ----------
+    model
+        :func:`~pm_dpgp.models.sparse_gp_regression` model with PUBLIC inducing inputs.
+    grid
+        candidate configurations; ``None``: prior quartiles
+        (:func:`~pm_dpgp.selection.grids.prior_quantile_grid`, no data touched).
+    data
+        private ``(X, y)``; ``None``: the model's own.
+    epsilon, delta
+        budget of each candidate's noise-aware release; the COINPRESS score gets the same ρ
+        (:func:`~pm_dpgp.mechanisms.gaussian.zcdp_rho` (ε, δ), the conversion of Honkela
+        eq. 19 the ledger uses).
+    y_bound
+        public ``R_y`` (responses clipped to ``prior mean ± R_y``).
+    ledger
+        charged with :func:`random_stopping_event` before any data are read or any candidate
+        is drawn (a ``renyi`` or ``fixed`` ledger: the event is an RDP curve).
+    gamma
+        stopping probability after each run; E[K] = 1/γ runs.
+    validation
+        public indices of the validation rows D₂; default every 5th row.
+    n_steps, spread
+        COINPRESS steps and public half-width of the log-likelihoods' bulk (nats).
+    owner_scores
+        also compute the non-private validation scores of every candidate for the owner.
+    rng
+        ``None``: secure noise and OS-entropy coins; a Generator: simulation mode.
+    """
+    epsilon = check_epsilon(epsilon)
+    delta = check_delta(delta)
+    R_y = check_positive(y_bound, "y_bound")
+    stopping_mean(gamma, 1.0)
+    if not isinstance(model, SparseGPRegression):
+        raise TypeError("model must be a sparse_gp_regression model (public inducing inputs).")
+    if ledger is not None and not isinstance(ledger, Ledger):
+        raise TypeError(f"ledger must be a pm_dpgp Ledger or None, got {type(ledger).__name__}.")
+    if rng is not None:
+        rng = check_rng(rng)
+    names = tuple(model.hyperparameter_names)
+    configs = check_grid(prior_quantile_grid(model) if grid is None else grid, names)
+    X, y = (model.X, model.y) if data is None else data
+    n = int(np.shape(X)[0])
+    val = (
+        kfold_splits(n, 5)[0]
+        if validation is None
+        else np.unique(np.asarray(validation, dtype=np.intp).ravel())
+    )
+    if val.size == 0 or val.size >= n or val.min() < 0 or val.max() >= n:
+        raise ValueError("validation must be public row indices leaving >= 1 training row.")
+    train = np.setdiff1d(np.arange(n), val)
+    # --- public plan: events of every candidate, COINPRESS bounds -----------------------------
+    publics = [model.public_sparse_gp(c) for c in configs]
+    release_events = [
+        _release_event(p, epsilon, delta, R_y, ratio, kernel_norm, calibration, rng is None)
+        for p in publics
+    ]
+    rho_cp = zcdp_rho(epsilon, delta)
+    base_rho = max(rho_cp, *(_rho(e) for e in release_events))
+    event = random_stopping_event(
+        base_rho, gamma, label="hyperparameter selection (Liu-Talwar random stopping)"
+    )
+    # --- charge before any data are read or anything is drawn ---------------------------------
+    if ledger is not None:
+        ledger.spend(
+            event,
+            label="DP hyperparameter selection (Honkela 2024, Alg. 2)",
+            privacy_model=PRIVACY_MODEL,
+            neighbouring_relation=NEIGHBOURING_RELATION,
+            rng=rng,
+        )
+    Xa = np.asarray(X, dtype=np.float64)
+    Xa = Xa[:, None] if Xa.ndim == 1 else Xa
+    ya = np.asarray(y, dtype=np.float64).ravel()
+    X1, y1, X2, y2 = Xa[train], ya[train], Xa[val], ya[val]
+    g = Fraction(float(gamma))
+    best_index, best_score = -1, -math.inf
+    runs: list[tuple[int, float]] = []
+    while True:
+        i = _uniform(len(configs), rng)
+        release: SparseQuRelease = noise_aware_release(
+            model,
+            (X1, y1),
+            epsilon=epsilon,
+            delta=delta,
+            y_bound=R_y,
+            hyperparameters=configs[i],
+            ratio=ratio,
+            kernel_norm=kernel_norm,
+            calibration=calibration,
+            ledger=None,
+            rng=rng,
+        )
+        if _rho(event_from_metadata(release.metadata["privacy_event"])) > base_rho:
+            raise RuntimeError("a candidate release exceeded its planned cost; please report.")
+        mu, var = release.predict(X2, pred_noise=True)
+        lo, hi = loglik_bounds(publics[i].noise_var, R_y)
+        v = validation_loglik(mu, var, y2, publics[i].mean, R_y)
+        score = coinpress_mean(
+            v, lower=lo, upper=hi, rho=rho_cp, n_steps=n_steps, spread=spread, rng=rng
+        ).mean
+        runs.append((i, score))
+        if score <= hi and score > best_score:  # Alg. 2: values above the interval ignored
+            best_index, best_score = i, score
+        if _coin(g, rng):
+            break
+    owner: dict[str, Any] = {"runs": runs, "n_runs": len(runs)}
+    if owner_scores:
+        r1 = np.clip(np.nan_to_num(y1 - model.mean, nan=0.0), -R_y, R_y)
+        owner["validation_scores"] = np.array(
+            [_owner_score(p, X1, r1, X2, y2, R_y) for p in publics]
+        )
+    details = {
+        "epsilon_per_candidate": epsilon,
+        "delta_per_candidate": delta,
+        "coinpress_rho": rho_cp,
+        "base_rho": base_rho,
+        "gamma": float(gamma),
+        "expected_runs": stopping_mean(gamma, 1.0),
+        "y_bound": R_y,
+        "validation_rows": val.tolist(),
+        "coinpress_steps": int(n_steps),
+        "coinpress_spread": float(spread),
+        # the winner's DP score is part of the published run (Liu & Talwar output (i, q));
+        # the other runs and their number K are never published
+        "dp_mean_validation_loglik": best_score if best_index >= 0 else None,
+        "outcome": "selected" if best_index >= 0 else "no valid candidate (bottom)",
+        "noise_source": "opendp_discrete_gaussian+os_entropy" if rng is None else SIMULATION,
+    }
+    return SelectionResult(
+        method="liu_talwar_random_stopping",
+        hyperparameters=dict(configs[best_index]) if best_index >= 0 else {},
+        index=best_index,
+        grid=configs,
+        event=event,
+        privacy_model=PRIVACY_MODEL,
+        neighbouring_relation=NEIGHBOURING_RELATION,
+        public_details=details,
+        _owner=owner,
+    )
