@@ -153,6 +153,7 @@ def coinpress_mean(
     v = np.where(np.isnan(v), lo0, v)  # a NaN record contributes the lower bound, silently
     z = math.sqrt(2.0 * math.log(2.0 * len(rhos) / float(beta)))
     lo, hi = lo0, hi0
+    radius = 0.5 * (hi0 - lo0)
     intervals = []
     estimate = 0.5 * (lo + hi)
     for rho_t in rhos:
@@ -161,7 +162,7 @@ def coinpress_mean(
         centre = 0.5 * (lo + hi)
         estimate = centre + _noisy(centred_clipped_mean(v, lo, hi), delta_t, rho_t, rng)
         tau = delta_t / math.sqrt(2.0 * rho_t)
-        radius = min(0.5 * (hi - lo), spread + z * tau)
+        radius = min(radius, spread + z * tau)  # r_t, before the intersection with [L, H]
         c_next = min(max(estimate, lo0), hi0)
         lo, hi = max(c_next - radius, lo0), min(c_next + radius, hi0)
         if not lo < hi:  # c_next on a bound and radius 0 cannot happen (spread > 0); guard

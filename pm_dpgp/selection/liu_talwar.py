@@ -202,6 +202,7 @@ def select_by_random_stopping(
     kernel_norm: KernelNorm | float = "auto",
     calibration: Literal["analytic", "classic"] = "analytic",
     owner_scores: bool = True,
+    owner_check: bool = False,
     rng: np.random.Generator | None = None,
 ) -> SelectionResult:
     """Fully private choice of hyperparameters by Liu–Talwar random stopping (Honkela Alg. 2).
@@ -232,6 +233,11 @@ def select_by_random_stopping(
         COINPRESS steps and public half-width of the log-likelihoods' bulk (nats).
     owner_scores
         also compute the non-private validation scores of every candidate for the owner.
+    owner_check
+        the data owner's own heuristic check that ``Z`` was not taken from the private
+        inputs (:func:`pm_dpgp.audit.check_public_choices`, raises
+        :class:`~pm_dpgp.models.InducingFromDataError` before anything is spent).  Its answer
+        depends on the private inputs: only the data owner may switch it on.
     rng
         ``None``: secure noise and OS-entropy coins; a Generator: simulation mode.
     """
@@ -248,7 +254,7 @@ def select_by_random_stopping(
     names = tuple(model.hyperparameter_names)
     configs = check_grid(prior_quantile_grid(model) if grid is None else grid, names)
     X, y = (model.X, model.y) if data is None else data
-    n = int(np.shape(X)[0])
+    n = len(X)  # public under replace-one neighbours; nothing else is read before the spend
     val = (
         kfold_splits(n, 5)[0]
         if validation is None
@@ -268,6 +274,10 @@ def select_by_random_stopping(
     event = random_stopping_event(
         base_rho, gamma, label="hyperparameter selection (Liu-Talwar random stopping)"
     )
+    if owner_check:
+        from pm_dpgp.audit import check_public_choices
+
+        check_public_choices(X, Z=model.Z)
     # --- charge before any data are read or anything is drawn ---------------------------------
     if ledger is not None:
         ledger.spend(

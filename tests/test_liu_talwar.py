@@ -1,0 +1,335 @@
+"""Fully private selection (issue 9): Liu–Talwar random stopping with COINPRESS scores.
+
+Honkela (2024) §4, Alg. 2, eqs. (18)–(20), (30)–(33); Papernot & Steinke (2022) Def. 1, Thm. 2;
+Biswas et al. (2020) COINPRESS; docs/selection.md §4–6.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pickle
+
+import numpy as np
+import pymc as pm
+import pytest
+from dp_accounting import dp_event
+from dp_accounting.rdp import RdpAccountant
+from dp_accounting.rdp.rdp_privacy_accountant import _truncated_negative_binomial_mean
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats
+from scipy.special import gammaln
+
+from pm_dpgp.accounting import (
+    DEFAULT_ORDERS,
+    BudgetExceededError,
+    GaussianEvent,
+    Ledger,
+    RepeatAndSelectEvent,
+    ZCDPEvent,
+    event_from_metadata,
+    stopping_mean,
+)
+from pm_dpgp.models import InducingFromDataError, grid_inducing_points, sparse_gp_regression
+from pm_dpgp.selection import (
+    clipped_mean_sensitivity,
+    coinpress_mean,
+    coinpress_rho_schedule,
+    loglik_bounds,
+    prior_quantile_grid,
+    product_grid,
+    sample_stopping_time,
+    select_by_random_stopping,
+    select_hyperparameters,
+    stopping_pmf,
+)
+from pm_dpgp.selection.coinpress import centred_clipped_mean
+
+GRID = product_grid({"ell": [0.3, 1.0, 3.0], "sigma": [0.1, 0.3]})
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+def _sparse_model(n: int = 300, seed: int = 0, with_data: bool = True):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-3, 3, (n, 1))
+    y = np.sin(2 * X[:, 0]) + 0.3 * rng.standard_normal(n)
+    return sparse_gp_regression(
+        X if with_data else None,
+        y if with_data else None,
+        lambda: pm.gp.cov.ExpQuad(1, ls=pm.Gamma("ell", 2, 2)),
+        Z=grid_inducing_points(-3.5, 3.5, 10),
+        sigma=lambda: pm.HalfNormal("sigma", 1.0),
+    )
+
+
+# ------------------------------------------------------------------ the accounting theorem
+@pytest.mark.parametrize("shape", [1.0, 0.0, 0.5, 2.0])
+@pytest.mark.parametrize("gamma", [0.02, 0.1, 0.5])
+def test_repeat_and_select_matches_dp_accounting(shape, gamma):
+    """Papernot & Steinke Thm. 2 on the same order grid as dp_accounting's RDP accountant.
+
+    Geometric (η = 1): dp_accounting's γ is 1/mean, the curves agree to round-off.  Other η:
+    dp_accounting recovers γ from the mean by bisection to a relative 1e-9 (rounding γ down,
+    a slightly looser curve), so ours — with the exact γ — may be lower by ~1e-9, never higher.
+    """
+    base = GaussianEvent(1.7)
+    event = RepeatAndSelectEvent(base, gamma, shape)
+    acc = RdpAccountant(list(DEFAULT_ORDERS))
+    acc.compose(dp_event.RepeatAndSelectDpEvent(dp_event.GaussianDpEvent(1.7), event.mean, shape))
+    ours, ref = event.rdp(DEFAULT_ORDERS), np.asarray(acc._rdp)
+    rtol = 1e-13 if shape == 1.0 else 1e-8
+    np.testing.assert_allclose(ours, ref, rtol=rtol, atol=0)
+    assert np.all(ours <= ref * (1 + 1e-13))
+    assert event.epsilon(1e-6) == pytest.approx(acc.get_epsilon(1e-6), rel=rtol)
+
+
+def test_repeat_and_select_composes_and_round_trips():
+    sel = RepeatAndSelectEvent(ZCDPEvent(0.05), 0.1, label="selection")
+    rel = GaussianEvent(3.0, label="release")
+    assert event_from_metadata(json.loads(json.dumps(sel.to_metadata()))) == sel
+    ledger = Ledger(epsilon=10.0, delta=1e-6, filter="renyi")
+    ledger.spend(sel)
+    ledger.spend(rel)
+    fresh = Ledger(epsilon=None, delta=1e-6, filter="renyi")
+    for e in (rel, sel):
+        fresh.spend(e)
+    assert ledger.epsilon() == pytest.approx(fresh.epsilon(), rel=1e-12)
+    np.testing.assert_allclose(ledger.rdp, sel.rdp(ledger.orders) + rel.rdp(ledger.orders))
+    # count composes additively; repeating the whole selection twice doubles the curve
+    np.testing.assert_allclose((2 * sel).rdp(), 2 * sel.rdp())
+    # a zCDP-filter ledger cannot account for an RDP curve: refused, nothing recorded
+    z = Ledger(epsilon=100.0, delta=1e-6, filter="zcdp")
+    with pytest.raises(BudgetExceededError):
+        z.spend(sel)
+    assert z.history == []
+
+
+def test_repeat_and_select_is_never_below_one_run():
+    """Selecting among K ≥ 1 runs is at least as costly as one run at every order (sanity)."""
+    base = ZCDPEvent(0.02)
+    for gamma in (0.01, 0.2, 0.9):
+        assert np.all(RepeatAndSelectEvent(base, gamma).rdp() >= base.rdp() - 1e-15)
+
+
+# ------------------------------------------------------------------ stopping distribution
+def _tnb_pmf(k: np.ndarray, gamma: float, eta: float) -> np.ndarray:
+    """Papernot & Steinke Def. 1 written out: P(K=k) ∝ (1−γ)^k C(k+η−1, k), k ≥ 1."""
+    if eta == 0.0:
+        return (1 - gamma) ** k / (k * math.log(1 / gamma))
+    logc = gammaln(k + eta) - gammaln(eta) - gammaln(k + 1)
+    return np.exp(logc + k * math.log1p(-gamma)) / (gamma**-eta - 1)
+
+
+@pytest.mark.parametrize("gamma", [0.05, 0.3, 0.9])
+def test_stopping_pmf_matches_definition(gamma):
+    k = np.arange(1, 20_000)
+    pmf = stopping_pmf(k, gamma)
+    normal = pmf > 1e-300  # compare relative values away from the subnormal range
+    np.testing.assert_allclose(pmf[normal], _tnb_pmf(k, gamma, 1.0)[normal], rtol=1e-12)
+    np.testing.assert_allclose(pmf[normal], (gamma * (1 - gamma) ** (k - 1))[normal], rtol=1e-12)
+    assert math.fsum(pmf) == pytest.approx(1.0, abs=1e-12)
+    assert math.fsum(k * pmf) == pytest.approx(stopping_mean(gamma), rel=1e-12)
+    assert stopping_pmf(0, gamma) == 0.0
+    for eta in (0.0, 0.5, 1.0, 3.0):
+        tnb = _tnb_pmf(k.astype(float), gamma, eta)
+        assert math.fsum(tnb) == pytest.approx(1.0, abs=1e-10)
+        mean = stopping_mean(gamma, eta)
+        assert math.fsum(k * tnb) == pytest.approx(mean, rel=1e-10)
+        assert mean == pytest.approx(_truncated_negative_binomial_mean(gamma, eta), rel=1e-12)
+
+
+@pytest.mark.parametrize("secure", [True, False])
+def test_sampled_stopping_time_follows_the_pmf(secure):
+    """Chi-square goodness of fit of K (OS-entropy coins or the simulation Generator)."""
+    gamma, n = 0.3, 4000
+    rng = None if secure else np.random.default_rng(5)
+    draws = np.array([sample_stopping_time(gamma, rng) for _ in range(n)])
+    edges = np.arange(1, 12)
+    obs = np.array([np.sum(draws == k) for k in edges[:-1]] + [np.sum(draws >= edges[-1])])
+    p = np.append(stopping_pmf(edges[:-1], gamma), (1 - gamma) ** (edges[-1] - 1))
+    assert stats.chisquare(obs, n * p).pvalue > 1e-4
+
+
+# ------------------------------------------------------------------ COINPRESS
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.floats(-1e3, 1e3), min_size=1, max_size=40),
+    st.integers(0, 39),
+    st.floats(-1e3, 1e3),
+    st.floats(-500, 500),
+    st.floats(1e-6, 1e3),
+)
+def test_coinpress_clipped_mean_sensitivity(values, j, new, centre, radius):
+    """Replacing one record moves the computed clipped mean by at most Δ_t = (h − l)/n·(1+1e-9)."""
+    x = np.array(values)
+    x2 = x.copy()
+    x2[j % x.size] = new
+    lo, hi = centre - radius, centre + radius
+    change = abs(centred_clipped_mean(x, lo, hi) - centred_clipped_mean(x2, lo, hi))
+    assert change <= clipped_mean_sensitivity(lo, hi, x.size)
+
+
+def test_coinpress_sensitivity_is_attained_and_noise_is_calibrated():
+    n, lo, hi = 7, -3.0, 5.0
+    x = np.full(n, 1.0)
+    x2 = x.copy()
+    x[0], x2[0] = -100.0, 100.0  # clipped to lo and hi: the bound (h − l)/n is attained
+    change = centred_clipped_mean(x2, lo, hi) - centred_clipped_mean(x, lo, hi)
+    assert change == pytest.approx((hi - lo) / n, rel=1e-15)
+    # one step: output = clipped mean + Δ/√(2ρ)·z with z the Generator's next normal
+    rho = 0.3
+    out = coinpress_mean(x, lower=lo, upper=hi, rho=rho, n_steps=1, rng=np.random.default_rng(9))
+    z = np.random.default_rng(9).standard_normal()
+    expect = (
+        np.mean(np.clip(x, lo, hi)) + clipped_mean_sensitivity(lo, hi, n) / math.sqrt(2 * rho) * z
+    )
+    assert out.mean == pytest.approx(expect, rel=1e-12)
+    assert out.event.total_rho == rho
+
+
+def test_coinpress_schedule_and_accuracy():
+    rhos = coinpress_rho_schedule(0.4, 12, 0.75)
+    assert len(rhos) == 12 and math.fsum(rhos) <= 0.4
+    assert rhos[-1] == pytest.approx(0.3) and rhos[0] == pytest.approx(0.1 / 11)
+    rng = np.random.default_rng(1)
+    v = -1.0 - 0.5 * rng.chisquare(1, 2000)  # log-likelihood-like values
+    lo, hi = -60.0, -0.5
+    errs = [
+        coinpress_mean(v, lower=lo, upper=hi, rho=0.5, rng=rng).mean - v.mean() for _ in range(50)
+    ]
+    one = [
+        coinpress_mean(v, lower=lo, upper=hi, rho=0.5, n_steps=1, rng=rng).mean - v.mean()
+        for _ in range(50)
+    ]
+    # the multi-step estimate is far more accurate than one step over the loose interval
+    assert np.sqrt(np.mean(np.square(errs))) < 0.2 * np.sqrt(np.mean(np.square(one)))
+
+
+def test_loglik_bounds_are_eqs_30_to_33():
+    lo, hi = loglik_bounds(0.25, 2.0)
+    assert hi == pytest.approx(-0.5 * math.log(2 * math.pi) - math.log(0.5))
+    R, C = 2.0**2 / 0.25, hi - 2.0**2 / 0.25
+    assert (lo, hi) == pytest.approx((C - R, C + R))
+
+
+# ------------------------------------------------------------------ the selection
+def test_selection_charges_then_selects_and_composes():
+    model = _sparse_model()
+    ledger = Ledger(epsilon=20.0, delta=1e-5, filter="renyi")
+    res = select_by_random_stopping(
+        model, GRID, epsilon=1.0, delta=1e-5, y_bound=2.0, ledger=ledger, gamma=0.25,
+        rng=np.random.default_rng(3),
+    )  # fmt: skip
+    assert ledger.history[0].event == res.event
+    assert ledger.history[0].privacy_model == "full"
+    assert 0 <= res.index < len(GRID) and res.hyperparameters == GRID[res.index]
+    owner = res.owner_report()
+    assert owner["n_runs"] >= 1 and owner["validation_scores"].shape == (len(GRID),)
+    # base ρ = max(release ρ, COINPRESS ρ): a Gaussian release at (1, 1e-5) in simulation
+    assert res.event.base.rho == pytest.approx(res.public_details["base_rho"])
+    assert res.event.base.rho >= res.public_details["coinpress_rho"]
+    rel = GaussianEvent(2.0)
+    ledger.spend(rel, privacy_model="full")
+    fresh = Ledger(epsilon=None, delta=1e-5, filter="renyi")
+    fresh.spend(res.event)
+    fresh.spend(rel)
+    assert ledger.epsilon() == pytest.approx(fresh.epsilon(), rel=1e-12)
+
+
+def test_selection_prefers_good_candidates_at_large_budget():
+    model = _sparse_model(n=600, seed=2)
+    grid = product_grid({"ell": [0.05, 0.8], "sigma": [0.3, 3.0]})
+    picks = [
+        select_by_random_stopping(
+            model, grid, epsilon=8.0, delta=1e-5, y_bound=2.0, ledger=None, gamma=0.2,
+            owner_scores=False, rng=np.random.default_rng(s),
+        ).index
+        for s in range(6)
+    ]  # fmt: skip
+    assert picks.count(2) >= 5  # ℓ = 0.8, σ = 0.3: the only sensible model
+
+
+class _Untouchable:
+    """Private data that raise if read (only len() is public)."""
+
+    def __len__(self) -> int:
+        return 300
+
+    def __array__(self, *a, **k):
+        raise AssertionError("private data read")
+
+
+def test_refusal_before_any_randomness_or_data():
+    model = _sparse_model()
+    ledger = Ledger(epsilon=0.5, delta=1e-5, filter="renyi")
+    rng = np.random.default_rng(11)
+    state = rng.bit_generator.state
+    with pytest.raises(BudgetExceededError):
+        select_by_random_stopping(
+            model, GRID, (_Untouchable(), _Untouchable()), epsilon=1.0, delta=1e-5,
+            y_bound=2.0, ledger=ledger, rng=rng,
+        )  # fmt: skip
+    assert rng.bit_generator.state == state
+    assert ledger.history == []
+
+
+def test_owner_check_refuses_data_derived_inducing_inputs():
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-3, 3, (50, 1))
+    model = sparse_gp_regression(
+        X, np.sin(X[:, 0]), lambda: pm.gp.cov.ExpQuad(1, ls=pm.Gamma("ell", 2, 2)),
+        Z=X[:8], sigma=0.3,
+    )  # fmt: skip
+    ledger = Ledger(epsilon=50.0, delta=1e-5, filter="renyi")
+    grid = product_grid({"ell": [1.0]})
+    with pytest.raises(InducingFromDataError):
+        select_by_random_stopping(
+            model, grid, epsilon=1.0, delta=1e-5, y_bound=2.0, ledger=ledger,
+            owner_check=True, rng=np.random.default_rng(1),
+        )  # fmt: skip
+    assert ledger.history == []
+
+
+def test_prior_grid_needs_no_data():
+    """The default grid comes from the priors of a model that holds no data at all."""
+    grid = prior_quantile_grid(_sparse_model(with_data=False))
+    assert len(grid) == 9 and {"ell", "sigma"} == set(grid[0])
+
+
+def _numbers(obj):
+    if isinstance(obj, dict):
+        return [x for v in obj.values() for x in _numbers(v)]
+    if isinstance(obj, list | tuple):
+        return [x for v in obj for x in _numbers(v)]
+    if isinstance(obj, float | int) and not isinstance(obj, bool):
+        return [float(obj)]
+    return []
+
+
+def test_front_end_and_nothing_private_in_serialised_result():
+    model = _sparse_model()
+    res = select_hyperparameters(
+        model, GRID, ledger=Ledger(epsilon=20.0, delta=1e-5, filter="renyi"),
+        method="liu_talwar", epsilon=1.0, delta=1e-5, y_bound=2.0, gamma=0.3,
+        rng=np.random.default_rng(4),
+    )  # fmt: skip
+    owner = res.owner_report()
+    others = [s for k, (i, s) in enumerate(owner["runs"])]
+    private = np.concatenate([model.y, model.X[:, 0], owner["validation_scores"]])
+    private = np.concatenate([private, np.array(others)])
+    dp_score = res.public_details["dp_mean_validation_loglik"]
+    private = private[np.isfinite(private) & (private != dp_score)]  # the winner's is DP output
+    nums = np.array(_numbers(json.loads(json.dumps(res.to_metadata()))))
+    for v in private:
+        assert not np.any(np.isclose(nums, v, rtol=1e-9, atol=0.0)), v
+    blob = pickle.dumps(res)
+    for v in private:
+        assert np.array(v, dtype="<f8").tobytes() not in blob
+    with pytest.raises(ValueError):
+        pickle.loads(blob).owner_report()
+    assert "n_runs" not in json.dumps(res.to_metadata())
+    with pytest.raises(ValueError, match="label privacy"):
+        select_hyperparameters(model, GRID, (model.X, model.y), ledger=None, method="smith")
+    with pytest.raises(ValueError, match="method"):
+        select_hyperparameters(model, GRID, ledger=None, method="grid")
