@@ -138,7 +138,12 @@ def select_by_cross_validated_sse(
         epsilon, event_kind, ledger=ledger, label="hyperparameter selection (exponential mechanism)"
     )
     if ledger is not None:
-        ledger.spend(event, label="DP hyperparameter selection (Smith et al. 2021, Alg. 1)")
+        ledger.spend(
+            event,
+            label="DP hyperparameter selection (Smith et al. 2021, Alg. 1)",
+            privacy_model="label",
+            neighbouring_relation=LABEL_RELATION,
+        )
     # 4. private utilities (the owner's view)
     utilities = cv_sse_utilities(plan, gpr.y)  # type: ignore[attr-defined]
     kept = np.flatnonzero(plan.kept)
