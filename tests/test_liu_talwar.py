@@ -250,6 +250,20 @@ def test_selection_prefers_good_candidates_at_large_budget():
     assert picks.count(2) >= 5  # ℓ = 0.8, σ = 0.3: the only sensible model
 
 
+def test_secure_selection_runs_and_records_secure_noise():
+    """rng=None: OS-entropy coins and OpenDP discrete Gaussian noise (release and COINPRESS)."""
+    model = _sparse_model(n=200)
+    ledger = Ledger(epsilon=20.0, delta=1e-5, filter="renyi")
+    res = select_by_random_stopping(
+        model, product_grid({"ell": [0.5, 2.0], "sigma": [0.3]}), epsilon=1.0, delta=1e-5,
+        y_bound=2.0, ledger=ledger, gamma=0.6, owner_scores=False,
+    )  # fmt: skip
+    assert res.public_details["noise_source"].startswith("opendp")
+    assert res.index in (0, 1) and ledger.history[0].event == res.event
+    # secure plan: the base ρ is the discrete Gaussian plan's ρ or COINPRESS's, whichever larger
+    assert res.event.base.rho >= res.public_details["coinpress_rho"]
+
+
 class _Untouchable:
     """Private data that raise if read (only len() is public)."""
 

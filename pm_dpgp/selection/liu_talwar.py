@@ -297,12 +297,11 @@ def select_by_random_stopping(
     while True:
         i = _uniform(len(configs), rng)
         release: SparseQuRelease = noise_aware_release(
-            model,
+            publics[i],  # the public model planned above (its kernel compiled once)
             (X1, y1),
             epsilon=epsilon,
             delta=delta,
             y_bound=R_y,
-            hyperparameters=configs[i],
             ratio=ratio,
             kernel_norm=kernel_norm,
             calibration=calibration,
@@ -318,7 +317,10 @@ def select_by_random_stopping(
             v, lower=lo, upper=hi, rho=rho_cp, n_steps=n_steps, spread=spread, rng=rng
         ).mean
         runs.append((i, score))
-        if score <= hi and score > best_score:  # Alg. 2: values above the interval ignored
+        # Alg. 2: values above the interval are ignored.  "Best" is a fixed total order on the
+        # published outputs (score, then the smaller index), as the theorem of Papernot &
+        # Steinke requires: the comparison never depends on the order of the runs.
+        if score <= hi and (score, -i) > (best_score, -best_index):
             best_index, best_score = i, score
         if _coin(g, rng):
             break
