@@ -286,6 +286,13 @@ def test_refusal_before_any_randomness_or_data():
         )  # fmt: skip
     assert rng.bit_generator.state == state
     assert ledger.history == []
+    for bad in (np.ones(300, bool), [0.5, 1.5], np.arange(300)):
+        with pytest.raises(ValueError, match="validation"):
+            select_by_random_stopping(
+                model, GRID, epsilon=1.0, delta=1e-5, y_bound=2.0, ledger=ledger,
+                validation=bad, rng=rng,
+            )  # fmt: skip
+    assert rng.bit_generator.state == state and ledger.history == []
 
 
 def test_owner_check_refuses_data_derived_inducing_inputs():

@@ -255,6 +255,8 @@ def select_by_random_stopping(
     configs = check_grid(prior_quantile_grid(model) if grid is None else grid, names)
     X, y = (model.X, model.y) if data is None else data
     n = len(X)  # public under replace-one neighbours; nothing else is read before the spend
+    if validation is not None and np.asarray(validation).dtype.kind not in "iu":
+        raise ValueError("validation must be integer row indices (not a mask or floats).")
     val = (
         kfold_splits(n, 5)[0]
         if validation is None
