@@ -88,7 +88,9 @@ def _linearisation_point(f0: ArrayLike | None, public: PublicLatentGP) -> NDArra
         f0_arr = np.full(public.n, float(f0_arr))
     f0_arr = check_finite_array(f0_arr, "f0", ndim=1)
     if f0_arr.shape[0] != public.n:
-        raise ValueError(f"f0 must have one entry per training input ({public.n}), got {f0_arr.shape[0]}.")
+        raise ValueError(
+            f"f0 must have one entry per training input ({public.n}), got {f0_arr.shape[0]}."
+        )
     return f0_arr
 
 
@@ -122,7 +124,9 @@ def one_step_cloaking(
     sqrt_w, b_public = laplace_linearisation(f0_arr, public.mean)
     jitter = 0.0
     if inducing_points is None:
-        C, var = one_step_matrix(public.K, public.kernel(Xs, public.X), public.kernel_diag(Xs), sqrt_w)
+        C, var = one_step_matrix(
+            public.K, public.kernel(Xs, public.X), public.kernel_diag(Xs), sqrt_w
+        )
     else:
         Z = _as_2d_inputs(inducing_points, "inducing_points", public.input_dim)
         C, var, jitter = sor_one_step_matrix(
@@ -194,7 +198,9 @@ def classification_release(
     )
     warn_public_settings(epsilon=epsilon, delta=delta, n_records=public.n)
     offset = offset + F @ whitening.public
-    unit = max(float(np.sqrt(noise.max_mahalanobis)) * SENSITIVITY_SAFETY, whitening.column_sensitivity)
+    unit = max(
+        float(np.sqrt(noise.max_mahalanobis)) * SENSITIVITY_SAFETY, whitening.column_sensitivity
+    )
     label = "one-step Laplace GP classification (Smith et al. 2021 §4)"
     result = perturb(
         offset + F @ whitening.private,
