@@ -137,6 +137,8 @@ def laplace_mode(
     full Newton step converges from any start for this likelihood in practice (R&W §3.4.1);
     no line search is used.
     """
+    if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
+        raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}.")
     K = np.asarray(K, dtype=np.float64)
     t = np.asarray(t, dtype=np.float64)
     n = t.shape[0]
@@ -146,8 +148,9 @@ def laplace_mode(
     if f.shape != (n,):
         raise ValueError(f"f0 must have shape ({n},), got {f.shape}.")
     converged = False
-    it = 0
-    for it in range(1, int(max_iter) + 1):
+    n_iter = 0
+    while n_iter < int(max_iter):
+        n_iter += 1
         f_new, a, sqrt_w, L = _newton_step(K, t, f, mean)
         step = float(np.max(np.abs(f_new - f)))
         f = f_new
@@ -161,7 +164,7 @@ def laplace_mode(
         + logistic_log_likelihood(t, f)
         - float(np.sum(np.log(np.diag(L))))
     )
-    return LaplaceState(f, a, sqrt_w, L, it, converged, log_marginal)
+    return LaplaceState(f, a, sqrt_w, L, n_iter, converged, log_marginal)
 
 
 def one_step_matrix(
