@@ -73,7 +73,9 @@ def main() -> None:
     parser.add_argument("--delta", type=float, default=0.01)
     args = parser.parse_args()
     warnings.simplefilter("ignore")  # δ > 1/n at the paper's δ = 0.01 warns by design
-    print(f"HMEQ balanced subset (800 rows), {args.folds}-fold CV, ε={args.epsilon}, δ={args.delta}")
+    print(
+        f"HMEQ balanced subset (800 rows), {args.folds}-fold CV, ε={args.epsilon}, δ={args.delta}"
+    )
     for features, ls in ((("DELINQ",), 4.0), (("DELINQ", "DEROG", "NINQ"), 4.0)):
         res = run(features, ls, args)
         ref = np.mean(res["non-DP"])
@@ -81,7 +83,9 @@ def main() -> None:
         for name, accs in res.items():
             a = np.asarray(accs)
             se = a.std(ddof=1) / np.sqrt(a.size)
-            print(f"  {name:<10} accuracy {a.mean():.3f} ± {se:.3f}   ratio to non-DP {a.mean() / ref:.3f}")
+            print(
+                f"  {name:<10} accuracy {a.mean():.3f} ± {se:.3f}   ratio to non-DP {a.mean() / ref:.3f}"
+            )
 
 
 if __name__ == "__main__":
