@@ -83,9 +83,8 @@ def main() -> None:
         for name, accs in res.items():
             a = np.asarray(accs)
             se = a.std(ddof=1) / np.sqrt(a.size)
-            print(
-                f"  {name:<10} accuracy {a.mean():.3f} ± {se:.3f}   ratio to non-DP {a.mean() / ref:.3f}"
-            )
+            ratio = a.mean() / ref
+            print(f"  {name:<10} accuracy {a.mean():.3f} ± {se:.3f}   ratio to non-DP {ratio:.3f}")
 
 
 if __name__ == "__main__":
