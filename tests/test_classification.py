@@ -386,3 +386,15 @@ def test_n_iter_and_max_iter_validation():
         laplace_mode(K, np.zeros(3), max_iter=0)
     s = laplace_mode(K, np.array([0.0, 1.0, 1.0]), tol=1e-14)
     assert s.converged and EPS > 0
+
+
+def test_hmeq_loader_and_regression_mechanisms_refuse_classification_models():
+    X, bad = load_hmeq(("DELINQ", "CLAGE"))
+    assert X.shape == (800, 2) and set(np.unique(bad)) == {0.0, 1.0} and bad.mean() == 0.5
+    with pytest.raises(ValueError):
+        load_hmeq(("BAD",))
+    from pm_dpgp.mechanisms import cloaked_release
+
+    model = gp_classification(X[:20, :1], bad[:20], pm.gp.cov.ExpQuad(1, ls=4.0))
+    with pytest.raises(AttributeError, match="classification_release"):
+        cloaked_release(model, X[:3, :1], epsilon=1.0, delta=1e-3, y_bounds=(0.0, 1.0))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pymc as pm
@@ -57,6 +58,17 @@ class PublicLatentGP:
     description: str
     _kernel: Callable[..., NDArray[np.float64]] = field(repr=False)
     _kernel_diag: Callable[..., NDArray[np.float64]] = field(repr=False)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for missing attributes: a regression mechanism given a classification
+        # model (e.g. cloaked_release asking for ``posterior`` or ``noise_var``) gets a clear
+        # message instead of a bare AttributeError.
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise AttributeError(
+            f"a PublicLatentGP (binary GP classification) has no {name!r}; regression "
+            "mechanisms do not apply to it: use pm_dpgp.mechanisms.classification_release."
+        )
 
     @property
     def n(self) -> int:
