@@ -175,9 +175,11 @@ def classification_release(
         as for :func:`~pm_dpgp.mechanisms.cloaked_release`; ``rng=None`` is the secure
         (OpenDP discrete Gaussian) noise, a Generator the simulation mode.
 
-    Returns a :class:`~pm_dpgp.release.Release` of latent values (``variable_name="f_dp"``)
-    whose metadata holds the public latent variance (``latent_var``) used by
-    :func:`class_probabilities`.
+    Returns
+    -------
+    Release
+        DP latent values at ``X_star`` (``variable_name="f_dp"``); its metadata holds the
+        public latent variance (``latent_var``) used by :func:`class_probabilities`.
     """
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta)
