@@ -62,6 +62,7 @@ __all__ = [
     "ApproxDpEvent",
     "RepeatAndSelectEvent",
     "stopping_mean",
+    "LaplaceEvent",
     "gdp_delta",
     "gdp_epsilon",
     "rdp_to_epsilon",
@@ -632,6 +633,54 @@ class PureDpEvent(PrivacyEvent):
 
 
 @dataclass(frozen=True, init=False, repr=False)
+class LaplaceEvent(PureDpEvent):
+    """``count`` runs of the Laplace mechanism with noise multiplier λ = b / (L1 sensitivity).
+
+    One run is ε-DP with ε = 1/λ (Dwork & Roth 2014, Thm. 3.6), so this is a
+    :class:`PureDpEvent` (the ledger's basic filter counts ``count·ε``) with a tighter RDP curve
+    (Mironov 2017, Prop. 6, tight for the Laplace mechanism): for α > 1
+
+        ρ(α) = ln( α/(2α−1) · e^{(α−1)ε} + (α−1)/(2α−1) · e^{−αε} ) / (α − 1),
+
+    evaluated with ``logaddexp``, capped by ε (its α → ∞ limit) to guard round-off, and
+    additive under composition.  The same curve as ``dp_accounting``'s ``LaplaceDpEvent`` in its
+    RDP accountant (tests/test_binning.py compares them).  ``epsilon(delta)`` is
+    min(count·ε, RDP conversion at δ), as for :class:`PureDpEvent`.
+    """
+
+    noise_multiplier: float = 1.0
+
+    def __init__(self, noise_multiplier: float, label: str = "", *, count: int = 1) -> None:
+        z = check_positive(noise_multiplier, "noise_multiplier")
+        object.__setattr__(self, "noise_multiplier", z)
+        super().__init__(1.0 / z, label, count=count)
+
+    def __repr__(self) -> str:
+        return (
+            f"LaplaceEvent(noise_multiplier={self.noise_multiplier!r}, label={self.label!r}, "
+            f"count={self.count})"
+        )
+
+    def rdp(self, orders: ArrayLike = DEFAULT_ORDERS) -> NDArray[np.float64]:
+        alpha = _check_orders(orders)
+        e = self.eps
+        with np.errstate(divide="ignore", invalid="ignore"):
+            log_mix = np.logaddexp(
+                np.log(alpha / (2.0 * alpha - 1.0)) + (alpha - 1.0) * e,
+                np.log((alpha - 1.0) / (2.0 * alpha - 1.0)) - alpha * e,
+            )
+            rho = np.where(alpha > 1.0, log_mix / (alpha - 1.0), e + np.expm1(-e))
+        return self.count * np.clip(rho, 0.0, e)
+
+    def _parameters(self) -> dict[str, Any]:
+        return {"noise_multiplier": self.noise_multiplier}
+
+    def describe(self) -> str:
+        rep = f"×{self.count}" if self.count > 1 else ""
+        return f"Laplace(λ={self.noise_multiplier:.4g}){rep}"
+
+
+@dataclass(frozen=True, init=False, repr=False)
 class ApproxDpEvent(PrivacyEvent):
     """``count`` runs of an (ε, δ)-DP mechanism known only through (ε, δ).
 
@@ -836,6 +885,9 @@ def event_from_metadata(meta: dict[str, Any]) -> PrivacyEvent:
                 label,
                 count=count,
             )
+        if kind == "LaplaceEvent":
+            z = _meta_float(meta["noise_multiplier"], "noise_multiplier")
+            return LaplaceEvent(z, label, count=count)
         if kind == "ApproxDpEvent":
             return ApproxDpEvent(
                 _meta_float(meta["epsilon"], "epsilon"),
@@ -847,5 +899,5 @@ def event_from_metadata(meta: dict[str, Any]) -> PrivacyEvent:
         raise ValueError(f"event metadata of type {kind!r} lacks the field {err}.") from None
     raise ValueError(
         f"unknown event type {kind!r} in metadata (expected GaussianEvent, ZCDPEvent, "
-        "RdpCurveEvent, PureDpEvent, ApproxDpEvent or RepeatAndSelectEvent)."
+        "RdpCurveEvent, PureDpEvent, LaplaceEvent, ApproxDpEvent or RepeatAndSelectEvent)."
     )

@@ -36,3 +36,23 @@ __all__ = [
     "sample_path_release",
     "solve_noise_covariance",
 ]
+
+from pm_dpgp.mechanisms.label import (  # noqa: E402
+    Bins,
+    binned_gp,
+    binned_predict,
+    binned_release,
+    class_probabilities,
+    classification_release,
+    make_bins,
+)
+
+__all__ += [
+    "Bins",
+    "binned_gp",
+    "binned_predict",
+    "binned_release",
+    "class_probabilities",
+    "classification_release",
+    "make_bins",
+]

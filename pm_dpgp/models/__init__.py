@@ -34,3 +34,11 @@ __all__ += [
     "kmeans_inducing_points",
     "sparse_gp_regression",
 ]
+
+from pm_dpgp.models.classification import (  # noqa: E402
+    GPClassification,
+    PublicLatentGP,
+    gp_classification,
+)
+
+__all__ += ["GPClassification", "PublicLatentGP", "gp_classification"]

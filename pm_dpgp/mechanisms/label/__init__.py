@@ -20,3 +20,25 @@ __all__ = [
     "rkhs_sensitivity",
     "solve_noise_covariance",
 ]
+
+from pm_dpgp.mechanisms.label.binning import (  # noqa: E402
+    Bins,
+    binned_gp,
+    binned_predict,
+    binned_release,
+    make_bins,
+)
+from pm_dpgp.mechanisms.label.classification import (  # noqa: E402
+    class_probabilities,
+    classification_release,
+)
+
+__all__ += [
+    "Bins",
+    "binned_gp",
+    "binned_predict",
+    "binned_release",
+    "class_probabilities",
+    "classification_release",
+    "make_bins",
+]

@@ -1,0 +1,280 @@
+r"""DP binary GP classification: the one-step cloaked Laplace release (Smith et al. 2021, §4).
+
+Label privacy: the inputs ``X`` are public, the labels ``t_i ∈ {0, 1}`` private, neighbours
+differ in one label (``|t_i − t′_i| ≤ 1``, so ``d = 1``).  The latent function has a GP prior
+``f ~ GP(μ, K)`` and the logistic likelihood.
+
+**The mechanism.**  One Newton step of the Laplace approximation (Rasmussen & Williams 2006,
+eq. 3.18) from a PUBLIC linearisation point ``f₀`` (default: the prior mean ``μ·1``), followed
+by the predictive mean at the public test inputs (R&W Alg. 3.2, ``k*ᵀ K⁻¹ (f₁ − μ)`` as in
+Smith et al. 2021, §4):
+
+    f̄* = μ + C* (W₀ (f₀ − μ) − π₀) + C* t,        C* = K*f (I + W₀ K)⁻¹,
+
+with ``π₀ = σ(f₀)`` and ``W₀ = diag(π₀ (1 − π₀))``.  Because ``f₀`` is public, so are ``W₀``,
+``π₀``, ``C*`` and the first two terms; only ``C* t`` depends on the labels, linearly.  One
+label flip moves ``f̄*`` by ``± c_j`` (column ``j`` of ``C*``), so the cloaking noise covariance
+``M`` of :func:`~pm_dpgp.mechanisms.label.cloaking.solve_noise_covariance` and the Gaussian
+calibration for the whitened L2 sensitivity ``1 · sqrt(max_j c_jᵀ M⁺ c_j)`` make the release
+(ε, δ)-DP (Smith et al. 2018 §3; Hall et al. 2013, Prop. 3), exactly as for regression.  At
+``X* = X`` the released vector is the one-step ``f̂`` itself and ``C* = (K⁻¹ + W₀)⁻¹``, which is
+``2 C`` with the paper's ``C = ½ (K⁻¹ + W)⁻¹`` (eq. 11) acting on labels ``y ∈ {−1, 1}``
+(``d = 2``): the same mechanism.
+
+**What the proof needs.**  The linearisation point must not depend on the private labels.  The
+paper runs one step from ``f̂ = 0`` (its §6.5; ``f₀ = μ·1`` here); a step from the *non-private*
+mode, or from any iterate computed from the labels without noise, would make ``W`` and ``π``
+functions of ``t`` and is not covered.  Further steps are allowed when each starts from a
+*released* ``f̂`` (``X* = X``, then ``f0=release.draws[0]``): each step is one more charge on the
+ledger (adaptive composition).  The paper found one step best (§6.5, §6.6).
+
+**Sparse (SoR) variant** (§4.1): ``K`` replaced by ``K_NM K_MM⁻¹ K_MN`` with public inducing
+inputs (given, or k-means on the public ``X``), ``C* = K*M (K_MM + K_MN W₀ K_NM)⁻¹ K_MN`` (rank
+≤ M; :func:`~pm_dpgp.gp.laplace.sor_one_step_matrix`).
+
+**Class probabilities** are post-processing: :func:`class_probabilities` maps each released
+latent vector through the probit approximation with the public latent variance (computed at
+``W₀``), optionally widened by the public DP-noise variance.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Literal
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from scipy.linalg import solve_triangular
+from scipy.special import expit
+
+from pm_dpgp._validation import (
+    check_delta,
+    check_epsilon,
+    check_finite_array,
+    warn_public_settings,
+)
+from pm_dpgp.accounting import Ledger
+from pm_dpgp.gp.laplace import (
+    laplace_linearisation,
+    one_step_matrix,
+    probit_averaged_probability,
+    sor_one_step_matrix,
+)
+from pm_dpgp.mechanisms.label.cloaking import solve_noise_covariance
+from pm_dpgp.mechanisms.label.cloaking_release import SENSITIVITY_SAFETY
+from pm_dpgp.mechanisms.label.output_perturbation import (
+    LABEL_PRIVACY_MODEL,
+    perturb,
+    prepare_labels,
+)
+from pm_dpgp.mechanisms.whitening import centred_whitening
+from pm_dpgp.models._common import _as_2d_inputs
+from pm_dpgp.models.classification import GPClassification, PublicLatentGP
+from pm_dpgp.models.sparse import kmeans_inducing_points
+from pm_dpgp.release import Release
+
+__all__ = ["LABEL_BOUNDS", "class_probabilities", "classification_release", "one_step_cloaking"]
+
+#: Labels are clipped (silently) to this public range; one flip changes a label by d = 1.
+LABEL_BOUNDS = (0.0, 1.0)
+CLASSIFICATION_RELATION = "replace-one-label, t_i in [0, 1] (inputs public)"
+
+
+def _linearisation_point(f0: ArrayLike | None, public: PublicLatentGP) -> NDArray[np.float64]:
+    if f0 is None:
+        return np.full(public.n, public.mean)
+    f0_arr = np.asarray(f0, dtype=np.float64)
+    if f0_arr.ndim == 0:
+        f0_arr = np.full(public.n, float(f0_arr))
+    f0_arr = check_finite_array(f0_arr, "f0", ndim=1)
+    if f0_arr.shape[0] != public.n:
+        raise ValueError(
+            f"f0 must have one entry per training input ({public.n}), got {f0_arr.shape[0]}."
+        )
+    return f0_arr
+
+
+def _inducing(
+    inducing_points: ArrayLike | int | None, public: PublicLatentGP, seed: int
+) -> NDArray[np.float64] | None:
+    if inducing_points is None:
+        return None
+    if isinstance(inducing_points, numbers.Integral) and not isinstance(inducing_points, bool):
+        # k-means on the training inputs: public under label privacy (Smith et al. 2021, §4.1)
+        return kmeans_inducing_points(
+            public.X, int(inducing_points), rng=np.random.default_rng(seed)
+        )
+    return _as_2d_inputs(inducing_points, "inducing_points", public.input_dim)
+
+
+def one_step_cloaking(
+    public: PublicLatentGP,
+    X_star: ArrayLike,
+    *,
+    f0: ArrayLike | None = None,
+    inducing_points: ArrayLike | None = None,
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], float]:
+    """Public parts of the one-step release: ``(C*, offset, latent_var, jitter)``.
+
+    ``offset = μ + C* (W₀(f₀ − μ) − π₀)``, so the non-private one-step latent mean is
+    ``offset + C* t``.  Everything returned depends on public quantities only.
+    """
+    Xs = _as_2d_inputs(X_star, "X_star", public.input_dim)
+    f0_arr = _linearisation_point(f0, public)
+    sqrt_w, b_public = laplace_linearisation(f0_arr, public.mean)
+    jitter = 0.0
+    if inducing_points is None:
+        C, var = one_step_matrix(
+            public.K, public.kernel(Xs, public.X), public.kernel_diag(Xs), sqrt_w
+        )
+    else:
+        Z = _as_2d_inputs(inducing_points, "inducing_points", public.input_dim)
+        C, var, jitter = sor_one_step_matrix(
+            public.kernel(Z), public.kernel(Z, public.X), public.kernel(Z, Xs), sqrt_w
+        )
+    return C, public.mean + C @ b_public, var, jitter
+
+
+def classification_release(
+    gpc: GPClassification,
+    X_star: ArrayLike,
+    *,
+    epsilon: float,
+    delta: float,
+    hyperparameters: dict[str, float] | None = None,
+    f0: ArrayLike | None = None,
+    inducing_points: ArrayLike | int | None = None,
+    kmeans_seed: int = 0,
+    calibration: Literal["analytic", "classic"] = "analytic",
+    n_draws: int = 1,
+    ledger: Ledger | None = None,
+    rng: np.random.Generator | None = None,
+    tol: float = 1e-9,
+    rank_tol: float = 1e-8,
+) -> Release:
+    """(ε, δ)-DP one-step Laplace GP classification at public ``X_star`` (Smith et al. 2021, §4).
+
+    Parameters
+    ----------
+    gpc:
+        from :func:`pm_dpgp.models.gp_classification` (inputs public, labels private).
+    X_star:
+        public test inputs; ``X_star = gpc.X`` releases the one-step ``f̂`` (paper eq. 10–11).
+    epsilon, delta:
+        guarantee of each draw.
+    hyperparameters:
+        public values for hyperparameters with priors.
+    f0:
+        PUBLIC linearisation point (scalar or ``(n,)``), default the prior mean.  Never the
+        non-private mode; a previous release at ``X* = X`` is allowed (module docstring).
+    inducing_points:
+        ``None`` (exact), an ``(M, d)`` array of public inducing inputs, or an integer ``M``
+        for k-means centres of the public training inputs (seeded by ``kmeans_seed``): the
+        SoR variant (§4.1).
+    calibration, n_draws, ledger, rng, tol, rank_tol:
+        as for :func:`~pm_dpgp.mechanisms.cloaked_release`; ``rng=None`` is the secure
+        (OpenDP discrete Gaussian) noise, a Generator the simulation mode.
+
+    Returns
+    -------
+    Release
+        DP latent values at ``X_star`` (``variable_name="f_dp"``); its metadata holds the
+        public latent variance (``latent_var``) used by :func:`class_probabilities`.
+    """
+    epsilon = check_epsilon(epsilon)
+    delta = check_delta(delta)
+    if not isinstance(gpc, GPClassification):
+        raise TypeError(
+            f"gpc must come from pm_dpgp.models.gp_classification, got {type(gpc).__name__}."
+        )
+    public = gpc.public_gp(hyperparameters)
+    Xs = _as_2d_inputs(X_star, "X_star", public.input_dim)
+    Z = _inducing(inducing_points, public, kmeans_seed)
+    labels = prepare_labels(gpc.y, LABEL_BOUNDS, bounds_are_public=True)
+    C, offset, latent_var, jitter = one_step_cloaking(public, Xs, f0=f0, inducing_points=Z)
+    noise = solve_noise_covariance(C, tol=tol, rank_tol=rank_tol)
+    F = noise.basis @ noise.chol_k
+    # whitened mean w = L_k⁻¹ U_kᵀ C* t, centred at ½ with its round-off bounded (whitening.py)
+    whitening = centred_whitening(
+        solve_triangular(noise.chol_k, noise.projected, lower=True), labels.y, LABEL_BOUNDS, 0.0
+    )
+    warn_public_settings(epsilon=epsilon, delta=delta, n_records=public.n)
+    offset = offset + F @ whitening.public
+    unit = max(
+        float(np.sqrt(noise.max_mahalanobis)) * SENSITIVITY_SAFETY, whitening.column_sensitivity
+    )
+    label = "one-step Laplace GP classification (Smith et al. 2021 §4)"
+    result = perturb(
+        offset + F @ whitening.private,
+        F,
+        unit_sensitivity=unit,
+        data_sensitivity=1.0,
+        epsilon=epsilon,
+        delta=delta,
+        calibration=calibration,
+        n_draws=n_draws,
+        ledger=ledger,
+        rng=rng,
+        label=label,
+        offset=offset,
+        whitened_mean=whitening.private,
+        whitened_rounding=whitening.rounding,
+    )
+    metadata: dict[str, object] = {
+        "privacy_model": LABEL_PRIVACY_MODEL,
+        "neighbouring_relation": CLASSIFICATION_RELATION,
+        "epsilon_per_draw": result.epsilon,
+        "delta_per_draw": result.delta,
+        "epsilon_total": result.event.epsilon(result.delta),
+        "calibration": result.calibration,
+        "l2_sensitivity": result.l2_sensitivity,
+        "data_sensitivity": 1.0,
+        "clipping_bounds": list(LABEL_BOUNDS),
+        "noise_multiplier": result.noise_multiplier,
+        "kernel": public.description,
+        "hyperparameters": public.hyperparameters,
+        "prior_mean": public.mean,
+        "likelihood": "bernoulli-logit",
+        "newton_steps": 1,
+        "linearisation_point": "prior mean" if f0 is None else "given (public)",
+        "approximation": "exact" if Z is None else "SoR",
+        "inducing_points": None if Z is None else Z,
+        "kmeans_seed": kmeans_seed if isinstance(inducing_points, numbers.Integral) else None,
+        "kmm_jitter": jitter,
+        "latent_var": latent_var,
+        "max_mahalanobis": noise.max_mahalanobis,
+        "noise_rank": noise.rank,
+        "rank_tol": noise.rank_tol,
+        "solver_gap_bound": noise.gap_bound,
+        "solver_converged": bool(noise.converged),
+        "privacy_event": result.event.to_metadata(),
+        **result.noise,
+    }
+    return Release(
+        mechanism="laplace_classification_cloaking",
+        draws=result.draws,
+        X_star=Xs,
+        noise_factor=result.noise_factor,
+        metadata=metadata,
+    )
+
+
+def class_probabilities(
+    release: Release, *, average: bool = True, include_dp_noise: bool = False
+) -> NDArray[np.float64]:
+    """Class-1 probabilities ``(n_draws, m)`` from a classification release (post-processing).
+
+    ``average=False``: ``σ(f̃*)``.  ``average=True``: the probit approximation of
+    ``E[σ(f*)]`` with the public latent variance of the release (R&W eq. 3.25), plus the public
+    DP-noise variance when ``include_dp_noise`` (the paper's suggested treatment, §7).  Every
+    input is DP or public, so the result is as private as the release.  Values lie in
+    ``[0, 1]`` (a logistic function of finite numbers).
+    """
+    if release.mechanism != "laplace_classification_cloaking":
+        raise ValueError(f"expected a classification release, got {release.mechanism!r}.")
+    if not average:
+        return expit(release.draws)
+    var = np.asarray(release.metadata["latent_var"], dtype=np.float64)
+    if include_dp_noise:
+        var = var + release.noise_sd**2
+    return probit_averaged_probability(release.draws, var[None, :])

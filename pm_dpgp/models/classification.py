@@ -1,0 +1,206 @@
+r"""PyMC builder for binary GP classification, and its public (fixed-hyperparameter) view.
+
+:func:`gp_classification` builds the ordinary PyMC model
+
+.. math::
+
+    f \sim \mathcal{GP}(\mu, k_\theta), \qquad t_i \mid f \sim \mathrm{Bernoulli}(\sigma(f(x_i))),
+
+with :class:`pymc.gp.Latent` and a Bernoulli likelihood on the logit scale (Rasmussen &
+Williams 2006, §3.3; Smith, Álvarez & Lawrence 2021, §4), so the data owner can sample it
+non-privately with NUTS.  Privacy model: label privacy, the inputs ``X`` are public and the
+labels ``t`` private; hyperparameters must be public exactly as for
+:func:`~pm_dpgp.models.gp_regression` (:class:`~pm_dpgp.models.PrivateHyperparameterError`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pymc as pm
+from numpy.typing import ArrayLike, NDArray
+
+from pm_dpgp._validation import check_finite_array
+from pm_dpgp.gp.laplace import LaplaceState, laplace_mode
+from pm_dpgp.models._common import (
+    CovarianceSpec,
+    HyperValue,
+    PublicKernel,
+    _as_2d_inputs,
+    _check_name_and_mean,
+    _describe_cov,
+    _eval_kernel,
+    _eval_kernel_diag,
+    _format_value,
+    _hyperparameter_rvs,
+    _readonly,
+    _resolve_cov,
+)
+from pm_dpgp.models.exact import GPRegression
+
+__all__ = ["GPClassification", "PublicLatentGP", "gp_classification"]
+
+
+@dataclass(frozen=True, eq=False)
+class PublicLatentGP:
+    """A latent GP prior whose every ingredient is public (inputs, kernel, constant mean).
+
+    Produced by :meth:`GPClassification.public_gp`; it never stores the labels.
+    """
+
+    X: NDArray[np.float64] = field(repr=False)
+    mean: float
+    hyperparameters: dict[str, HyperValue]
+    description: str
+    _kernel: Callable[..., NDArray[np.float64]] = field(repr=False)
+    _kernel_diag: Callable[..., NDArray[np.float64]] = field(repr=False)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for missing attributes: a regression mechanism given a classification
+        # model (e.g. cloaked_release asking for ``posterior`` or ``noise_var``) gets a clear
+        # message instead of a bare AttributeError.
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise AttributeError(
+            f"a PublicLatentGP (binary GP classification) has no {name!r}; regression "
+            "mechanisms do not apply to it: use pm_dpgp.mechanisms.classification_release."
+        )
+
+    @property
+    def n(self) -> int:
+        return int(self.X.shape[0])
+
+    @property
+    def input_dim(self) -> int:
+        return int(self.X.shape[1])
+
+    def kernel(self, Xa: ArrayLike, Xb: ArrayLike | None = None) -> NDArray[np.float64]:
+        """``k(Xa, Xb)`` at the public hyperparameters (symmetrised when ``Xb`` is ``Xa``)."""
+        return _eval_kernel(self, Xa, Xb, symmetrise_equal=True)
+
+    def kernel_diag(self, Xa: ArrayLike) -> NDArray[np.float64]:
+        """``k(x, x)`` for each row of ``Xa``."""
+        return _eval_kernel_diag(self, Xa, check_finite=True)
+
+    @functools.cached_property
+    def K(self) -> NDArray[np.float64]:
+        """``k(X, X)`` (cached, read-only)."""
+        return _readonly(self.kernel(self.X))
+
+    def laplace(self, t: ArrayLike, *, max_iter: int = 100, tol: float = 1e-10) -> LaplaceState:
+        """NON-private Laplace approximation (R&W Alg. 3.1) for the labels ``t``: the data
+        owner's own view, a function of the private labels; never release it as is."""
+        return laplace_mode(self.K, t, mean=self.mean, max_iter=max_iter, tol=tol)
+
+    def predict(
+        self, t: ArrayLike, X_star: ArrayLike, *, max_iter: int = 100
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """NON-private latent mean and variance at ``X_star`` at the Laplace mode (R&W Alg. 3.2)."""
+        Xs = _as_2d_inputs(X_star, "X_star", self.input_dim)
+        state = self.laplace(t, max_iter=max_iter)
+        return state.predict(self.kernel(Xs, self.X), self.kernel_diag(Xs), mean=self.mean)
+
+
+@dataclass(eq=False)
+class GPClassification(GPRegression):
+    """A binary GP classification model in PyMC (``pm.gp.Latent`` + Bernoulli likelihood).
+
+    Returned by :func:`gp_classification`.  ``y`` holds the private labels (0/1), ``gp`` the
+    :class:`pymc.gp.Latent`, ``sigma`` is ``None`` (no observation noise).  Use ``model`` for
+    non-private inference and :meth:`public_gp` for releases.
+    """
+
+    def public_gp(self, hyperparameters: Mapping[str, ArrayLike] | None = None) -> PublicLatentGP:  # type: ignore[override]
+        """The latent prior at fixed public hyperparameters (see
+        :meth:`GPRegression.public_gp` for the rules on ``hyperparameters``)."""
+        values = self._check_hyperparameters(hyperparameters)
+        args = tuple(values[nm] for nm in self.hyperparameter_names)
+        if self._cov_description is None:
+            mapping = dict(zip(self._hyper_rvs, self._hyper_inputs, strict=True))
+            self._cov_description = _describe_cov(self.cov_func, mapping)
+        hyper = ", ".join(f"{nm}={_format_value(v)}" for nm, v in values.items())
+        description = (
+            f"kernel: {self._cov_description}"
+            + (f"; public hyperparameters: {hyper}" if hyper else "")
+            + f"; likelihood: Bernoulli(logit); prior mean: {self.mean:.6g}"
+        )
+        public = PublicLatentGP(
+            X=_readonly(self.X),
+            mean=self.mean,
+            hyperparameters=values,
+            description=description,
+            _kernel=PublicKernel(self._function("kernel"), args),
+            _kernel_diag=PublicKernel(self._function("diag"), args, diag=True),
+        )
+        public.kernel_diag(self.X[:1])  # fail early on broken hyperparameters
+        return public
+
+
+def gp_classification(
+    X: ArrayLike,
+    y: ArrayLike,
+    cov_func: CovarianceSpec,
+    *,
+    mean: float = 0.0,
+    name: str = "f",
+    model: pm.Model | None = None,
+) -> GPClassification:
+    r"""Build a binary GP classifier in PyMC: ``pm.gp.Latent`` and ``pm.Bernoulli(logit_p=f)``.
+
+    Parameters
+    ----------
+    X
+        Public inputs, ``(n,)`` or ``(n, d)``.
+    y
+        Private labels, ``(n,)``, values 0 or 1 (booleans are accepted).  They are not
+        inspected beyond shape and finiteness here; the release clips them to ``[0, 1]``
+        silently (a refusal that depended on the values would leak them).
+    cov_func
+        A PyMC covariance, or a zero-argument callable returning one (may declare priors).
+    mean
+        Public constant prior mean of the latent function (e.g. the logit of a public base
+        rate); never computed from ``y``.
+    name
+        Prefix: the latent variable is ``name`` and the likelihood ``f"{name}_obs"``.
+    model
+        Existing model to add to; a new ``pm.Model()`` by default.
+    """
+    X_arr = check_finite_array(X, "X", ndim=2)
+    y_arr = check_finite_array(np.asarray(y, dtype=np.float64), "y", ndim=1)
+    if X_arr.shape[0] != y_arr.shape[0]:
+        raise ValueError(
+            "X and y must have the same number of rows (one label per input row), got "
+            f"{X_arr.shape[0]} and {y_arr.shape[0]}."
+        )
+    mean_f = _check_name_and_mean(name, mean)
+    if model is not None and not isinstance(model, pm.Model):
+        raise TypeError(f"model must be a pymc.Model or None, got {type(model).__name__}.")
+    ctx = pm.Model() if model is None else model
+    with ctx:
+        cov = _resolve_cov(cov_func)
+        input_dim = getattr(cov, "input_dim", None)
+        if input_dim is not None and input_dim != X_arr.shape[1]:
+            raise ValueError(
+                f"cov_func has input_dim={input_dim} but X has {X_arr.shape[1]} column(s)."
+            )
+        gp = pm.gp.Latent(mean_func=pm.gp.mean.Constant(mean_f), cov_func=cov)
+        f = gp.prior(name, X=X_arr)
+        # observed values must be integers for Bernoulli; clipped + rounded copy for the model
+        pm.Bernoulli(f"{name}_obs", logit_p=f, observed=np.rint(np.clip(y_arr, 0, 1)))
+    hyper_rvs = _hyperparameter_rvs(ctx, cov)
+    return GPClassification(
+        model=ctx,
+        gp=gp,
+        X=X_arr,
+        y=y_arr,
+        name=name,
+        mean=mean_f,
+        cov_func=cov,
+        sigma=None,  # type: ignore[arg-type]
+        hyperparameter_names=tuple(rv.name for rv in hyper_rvs),
+        _hyper_rvs=hyper_rvs,
+    )
