@@ -8,13 +8,15 @@ releases
 .. math:: Z_t = c_t + \frac1n \sum_{j=1}^n \bigl(\operatorname{clip}(v_j, l_t, h_t) - c_t\bigr)
           + N\!\bigl(0, \tau_t^2\bigr), \qquad
           \tau_t = \frac{\Delta_t}{\sqrt{2\rho_t}},\quad
-          \Delta_t = \frac{h_t - l_t}{n}(1 + 10^{-9}),
+          \Delta_t = \frac{h_t - l_t}{n}(1 + 10^{-9}) + 3u(h_t - l_t),
 
 with ``c_t = (l_t + h_t)/2``.  **Sensitivity** (``docs/selection.md`` §4): replacing one record
 changes one clipped value, which lies in ``[l_t, h_t]`` before and after, so the clipped mean
 moves by at most ``(h_t − l_t)/n``; the sum is evaluated with :func:`math.fsum` (correctly
-rounded) of centred terms ``|clip(v) − c_t| ≤ (h_t − l_t)/2``, so the computed mean is within a
-few ulps of ``(h_t − l_t)/2`` of the exact one and the relative allowance 1e-9 covers it.  Step t
+rounded) of centred terms ``|clip(v) − c_t| ≤ (h_t − l_t)/2``, so each computed mean is within
+about ``u (h_t − l_t)`` of the exact one (u = 2⁻⁵³; an absolute error that does not shrink with
+n): the absolute allowance ``3u(h_t − l_t)`` covers the two means, the relative 1e-9 the changed
+term.  Step t
 is then ρ_t-zCDP (Gaussian mechanism, Bun & Steinke 2016, Prop. 1.6; the secure discrete
 Gaussian, Canonne, Kamath & Steinke 2020, Thm. 14, via
 :func:`~pm_dpgp.mechanisms.noise.plan_discrete_gaussian`), for *any* interval that is a function
@@ -52,8 +54,9 @@ __all__ = [
     "centred_clipped_mean",
 ]
 
-#: Relative allowance on Δ_t for the round-off of the correctly rounded centred mean.
+#: Relative allowance on Δ_t for the round-off of the changed term (an absolute 3u(h − l) is added).
 COINPRESS_SENSITIVITY_RTOL = 1e-9
+_U = 2.0**-53  # unit round-off of float64
 
 
 def coinpress_rho_schedule(
@@ -87,8 +90,16 @@ def centred_clipped_mean(values: NDArray[np.float64], lower: float, upper: float
 
 
 def clipped_mean_sensitivity(lower: float, upper: float, n: int) -> float:
-    """Δ = (h − l)/n · (1 + 1e-9): replace-one sensitivity of the clipped mean (with allowance)."""
-    return (upper - lower) / n * (1.0 + COINPRESS_SENSITIVITY_RTOL)
+    """Δ = (h − l)/n · (1 + 1e-9) + 3u(h − l): replace-one sensitivity of the clipped mean.
+
+    The relative allowance covers the rounding of the one changed term; the absolute term
+    ``3u(h − l)`` (u = 2⁻⁵³) covers the rounding of the correctly rounded sum, up to
+    ``u|S| ≤ u n (h − l)/2`` per dataset, and of the division by n (``u(h − l)/2`` each): after
+    dividing by n these do not shrink with n, so a relative allowance alone fails for
+    n ≳ 10⁷ (audit: 1 + 8.6e-10 times the relative-only Δ at n = 2²⁶, docs/selection.md §4).
+    """
+    width = upper - lower
+    return width / n * (1.0 + COINPRESS_SENSITIVITY_RTOL) + 3.0 * _U * width
 
 
 @dataclass(frozen=True)

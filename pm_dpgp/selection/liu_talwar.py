@@ -166,6 +166,21 @@ def random_stopping_event(base_rho: float, gamma: float, label: str = "") -> Rep
     return RepeatAndSelectEvent(ZCDPEvent(base_rho), gamma, 1.0, label)
 
 
+def _usable_rows(
+    public: PublicSparseGP, X: NDArray[np.float64]
+) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
+    """``(X with unusable rows replaced by a public point, usable)``: a row is unusable when its
+    input is non-finite or its kernel column overflows (record-wise, silent: a refusal would
+    depend on one private record and come after the spend)."""
+    ok = np.isfinite(X).all(axis=1)
+    Z = np.asarray(public.Z, dtype=np.float64)
+    safe = np.where(ok[:, None], X, Z[:1])
+    with np.errstate(all="ignore"):
+        ok &= np.isfinite(public.kernel_private(Z, safe)).all(axis=0)
+        ok &= np.isfinite(public.kernel_diag(np.where(ok[:, None], safe, Z[:1])))
+    return np.where(ok[:, None], safe, Z[:1]), ok
+
+
 def _owner_score(
     public: PublicSparseGP,
     X1: NDArray[np.float64],
@@ -175,6 +190,9 @@ def _owner_score(
     y_bound: float,
 ) -> float:
     """Non-private mean clipped validation log-likelihood of Titsias' q(u) (owner only)."""
+    X1, ok1 = _usable_rows(public, X1)
+    X1, r1 = X1[ok1], r1[ok1]  # dropped as the DP statistics drop them
+    X2, finite2 = _usable_rows(public, X2)
     Kzx = public.kernel(public.Z, X1)
     m, S = titsias_qu(public.kzz(), Kzx @ r1, Kzx @ Kzx.T, 1.0 / public.noise_var)
     mu, var = predict_from_qu(
@@ -182,6 +200,7 @@ def _owner_score(
     )
     v = validation_loglik(mu[0] + public.mean, var[0] + public.noise_var, y2, public.mean, y_bound)
     lo, hi = loglik_bounds(public.noise_var, y_bound)
+    v = np.where(finite2, v, lo)
     return float(np.mean(np.clip(v, lo, hi)))
 
 
@@ -265,6 +284,28 @@ def select_by_random_stopping(
     if val.size == 0 or val.size >= n or val.min() < 0 or val.max() >= n:
         raise ValueError("validation must be public row indices leaving >= 1 training row.")
     train = np.setdiff1d(np.arange(n), val)
+    # shapes are public (len, and .shape where the container has one: no value is read);
+    # checked here so that a wrong shape is refused before the spend
+    x_shape = getattr(X, "shape", None)
+    y_shape = getattr(y, "shape", None)
+    n_cols = int(model.Z.shape[1])
+    if (
+        len(y) != n
+        or (
+            x_shape is not None
+            and (
+                len(x_shape) > 2
+                or (len(x_shape) == 2 and x_shape[1] != n_cols)
+                or (len(x_shape) == 1 and n_cols != 1)
+            )
+        )
+        or (y_shape is not None and math.prod(y_shape) != n)
+    ):
+        raise ValueError(
+            f"data must be X of shape (n, {n_cols}) and y with n values (n = {n}), got "
+            f"X {x_shape if x_shape is not None else len(X)} and y "
+            f"{y_shape if y_shape is not None else len(y)}."
+        )
     # --- public plan: events of every candidate, COINPRESS bounds -----------------------------
     publics = [model.public_sparse_gp(c) for c in configs]
     release_events = [
@@ -312,9 +353,11 @@ def select_by_random_stopping(
         )
         if _rho(event_from_metadata(release.metadata["privacy_event"])) > base_rho:
             raise RuntimeError("a candidate release exceeded its planned cost; please report.")
-        mu, var = release.predict(X2, pred_noise=True)
+        # a validation record with a non-finite input or kernel column scores L_min
+        X2_i, usable = _usable_rows(publics[i], X2)
+        mu, var = release.predict(X2_i, pred_noise=True)
         lo, hi = loglik_bounds(publics[i].noise_var, R_y)
-        v = validation_loglik(mu, var, y2, publics[i].mean, R_y)
+        v = np.where(usable, validation_loglik(mu, var, y2, publics[i].mean, R_y), lo)
         score = coinpress_mean(
             v, lower=lo, upper=hi, rho=rho_cp, n_steps=n_steps, spread=spread, rng=rng
         ).mean
