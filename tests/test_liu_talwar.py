@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import pickle
+import warnings
 
 import numpy as np
 import pymc as pm
@@ -397,3 +398,22 @@ def test_coinpress_sensitivity_covers_the_rounding_of_a_large_sum():
     change = abs(math.fsum([2.0**24, x, 0.5]) / n - math.fsum([2.0**24, x, -0.5]) / n)
     assert change > (1.0 / n) * (1.0 + 1e-9)  # the relative-only allowance is exceeded
     assert change <= clipped_mean_sensitivity(-0.5, 0.5, n)
+
+
+def test_warnings_do_not_reveal_the_number_of_runs():
+    """Audit finding: each run re-emitted the public-setting PrivacyWarnings, so with the
+    filter at "always" their count was 2K and revealed the secret K.  Now once per call."""
+    from pm_dpgp._validation import PrivacyWarning
+
+    model = _sparse_model(60)
+    counts, runs = set(), set()
+    for seed in (2, 3):  # K = 7 and K = 1 at gamma = 0.3
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            res = select_by_random_stopping(
+                model, GRID, epsilon=20.0, delta=0.1, y_bound=2.0, ledger=None, gamma=0.3,
+                owner_scores=False, rng=np.random.default_rng(seed),
+            )  # fmt: skip
+        runs.add(res.owner_report()["n_runs"])
+        counts.add(sum(issubclass(w.category, PrivacyWarning) for w in caught))
+    assert len(runs) == 2 and counts == {2}

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 import secrets
+import warnings
 from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any, Literal
@@ -41,7 +42,13 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from pm_dpgp._validation import check_delta, check_epsilon, check_positive, check_rng
+from pm_dpgp._validation import (
+    check_delta,
+    check_epsilon,
+    check_positive,
+    check_rng,
+    warn_public_settings,
+)
 from pm_dpgp.accounting import (
     GaussianEvent,
     Ledger,
@@ -321,6 +328,9 @@ def select_by_random_stopping(
         from pm_dpgp.audit import check_public_choices
 
         check_public_choices(X, Z=model.Z)
+    # public-setting warnings once, here: inside the loop every run would repeat them, and their
+    # number would reveal K (the secret number of runs; audit)
+    warn_public_settings(epsilon=epsilon, delta=delta, n_records=int(train.size))
     # --- charge before any data are read or anything is drawn ---------------------------------
     if ledger is not None:
         ledger.spend(
@@ -337,38 +347,42 @@ def select_by_random_stopping(
     g = Fraction(float(gamma))
     best_index, best_score = -1, -math.inf
     runs: list[tuple[int, float]] = []
-    while True:
-        i = _uniform(len(configs), rng)
-        release: SparseQuRelease = noise_aware_release(
-            publics[i],  # the public model planned above (its kernel compiled once)
-            (X1, y1),
-            epsilon=epsilon,
-            delta=delta,
-            y_bound=R_y,
-            ratio=ratio,
-            kernel_norm=kernel_norm,
-            calibration=calibration,
-            ledger=None,
-            rng=rng,
-        )
-        if _rho(event_from_metadata(release.metadata["privacy_event"])) > base_rho:
-            raise RuntimeError("a candidate release exceeded its planned cost; please report.")
-        # a validation record with a non-finite input or kernel column scores L_min
-        X2_i, usable = _usable_rows(publics[i], X2)
-        mu, var = release.predict(X2_i, pred_noise=True)
-        lo, hi = loglik_bounds(publics[i].noise_var, R_y)
-        v = np.where(usable, validation_loglik(mu, var, y2, publics[i].mean, R_y), lo)
-        score = coinpress_mean(
-            v, lower=lo, upper=hi, rho=rho_cp, n_steps=n_steps, spread=spread, rng=rng
-        ).mean
-        runs.append((i, score))
-        # Alg. 2: values above the interval are ignored.  "Best" is a fixed total order on the
-        # published outputs (score, then the smaller index), as the theorem of Papernot &
-        # Steinke requires: the comparison never depends on the order of the runs.
-        if score <= hi and (score, -i) > (best_score, -best_index):
-            best_index, best_score = i, score
-        if _coin(g, rng):
-            break
+    with warnings.catch_warnings():
+        # a silent loop: a warning per run (public settings, or numerical ones from private
+        # data) would reveal K, the secret number of runs, or depend on the data (audit)
+        warnings.simplefilter("ignore")
+        while True:
+            i = _uniform(len(configs), rng)
+            release: SparseQuRelease = noise_aware_release(
+                publics[i],  # the public model planned above (its kernel compiled once)
+                (X1, y1),
+                epsilon=epsilon,
+                delta=delta,
+                y_bound=R_y,
+                ratio=ratio,
+                kernel_norm=kernel_norm,
+                calibration=calibration,
+                ledger=None,
+                rng=rng,
+            )
+            if _rho(event_from_metadata(release.metadata["privacy_event"])) > base_rho:
+                raise RuntimeError("a candidate release exceeded its planned cost; please report.")
+            # a validation record with a non-finite input or kernel column scores L_min
+            X2_i, usable = _usable_rows(publics[i], X2)
+            mu, var = release.predict(X2_i, pred_noise=True)
+            lo, hi = loglik_bounds(publics[i].noise_var, R_y)
+            v = np.where(usable, validation_loglik(mu, var, y2, publics[i].mean, R_y), lo)
+            score = coinpress_mean(
+                v, lower=lo, upper=hi, rho=rho_cp, n_steps=n_steps, spread=spread, rng=rng
+            ).mean
+            runs.append((i, score))
+            # Alg. 2: values above the interval are ignored.  "Best" is a fixed total order on the
+            # published outputs (score, then the smaller index), as the theorem of Papernot &
+            # Steinke requires: the comparison never depends on the order of the runs.
+            if score <= hi and (score, -i) > (best_score, -best_index):
+                best_index, best_score = i, score
+            if _coin(g, rng):
+                break
     owner: dict[str, Any] = {"runs": runs, "n_runs": len(runs)}
     if owner_scores:
         r1 = np.clip(np.nan_to_num(y1 - model.mean, nan=0.0), -R_y, R_y)
