@@ -12,7 +12,10 @@ Run ``python benchmarks/thompson_regret.py [--quick] [--seeds 10 --rounds 25 100
   tighter bounds);
 * **suff.-stat. DP-TS** (:func:`~pm_dpgp.workflow.dp_thompson_sampling_tree`): Nyström
   features on a public grid of spacing ≈ the lengthscale, the whole run one tree-aggregation
-  Gaussian event of (ε, δ); model noise sd 0.05 (public), Honkela's defaults c = 1, ρ = 0.01.
+  Gaussian event of (ε, δ); model noise sd 0.05 (public), Honkela's defaults c = 1, ρ = 0.01;
+  full privacy.  ``--methods "suff.-stat. DP-TS (label privacy)"`` adds the variant where
+  only the observed values are private (queried inputs published, ``inputs_public=True``):
+  a weaker guarantee, reported separately.
 
 δ = 1e-5 everywhere.  All methods use the same initial design, kernel (fixed, public
 hyperparameters), candidate scheme (128 random candidates + 2 refinement steps) and
@@ -52,6 +55,13 @@ TRUE_NOISE_SD = 0.05
 #: once the loop accepts the new bound's keyword; or pass ``--sample-path-variant``.
 SAMPLE_PATH_VARIANTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "sample-path DP-TS": ({}, {}),
+}
+
+
+#: Sufficient-statistics DP-TS variants: name -> ``inputs_public`` (label privacy if True).
+TREE_VARIANTS: dict[str, bool] = {
+    "suff.-stat. DP-TS": False,
+    "suff.-stat. DP-TS (label privacy)": True,
 }
 
 
@@ -165,6 +175,7 @@ def run_cell(
     seed: int,
     sp_noise: dict[str, float],
     kappa: float,
+    methods: set[str],
 ) -> dict[str, tuple[np.ndarray, np.ndarray, float]]:
     """One seed of the DP methods at one ε: ``{method: (simple curve, inst curve, seconds)}``."""
     box = (np.zeros(problem.d), np.ones(problem.d))
@@ -178,6 +189,8 @@ def run_cell(
     )
     out = {}
     for name, (_, loop_kwargs) in SAMPLE_PATH_VARIANTS.items():
+        if name not in methods:
+            continue
         t0 = time.perf_counter()
         res = dp_thompson_sampling(
             _noisy(problem.f, 10_000 + seed),
@@ -193,21 +206,22 @@ def run_cell(
         if res.n_rounds != rounds:
             raise RuntimeError(f"{name}: planned noise did not fit the budget ({res.n_rounds}).")
         out[name] = (*_regrets(problem, res.owner.X, len(problem.X0)), time.perf_counter() - t0)
-    t0 = time.perf_counter()
-    res = dp_thompson_sampling_tree(
-        _noisy(problem.f, 40_000 + seed),
-        problem.cov(),
-        noise_sd=TRUE_NOISE_SD,
-        inducing=problem.grid_size(),
-        y_bound=1.0,
-        ledger=Ledger(epsilon=epsilon, delta=DELTA),
-        rng=np.random.default_rng(seed),
-        **common,
-    )
-    out["suff.-stat. DP-TS"] = (
-        *_regrets(problem, res.owner.X, len(problem.X0)),
-        time.perf_counter() - t0,
-    )
+    for name, inputs_public in TREE_VARIANTS.items():
+        if name not in methods:
+            continue
+        t0 = time.perf_counter()
+        res = dp_thompson_sampling_tree(
+            _noisy(problem.f, 40_000 + seed),
+            problem.cov(),
+            noise_sd=TRUE_NOISE_SD,
+            inducing=problem.grid_size(),
+            y_bound=1.0,
+            ledger=Ledger(epsilon=epsilon, delta=DELTA),
+            inputs_public=inputs_public,
+            rng=np.random.default_rng(seed),
+            **common,
+        )
+        out[name] = (*_regrets(problem, res.owner.X, len(problem.X0)), time.perf_counter() - t0)
     return out
 
 
@@ -264,6 +278,12 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         metavar="NAME=KEY:VALUE",
         help="extra sample-path variant: keyword given to SamplePathBound and the loop",
     )
+    parser.add_argument(
+        "--methods",
+        nargs="+",
+        default=None,
+        help="DP methods to run (default: all but the label-privacy variant); baselines always",
+    )
     parser.add_argument("--quick", action="store_true", help="2 seeds, 10 rounds, eps 3 only")
     parser.add_argument("--out", default=".")
     args = parser.parse_args(argv)
@@ -274,6 +294,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         name, kv = spec.split("=", 1)
         key, value = kv.split(":", 1)
         SAMPLE_PATH_VARIANTS[name] = ({key: value}, {key: value})
+    methods = set(
+        args.methods if args.methods is not None else [*SAMPLE_PATH_VARIANTS, "suff.-stat. DP-TS"]
+    )
     try:  # small matrices: one BLAS thread avoids contention
         from threadpoolctl import threadpool_limits
 
@@ -287,7 +310,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     curves: list[dict[str, Any]] = []
     print(f"delta = {DELTA}, {args.seeds} seeds; regret = mean ± s.e.")
     header = (
-        f"{'problem':11s} {'T':>4s} {'eps':>5s} {'method':22s} {'noise sd':>8s} "
+        f"{'problem':11s} {'T':>4s} {'eps':>5s} {'method':34s} {'noise sd':>8s} "
         f"{'simple regret':>16s} {'mean inst. regret':>18s} {'time s':>7s}"
     )
     print(header)
@@ -300,9 +323,10 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                 sp_noise = {
                     name: plan_sample_path_noise_sd(len(problem.X0), T, eps, kappa, bkw)
                     for name, (bkw, _) in SAMPLE_PATH_VARIANTS.items()
+                    if name in methods
                 }
                 cells = [
-                    {**base[s], **run_cell(problem, T, eps, s, sp_noise, kappa)}
+                    {**base[s], **run_cell(problem, T, eps, s, sp_noise, kappa, methods)}
                     for s in range(args.seeds)
                 ]
                 for method in cells[0]:
@@ -341,18 +365,22 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                             )
                         )
                     print(
-                        f"{pname:11s} {T:4d} {eps:5g} {method:22s} {noise:8.3g} "
+                        f"{pname:11s} {T:4d} {eps:5g} {method:34s} {noise:8.3g} "
                         f"{ms:8.3f} ± {ses:5.3f} {mi:9.3f} ± {sei:6.3f} {secs:7.1f}",
                         flush=True,
                     )
+                _write_csv(out, rows, curves)  # after every cell: partial runs keep results
+    _plot(curves, out / "thompson_regret.png")
+    print(f"written: {out / 'thompson_regret.csv'}, {out / 'thompson_regret_curves.csv'}")
+    return rows
+
+
+def _write_csv(out: Path, rows: list[dict[str, Any]], curves: list[dict[str, Any]]) -> None:
     for fname, data in (("thompson_regret.csv", rows), ("thompson_regret_curves.csv", curves)):
         with open(out / fname, "w", newline="") as fh:
             writer = csv.DictWriter(fh, fieldnames=list(data[0]))
             writer.writeheader()
             writer.writerows(data)
-    _plot(curves, out / "thompson_regret.png")
-    print(f"written: {out / 'thompson_regret.csv'}, {out / 'thompson_regret_curves.csv'}")
-    return rows
 
 
 def _plot(curves: list[dict[str, Any]], path: Path) -> None:

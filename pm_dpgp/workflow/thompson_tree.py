@@ -54,6 +54,7 @@ from pm_dpgp.mechanisms.full.noise_aware import (
     upper_vector,
 )
 from pm_dpgp.mechanisms.full.tree_aggregation import TreeAggregator, TreePlan, plan_tree
+from pm_dpgp.mechanisms.label.output_perturbation import LABEL_PRIVACY_MODEL
 from pm_dpgp.mechanisms.noise import simulation_rng
 from pm_dpgp.models import grid_inducing_points, sparse_gp_regression
 from pm_dpgp.workflow.progress import progress_bar
@@ -68,7 +69,16 @@ from pm_dpgp.workflow.thompson import (
     trace_inference_data,
 )
 
-__all__ = ["NystromFeatures", "dp_thompson_sampling_tree", "record_statistics"]
+__all__ = [
+    "NystromFeatures",
+    "dp_thompson_sampling_tree",
+    "public_inputs_posterior",
+    "record_statistics",
+]
+
+LABEL_RELATION = (
+    "replace-one y: one observed value replaced; the queried inputs are the published x_chosen"
+)
 
 
 class NystromFeatures:
@@ -133,6 +143,24 @@ def record_statistics(
     return np.concatenate([Phi.T @ r, ratio * upper_vector(Phi.T @ Phi)])
 
 
+def public_inputs_posterior(
+    B: NDArray[np.float64], a_noisy: NDArray[np.float64], noise_var: float, sigma_a: float
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    r"""Exact posterior of ``v`` given the public ``B`` and the noisy ``ã = A + N(0, σ_a² I)``.
+
+    With ``v ~ N(0, I)``, ``A | v ~ N(B v, σ² B)`` (``A = Σφᵢyᵢ``, ``yᵢ = φᵢᵀv + N(0, σ²)``), so
+    ``ã | v ~ N(Bv, C)``, ``C = σ²B + σ_a²I``: ``Λ = I + B C⁻¹ B``, ``m = Λ⁻¹ B C⁻¹ ã``,
+    ``S = Λ⁻¹`` (linear-Gaussian conditioning; Bishop 2006, eqs. 2.116–2.117).  All three are
+    diagonal in the eigenbasis ``B = U diag(b) Uᵀ``.  Post-processing of released values.
+    """
+    b, U = np.linalg.eigh(0.5 * (B + B.T))
+    b = np.clip(b, 0.0, None)
+    gain = b / (noise_var * b + sigma_a**2)  # B C^-1 in the eigenbasis
+    prec = 1.0 + b * gain
+    m = U @ (gain * (U.T @ a_noisy) / prec)
+    return m, (U / prec) @ U.T
+
+
 def dp_thompson_sampling_tree(
     objective: Objective,
     cov_func: Any,
@@ -151,6 +179,7 @@ def dp_thompson_sampling_tree(
     ratio: float = 1.0,
     rho: float = 0.01,
     variant: Literal["noise_aware", "naive"] = "noise_aware",
+    inputs_public: bool = False,
     candidates: ArrayLike | int = 256,
     refine_steps: int = 0,
     refine_points: int = 32,
@@ -180,6 +209,13 @@ def dp_thompson_sampling_tree(
     ratio, rho, variant:
         ``c = σ_a/σ_b``, the failure probability of λ (eq. 10) and ``"noise_aware"`` (with S₂)
         or ``"naive"`` posterior (:func:`~pm_dpgp.mechanisms.full.noise_aware.dp_qu`).
+    inputs_public:
+        ``False`` (default): full privacy, neighbours replace one ``(x, y)``; the tree releases
+        ``(A, c B̂)``.  ``True``: **label privacy** — only the observed values are private,
+        the queried inputs are the published ``x_chosen`` (and the public ``X_init``), so
+        ``B`` is computed exactly from public inputs and the tree releases ``A`` alone, with
+        sensitivity ``2 R_y R_φ`` (``docs/thompson_tree.md`` §9).  A weaker guarantee: the
+        ledger records ``privacy_model="label"``.
     rng:
         ``None`` (default): secure discrete Gaussian node noise (OpenDP, OS entropy) and an
         OS-entropy Generator for the posterior samples and candidates.  A Generator: the
@@ -215,7 +251,12 @@ def dp_thompson_sampling_tree(
     scale = 1.0 / noise_sd**2
 
     # --- public plan and the one charge, before any data or noise --------------------------
-    Delta = l2_sensitivity(R_y, feats.R, c)
+    if inputs_public:
+        Delta, dim = 2.0 * R_y * feats.R, M
+        model_name, relation = LABEL_PRIVACY_MODEL, LABEL_RELATION
+    else:
+        Delta, dim = l2_sensitivity(R_y, feats.R, c), M + M * (M + 1) // 2
+        model_name, relation = PRIVACY_MODEL, NEIGHBOURING_RELATION
     plan: TreePlan | None = None
     stop: StopReason = "completed"
     if T > 0 and epsilon > 0.0:
@@ -224,7 +265,7 @@ def dp_thompson_sampling_tree(
             delta,
             Delta,
             T,
-            M + M * (M + 1) // 2,
+            dim,
             secure=noise_rng is None,
             label=f"Thompson tree aggregation ({T} rounds)",
         )
@@ -233,8 +274,8 @@ def dp_thompson_sampling_tree(
         else:
             ledger.spend(
                 plan.event,
-                privacy_model=PRIVACY_MODEL,
-                neighbouring_relation=NEIGHBOURING_RELATION,
+                privacy_model=model_name,
+                neighbouring_relation=relation,
                 rng=noise_rng,
             )
     elif T > 0:
@@ -249,24 +290,35 @@ def dp_thompson_sampling_tree(
         tree = TreeAggregator(plan, noise_rng)
         y_all = _observe(objective, X0, float(prior_mean))
         leaf = (X0, y_all)
+        B_public = np.zeros((M, M))  # exact B from the public queries (inputs_public only)
         with progress_bar(T, "DP Thompson sampling (tree)", enabled=progressbar) as bar:
             try:
                 for _ in range(T):
                     r = np.clip(leaf[1] - prior_mean, -R_y, R_y)
-                    est, k = tree.add(record_statistics(feats(leaf[0]), r, c))
-                    sa = plan.sigma * math.sqrt(k)
-                    q = dp_qu(
-                        np.eye(M),
-                        est[:M],
-                        symmetric_from_upper(est[M:] / c, M),
-                        scale=scale,
-                        sigma_a=sa,
-                        sigma_b=sa / c,
-                        lam=regularisation_lambda(sa / c, scale, M, rho),
-                        variant=variant,
-                    )
-                    w, V = np.linalg.eigh(0.5 * (q.S + q.S.T))
-                    v = q.m + V @ (np.sqrt(np.clip(w, 0.0, None)) * rng.standard_normal(M))
+                    Phi = feats(leaf[0])
+                    if inputs_public:
+                        est, k = tree.add(Phi.T @ r)
+                        B_public += Phi.T @ Phi
+                        m_v, S_v = public_inputs_posterior(
+                            B_public, est, noise_sd**2, plan.sigma * math.sqrt(k)
+                        )
+                        lam_used = 0.0
+                    else:
+                        est, k = tree.add(record_statistics(Phi, r, c))
+                        sa = plan.sigma * math.sqrt(k)
+                        q = dp_qu(
+                            np.eye(M),
+                            est[:M],
+                            symmetric_from_upper(est[M:] / c, M),
+                            scale=scale,
+                            sigma_a=sa,
+                            sigma_b=sa / c,
+                            lam=regularisation_lambda(sa / c, scale, M, rho),
+                            variant=variant,
+                        )
+                        m_v, S_v, lam_used = q.m, q.S, q.lam_used
+                    w, V = np.linalg.eigh(0.5 * (S_v + S_v.T))
+                    v = m_v + V @ (np.sqrt(np.clip(w, 0.0, None)) * rng.standard_normal(M))
 
                     def path(Xn: NDArray[np.float64], _v: Any = v) -> NDArray[np.float64]:
                         return prior_mean + feats(Xn) @ _v
@@ -284,7 +336,7 @@ def dp_thompson_sampling_tree(
                     rows["f_path_at_chosen"].append(f_new)
                     rows["n_data"].append(len(X_all))
                     rows["nodes_in_prefix"].append(k)
-                    rows["lambda_used"].append(q.lam_used)
+                    rows["lambda_used"].append(lam_used)
                     X_all = np.vstack([X_all, x_new[None, :]])
                     y_all = np.concatenate([y_all, y_new])
                     leaf = (x_new[None, :], y_new)
@@ -295,8 +347,10 @@ def dp_thompson_sampling_tree(
         X_all = X0.copy()
     attrs: dict[str, Any] = {
         "mechanism": "sufficient-statistics Thompson sampling (tree aggregation, Nystrom features)",
-        "privacy_model": "full (queried inputs and observed values private)",
-        "neighbouring_relation": NEIGHBOURING_RELATION,
+        "privacy_model": "label (observed values private; queried inputs are published)"
+        if inputs_public
+        else "full (queried inputs and observed values private)",
+        "neighbouring_relation": relation,
         "stop_reason": stop,
         "n_rounds_requested": T,
         "n_rounds_completed": len(rows["x_chosen"]),
