@@ -299,3 +299,22 @@ def test_label_variant_releases_A_only_with_label_sensitivity():
     Phi = feats(res.owner.X[:3])
     r, r2 = np.array([1.0, 0.2, -0.5]), np.array([-1.0, 0.2, -0.5])
     assert np.linalg.norm(Phi.T @ r - Phi.T @ r2) <= attrs["tree_leaf_sensitivity"] * (1 + 1e-12)
+
+
+def test_bad_inputs_fail_before_any_spend():
+    ledger = Ledger(epsilon=3.0, delta=DELTA)
+    with pytest.raises(ValueError, match="values"):
+        dp_thompson_sampling_tree(
+            lambda X: np.zeros(len(X) + 1),
+            COV,
+            domain=(0.0, 1.0),
+            X_init=X0,
+            n_rounds=3,
+            noise_sd=0.05,
+            ledger=ledger,
+            progressbar=False,
+            rng=np.random.default_rng(0),
+        )
+    with pytest.raises(ValueError, match="epsilon"):
+        _run(ledger=ledger, epsilon=-1.0)
+    assert ledger.epsilon() == 0.0 and ledger.history == []

@@ -233,11 +233,10 @@ def dp_thompson_sampling_tree(
         raise ValueError("ledger must be a pm_dpgp Ledger holding the privacy budget.")
     delta = check_delta(ledger.delta if delta is None else delta)
     if epsilon is None:
-        epsilon = ledger.remaining_epsilon
-        if epsilon is None:
+        remaining = ledger.remaining_epsilon
+        if remaining is None:
             raise ValueError("the ledger has no budget; pass epsilon= for the run.")
-    if epsilon <= 0.0:
-        epsilon = 0.0
+        epsilon = float(remaining)  # 0 when the budget is used up: the run stops at once
     else:
         epsilon = check_epsilon(epsilon)
     if isinstance(inducing, int | np.integer):
@@ -250,7 +249,11 @@ def dp_thompson_sampling_tree(
     M = feats.M
     scale = 1.0 / noise_sd**2
 
-    # --- public plan and the one charge, before any data or noise --------------------------
+    # the initial design is observed first: a wrong-shaped objective fails before any charge
+    # (the count is public; the values are only clipped, never inspected)
+    y_all = _observe(objective, X0, float(prior_mean))
+
+    # --- public plan and the one charge, before any noise ----------------------------------
     if inputs_public:
         Delta, dim = 2.0 * R_y * feats.R, M
         model_name, relation = LABEL_PRIVACY_MODEL, LABEL_RELATION
@@ -285,10 +288,8 @@ def dp_thompson_sampling_tree(
         k: [] for k in ("x_chosen", "f_path_at_chosen", "n_data", "nodes_in_prefix", "lambda_used")
     }
     X_all = X0.copy()
-    y_all = np.empty(0)
     if plan is not None:
         tree = TreeAggregator(plan, noise_rng)
-        y_all = _observe(objective, X0, float(prior_mean))
         leaf = (X0, y_all)
         B_public = np.zeros((M, M))  # exact B from the public queries (inputs_public only)
         with progress_bar(T, "DP Thompson sampling (tree)", enabled=progressbar) as bar:
@@ -343,8 +344,6 @@ def dp_thompson_sampling_tree(
                     bar.advance(f"ε = {ledger.epsilon():.3g}")
             except KeyboardInterrupt:
                 stop = "interrupted"
-    if len(y_all) < len(X_all):  # no round ran: the initial design was never observed
-        X_all = X0.copy()
     attrs: dict[str, Any] = {
         "mechanism": "sufficient-statistics Thompson sampling (tree aggregation, Nystrom features)",
         "privacy_model": "label (observed values private; queried inputs are published)"
@@ -388,9 +387,7 @@ def dp_thompson_sampling_tree(
         upper,
         attrs,
     )
-    owner = OwnerRecord(
-        X=X_all, y=y_all if len(y_all) else np.full(len(X0), np.nan), n_init=len(X0)
-    )
+    owner = OwnerRecord(X=X_all, y=y_all, n_init=len(X0))
     return ThompsonResult(
         idata=idata,
         owner=owner,
