@@ -359,9 +359,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                                 epsilon=eps,
                                 method=method,
                                 round=t + 1,
-                                simple_regret=float(simple[:, t].mean()),
-                                mean_inst_regret=float(cum[:, t].mean()),
-                                mean_inst_regret_se=_mean_se(cum[:, t])[1],
+                                simple_regret=round(float(simple[:, t].mean()), 5),
+                                mean_inst_regret=round(float(cum[:, t].mean()), 5),
+                                mean_inst_regret_se=round(_mean_se(cum[:, t])[1], 5),
                             )
                         )
                     print(
