@@ -30,6 +30,11 @@ The whole ``T``-round run is one Gaussian mechanism, charged on the ledger befor
 round (``docs/thompson_tree.md`` §3–4).  Published: the chosen inputs, the sampled path
 values there, the per-round noise level; the observed values stay in the
 :class:`~pm_dpgp.workflow.thompson.OwnerRecord`.
+
+``inputs_public=True`` is the weaker label-privacy variant (``docs/thompson_tree.md`` §9):
+the queried inputs are the published ones, ``B`` is exact and only ``A`` goes through the
+tree; the posterior is then exact linear-Gaussian conditioning on ``Ã``
+(:func:`public_inputs_posterior`).
 """
 
 from __future__ import annotations
