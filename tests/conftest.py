@@ -43,6 +43,18 @@ def small_model(seed: int, n: int = 12, ls: float = 1.5, scale: float = 1.0, noi
     return gp_regression(X, y, scale**2 * pm.gp.cov.ExpQuad(1, ls=ls), sigma=noise, mean=0.0)
 
 
+@pytest.fixture
+def one_blas_thread():
+    """Small matrices: multithreaded BLAS only adds contention on a loaded 2-core machine."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover
+        yield
+        return
+    with threadpool_limits(1):
+        yield
+
+
 def pytest_report_header(config) -> str:
     """Name the stack in the run's header (CI runs the suite on two stacks)."""
     from pm_dpgp.compat import stack_description

@@ -15,24 +15,10 @@ from pm_dpgp.compat import group_names
 from pm_dpgp.mechanisms.full.sample_path_bounds import SamplePathBound
 from pm_dpgp.workflow import dp_thompson_sampling, random_search
 
-try:
-    from threadpoolctl import threadpool_limits
-except ImportError:  # pragma: no cover
-    threadpool_limits = None
-
 DELTA = 1e-5
 X0 = np.array([[0.1], [0.5], [0.9]])
 COV = pm.gp.cov.ExpQuad(1, ls=0.2)
-
-
-@pytest.fixture(autouse=True)
-def _one_blas_thread():
-    """Small matrices: multithreaded BLAS only adds contention on a loaded 2-core machine."""
-    if threadpool_limits is None:
-        yield
-    else:
-        with threadpool_limits(1):
-            yield
+pytestmark = pytest.mark.usefixtures("one_blas_thread")
 
 
 def f_true(x: np.ndarray) -> np.ndarray:

@@ -4,6 +4,8 @@
   (``az.plot_ppc``, ``az.summary``, ``az.loo``); refuses the private training data.
 * :func:`plot_dp_release` — non-DP band (owner's view), DP draws, DP noise band.
 * :func:`dp_thompson_sampling` — Thompson sampling with DP sample paths under a budget.
+* :func:`dp_thompson_sampling_tree` — Thompson sampling on sufficient statistics released by
+  tree aggregation, the whole run one Gaussian event (``docs/thompson_tree.md``).
 
 See ``docs/workflow.md``.
 """
@@ -15,6 +17,7 @@ from pm_dpgp.workflow.thompson import (
     dp_thompson_sampling,
     random_search,
 )
+from pm_dpgp.workflow.thompson_tree import dp_thompson_sampling_tree
 
 __all__ = [
     "OwnerRecord",
@@ -22,6 +25,7 @@ __all__ = [
     "ThompsonResult",
     "dp_ppc",
     "dp_thompson_sampling",
+    "dp_thompson_sampling_tree",
     "holdout_elpd",
     "plot_dp_release",
     "random_search",

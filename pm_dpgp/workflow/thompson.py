@@ -154,6 +154,32 @@ def _observe(
     return y
 
 
+def check_loop_inputs(
+    X_init: ArrayLike,
+    domain: tuple[ArrayLike, ArrayLike],
+    n_rounds: int,
+    candidates: ArrayLike | int,
+) -> tuple[NDArray[np.float64], NDArray, NDArray, NDArray[np.float64] | None, int]:
+    """Public inputs of a Thompson loop: ``(X0, lower, upper, fixed candidates or None, k)``."""
+    X0 = check_finite_array(X_init, "X_init", ndim=2)
+    d = X0.shape[1]
+    lower, upper = _box(domain, d)
+    if len(X0) < 1:
+        raise ValueError("X_init needs at least one public initial input.")
+    if np.any(X0 < lower) or np.any(X0 > upper):
+        raise ValueError("X_init must lie inside the public domain.")
+    if int(n_rounds) != n_rounds or n_rounds < 0:
+        raise ValueError(f"n_rounds must be a non-negative integer, got {n_rounds!r}.")
+    if isinstance(candidates, int | np.integer):
+        if candidates < 1:
+            raise ValueError("candidates must be a positive number or a (k, d) array.")
+        return X0, lower, upper, None, int(candidates)
+    fixed = check_finite_array(candidates, "candidates", ndim=2)
+    if fixed.shape[1] != d:
+        raise ValueError(f"candidates must have {d} column(s).")
+    return X0, lower, upper, fixed, len(fixed)
+
+
 def _exact_path(
     public_gp: PublicGP, y: NDArray[np.float64], rng: np.random.Generator
 ) -> Callable[[NDArray[np.float64]], NDArray[np.float64]]:
@@ -213,6 +239,41 @@ def _maximise(
             x_best, f_best = Xn[j], float(fn[j])
         scale = 0.5 * scale
     return x_best, f_best
+
+
+def trace_inference_data(
+    rows: dict[str, list[Any]],
+    dtypes: dict[str, Any],
+    X0: NDArray[np.float64],
+    lower: NDArray[np.float64],
+    upper: NDArray[np.float64],
+    attrs: dict[str, Any],
+) -> Any:
+    """InferenceData of a Thompson run: group ``thompson`` (dim ``round``) and ``constant_data``.
+
+    ``rows["x_chosen"]`` holds the ``(d,)`` chosen inputs; every other key of ``dtypes`` is a
+    per-round scalar column of that dtype.  Only DP outputs and public values may be passed.
+    """
+    import xarray as xr
+
+    d = len(lower)
+    R = len(rows["x_chosen"])
+    x_ch = np.asarray(rows["x_chosen"], float).reshape(R, d)
+    coords = {"round": np.arange(R), "input_dim": np.arange(d)}
+    data: dict[str, Any] = {"x_chosen": (("round", "input_dim"), x_ch)}
+    for key, dtype in dtypes.items():
+        data[key] = (("round",), np.asarray(rows[key], dtype=dtype))
+    trace = xr.Dataset(data, coords=coords, attrs=attrs)
+    const = xr.Dataset(
+        {
+            "X_init": (("init", "input_dim"), X0),
+            "domain_lower": (("input_dim",), lower),
+            "domain_upper": (("input_dim",), upper),
+        },
+        coords={"init": np.arange(len(X0)), "input_dim": np.arange(d)},
+        attrs=attrs,
+    )
+    return make_inference_data({"constant_data": const, "thompson": trace})
 
 
 def dp_thompson_sampling(
@@ -275,34 +336,15 @@ def dp_thompson_sampling(
     rng:
         the only source of randomness.
     """
-    import xarray as xr
-
     rng = check_rng(rng)
-    X0 = check_finite_array(X_init, "X_init", ndim=2)
+    X0, lower, upper, fixed_cand, n_cand = check_loop_inputs(X_init, domain, n_rounds, candidates)
     d = X0.shape[1]
-    lower, upper = _box(domain, d)
-    if len(X0) < 1:
-        raise ValueError("X_init needs at least one public initial input.")
-    if np.any(X0 < lower) or np.any(X0 > upper):
-        raise ValueError("X_init must lie inside the public domain.")
-    if int(n_rounds) != n_rounds or n_rounds < 0:
-        raise ValueError(f"n_rounds must be a non-negative integer, got {n_rounds!r}.")
     noise_sd = check_positive(noise_sd, "noise_sd")
     sigma = check_positive(sigma, "sigma")
     if private:
         if ledger is None:
             raise ValueError("private=True needs a Ledger with the privacy budget.")
         delta = check_delta(ledger.delta if delta is None else delta)
-    if isinstance(candidates, int | np.integer):
-        if candidates < 1:
-            raise ValueError("candidates must be a positive number or a (k, d) array.")
-        fixed_cand = None
-        n_cand = int(candidates)
-    else:
-        fixed_cand = check_finite_array(candidates, "candidates", ndim=2)
-        if fixed_cand.shape[1] != d:
-            raise ValueError(f"candidates must have {d} column(s).")
-        n_cand = len(fixed_cand)
 
     fill = float(prior_mean) if private else None
     y0 = _observe(objective, X0, fill)
@@ -415,15 +457,12 @@ def dp_thompson_sampling(
         except KeyboardInterrupt:
             stop = "interrupted"
 
-    R = len(rows["x_chosen"])
-    x_ch = np.asarray(rows["x_chosen"], float).reshape(R, d)
-    coords = {"round": np.arange(R), "input_dim": np.arange(d)}
     attrs: dict[str, Any] = {
         "mechanism": "sample_path Thompson sampling" if private else "non-private Thompson",
         "privacy_model": "full (queried inputs and observed values private)" if private else "none",
         "stop_reason": stop,
         "n_rounds_requested": int(n_rounds),
-        "n_rounds_completed": R,
+        "n_rounds_completed": len(rows["x_chosen"]),
         "noise_sd": noise_sd,
         "sigma": sigma,
         "y_bound": y_bound,
@@ -444,29 +483,21 @@ def dp_thompson_sampling(
                 "epsilon_spent_total": float(ledger.epsilon()),
             }
         )
-    trace = xr.Dataset(
+    idata = trace_inference_data(
+        rows,
         {
-            "x_chosen": (("round", "input_dim"), x_ch),
-            "f_path_at_chosen": (("round",), np.asarray(rows["f_path_at_chosen"], float)),
-            "epsilon_round": (("round",), np.asarray(rows["epsilon_round"], float)),
-            "epsilon_cumulative": (("round",), np.asarray(rows["epsilon_cumulative"], float)),
-            "n_data": (("round",), np.asarray(rows["n_data"], np.int64)),
-            "alpha_max": (("round",), np.asarray(rows["alpha_max"], float)),
-            "event": (("round",), np.asarray(rows["event"], dtype=str)),
+            "f_path_at_chosen": float,
+            "epsilon_round": float,
+            "epsilon_cumulative": float,
+            "n_data": np.int64,
+            "alpha_max": float,
+            "event": str,
         },
-        coords=coords,
-        attrs=attrs,
+        X0,
+        lower,
+        upper,
+        attrs,
     )
-    const = xr.Dataset(
-        {
-            "X_init": (("init", "input_dim"), X0),
-            "domain_lower": (("input_dim",), lower),
-            "domain_upper": (("input_dim",), upper),
-        },
-        coords={"init": np.arange(len(X0)), "input_dim": np.arange(d)},
-        attrs=attrs,
-    )
-    idata = make_inference_data({"constant_data": const, "thompson": trace})
     owner = OwnerRecord(X=X_all, y=y_all, n_init=len(X0))
     return ThompsonResult(
         idata=idata,
