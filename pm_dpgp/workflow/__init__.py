@@ -4,11 +4,13 @@
   (``az.plot_ppc``, ``az.summary``, ``az.loo``); refuses the private training data.
 * :func:`plot_dp_release` — non-DP band (owner's view), DP draws, DP noise band.
 * :func:`dp_thompson_sampling` — Thompson sampling with DP sample paths under a budget.
+* :func:`dp_summary` — mean, sd and credible interval of DP draws, no MCMC diagnostics.
 
 See ``docs/workflow.md``.
 """
 
 from pm_dpgp.workflow.ppc import PrivateDataError, dp_ppc, holdout_elpd, plot_dp_release
+from pm_dpgp.workflow.summary import dp_summary, spread_meaning
 from pm_dpgp.workflow.thompson import (
     OwnerRecord,
     ThompsonResult,
@@ -21,8 +23,10 @@ __all__ = [
     "PrivateDataError",
     "ThompsonResult",
     "dp_ppc",
+    "dp_summary",
     "dp_thompson_sampling",
     "holdout_elpd",
     "plot_dp_release",
     "random_search",
+    "spread_meaning",
 ]
