@@ -111,9 +111,11 @@ def _results(kind, model):
     if kind == "sample_path":
         return _sample_path(model).to_inference_data(), "posterior_predictive", "f_path"
     if kind == "noise_aware":
-        return _noise_aware().to_inference_data(np.linspace(-3, 3, 11)), "posterior", "u_mean"
+        rel = _noise_aware()
+        return rel.to_inference_data(np.linspace(-3, 3, 11), n_draws=50), "posterior", "f"
     if kind == "dirichlet":
-        return _dirichlet().to_inference_data(np.linspace(-3, 3, 11)), "posterior", "u_mean"
+        rel = _dirichlet()
+        return rel.to_inference_data(np.linspace(-3, 3, 11), n_draws=50), "posterior", "p"
     if kind == "dp_ppc":
         rel = _label_release("cloaking", model)
         X_hold = np.linspace(0.1, 5.9, 12)

@@ -654,13 +654,18 @@ def test_heteroscedastic_noise(pub) -> None:
 def test_inference_data_and_leak_scan(reg, tmp_path) -> None:
     rel = _release(reg, None)
     Xs = np.linspace(-4.1, 4.1, 9)
-    idata = rel.to_inference_data(Xs)
+    idata = rel.to_inference_data(Xs, n_draws=30, rng=np.random.default_rng(0))
     post = idata.posterior
-    assert post["u_mean"].dims == ("chain", "draw", "inducing")
-    assert post["u_cov"].dims == ("chain", "draw", "inducing", "inducing_")
-    assert np.allclose(post["u_mean"].values[0, 0], rel.m)
+    par = idata.dp_parameters
+    assert par["u_mean"].dims == ("inducing",)
+    assert par["u_cov"].dims == ("inducing", "inducing_")
+    np.testing.assert_array_equal(par["u_mean"].values, rel.m)
+    np.testing.assert_array_equal(par["u_cov"].values, rel.S)
     assert np.allclose(idata.constant_data["Z"].values, Z15)
-    assert idata.posterior_predictive["f_mean"].dims == ("chain", "draw", "x_star")
+    assert par["f_mean"].dims == ("x_star",)
+    assert post["f"].dims == ("chain", "draw", "x_star") and post["f"].shape == (1, 30, 9)
+    assert post["u"].dims == ("chain", "draw", "inducing")
+    assert idata.posterior_predictive["y"].shape == (1, 30, 9)
     assert post.attrs["privacy_model"] == "full"
     assert post.attrs["neighbouring_relation"].startswith("replace-one (x, y)")
     for key in (

@@ -359,6 +359,21 @@ def titsias_qu(
     return m, 0.5 * (S + S.T)
 
 
+def _batched(m: ArrayLike, S: ArrayLike) -> tuple[bool, NDArray, NDArray]:
+    """``(single, m (T, M), S (T, M, M))``: one output becomes ``T = 1``."""
+    m_arr = np.asarray(m, dtype=np.float64)
+    S_arr = np.asarray(S, dtype=np.float64)
+    single = m_arr.ndim == 1
+    return single, (m_arr[None] if single else m_arr), (S_arr[None] if single else S_arr)
+
+
+def _projections(Kzz: NDArray[np.float64], Kzv: ArrayLike) -> tuple[NDArray, NDArray]:
+    """``A = L⁻¹ K_ZV`` and ``W = K⁻¹ K_ZV = L⁻ᵀ A`` (``K_ZZ = L Lᵀ``, jittered Cholesky)."""
+    L, _ = jittered_cholesky(Kzz)
+    A = sla.solve_triangular(L, np.asarray(Kzv, dtype=np.float64), lower=True)
+    return A, sla.solve_triangular(L.T, A, lower=False)
+
+
 def predict_from_qu(
     Kzz: ArrayLike,
     m: ArrayLike,
@@ -380,15 +395,8 @@ def predict_from_qu(
     This is post-processing of ``q(u)``: it costs no privacy.
     """
     K = np.asarray(Kzz, dtype=np.float64)
-    m_arr = np.asarray(m, dtype=np.float64)
-    S_arr = np.asarray(S, dtype=np.float64)
-    single = m_arr.ndim == 1
-    m2 = m_arr[None] if single else m_arr
-    S3 = S_arr[None] if single else S_arr
-    L, _ = jittered_cholesky(K)
-    Kzv_arr = np.asarray(Kzv, dtype=np.float64)
-    A = sla.solve_triangular(L, Kzv_arr, lower=True)
-    W = sla.solve_triangular(L.T, A, lower=False)
+    single, m2, S3 = _batched(m, S)
+    A, W = _projections(K, Kzv)
     mu = mean + (m2 - mean) @ W
     SW = S3 @ W  # (T, M, n)
     kvv_arr = np.asarray(kvv, dtype=np.float64)
@@ -398,3 +406,38 @@ def predict_from_qu(
         return (mu[0], cov[0]) if single else (mu, cov)
     var = kvv_arr[None] - np.sum(A * A, axis=0)[None] + np.einsum("mi,tmi->ti", W, SW)
     return (mu[0], var[0]) if single else (mu, var)
+
+
+def sample_from_qu(
+    Kzz: ArrayLike,
+    m: ArrayLike,
+    S: ArrayLike,
+    Kzv: ArrayLike | None,
+    Kvv: ArrayLike | None,
+    n_draws: int,
+    rng: np.random.Generator,
+    *,
+    mean: float = 0.0,
+) -> tuple[NDArray[np.float64], NDArray[np.float64] | None]:
+    r"""Joint draws of ``u ~ q(u) = N(m, S)`` and ``f(V) | u ~ p(f | u)`` (Titsias 2009, eq. 8).
+
+    ``f = μ + K_VZ K⁻¹ (u − μ) + L_C ξ`` with ``C = K_VV − K_VZ K⁻¹ K_ZV`` (the conditional
+    prior covariance, ``C = L_C L_Cᵀ``, jittered Cholesky), so that ``f`` is marginally the
+    predictive ``q(f) = ∫ p(f | u) q(u) du`` of Honkela (2024, eq. 17) and each ``f`` draw is
+    consistent with its ``u`` draw.  ``m`` is ``(M,)`` or ``(T, M)``, ``S`` ``(M, M)`` or
+    ``(T, M, M)``; returns ``u`` ``(n_draws, [T,] M)`` and ``f`` ``(n_draws, [T,] n)`` (``None``
+    without ``Kzv``).  Post-processing of ``q(u)``: no privacy cost.
+    """
+    K = np.asarray(Kzz, dtype=np.float64)
+    single, m2, S3 = _batched(m, S)
+    T, M = m2.shape
+    L_S = np.stack([jittered_cholesky(0.5 * (s + s.T))[0] for s in S3])  # (T, M, M)
+    u = m2[None] + np.einsum("tij,stj->sti", L_S, rng.standard_normal((n_draws, T, M)))
+    if Kzv is None:
+        return (u[:, 0] if single else u), None
+    A, W = _projections(K, Kzv)
+    C = np.asarray(Kvv, dtype=np.float64) - A.T @ A
+    L_C, _ = jittered_cholesky(0.5 * (C + C.T), check=False)
+    n = A.shape[1]
+    f = mean + (u - mean) @ W + rng.standard_normal((n_draws, T, n)) @ L_C.T
+    return (u[:, 0], f[:, 0]) if single else (u, f)

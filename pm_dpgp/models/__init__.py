@@ -6,8 +6,16 @@ model for ordinary inference) whose :meth:`~GPRegression.public_gp` gives the
 """
 
 from pm_dpgp.models.exact import GPRegression, PrivateHyperparameterError, PublicGP, gp_regression
+from pm_dpgp.models.hyperparameters import PublicHyperparameters, public_hyperparameters
 
-__all__ = ["GPRegression", "PrivateHyperparameterError", "PublicGP", "gp_regression"]
+__all__ = [
+    "GPRegression",
+    "PrivateHyperparameterError",
+    "PublicGP",
+    "PublicHyperparameters",
+    "gp_regression",
+    "public_hyperparameters",
+]
 
 from pm_dpgp.models.sparse import (  # noqa: E402
     DirichletGPClassification,

@@ -354,3 +354,56 @@ def _hyperparameter_rvs(
     free = list(model.free_RVs)
     reached = set(ancestors(graphs, blockers=free))
     return tuple(rv for rv in free if rv in reached)
+
+
+# --------------------------------------------------------------------------- PyMC idioms
+def resolve_model(model: pm.Model | None, coords: Mapping[str, Any] | None = None) -> pm.Model:
+    """The model to build into: ``model``, else the enclosing ``with pm.Model():``, else new.
+
+    Building inside a ``with pm.Model() as m:`` block adds to ``m`` itself (PyMC's
+    ``modelcontext``), never to a silently nested child model.  ``coords`` are added to it.
+    """
+    if model is not None and not isinstance(model, pm.Model):
+        raise TypeError(f"model must be a pymc.Model or None, got {type(model).__name__}.")
+    if model is None:
+        try:
+            model = pm.modelcontext(None)
+        except TypeError:  # no model on the context stack
+            model = pm.Model()
+    if coords:
+        model.add_coords(dict(coords))
+    return model
+
+
+def _is_data_container(x: Any) -> bool:
+    from pytensor.compile.sharedvalue import SharedVariable
+
+    return isinstance(x, SharedVariable)
+
+
+def data_input(x: Any, name: str, ndim: int) -> tuple[NDArray[np.float64], Any]:
+    """``(checked value, what goes into the PyMC graph)`` for an array or a ``pm.Data``.
+
+    A ``pm.Data`` container (a PyTensor shared variable) enters the graph as itself, as a
+    column when it is 1-D and inputs are expected (so ``pm.set_data`` works); its current
+    value is checked like an array.  Other symbolic variables are refused: their value is
+    not a fixed array a release can use.
+    """
+    if _is_data_container(x):
+        arr = current_data(x, name, ndim)
+        graph = x[:, None] if ndim == 2 and x.type.ndim == 1 else x
+        return arr, graph
+    if isinstance(x, Variable):
+        raise TypeError(
+            f"{name} must be an array or a pm.Data container, got a symbolic "
+            f"{type(x).__name__}; wrap the values in pm.Data(...) or pass the array."
+        )
+    arr = check_finite_array(x, name, ndim=ndim)
+    return arr, arr
+
+
+def current_data(x: Any, name: str, ndim: int) -> NDArray[np.float64]:
+    """The current value of an array or ``pm.Data`` container, checked finite, rank ``ndim``."""
+    if _is_data_container(x):
+        return check_finite_array(x.get_value(borrow=True), name, ndim=ndim)
+    return x

@@ -52,7 +52,7 @@ try:  # pytensor >= 2.31
 except ImportError:  # pragma: no cover - older pytensor
     from pytensor.graph.basic import ancestors
 
-from pm_dpgp._validation import check_finite_array, check_positive
+from pm_dpgp._validation import check_positive
 from pm_dpgp.gp.exact import ExactPosterior
 from pm_dpgp.models._common import (
     BoundFunction,
@@ -69,8 +69,12 @@ from pm_dpgp.models._common import (
     _hyperparameter_rvs,
     _readonly,
     _resolve_cov_and_sigma,
+    current_data,
+    data_input,
     hoist_float_constants,
+    resolve_model,
 )
+from pm_dpgp.models.hyperparameters import PublicHyperparameters
 
 __all__ = ["PrivateHyperparameterError", "GPRegression", "PublicGP", "gp_regression"]
 
@@ -281,8 +285,8 @@ class GPRegression:
 
     model: pm.Model
     gp: pm.gp.Marginal
-    X: NDArray[np.float64] = field(repr=False)
-    y: NDArray[np.float64] = field(repr=False)
+    _X: Any = field(repr=False)  # array, or the pm.Data container of the inputs
+    _y: Any = field(repr=False)  # array, or the pm.Data container of the outputs (private)
     name: str
     mean: float
     cov_func: BaseCovariance = field(repr=False)
@@ -294,6 +298,17 @@ class GPRegression:
     _compiled: dict[str, Any] = field(init=False, repr=False, default_factory=dict)
     # the kernel part of the description does not depend on the values: built once
     _cov_description: str | None = field(init=False, repr=False, default=None)
+
+    @property
+    def X(self) -> NDArray[np.float64]:
+        """Training inputs ``(n, d)``: the current value of their ``pm.Data`` container, if any
+        (so ``pm.set_data`` changes what a release uses as well as the PyMC model)."""
+        return current_data(self._X, "X", 2)
+
+    @property
+    def y(self) -> NDArray[np.float64]:
+        """Training outputs ``(n,)`` (private); the current value of their ``pm.Data`` container."""
+        return current_data(self._y, "y", 1)
 
     def __post_init__(self) -> None:
         self._hyper_inputs = tuple(rv.type(name=rv.name) for rv in self._hyper_rvs)
@@ -347,13 +362,26 @@ class GPRegression:
         self, hyperparameters: Mapping[str, ArrayLike] | None
     ) -> dict[str, HyperValue]:
         given: Mapping[str, ArrayLike] = {} if hyperparameters is None else hyperparameters
-        if not isinstance(given, Mapping):
+        names = self.hyperparameter_names
+        if isinstance(given, PublicHyperparameters):
+            given = given.restricted_to(names)  # declared public by the user: extras ignored
+        if not isinstance(given, Mapping) or any(
+            hasattr(given, a) for a in ("children", "data_vars", "groups")
+        ):
             raise TypeError(
                 "hyperparameters must be a mapping {name: value}, got "
-                f"{type(hyperparameters).__name__}."
+                f"{type(hyperparameters).__name__}; for a PyMC result (find_MAP dict, "
+                "idata.posterior) use pm_dpgp.models.public_hyperparameters(..., "
+                "hyperparameters_are_public=True) once you know the values are public."
             )
-        names = self.hyperparameter_names
         unknown = sorted(set(given) - set(names))
+        if unknown and any(str(k).endswith("__") for k in unknown):
+            raise ValueError(
+                f"{unknown} look like a pm.find_MAP result (transformed variables). A MAP fit "
+                "to the private data is not public. If it was fitted on public data, pass "
+                "pm_dpgp.models.public_hyperparameters(map_estimate, "
+                "hyperparameters_are_public=True)."
+            )
         if unknown:
             expected = ", ".join(names) if names else "none (this model has fixed hyperparameters)"
             raise ValueError(
@@ -492,6 +520,8 @@ def gp_regression(
     mean: float = 0.0,
     name: str = "f",
     model: pm.Model | None = None,
+    coords: Mapping[str, ArrayLike] | None = None,
+    dims: str | None = None,
     mean_is_public: bool = False,
 ) -> GPRegression:
     r"""Build an exact GP regression model in PyMC (``pm.gp.Marginal``).
@@ -504,9 +534,10 @@ def gp_regression(
     Parameters
     ----------
     X
-        Public inputs, shape ``(n,)`` or ``(n, d)``.
+        Public inputs, shape ``(n,)`` or ``(n, d)``, or a ``pm.Data`` container of them
+        (then ``pm.set_data`` changes them for the PyMC model and for releases alike).
     y
-        Private outputs, shape ``(n,)``.
+        Private outputs, shape ``(n,)``, or a ``pm.Data`` container.
     cov_func
         A PyMC covariance with fixed numeric hyperparameters, or a zero-argument
         callable returning one; the callable runs inside the model context, so it
@@ -524,7 +555,12 @@ def gp_regression(
     name
         Prefix for model variables (likelihood ``f"{name}_obs"``).
     model
-        Existing model to add to; a new ``pm.Model()`` by default.
+        Existing model to add to; default the model of the enclosing ``with pm.Model():``
+        block, else a new ``pm.Model()`` (never a silently nested child model).
+    coords
+        Coordinates added to the model (``model.add_coords``), PyMC-style.
+    dims
+        Dim name of the observations (e.g. ``"obs_id"``) for the likelihood ``f"{name}_obs"``.
     mean_is_public
         Kept for compatibility; not used.
 
@@ -539,8 +575,8 @@ def gp_regression(
         NaN/inf in ``X``/``y``, mismatched shapes, bad ``sigma``/``mean``, or a
         covariance whose ``input_dim`` differs from the number of columns of ``X``.
     """
-    X_arr = check_finite_array(X, "X", ndim=2)
-    y_arr = check_finite_array(y, "y", ndim=1)
+    X_arr, X_graph = data_input(X, "X", 2)
+    y_arr, y_graph = data_input(y, "y", 1)
     if X_arr.shape[0] != y_arr.shape[0]:
         raise ValueError(
             "X and y must have the same number of rows (pass one output per input row), got "
@@ -548,22 +584,20 @@ def gp_regression(
         )
     mean_f = _check_name_and_mean(name, mean)
     del mean_is_public  # compatibility only: the mean is never compared with y
-    if model is not None and not isinstance(model, pm.Model):
-        raise TypeError(f"model must be a pymc.Model or None, got {type(model).__name__}.")
-
-    ctx = pm.Model() if model is None else model
+    ctx = resolve_model(model, coords)
     with ctx:
         cov, sig = _resolve_cov_and_sigma(cov_func, sigma, X_arr.shape[1], "X")
         gp = pm.gp.Marginal(mean_func=pm.gp.mean.Constant(mean_f), cov_func=cov)
-        gp.marginal_likelihood(f"{name}_obs", X=X_arr, y=y_arr, sigma=sig)
+        kw = {} if dims is None else {"dims": dims}
+        gp.marginal_likelihood(f"{name}_obs", X=X_graph, y=y_graph, sigma=sig, **kw)
 
     hyper_rvs = _hyperparameter_rvs(ctx, cov, sig)
 
     return GPRegression(
         model=ctx,
         gp=gp,
-        X=X_arr,
-        y=y_arr,
+        _X=X_arr if X_graph is X_arr else X,
+        _y=y_arr if y_graph is y_arr else y,
         name=name,
         mean=mean_f,
         cov_func=cov,

@@ -52,6 +52,8 @@ from pm_dpgp.models._common import (
     _readonly,
     _resolve_cov,
     _resolve_cov_and_sigma,
+    data_input,
+    resolve_model,
 )
 from pm_dpgp.models.exact import GPRegression
 
@@ -316,6 +318,7 @@ def sparse_gp_regression(
     mean: float = 0.0,
     name: str = "f",
     model: pm.Model | None = None,
+    coords: Mapping[str, ArrayLike] | None = None,
     jitter: float = JITTER_DEFAULT,
     mean_is_public: bool = False,
     z_is_public: bool = False,
@@ -332,8 +335,10 @@ def sparse_gp_regression(
     Parameters
     ----------
     X, y
-        Private training data, shapes ``(n,)``/``(n, d)`` and ``(n,)``; both ``None`` for a
-        data-less model (data streamed to the mechanism in chunks or as Dask arrays).
+        Private training data, shapes ``(n,)``/``(n, d)`` and ``(n,)``, or ``pm.Data``
+        containers of them (``pm.set_data`` then changes them for the model and releases);
+        both ``None`` for a data-less model (data streamed to the mechanism in chunks or as
+        Dask arrays).
     cov_func
         PyMC covariance, or a zero-argument callable returning one (may declare priors).
     Z
@@ -347,16 +352,20 @@ def sparse_gp_regression(
         compatibility and not used).
     jitter
         Added to ``K_ZZ`` (PyMC's default 1e-6); the mechanism uses the same matrix.
+    model, coords
+        As in :func:`~pm_dpgp.models.gp_regression`: default the enclosing model context.
+        (The VFE bound enters PyMC as a scalar ``pm.Potential``, so it has no ``dims``; put
+        ``dims`` on your ``pm.Data`` containers.)
     """
     Z_arr = check_finite_array(Z, "Z", ndim=2)
     if (X is None) != (y is None):
         raise ValueError("give both X and y (in-memory data) or neither (streamed data).")
     if X is None:
-        X_arr = np.zeros((0, Z_arr.shape[1]))
-        y_arr = np.zeros(0)
+        X_arr = X_graph = np.zeros((0, Z_arr.shape[1]))
+        y_arr = y_graph = np.zeros(0)
     else:
-        X_arr = check_finite_array(X, "X", ndim=2)
-        y_arr = check_finite_array(y, "y", ndim=1)
+        X_arr, X_graph = data_input(X, "X", 2)
+        y_arr, y_graph = data_input(y, "y", 1)
         if X_arr.shape[0] != y_arr.shape[0]:
             raise ValueError(
                 f"X and y must have the same number of rows (pass one output per input row), got "
@@ -370,16 +379,13 @@ def sparse_gp_regression(
     mean_f = _check_name_and_mean(name, mean)
     del mean_is_public  # compatibility only: the mean is never compared with y
     jitter = check_positive(jitter, "jitter", allow_zero=True)
-    if model is not None and not isinstance(model, pm.Model):
-        raise TypeError(f"model must be a pymc.Model or None, got {type(model).__name__}.")
-
-    ctx = pm.Model() if model is None else model
+    ctx = resolve_model(model, coords)
     with ctx:
         cov, sig = _resolve_cov_and_sigma(cov_func, sigma, Z_arr.shape[1], "Z")
         gp = pm.gp.MarginalApprox(approx="VFE", mean_func=pm.gp.mean.Constant(mean_f), cov_func=cov)
         if X_arr.shape[0]:
             gp.marginal_likelihood(
-                f"{name}_obs", X=X_arr, Xu=Z_arr, y=y_arr, sigma=sig, jitter=jitter
+                f"{name}_obs", X=X_graph, Xu=Z_arr, y=y_graph, sigma=sig, jitter=jitter
             )
 
     hyper_rvs = _hyperparameter_rvs(ctx, cov, sig)
@@ -387,8 +393,8 @@ def sparse_gp_regression(
     return SparseGPRegression(
         model=ctx,
         gp=gp,
-        X=X_arr,
-        y=y_arr,
+        _X=X_arr if X_graph is X_arr else X,
+        _y=y_arr if y_graph is y_arr else y,
         name=name,
         mean=mean_f,
         cov_func=cov,
@@ -539,7 +545,7 @@ def dirichlet_gp_classification(
         raise ValueError(f"prior_mean must be finite, got {prior_mean!r}; pass a finite value.")
     jitter = check_positive(jitter, "jitter", allow_zero=True)
     y, v = dirichlet_targets(lab, C, alpha_epsilon)
-    ctx = pm.Model() if model is None else model
+    ctx = resolve_model(model)
     with ctx:
         cov = _resolve_cov(cov_func)
         gps = []
@@ -558,8 +564,8 @@ def dirichlet_gp_classification(
     return DirichletGPClassification(
         model=ctx,
         gp=gps[0],
-        X=X_arr,
-        y=lab.astype(np.float64),
+        _X=X_arr,
+        _y=lab.astype(np.float64),
         name=name,
         mean=mu,
         cov_func=cov,

@@ -6,11 +6,13 @@
 * :func:`dp_thompson_sampling` — Thompson sampling with DP sample paths under a budget.
 * :func:`dp_thompson_sampling_tree` — Thompson sampling on sufficient statistics released by
   tree aggregation, the whole run one Gaussian event (``docs/thompson_tree.md``).
+* :func:`dp_summary` — mean, sd and credible interval of DP draws, no MCMC diagnostics.
 
 See ``docs/workflow.md``.
 """
 
 from pm_dpgp.workflow.ppc import PrivateDataError, dp_ppc, holdout_elpd, plot_dp_release
+from pm_dpgp.workflow.summary import dp_summary, spread_meaning
 from pm_dpgp.workflow.thompson import (
     OwnerRecord,
     ThompsonResult,
@@ -24,9 +26,11 @@ __all__ = [
     "PrivateDataError",
     "ThompsonResult",
     "dp_ppc",
+    "dp_summary",
     "dp_thompson_sampling",
     "dp_thompson_sampling_tree",
     "holdout_elpd",
     "plot_dp_release",
     "random_search",
+    "spread_meaning",
 ]

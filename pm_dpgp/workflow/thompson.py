@@ -33,7 +33,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
@@ -43,7 +43,7 @@ from scipy.linalg import cholesky
 
 from pm_dpgp._validation import check_delta, check_finite_array, check_positive, check_rng
 from pm_dpgp.accounting import Ledger, PrivacyEvent
-from pm_dpgp.compat import get_group, make_inference_data
+from pm_dpgp.compat import get_group
 from pm_dpgp.mechanisms.full.sample_path import sample_path_release
 from pm_dpgp.mechanisms.full.sample_path_bounds import SamplePathBound, kernel_lower_bound
 from pm_dpgp.models import GPRegression, PublicGP, gp_regression
@@ -103,6 +103,55 @@ class ThompsonResult:
     def x_chosen(self) -> NDArray[np.float64]:
         """``(rounds, d)`` chosen inputs (public)."""
         return np.asarray(get_group(self.idata, "thompson")["x_chosen"].values)
+
+    def to_inference_data(
+        self,
+        *,
+        dims: Mapping[str, Sequence[str]] | None = None,
+        coords: Mapping[str, ArrayLike] | None = None,
+    ) -> Any:
+        """:attr:`idata` with user-named dims/coords (see :func:`_thompson_idata`).
+
+        E.g. ``dims={"x_chosen": ["feature"]}, coords={"feature": ["temperature"]}``.
+        """
+        return _thompson_idata(
+            get_group(self.idata, "thompson"),
+            get_group(self.idata, "constant_data"),
+            dims=dims,
+            coords=coords,
+        )
+
+
+def _thompson_idata(
+    trace: Any,
+    const: Any,
+    *,
+    dims: Mapping[str, Sequence[str]] | None = None,
+    coords: Mapping[str, ArrayLike] | None = None,
+) -> Any:
+    """The publishable result: DP draws in ``posterior``, the per-round trace, the design.
+
+    ``posterior`` (one chain, ``draw`` = round): ``x_chosen`` (``draw, input_dim``), the
+    maximiser of each round's DP sample path, and ``f_path_at_chosen``, that path's value
+    there: one DP posterior sample per round (Russo & Van Roy 2014), so ``az.plot_trace``
+    shows the search and ``az.plot_posterior`` where it concentrated.  ``thompson`` keeps
+    the per-round record (dim ``round``) with ε spent; ``constant_data`` the public design.
+    """
+    from pm_dpgp.release import draws_to_inference_data
+
+    return draws_to_inference_data(
+        {
+            "x_chosen": (("input_dim",), np.asarray(trace["x_chosen"].values, float)),
+            "f_path_at_chosen": ((), np.asarray(trace["f_path_at_chosen"].values, float)),
+        },
+        X_star=None,
+        attrs=dict(trace.attrs),
+        constant_data=const,
+        extra_groups={"thompson": trace},
+        default_coords={"input_dim": np.asarray(trace["input_dim"].values)},
+        dims=dims,
+        coords=coords,
+    )
 
 
 class _Dataset:
@@ -249,7 +298,8 @@ def trace_inference_data(
     upper: NDArray[np.float64],
     attrs: dict[str, Any],
 ) -> Any:
-    """InferenceData of a Thompson run: group ``thompson`` (dim ``round``) and ``constant_data``.
+    """InferenceData of a Thompson run (:func:`_thompson_idata`): ``posterior`` (draw = round),
+    group ``thompson`` (dim ``round``) and ``constant_data``.
 
     ``rows["x_chosen"]`` holds the ``(d,)`` chosen inputs; every other key of ``dtypes`` is a
     per-round scalar column of that dtype.  Only DP outputs and public values may be passed.
@@ -273,7 +323,7 @@ def trace_inference_data(
         coords={"init": np.arange(len(X0)), "input_dim": np.arange(d)},
         attrs=attrs,
     )
-    return make_inference_data({"constant_data": const, "thompson": trace})
+    return _thompson_idata(trace, const)
 
 
 def dp_thompson_sampling(

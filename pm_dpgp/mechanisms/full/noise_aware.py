@@ -43,9 +43,8 @@ Predictions anywhere (eq. 17) are post-processing: :meth:`SparseQuRelease.predic
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
@@ -53,12 +52,12 @@ import numpy as np
 import scipy.linalg as sla
 from numpy.typing import ArrayLike, NDArray
 
-from pm_dpgp import __version__
 from pm_dpgp._validation import (
     check_clip_option,
     check_delta,
     check_epsilon,
     check_positive,
+    check_rng,
     finite_rows,
     private_array,
     warn_public_settings,
@@ -68,6 +67,7 @@ from pm_dpgp.gp.linalg import jittered_cholesky
 from pm_dpgp.gp.sparse import (
     SufficientStatistics,
     predict_from_qu,
+    sample_from_qu,
     sufficient_statistics,
 )
 from pm_dpgp.mechanisms.gaussian import gaussian_sigma
@@ -80,7 +80,7 @@ from pm_dpgp.mechanisms.noise import (
     simulation_rng,
 )
 from pm_dpgp.models.sparse import PublicSparseGP, SparseGPRegression
-from pm_dpgp.release import _jsonable
+from pm_dpgp.release import flat_attrs
 
 __all__ = [
     "DPQu",
@@ -596,90 +596,149 @@ class SparseQuRelease:
 
     def attrs(self) -> dict[str, Any]:
         """Metadata flattened for netCDF (scalars/strings kept, the rest JSON), as in release.py."""
-        out: dict[str, Any] = {"mechanism": self.mechanism, "pm_dpgp_version": __version__}
-        for key, value in self.metadata.items():
-            value = _jsonable(value)
-            if value is None:
-                out[key] = "none"
-            elif isinstance(value, bool):
-                out[key] = int(value)
-            elif isinstance(value, str | int | float):
-                out[key] = value
-            else:
-                out[key] = json.dumps(value)
-        return out
+        return flat_attrs(self.mechanism, self.metadata)
 
-    def to_inference_data(self, X_star: ArrayLike | None = None) -> Any:
-        """ArviZ ``InferenceData`` of the release (see :func:`sparse_qu_to_inference_data`)."""
-        return sparse_qu_to_inference_data(self, X_star)
+    def sample_f(
+        self,
+        X_star: ArrayLike | None,
+        n_draws: int = 1000,
+        rng: np.random.Generator | None = None,
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64] | None]:
+        r"""Draws ``u ~ q(u)`` and ``f(X*) | u`` from the DP ``q`` (post-processing, free).
+
+        Returns ``(u, f)``: ``u`` of shape ``(n_draws, M)`` (``(n_draws, T, M)`` for ``T``
+        outputs) and ``f`` of shape ``(n_draws, n)`` / ``(n_draws, T, n)``, marginally the
+        predictive of Honkela (2024, eq. 17) (:func:`~pm_dpgp.gp.sparse.sample_from_qu`);
+        ``f`` is ``None`` when ``X_star`` is ``None``.  Any number of draws costs no privacy:
+        they are a function of the released ``q(u)`` and public quantities only.  ``rng``
+        ``None`` uses fresh OS entropy (the draws are public post-processing either way).
+        """
+        if self._kernel is None or self._kernel_diag is None:
+            raise ValueError("this release carries no kernel; rebuild it with the public kernel.")
+        n = _check_n_draws(n_draws)
+        Kzv = Kvv = None
+        if X_star is not None:
+            Xs = _as_inputs(X_star, self.Z.shape[1])
+            Kzv, Kvv = self._kernel(self.Z, Xs), self._kernel(Xs)
+        u, f = _sample_centred(self, Kzv, Kvv, n, check_rng(rng))
+        if self.n_outputs == 1:
+            return u[:, 0], (None if f is None else f[:, 0])
+        return u, f
+
+    def to_inference_data(
+        self,
+        X_star: ArrayLike | None = None,
+        *,
+        n_draws: int = 1000,
+        rng: np.random.Generator | None = None,
+        var_name: str = "f",
+        dims: Mapping[str, Sequence[str]] | None = None,
+        coords: Mapping[str, ArrayLike] | None = None,
+        observed_data: Mapping[str, ArrayLike] | None = None,
+        observed_is_public: bool = False,
+        predictive_sd: float | None = None,
+    ) -> Any:
+        """Store the release as ``InferenceData`` / ``DataTree`` (:mod:`pm_dpgp.compat`).
+
+        * ``posterior`` (one chain, ``n_draws`` draws of the DP ``q`` by :meth:`sample_f`;
+          free post-processing): ``u`` dims ``(chain, draw, [output,] inducing)``; with ``X_star``
+          also ``var_name`` (``"f"``) dims ``(chain, draw, [output,] x_star)``, and for ``T > 1``
+          outputs (Dirichlet classification) ``p``, the softmax of ``f`` over ``output`` (class
+          probabilities, Milios et al. 2018, §4).  ``dims``/``coords`` rename and label dims
+          PyMC-style, e.g. ``dims={"f": ["age"]}, coords={"age": X_star[:, 0]}``.
+        * ``posterior_predictive`` (with ``X_star``, one output): ``y = f + e``,
+          ``e ~ N(0, σ²)`` with the public noise variance of the release (or ``predictive_sd``).
+        * ``observed_data``: a PUBLIC hold-out set at ``X_star`` (``observed_is_public=True``).
+        * ``dp_parameters``: the released ``u_mean`` (``[output,] inducing``) and ``u_cov``
+          (``[output,] inducing, inducing_``), and with ``X_star`` the exact predictive
+          ``f_mean``, ``f_var`` (Honkela 2024, eq. 17).
+        * ``constant_data``: the public ``Z`` (dims ``inducing, input_dim``) and ``X_star``.
+        * attrs of every group: the privacy metadata (nested values as JSON strings).
+        """
+        import xarray as xr
+
+        from pm_dpgp.release import draws_to_inference_data
+
+        Z = self.Z
+        M, d = Z.shape
+        multi = self.n_outputs > 1
+        od: tuple[str, ...] = ("output",) if multi else ()
+        default_coords: dict[str, Any] = {
+            "inducing": Z[:, 0] if d == 1 else np.arange(M),
+            "inducing_": Z[:, 0] if d == 1 else np.arange(M),
+        }
+        if multi:
+            default_coords["output"] = list(self.output_names)
+        Xs = None if X_star is None else _as_inputs(X_star, d)
+        u, f = self.sample_f(Xs, n_draws, rng)
+        draws: dict[str, Any] = {"u": ((*od, "inducing"), u)}
+        params: dict[str, Any] = {
+            "u_mean": ((*od, "inducing"), self.u_mean if multi else self.u_mean[0]),
+            "u_cov": ((*od, "inducing", "inducing_"), self.u_cov if multi else self.u_cov[0]),
+        }
+        const: dict[str, Any] = {"Z": (("inducing", "input_dim"), Z)}
+        sd = predictive_sd
+        if Xs is not None:
+            assert f is not None
+            draws = {var_name: ((*od, "x_star"), f), **draws}
+            if multi:
+                e = np.exp(f - f.max(axis=1, keepdims=True))
+                draws["p"] = ((*od, "x_star"), e / e.sum(axis=1, keepdims=True))
+            mu, var = self.predict(Xs)
+            params["f_mean"] = ((*od, "x_star"), mu)
+            params["f_var"] = ((*od, "x_star"), var)
+            const["X_star"] = (("x_star", "input_dim"), Xs)
+            if sd is None and not multi and self.noise_var is not None:
+                sd = math.sqrt(self.noise_var)
+        return draws_to_inference_data(
+            draws,
+            X_star=Xs,
+            attrs=self.attrs(),
+            constant_data=xr.Dataset(const),
+            extra_groups={"dp_parameters": xr.Dataset(params)},
+            default_coords=default_coords,
+            dims=dims,
+            coords=coords,
+            observed_data=observed_data,
+            observed_is_public=observed_is_public,
+            predictive_sd=sd if Xs is not None else None,
+            predictive_of=var_name if Xs is not None else None,
+            rng=rng,
+        )
 
 
 _R = TypeVar("_R", bound=SparseQuRelease)
 
 
-def sparse_qu_to_inference_data(release: SparseQuRelease, X_star: ArrayLike | None = None) -> Any:
-    """Store a :class:`SparseQuRelease` as ``InferenceData`` / ``DataTree`` (:mod:`pm_dpgp.compat`).
+def _check_n_draws(n_draws: Any) -> int:
+    if isinstance(n_draws, bool) or not isinstance(n_draws, int | np.integer) or n_draws < 1:
+        raise ValueError(f"n_draws must be a positive integer, got {n_draws!r}; pass e.g. 1000.")
+    return int(n_draws)
 
-    * ``posterior``: ``u_mean`` dims ``(chain, draw, [output,] inducing)`` and ``u_cov`` dims
-      ``(chain, draw, [output,] inducing, inducing_)``, one chain and one draw (the DP release
-      is one point: the parameters of q(u)); the ``output`` dim only when ``T > 1``.
-    * ``constant_data``: the public ``Z`` (dims ``inducing, input_dim``) and ``X_star``.
-    * ``posterior_predictive`` (only with ``X_star``): ``f_mean`` and ``f_var`` (eq. 17,
-      post-processing) dims ``(chain, draw, [output,] x_star)``.
-    * attrs of every group: the privacy metadata (nested values as JSON strings).
-    """
-    import xarray as xr
 
-    from pm_dpgp.compat import make_inference_data
+def _as_inputs(X_star: ArrayLike, d: int) -> NDArray[np.float64]:
+    Xs = np.asarray(X_star, dtype=np.float64)
+    if Xs.ndim == 1:
+        Xs = Xs[:, None]
+    if Xs.ndim != 2 or Xs.shape[1] != d or not np.all(np.isfinite(Xs)):
+        raise ValueError(f"X_star must be finite with {d} column(s) like Z, got shape {Xs.shape}.")
+    return Xs
 
-    Z = release.Z
-    M, d = Z.shape
-    z_coord = Z[:, 0] if d == 1 else np.arange(M)
-    multi = release.n_outputs > 1
-    odims: tuple[str, ...] = ("output",) if multi else ()
-    coords: dict[str, Any] = {
-        "chain": [0],
-        "draw": [0],
-        "inducing": z_coord,
-        "inducing_": z_coord,
-    }
-    if multi:
-        coords["output"] = list(release.output_names)
-    um = release.u_mean if multi else release.u_mean[0]
-    uc = release.u_cov if multi else release.u_cov[0]
-    post = xr.Dataset(
-        {
-            "u_mean": (("chain", "draw", *odims, "inducing"), um[None, None]),
-            "u_cov": (("chain", "draw", *odims, "inducing", "inducing_"), uc[None, None]),
-        },
-        coords=coords,
-    )
-    const_vars: dict[str, Any] = {"Z": (("inducing", "input_dim"), Z)}
-    const_coords: dict[str, Any] = {"inducing": z_coord, "input_dim": np.arange(d)}
-    groups: dict[str, Any] = {}
-    if X_star is not None:
-        Xs = np.asarray(X_star, dtype=np.float64)
-        if Xs.ndim == 1:
-            Xs = Xs[:, None]
-        mu, var = release.predict(Xs)
-        x_coord = Xs[:, 0] if Xs.shape[1] == 1 else np.arange(Xs.shape[0])
-        pp_coords: dict[str, Any] = {"chain": [0], "draw": [0], "x_star": x_coord}
-        if multi:
-            pp_coords["output"] = list(release.output_names)
-        groups["posterior_predictive"] = xr.Dataset(
-            {
-                "f_mean": (("chain", "draw", *odims, "x_star"), np.asarray(mu)[None, None]),
-                "f_var": (("chain", "draw", *odims, "x_star"), np.asarray(var)[None, None]),
-            },
-            coords=pp_coords,
-        )
-        const_vars["X_star"] = (("x_star", "input_dim"), Xs)
-        const_coords["x_star"] = x_coord
-    const = xr.Dataset(const_vars, coords=const_coords)
-    attrs = release.attrs()
-    for ds in (post, const, *groups.values()):
-        ds.attrs.update(attrs)
-    return make_inference_data({"posterior": post, "constant_data": const, **groups})
+
+def _sample_centred(
+    release: SparseQuRelease, Kzv: Any, Kvv: Any, n: int, rng: np.random.Generator
+) -> tuple[NDArray[np.float64], NDArray[np.float64] | None]:
+    """``(u, f)`` draws ``(n, T, ·)`` around the per-output public prior mean."""
+    mu0 = release.prior_mean[:, None]
+    u, f = sample_from_qu(release._kzz(), release.u_mean - mu0, release.u_cov, Kzv, Kvv, n, rng)
+    return u + mu0[None], (None if f is None else f + mu0[None])
+
+
+def sparse_qu_to_inference_data(
+    release: SparseQuRelease, X_star: ArrayLike | None = None, **options: Any
+) -> Any:
+    """``release.to_inference_data(X_star, **options)`` (see the method)."""
+    return release.to_inference_data(X_star, **options)
 
 
 # =========================================================================== the mechanism

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_FLOOR, Decimal
 from typing import Any, Literal
@@ -273,26 +274,52 @@ class SamplePathRelease:
             return np.empty((self.n_paths, 0))
         return self._state.values().T
 
-    def to_inference_data(self, variable_name: str = "f_path") -> Any:
-        """Everything released so far as ``InferenceData`` (DP content only).
+    def to_inference_data(
+        self,
+        variable_name: str = "f_path",
+        *,
+        X_star: ArrayLike | None = None,
+        dims: Mapping[str, Sequence[str]] | None = None,
+        coords: Mapping[str, ArrayLike] | None = None,
+        observed_data: Mapping[str, ArrayLike] | None = None,
+        observed_is_public: bool = False,
+        predictive_sd: float | ArrayLike | None = None,
+        rng: np.random.Generator | None = None,
+    ) -> Any:
+        """Released path values as ``InferenceData`` / ``DataTree`` (DP content only).
 
-        ``posterior_predictive[variable_name]`` has dims ``(chain, draw, x_star)`` with
-        one draw per released path; the public query inputs are in ``constant_data``.
+        ``posterior[variable_name]`` has dims ``(chain, draw, x_star)`` with one draw per
+        released path (a posterior sample path: its spread is posterior uncertainty plus the
+        privacy widening ``η``), at ``X_star`` (evaluated lazily first, free) or, by default,
+        at every input released so far; a copy stays in ``posterior_predictive`` (deprecated
+        location).  ``dims``/``coords``, ``observed_data`` (public hold-out at ``X_star``,
+        ``observed_is_public=True``) and ``predictive_sd`` (``y = f + e`` in
+        ``posterior_predictive``) as in :func:`pm_dpgp.release.release_to_inference_data`.
+        The public query inputs are in ``constant_data``.
         """
-        from pm_dpgp.compat import add_groups, get_group
-        from pm_dpgp.release import Release
+        import xarray as xr
 
-        release = Release(
-            mechanism="sample_path",
-            draws=self.released_values,
-            X_star=self.released_inputs,
-            noise_factor=np.zeros((len(self.released_inputs), 0)),
-            metadata=self.metadata,
-            variable_name=variable_name,
+        from pm_dpgp.release import draws_to_inference_data, flat_attrs
+
+        if X_star is None:
+            X, values = self.released_inputs, self.released_values
+        else:
+            X = check_finite_array(X_star, "X_star", ndim=2)
+            values = self.evaluate(X)
+        attrs = flat_attrs("sample_path", self.metadata, n_draws=int(values.shape[0]))
+        return draws_to_inference_data(
+            {variable_name: (("x_star",), values)},
+            X_star=X,
+            attrs=attrs,
+            constant_data=xr.Dataset({"X_star": (("x_star", "input_dim"), X)}),
+            dims=dims,
+            coords=coords,
+            observed_data=observed_data,
+            observed_is_public=observed_is_public,
+            predictive_sd=predictive_sd,
+            rng=rng,
+            legacy_predictive=(variable_name,),
         )
-        idata = release.to_inference_data()
-        const = get_group(idata, "constant_data").drop_vars("dp_noise_sd")
-        return add_groups(idata, {"constant_data": const})
 
 
 def _public_probes(
