@@ -25,6 +25,7 @@ Two objectives:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -81,7 +82,9 @@ def gram_rkhs_sensitivity(
     return math.sqrt(max(a * a * v + b * b * vp - 2.0 * a * b * c, 0.0))
 
 
-def _index_kernel(G: NDArray[np.float64]):
+def _index_kernel(G: NDArray[np.float64]) -> Callable[[NDArray, NDArray], NDArray]:
+    """The kernel ``k(i, j) = G[i, j]`` on the index set ``{0, …, len(G) − 1}``."""
+
     def k(A: NDArray, B: NDArray) -> NDArray:
         ia = np.asarray(A, dtype=np.float64).reshape(-1).astype(int)
         ib = np.asarray(B, dtype=np.float64).reshape(-1).astype(int)
@@ -93,8 +96,9 @@ def _index_kernel(G: NDArray[np.float64]):
 def gram_divergence(
     case: GramWorstCase, *, alpha: float, sigma: float, r2: float, eta: float = 0.0
 ) -> RenyiTerms:
-    """Exact divergence of the released values at all points of ``case.G`` except none:
-    test set = every row (core, ``x``, ``x'``, extra test points)."""
+    """Exact ``D_α(P_D ‖ P_D')`` of the released values at every row of ``case.G`` (core,
+    ``x``, ``x'`` and the extra test points), via :func:`posterior_renyi_terms` with a kernel
+    that reads ``G`` by index."""
     n, N = case.n, case.G.shape[0]
     core = np.arange(n - 1, dtype=np.float64)[:, None]
     X1 = np.vstack([core, [[n - 1.0]]])
