@@ -47,9 +47,12 @@ def _bounds(n, sigma, r2, kappa, eta, cls):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PrivacyWarning)
         return {
-            "proved": SamplePathBound(n, sigma, r2, 1.0, kappa, eta, cls),
+            "proved": SamplePathBound(n, sigma, r2, 1.0, kappa, eta, cls, cov_bound="paper"),
             "inertia": SamplePathBound(n, sigma, r2, 1.0, kappa, eta, cls, cov_bound="inertia"),
-            "author": SamplePathBound(n, sigma, r2, 1.0, kappa, eta, cls, constant="author"),
+            "coupled": SamplePathBound(n, sigma, r2, 1.0, kappa, eta, cls, sensitivity="coupled"),
+            "author": SamplePathBound(
+                n, sigma, r2, 1.0, kappa, eta, cls, constant="author", cov_bound="paper"
+            ),
         }
 
 
@@ -249,7 +252,7 @@ def test_bound_dominates_random_neighbours(name, kernel, domain, cls):
         errs = _pair_roundoff(kernel, pair, alpha=alphas, sigma=sigma, r2=r2, eta=eta, L=L)
         for a, err in zip(alphas, errs, strict=True):
             t = neighbour_divergence(kernel, pair, alpha=a, sigma=sigma, r2=r2, eta=eta, L=L)
-            for key in ("proved", "inertia"):
+            for key in ("proved", "inertia", "coupled"):
                 _assert_dominated(t, b[key], a, err, L, (key, n, sigma, r2, eta, a))
             checked += 1
     assert checked == 160
@@ -290,7 +293,7 @@ def test_bound_dominates_adversarial_neighbours(ki, n, sigma, r2, eta):
             again = neighbour_divergence(kernel, res.pair, alpha=a, sigma=sigma, r2=r2, eta=eta)
             assert again.total == pytest.approx(t.total, rel=1e-12)
             err = _pair_roundoff(kernel, res.pair, alpha=a, sigma=sigma, r2=r2, eta=eta)
-            for key in ("proved", "inertia"):
+            for key in ("proved", "inertia", "coupled"):
                 _assert_dominated(t, b[key], a, err, 1, (name, key, objective, a))
 
 
@@ -386,7 +389,7 @@ def test_bound_dominates_adversarial_neighbours_large(name, kernel, domain, cls)
                     n_test=4, objective=objective, restarts=8, maxiter=200, rng=rng,
                 )  # fmt: skip
                 err = _pair_roundoff(kernel, res.pair, alpha=a, sigma=sigma, r2=r2, eta=eta)
-                for key in ("proved", "inertia"):
+                for key in ("proved", "inertia", "coupled"):
                     _assert_dominated(res.terms, b[key], a, err, 1, (name, key, objective, a))
 
 

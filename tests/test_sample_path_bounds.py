@@ -308,7 +308,7 @@ def test_psi_is_the_maximum_over_the_eigenvalue_range(tau):
 
 
 def test_rdp_formula_and_reduction_at_eta_zero():
-    b = SamplePathBound(30, 0.7, 2.0, 1.0, 0.2)
+    b = SamplePathBound(30, 0.7, 2.0, 1.0, 0.2, cov_bound="paper")
     a = np.linspace(1.01, b.alpha_max - 1e-3, 50)
     literal = (
         2 * psi(a, b.V / b.r2)
@@ -322,7 +322,8 @@ def test_rdp_formula_and_reduction_at_eta_zero():
     assert np.all(np.abs(b.rdp(a) * (1 + 1e-4) - literal) > tol)  # a 1e-4 error is caught
     # rdp is cov_term + mean_term by the same operations: bitwise equal on any machine
     np.testing.assert_allclose(b.rdp(a), b.cov_term(a) + b.mean_term(a), rtol=1e-14)
-    inert = SamplePathBound(30, 0.7, 2.0, 1.0, 0.2, cov_bound="inertia")
+    inert = SamplePathBound(30, 0.7, 2.0, 1.0, 0.2)  # the default covariance term
+    assert inert.cov_bound == "inertia"
     # exact in floating point, no slack: both use the same psi_parts values hi, lo ≥ 0, and
     # rounding is monotone, so max ≤ fl(hi + lo) ≤ 2·max (×2 and ×0.5 are exact)
     assert np.all(inert.cov_term(a) <= b.cov_term(a))
@@ -474,7 +475,7 @@ def test_inertia_covariance_term_is_attained():
     [1/(1+τ), 1+τ]; the exact covariance part reaches g(1+τ) + g(1/(1+τ)) < 2ψ."""
     k = eq_kernel(0.05)
     b = SamplePathBound(1, 1.0, 0.5, 1.0, 0.0, cov_bound="inertia")
-    paper = SamplePathBound(1, 1.0, 0.5, 1.0, 0.0)
+    paper = SamplePathBound(1, 1.0, 0.5, 1.0, 0.0, cov_bound="paper")
     D1, D2, T = ([[0.0]], [0.0]), ([[1.0]], [0.0]), [[0.0], [1.0]]
     for frac in (0.05, 0.5, 0.9):
         alpha = 1.0 + frac * (b.alpha_max - 1.0)

@@ -262,3 +262,38 @@ def test_lazy_rounds_build_the_cholesky_factor_of_the_joint(model):
         atol=scalar_rtol(len(X_all))
         * float(np.max(np.abs(state.mean)[:, None] + np.abs(L) @ np.abs(state.W))),
     )
+
+
+def test_release_selects_the_bound_by_name(model):
+    """Issue 11: ``sensitivity="coupled"`` charges the sharper proved bound (less than the
+    paper's), records the choice, and draws the same paths (the accounting differs, not the
+    mechanism); an unknown name is refused before anything is spent or drawn."""
+    from pm_dpgp.mechanisms.full.sample_path_bounds import SamplePathBound
+
+    X = np.linspace(0.0, 1.0, 5)
+    out = {}
+    for sens in ("paper", "coupled"):
+        ledger = Ledger(epsilon=1e6, delta=1e-5)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PrivacyWarning)
+            out[sens] = sample_path_release(
+                model, X, n_paths=2, ledger=ledger, rng=np.random.default_rng(7),
+                sensitivity=sens, **KW,
+            )  # fmt: skip
+        meta = out[sens].metadata
+        assert meta["sensitivity_bound"] == sens and meta["cov_bound"] == "inertia"
+        assert ledger.epsilon() == pytest.approx(meta["epsilon"], rel=1e-12)
+    assert out["coupled"].metadata["epsilon"] < out["paper"].metadata["epsilon"]
+    np.testing.assert_array_equal(out["coupled"].released_values, out["paper"].released_values)
+    expected = SamplePathBound(
+        15, SIGMA, R2, 2.0, out["coupled"].metadata["kappa"], kernel_class="exponential_1d",
+        sensitivity="coupled",
+    ).Delta  # fmt: skip
+    assert out["coupled"].metadata["mean_sensitivity"] == expected
+    ledger = Ledger(epsilon=1e6, delta=1e-5)
+    rng = np.random.default_rng(5)
+    state = rng.bit_generator.state
+    for bad in ({"sensitivity": "tight"}, {"cov_bound": "loose"}):
+        with pytest.raises(ValueError, match="must be one of"):
+            sample_path_release(model, X, n_paths=1, ledger=ledger, rng=rng, **bad, **KW)
+    assert ledger.history == [] and rng.bit_generator.state == state

@@ -57,7 +57,9 @@ from pm_dpgp._validation import (
 from pm_dpgp.accounting import BUDGET_RTOL, Ledger
 from pm_dpgp.gp.linalg import CholeskyError, fill_upper_from_lower, jittered_cholesky
 from pm_dpgp.mechanisms.full.sample_path_bounds import (
+    CovBound,
     SamplePathBound,
+    Sensitivity,
     kernel_lower_bound,
     parse_domain,
     paths_affordable,
@@ -477,6 +479,8 @@ def sample_path_release(
     eta: float = 0.0,
     kernel_class: KernelClass = "generic",
     constant: Literal["proved", "author"] = "proved",
+    sensitivity: Sensitivity = "paper",
+    cov_bound: CovBound = "inertia",
     hyperparameters: dict[str, float] | None = None,
     ledger: Ledger | None = None,
     rng: np.random.Generator | None = None,
@@ -523,6 +527,12 @@ def sample_path_release(
         constant) is **refused** with ``ValueError`` before anything is computed, spent or
         drawn: exact neighbouring pairs violate it (``docs/sample_paths.md`` §6).  It stays
         available as ``SamplePathBound(..., constant="author")`` for comparison.
+    sensitivity:
+        which proved mean-sensitivity bound the accounting uses: ``"paper"`` (``Δ = 2B√Φ``,
+        eq. SP4) or ``"coupled"`` (eq. SP11, ``docs/sample_paths.md`` §3.11: never larger,
+        e.g. ε 4.52 → 2.54 at n = 100, σ = 1, r = 3, κ = √0.1, δ = 1e-4).
+    cov_bound:
+        covariance term: ``"inertia"`` (default, eq. SP10) or the paper's ``"paper"`` (2ψ).
     clip:
         ``"warn"`` (clip to the public bounds, silently); ``"raise"`` is refused.
     nugget:
@@ -605,6 +615,8 @@ def sample_path_release(
         eta=eta,
         kernel_class=kernel_class,
         constant=constant,
+        cov_bound=cov_bound,
+        sensitivity=sensitivity,
     )
     event = bound.event(n_paths, label=f"{n_paths} GP posterior sample path(s) (Maciazek)")
     cost = event.epsilon(delta)
@@ -649,6 +661,8 @@ def sample_path_release(
         "tau": bound.tau,
         "kernel_class": kernel_class,
         "sensitivity_constant": constant,
+        "sensitivity_bound": sensitivity,
+        "cov_bound": cov_bound,
         "sigma": sigma,
         "r2": r2,
         "eta": eta,

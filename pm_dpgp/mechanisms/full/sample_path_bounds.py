@@ -23,8 +23,15 @@ in ``docs/sample_paths.md``; the equation numbers refer to that page.
 * (SP8) ``L`` (possibly adaptively chosen) paths: ``L ε(α)`` (Mironov 2017, Prop. 1)
 * (SP9) (ε, δ): minimise the conversion of :func:`pm_dpgp.accounting.rdp_to_epsilon`
   (Canonne–Kamath–Steinke 2020, Prop. 12) over α ∈ (1, α_max).
-* (SP10) optional tighter covariance term ``g(1+τ) + g(1/(1+τ)) ≤ 2ψ_α(τ)``
-  (``cov_bound="inertia"``; Sylvester's law of inertia, see the docs).
+* (SP10) tighter covariance term ``g(1+τ) + g(1/(1+τ)) = −ln(1 − α(α−1)τ²/(1+τ))/(2(α−1))
+  ≤ 2ψ_α(τ)`` (``cov_bound="inertia"``, the default; Sylvester's law of inertia, see the docs).
+* (SP11) sharper mean sensitivity (``sensitivity="coupled"``, docs §3.11): with
+  ``s = √(n−1)/r``, ``Λ = (n−1)/(n−1+r²)`` and ``h(u) = s√(u·min(1−u, Λ))``,
+  ``Δ = min(Δ_cpl, Δ_op)``, ``Δ_cpl = 2 M_Y max_{0≤u≤V} √u (1 + h(u))/(u + r²)`` (the core
+  mean at ``x`` is at most ``M_Y h(v)``: coupled to the core variance ``v``) and
+  ``Δ_op = 2 M_Y √Φ + M_Y s √Λ V/(V + r²)`` (the core-mean part of the one-step update is a
+  difference of two rank-one operators of norm ≤ V/(V+r²) applied to ``m_core``).  For the 1-D
+  exponential kernel ``h`` is capped at 1 (``|m_core| ≤ M_Y``).
 
 Monotonicity (tested): ε decreases with r² and with η, increases with L (sub-linearly after
 conversion), and decreases with σ *when η = 0*; with extra noise a larger σ can raise ε (the
@@ -33,6 +40,7 @@ data-dependent covariance share grows), see the docs.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import numbers
@@ -60,6 +68,9 @@ __all__ = [
     "psi",
     "psi_parts",
     "CovBound",
+    "Sensitivity",
+    "coupled_sensitivity",
+    "operator_sensitivity",
     "feasible_configurations",
     "paths_affordable",
     "path_costs",
@@ -68,11 +79,15 @@ __all__ = [
 KernelClass = Literal["generic", "exponential_1d", "constant"]
 ConstantChoice = Literal["proved", "author"]
 CovBound = Literal["paper", "inertia"]
+Sensitivity = Literal["paper", "coupled"]
 KernelFn = Callable[[NDArray[np.float64], NDArray[np.float64]], ArrayLike]
 
 _KERNEL_CLASSES = ("generic", "exponential_1d", "constant")
 _CONSTANTS = ("proved", "author")
 _COV_BOUNDS = ("paper", "inertia")
+_SENSITIVITIES = ("paper", "coupled")
+#: intervals of the certified maximisation in :func:`coupled_sensitivity`
+_COUPLED_GRID = 4096
 #: dp_accounting's conversion returns +inf at orders ≤ 1.01 (numerical stability).
 _MIN_USEFUL_ORDER = 1.01
 
@@ -268,6 +283,66 @@ def psi(alpha: float | NDArray[np.float64], tau: float) -> float | NDArray[np.fl
 
 
 # --------------------------------------------------------------------------------------------
+# sharper mean sensitivities (docs/sample_paths.md §3.11)
+# --------------------------------------------------------------------------------------------
+def _lambda_max(n: int, r2: float) -> float:
+    """``Λ = (n−1)/(n−1+r²)``: the largest eigenvalue of ``K(K + r²I)⁻¹`` (``tr K ≤ n−1``)."""
+    return (n - 1) / (n - 1 + r2)
+
+
+def coupled_sensitivity(
+    n: int, r2: float, V: float, y_bound: float, *, mean_bounded: bool = False
+) -> float:
+    r"""Certified upper bound on ``Δ_cpl = 2 M_Y max_{0≤u≤V} √u (1 + h(u))/(u + r²)`` (SP11).
+
+    ``h(u) = s √(u · min(1−u, Λ))`` with ``s = √(n−1)/r``, ``Λ = (n−1)/(n−1+r²)``: the core
+    posterior mean at a point with core variance ``u`` is at most ``M_Y h(u)`` in absolute
+    value (docs §3.11, Lemma C1).  ``mean_bounded=True`` caps ``h`` at 1 (kernels whose
+    posterior mean is bounded by ``max |y|``: the 1-D exponential kernel, §3.7).
+
+    The maximum over ``u`` is enclosed, not sampled: on each cell ``[u_i, u_{i+1}]`` of a grid
+    (denser near 0), ``√u/(u + r²)`` is at most its value at ``clip(r², u_i, u_{i+1})`` (it
+    increases up to ``r²`` and decreases after) and ``h(u) ≤ s √(u_{i+1} min(1 − u_i, Λ))``;
+    the largest cell bound is returned, with a few ulps of margin for round-off.
+    """
+    n = _check_n(n)
+    r2 = check_positive(r2, "r2")
+    M = check_positive(y_bound, "y_bound")
+    if not 0.0 <= V <= 1.0:
+        raise ValueError(f"V must lie in [0, 1], got {V!r}.")
+    if V == 0.0:
+        return 0.0
+    s = math.sqrt((n - 1) / r2)
+    lam = _lambda_max(n, r2)
+    edges = V * np.linspace(0.0, 1.0, _COUPLED_GRID + 1) ** 2
+    lo, hi = edges[:-1], edges[1:]
+    c = np.clip(r2, lo, hi)
+    f1 = np.sqrt(c) / (c + r2)
+    h = s * np.sqrt(hi * np.minimum(1.0 - lo, lam))
+    if mean_bounded:
+        h = np.minimum(h, 1.0)
+    return float(2.0 * M * np.max(f1 * (1.0 + h)) * (1.0 + 16.0 * np.finfo(float).eps))
+
+
+def operator_sensitivity(n: int, r2: float, V: float, y_bound: float) -> float:
+    r"""``Δ_op = 2 M_Y √Φ + M_Y s √Λ · V/(V + r²)`` (SP11; docs §3.11, Lemma C2).
+
+    The one-step update splits ``Δm`` into the response part (``≤ 2 M_Y √Φ``, the triangle
+    inequality) and ``−(T_x − T_x') m_core`` with ``T_x = k_c(·,x) ⊗ k_c(·,x)/(v + r²)``: a
+    difference of two positive rank-one operators, each of norm ``v/(v+r²) ≤ V/(V+r²)``, so of
+    norm ``≤ V/(V+r²)``; and ``‖m_core‖_{H_c} ≤ M_Y s √Λ``.
+    """
+    n = _check_n(n)
+    r2 = check_positive(r2, "r2")
+    M = check_positive(y_bound, "y_bound")
+    if not 0.0 <= V <= 1.0:
+        raise ValueError(f"V must lie in [0, 1], got {V!r}.")
+    phi = 1.0 / (4.0 * r2) if V >= r2 else V / (V + r2) ** 2
+    s = math.sqrt((n - 1) / r2)
+    return 2.0 * M * math.sqrt(phi) + M * s * math.sqrt(_lambda_max(n, r2)) * V / (V + r2)
+
+
+# --------------------------------------------------------------------------------------------
 # the bound
 # --------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -298,10 +373,14 @@ class SamplePathBound:
         code; *not* a valid bound in general (see ``docs/sample_paths.md``); emits a
         :class:`~pm_dpgp._validation.PrivacyWarning`.
     cov_bound
-        ``"paper"`` (default): covariance term ``2ψ_α(τ)`` (eq. SP7).  ``"inertia"``:
-        ``g(1+τ) + g(1/(1+τ))`` (eq. SP10), also proved (``Σ₂ − Σ₁`` is a rank-one update minus
-        a rank-one update, so at most one eigenvalue of the whitened ratio exceeds 1 and at most
-        one is below 1) and never larger; adversarial neighbours attain it.
+        ``"inertia"`` (default): covariance term ``g(1+τ) + g(1/(1+τ))`` (eq. SP10; ``Σ₂ − Σ₁``
+        is a rank-one update minus a rank-one update, so at most one eigenvalue of the whitened
+        ratio exceeds 1 and at most one is below 1); adversarial neighbours attain it.
+        ``"paper"``: the paper's ``2ψ_α(τ)`` (eq. SP7), never smaller.
+    sensitivity
+        ``"paper"`` (default): ``Δ = 2B√Φ`` (eq. SP4, the triangle inequality on the one-step
+        update).  ``"coupled"``: ``Δ = min(Δ_cpl, Δ_op, 2B√Φ)`` (eq. SP11, docs §3.11), also
+        proved and never larger; for ``kernel_class="constant"`` both are ``2M_Y√Φ``.
     """
 
     n: int
@@ -312,7 +391,8 @@ class SamplePathBound:
     eta: float = 0.0
     kernel_class: KernelClass = "generic"
     constant: ConstantChoice = "proved"
-    cov_bound: CovBound = "paper"
+    cov_bound: CovBound = "inertia"
+    sensitivity: Sensitivity = "paper"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "n", _check_n(self.n))
@@ -329,6 +409,15 @@ class SamplePathBound:
             raise ValueError(f"constant must be one of {_CONSTANTS}, got {self.constant!r}.")
         if self.cov_bound not in _COV_BOUNDS:
             raise ValueError(f"cov_bound must be one of {_COV_BOUNDS}, got {self.cov_bound!r}.")
+        if self.sensitivity not in _SENSITIVITIES:
+            raise ValueError(
+                f"sensitivity must be one of {_SENSITIVITIES}, got {self.sensitivity!r}."
+            )
+        if self.constant == "author" and self.sensitivity != "paper":
+            raise ValueError(
+                "constant='author' modifies the paper's Delta = 2*B*sqrt(Phi); it cannot be "
+                "combined with sensitivity='coupled'."
+            )
         if self.constant == "author":
             warnings.warn(
                 "constant='author' uses Delta = sqrt(2)*B*sqrt(Phi) from the author's code; it is "
@@ -362,10 +451,35 @@ class SamplePathBound:
         return self.y_bound  # constant kernel: Δm ∝ (y − y'), the core mean cancels
 
     @property
-    def Delta(self) -> float:
-        """Mean sensitivity in the core posterior RKHS, ``c · B · √Φ`` (eq. SP4)."""
+    def Delta_paper(self) -> float:
+        """``c · B · √Φ`` (eq. SP4): ``c = 2`` (proved) or ``√2`` (the author's constant)."""
         c = 2.0 if self.constant == "proved" else math.sqrt(2.0)
         return c * self.B * math.sqrt(self.Phi)
+
+    @functools.cached_property
+    def Delta_coupled(self) -> float:
+        """``min(Δ_cpl, Δ_op)`` of eq. (SP11) (docs §3.11); ``2M_Y√Φ`` for the constant kernel."""
+        if self.kernel_class == "constant":
+            return 2.0 * self.y_bound * math.sqrt(self.Phi)
+        cpl = coupled_sensitivity(
+            self.n,
+            self.r2,
+            self.V,
+            self.y_bound,
+            mean_bounded=self.kernel_class == "exponential_1d",
+        )
+        return min(cpl, operator_sensitivity(self.n, self.r2, self.V, self.y_bound))
+
+    @property
+    def Delta(self) -> float:
+        """Mean sensitivity in the core posterior RKHS: ``Δ ≥ sup ‖m_D − m_D'‖_{H_c}``.
+
+        ``c · B · √Φ`` (eq. SP4) for ``sensitivity="paper"``; the smaller of that and
+        :attr:`Delta_coupled` (eq. SP11) for ``sensitivity="coupled"``.
+        """
+        if self.sensitivity == "paper":
+            return self.Delta_paper
+        return min(self.Delta_paper, self.Delta_coupled)
 
     @property
     def A(self) -> float:
@@ -497,6 +611,7 @@ class SamplePathBound:
             "kernel_class": self.kernel_class,
             "constant": self.constant,
             "cov_bound": self.cov_bound,
+            "sensitivity": self.sensitivity,
             "V": self.V,
             "Phi": self.Phi,
             "B": self.B,
@@ -550,7 +665,8 @@ def feasible_configurations(
     L: int = 1,
     kernel_class: KernelClass = "generic",
     constant: ConstantChoice = "proved",
-    cov_bound: CovBound = "paper",
+    cov_bound: CovBound = "inertia",
+    sensitivity: Sensitivity = "paper",
 ) -> list[FeasibleConfiguration]:
     """Answer "which (σ, r², η) meet my budget?": the grid points with ``ε(δ, L) ≤ epsilon``.
 
@@ -574,8 +690,9 @@ def feasible_configurations(
             for r2 in _grid(r2s, "r2s", allow_zero=False):
                 for eta in _grid(etas, "etas", allow_zero=True):
                     b = SamplePathBound(
-                        n, s, r2, y_bound, kappa, eta, kernel_class, constant, cov_bound
-                    )
+                        n, s, r2, y_bound, kappa, eta, kernel_class, constant, cov_bound,
+                        sensitivity,
+                    )  # fmt: skip
                     eps, a = b.epsilon_and_order(delta, L)
                     if eps <= target:
                         out.append(FeasibleConfiguration(b, eps, a))
