@@ -47,11 +47,24 @@ def _bounds(n, sigma, r2, kappa, eta, cls):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PrivacyWarning)
         return {
-            "proved": SamplePathBound(n, sigma, r2, 1.0, kappa, eta, cls, cov_bound="paper"),
-            "inertia": SamplePathBound(n, sigma, r2, 1.0, kappa, eta, cls, cov_bound="inertia"),
+            "proved": SamplePathBound(
+                n, sigma, r2, 1.0, kappa, eta, cls, cov_bound="paper", sensitivity="paper"
+            ),
+            "inertia": SamplePathBound(
+                n, sigma, r2, 1.0, kappa, eta, cls, cov_bound="inertia", sensitivity="paper"
+            ),
             "coupled": SamplePathBound(n, sigma, r2, 1.0, kappa, eta, cls, sensitivity="coupled"),
             "author": SamplePathBound(
-                n, sigma, r2, 1.0, kappa, eta, cls, constant="author", cov_bound="paper"
+                n,
+                sigma,
+                r2,
+                1.0,
+                kappa,
+                eta,
+                cls,
+                constant="author",
+                cov_bound="paper",
+                sensitivity="paper",
             ),
         }
 

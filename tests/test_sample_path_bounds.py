@@ -261,7 +261,8 @@ def test_orders_outside_the_valid_range_are_refused(eta):
 # the building blocks
 # --------------------------------------------------------------------------------------------
 def test_closed_forms():
-    b = SamplePathBound(11, 0.8, 0.5, 2.0, 0.4)
+    b = SamplePathBound(11, 0.8, 0.5, 2.0, 0.4, sensitivity="paper")
+    assert SamplePathBound(11, 0.8, 0.5, 2.0, 0.4).sensitivity == "coupled"  # the default
     V = 1 - 0.16 * 10 / 10.5
     assert b.V == pytest.approx(V)
     assert b.Phi == pytest.approx(1 / (4 * 0.5))  # V ≥ r²

@@ -62,7 +62,7 @@ def test_coupled_sensitivity_closed_forms():
     # the reference number of REFERENCE §4b (n = 100, κ = √0.1, σ = 1, r = 3, δ = 1e-4): the
     # author's accountant gives 2.54 against 4.52 for the paper's Δ and 2ψ
     kw = {"n": 100, "sigma": 1.0, "r2": 9.0, "y_bound": 1.0, "kappa": math.sqrt(0.1)}
-    before = SamplePathBound(**kw, cov_bound="paper").epsilon(1e-4)
+    before = SamplePathBound(**kw, cov_bound="paper", sensitivity="paper").epsilon(1e-4)
     after = SamplePathBound(**kw, sensitivity="coupled").epsilon(1e-4)
     assert before == pytest.approx(4.52, abs=0.005)
     assert after == pytest.approx(2.54, abs=0.005)
@@ -238,5 +238,5 @@ def test_sensitivity_option_validation_and_metadata():
     led = Ledger(delta=1e-5)
     led.spend(b.event(3))
     paper = Ledger(delta=1e-5)
-    paper.spend(SamplePathBound(50, 1.0, 4.0, 1.0, 0.1).event(3))
+    paper.spend(SamplePathBound(50, 1.0, 4.0, 1.0, 0.1, sensitivity="paper").event(3))
     assert led.epsilon() < paper.epsilon()

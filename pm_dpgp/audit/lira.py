@@ -133,6 +133,8 @@ class LiraSetting:
             self.eta,
             kernel_class="exponential_1d",
             constant=constant,
+            # the author's constant rescales the paper's Δ = 2B√Φ only (docs §4b)
+            sensitivity="paper" if constant == "author" else "coupled",
         )
 
 

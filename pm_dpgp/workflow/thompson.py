@@ -45,7 +45,11 @@ from pm_dpgp._validation import check_delta, check_finite_array, check_positive,
 from pm_dpgp.accounting import Ledger, PrivacyEvent
 from pm_dpgp.compat import get_group
 from pm_dpgp.mechanisms.full.sample_path import sample_path_release
-from pm_dpgp.mechanisms.full.sample_path_bounds import SamplePathBound, kernel_lower_bound
+from pm_dpgp.mechanisms.full.sample_path_bounds import (
+    SamplePathBound,
+    Sensitivity,
+    kernel_lower_bound,
+)
 from pm_dpgp.models import GPRegression, PublicGP, gp_regression
 from pm_dpgp.workflow.progress import progress_bar
 
@@ -342,6 +346,7 @@ def dp_thompson_sampling(
     delta: float | None = None,
     eta: float = 0.0,
     kernel_class: Literal["generic", "exponential_1d", "constant"] = "generic",
+    sensitivity: Sensitivity = "coupled",
     kappa: float | None = None,
     candidates: ArrayLike | int = 256,
     refine_steps: int = 0,
@@ -371,6 +376,10 @@ def dp_thompson_sampling(
     sigma, y_bound, eta, kernel_class, kappa:
         public parameters of the sample-path mechanism (``kappa`` defaults to the
         kernel's lower bound on ``domain``).
+    sensitivity:
+        the sample-path mean sensitivity, ``"coupled"`` (default; eq. SP11,
+        ``docs/sample_paths.md`` §3.11) or ``"paper"`` (eq. SP4); used both for the
+        round's affordability check and for the release, so the two always agree.
     private:
         ``False`` runs non-private TS (exact posterior, no ledger, no clipping).
     ledger:
@@ -441,6 +450,7 @@ def dp_thompson_sampling(
                         kappa=float(kappa),
                         eta=eta,
                         kernel_class=kernel_class,
+                        sensitivity=sensitivity,
                     )
                     event = bound.event(1, label=f"Thompson round path (n={n})")
                     if not ledger.can_afford(event):
@@ -458,6 +468,7 @@ def dp_thompson_sampling(
                         domain=np.column_stack([lower, upper]),
                         eta=eta,
                         kernel_class=kernel_class,
+                        sensitivity=sensitivity,
                         ledger=ledger,
                         rng=rng,
                         clip="warn",

@@ -479,7 +479,7 @@ def sample_path_release(
     eta: float = 0.0,
     kernel_class: KernelClass = "generic",
     constant: Literal["proved", "author"] = "proved",
-    sensitivity: Sensitivity = "paper",
+    sensitivity: Sensitivity = "coupled",
     cov_bound: CovBound = "inertia",
     hyperparameters: dict[str, float] | None = None,
     ledger: Ledger | None = None,
@@ -528,9 +528,10 @@ def sample_path_release(
         drawn: exact neighbouring pairs violate it (``docs/sample_paths.md`` §6).  It stays
         available as ``SamplePathBound(..., constant="author")`` for comparison.
     sensitivity:
-        which proved mean-sensitivity bound the accounting uses: ``"paper"`` (``Δ = 2B√Φ``,
-        eq. SP4) or ``"coupled"`` (eq. SP11, ``docs/sample_paths.md`` §3.11: never larger,
-        e.g. ε 4.52 → 2.54 at n = 100, σ = 1, r = 3, κ = √0.1, δ = 1e-4).
+        which proved mean-sensitivity bound the accounting uses: ``"coupled"`` (default;
+        eq. SP11, ``docs/sample_paths.md`` §3.11: never larger,
+        e.g. ε 4.52 → 2.54 at n = 100, σ = 1, r = 3, κ = √0.1, δ = 1e-4) or the paper's
+        ``"paper"`` (``Δ = 2B√Φ``, eq. SP4).
     cov_bound:
         covariance term: ``"inertia"`` (default, eq. SP10) or the paper's ``"paper"`` (2ψ).
     clip:

@@ -378,9 +378,11 @@ class SamplePathBound:
         ratio exceeds 1 and at most one is below 1); adversarial neighbours attain it.
         ``"paper"``: the paper's ``2ψ_α(τ)`` (eq. SP7), never smaller.
     sensitivity
-        ``"paper"`` (default): ``Δ = 2B√Φ`` (eq. SP4, the triangle inequality on the one-step
-        update).  ``"coupled"``: ``Δ = min(Δ_cpl, Δ_op, 2B√Φ)`` (eq. SP11, docs §3.11), also
-        proved and never larger; for ``kernel_class="constant"`` both are ``2M_Y√Φ``.
+        ``"coupled"`` (the default, ``None``, unless ``constant="author"``):
+        ``Δ = min(Δ_cpl, Δ_op, 2B√Φ)`` (eq. SP11, docs §3.11), proved and never larger than
+        ``"paper"``: ``Δ = 2B√Φ`` (eq. SP4, the triangle inequality on the one-step update;
+        the default with ``constant="author"``, which rescales it); for
+        ``kernel_class="constant"`` both are ``2M_Y√Φ``.
     """
 
     n: int
@@ -392,9 +394,14 @@ class SamplePathBound:
     kernel_class: KernelClass = "generic"
     constant: ConstantChoice = "proved"
     cov_bound: CovBound = "inertia"
-    sensitivity: Sensitivity = "paper"
+    sensitivity: Sensitivity | None = None
 
     def __post_init__(self) -> None:
+        if self.sensitivity is None:
+            # the tightest proved bound; the author's constant rescales the paper's Δ only
+            object.__setattr__(
+                self, "sensitivity", "paper" if self.constant == "author" else "coupled"
+            )
         object.__setattr__(self, "n", _check_n(self.n))
         object.__setattr__(self, "sigma", check_positive(self.sigma, "sigma"))
         object.__setattr__(self, "r2", check_positive(self.r2, "r2"))
@@ -666,7 +673,7 @@ def feasible_configurations(
     kernel_class: KernelClass = "generic",
     constant: ConstantChoice = "proved",
     cov_bound: CovBound = "inertia",
-    sensitivity: Sensitivity = "paper",
+    sensitivity: Sensitivity = "coupled",
 ) -> list[FeasibleConfiguration]:
     """Answer "which (σ, r², η) meet my budget?": the grid points with ``ε(δ, L) ≤ epsilon``.
 
