@@ -50,11 +50,12 @@ DELTA = 1e-5
 TRUE_NOISE_SD = 0.05
 
 #: Sample-path DP-TS variants: name -> (SamplePathBound kwargs for the planner, loop kwargs).
-#: Hook for tighter proved bounds (issue 11, part A): add e.g.
-#: ``"sample-path DP-TS (new bounds)": ({"cov_bound": "inertia"}, {"cov_bound": "inertia"})``
-#: once the loop accepts the new bound's keyword; or pass ``--sample-path-variant``.
+#: "old bounds" = the paper's mean sensitivity Δ = 2B√Φ; "coupled Δ" = the proved sharper
+#: bound of docs/sample_paths.md §3.11 (issue 11, part A; the library default). More with
+#: ``--sample-path-variant``.
 SAMPLE_PATH_VARIANTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
-    "sample-path DP-TS": ({}, {}),
+    "sample-path DP-TS": ({"sensitivity": "paper"}, {"sensitivity": "paper"}),
+    "sample-path DP-TS (coupled Δ)": ({"sensitivity": "coupled"}, {"sensitivity": "coupled"}),
 }
 
 
