@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
                     X_init=X0,
                     n_rounds=args.rounds,
                     noise_sd=args.noise_sd,
-                    y_bound=1.0,
+                    y_bounds=(-1.0, 1.0),
                     ledger=Ledger(epsilon=args.budget, delta=1e-5),
                     candidates=128,
                     refine_steps=2,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -35,6 +36,11 @@ __all__ = [
     "EPSILON_WARN_THRESHOLD",
     "WIDE_RANGE_FACTOR",
     "warn_public_settings",
+    "renamed",
+    "reject_unexpected",
+    "centred_bound",
+    "bounds_from_centred",
+    "require",
 ]
 
 
@@ -314,3 +320,78 @@ def warn_public_settings(
     for message in messages:
         warnings.warn(message, PrivacyWarning, stacklevel=stacklevel)
     return messages
+
+
+# --------------------------------------------------------------------------------------------
+# Renamed arguments (issue 14: one vocabulary).  Old names keep working for one release with
+# a DeprecationWarning; passing both the old and the new name is a TypeError.
+# --------------------------------------------------------------------------------------------
+
+
+def renamed(
+    old: str, new: str, kwargs: dict[str, Any], value: Any, *, func: str, stacklevel: int = 3
+) -> Any:
+    """Return the value of argument ``new``, taking a deprecated ``old`` from ``kwargs``.
+
+    ``kwargs`` is the caller's ``**renamed`` dict; ``old`` is popped from it.  Passing both
+    names raises ``TypeError`` (which one was meant is ambiguous); the old name alone warns
+    with ``DeprecationWarning`` and is used as ``new``.  ``value`` is the new argument's value,
+    ``None`` when it was not given.
+    """
+    if old not in kwargs:
+        return value
+    old_value = kwargs.pop(old)
+    if value is not None:
+        raise TypeError(f"{func}() got both {old!r} (deprecated) and {new!r}; pass only {new}=.")
+    warnings.warn(
+        f"{func}(): the argument {old!r} is renamed {new!r} and will be removed in the next "
+        f"release; pass {new}= instead.",
+        DeprecationWarning,
+        stacklevel=stacklevel,
+    )
+    return old_value
+
+
+def reject_unexpected(kwargs: dict[str, Any], *, func: str) -> None:
+    """Raise ``TypeError`` for keyword arguments left in ``kwargs`` (like Python does)."""
+    if kwargs:
+        name = next(iter(kwargs))
+        raise TypeError(
+            f"{func}() got an unexpected keyword argument {name!r}; check the spelling against "
+            "the documented arguments."
+        )
+
+
+def require(value: Any, name: str, *, func: str) -> Any:
+    """Raise ``TypeError`` for a required keyword argument that was not given."""
+    if value is None:
+        raise TypeError(f"{func}() missing required keyword argument: {name!r}; pass {name}=.")
+    return value
+
+
+def centred_bound(
+    y_bounds: tuple[float, float], centre: float, *, name: str = "y_bounds"
+) -> tuple[float, float, float]:
+    """``(lower, upper, M)`` with ``M = max(|lower − centre|, |upper − centre|)``.
+
+    For mechanisms whose sensitivity is stated for centred responses ``|y − μ₀| ≤ M``
+    (Honkela's ``R_y``, Maciazek's ``M_Y``): clipping ``y`` to the public interval
+    ``[lower, upper]`` gives ``y − μ₀ ∈ [lower − μ₀, upper − μ₀] ⊂ [−M, M]``, so the bound
+    stated with ``M`` holds.  ``M`` is the half-width ``(upper − lower)/2`` when the public
+    centre ``μ₀`` is the midpoint of the interval, and larger otherwise.  All three are public.
+    """
+    lower, upper = check_public_bounds(y_bounds, name=name)
+    centre = float(centre)
+    if not math.isfinite(centre):
+        raise ValueError(f"the public centre (prior mean) must be finite, got {centre!r}.")
+    return lower, upper, max(abs(lower - centre), abs(upper - centre))
+
+
+def bounds_from_centred(
+    old: str, kwargs: dict[str, Any], y_bounds: Any, centre: float, *, func: str
+) -> Any:
+    """Deprecated centred bound ``old=M`` → ``y_bounds=(centre − M, centre + M)``."""
+    if old not in kwargs:
+        return y_bounds
+    M = check_positive(renamed(old, "y_bounds", kwargs, y_bounds, func=func, stacklevel=4), old)
+    return (float(centre) - M, float(centre) + M)

@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         age[train],
         height[train],
         KERNEL_SCALE**2 * pm.gp.cov.ExpQuad(1, ls=LENGTHSCALE),
-        sigma=NOISE_SD,
+        noise_sd=NOISE_SD,
         mean=PRIOR_MEAN,
     )
     ledger = Ledger(epsilon=EPSILON, delta=DELTA)

@@ -200,12 +200,12 @@ def renyi_roundoff(kernel, data1, data2, X_test, *, alpha, sigma, r2, eta=0.0, L
         {"n": 0},
         {"n": 2.5},
         {"n": True},
-        {"sigma": 0.0},
-        {"sigma": -1.0},
-        {"sigma": math.nan},
+        {"kernel_scale": 0.0},
+        {"kernel_scale": -1.0},
+        {"kernel_scale": math.nan},
         {"r2": 0.0},
         {"r2": math.inf},
-        {"y_bound": 0.0},
+        {"M_Y": 0.0},
         {"kappa": -0.1},
         {"kappa": 1.1},
         {"kappa": math.nan},
@@ -216,7 +216,7 @@ def renyi_roundoff(kernel, data1, data2, X_test, *, alpha, sigma, r2, eta=0.0, L
     ],
 )
 def test_invalid_parameters_are_refused(kw):
-    base = {"n": 10, "sigma": 1.0, "r2": 1.0, "y_bound": 1.0, "kappa": 0.2}
+    base = {"n": 10, "kernel_scale": 1.0, "r2": 1.0, "M_Y": 1.0, "kappa": 0.2}
     with pytest.raises(ValueError):
         SamplePathBound(**{**base, **kw})
 
@@ -312,7 +312,7 @@ def test_rdp_formula_and_reduction_at_eta_zero():
     a = np.linspace(1.01, b.alpha_max - 1e-3, 50)
     literal = (
         2 * psi(a, b.V / b.r2)
-        + a / 2 * (b.V + b.r2) / (b.r2 - (a - 1) * b.V) * (b.Delta / b.sigma) ** 2
+        + a / 2 * (b.V + b.r2) / (b.r2 - (a - 1) * b.V) * (b.Delta / b.kernel_scale) ** 2
     )
     # two evaluations of one closed form (τ = σ²V/(σ²r²) vs V/r², 1 − β vs r² − (α−1)V): each
     # within bound_roundoff (cancellation in V, near α = 1 and in 1 − β → 0 at α → α_max)
@@ -495,7 +495,7 @@ def test_inertia_covariance_term_is_attained():
 # monotonicity and conversion
 # --------------------------------------------------------------------------------------------
 def _eps(delta=1e-5, L=1, **kw):
-    base = {"n": 50, "sigma": 1.0, "r2": 5.0, "y_bound": 1.0, "kappa": 0.1, "eta": 0.0}
+    base = {"n": 50, "kernel_scale": 1.0, "r2": 5.0, "M_Y": 1.0, "kappa": 0.1, "eta": 0.0}
     return SamplePathBound(**{**base, **kw}, kernel_class="exponential_1d").epsilon(delta, L)
 
 
@@ -507,7 +507,7 @@ def test_monotonicity():
     e = [_eps(eta=h) for h in etas]
     assert all(a > b for a, b in zip(e, e[1:], strict=False)), e
     sigmas = [0.1, 0.3, 1.0, 3.0, 10.0]
-    e = [_eps(sigma=s) for s in sigmas]
+    e = [_eps(kernel_scale=s) for s in sigmas]
     assert all(a > b for a, b in zip(e, e[1:], strict=False)), e
     Ls = [1, 2, 4, 8, 16, 32, 64, 128, 256]
     e = [_eps(L=L) for L in Ls]
@@ -525,7 +525,7 @@ def test_monotonicity():
 
 def test_sigma_monotonicity_needs_eta_zero():
     """With extra noise, a larger σ raises the covariance share τ and can raise ε (docs)."""
-    e = [_eps(sigma=s, eta=2.0, r2=2.0) for s in (0.3, 3.0)]
+    e = [_eps(kernel_scale=s, eta=2.0, r2=2.0) for s in (0.3, 3.0)]
     assert e[1] > e[0]
 
 
@@ -607,10 +607,10 @@ def test_adaptive_composition_in_the_ledger():
 def test_feasible_configurations():
     sigmas, r2s, etas = [0.5, 1.0, 2.0], [1.0, 5.0, 20.0, 80.0], [0.0, 1.0]
     out = feasible_configurations(
-        n=100, y_bound=1.0, kappa=0.05, epsilon=3.0, delta=1e-5,
-        sigmas=sigmas, r2s=r2s, etas=etas, L=2, kernel_class="exponential_1d",
+        n=100, y_bounds=(-1.0, 1.0), kappa=0.05, epsilon=3.0, delta=1e-5,
+        kernel_scales=sigmas, r2s=r2s, etas=etas, L=2, kernel_class="exponential_1d",
     )  # fmt: skip
-    got = {(c.sigma, c.r2, c.eta) for c in out}
+    got = {(c.kernel_scale, c.r2, c.eta) for c in out}
     assert got, "some configuration must be feasible"
     for s in sigmas:
         for r2 in r2s:
@@ -622,11 +622,11 @@ def test_feasible_configurations():
         assert c.epsilon <= 3.0 and 1.0 < c.alpha < c.bound.alpha_max
     with pytest.raises(ValueError):
         feasible_configurations(
-            n=10, y_bound=1, kappa=0, epsilon=1, delta=1e-5, sigmas=[], r2s=[1.0]
+            n=10, y_bounds=(-1, 1), kappa=0, epsilon=1, delta=1e-5, kernel_scales=[], r2s=[1.0]
         )
     with pytest.raises(ValueError):
         feasible_configurations(
-            n=10, y_bound=1, kappa=0, epsilon=1, delta=1e-5, sigmas=[1.0], r2s=[-1.0]
+            n=10, y_bounds=(-1, 1), kappa=0, epsilon=1, delta=1e-5, kernel_scales=[1.0], r2s=[-1.0]
         )
 
 

@@ -25,7 +25,13 @@ try:  # pytensor >= 2.31
 except ImportError:  # pragma: no cover - older pytensor
     from pytensor.graph.basic import ancestors
 
-from pm_dpgp._validation import check_finite_array, check_positive
+from pm_dpgp._validation import (
+    check_finite_array,
+    check_positive,
+    reject_unexpected,
+    renamed,
+    require,
+)
 from pm_dpgp.gp.linalg import symmetrise_inplace
 
 CovarianceSpec = BaseCovariance | Callable[[], BaseCovariance]
@@ -283,30 +289,37 @@ def _resolve_cov(cov_func: CovarianceSpec) -> BaseCovariance:
     )
 
 
+def _noise_sd_argument(noise_sd: Any, deprecated: dict[str, Any], func: str) -> Any:
+    """The builders' ``noise_sd=``, taking the deprecated ``sigma=`` (issue 14)."""
+    noise_sd = renamed("sigma", "noise_sd", deprecated, noise_sd, func=func, stacklevel=4)
+    reject_unexpected(deprecated, func=func)
+    return require(noise_sd, "noise_sd", func=func)
+
+
 def _resolve_sigma(sigma: NoiseSpec) -> float | Variable:
     value: Any = sigma
     if isinstance(value, BaseCovariance):
         raise TypeError(
-            "sigma must be a noise standard deviation, not a covariance function; pass a float."
+            "noise_sd must be a noise standard deviation, not a covariance function; pass a float."
         )
     if callable(value) and not isinstance(value, Variable):
         value = value()
     if isinstance(value, bool):
         raise TypeError(
-            "sigma must be a number or a PyMC random variable, got a bool; pass a float."
+            "noise_sd must be a number or a PyMC random variable, got a bool; pass a float."
         )
     if isinstance(value, numbers.Real) or (isinstance(value, np.ndarray) and value.ndim == 0):
-        return check_positive(float(value), "sigma")
+        return check_positive(float(value), "noise_sd")
     if isinstance(value, Variable):
         if value.type.ndim != 0:
             raise ValueError(
-                f"sigma must be a scalar (homoscedastic noise std), got ndim={value.type.ndim}; "
+                f"noise_sd must be a scalar (homoscedastic noise std), got ndim={value.type.ndim}; "
                 "pass a scalar."
             )
         return value
     raise TypeError(
-        "sigma must be a positive float, a scalar PyMC variable, or a zero-argument callable "
-        f"returning one, got {type(value).__name__}; pass e.g. sigma=0.1."
+        "noise_sd must be a positive float, a scalar PyMC variable, or a zero-argument callable "
+        f"returning one, got {type(value).__name__}; pass e.g. noise_sd=0.1."
     )
 
 

@@ -67,6 +67,7 @@ from pm_dpgp.models._common import (
     _eval_kernel_diag,
     _format_value,
     _hyperparameter_rvs,
+    _noise_sd_argument,
     _readonly,
     _resolve_cov_and_sigma,
     hoist_float_constants,
@@ -272,8 +273,8 @@ class GPRegression:
         Public constant prior mean.
     cov_func : pymc.gp.cov.BaseCovariance
         The covariance (possibly depending on hyperparameter RVs).
-    sigma : float or TensorVariable
-        Observation-noise standard deviation.
+    noise_sd : float or TensorVariable
+        Observation-noise standard deviation (formerly ``sigma``).
     hyperparameter_names : tuple of str
         Names of the free RVs the kernel or the noise depend on (directly, i.e.
         not through another hyperparameter).
@@ -286,7 +287,7 @@ class GPRegression:
     name: str
     mean: float
     cov_func: BaseCovariance = field(repr=False)
-    sigma: float | Variable
+    noise_sd: float | Variable
     hyperparameter_names: tuple[str, ...]
     _hyper_rvs: tuple[Variable, ...] = field(repr=False)
     _hyper_inputs: tuple[Variable, ...] = field(init=False, repr=False)
@@ -294,6 +295,14 @@ class GPRegression:
     _compiled: dict[str, Any] = field(init=False, repr=False, default_factory=dict)
     # the kernel part of the description does not depend on the values: built once
     _cov_description: str | None = field(init=False, repr=False, default=None)
+
+    @property
+    def sigma(self) -> float | Variable:
+        """Deprecated alias of :attr:`noise_sd` (removed in the next release)."""
+        import warnings
+
+        warnings.warn("GPRegression.sigma is renamed noise_sd.", DeprecationWarning, stacklevel=2)
+        return self.noise_sd
 
     def __post_init__(self) -> None:
         self._hyper_inputs = tuple(rv.type(name=rv.name) for rv in self._hyper_rvs)
@@ -325,7 +334,7 @@ class GPRegression:
         elif key == "diag":
             inputs, out = [Xa], self.cov_func(Xa, diag=True)
         elif key == "noise":
-            inputs, out = [], pt.as_tensor_variable(self.sigma)
+            inputs, out = [], pt.as_tensor_variable(self.noise_sd)
         else:  # pragma: no cover - internal misuse
             raise KeyError(key)
         [out] = self._replace([pt.as_tensor_variable(out)])
@@ -422,13 +431,13 @@ class GPRegression:
         ``wrap`` is applied to each compiled PyTensor function (e.g. for thread safety).
         """
         args = tuple(values[nm] for nm in self.hyperparameter_names)
-        if isinstance(self.sigma, Variable):
+        if isinstance(self.noise_sd, Variable):
             sigma_val = float(np.asarray(self._function("noise")(*args)))
             noise_var = check_positive(
-                sigma_val**2, "noise variance (sigma**2)", allow_zero=allow_zero_noise
+                sigma_val**2, "noise variance (noise_sd**2)", allow_zero=allow_zero_noise
             )
         else:
-            noise_var = float(self.sigma) ** 2
+            noise_var = float(self.noise_sd) ** 2
 
         kernel = PublicKernel(wrap(self._function("kernel")), args)
         kernel_diag = PublicKernel(wrap(self._function("diag")), args, diag=True)
@@ -488,11 +497,12 @@ def gp_regression(
     y: ArrayLike,
     cov_func: CovarianceSpec,
     *,
-    sigma: NoiseSpec,
+    noise_sd: NoiseSpec = None,
     mean: float = 0.0,
     name: str = "f",
     model: pm.Model | None = None,
     mean_is_public: bool = False,
+    **deprecated: Any,
 ) -> GPRegression:
     r"""Build an exact GP regression model in PyMC (``pm.gp.Marginal``).
 
@@ -512,10 +522,10 @@ def gp_regression(
         callable returning one; the callable runs inside the model context, so it
         may declare priors, e.g.
         ``lambda: pm.HalfNormal("eta", 1)**2 * pm.gp.cov.ExpQuad(1, ls=pm.Gamma("ell", 2, 1))``.
-    sigma
+    noise_sd
         Observation-noise standard deviation: a positive float (public), a scalar
         PyMC variable of ``model``, or a zero-argument callable returning one
-        (run inside the model context).
+        (run inside the model context).  Formerly ``sigma`` (deprecated).
     mean
         Public constant prior mean.  It must not be computed from ``y`` (e.g.
         ``y.mean()``): that is a statistic of the private data and leaks it.  It is never
@@ -536,9 +546,10 @@ def gp_regression(
     Raises
     ------
     ValueError
-        NaN/inf in ``X``/``y``, mismatched shapes, bad ``sigma``/``mean``, or a
+        NaN/inf in ``X``/``y``, mismatched shapes, bad ``noise_sd``/``mean``, or a
         covariance whose ``input_dim`` differs from the number of columns of ``X``.
     """
+    noise_sd = _noise_sd_argument(noise_sd, deprecated, "gp_regression")
     X_arr = check_finite_array(X, "X", ndim=2)
     y_arr = check_finite_array(y, "y", ndim=1)
     if X_arr.shape[0] != y_arr.shape[0]:
@@ -553,7 +564,7 @@ def gp_regression(
 
     ctx = pm.Model() if model is None else model
     with ctx:
-        cov, sig = _resolve_cov_and_sigma(cov_func, sigma, X_arr.shape[1], "X")
+        cov, sig = _resolve_cov_and_sigma(cov_func, noise_sd, X_arr.shape[1], "X")
         gp = pm.gp.Marginal(mean_func=pm.gp.mean.Constant(mean_f), cov_func=cov)
         gp.marginal_likelihood(f"{name}_obs", X=X_arr, y=y_arr, sigma=sig)
 
@@ -567,7 +578,7 @@ def gp_regression(
         name=name,
         mean=mean_f,
         cov_func=cov,
-        sigma=sig,
+        noise_sd=sig,
         hyperparameter_names=tuple(rv.name for rv in hyper_rvs),
         _hyper_rvs=hyper_rvs,
     )

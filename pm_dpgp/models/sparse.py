@@ -49,6 +49,7 @@ from pm_dpgp.models._common import (
     _eval_kernel,
     _eval_kernel_diag,
     _hyperparameter_rvs,
+    _noise_sd_argument,
     _readonly,
     _resolve_cov,
     _resolve_cov_and_sigma,
@@ -225,7 +226,7 @@ class PublicSparseGP:
     def __post_init__(self) -> None:
         # as PublicGP: a zero noise variance is refused on every path (issue 15, point 3)
         object.__setattr__(
-            self, "noise_var", check_positive(self.noise_var, "noise variance (sigma**2)")
+            self, "noise_var", check_positive(self.noise_var, "noise variance (noise_sd**2)")
         )
 
     @property
@@ -312,13 +313,14 @@ def sparse_gp_regression(
     cov_func: CovarianceSpec,
     *,
     Z: ArrayLike,
-    sigma: NoiseSpec,
+    noise_sd: NoiseSpec = None,
     mean: float = 0.0,
     name: str = "f",
     model: pm.Model | None = None,
     jitter: float = JITTER_DEFAULT,
     mean_is_public: bool = False,
     z_is_public: bool = False,
+    **deprecated: Any,
 ) -> SparseGPRegression:
     r"""Build a sparse variational GP regression model in PyMC (``pm.gp.MarginalApprox``, VFE).
 
@@ -340,14 +342,16 @@ def sparse_gp_regression(
         PUBLIC inducing inputs ``(M,)`` or ``(M, d)``: a grid over a public domain, domain
         knowledge, or k-means of public data.  Never compared with ``X`` (``docs/errors.md``);
         ``z_is_public`` records the caller's declaration.
-    sigma
-        Noise standard deviation: float, scalar PyMC variable, or callable returning one.
+    noise_sd
+        Noise standard deviation: float, scalar PyMC variable, or callable returning one
+        (formerly ``sigma``, deprecated).
     mean
         Public constant prior mean; never compared with ``y`` (``mean_is_public`` is kept for
         compatibility and not used).
     jitter
         Added to ``K_ZZ`` (PyMC's default 1e-6); the mechanism uses the same matrix.
     """
+    noise_sd = _noise_sd_argument(noise_sd, deprecated, "sparse_gp_regression")
     Z_arr = check_finite_array(Z, "Z", ndim=2)
     if (X is None) != (y is None):
         raise ValueError("give both X and y (in-memory data) or neither (streamed data).")
@@ -375,7 +379,7 @@ def sparse_gp_regression(
 
     ctx = pm.Model() if model is None else model
     with ctx:
-        cov, sig = _resolve_cov_and_sigma(cov_func, sigma, Z_arr.shape[1], "Z")
+        cov, sig = _resolve_cov_and_sigma(cov_func, noise_sd, Z_arr.shape[1], "Z")
         gp = pm.gp.MarginalApprox(approx="VFE", mean_func=pm.gp.mean.Constant(mean_f), cov_func=cov)
         if X_arr.shape[0]:
             gp.marginal_likelihood(
@@ -392,7 +396,7 @@ def sparse_gp_regression(
         name=name,
         mean=mean_f,
         cov_func=cov,
-        sigma=sig,
+        noise_sd=sig,
         hyperparameter_names=tuple(rv.name for rv in hyper_rvs),
         _hyper_rvs=hyper_rvs,
         Z=Z_arr,
@@ -563,7 +567,7 @@ def dirichlet_gp_classification(
         name=name,
         mean=mu,
         cov_func=cov,
-        sigma=math.sqrt(tg.var_in),
+        noise_sd=math.sqrt(tg.var_in),
         hyperparameter_names=tuple(rv.name for rv in hyper_rvs),
         _hyper_rvs=hyper_rvs,
         Z=Z_arr,

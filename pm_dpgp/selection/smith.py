@@ -104,7 +104,7 @@ def select_by_cross_validated_sse(
     >>> from pm_dpgp.selection import select_by_cross_validated_sse, product_grid
     >>> X = np.linspace(0, 10, 40)[:, None]; y = np.sin(X[:, 0])
     >>> gpr = gp_regression(X, y, lambda: pm.gp.cov.ExpQuad(1, ls=pm.Gamma("ell", 2, 1)),
-    ...                     sigma=0.3)
+    ...                     noise_sd=0.3)
     >>> ledger = Ledger(epsilon=2.0, delta=1e-5)
     >>> res = select_by_cross_validated_sse(gpr, product_grid({"ell": [0.5, 2.0, 8.0]}),
     ...     epsilon=0.5, y_bounds=(-1.5, 1.5), ledger=ledger, release_epsilon=1.0,

@@ -301,8 +301,7 @@ def plot_dp_release(
         )
         y = np.asarray(gpr.y, float)
         if isinstance(release, SamplePathRelease):
-            b = float(release.metadata["y_bound"])
-            y = public_gp.mean + np.clip(y - public_gp.mean, -b, b)
+            y = np.clip(y, *release.metadata["y_bounds"])
         elif "clipping_bounds" in release.metadata:
             y = np.clip(y, *release.metadata["clipping_bounds"])
         mean, var = public_gp.predict(y, grid[:, None], full_cov=False)

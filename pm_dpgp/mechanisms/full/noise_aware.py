@@ -54,13 +54,19 @@ import scipy.linalg as sla
 from numpy.typing import ArrayLike, NDArray
 
 from pm_dpgp import __version__
+from pm_dpgp._progress import progress_bar
 from pm_dpgp._validation import (
+    bounds_from_centred,
+    centred_bound,
     check_clip_option,
     check_delta,
     check_epsilon,
     check_positive,
     finite_rows,
     private_array,
+    reject_unexpected,
+    renamed,
+    require,
     warn_public_settings,
 )
 from pm_dpgp.accounting import GaussianEvent, Ledger, PrivacyEvent
@@ -718,9 +724,9 @@ def _inputs_chunk(X: Any, d: int) -> tuple[NDArray[np.float64], NDArray[np.bool_
 
 
 def _residuals(
-    y: Any, n: int, mean: float, y_bound: float, name: str = "y"
+    y: Any, n: int, mean: float, y_bounds: tuple[float, float], name: str = "y"
 ) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
-    """Clipped residuals ``clip(y − μ, ±R_y)`` and the mask of finite responses.
+    """Residuals ``clip(y, lower, upper) − μ`` (so ``|r| ≤ R_y``) and the mask of finite ones.
 
     Nothing depends on the values beyond the record-wise clipping (``docs/errors.md``).
     """
@@ -728,8 +734,8 @@ def _residuals(
     if ya.shape[0] != n:
         raise ValueError(f"{name} has {ya.shape[0]} rows but X has {n}; pass one value per record.")
     ok = finite_rows(ya)
-    r = np.where(ok, ya - mean, 0.0)
-    return np.clip(r, -y_bound, y_bound), ok
+    r = np.where(ok, np.clip(ya, *y_bounds) - mean, 0.0)
+    return r, ok
 
 
 def noise_aware_release(
@@ -738,7 +744,7 @@ def noise_aware_release(
     *,
     epsilon: float,
     delta: float,
-    y_bound: float,
+    y_bounds: tuple[float, float] | None = None,
     hyperparameters: dict[str, Any] | None = None,
     ratio: float = 1.0,
     kernel_norm: KernelNorm | float = "auto",
@@ -750,9 +756,11 @@ def noise_aware_release(
     ledger: Ledger | None = None,
     rng: np.random.Generator | None = None,
     clip: Literal["warn", "raise"] = "warn",
-    bound_is_public: bool = False,
+    bounds_are_public: bool = False,
     z_is_public: bool | None = None,
     chunk_size: int | None = None,
+    progressbar: bool = False,
+    **deprecated: Any,
 ) -> SparseQuRelease:
     r"""(ε, δ)-DP noise-aware sparse-GP posterior ``q(u)`` on public ``Z`` (Honkela Alg. 1).
 
@@ -768,9 +776,13 @@ def noise_aware_release(
         (see :func:`pm_dpgp.gp.sparse.sufficient_statistics`).
     epsilon, delta
         Privacy of the release, ε > 0, 0 < δ < 1.
-    y_bound
-        Public ``R_y``: responses are clipped to ``|y − μ| ≤ R_y`` (μ = public prior mean),
-        silently: how many were clipped depends on the private data (``docs/errors.md``).
+    y_bounds
+        Public range ``(lower, upper)`` of the responses; they are clipped to it, silently
+        (how many were clipped depends on the private data, ``docs/errors.md``).  Honkela's
+        ``R_y`` bounds the centred responses, ``|y − μ| ≤ R_y`` (μ = public prior mean), so
+        ``R_y = max(|lower − μ|, |upper − μ|)``: the half-width when μ is the midpoint (choose
+        the prior mean there for the least noise).  Formerly ``y_bound=R``, i.e.
+        ``y_bounds=(μ − R, μ + R)``.
         Records with a non-finite input, response or noise variance are dropped (they
         contribute zero); nothing reports whether that happened.
     hyperparameters
@@ -801,22 +813,28 @@ def noise_aware_release(
     clip
         ``"warn"`` (clip to the public bounds); ``"raise"`` is refused (its outcome would
         depend on the private data).
-    bound_is_public, z_is_public
-        Accepted for compatibility, not used: the bound and ``Z`` are never compared with
+    bounds_are_public, z_is_public
+        Accepted for compatibility, not used: the bounds and ``Z`` are never compared with
         the private data (a refusal that did would leak it).  The data owner can run
         :func:`pm_dpgp.audit.check_public_choices` on their own data.
+    progressbar
+        Show a progress bar over the stages (statistics, noise, posterior), as PyMC does.
 
     Returns
     -------
     SparseQuRelease
         DP ``m`` and ``S`` on ``Z`` with metadata; ``predict`` is free post-processing.
     """
-    del bound_is_public, z_is_public  # compatibility only: never compared with private data
+    func = "noise_aware_release"
+    renamed("bound_is_public", "bounds_are_public", deprecated, None, func=func)
+    del bounds_are_public, z_is_public  # compatibility only: never compared with private data
     public = _as_public(model, hyperparameters)
+    y_bounds = bounds_from_centred("y_bound", deprecated, y_bounds, public.mean, func=func)
+    reject_unexpected(deprecated, func=func)
+    y_lower, y_upper, R_y = centred_bound(require(y_bounds, "y_bounds", func=func), public.mean)
     data = _default_data(model, data)
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta)
-    R_y = check_positive(y_bound, "y_bound")
     c = check_positive(ratio, "ratio")
     if not (0.0 < float(rho) < 1.0):
         raise ValueError(f"rho must lie in (0, 1), got {rho!r}; pass e.g. rho=0.01.")
@@ -847,7 +865,7 @@ def noise_aware_release(
         # Records with a non-finite input, response or noise variance are dropped (they
         # contribute zero, within the sensitivity); nothing reports whether that happened.
         Xa, ok = _inputs_chunk(X, d)
-        r, ok_y = _residuals(y, Xa.shape[0], mu, R_y)
+        r, ok_y = _residuals(y, Xa.shape[0], mu, (y_lower, y_upper))
         ok &= ok_y
         rows = np.array([float(Xa.shape[0])])
         if not hetero:
@@ -869,61 +887,65 @@ def noise_aware_release(
         omega = floor / np.maximum(np.where(ok, va, floor), floor)  # clipped up to the floor
         return Xa[ok], r[ok, None], omega[ok, None], rows
 
-    stats = sufficient_statistics(
-        public.kernel_private,
-        Z,
-        data,
-        preprocess=preprocess,
-        n_targets=1,
-        n_extras=1,
-        chunk_size=chunk_size,
-    )
-    if stats.extras[0] == 0:  # the number of records is public
-        raise ValueError("the data contain no records; pass at least one (x, y) record.")
-    # public settings only (n is public under replace-one neighbours), before any spend
-    warn_public_settings(
-        epsilon=epsilon,
-        delta=delta,
-        n_records=int(stats.extras[0]),
-        range_width=2.0 * R_y,
-        prior_sd=float(np.sqrt(np.max(public.kernel_diag(Z)) + public.noise_var)),
-        range_name="2 * y_bound",
-    )
+    with progress_bar(2, "Noise-aware release", enabled=progressbar) as bar:
+        stats = sufficient_statistics(
+            public.kernel_private,
+            Z,
+            data,
+            preprocess=preprocess,
+            n_targets=1,
+            n_extras=1,
+            chunk_size=chunk_size,
+        )
+        if stats.extras[0] == 0:  # the number of records is public
+            raise ValueError("the data contain no records; pass at least one (x, y) record.")
+        bar.advance("statistics")
+        # public settings only (n is public under replace-one neighbours), before any spend
+        warn_public_settings(
+            epsilon=epsilon,
+            delta=delta,
+            n_records=int(stats.extras[0]),
+            range_width=y_upper - y_lower,
+            prior_sd=float(np.sqrt(np.max(public.kernel_diag(Z)) + public.noise_var)),
+            range_name="y_bounds",
+        )
 
-    # --- account, then draw -----------------------------------------------------------------
-    return _account_draw_release(
-        SparseQuRelease,
-        public,
-        stats,
-        mechanism="noise_aware_sparse_gp" if variant == "noise_aware" else "naive_dp_sparse_gp",
-        label="noise-aware DP sparse GP (Honkela)",
-        prior_mean=mu,
-        noise_var=None if hetero else public.noise_var,
-        output_names=("y",),
-        bound=bound,
-        epsilon=epsilon,
-        delta=delta,
-        Delta=Delta,
-        sigma_a=sigma_a,
-        sigma_b=sigma_b,
-        ratio=c,
-        lam=lam,
-        rho=float(rho),
-        R_y=R_y,
-        scale=scale,
-        variant=variant,
-        s22_form=s22_form,
-        calibration=calibration,
-        ledger=ledger,
-        rng=rng,
-        plan=plan,
-        sensitivity_equation=(
-            "Honkela eq. (6) (App. A, Lemma 5) with |<k, k'>| <= R_k^2: "
-            "D^2 = 2 Ry^2 Rk^2 + 2 c^2 Rk^4 + max_{0<=s<=Rk^2}(2 Ry^2 s - 2 c^2 s^2)"
-        ),
-        noise_model="heteroscedastic (App. D)" if hetero else "homoscedastic",
-        noise_var_floor=floor,
-    )
+        # --- account, then draw -----------------------------------------------------------------
+        release = _account_draw_release(
+            SparseQuRelease,
+            public,
+            stats,
+            mechanism="noise_aware_sparse_gp" if variant == "noise_aware" else "naive_dp_sparse_gp",
+            label="noise-aware DP sparse GP (Honkela)",
+            prior_mean=mu,
+            noise_var=None if hetero else public.noise_var,
+            output_names=("y",),
+            bound=bound,
+            epsilon=epsilon,
+            delta=delta,
+            Delta=Delta,
+            sigma_a=sigma_a,
+            sigma_b=sigma_b,
+            ratio=c,
+            lam=lam,
+            rho=float(rho),
+            R_y=R_y,
+            scale=scale,
+            variant=variant,
+            s22_form=s22_form,
+            calibration=calibration,
+            ledger=ledger,
+            rng=rng,
+            plan=plan,
+            sensitivity_equation=(
+                "Honkela eq. (6) (App. A, Lemma 5) with |<k, k'>| <= R_k^2: "
+                "D^2 = 2 Ry^2 Rk^2 + 2 c^2 Rk^4 + max_{0<=s<=Rk^2}(2 Ry^2 s - 2 c^2 s^2)"
+            ),
+            noise_model="heteroscedastic (App. D)" if hetero else "homoscedastic",
+            noise_var_floor=floor,
+        )
+        bar.advance("noise drawn")
+        return release
 
 
 def calibrate_statistics_noise(
@@ -1145,7 +1167,7 @@ def _metadata(
         "lambda_equation": "Honkela eq. (10)" if noise_model == "homoscedastic" else "eq. (41)",
         "lambda_used": lam_used,
         "rho": rho,
-        "y_bound": R_y,
+        "R_y": R_y,
         "R_k": bound.R_k,
         "R_k_equation": bound.equation,
         "R_k_candidates": bound.candidates,

@@ -1,8 +1,9 @@
-r"""Rényi-DP bounds for releasing GP posterior sample paths (Maciazek, REFERENCE §4).
+r"""Rényi-DP bounds for releasing GP posterior sample paths (Maciazek; ``docs/sample_paths.md``).
 
 Setting (full privacy, replace-one neighbours).  Prior ``f ~ GP(0, σ² k)`` with
 ``k(x, x) ≤ 1`` and ``k(x, x') ≥ κ ≥ 0`` on the public input domain, observation-noise
-variance ``σ² r²`` (``r²`` is the *effective ridge*), responses ``|y| ≤ M_Y`` (``y_bound``),
+variance ``σ² r²`` (``r²`` is the *effective ridge*), responses ``|y| ≤ M_Y`` (``M_Y``, derived
+from the public range ``y_bounds`` and the prior mean by the releases),
 ``n`` training points.  The mechanism releases ``L`` independent posterior sample paths,
 optionally plus ``η g`` with ``g ~ GP(0, k)`` independent.  Every quantity below is derived
 in ``docs/sample_paths.md``; the equation numbers refer to that page.
@@ -45,7 +46,17 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.optimize import minimize_scalar
 
-from pm_dpgp._validation import PrivacyWarning, check_delta, check_epsilon, check_positive
+from pm_dpgp._validation import (
+    PrivacyWarning,
+    bounds_from_centred,
+    centred_bound,
+    check_delta,
+    check_epsilon,
+    check_positive,
+    reject_unexpected,
+    renamed,
+    require,
+)
 from pm_dpgp.accounting import DEFAULT_ORDERS, RdpCurveEvent, rdp_to_epsilon
 
 __all__ = [
@@ -176,7 +187,8 @@ def kernel_lower_bound(
       A grid check is evidence, not a proof: pass ``assume_monotone=True`` when monotonicity is
       known, or give κ yourself (``κ = 0`` is always valid).
 
-    Also checks ``k(x, x) ≤ 1`` (put the scale into ``sigma``) and stationarity at a few pairs.
+    Also checks ``k(x, x) ≤ 1`` (put the scale into ``kernel_scale``) and stationarity at a few
+    pairs.
 
     Parameters
     ----------
@@ -197,7 +209,7 @@ def kernel_lower_bound(
     if np.any(~np.isfinite(diag)) or np.any(diag > 1.0 + 1e-12):
         raise ValueError(
             f"the kernel must satisfy k(x, x) <= 1 (got up to {np.nanmax(diag):.6g}); write the "
-            "prior as sigma^2 * k with a normalised k and pass the scale as sigma."
+            "prior as kernel_scale^2 * k with a normalised k and pass the scale as kernel_scale."
         )
     # Stationarity spot check: k(a, a + h) must not depend on a (a, a + h in the box).
     h = 0.37 * w
@@ -278,12 +290,13 @@ class SamplePathBound:
     ----------
     n
         Dataset size (public).
-    sigma
-        Kernel scale σ > 0 (prior ``GP(0, σ² k)``).
+    kernel_scale
+        Kernel scale (amplitude sd) σ > 0 (prior ``GP(0, σ² k)``; formerly ``sigma``).
     r2
-        Effective ridge r² > 0 (noise variance ``σ² r²``).
-    y_bound
-        Public response bound ``M_Y > 0`` (responses clipped to ``[−M_Y, M_Y]``).
+        Effective ridge r² > 0 (noise variance ``σ² r²``, i.e. ``noise_sd = σ r``).
+    M_Y
+        Public bound on the centred responses, ``|y − μ₀| ≤ M_Y`` (formerly ``y_bound``); for a
+        public range ``y_bounds = (lower, upper)`` it is ``max(|lower − μ₀|, |upper − μ₀|)``.
     kappa
         Public lower bound κ ∈ [0, 1] on the normalised kernel over the domain
         (:func:`kernel_lower_bound`).
@@ -305,9 +318,9 @@ class SamplePathBound:
     """
 
     n: int
-    sigma: float
+    kernel_scale: float
     r2: float
-    y_bound: float
+    M_Y: float
     kappa: float
     eta: float = 0.0
     kernel_class: KernelClass = "generic"
@@ -316,9 +329,9 @@ class SamplePathBound:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "n", _check_n(self.n))
-        object.__setattr__(self, "sigma", check_positive(self.sigma, "sigma"))
+        object.__setattr__(self, "kernel_scale", check_positive(self.kernel_scale, "kernel_scale"))
         object.__setattr__(self, "r2", check_positive(self.r2, "r2"))
-        object.__setattr__(self, "y_bound", check_positive(self.y_bound, "y_bound"))
+        object.__setattr__(self, "M_Y", check_positive(self.M_Y, "M_Y"))
         object.__setattr__(self, "kappa", check_kappa(self.kappa))
         object.__setattr__(self, "eta", check_positive(self.eta, "eta", allow_zero=True))
         if self.kernel_class not in _KERNEL_CLASSES:
@@ -354,12 +367,12 @@ class SamplePathBound:
     @property
     def B(self) -> float:
         """Bound on the core residual ``|y − m_core(x)|`` (eq. SP3)."""
-        generic = self.y_bound * (1.0 + math.sqrt(self.n - 1) / math.sqrt(self.r2))
+        generic = self.M_Y * (1.0 + math.sqrt(self.n - 1) / math.sqrt(self.r2))
         if self.kernel_class == "generic":
             return generic
         if self.kernel_class == "exponential_1d":
-            return min(2.0 * self.y_bound, generic)
-        return self.y_bound  # constant kernel: Δm ∝ (y − y'), the core mean cancels
+            return min(2.0 * self.M_Y, generic)
+        return self.M_Y  # constant kernel: Δm ∝ (y − y'), the core mean cancels
 
     @property
     def Delta(self) -> float:
@@ -370,12 +383,12 @@ class SamplePathBound:
     @property
     def A(self) -> float:
         """``σ²r² + η²(V + r²)`` (eq. SP7)."""
-        return self.sigma**2 * self.r2 + self.eta**2 * (self.V + self.r2)
+        return self.kernel_scale**2 * self.r2 + self.eta**2 * (self.V + self.r2)
 
     @property
     def tau(self) -> float:
         """``σ²V/(σ²r² + η²(V+r²))``; ``V/r²`` without extra noise (eq. SP5)."""
-        return self.sigma**2 * self.V / self.A
+        return self.kernel_scale**2 * self.V / self.A
 
     @property
     def alpha_max(self) -> float:
@@ -489,9 +502,9 @@ class SamplePathBound:
             "mechanism": "posterior_sample_paths",
             "privacy_model": "full (inputs and outputs private), replace-one neighbours",
             "n": self.n,
-            "sigma": self.sigma,
+            "kernel_scale": self.kernel_scale,
             "r2": self.r2,
-            "y_bound": self.y_bound,
+            "M_Y": self.M_Y,
             "kappa": self.kappa,
             "eta": self.eta,
             "kernel_class": self.kernel_class,
@@ -506,6 +519,27 @@ class SamplePathBound:
         }
 
 
+_dataclass_init = SamplePathBound.__init__
+
+
+def _bound_init(self: SamplePathBound, *args: Any, **kwargs: Any) -> None:
+    """``SamplePathBound(...)`` with the deprecated keywords ``sigma`` and ``y_bound``."""
+    kw = {k: kwargs.pop(k) for k in ("sigma", "y_bound") if k in kwargs}
+    kernel_scale = renamed(
+        "sigma", "kernel_scale", kw, kwargs.pop("kernel_scale", None), func="SamplePathBound"
+    )
+    M_Y = renamed("y_bound", "M_Y", kw, kwargs.pop("M_Y", None), func="SamplePathBound")
+    if kernel_scale is not None:
+        kwargs["kernel_scale"] = kernel_scale
+    if M_Y is not None:
+        kwargs["M_Y"] = M_Y
+    _dataclass_init(self, *args, **kwargs)
+
+
+_bound_init.__doc__ = _dataclass_init.__doc__
+SamplePathBound.__init__ = _bound_init  # type: ignore[method-assign]
+
+
 # --------------------------------------------------------------------------------------------
 # planning helpers: no data touched
 # --------------------------------------------------------------------------------------------
@@ -518,8 +552,13 @@ class FeasibleConfiguration:
     alpha: float
 
     @property
-    def sigma(self) -> float:
-        return self.bound.sigma
+    def kernel_scale(self) -> float:
+        return self.bound.kernel_scale
+
+    @property
+    def noise_sd(self) -> float:
+        """The observation noise sd ``σ r`` of this configuration."""
+        return self.bound.kernel_scale * math.sqrt(self.bound.r2)
 
     @property
     def r2(self) -> float:
@@ -540,24 +579,42 @@ def _grid(values: float | Sequence[float], name: str, *, allow_zero: bool) -> li
 def feasible_configurations(
     *,
     n: int,
-    y_bound: float,
+    y_bounds: tuple[float, float] | None = None,
     kappa: float,
     epsilon: float,
     delta: float,
-    sigmas: float | Sequence[float],
+    kernel_scales: float | Sequence[float] | None = None,
     r2s: float | Sequence[float],
     etas: float | Sequence[float] = 0.0,
     L: int = 1,
     kernel_class: KernelClass = "generic",
     constant: ConstantChoice = "proved",
     cov_bound: CovBound = "paper",
+    prior_mean: float | None = None,
+    **deprecated: Any,
 ) -> list[FeasibleConfiguration]:
     """Answer "which (σ, r², η) meet my budget?": the grid points with ``ε(δ, L) ≤ epsilon``.
 
-    Uses only public quantities (n, M_Y, κ, the grids), never the data, so it can drive a
-    constrained hyperparameter search (Maciazek §5; REFERENCE §6).  Grid order is kept
-    (σ outermost, then r², then η).
+    Uses only public quantities (n, ``y_bounds``, κ, the grids), never the data, so it can
+    drive a constrained hyperparameter search (Maciazek §5; ``docs/sample_paths.md``).  Grid
+    order is kept (σ outermost, then r², then η).  ``M_Y`` is derived from the public range
+    ``y_bounds`` and the model's public ``prior_mean`` (default: the midpoint of ``y_bounds``,
+    where ``M_Y`` is the half-width) as :func:`sample_path_release` does.  Formerly
+    ``y_bound=M`` (``y_bounds=(μ₀ − M, μ₀ + M)``) and ``sigmas=``.
     """
+    func = "feasible_configurations"
+    kernel_scales = require(
+        renamed("sigmas", "kernel_scales", deprecated, kernel_scales, func=func),
+        "kernel_scales",
+        func=func,
+    )
+    y_bounds = bounds_from_centred(
+        "y_bound", deprecated, y_bounds, 0.0 if prior_mean is None else prior_mean, func=func
+    )
+    reject_unexpected(deprecated, func=func)
+    lower, upper = require(y_bounds, "y_bounds", func=func)
+    centre = 0.5 * (float(lower) + float(upper)) if prior_mean is None else prior_mean
+    M_Y = centred_bound(y_bounds, centre)[2]
     target = check_epsilon(epsilon)
     delta = check_delta(delta)
     L = _check_L(L)
@@ -570,11 +627,11 @@ def feasible_configurations(
                 stacklevel=2,
             )
             warnings.simplefilter("ignore", PrivacyWarning)
-        for s in _grid(sigmas, "sigmas", allow_zero=False):
+        for s in _grid(kernel_scales, "kernel_scales", allow_zero=False):
             for r2 in _grid(r2s, "r2s", allow_zero=False):
                 for eta in _grid(etas, "etas", allow_zero=True):
                     b = SamplePathBound(
-                        n, s, r2, y_bound, kappa, eta, kernel_class, constant, cov_bound
+                        n, s, r2, M_Y, kappa, eta, kernel_class, constant, cov_bound
                     )
                     eps, a = b.epsilon_and_order(delta, L)
                     if eps <= target:
