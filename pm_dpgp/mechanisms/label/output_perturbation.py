@@ -277,6 +277,21 @@ def label_release_metadata(
     return metadata
 
 
+def charged_unit_sensitivity(
+    unit_sensitivity: float, data_sensitivity: float, whitening: CentredWhitening
+) -> float:
+    """``max(s, column sensitivity of W / d)``: the unit sensitivity a label release charges."""
+    return max(float(unit_sensitivity), whitening.column_sensitivity / data_sensitivity)
+
+
+def charged_l2_sensitivity(
+    unit_sensitivity: float, data_sensitivity: float, whitening: CentredWhitening
+) -> float:
+    """``d·s + 2r``: the L2 sensitivity :func:`perturb` charges (its round-off ``r`` included)."""
+    s = charged_unit_sensitivity(unit_sensitivity, data_sensitivity, whitening)
+    return float(data_sensitivity) * float(s) + 2.0 * float(whitening.rounding)
+
+
 def label_gaussian_release(
     mechanism: str,
     public_gp: PublicGP,
@@ -319,7 +334,7 @@ def label_gaussian_release(
     )
     d = labels.data_sensitivity
     offset = public_gp.mean + shape_factor @ whitening.public
-    unit_sensitivity = max(float(unit_sensitivity), whitening.column_sensitivity / d)
+    unit_sensitivity = charged_unit_sensitivity(unit_sensitivity, d, whitening)
     result = perturb(
         offset + shape_factor @ whitening.private,
         shape_factor,
