@@ -35,7 +35,7 @@ class ProgressBar:
 
 @contextmanager
 def progress_bar(total: int, description: str, *, enabled: bool = True) -> Iterator[ProgressBar]:
-    """Context manager yielding a :class:`ProgressBar` over ``total`` steps.
+    """Context manager yielding a ``ProgressBar`` over ``total`` steps.
 
     The bar is closed on exit, also when the loop is left by ``KeyboardInterrupt``,
     so an interrupted loop leaves the terminal clean and can return what it has.

@@ -4,11 +4,12 @@ Bad input must produce a clear error that says what to do, never a silent wrong
 answer (developers' guide, "Standards").  Each check returns the validated value
 so it can be used inline: ``epsilon = check_epsilon(epsilon)``.
 
-Checks that depend on private values never speak (DESIGN "Rules", ``docs/errors.md``):
+Checks that depend on private values never speak (``docs/errors.md``, "Errors never depend on
+private data"):
 a release never raises or warns because of what the private data contain.  Private
 arrays are checked for their shape only (the number of records and columns is public);
-their values are sanitised to the declared public bounds instead (:func:`clip_to_bounds`,
-:func:`finite_rows`), a record-wise map whose effect is documented and never reported.
+their values are sanitised to the declared public bounds instead (``clip_to_bounds``,
+``finite_rows``), a record-wise map whose effect is documented and never reported.
 """
 
 from __future__ import annotations
@@ -213,7 +214,7 @@ def check_public_bounds(
     (e.g. "equals the minimum of the data") would answer a question about the data for free,
     and a caller could search for the data's extremes with it.  ``private_values`` and
     ``bounds_are_public`` are accepted for compatibility and not used; the data owner can run
-    :func:`pm_dpgp.audit.check_public_choices` on their own data instead.
+    ``pm_dpgp.audit.check_public_choices`` on their own data instead.
     """
     del private_values, bounds_are_public
     try:
@@ -254,14 +255,14 @@ def clip_to_bounds(
 # docs/privacy_model.md, "What is public"), the public range and the public prior scale.
 # --------------------------------------------------------------------------------------------
 
-#: A release whose own ε exceeds this gets a :class:`PrivacyWarning` (``docs/errors.md``).
+#: A release whose own ε exceeds this gets a ``PrivacyWarning`` (``docs/errors.md``).
 #: At ε = 10 the likelihood ratio between neighbours may reach e¹⁰ ≈ 22,000: the guarantee
 #: is nominal (Dwork & Roth 2014, §3.5 discuss ε "small constant"; deployments above 10 are
 #: widely criticised, e.g. Domingo-Ferrer, Sánchez & Blanco-Justicia 2021, CACM 64(7)).
 EPSILON_WARN_THRESHOLD: float = 10.0
 
 #: A public response range wider than this many prior standard deviations of y
-#: (``sqrt(max k(x, x) + σ_n²)`` at the public points) gets a :class:`PrivacyWarning`: a
+#: (``sqrt(max k(x, x) + σ_n²)`` at the public points) gets a ``PrivacyWarning``: a
 #: range of ±50 prior sd is not a plausible range for y under the model, and the DP noise,
 #: proportional to the width, then dwarfs any signal the model considers plausible.
 WIDE_RANGE_FACTOR: float = 100.0
@@ -277,13 +278,13 @@ def warn_public_settings(
     range_name: str = "y_bounds",
     stacklevel: int = 3,
 ) -> list[str]:
-    """Emit a :class:`PrivacyWarning` for each absurd but valid public setting.
+    """Emit a ``PrivacyWarning`` for each absurd but valid public setting.
 
     * ``delta > 1/n``: a mechanism that publishes one whole record at random with
       probability 1/n is (0, 1/n)-DP, so δ ≥ 1/n permits releasing records in the clear
       (Dwork & Roth 2014, §2.3, remark after Def. 2.4);
-    * ``epsilon >`` :data:`EPSILON_WARN_THRESHOLD`;
-    * ``range_width > WIDE_RANGE_FACTOR · prior_sd`` (:data:`WIDE_RANGE_FACTOR`).
+    * ``epsilon >`` ``EPSILON_WARN_THRESHOLD``;
+    * ``range_width > WIDE_RANGE_FACTOR · prior_sd`` (``WIDE_RANGE_FACTOR``).
 
     Every input is public (``docs/errors.md``: the number of records is public under
     replace-one neighbours), so whether a warning fires says nothing about the private data.

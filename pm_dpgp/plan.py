@@ -7,12 +7,12 @@ can be run, and its answer published, before the data are touched.  Each returns
 privacy event the release will charge: passing the plan's answer to the release gives exactly
 the plan's ε in the ledger (``tests/test_plan.py``).
 
-* :func:`cloaked`: ε is an input; the plan gives the DP noise sd the release adds at each
+* ``cloaked``: ε is an input; the plan gives the DP noise sd the release adds at each
   public test input (Smith et al. 2018, §3; ``docs/cloaking.md``).
-* :func:`noise_aware`: ε is an input; the plan gives the noise scales ``σ_a``, ``σ_b`` of
+* ``noise_aware``: ε is an input; the plan gives the noise scales ``σ_a``, ``σ_b`` of
   the perturbed statistics and the regulariser λ (Honkela et al., Alg. 1 and eq. 10;
   ``docs/noise_aware.md``).
-* :func:`sample_path`: ε is an *output* of the public setting (Maciazek; eqs. SP1–SP9 of
+* ``sample_path``: ε is an *output* of the public setting (Maciazek; eqs. SP1–SP9 of
   ``docs/sample_paths.md``): the plan gives ε for a setting, or the smallest observation
   noise sd ``noise_sd`` (equivalently the ridge ``r² = noise_sd²/kernel_scale²``) that meets a
   target ε, and the number of draws that fit.
@@ -108,7 +108,7 @@ def cloaked(
     tol: float = 1e-9,
     rank_tol: float = 1e-8,
 ) -> CloakedPlan:
-    """Plan a :func:`~pm_dpgp.mechanisms.cloaked_release` before touching the private labels.
+    """Plan a ``cloaked_release`` before touching the private labels.
 
     Uses the public inputs and hyperparameters of ``model`` only (label privacy: inputs are
     public), never ``model.y``.  Returns the DP noise sd at every ``X_star`` for the target
@@ -172,7 +172,7 @@ def noise_aware(
     calibration: Literal["analytic", "classic"] = "analytic",
     secure: bool = True,
 ) -> NoiseAwarePlan:
-    """Plan a :func:`~pm_dpgp.mechanisms.noise_aware_release` (homoscedastic noise).
+    """Plan a ``noise_aware_release`` (homoscedastic noise).
 
     Public quantities only: the inducing inputs ``Z``, the kernel, the noise sd and prior mean
     of ``model`` (a sparse model or a ``PublicSparseGP``) and ``y_bounds``.  ``R_y`` is
@@ -271,7 +271,7 @@ def sample_path(
     eta: float = 0.0,
     kernel_class: KernelClass = "generic",
 ) -> SamplePathPlan:
-    """ε of a :func:`~pm_dpgp.mechanisms.sample_path_release` setting, or the noise it needs.
+    """ε of a ``sample_path_release`` setting, or the noise it needs.
 
     * ``noise_sd`` given: the plan's ``epsilon`` is what ``n_draws`` draws cost at ``delta``
       (and, with ``epsilon=`` as a target, ``max_n_draws`` is the most that fit);
@@ -284,7 +284,7 @@ def sample_path(
     Public quantities only: ``n`` (public under replace-one neighbours), the kernel scale,
     ``y_bounds`` with the model's public ``prior_mean`` (default: the midpoint, where ``M_Y``
     is the half-width), and ``kappa`` (or the public ``domain`` and ``cov_func`` to compute it
-    as the release does, :func:`~pm_dpgp.mechanisms.full.sample_path_bounds.kernel_lower_bound`).
+    as the release does, ``kernel_lower_bound``).
     The cost decreases as the noise grows (``docs/sample_paths.md``, monotonicity in r²), which
     the bisection relies on; the returned value is checked to fit.
     """

@@ -1,6 +1,6 @@
 """A differentially private release and its conversion to ArviZ ``InferenceData``.
 
-A :class:`Release` holds only public and DP content: the DP draws, the public test
+A ``Release`` holds only public and DP content: the DP draws, the public test
 inputs, the public shape of the DP noise (it depends only on public inputs,
 public hyperparameters and the privacy parameters) and the privacy metadata the
 design requires (mechanism, privacy model, neighbouring relation, ε, δ,
@@ -81,12 +81,12 @@ class Release:
         return centre - width * self.noise_sd, centre + width * self.noise_sd
 
     def to_inference_data(self) -> Any:
-        """Return the installed ArviZ's result object (see :func:`release_to_inference_data`)."""
+        """Return the installed ArviZ's result object (see ``release_to_inference_data``)."""
         return release_to_inference_data(self)
 
 
 def release_to_inference_data(release: Release) -> Any:
-    """Store a :class:`Release` as ``arviz.InferenceData`` (ArviZ 0.x) or ``DataTree`` (ArviZ 1).
+    """Store a ``Release`` as ``arviz.InferenceData`` (ArviZ 0.x) or ``DataTree`` (ArviZ 1).
 
     * ``posterior_predictive[variable_name]``: dims ``(chain, draw, x_star)``, one
       chain, one entry of ``draw`` per DP draw; coordinate ``x_star`` holds the

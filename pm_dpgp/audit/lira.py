@@ -156,7 +156,8 @@ def shadow_posteriors(
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     r"""Posterior mean and released-path variance at ``x*`` for ``size`` random datasets.
 
-    ``m = k*ᵀ(K + r²I)⁻¹y`` and ``v = σ²(1 − k*ᵀ(K + r²I)⁻¹k*) + η²`` (REFERENCE §4, with
+    ``m = k*ᵀ(K + r²I)⁻¹y`` and ``v = σ²(1 − k*ᵀ(K + r²I)⁻¹k*) + η²`` (``docs/sample_paths.md``,
+    with
     ``k(x*, x*) = 1``), by a batched Cholesky ``LLᵀ = K + r²I`` and ``w = L⁻¹k*``, ``z = L⁻¹y``:
     ``m = wᵀz``, ``v = σ²(1 − wᵀw) + η²`` (Rasmussen & Williams 2006, Alg. 2.1).
     """

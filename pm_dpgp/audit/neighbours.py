@@ -3,8 +3,8 @@ r"""Adversarial search for neighbouring datasets that maximise the exact Rényi 
 A replace-one neighbouring pair is a common core ``(X_c, y_c)`` of ``n − 1`` points plus one
 differing point: ``D = core ∪ {(x, y)}``, ``D' = core ∪ {(x', y')}``.  Together with a finite
 test set ``T`` it determines the exact divergence ``D_α(P_D(T) ‖ P_D'(T))`` of the released
-sample paths (:mod:`pm_dpgp.audit.renyi`).  The sample-path bound
-(:class:`~pm_dpgp.mechanisms.full.sample_path_bounds.SamplePathBound`) must dominate it for every
+sample paths (``pm_dpgp.audit.renyi``).  The sample-path bound
+(``SamplePathBound``) must dominate it for every
 pair and every ``T``; this module looks for counter-examples.
 
 Search: every coordinate (core inputs and outputs, both differing points, the test inputs) is
@@ -230,10 +230,10 @@ def _repair_test_set(
 class _BatchedObjective:
     """Objective values for a stack of packed pairs, plus a forward-difference gradient.
 
-    Search guidance only: the same posterior algebra as :mod:`pm_dpgp.audit.renyi`, batched over
+    Search guidance only: the same posterior algebra as ``pm_dpgp.audit.renyi``, batched over
     pairs with NumPy's stacked Cholesky/solve/eigh (a relative jitter of 1e-12 keeps degenerate
     test sets factorisable).  The reported divergence of the final pair is recomputed with
-    :func:`neighbour_divergence`.
+    ``neighbour_divergence``.
     """
 
     def __init__(
@@ -357,10 +357,10 @@ def adversarial_neighbours(
     Parameters
     ----------
     kernel_fn
-        Normalised kernel (``k(x, x) ≤ 1``), e.g. :func:`~pm_dpgp.audit.renyi.eq_kernel`.
+        Normalised kernel (``k(x, x) ≤ 1``), e.g. ``eq_kernel``.
         Kernels that accept stacked inputs ``(..., n, d)`` are evaluated batched.
     domain
-        Public input box (:func:`~pm_dpgp.mechanisms.full.sample_path_bounds.parse_domain`).
+        Public input box (``parse_domain``).
     n, alpha, sigma, r2, y_bound, eta, L
         Dataset size, Rényi order, kernel scale, effective ridge, response bound, extra noise
         and number of paths of the release being audited.
@@ -385,7 +385,7 @@ def adversarial_neighbours(
     -------
     AdversarialResult
         The best pair over both orientations (D, D') and (D', D); its ``terms`` are recomputed
-        exactly with :func:`neighbour_divergence` (:class:`~pm_dpgp.gp.exact.ExactPosterior`).
+        exactly with ``neighbour_divergence`` (``ExactPosterior``).
     """
     if objective not in ("total", "mean", "cov"):
         raise ValueError(f"objective must be 'total', 'mean' or 'cov', got {objective!r}.")

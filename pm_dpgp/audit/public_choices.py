@@ -30,7 +30,7 @@ class DataDerivedChoiceError(ValueError):
     """A value meant to be public coincides with a statistic of the private data."""
 
 
-#: Default tolerance of :func:`check_public_choices` for values of y, relative to the public range.
+#: Default tolerance of ``check_public_choices`` for values of y, relative to the public range.
 DEFAULT_RTOL: float = 1e-3
 #: Default tolerance for inducing inputs, relative to the span of ``Z``: much tighter, because
 #: inputs fill their domain and a public grid often passes close to some private input (with
@@ -89,13 +89,13 @@ def check_public_choices(
       width of ``y_bounds``, else the data's range;
     * ``Z``: a row within ``z_rtol · span`` of a row of the private ``X`` in every column
       (``span`` the column's range over ``Z``, else over ``X``; ``z_rtol`` is much smaller
-      than ``rtol`` because inputs fill their domain, see :data:`DEFAULT_Z_RTOL`), raising
-      :class:`~pm_dpgp.models.InducingFromDataError`;
+      than ``rtol`` because inputs fill their domain, see ``DEFAULT_Z_RTOL``), raising
+      ``InducingFromDataError``;
     * ``holdout = (X_h, y_h)``: a hold-out ``(x, y)`` pair *equal* to a training pair
       (exact: a hold-out set is data, and near-equal records may be legitimate).
 
     ``rtol=0`` and ``z_rtol=0`` restore exact comparisons.  The others raise
-    :class:`DataDerivedChoiceError`.  Returns ``None`` when nothing is flagged.  The answer
+    ``DataDerivedChoiceError``.  Returns ``None`` when nothing is flagged.  The answer
     depends on the private data: keep it to yourself (``docs/errors.md``); this is never run
     inside a release.
     """

@@ -1,6 +1,7 @@
 r"""Exact Rényi divergences between Gaussians and between neighbouring GP posteriors.
 
-For ``P_i = N(μ_i, Σ_i)`` and order α > 1 (Gil, Alajaji & Linder 2013, Table 2; REFERENCE §4)
+For ``P_i = N(μ_i, Σ_i)`` and order α > 1 (Gil, Alajaji & Linder 2013, Table 2;
+``docs/sample_paths.md``)
 
 .. math::
 
@@ -20,8 +21,9 @@ the constant kernel) are handled on the common support (pseudo-determinants); if
 supports differ, or the mean difference leaves them, the divergence is ``+∞``.
 
 The posterior of the released paths uses the σ²k / σ²r² parametrisation of Maciazek
-(REFERENCE §4): mean ``k(T,X)(K + r²I)⁻¹y``, covariance ``σ²[k(T,T) − k(T,X)(K + r²I)⁻¹k(X,T)]``
-(+ ``η² k(T,T)`` with extra noise), via :class:`pm_dpgp.gp.exact.ExactPosterior`.  ``L``
+(Rasmussen & Williams 2006, eq. 2.25–2.26; ``docs/sample_paths.md``): mean ``k(T,X)(K + r²I)⁻¹y``,
+covariance ``σ²[k(T,T) − k(T,X)(K + r²I)⁻¹k(X,T)]``
+(+ ``η² k(T,T)`` with extra noise), via ``pm_dpgp.gp.exact.ExactPosterior``.  ``L``
 independent paths: the divergence of a product is the sum, ``L`` times one path.
 
 Small stationary kernels (normalised, ``k(x, x) = 1``) for audits are provided too; they accept
@@ -64,7 +66,7 @@ class RenyiTerms:
 
     ``mean`` = (α/2)Δμᵀ Σ_α⁻¹ Δμ; ``cov`` = −ln(|Σ_α|/(|Σ_1|^{1−α}|Σ_2|^α))/(2(α−1)).
     The sample-path bound dominates them separately (``mean_term`` and ``cov_term`` of
-    :class:`~pm_dpgp.mechanisms.full.sample_path_bounds.SamplePathBound`).
+    ``SamplePathBound``).
     """
 
     alpha: float
@@ -198,10 +200,10 @@ def posterior_mean_cov(
     r2: float,
     eta: float = 0.0,
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    r"""Mean and covariance of one released path at ``X_test`` (REFERENCE §4).
+    r"""Mean and covariance of one released path at ``X_test`` (``docs/sample_paths.md``, §1).
 
     ``m = k(T,X)(K + r²I)⁻¹y`` and ``σ²[k(T,T) − k(T,X)(K + r²I)⁻¹k(X,T)] + η² k(T,T)``,
-    computed by :class:`~pm_dpgp.gp.exact.ExactPosterior` (one Cholesky factor of ``K + r²I``).
+    computed by ``ExactPosterior`` (one Cholesky factor of ``K + r²I``).
     """
     sigma = check_positive(sigma, "sigma")
     r2 = check_positive(r2, "r2")
@@ -258,7 +260,7 @@ def posterior_renyi_divergence(
     eta: float = 0.0,
     L: int = 1,
 ) -> float:
-    """Total of :func:`posterior_renyi_terms`."""
+    """Total of ``posterior_renyi_terms``."""
     return posterior_renyi_terms(
         kernel_fn, X1, y1, X2, y2, X_test, alpha=alpha, sigma=sigma, r2=r2, eta=eta, L=L
     ).total

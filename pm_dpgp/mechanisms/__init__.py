@@ -1,14 +1,14 @@
 """Privacy mechanisms: each turns a posterior into a differentially private release.
 
-Split by what they protect: :mod:`pm_dpgp.mechanisms.label` (inputs public) and
-:mod:`pm_dpgp.mechanisms.full` (whole records private); the calibration
-(:mod:`~pm_dpgp.mechanisms.gaussian`), the noise source (:mod:`~pm_dpgp.mechanisms.noise`)
-and the centred whitening (:mod:`~pm_dpgp.mechanisms.whitening`) are shared.
+Split by what they protect: ``pm_dpgp.mechanisms.label`` (inputs public) and
+``pm_dpgp.mechanisms.full`` (whole records private); the calibration
+(``gaussian``), the noise source (``noise``)
+and the centred whitening (``whitening``) are shared.
 
-* label privacy (inputs public): :func:`cloaked_release` (Smith et al. 2018),
-  :func:`prior_noise_release` (Hall et al. 2013 baseline);
-* full privacy (inputs and outputs private): :func:`noise_aware_release` and
-  :func:`dirichlet_release` (Honkela), :func:`sample_path_release` (Maciazek).
+* label privacy (inputs public): ``cloaked_release`` (Smith et al. 2018),
+  ``prior_noise_release`` (Hall et al. 2013 baseline);
+* full privacy (inputs and outputs private): ``noise_aware_release`` and
+  ``dirichlet_release`` (Honkela), ``sample_path_release`` (Maciazek).
 """
 
 from pm_dpgp.mechanisms.full.dirichlet import dirichlet_release

@@ -1,4 +1,4 @@
-"""Helpers shared by the exact (:mod:`.exact`) and sparse (:mod:`.sparse`) model builders."""
+"""Helpers shared by the exact (``.exact``) and sparse (``.sparse``) model builders."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def hoist_float_constants(out: Variable) -> tuple[Variable, list[Variable], list
     compiled from scratch (≈ 3 s per kernel with PyTensor 3's Numba backend, ≈ 1 s with the
     C backend).  With the values as inputs, kernels of the same *structure* share one
     cached compilation.  Returns the new output, the new inputs and their values (to be
-    passed at every call; see :class:`BoundFunction`).  Integer constants (indices, shapes)
+    passed at every call; see ``BoundFunction``).  Integer constants (indices, shapes)
     stay constants: they are structural.
     """
     consts = [
@@ -85,7 +85,7 @@ def hoist_float_constants(out: Variable) -> tuple[Variable, list[Variable], list
 class BoundFunction:
     """A compiled PyTensor function with trailing inputs bound to fixed values.
 
-    ``BoundFunction(fn, values)(*args)`` is ``fn(*args, *values)``; :meth:`copy` copies the
+    ``BoundFunction(fn, values)(*args)`` is ``fn(*args, *values)``; ``copy`` copies the
     compiled function (its storage) without recompiling, as ``pytensor``'s ``Function.copy``.
     """
 
@@ -101,14 +101,14 @@ class BoundFunction:
 
 
 #: Functions loaded from pickles in this process, by SHA-256 of the pickle (see
-#: :class:`ThreadSafeFunction`); a Dask worker thus unpickles each kernel once, not per task.
+#: ``ThreadSafeFunction``); a Dask worker thus unpickles each kernel once, not per task.
 _LOADED: OrderedDict[bytes, ThreadSafeFunction] = OrderedDict()
 _LOADED_MAX = 32
 _LOADED_LOCK = threading.Lock()
 
 
 def _load_thread_safe(blob: bytes) -> ThreadSafeFunction:
-    """Unpickle a :class:`ThreadSafeFunction` (cached per process by the pickle's digest)."""
+    """Unpickle a ``ThreadSafeFunction`` (cached per process by the pickle's digest)."""
     key = hashlib.sha256(blob).digest()
     with _LOADED_LOCK:
         hit = _LOADED.get(key)
@@ -160,7 +160,7 @@ class PublicKernel:
     """``k(Xa, Xb)`` (or ``k(Xa, Xa)`` diagonal) at fixed PUBLIC hyperparameter values.
 
     A small picklable callable (no closure): ``fn`` is the compiled kernel (a
-    :class:`BoundFunction` or :class:`ThreadSafeFunction`) and ``args`` the public
+    ``BoundFunction`` or ``ThreadSafeFunction``) and ``args`` the public
     hyperparameter values passed after the inputs.  ``diag=True`` makes it ``k_diag(Xa)``.
     """
 

@@ -1,13 +1,13 @@
 r"""PyMC model builder for exact GP regression, and its public (fixed-hyperparameter) view.
 
-:func:`gp_regression` builds an ordinary PyMC model
+``gp_regression`` builds an ordinary PyMC model
 
 .. math::
 
     f \sim \mathcal{GP}(m, k_\theta), \qquad y_i = f(x_i) + \varepsilon_i,\quad
     \varepsilon_i \sim \mathcal N(0, \sigma_n^2),
 
-with :class:`pymc.gp.Marginal` (Rasmussen & Williams 2006, *Gaussian Processes for
+with ``pymc.gp.Marginal`` (Rasmussen & Williams 2006, *Gaussian Processes for
 Machine Learning*, §2.2 and eq. 2.30), so the data owner can sample or fit it
 non-privately as usual.
 
@@ -17,8 +17,8 @@ mechanism uses besides ``y`` (kernel hyperparameters θ, noise variance σ_n², 
 prior mean ``m``) must be *public*: fixed a priori or chosen by a private
 selection mechanism.  Hyperparameters fitted to the private ``y`` (MAP,
 posterior draws, type-II maximum likelihood) are functions of ``y`` and using
-them as if public leaks privacy.  :meth:`GPRegression.public_gp` therefore
-refuses to produce a :class:`PublicGP` unless every free hyperparameter is given
+them as if public leaks privacy.  ``GPRegression.public_gp`` therefore
+refuses to produce a ``PublicGP`` unless every free hyperparameter is given
 an explicit public value.
 
 The kernel is evaluated at those public values *through PyTensor*: the
@@ -131,7 +131,7 @@ def _support_bounds(model: pm.Model, rv: Variable) -> tuple[float, float]:
 class PublicGP:
     r"""A GP whose every ingredient except the outputs ``y`` is public.
 
-    Produced by :meth:`GPRegression.public_gp`.  Holds the public training inputs,
+    Produced by ``GPRegression.public_gp``.  Holds the public training inputs,
     the kernel evaluated at public hyperparameters, the noise variance and the
     public prior mean; it never stores ``y``.  Mechanisms take a ``PublicGP`` plus
     the private ``y``.
@@ -198,7 +198,7 @@ class PublicGP:
         return ExactPosterior(self.kernel(self.X), self.noise_var, overwrite_K=True)
 
     def posterior(self) -> ExactPosterior:
-        """Cached factorisation of ``k(X, X) + σ_n² I`` (:class:`~pm_dpgp.gp.exact.ExactPosterior`).
+        """Cached factorisation of ``k(X, X) + σ_n² I`` (``ExactPosterior``).
 
         Its ``jitter`` attribute is the jitter actually added (0.0 if none).
         """
@@ -232,7 +232,7 @@ class PublicGP:
 
 # --------------------------------------------------------------------------- compile cache
 #: Compiled kernel functions of this process, with the graphs they were compiled from.  With
-#: the float constants hoisted to inputs (:func:`hoist_float_constants`), kernels of the same
+#: the float constants hoisted to inputs (``hoist_float_constants``), kernels of the same
 #: structure — a new model with other data or other fixed hyperparameters — are the same
 #: graph, and reuse one compiled function instead of compiling again (≈ 1–3 s each).
 _COMPILED: list[tuple[list[Variable], Variable, Any]] = []
@@ -255,8 +255,8 @@ def _compiled_like(inputs: list[Variable], out: Variable) -> Any | None:
 class GPRegression:
     """An exact GP regression model in PyMC plus the machinery to evaluate it publicly.
 
-    Returned by :func:`gp_regression`.  Use ``model`` for ordinary (non-private)
-    PyMC inference, and :meth:`public_gp` with public hyperparameter values to
+    Returned by ``gp_regression``.  Use ``model`` for ordinary (non-private)
+    PyMC inference, and ``public_gp`` with public hyperparameter values to
     get the object that privacy mechanisms consume.
 
     Attributes
@@ -298,7 +298,7 @@ class GPRegression:
 
     @property
     def sigma(self) -> float | Variable:
-        """Deprecated alias of :attr:`noise_sd` (removed in the next release)."""
+        """Deprecated alias of ``noise_sd`` (removed in the next release)."""
         import warnings
 
         warnings.warn("GPRegression.sigma is renamed noise_sd.", DeprecationWarning, stacklevel=2)
@@ -459,7 +459,7 @@ class GPRegression:
         Parameters
         ----------
         hyperparameters
-            ``{name: value}`` for every name in :attr:`hyperparameter_names`
+            ``{name: value}`` for every name in ``hyperparameter_names``
             (values on the constrained scale, e.g. a lengthscale, not its log).
             May be omitted only when the model has no free hyperparameters.
 
@@ -530,7 +530,7 @@ def gp_regression(
         Public constant prior mean.  It must not be computed from ``y`` (e.g.
         ``y.mean()``): that is a statistic of the private data and leaks it.  It is never
         compared with ``y`` (a refusal that did would leak ``y``, ``docs/errors.md``); the
-        data owner can check with :func:`pm_dpgp.audit.check_public_choices`.
+        data owner can check with ``pm_dpgp.audit.check_public_choices``.
     name
         Prefix for model variables (likelihood ``f"{name}_obs"``).
     model

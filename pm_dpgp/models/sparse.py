@@ -1,24 +1,25 @@
 r"""PyMC builder for sparse (variational) GP regression with PUBLIC inducing inputs ``Z``.
 
-:func:`sparse_gp_regression` builds an ordinary PyMC model on
-:class:`pymc.gp.MarginalApprox` with ``approx="VFE"`` (Titsias 2009, "Variational learning
+``sparse_gp_regression`` builds an ordinary PyMC model on
+``pymc.gp.MarginalApprox`` with ``approx="VFE"`` (Titsias 2009, "Variational learning
 of inducing variables in sparse Gaussian processes", AISTATS; the collapsed bound that PyMC
 implements), so the data owner can fit or sample it non-privately as usual.  Its
-:meth:`SparseGPRegression.public_sparse_gp` gives the :class:`PublicSparseGP` that the
-noise-aware DP mechanism (:mod:`pm_dpgp.mechanisms.full.noise_aware`, Honkela 2024) consumes:
+``SparseGPRegression.public_sparse_gp`` gives the ``PublicSparseGP`` that the
+noise-aware DP mechanism (``pm_dpgp.mechanisms.full.noise_aware``, Honkela 2024) consumes:
 inducing inputs, kernel at public hyperparameters, noise variance and prior mean, and *no*
 training data.
 
-Privacy model (full privacy, REFERENCE §1): both the inputs ``X`` and the outputs ``y`` are
+Privacy model (full privacy, ``docs/privacy_model.md``): both the inputs ``X`` and the outputs
+``y`` are
 private.  Everything else must be public:
 
 * the inducing inputs ``Z`` — a regular grid over a public domain
-  (:func:`grid_inducing_points`), user-given from domain knowledge, or k-means centres of a
-  *public* dataset (:func:`kmeans_inducing_points`), never chosen from the private ``X``.
+  (``grid_inducing_points``), user-given from domain knowledge, or k-means centres of a
+  *public* dataset (``kmeans_inducing_points``), never chosen from the private ``X``.
   ``Z`` is never compared with ``X`` (a refusal that did would reveal private inputs,
-  ``docs/errors.md``); the data owner can check with :func:`pm_dpgp.audit.check_public_choices`;
+  ``docs/errors.md``); the data owner can check with ``pm_dpgp.audit.check_public_choices``;
 * the kernel hyperparameters and the noise (as for the exact builder,
-  :mod:`pm_dpgp.models.exact`, whose machinery is reused: one PyTensor function per model,
+  ``pm_dpgp.models.exact``, whose machinery is reused: one PyTensor function per model,
   hyperparameter RVs replaced by public values);
 * the prior mean.
 
@@ -87,7 +88,7 @@ class InducingFromDataError(ValueError):
     """Inducing inputs coincide with private training inputs (they look chosen from the data).
 
     Publishing ``Z`` (needed for predictions) would then reveal those private inputs.  Raised
-    only by the data owner's own check :func:`pm_dpgp.audit.check_public_choices`: releases
+    only by the data owner's own check ``pm_dpgp.audit.check_public_choices``: releases
     and builders never compare ``Z`` with the private inputs (``docs/errors.md``).
     """
 
@@ -186,7 +187,7 @@ def is_stationary_decreasing(cov: Any) -> bool:
 class PublicSparseGP:
     r"""Everything public about a sparse GP: inducing inputs, kernel, noise, prior mean.
 
-    Produced by :meth:`SparseGPRegression.public_sparse_gp`.  Holds no training data.
+    Produced by ``SparseGPRegression.public_sparse_gp``.  Holds no training data.
 
     Attributes
     ----------
@@ -251,7 +252,7 @@ class PublicSparseGP:
         """``k(Z, X)`` for PRIVATE inputs ``X``: never refuses because of their values.
 
         Inputs so large that the kernel overflows give non-finite entries, which the
-        statistics drop record by record (:func:`pm_dpgp.gp.sparse.sufficient_statistics`),
+        statistics drop record by record (``pm_dpgp.gp.sparse.sufficient_statistics``),
         as they drop non-finite records: whether that happened is never reported.
         """
         return _eval_kernel(self, Z, X, symmetrise_equal=False, check_finite=False)
@@ -266,9 +267,9 @@ class PublicSparseGP:
 class SparseGPRegression(GPRegression):
     """A sparse (VFE) GP regression model in PyMC with public inducing inputs.
 
-    Returned by :func:`sparse_gp_regression`.  ``model`` is an ordinary PyMC model
-    (``gp`` is a :class:`pymc.gp.MarginalApprox`); :meth:`public_sparse_gp` gives the
-    :class:`PublicSparseGP` that the noise-aware mechanism consumes.  ``X`` and ``y``
+    Returned by ``sparse_gp_regression``.  ``model`` is an ordinary PyMC model
+    (``gp`` is a ``pymc.gp.MarginalApprox``); ``public_sparse_gp`` gives the
+    ``PublicSparseGP`` that the noise-aware mechanism consumes.  ``X`` and ``y``
     (private) may be empty when the data are streamed to the mechanism instead.
     """
 
@@ -281,7 +282,7 @@ class SparseGPRegression(GPRegression):
     ) -> PublicSparseGP:
         """The model at fixed PUBLIC hyperparameters, without any training data.
 
-        Raises :class:`~pm_dpgp.models.PrivateHyperparameterError` when a free hyperparameter
+        Raises ``PrivateHyperparameterError`` when a free hyperparameter
         has no public value (fitted values are functions of the private data, not public).
         """
         values = self._check_hyperparameters(hyperparameters)
@@ -491,7 +492,7 @@ def dirichlet_targets(
 class DirichletGPClassification(SparseGPRegression):
     """Dirichlet-based GP classification in PyMC (Milios et al. 2018), one sparse GP per class.
 
-    ``class_gps[c]`` is a :class:`pymc.gp.MarginalApprox` on the class-``c`` targets with
+    ``class_gps[c]`` is a ``pymc.gp.MarginalApprox`` on the class-``c`` targets with
     per-point noise ``σ̃²`` (``approx="DTC"``: PyMC's VFE trace term assumes one scalar noise;
     at fixed hyperparameters DTC and VFE share the same optimal q(u), Titsias 2009 — the
     trace term only matters for hyperparameter learning).  ``y`` holds the integer labels.
@@ -520,10 +521,10 @@ def dirichlet_gp_classification(
     r"""Build a Dirichlet-based GP classifier in PyMC with public inducing inputs ``Z``.
 
     Labels become ``C`` heteroscedastic regressions (Milios et al. 2018, §4; Honkela 2024,
-    eq. 21, see :func:`dirichlet_targets`), each a ``pm.gp.MarginalApprox`` sharing the
+    eq. 21, see ``dirichlet_targets``), each a ``pm.gp.MarginalApprox`` sharing the
     covariance ``cov_func`` and the public constant prior mean (default
-    :meth:`DirichletTargets.default_prior_mean`, a function of ``C`` and ``α_ε`` only).
-    The DP release is :func:`pm_dpgp.mechanisms.full.dirichlet.dirichlet_release`.
+    ``DirichletTargets.default_prior_mean``, a function of ``C`` and ``α_ε`` only).
+    The DP release is ``pm_dpgp.mechanisms.full.dirichlet.dirichlet_release``.
     """
     C = check_n_classes(n_classes)
     Z_arr = check_finite_array(Z, "Z", ndim=2)

@@ -1,9 +1,9 @@
 """Private hyperparameter and model selection (``docs/selection.md``).
 
-One module per idea: public candidate grids and splits (:mod:`.grids`), the exponential
-mechanism and its events (:mod:`.exponential`), Smith et al.'s cross-validated SSE utility and
-its sensitivity (:mod:`.cv_sse`), the label-private selection of Algorithm 1 (:mod:`.smith`),
-and the result object (:mod:`.result`).
+One module per idea: public candidate grids and splits (``.grids``), the exponential
+mechanism and its events (``.exponential``), Smith et al.'s cross-validated SSE utility and
+its sensitivity (``.cv_sse``), the label-private selection of Algorithm 1 (``.smith``),
+and the result object (``.result``).
 """
 
 from pm_dpgp.selection.cv_sse import (

@@ -9,7 +9,7 @@ its training labels with the cloaking matrix ``C_k`` (Smith et al. 2021, Algorit
 
 where ``f_k = μ + P_k C_k (y_train − μ)`` is the cloaked mean of the release and ``z_k`` its
 Gaussian noise at the release's (ε, δ) (Algorithm 1: "we include the effect of the DP noise").
-The expectation is computed in closed form (:func:`expected_clipped_square`), which is the
+The expectation is computed in closed form (``expected_clipped_square``), which is the
 paper's Monte-Carlo average with infinitely many draws.
 
 Sensitivity (``docs/selection.md`` §2).  Eq. (13) as printed, ``9d² + Σ_{κ−1 largest}
@@ -147,11 +147,11 @@ def _fold_cloaking_matrix(
     test: NDArray[np.intp],
     train: NDArray[np.intp],
 ) -> NDArray[np.float64]:
-    """``C_k = K_te,tr (K_tr,tr + σ² I)⁻¹``: bitwise what :func:`cloaking_matrix` computes.
+    """``C_k = K_te,tr (K_tr,tr + σ² I)⁻¹``: bitwise what ``cloaking_matrix`` computes.
 
     ``K`` was checked once (finite, symmetric) by the caller and a principal block of it is
     too, so the per-fold validation passes are skipped.  The fast path is the first attempt of
-    :func:`~pm_dpgp.gp.linalg.jittered_cholesky` (LAPACK ``dpotrf`` of the same Fortran-ordered
+    ``jittered_cholesky`` (LAPACK ``dpotrf`` of the same Fortran-ordered
     matrix, no jitter) followed by the same ``cho_solve``, which reads the lower triangle only;
     a block that needs jitter takes the general path.
     """
@@ -267,7 +267,7 @@ def plan_cv_sse(
     Δ(θ) above it are dropped (public threshold; ``None`` keeps all).
 
     ``share_plans``: a configuration whose kernel matrix and noise variance are those of an
-    earlier one times a common factor ``s > 0`` (up to rounding: :func:`_same_normalised_form`;
+    earlier one times a common factor ``s > 0`` (up to rounding: ``_same_normalised_form``;
     e.g. ``η² k(·; ℓ)`` with the same ℓ and σ²/η²) has the same cloaking matrices, release
     noise and Δ(θ), and reuses that configuration's fold plans, Δ(θ) and eq. (13)
     (``docs/selection.md`` §5).  ``False`` recomputes every configuration.

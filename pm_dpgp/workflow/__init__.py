@@ -1,9 +1,9 @@
 """Bayesian workflow on DP releases: posterior predictive checks and Thompson sampling.
 
-* :func:`dp_ppc` — DP draws next to a public hold-out set as ``InferenceData``
+* ``dp_ppc`` — DP draws next to a public hold-out set as ``InferenceData``
   (``az.plot_ppc``, ``az.summary``, ``az.loo``); refuses the private training data.
-* :func:`plot_dp_release` — non-DP band (owner's view), DP draws, DP noise band.
-* :func:`dp_thompson_sampling` — Thompson sampling with DP sample paths under a budget.
+* ``plot_dp_release`` — non-DP band (owner's view), DP draws, DP noise band.
+* ``dp_thompson_sampling`` — Thompson sampling with DP sample paths under a budget.
 
 See ``docs/workflow.md``.
 """

@@ -1,8 +1,8 @@
 """Posterior predictive checks on DP releases, against a *public* hold-out set.
 
-A DP release (:class:`pm_dpgp.release.Release` from the cloaking or prior-noise
-mechanisms, or a :class:`~pm_dpgp.mechanisms.full.sample_path.SamplePathRelease`) gives
-DP draws of the regression function.  :func:`dp_ppc` puts them next to a public
+A DP release (``pm_dpgp.release.Release`` from the cloaking or prior-noise
+mechanisms, or a ``SamplePathRelease``) gives
+DP draws of the regression function.  ``dp_ppc`` puts them next to a public
 hold-out set in one ``arviz.InferenceData`` laid out like a PyMC model's, so that
 ``az.plot_ppc``, ``az.summary``, ``az.plot_hdi``, ``az.loo`` / ``az.compare`` work as
 usual:
@@ -19,8 +19,8 @@ usual:
 Why only a hold-out set.  The DP guarantee covers the *draws*; the training
 outputs themselves are the private data.  Attaching them as ``observed_data``
 (the usual PyMC habit) would publish them unprotected next to the release.
-:func:`dp_ppc` therefore refuses hold-out data that coincide with the training
-data (:class:`PrivateDataError`).  Where the release is not on the hold-out
+``dp_ppc`` therefore refuses hold-out data that coincide with the training
+data (``PrivateDataError``).  Where the release is not on the hold-out
 inputs, values are obtained by post-processing only: exact lazy evaluation of a
 sample-path release (free), or, on request, linear interpolation of a 1-D release.
 
@@ -65,7 +65,7 @@ def _refuse_private(
     y_raw: Any,
     training: GPRegression | tuple[ArrayLike, ArrayLike] | None,
 ) -> None:
-    """Raise :class:`PrivateDataError` when the 'hold-out' set is (part of) the training set."""
+    """Raise ``PrivateDataError`` when the 'hold-out' set is (part of) the training set."""
     why = (
         "The DP guarantee covers the released draws, not the data: attaching the private "
         "training outputs to the InferenceData (as observed_data / log_likelihood) would "
@@ -148,7 +148,7 @@ def dp_ppc(
     Parameters
     ----------
     release:
-        a :class:`~pm_dpgp.release.Release` or :class:`SamplePathRelease`.
+        a ``Release`` or ``SamplePathRelease``.
     X_holdout, y_holdout:
         the public hold-out inputs ``(m,)``/``(m, d)`` and outputs ``(m,)``; never the
         private training data.
@@ -165,7 +165,7 @@ def dp_ppc(
     n_replicates:
         noise replicates per DP draw (default: enough for ≥ 200 predictive draws).
     interpolate:
-        allow linear interpolation of a 1-D :class:`Release` to the hold-out inputs.
+        allow linear interpolation of a 1-D ``Release`` to the hold-out inputs.
     holdout_is_public:
         skip the identity check.
     rng:

@@ -6,10 +6,10 @@ Each round ``t`` (Thompson 1933; Russo & Van Roy 2014 for GP posterior sampling)
    objective values observed there (full privacy: inputs *and* outputs private,
    neighbours replace one ``(x, y)``);
 2. the privacy event of releasing **one** posterior sample path of ``D_t`` is computed
-   (:class:`~pm_dpgp.mechanisms.full.sample_path_bounds.SamplePathBound` with ``n = |D_t|``;
+   (``SamplePathBound`` with ``n = |D_t|``;
    the bound grows with ``n``) and the ledger is asked ``can_afford`` **before** any
    sampling; the loop stops cleanly when it cannot;
-3. the path is released with :func:`~pm_dpgp.mechanisms.full.sample_path.sample_path_release`
+3. the path is released with ``sample_path_release``
    (``n_draws=1``, same ledger: adaptive RDP composition, Mironov 2017 Prop. 1);
 4. the next query is the maximiser of the released path over candidates: a public
    candidate set, or random candidates in the public box followed by local refinement,
@@ -18,14 +18,14 @@ Each round ``t`` (Thompson 1933; Russo & Van Roy 2014 for GP posterior sampling)
 
 What is published and what is not.  The chosen inputs, the released path values at
 them, the per-round events and the cumulative ε are DP outputs (post-processing of
-the released paths) and go in :attr:`ThompsonResult.idata`.  The observed objective
-values are the private data: they live only in :attr:`ThompsonResult.owner`
-(:class:`OwnerRecord`), which is never part of the InferenceData.  The observation
+the released paths) and go in ``ThompsonResult.idata``.  The observed objective
+values are the private data: they live only in ``ThompsonResult.owner``
+(``OwnerRecord``), which is never part of the InferenceData.  The observation
 noise sd used by the model and the response range ``y_bounds`` are public; responses
 are clipped by the mechanism.
 
 Non-private Thompson sampling (``private=False``) draws from the exact posterior with
-no ledger and no clipping; :func:`random_search` is the other baseline.
+no ledger and no clipping; ``random_search`` is the other baseline.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ class ThompsonResult:
         the publishable ``arviz.InferenceData`` (group ``thompson`` with dim ``round``;
         ``constant_data`` with the public design); DP content only.
     owner:
-        the private :class:`OwnerRecord` (observed values): not for publication.
+        the private ``OwnerRecord`` (observed values): not for publication.
     ledger:
         the ledger charged by the run (``None`` for non-private runs).
     events:
@@ -117,7 +117,7 @@ class ThompsonResult:
 class _Dataset:
     """``GPRegression``-like view of the growing dataset, reusing one compiled kernel.
 
-    :func:`sample_path_release` needs ``public_gp(hyperparameters)`` and ``y``.  The
+    ``sample_path_release`` needs ``public_gp(hyperparameters)`` and ``y``.  The
     PublicGP of the first model holds the kernel compiled once by PyTensor (it depends
     on the public hyperparameters only), so each round only swaps the inputs.
     """
@@ -269,7 +269,7 @@ def dp_thompson_sampling(
         lowers the per-round ε).
     kernel_scale, y_bounds, eta, kernel_class, kappa:
         public parameters of the sample-path mechanism, as in
-        :func:`~pm_dpgp.mechanisms.full.sample_path.sample_path_release` (``kernel_scale``
+        ``sample_path_release`` (``kernel_scale``
         defaults to 1, ``y_bounds`` to ``(prior_mean − 1, prior_mean + 1)``; ``kappa`` to the
         kernel's lower bound on ``domain``).  Formerly ``sigma`` and the centred ``y_bound=M``
         (``y_bounds=(prior_mean − M, prior_mean + M)``).

@@ -17,12 +17,12 @@ prior mean).
 
 **Privacy accounting.**  Replacing one record ``(x, l)`` changes the statistics of *every*
 class.  All ``C`` statistics are released by one Gaussian mechanism on their concatenation
-(whitened as in :mod:`~pm_dpgp.mechanisms.full.noise_aware`), whose L2 sensitivity is computed
+(whitened as in ``noise_aware``), whose L2 sensitivity is computed
 jointly: the inner product ``t = ⟨k, k'⟩`` is common to all classes, and the per-class values
 ``(ω r, ω)`` of the two records are known up to which classes are ``l`` and ``l'``, so
 ``Δ² = max_{same/different label} max_t Σ_c (…)``
-(:func:`~pm_dpgp.mechanisms.full.noise_aware.worst_case_sensitivity`).  One
-:class:`~pm_dpgp.accounting.GaussianEvent` with multiplier ``σ_a/Δ`` is exactly the
+(``worst_case_sensitivity``).  One
+``GaussianEvent`` with multiplier ``σ_a/Δ`` is exactly the
 Gaussian-DP composition of the per-class releases (``μ = Δ/σ_a``), and the joint ``Δ`` is never
 larger than ``√C`` times the per-class sensitivity (what one event per class would charge),
 because the worst case cannot occur in all classes at once.
@@ -97,7 +97,7 @@ def dirichlet_sensitivity(
     Records contribute ``a = ω r``, ``w = ω`` per class (``ω_in = 1``,
     ``ω_out = σ²_in/σ²_out``, ``r = ỹ − μ``).  Two cases: same label (``l = l'``, only ``x``
     changes) and different labels; ``Δ`` is the larger
-    :func:`~pm_dpgp.mechanisms.full.noise_aware.worst_case_sensitivity` (``t ≥ 0`` when the kernel
+    ``worst_case_sensitivity`` (``t ≥ 0`` when the kernel
     is non-negative).
     """
     C = check_n_classes(n_classes)
@@ -178,9 +178,9 @@ def dirichlet_release(
     Parameters
     ----------
     model
-        A :func:`~pm_dpgp.models.dirichlet_gp_classification` model (its ``X``, labels,
+        A ``dirichlet_gp_classification`` model (its ``X``, labels,
         ``C``, ``α_ε`` and prior mean are the defaults), or any sparse model /
-        :class:`PublicSparseGP` giving the public ``Z`` and kernel shared by all classes (its
+        ``PublicSparseGP`` giving the public ``Z`` and kernel shared by all classes (its
         noise variance is not used: the noise comes from eq. 21).
     data
         ``(X, labels)`` arrays, Dask arrays, or an iterable of chunks; ``labels`` integers in
@@ -195,7 +195,7 @@ def dirichlet_release(
         function of ``C`` and ``α_ε`` only).
     epsilon, delta, ratio, kernel_norm, rho, variant, s22_form, calibration, ledger, rng,
     z_is_public, chunk_size
-        As in :func:`~pm_dpgp.mechanisms.full.noise_aware.noise_aware_release`.  The ledger is
+        As in ``noise_aware_release``.  The ledger is
         charged once (joint mechanism over all classes) before any noise is drawn.
     """
     public = _as_public(model, hyperparameters)

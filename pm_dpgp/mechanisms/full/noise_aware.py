@@ -1,6 +1,7 @@
 r"""Noise-aware DP sparse GP with inputs AND outputs private (Honkela 2024, §3, App. A, D).
 
-Privacy model: **full** (REFERENCE §1).  Neighbouring datasets differ by replacing one record
+Privacy model: **full** (``docs/privacy_model.md``).  Neighbouring datasets differ by replacing one
+record
 ``(x, y)`` (both private).  Public: inducing inputs ``Z``, kernel and hyperparameters, noise
 variance (or a lower bound on heteroscedastic noise variances), prior mean ``μ`` and the
 response bound ``R_y`` with ``|y − μ| ≤ R_y`` after clipping.
@@ -21,7 +22,7 @@ noise ``σ_a`` and L2 sensitivity (eq. 6, derived in ``docs/noise_aware.md``)
 
 the right-hand side being the paper's eq. (6); both agree when ``R_y² ≤ 2c²R_k²``.
 ``σ_a`` is the analytic Gaussian calibration (Balle & Wang 2018) for (ε, δ) and Δ, and the
-ledger records one :class:`~pm_dpgp.accounting.GaussianEvent` with noise multiplier σ_a/Δ
+ledger records one ``GaussianEvent`` with noise multiplier σ_a/Δ
 **before** any noise is drawn.
 
 Everything after the noisy statistics is post-processing (no privacy cost): with scale
@@ -36,9 +37,9 @@ Everything after the noisy statistics is post-processing (no privacy cost): with
 * ``S₂,₂`` (``s22_form="eq14"``): eq. (14) as printed, which treats ``(E_b)_ij`` and
   ``(E_b)_ji`` as independent and so drops the cross terms: ``G diag(s⁴σ_b²(‖w‖² + wᵢ²)/2) Gᵀ``.
 
-Both closed forms cost O(|Z|³); :func:`noise_correction_reference` evaluates the literal sums
+Both closed forms cost O(|Z|³); ``noise_correction_reference`` evaluates the literal sums
 (O(|Z|⁵)) for tests.  ``variant="naive"`` omits ``S₂`` (the paper's Fig. 2 comparison).
-Predictions anywhere (eq. 17) are post-processing: :meth:`SparseQuRelease.predict`.
+Predictions anywhere (eq. 17) are post-processing: ``SparseQuRelease.predict``.
 """
 
 from __future__ import annotations
@@ -309,7 +310,7 @@ def l2_sensitivity(y_bound: float, R_k: float, ratio: float = 1.0) -> float:
 
     The maximiser is ``s* = min(R_y²/(2c²), R_k²)``; when ``R_y² ≤ 2c²R_k²`` this is exactly
     eq. (6), otherwise smaller (eq. 6 lets ``|⟨k, k'⟩|`` exceed ``R_k²``).  Always
-    ``≤`` :func:`eq6_sensitivity`.  Derivation in ``docs/noise_aware.md``.
+    ``≤`` ``eq6_sensitivity``.  Derivation in ``docs/noise_aware.md``.
     """
     Ry = check_positive(y_bound, "y_bound")
     Rk = check_positive(R_k, "R_k")
@@ -328,7 +329,7 @@ def regularisation_lambda(
     ρ is the intended failure probability of ``K + s(B + E_b) + λI`` being indefinite (paper
     default 0.01).  See ``docs/noise_aware.md`` for how this compares with a matrix-Gaussian
     tail bound; positive definiteness is in any case enforced after the fact by
-    :func:`dp_qu` (post-processing).
+    ``dp_qu`` (post-processing).
     """
     sigma_b = check_positive(sigma_b, "sigma_b", allow_zero=True)
     scale = check_positive(scale, "scale")
@@ -355,7 +356,7 @@ def upper_vector(B: ArrayLike) -> NDArray[np.float64]:
 
 
 def symmetric_from_upper(v: ArrayLike, M: int) -> NDArray[np.float64]:
-    """Inverse of :func:`upper_vector`: the symmetric matrix (off-diagonals divided by √2)."""
+    """Inverse of ``upper_vector``: the symmetric matrix (off-diagonals divided by √2)."""
     varr = np.asarray(v, dtype=np.float64)
     out = np.zeros((*varr.shape[:-1], M, M))
     idx = np.arange(M)
@@ -478,7 +479,7 @@ def dp_qu(
     privacy; ``lam_used`` records it.  ``m = s K P⁻¹ ã`` and ``S₁ = K P⁻¹ K`` are computed in
     the whitened form ``K = L Lᵀ``, ``Λ = I + L⁻¹(sB̃ + λI)L⁻ᵀ`` (as PyMC's ``MarginalApprox``:
     accurate when ``K + sB`` is ill-conditioned, ``S₁`` PSD by construction), and ``S₂`` from
-    :func:`noise_correction` with ``H = P⁻¹K``, ``w = P⁻¹ã``.  With zero noise and ``λ = 0``
+    ``noise_correction`` with ``H = P⁻¹K``, ``w = P⁻¹ã``.  With zero noise and ``λ = 0``
     this is Titsias' q(u) (eq. 2).
     """
     K = np.asarray(Kzz, dtype=np.float64)
@@ -524,7 +525,7 @@ class SparseQuRelease:
     Holds only public and DP content: ``Z``, the DP ``u_mean`` ``(T, M)`` (prior mean
     included) and ``u_cov`` ``(T, M, M)``, the public kernel (to predict anywhere, eq. 17),
     the public prior mean and noise variance, and the privacy metadata.  ``T = 1`` for
-    regression (then :attr:`m` and :attr:`S` are ``(M,)`` and ``(M, M)``), the number of
+    regression (then ``m`` and ``S`` are ``(M,)`` and ``(M, M)``), the number of
     classes for Dirichlet classification.
     """
 
@@ -616,7 +617,7 @@ class SparseQuRelease:
         return out
 
     def to_inference_data(self, X_star: ArrayLike | None = None) -> Any:
-        """ArviZ ``InferenceData`` of the release (see :func:`sparse_qu_to_inference_data`)."""
+        """ArviZ ``InferenceData`` of the release (see ``sparse_qu_to_inference_data``)."""
         return sparse_qu_to_inference_data(self, X_star)
 
 
@@ -624,7 +625,7 @@ _R = TypeVar("_R", bound=SparseQuRelease)
 
 
 def sparse_qu_to_inference_data(release: SparseQuRelease, X_star: ArrayLike | None = None) -> Any:
-    """Store a :class:`SparseQuRelease` as ``InferenceData`` / ``DataTree`` (:mod:`pm_dpgp.compat`).
+    """Store a ``SparseQuRelease`` as ``InferenceData`` / ``DataTree`` (``pm_dpgp.compat``).
 
     * ``posterior``: ``u_mean`` dims ``(chain, draw, [output,] inducing)`` and ``u_cov`` dims
       ``(chain, draw, [output,] inducing, inducing_)``, one chain and one draw (the DP release
@@ -767,13 +768,13 @@ def noise_aware_release(
     Parameters
     ----------
     model
-        :func:`~pm_dpgp.models.sparse_gp_regression` model (its ``X, y`` are used when
-        ``data`` is None) or a :class:`~pm_dpgp.models.PublicSparseGP`.
+        ``sparse_gp_regression`` model (its ``X, y`` are used when
+        ``data`` is None) or a ``PublicSparseGP``.
     data
         Private data: a tuple ``(X, y)`` of arrays, a tuple of Dask arrays, or an iterable of
         ``(X, y)`` chunks; with ``noise_var_floor``, ``(X, y, noise_var)`` (heteroscedastic,
         App. D).  Memory does not grow with ``n``
-        (see :func:`pm_dpgp.gp.sparse.sufficient_statistics`).
+        (see ``pm_dpgp.gp.sparse.sufficient_statistics``).
     epsilon, delta
         Privacy of the release, ε > 0, 0 < δ < 1.
     y_bounds
@@ -791,7 +792,7 @@ def noise_aware_release(
         ``c = σ_a/σ_b`` (paper: 1).
     kernel_norm
         ``R_k`` rule: ``"auto"``, ``"eq4"``, ``"eq7"``, ``"eq8"`` or a public float
-        (:func:`kernel_norm_bound`).
+        (``kernel_norm_bound``).
     rho
         Failure probability in λ of eq. (10) (paper: 0.01).
     variant
@@ -804,8 +805,8 @@ def noise_aware_release(
     calibration
         ``"analytic"`` (Balle & Wang 2018) or ``"classic"`` (ε ≤ 1).
     ledger
-        Charged before any noise is drawn: one :class:`~pm_dpgp.accounting.ZCDPEvent` (secure
-        noise) or :class:`GaussianEvent` (multiplier σ_a/Δ; simulation).
+        Charged before any noise is drawn: one ``ZCDPEvent`` (secure
+        noise) or ``GaussianEvent`` (multiplier σ_a/Δ; simulation).
     rng
         ``None`` (default): secure noise, a discrete Gaussian release of the rounded whitened
         statistics ``(A, c B̂)`` by OpenDP from OS entropy (``docs/secure_noise.md``).  A NumPy
@@ -816,7 +817,7 @@ def noise_aware_release(
     bounds_are_public, z_is_public
         Accepted for compatibility, not used: the bounds and ``Z`` are never compared with
         the private data (a refusal that did would leak it).  The data owner can run
-        :func:`pm_dpgp.audit.check_public_choices` on their own data.
+        ``pm_dpgp.audit.check_public_choices`` on their own data.
     progressbar
         Show a progress bar over the stages (statistics, noise, posterior), as PyMC does.
 
@@ -963,7 +964,7 @@ def calibrate_statistics_noise(
     Public only.  The whitened vector concatenates ``(A_t, c·B̂_t)`` over the ``n_outputs``
     outputs: ``n_outputs · (M + M(M+1)/2)`` coordinates with iid noise σ_a and L2 sensitivity
     Δ.  Simulation: σ_a from the analytic (or classic) Gaussian calibration; secure: the
-    discrete Gaussian plan of :func:`~pm_dpgp.mechanisms.noise.secure_plan`, σ_a = its σ.
+    discrete Gaussian plan of ``secure_plan``, σ_a = its σ.
     """
     if not secure:
         return gaussian_sigma(epsilon, delta, Delta, method=calibration), None
@@ -1000,7 +1001,7 @@ def _privatise_secure(
     stats: SufficientStatistics, ratio: float, plan: DiscreteGaussianPlan
 ) -> list[tuple[NDArray[np.float64], NDArray[np.float64]]]:
     """Secure eq. (5) for all outputs at once: one discrete Gaussian release of
-    :func:`whitened_statistics`, mapped back to ``(ã_t, B̃_t)`` (post-processing)."""
+    ``whitened_statistics``, mapped back to ``(ã_t, B̃_t)`` (post-processing)."""
     M = stats.A.shape[0]
     width = M + M * (M + 1) // 2
     noisy = plan.release(whitened_statistics(stats, ratio), 1)[0]
@@ -1044,7 +1045,7 @@ def _account_draw_release(
 
     One joint Gaussian mechanism (multiplier ``σ_a/Δ``) on the statistics of all
     ``stats.A.shape[1]`` outputs; the ledger refuses before any noise is drawn.  ``metadata``
-    goes to :func:`_metadata` (``sensitivity_equation``, ``noise_model``, … and extras).
+    goes to ``_metadata`` (``sensitivity_equation``, ``noise_model``, … and extras).
     """
     event: PrivacyEvent
     if plan is None:
@@ -1150,7 +1151,8 @@ def _metadata(
     noise_var_floor: float | None,
     **extra: Any,
 ) -> dict[str, Any]:
-    """Privacy metadata of a noise-aware release (DESIGN "Rules"); public quantities only."""
+    """Privacy metadata of a noise-aware release (``docs/privacy_model.md``); public quantities
+    only."""
     md: dict[str, Any] = {
         "privacy_model": PRIVACY_MODEL,
         "neighbouring_relation": NEIGHBOURING_RELATION,

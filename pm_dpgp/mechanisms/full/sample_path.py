@@ -2,19 +2,19 @@
 
 Full privacy: inputs and outputs are private, neighbours replace one ``(x, y)``.
 The prior is ``f ~ GP(μ₀, σ² k)`` with ``k(x, x) ≤ 1`` and the observation noise
-variance is ``σ² r²`` (``r²`` the effective ridge), all public (REFERENCE §4).  The
+variance is ``σ² r²`` (``r²`` the effective ridge), all public (``docs/sample_paths.md``, §1).  The
 release is ``L`` independent draws of the posterior process, optionally plus
 ``η g`` with ``g ~ GP(0, k)`` independent (extra prior-GP noise).  Its Rényi-DP
-curve comes from :mod:`pm_dpgp.mechanisms.full.sample_path_bounds`; the ledger is
+curve comes from ``pm_dpgp.mechanisms.full.sample_path_bounds``; the ledger is
 charged before any path is drawn.
 
-The release is *function-valued*: :meth:`SamplePathRelease.evaluate` draws the
+The release is *function-valued*: ``SamplePathRelease.evaluate`` draws the
 released paths at new inputs conditionally on every value released so far, so
 the joint law of all values ever released is the posterior joint — this costs no
 extra privacy (the paths were released as whole functions; evaluating them is
 post-processing).  Only the data owner (curator) holds this object, because it
 needs the private data to condition; what is published is
-:meth:`SamplePathRelease.to_inference_data`.
+``SamplePathRelease.to_inference_data``.
 
 Randomness: with ``rng=None`` (default) the paths are drawn from a NumPy Generator seeded
 from OS entropy (``noise_source = "numpy_os_entropy"``); a Generator passed by the caller is
@@ -161,7 +161,7 @@ class SamplePathRelease:
     Attributes
     ----------
     bound:
-        the public Rényi-DP bound of one path (:class:`SamplePathBound`).
+        the public Rényi-DP bound of one path (``SamplePathBound``).
     n_draws:
         ``L``, the number of released paths (all charged to the ledger at once).
     delta:
@@ -183,7 +183,7 @@ class SamplePathRelease:
 
     @property
     def n_paths(self) -> int:
-        """Deprecated alias of :attr:`n_draws` (removed in the next release)."""
+        """Deprecated alias of ``n_draws`` (removed in the next release)."""
         import warnings
 
         warnings.warn(
@@ -336,7 +336,7 @@ def _check_kernel_class(
 
     ``"exponential_1d"`` relies on the Markov property of ``exp(−|x − x'|/ℓ)`` in 1-D,
     ``k(a, c) = k(a, b) k(b, c)`` for ``a ≤ b ≤ c``; ``"constant"`` on ``k`` being constant.
-    Both are checked numerically at the PUBLIC ``points`` (:func:`_public_probes`), never at
+    Both are checked numerically at the PUBLIC ``points`` (``_public_probes``), never at
     the private training inputs.
     """
     if kernel_class == "generic":
@@ -416,7 +416,7 @@ def _fitting_setting(bound: SamplePathBound, target: float, delta: float) -> str
 
     Public only.  The cost is non-decreasing in L (the RDP curve scales with L) and grows with
     M_Y (the mean term of eq. SP8 grows with Δ = 2B√Φ, and B with M_Y).  The planning helper
-    :func:`~pm_dpgp.mechanisms.full.sample_path_bounds.paths_affordable` gives an upper bound on L
+    ``paths_affordable`` gives an upper bound on L
     (its conversion is at least as tight as the event's); a binary search with the event's own
     cost finds the answer.  Every value suggested was evaluated and fits.
     """
@@ -482,11 +482,11 @@ def sample_path_release(
     Parameters
     ----------
     gpr:
-        model from :func:`pm_dpgp.models.gp_regression` with kernel ``σ² k``
+        model from ``pm_dpgp.models.gp_regression`` with kernel ``σ² k``
         (``k(x,x) ≤ 1``), noise sd ``σ r`` and public prior mean ``μ₀``.
     X_star:
         public inputs at which the paths are first evaluated (more later, for free,
-        with :meth:`SamplePathRelease.evaluate`).
+        with ``SamplePathRelease.evaluate``).
     n_draws:
         ``L``, the number of paths released (default 1; formerly ``n_paths``).
     kernel_scale:
@@ -504,7 +504,7 @@ def sample_path_release(
         setting (n, σ, r², M_Y, κ, η, L); a setting that costs more is refused with
         ``ValueError`` before anything is spent or drawn, and the message says what would fit
         (the largest affordable ``n_draws`` from
-        :func:`~pm_dpgp.mechanisms.full.sample_path_bounds.paths_affordable`, or the largest
+        ``paths_affordable``, or the largest
         centred bound); ``pm_dpgp.plan.sample_path`` answers this before any data.
         ``epsilon`` or ``ledger`` (or both) must be given: with neither the
         release is refused (issue 15).

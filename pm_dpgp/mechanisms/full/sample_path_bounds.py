@@ -22,7 +22,7 @@ in ``docs/sample_paths.md``; the equation numbers refer to that page.
 * (SP7) one path, ``1 < α < α_max = 1 + 1/τ``:
   ``ε(α) = 2ψ_α(τ) + (α/2)(V+r²)/(A(1−β)) Δ²``, ``A = σ²r² + η²(V+r²)``
 * (SP8) ``L`` (possibly adaptively chosen) paths: ``L ε(α)`` (Mironov 2017, Prop. 1)
-* (SP9) (ε, δ): minimise the conversion of :func:`pm_dpgp.accounting.rdp_to_epsilon`
+* (SP9) (ε, δ): minimise the conversion of ``pm_dpgp.accounting.rdp_to_epsilon``
   (Canonne–Kamath–Steinke 2020, Prop. 12) over α ∈ (1, α_max).
 * (SP10) optional tighter covariance term ``g(1+τ) + g(1/(1+τ)) ≤ 2ψ_α(τ)``
   (``cov_bound="inertia"``; Sylvester's law of inertia, see the docs).
@@ -172,7 +172,7 @@ def kernel_lower_bound(
     n_grid: int = 33,
     atol: float = 1e-9,
 ) -> float:
-    r"""Lower bound κ on a stationary kernel over a box domain (REFERENCE §4 setting).
+    r"""Lower bound κ on a stationary kernel over a box domain (``docs/sample_paths.md``, §1).
 
     For a stationary kernel ``k(x, x') = k0(x − x')`` the difference ``h = x − x'`` ranges
     over the box ``[−w, w]`` (``w = high − low``), so ``κ = max(0, min_{|h_j| ≤ w_j} k0(h))``.
@@ -196,7 +196,7 @@ def kernel_lower_bound(
         ``kernel_fn(X1, X2)`` → ``(len(X1), len(X2))`` kernel matrix for inputs of shape
         ``(·, d)``.  E.g. ``lambda A, B: pm.gp.cov.ExpQuad(1, ls=0.3)(A, B).eval()``.
     domain
-        Public box domain, see :func:`parse_domain`.
+        Public box domain, see ``parse_domain``.
     """
     lows, highs = parse_domain(domain)
     d = lows.size
@@ -272,7 +272,7 @@ def psi(alpha: float | NDArray[np.float64], tau: float) -> float | NDArray[np.fl
 
     ``g`` decreases on ``(·, 1]`` and increases on ``[1, ·)`` (``g'(λ) = α(λ−1)/(2λ(1+α(λ−1)))``),
     so its maximum over the eigenvalue range ``[1/(1+τ), 1+τ]`` is at an endpoint:
-    ``ψ = max(g(1+τ), g(1/(1+τ)))`` (:func:`psi_parts`).
+    ``ψ = max(g(1+τ), g(1/(1+τ)))`` (``psi_parts``).
     """
     hi, lo = psi_parts(alpha, tau)
     out = np.maximum(hi, lo)
@@ -299,7 +299,7 @@ class SamplePathBound:
         public range ``y_bounds = (lower, upper)`` it is ``max(|lower − μ₀|, |upper − μ₀|)``.
     kappa
         Public lower bound κ ∈ [0, 1] on the normalised kernel over the domain
-        (:func:`kernel_lower_bound`).
+        (``kernel_lower_bound``).
     eta
         Scale η ≥ 0 of the extra prior-GP noise ``η g``, ``g ~ GP(0, k)``.
     kernel_class
@@ -309,7 +309,7 @@ class SamplePathBound:
     constant
         ``"proved"`` (default): ``Δ = 2 B √Φ``.  ``"author"``: ``Δ = √2 B √Φ`` as in the author's
         code; *not* a valid bound in general (see ``docs/sample_paths.md``); emits a
-        :class:`~pm_dpgp._validation.PrivacyWarning`.
+        ``PrivacyWarning``.
     cov_bound
         ``"paper"`` (default): covariance term ``2ψ_α(τ)`` (eq. SP7).  ``"inertia"``:
         ``g(1+τ) + g(1/(1+τ))`` (eq. SP10), also proved (``Σ₂ − Σ₁`` is a rank-one update minus
@@ -464,8 +464,8 @@ class SamplePathBound:
     def epsilon_and_order(self, delta: float, L: int = 1) -> tuple[float, float]:
         """``(ε, α*)``: the (ε, δ) guarantee of ``L`` paths and the order attaining it (SP9).
 
-        Grid search over :meth:`orders`, then a bounded scalar refinement of the same
-        conversion (:func:`~pm_dpgp.accounting.rdp_to_epsilon`) around the best grid order.
+        Grid search over ``orders``, then a bounded scalar refinement of the same
+        conversion (``rdp_to_epsilon``) around the best grid order.
         Every candidate is a valid bound; the smallest is returned.  ``+inf`` if α_max ≤ 1.01.
         """
         delta = check_delta(delta)
@@ -599,7 +599,7 @@ def feasible_configurations(
     drive a constrained hyperparameter search (Maciazek §5; ``docs/sample_paths.md``).  Grid
     order is kept (σ outermost, then r², then η).  ``M_Y`` is derived from the public range
     ``y_bounds`` and the model's public ``prior_mean`` (default: the midpoint of ``y_bounds``,
-    where ``M_Y`` is the half-width) as :func:`sample_path_release` does.  Formerly
+    where ``M_Y`` is the half-width) as ``sample_path_release`` does.  Formerly
     ``y_bound=M`` (``y_bounds=(μ₀ − M, μ₀ + M)``) and ``sigmas=``.
     """
     func = "feasible_configurations"

@@ -8,7 +8,7 @@ With public training inputs ``X``, public test inputs ``X*`` and private outputs
     f̃* = μ + P C (y − μ) + σ · U_k L_k z,   z ~ N(0, I_k),
 
 where ``M = U_k L_k L_kᵀ U_kᵀ`` is the optimal noise covariance of
-:func:`~pm_dpgp.mechanisms.label.cloaking.solve_noise_covariance` (minimum-volume
+``solve_noise_covariance`` (minimum-volume
 ellipsoid enclosing ``±cᵢ``), ``P = U_k U_kᵀ`` the projector onto the retained
 column space of ``C`` (directions treated as numerically zero are projected out
 of the mean, never left unprotected), and ``σ`` is the analytic Gaussian
@@ -91,7 +91,7 @@ def public_cloaking(
 ) -> PublicCloaking:
     """Noise covariance, whitening and charged sensitivity: public inputs and bounds only.
 
-    Shared by :func:`cloaked_release` and :func:`pm_dpgp.plan.cloaked`, so that a plan
+    Shared by ``cloaked_release`` and ``pm_dpgp.plan.cloaked``, so that a plan
     reports exactly the sensitivity the release charges.
     """
     # C = K*f (K + σ²I)⁻¹ is used as an operator (one n×n Cholesky factor, never the m×n C)
@@ -131,7 +131,7 @@ def cloaked_release(
     Parameters
     ----------
     gpr:
-        the model from :func:`pm_dpgp.models.gp_regression` (inputs public, outputs private).
+        the model from ``pm_dpgp.models.gp_regression`` (inputs public, outputs private).
     X_star:
         public test inputs, fixed before the release (Smith et al. 2018 §3).
     epsilon, delta:
@@ -151,7 +151,7 @@ def cloaked_release(
     rng:
         ``None`` (default): secure noise, a discrete Gaussian release of the rounded whitened
         mean sampled by OpenDP from OS entropy and charged as a
-        :class:`~pm_dpgp.accounting.ZCDPEvent` (``docs/secure_noise.md``).  A NumPy
+        ``ZCDPEvent`` (``docs/secure_noise.md``).  A NumPy
         Generator: the simulation mode (continuous float noise, a ``GaussianEvent``), for
         tests and reproducible notebooks.
     clip:
@@ -168,7 +168,7 @@ def cloaked_release(
         show a progress bar over the stages (noise covariance, draw), as PyMC's samplers do;
         worth it from a few thousand training points (``docs/cloaking.md``, scaling table).
 
-    :func:`pm_dpgp.plan.cloaked` gives the noise sd at ``X_star`` and the charged event for a
+    ``pm_dpgp.plan.cloaked`` gives the noise sd at ``X_star`` and the charged event for a
     target (ε, δ) before the labels are touched.
     """
     public_gp = gpr.public_gp(hyperparameters)
