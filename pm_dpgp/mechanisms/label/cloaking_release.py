@@ -128,6 +128,9 @@ def cloaked_release(
 ) -> Release:
     """(ε, δ)-DP cloaked release of the posterior mean at the public ``X_star``.
 
+    ``pm_dpgp.plan.cloaked`` gives the noise sd at ``X_star`` and the charged event for a
+    target (ε, δ) before the labels are touched.
+
     Parameters
     ----------
     gpr:
@@ -167,9 +170,6 @@ def cloaked_release(
     progressbar:
         show a progress bar over the stages (noise covariance, draw), as PyMC's samplers do;
         worth it from a few thousand training points (``docs/cloaking.md``, scaling table).
-
-    ``pm_dpgp.plan.cloaked`` gives the noise sd at ``X_star`` and the charged event for a
-    target (ε, δ) before the labels are touched.
     """
     public_gp = gpr.public_gp(hyperparameters)
     X_star = check_finite_array(X_star, "X_star", ndim=2)
