@@ -263,8 +263,13 @@ def plot_dp_release(
     width: float = 2.0,
     max_draws: int = 20,
     ax: Axes | None = None,
+    xlabel: str = "x (public input)",
+    ylabel: str = "f(x) (released)",
 ) -> Axes:
     """Plot a 1-D release: non-DP posterior band, DP draws, DP noise band, hold-out points.
+
+    The title gives the release's (ε, δ); ``xlabel`` and ``ylabel`` name the axes (e.g. "age
+    (years)", "height (cm)").
 
     The non-DP band needs ``gpr`` (the private model): it is the **data owner's view**
     and the figure must then not be published.  Without ``gpr`` only public content
@@ -342,6 +347,13 @@ def plot_dp_release(
         if isinstance(release, SamplePathRelease)
         else release.metadata.get("epsilon_total", release.metadata.get("epsilon"))
     )
-    ax.set_title(f"{mech} release (ε = {float(eps):.3g})" if eps is not None else mech)
+    delta = release.delta if isinstance(release, SamplePathRelease) else None
+    delta = release.metadata.get("delta") if delta is None else delta
+    guarantee = "" if eps is None else f"ε = {float(eps):.3g}"
+    if eps is not None and delta is not None:
+        guarantee = f"(ε, δ) = ({float(eps):.3g}, {float(delta):.3g})"
+    ax.set_title(f"{mech} release, {guarantee}" if guarantee else mech)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.legend(fontsize=8, loc="best")
     return ax
