@@ -38,6 +38,7 @@ import scipy.linalg as sla
 from numpy.typing import ArrayLike, NDArray
 from scipy.special import ndtr
 
+from pm_dpgp._progress import progress_bar
 from pm_dpgp._validation import check_delta, check_epsilon, check_positive
 from pm_dpgp.gp.exact import cloaking_matrix
 from pm_dpgp.gp.linalg import check_square_symmetric
@@ -257,6 +258,7 @@ def plan_cv_sse(
     calibration: Literal["analytic", "classic"] = "analytic",
     rank_tol: float = 1e-8,
     share_plans: bool = True,
+    progressbar: bool = False,
 ) -> CvSsePlan:
     """Public planning of Algorithm 1: cloaking matrices, noise, Δ(θ), the drop, Δu.
 
@@ -291,30 +293,32 @@ def plan_cv_sse(
     trains = [np.setdiff1d(all_idx, te) for te in folds]
     shared: list[_SharedPlan] = []
     n_computed = 0
-    for t, cfg in enumerate(configs):
-        public = gpr.public_gp(cfg)
-        # once per configuration (folds take blocks of it); the one validation pass over K
-        K = check_square_symmetric(public.kernel(X), "K")
-        scale = float(np.max(np.abs(K)))
-        if not scale > 0.0:
-            raise ValueError("the kernel matrix of a configuration is zero.")
-        Kn, ratio = K / scale, public.noise_var / scale
-        entry = next(
-            (e for e in shared if share_plans and _same_normalised_form(e, Kn, ratio)), None
-        )
-        if entry is None:
-            fps = [
-                _fold_plan(K, public.noise_var, te, tr, unit_scale, rank_tol)
-                for te, tr in zip(folds, trains, strict=True)
-            ]
-            s_t = _sensitivity(fps, n, d, clip)
-            p_t = paper_sse_sensitivity([fp.C for fp in fps], d, error_clip)
-            entry = _SharedPlan(Kn, ratio, fps, s_t, p_t)
-            n_computed += 1
-            if share_plans:
-                shared.append(entry)
-        fps, sens[t], paper[t] = entry.fold_plans, entry.sensitivity, entry.paper_sensitivity
-        plans.append(fps)
+    with progress_bar(len(configs), "Selection: planning", enabled=progressbar) as bar:
+        for t, cfg in enumerate(configs):
+            public = gpr.public_gp(cfg)
+            # once per configuration (folds take blocks of it); the one validation pass over K
+            K = check_square_symmetric(public.kernel(X), "K")
+            scale = float(np.max(np.abs(K)))
+            if not scale > 0.0:
+                raise ValueError("the kernel matrix of a configuration is zero.")
+            Kn, ratio = K / scale, public.noise_var / scale
+            entry = next(
+                (e for e in shared if share_plans and _same_normalised_form(e, Kn, ratio)), None
+            )
+            if entry is None:
+                fps = [
+                    _fold_plan(K, public.noise_var, te, tr, unit_scale, rank_tol)
+                    for te, tr in zip(folds, trains, strict=True)
+                ]
+                s_t = _sensitivity(fps, n, d, clip)
+                p_t = paper_sse_sensitivity([fp.C for fp in fps], d, error_clip)
+                entry = _SharedPlan(Kn, ratio, fps, s_t, p_t)
+                n_computed += 1
+                if share_plans:
+                    shared.append(entry)
+            fps, sens[t], paper[t] = entry.fold_plans, entry.sensitivity, entry.paper_sensitivity
+            plans.append(fps)
+            bar.advance()
     kept = np.ones(len(configs), dtype=bool)
     if max_sensitivity is not None:
         kept = sens <= check_positive(max_sensitivity, "max_sensitivity")

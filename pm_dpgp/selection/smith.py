@@ -58,6 +58,7 @@ def select_by_cross_validated_sse(
     calibration: Literal["analytic", "classic"] = "analytic",
     event_kind: EventKind = "auto",
     rng: np.random.Generator | None = None,
+    progressbar: bool = False,
 ) -> SelectionResult:
     """ε-DP choice of public hyperparameters for a cloaked release (Smith et al. 2021, Alg. 1).
 
@@ -95,6 +96,9 @@ def select_by_cross_validated_sse(
         ``"auto"``, ``"zcdp"``, ``"pure"`` or ``"renyi"``.
     rng:
         ``None``: OpenDP Gumbel noisy max from OS entropy; a Generator: simulation mode.
+    progressbar:
+        show a progress bar over the configurations while their sensitivities are planned
+        (one noise covariance per configuration and fold), as PyMC's samplers do.
 
     Examples
     --------
@@ -132,6 +136,7 @@ def select_by_cross_validated_sse(
         error_clip=error_clip,
         max_sensitivity=max_sensitivity,
         calibration=calibration,
+        progressbar=progressbar,
     )
     # 3. charge before the labels are read
     event = exponential_mechanism_event(

@@ -348,7 +348,9 @@ def plot_dp_release(
         else release.metadata.get("epsilon_total", release.metadata.get("epsilon"))
     )
     delta = release.delta if isinstance(release, SamplePathRelease) else None
-    delta = release.metadata.get("delta") if delta is None else delta
+    if delta is None:
+        md = release.metadata
+        delta = md.get("delta", md.get("delta_per_draw"))
     guarantee = "" if eps is None else f"ε = {float(eps):.3g}"
     if eps is not None and delta is not None:
         guarantee = f"(ε, δ) = ({float(eps):.3g}, {float(delta):.3g})"
