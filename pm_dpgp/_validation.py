@@ -42,6 +42,7 @@ __all__ = [
     "centred_bound",
     "bounds_from_centred",
     "require",
+    "renamed_fields",
 ]
 
 
@@ -396,3 +397,25 @@ def bounds_from_centred(
         return y_bounds
     M = check_positive(renamed(old, "y_bounds", kwargs, y_bounds, func=func, stacklevel=4), old)
     return (float(centre) - M, float(centre) + M)
+
+
+def renamed_fields(cls: type, renames: dict[str, str]) -> type:
+    """Let the dataclass ``cls`` accept its old field names (``{old: new}``) for one release.
+
+    Wraps the generated ``__init__`` (also used by ``dataclasses.replace``): an old keyword
+    warns with ``DeprecationWarning`` and fills the new field; old and new together raise
+    ``TypeError``.
+    """
+    init = cls.__init__
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        old = {k: kwargs.pop(k) for k in renames if k in kwargs}
+        for o, n in renames.items():
+            value = renamed(o, n, old, kwargs.pop(n, None), func=cls.__name__)
+            if value is not None:
+                kwargs[n] = value
+        init(self, *args, **kwargs)
+
+    __init__.__doc__ = init.__doc__
+    cls.__init__ = __init__  # type: ignore[method-assign]
+    return cls

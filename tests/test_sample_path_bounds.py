@@ -160,7 +160,7 @@ def gaussian_renyi_roundoff(mu1, S1, mu2, S2, alpha, *, err_mu=0.0, err_S=(0.0, 
     return float(err_mean), float(err_cov)
 
 
-def renyi_roundoff(kernel, data1, data2, X_test, *, alpha, sigma, r2, eta=0.0, L=1):
+def renyi_roundoff(kernel, data1, data2, X_test, *, alpha, kernel_scale, r2, eta=0.0, L=1):
     """``(err_mean, err_cov)``: round-off bounds of the exact divergence parts computed by
     :func:`pm_dpgp.audit.renyi.posterior_renyi_terms` (``L`` paths); a list of them if
     ``alpha`` is a sequence of orders (the posteriors are computed once).
@@ -170,6 +170,7 @@ def renyi_roundoff(kernel, data1, data2, X_test, *, alpha, sigma, r2, eta=0.0, L
     ``‖δμ_i‖ ≤ ρ_i ‖K_TX‖ ‖A_i⁻¹y_i‖`` and ``‖δΣ_i‖ ≤ (σ²+η²) ρ_i ‖K_TT‖``
     (``K_TX A⁻¹ K_XT ≼ K_TT``); :func:`gaussian_renyi_roundoff` carries them through.
     """
+    sigma = kernel_scale
     T = np.asarray(X_test, dtype=np.float64).reshape(len(X_test), -1)
     K_tt = kernel(T, T)
     mus, covs, err_mu, err_S = [], [], 0.0, []
@@ -177,7 +178,7 @@ def renyi_roundoff(kernel, data1, data2, X_test, *, alpha, sigma, r2, eta=0.0, L
         X = np.asarray(X, dtype=np.float64).reshape(len(y), -1)
         A = kernel(X, X) + r2 * np.eye(len(y))
         rho = cond_rtol(A) + scalar_rtol(len(y) + len(T))
-        mu, S = posterior_mean_cov(kernel, X, y, T, sigma=sigma, r2=r2, eta=eta)
+        mu, S = posterior_mean_cov(kernel, X, y, T, kernel_scale=sigma, r2=r2, eta=eta)
         mus.append(mu)
         covs.append(S)
         err_mu += rho * np.linalg.norm(kernel(T, X), 2) * np.linalg.norm(np.linalg.solve(A, y))
@@ -455,10 +456,12 @@ def test_mean_term_is_tight_and_the_author_constant_is_violated(kernel, cls, n, 
     yc = np.zeros(n - 1)
     alpha = 1.0 + 0.02 * (proved.alpha_max - 1.0)
     D1, D2 = (X1, np.append(yc, 1.0)), (X1, np.append(yc, -1.0))
-    t = posterior_renyi_terms(kernel, *D1, *D2, [[0.0]], alpha=alpha, sigma=sigma, r2=r2)
+    t = posterior_renyi_terms(kernel, *D1, *D2, [[0.0]], alpha=alpha, kernel_scale=sigma, r2=r2)
     # slack = round-off of the computed exact parts (conditioning of the posterior solve and of
     # Σ, renyi_roundoff) + the closed form's own (bound_roundoff)
-    err_mean, err_cov = renyi_roundoff(kernel, D1, D2, [[0.0]], alpha=alpha, sigma=sigma, r2=r2)
+    err_mean, err_cov = renyi_roundoff(
+        kernel, D1, D2, [[0.0]], alpha=alpha, kernel_scale=sigma, r2=r2
+    )
     b_mean, b_cov = bound_roundoff(proved, alpha)
     # the exact covariance part is 0 (same inputs, Σ does not depend on y): only round-off
     assert t.cov <= err_cov
@@ -478,11 +481,11 @@ def test_inertia_covariance_term_is_attained():
     D1, D2, T = ([[0.0]], [0.0]), ([[1.0]], [0.0]), [[0.0], [1.0]]
     for frac in (0.05, 0.5, 0.9):
         alpha = 1.0 + frac * (b.alpha_max - 1.0)
-        t = posterior_renyi_terms(k, *D1, *D2, T, alpha=alpha, sigma=1.0, r2=0.5)
+        t = posterior_renyi_terms(k, *D1, *D2, T, alpha=alpha, kernel_scale=1.0, r2=0.5)
         assert t.mean == 0.0  # y = 0 in both datasets: both means are exactly 0
         # slack = round-off of the computed exact part (renyi_roundoff: conditioning of the
         # posterior solves and of Σ_1, Σ_α) + that of the closed form (bound_roundoff)
-        slack = renyi_roundoff(k, D1, D2, T, alpha=alpha, sigma=1.0, r2=0.5)[1]
+        slack = renyi_roundoff(k, D1, D2, T, alpha=alpha, kernel_scale=1.0, r2=0.5)[1]
         slack += bound_roundoff(b, alpha)[1]
         assert t.cov <= b.cov_term(alpha) + slack
         # attained up to k(0, 1) = e^{-200}: a bound 1e-4 too small would be caught

@@ -155,3 +155,20 @@ def test_thompson_old_names():
                 **kw,
             )
     assert np.array_equal(new.x_chosen, old.x_chosen)
+
+
+def test_audit_old_names():
+    from pm_dpgp.audit import LiraSetting, posterior_renyi_divergence
+    from pm_dpgp.audit.renyi import eq_kernel
+
+    k = eq_kernel(0.5)
+    args = (k, [[0.1], [0.4]], [0.2, -0.3], [[0.1], [0.9]], [0.2, 0.5], [[0.3], [0.6]])
+    new = posterior_renyi_divergence(*args, alpha=1.5, kernel_scale=1.2, r2=0.5)
+    with pytest.warns(DeprecationWarning, match="kernel_scale"):
+        old = posterior_renyi_divergence(*args, alpha=1.5, sigma=1.2, r2=0.5)
+    assert old == new
+    with pytest.warns(DeprecationWarning):
+        setting = LiraSetting(sigma=1.3, y_bound=2.0)
+    assert setting == LiraSetting(kernel_scale=1.3, M_Y=2.0)
+    with pytest.raises(TypeError, match="both"):
+        LiraSetting(sigma=1.3, kernel_scale=1.3)

@@ -55,6 +55,7 @@ from pm_dpgp._validation import (
     check_positive,
     reject_unexpected,
     renamed,
+    renamed_fields,
     require,
 )
 from pm_dpgp.accounting import DEFAULT_ORDERS, RdpCurveEvent, rdp_to_epsilon
@@ -519,25 +520,7 @@ class SamplePathBound:
         }
 
 
-_dataclass_init = SamplePathBound.__init__
-
-
-def _bound_init(self: SamplePathBound, *args: Any, **kwargs: Any) -> None:
-    """``SamplePathBound(...)`` with the deprecated keywords ``sigma`` and ``y_bound``."""
-    kw = {k: kwargs.pop(k) for k in ("sigma", "y_bound") if k in kwargs}
-    kernel_scale = renamed(
-        "sigma", "kernel_scale", kw, kwargs.pop("kernel_scale", None), func="SamplePathBound"
-    )
-    M_Y = renamed("y_bound", "M_Y", kw, kwargs.pop("M_Y", None), func="SamplePathBound")
-    if kernel_scale is not None:
-        kwargs["kernel_scale"] = kernel_scale
-    if M_Y is not None:
-        kwargs["M_Y"] = M_Y
-    _dataclass_init(self, *args, **kwargs)
-
-
-_bound_init.__doc__ = _dataclass_init.__doc__
-SamplePathBound.__init__ = _bound_init  # type: ignore[method-assign]
+renamed_fields(SamplePathBound, {"sigma": "kernel_scale", "y_bound": "M_Y"})
 
 
 # --------------------------------------------------------------------------------------------
