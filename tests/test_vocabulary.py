@@ -172,3 +172,12 @@ def test_audit_old_names():
     assert setting == LiraSetting(kernel_scale=1.3, M_Y=2.0)
     with pytest.raises(TypeError, match="both"):
         LiraSetting(sigma=1.3, kernel_scale=1.3)
+
+
+def test_noise_aware_sensitivity_helpers_old_name():
+    from pm_dpgp.mechanisms.full.noise_aware import eq6_sensitivity, l2_sensitivity
+
+    for fn in (eq6_sensitivity, l2_sensitivity):
+        with pytest.warns(DeprecationWarning, match="R_y"):
+            old = fn(y_bound=2.0, R_k=1.0)
+        assert old == fn(2.0, 1.0) == fn(R_y=2.0, R_k=1.0)

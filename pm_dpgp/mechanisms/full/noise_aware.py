@@ -261,14 +261,15 @@ def kernel_norm_bound(
 
 
 # =========================================================================== sensitivity
-def eq6_sensitivity(y_bound: float, R_k: float, ratio: float = 1.0) -> float:
+def eq6_sensitivity(
+    R_y: float | None = None, R_k: float | None = None, ratio: float = 1.0, **deprecated: Any
+) -> float:
     r"""Honkela (2024) eq. (6) as printed, with ``c = σ_a/σ_b`` = ``ratio``:
 
-    ``Δ = √(R_y⁴/(2c²) + 2R_y²R_k² + 2c²R_k⁴)``.
+    ``Δ = √(R_y⁴/(2c²) + 2R_y²R_k² + 2c²R_k⁴)`` (``R_y`` was ``y_bound``, deprecated).
     """
-    Ry, Rk, c = (
-        check_positive(v, n) for v, n in ((y_bound, "y_bound"), (R_k, "R_k"), (ratio, "ratio"))
-    )
+    R_y = _centred_bound_argument(R_y, deprecated, "eq6_sensitivity")
+    Ry, Rk, c = (check_positive(v, n) for v, n in ((R_y, "R_y"), (R_k, "R_k"), (ratio, "ratio")))
     return math.sqrt(Ry**4 / (2 * c * c) + 2 * Ry**2 * Rk**2 + 2 * c * c * Rk**4)
 
 
@@ -301,7 +302,16 @@ def worst_case_sensitivity(
     return math.sqrt(max(const + lin * t - quad * t * t, 0.0))
 
 
-def l2_sensitivity(y_bound: float, R_k: float, ratio: float = 1.0) -> float:
+def _centred_bound_argument(R_y: Any, deprecated: dict[str, Any], func: str) -> Any:
+    """``R_y``, taking the deprecated ``y_bound=`` (the same centred bound, issue 14)."""
+    R_y = renamed("y_bound", "R_y", deprecated, R_y, func=func, stacklevel=4)
+    reject_unexpected(deprecated, func=func)
+    return require(R_y, "R_y", func=func)
+
+
+def l2_sensitivity(
+    R_y: float | None = None, R_k: float | None = None, ratio: float = 1.0, **deprecated: Any
+) -> float:
     r"""L2 sensitivity Δ of ``(A, c B̂)`` under replace-one ``(x, y)`` (Honkela eq. 6, App. A).
 
     For records with ``|r| ≤ R_y``, ``‖k‖ ≤ R_k`` and weights ``ω ∈ (0, 1]``:
@@ -310,9 +320,10 @@ def l2_sensitivity(y_bound: float, R_k: float, ratio: float = 1.0) -> float:
 
     The maximiser is ``s* = min(R_y²/(2c²), R_k²)``; when ``R_y² ≤ 2c²R_k²`` this is exactly
     eq. (6), otherwise smaller (eq. 6 lets ``|⟨k, k'⟩|`` exceed ``R_k²``).  Always
-    ``≤`` ``eq6_sensitivity``.  Derivation in ``docs/noise_aware.md``.
+    ``≤`` ``eq6_sensitivity``.  Derivation in ``docs/noise_aware.md``.  ``R_y`` was
+    ``y_bound`` (deprecated); a release derives it from ``y_bounds`` and the prior mean.
     """
-    Ry = check_positive(y_bound, "y_bound")
+    Ry = check_positive(_centred_bound_argument(R_y, deprecated, "l2_sensitivity"), "R_y")
     Rk = check_positive(R_k, "R_k")
     c = check_positive(ratio, "ratio")
     s = min(Ry * Ry / (2.0 * c * c), Rk * Rk)
