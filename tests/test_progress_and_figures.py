@@ -16,8 +16,18 @@ import pytest
 from pm_dpgp import _progress
 from pm_dpgp._validation import PrivacyWarning
 from pm_dpgp.accounting import Ledger
-from pm_dpgp.mechanisms import cloaked_release, noise_aware_release, sample_path_release
-from pm_dpgp.models import gp_regression, grid_inducing_points, sparse_gp_regression
+from pm_dpgp.mechanisms import (
+    cloaked_release,
+    dirichlet_release,
+    noise_aware_release,
+    sample_path_release,
+)
+from pm_dpgp.models import (
+    dirichlet_gp_classification,
+    gp_regression,
+    grid_inducing_points,
+    sparse_gp_regression,
+)
 from pm_dpgp.selection import product_grid, select_by_cross_validated_sse
 from pm_dpgp.workflow import plot_dp_release
 
@@ -53,12 +63,13 @@ def bars(monkeypatch):
 
         return Wrapped()
 
+    import pm_dpgp.mechanisms.full.dirichlet as di
     import pm_dpgp.mechanisms.full.noise_aware as na
     import pm_dpgp.mechanisms.full.sample_path as sp
     import pm_dpgp.mechanisms.label.cloaking_release as cr
     import pm_dpgp.selection.cv_sse as cv
 
-    for mod in (na, sp, cr, cv):
+    for mod in (na, sp, cr, cv, di):
         monkeypatch.setattr(mod, "progress_bar", spy)
     return opened
 
@@ -94,6 +105,9 @@ def test_progress_bars_run_to_completion(bars):
         noise_aware_release(
             sparse, epsilon=1.0, delta=1e-5, y_bounds=(-2, 2), rng=rng, progressbar=True
         )
+        labels = (X > 1.0).astype(int)
+        clf = dirichlet_gp_classification(X, labels, pm.gp.cov.ExpQuad(1, ls=0.5), Z=Z, n_classes=2)
+        dirichlet_release(clf, epsilon=1.0, delta=1e-5, rng=rng, progressbar=True)
         prior = gp_regression(
             X, Y, lambda: pm.gp.cov.ExpQuad(1, ls=pm.Gamma("ell", 2, 1)), noise_sd=0.5
         )
@@ -111,6 +125,7 @@ def test_progress_bars_run_to_completion(bars):
     _done(bars, "Cloaked release")
     _done(bars, "Sample paths")
     _done(bars, "Noise-aware release")
+    _done(bars, "Dirichlet release")
     assert _done(bars, "Selection: planning")["total"] == 2
 
 

@@ -41,6 +41,7 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from pm_dpgp._progress import progress_bar
 from pm_dpgp._validation import (
     check_delta,
     check_epsilon,
@@ -172,6 +173,7 @@ def dirichlet_release(
     rng: np.random.Generator | None = None,
     z_is_public: bool | None = None,
     chunk_size: int | None = None,
+    progressbar: bool = False,
 ) -> DirichletRelease:
     r"""(ε, δ)-DP Dirichlet-based GP classifier: one noise-aware DP ``q(u_c)`` per class.
 
@@ -194,7 +196,7 @@ def dirichlet_release(
         ``(ỹ_in + (C−1) ỹ_out)/C`` (the targets' mean under uniform class frequencies — a
         function of ``C`` and ``α_ε`` only).
     epsilon, delta, ratio, kernel_norm, rho, variant, s22_form, calibration, ledger, rng,
-    z_is_public, chunk_size
+    z_is_public, chunk_size, progressbar
         As in ``noise_aware_release``.  The ledger is
         charged once (joint mechanism over all classes) before any noise is drawn.
     """
@@ -261,61 +263,67 @@ def dirichlet_release(
         W = np.where(onehot, 1.0, w_out)
         return Xa[ok], R, W, np.array([float(Xa.shape[0])])
 
-    stats = sufficient_statistics(
-        public.kernel_private,
-        Z,
-        data,
-        preprocess=preprocess,
-        n_targets=C,
-        n_extras=1,
-        chunk_size=chunk_size,
-    )
-    if stats.extras[0] == 0:  # the number of records is public
-        raise ValueError("the data contain no records; pass at least one (x, label) record.")
-    # public settings only (n is public under replace-one neighbours), before any spend
-    warn_public_settings(epsilon=epsilon, delta=delta, n_records=int(stats.extras[0]))
-    return _account_draw_release(
-        DirichletRelease,
-        public,
-        stats,
-        mechanism="noise_aware_dirichlet_gp" if variant == "noise_aware" else "naive_dirichlet_gp",
-        label=f"noise-aware DP Dirichlet GP classification, {C} classes (Honkela §5)",
-        prior_mean=mu,
-        noise_var=None,
-        output_names=tuple(f"class_{k}" for k in range(C)),
-        bound=bound,
-        epsilon=epsilon,
-        delta=delta,
-        Delta=Delta,
-        sigma_a=sigma_a,
-        sigma_b=sigma_b,
-        ratio=c,
-        lam=lam,
-        rho=float(rho),
-        R_y=R_y,
-        scale=scale,
-        variant=variant,
-        s22_form=s22_form,
-        calibration=calibration,
-        ledger=ledger,
-        rng=rng,
-        plan=plan,
-        sensitivity_equation=(
-            "joint over all classes (docs/noise_aware.md): max over same/different label of "
-            "max_t sum_c [(a_c^2 + a_c'^2) Rk^2 + c^2 (w_c^2 + w_c'^2) Rk^4 - 2 t a_c a_c' "
-            "- 2 c^2 t^2 w_c w_c']"
-        ),
-        noise_model="heteroscedastic Dirichlet (Milios et al. 2018; Honkela eq. 21, App. D)",
-        noise_var_floor=tg.var_in,
-        n_classes=C,
-        alpha_epsilon=tg.alpha_epsilon,
-        dirichlet_targets={
-            "y_in": tg.y_in,
-            "y_out": tg.y_out,
-            "var_in": tg.var_in,
-            "var_out": tg.var_out,
-        },
-        per_class_sensitivity=per_class,
-        sqrt_C_times_per_class=math.sqrt(C) * per_class,
-        composition="one joint Gaussian mechanism over all classes (one ledger event)",
-    )
+    with progress_bar(2, "Dirichlet release", enabled=progressbar) as bar:
+        stats = sufficient_statistics(
+            public.kernel_private,
+            Z,
+            data,
+            preprocess=preprocess,
+            n_targets=C,
+            n_extras=1,
+            chunk_size=chunk_size,
+        )
+        if stats.extras[0] == 0:  # the number of records is public
+            raise ValueError("the data contain no records; pass at least one (x, label) record.")
+        bar.advance("statistics")
+        # public settings only (n is public under replace-one neighbours), before any spend
+        warn_public_settings(epsilon=epsilon, delta=delta, n_records=int(stats.extras[0]))
+        release = _account_draw_release(
+            DirichletRelease,
+            public,
+            stats,
+            mechanism="noise_aware_dirichlet_gp"
+            if variant == "noise_aware"
+            else "naive_dirichlet_gp",
+            label=f"noise-aware DP Dirichlet GP classification, {C} classes (Honkela §5)",
+            prior_mean=mu,
+            noise_var=None,
+            output_names=tuple(f"class_{k}" for k in range(C)),
+            bound=bound,
+            epsilon=epsilon,
+            delta=delta,
+            Delta=Delta,
+            sigma_a=sigma_a,
+            sigma_b=sigma_b,
+            ratio=c,
+            lam=lam,
+            rho=float(rho),
+            R_y=R_y,
+            scale=scale,
+            variant=variant,
+            s22_form=s22_form,
+            calibration=calibration,
+            ledger=ledger,
+            rng=rng,
+            plan=plan,
+            sensitivity_equation=(
+                "joint over all classes (docs/noise_aware.md): max over same/different label of "
+                "max_t sum_c [(a_c^2 + a_c'^2) Rk^2 + c^2 (w_c^2 + w_c'^2) Rk^4 - 2 t a_c a_c' "
+                "- 2 c^2 t^2 w_c w_c']"
+            ),
+            noise_model="heteroscedastic Dirichlet (Milios et al. 2018; Honkela eq. 21, App. D)",
+            noise_var_floor=tg.var_in,
+            n_classes=C,
+            alpha_epsilon=tg.alpha_epsilon,
+            dirichlet_targets={
+                "y_in": tg.y_in,
+                "y_out": tg.y_out,
+                "var_in": tg.var_in,
+                "var_out": tg.var_out,
+            },
+            per_class_sensitivity=per_class,
+            sqrt_C_times_per_class=math.sqrt(C) * per_class,
+            composition="one joint Gaussian mechanism over all classes (one ledger event)",
+        )
+        bar.advance("noise drawn")
+    return release
