@@ -11,10 +11,10 @@ notebook is in the navigation and the README.  A ``slow`` test runs ``mkdocs bui
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import pkgutil
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
