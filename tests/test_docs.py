@@ -161,7 +161,7 @@ def test_nav_and_readme_list_every_page_and_notebook():
 
 @pytest.mark.slow
 @pytest.mark.skipif(
-    shutil.which("mkdocs") is None, reason="mkdocs not installed (pip install .[docs])"
+    importlib.util.find_spec("mkdocs") is None, reason="mkdocs not installed (pip install .[docs])"
 )
 def test_mkdocs_build_strict(tmp_path):
     """The full build, notebooks executed (minutes): no warning, no unresolved reference."""
