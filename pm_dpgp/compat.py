@@ -7,7 +7,7 @@ pm_dpgp supports two stacks from one code base:
   groups are child nodes, ``az.from_netcdf`` returns a ``DataTree``).
 
 Everything that builds, reads, extends or serialises a result goes through the functions
-below, so that every release type, :func:`pm_dpgp.workflow.dp_ppc` and the Thompson loop
+below, so that every release type, ``pm_dpgp.workflow.dp_ppc`` and the Thompson loop
 return the *native* object of the installed ArviZ.  Nothing else in the package checks
 versions.  Group contents are always ``xarray.Dataset`` objects here, whatever the stack.
 """
@@ -113,7 +113,7 @@ def to_netcdf(idata: Any, path: str | os.PathLike[str]) -> str:
 
 
 def from_netcdf(path: str | os.PathLike[str]) -> Any:
-    """Read a file written by :func:`to_netcdf` into the native object, fully loaded."""
+    """Read a file written by ``to_netcdf`` into the native object, fully loaded."""
     import arviz as az
 
     obj = az.from_netcdf(os.fspath(path), engine="h5netcdf")

@@ -1,6 +1,6 @@
 """A differentially private release and its conversion to ArviZ ``InferenceData``.
 
-A :class:`Release` holds only public and DP content: the DP draws, the public test
+A ``Release`` holds only public and DP content: the DP draws, the public test
 inputs, the public shape of the DP noise (it depends only on public inputs,
 public hyperparameters and the privacy parameters) and the privacy metadata the
 design requires (mechanism, privacy model, neighbouring relation, ε, δ,
@@ -110,7 +110,7 @@ class Release:
 
         The spread of the draws of a cloaking / prior-noise release is the DP noise around
         the posterior mean, not posterior uncertainty; see
-        :func:`pm_dpgp.workflow.dp_summary` and ``docs/workflow.md``.
+        ``pm_dpgp.workflow.dp_summary`` and ``docs/workflow.md``.
         """
         import xarray as xr
 
@@ -137,7 +137,7 @@ class Release:
 
 
 def release_to_inference_data(release: Release, **options: Any) -> Any:
-    """``release.to_inference_data(**options)`` (:meth:`Release.to_inference_data`)."""
+    """``release.to_inference_data(**options)`` (``Release.to_inference_data``)."""
     return release.to_inference_data(**options)
 
 

@@ -37,7 +37,7 @@ Z = grid_inducing_points(-3.5, 3.5, 15)
 @pytest.fixture(scope="module")
 def pub():
     return sparse_gp_regression(
-        None, None, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z, sigma=1.0
+        None, None, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z, noise_sd=1.0
     ).public_sparse_gp()
 
 

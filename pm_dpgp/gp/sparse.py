@@ -10,7 +10,7 @@ inputs ``Z`` (``M`` points), ``K = K_ZZ`` (with jitter), ``kᵢ = k(Z, xᵢ)``, 
 
   sums over data points, so they are accumulated chunk by chunk (memory ``O(M² + M·chunk)``,
   independent of ``n``), from an iterator of chunks, or reduced by Dask
-  (:func:`dask.array.map_blocks` per block, then Dask's tree reduction ``sum``).
+  (``dask.array.map_blocks`` per block, then Dask's tree reduction ``sum``).
 * **Titsias' optimal q(u)** (Titsias 2009, eq. 10; Honkela eq. 2, written with a scale
   ``s = σ⁻²``): ``Σ = (K + s B)⁻¹``, ``m = s K Σ A``, ``S = K Σ K``.
 * **Predictions** from any ``q(u) = N(m, S)`` (Hensman et al. 2015, eq. 21; Honkela eq. 17):
@@ -75,7 +75,7 @@ def default_chunk_size(n_inducing: int) -> int:
 def count_matching_rows(Z: ArrayLike, X: ArrayLike) -> int:
     """Number of rows of ``Z`` equal (bitwise, after ``-0.0 → 0.0``) to some row of ``X``.
 
-    Vectorised with :func:`numpy.isin` on row views; used to refuse inducing inputs that were
+    Vectorised with ``numpy.isin`` on row views; used to refuse inducing inputs that were
     taken from the private inputs.
     """
     Zc = np.ascontiguousarray(np.asarray(Z, dtype=np.float64) + 0.0)
@@ -202,7 +202,7 @@ def sufficient_statistics(
     Parameters
     ----------
     kernel
-        ``kernel(Z, X) -> (M, c)`` (e.g. :meth:`PublicSparseGP.kernel`); must be thread-safe
+        ``kernel(Z, X) -> (M, c)`` (e.g. ``PublicSparseGP.kernel``); must be thread-safe
         for Dask's threaded scheduler.
     Z
         Inducing inputs ``(M, d)``.
@@ -212,17 +212,17 @@ def sufficient_statistics(
         * a **tuple of in-memory arrays** ``(X, y)`` or ``(X, y, w)`` (first axis = points);
           processed in row chunks of ``chunk_size``;
         * a **tuple of Dask arrays** (same layout): each block is reduced to a packed
-          ``(A, B, n, extras)`` vector with :func:`dask.array.map_blocks` and the blocks are
+          ``(A, B, n, extras)`` vector with ``dask.array.map_blocks`` and the blocks are
           summed with Dask's tree reduction (``.sum(axis=0)``), so the data need never be on
           one machine;
         * any **other iterable** (generator, list) of such tuples, one per chunk; chunks
           longer than ``chunk_size`` are split.
     preprocess
-        Per-chunk transformation, see :data:`Preprocess`; default: ``(X, y[, w])`` as is.
+        Per-chunk transformation, see ``Preprocess``; default: ``(X, y[, w])`` as is.
     n_targets, n_extras
         Number of target columns ``T`` and length of the ``extras`` vector.
     chunk_size
-        Rows per chunk (default :func:`default_chunk_size`); for Dask input, blocks are
+        Rows per chunk (default ``default_chunk_size``); for Dask input, blocks are
         re-chunked to it only when it is given.
 
     Memory is ``O(M² T + M · chunk_size)``, independent of the number of points.
@@ -283,7 +283,7 @@ def _packed_block_statistics(
 ) -> NDArray:
     """One Dask block's ``(A, B, n, extras)`` packed in a ``(1, P)`` row (runs on a worker).
 
-    A module-level function (pickled by reference) bound with :func:`functools.partial` to
+    A module-level function (pickled by reference) bound with ``functools.partial`` to
     public arguments only; the private block arrays arrive as task inputs, on the worker.
     """
     arrs = [b if nd == 2 else b.reshape(-1) for b, nd in zip(blocks, ndims, strict=True)]

@@ -1,12 +1,12 @@
 """Bayesian workflow on DP releases: posterior predictive checks and Thompson sampling.
 
-* :func:`dp_ppc` — DP draws next to a public hold-out set as ``InferenceData``
+* ``dp_ppc`` — DP draws next to a public hold-out set as ``InferenceData``
   (``az.plot_ppc``, ``az.summary``, ``az.loo``); refuses the private training data.
-* :func:`plot_dp_release` — non-DP band (owner's view), DP draws, DP noise band.
-* :func:`dp_thompson_sampling` — Thompson sampling with DP sample paths under a budget.
-* :func:`dp_thompson_sampling_tree` — Thompson sampling on sufficient statistics released by
+* ``plot_dp_release`` — non-DP band (owner's view), DP draws, DP noise band.
+* ``dp_thompson_sampling`` — Thompson sampling with DP sample paths under a budget.
+* ``dp_thompson_sampling_tree`` — Thompson sampling on sufficient statistics released by
   tree aggregation, the whole run one Gaussian event (``docs/thompson_tree.md``).
-* :func:`dp_summary` — mean, sd and credible interval of DP draws, no MCMC diagnostics.
+* ``dp_summary`` — mean, sd and credible interval of DP draws, no MCMC diagnostics.
 
 See ``docs/workflow.md``.
 """

@@ -1,8 +1,8 @@
 """Posterior predictive checks on DP releases, against a *public* hold-out set.
 
-A DP release (:class:`pm_dpgp.release.Release` from the cloaking or prior-noise
-mechanisms, or a :class:`~pm_dpgp.mechanisms.full.sample_path.SamplePathRelease`) gives
-DP draws of the regression function.  :func:`dp_ppc` puts them next to a public
+A DP release (``pm_dpgp.release.Release`` from the cloaking or prior-noise
+mechanisms, or a ``SamplePathRelease``) gives
+DP draws of the regression function.  ``dp_ppc`` puts them next to a public
 hold-out set in one ``arviz.InferenceData`` laid out like a PyMC model's, so that
 ``az.plot_ppc``, ``az.summary``, ``az.plot_hdi``, ``az.loo`` / ``az.compare`` work as
 usual:
@@ -19,8 +19,8 @@ usual:
 Why only a hold-out set.  The DP guarantee covers the *draws*; the training
 outputs themselves are the private data.  Attaching them as ``observed_data``
 (the usual PyMC habit) would publish them unprotected next to the release.
-:func:`dp_ppc` therefore refuses hold-out data that coincide with the training
-data (:class:`PrivateDataError`).  Where the release is not on the hold-out
+``dp_ppc`` therefore refuses hold-out data that coincide with the training
+data (``PrivateDataError``).  Where the release is not on the hold-out
 inputs, values are obtained by post-processing only: exact lazy evaluation of a
 sample-path release (free), or, on request, linear interpolation of a 1-D release.
 
@@ -67,7 +67,7 @@ def _refuse_private(
     y_raw: Any,
     training: GPRegression | tuple[ArrayLike, ArrayLike] | None,
 ) -> None:
-    """Raise :class:`PrivateDataError` when the 'hold-out' set is (part of) the training set."""
+    """Raise ``PrivateDataError`` when the 'hold-out' set is (part of) the training set."""
     why = (
         "The DP guarantee covers the released draws, not the data: attaching the private "
         "training outputs to the InferenceData (as observed_data / log_likelihood) would "
@@ -163,11 +163,11 @@ def dp_ppc(
     Parameters
     ----------
     release:
-        any pm_dpgp release: a :class:`~pm_dpgp.release.Release` (cloaking, prior noise),
-        a :class:`SamplePathRelease`, a noise-aware
-        :class:`~pm_dpgp.mechanisms.full.noise_aware.SparseQuRelease` (``n_draws`` draws of
+        any pm_dpgp release: a ``pm_dpgp.release.Release`` (cloaking, prior noise),
+        a ``SamplePathRelease``, a noise-aware
+        ``pm_dpgp.mechanisms.full.noise_aware.SparseQuRelease`` (``n_draws`` draws of
         its DP ``q(f)``, Honkela 2024 eq. 17; free) or a
-        :class:`~pm_dpgp.mechanisms.full.dirichlet.DirichletRelease` (then ``y_holdout``
+        ``pm_dpgp.mechanisms.full.dirichlet.DirichletRelease`` (then ``y_holdout``
         holds class labels, ``posterior["p"]`` the class probabilities, the predictive is
         categorical and ``noise_sd`` is not used).
     X_holdout, y_holdout:
@@ -189,7 +189,7 @@ def dp_ppc(
     n_draws:
         draws of ``q(f)`` for a noise-aware or Dirichlet release (default 200).
     interpolate:
-        allow linear interpolation of a 1-D :class:`Release` to the hold-out inputs.
+        allow linear interpolation of a 1-D ``Release`` to the hold-out inputs.
     holdout_is_public:
         skip the identity check.
     rng:
@@ -353,15 +353,18 @@ def plot_dp_release(
 ) -> Axes:
     """Plot a 1-D release: DP draws, their public band, hold-out points (and the owner's view).
 
-    * cloaking / prior noise (:class:`~pm_dpgp.release.Release`): the DP draws and the DP
+    * cloaking / prior noise (``pm_dpgp.release.Release``): the DP draws and the DP
       noise band ``first draw ± width × noise sd`` (public shape of the DP noise);
     * sample paths: the released paths at ``X_grid`` (evaluated lazily, free) or at the
       inputs released so far; no separate noise band;
-    * noise-aware ``q(u)`` (:class:`~pm_dpgp.mechanisms.full.noise_aware.SparseQuRelease`):
+    * noise-aware ``q(u)`` (``pm_dpgp.mechanisms.full.noise_aware.SparseQuRelease``):
       ``max_draws`` draws of the DP ``q(f)`` on ``X_grid`` (default: 200 points over the
       inducing inputs) and the DP predictive mean ± ``width`` sd (eq. 17; public);
     * Dirichlet: the class probabilities (moment approximation) and ``max_draws`` draws of
       ``softmax(f)`` per class.
+
+    The title gives the release's (ε, δ); ``xlabel`` and ``ylabel`` name the axes (e.g. "age
+    (years)", "height (cm)").
 
     The non-DP band needs ``gpr`` (the private model; label releases and sample paths
     only): it is the **data owner's view** and the figure must then not be published.
@@ -464,9 +467,7 @@ def _plot_owner_view(
     """The non-DP posterior band (private: the data owner's view only)."""
     if isinstance(release, SamplePathRelease):
         public_gp = release.public_gp
-        b = float(release.metadata["y_bound"])
-        y = np.asarray(gpr.y, float)
-        y = public_gp.mean + np.clip(y - public_gp.mean, -b, b)
+        y = np.clip(np.asarray(gpr.y, float), *release.metadata["y_bounds"])
     else:
         assert isinstance(release, Release)
         public_gp = gpr.public_gp(hyperparameters)

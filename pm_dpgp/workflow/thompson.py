@@ -6,11 +6,11 @@ Each round ``t`` (Thompson 1933; Russo & Van Roy 2014 for GP posterior sampling)
    objective values observed there (full privacy: inputs *and* outputs private,
    neighbours replace one ``(x, y)``);
 2. the privacy event of releasing **one** posterior sample path of ``D_t`` is computed
-   (:class:`~pm_dpgp.mechanisms.full.sample_path_bounds.SamplePathBound` with ``n = |D_t|``;
+   (``SamplePathBound`` with ``n = |D_t|``;
    the bound grows with ``n``) and the ledger is asked ``can_afford`` **before** any
    sampling; the loop stops cleanly when it cannot;
-3. the path is released with :func:`~pm_dpgp.mechanisms.full.sample_path.sample_path_release`
-   (``n_paths=1``, same ledger: adaptive RDP composition, Mironov 2017 Prop. 1);
+3. the path is released with ``sample_path_release``
+   (``n_draws=1``, same ledger: adaptive RDP composition, Mironov 2017 Prop. 1);
 4. the next query is the maximiser of the released path over candidates: a public
    candidate set, or random candidates in the public box followed by local refinement,
    evaluating the lazy path at new points (post-processing: free);
@@ -18,14 +18,14 @@ Each round ``t`` (Thompson 1933; Russo & Van Roy 2014 for GP posterior sampling)
 
 What is published and what is not.  The chosen inputs, the released path values at
 them, the per-round events and the cumulative ε are DP outputs (post-processing of
-the released paths) and go in :attr:`ThompsonResult.idata`.  The observed objective
-values are the private data: they live only in :attr:`ThompsonResult.owner`
-(:class:`OwnerRecord`), which is never part of the InferenceData.  The observation
-noise sd used by the model and the response bound ``y_bound`` are public; responses
+the released paths) and go in ``ThompsonResult.idata``.  The observed objective
+values are the private data: they live only in ``ThompsonResult.owner``
+(``OwnerRecord``), which is never part of the InferenceData.  The observation
+noise sd used by the model and the response range ``y_bounds`` are public; responses
 are clipped by the mechanism.
 
 Non-private Thompson sampling (``private=False``) draws from the exact posterior with
-no ledger and no clipping; :func:`random_search` is the other baseline.
+no ledger and no clipping; ``random_search`` is the other baseline.
 """
 
 from __future__ import annotations
@@ -41,7 +41,17 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.linalg import cholesky
 
-from pm_dpgp._validation import check_delta, check_finite_array, check_positive, check_rng
+from pm_dpgp._progress import progress_bar
+from pm_dpgp._validation import (
+    bounds_from_centred,
+    centred_bound,
+    check_delta,
+    check_finite_array,
+    check_positive,
+    check_rng,
+    reject_unexpected,
+    renamed,
+)
 from pm_dpgp.accounting import Ledger, PrivacyEvent
 from pm_dpgp.compat import get_group
 from pm_dpgp.mechanisms.full.sample_path import sample_path_release
@@ -51,7 +61,6 @@ from pm_dpgp.mechanisms.full.sample_path_bounds import (
     kernel_lower_bound,
 )
 from pm_dpgp.models import GPRegression, PublicGP, gp_regression
-from pm_dpgp.workflow.progress import progress_bar
 
 __all__ = ["OwnerRecord", "ThompsonResult", "dp_thompson_sampling", "random_search"]
 
@@ -83,7 +92,7 @@ class ThompsonResult:
         the publishable ``arviz.InferenceData`` (group ``thompson`` with dim ``round``;
         ``constant_data`` with the public design); DP content only.
     owner:
-        the private :class:`OwnerRecord` (observed values): not for publication.
+        the private ``OwnerRecord`` (observed values): not for publication.
     ledger:
         the ledger charged by the run (``None`` for non-private runs).
     events:
@@ -161,7 +170,7 @@ def _thompson_idata(
 class _Dataset:
     """``GPRegression``-like view of the growing dataset, reusing one compiled kernel.
 
-    :func:`sample_path_release` needs ``public_gp(hyperparameters)`` and ``y``.  The
+    ``sample_path_release`` needs ``public_gp(hyperparameters)`` and ``y``.  The
     PublicGP of the first model holds the kernel compiled once by PyTensor (it depends
     on the public hyperparameters only), so each round only swaps the inputs.
     """
@@ -338,8 +347,8 @@ def dp_thompson_sampling(
     X_init: ArrayLike,
     n_rounds: int,
     noise_sd: float,
-    sigma: float = 1.0,
-    y_bound: float = 1.0,
+    kernel_scale: float | None = None,
+    y_bounds: tuple[float, float] | None = None,
     prior_mean: float = 0.0,
     private: bool = True,
     ledger: Ledger | None = None,
@@ -353,6 +362,7 @@ def dp_thompson_sampling(
     refine_points: int = 32,
     progressbar: bool = True,
     rng: np.random.Generator | None = None,
+    **deprecated: Any,
 ) -> ThompsonResult:
     """Run (DP) Thompson sampling for at most ``n_rounds`` rounds (see the module doc).
 
@@ -362,7 +372,7 @@ def dp_thompson_sampling(
         ``objective(X) -> y`` for ``X`` of shape ``(k, d)``: the curator's (noisy)
         observations, the private data.
     cov_func:
-        PyMC covariance with public, fixed hyperparameters; ``cov_func / sigma²`` must
+        PyMC covariance with public, fixed hyperparameters; ``cov_func / kernel_scale²`` must
         satisfy ``k(x, x) ≤ 1``.
     domain:
         public box ``(lower, upper)``; candidates and queries stay inside it.
@@ -373,9 +383,12 @@ def dp_thompson_sampling(
     noise_sd:
         public observation-noise sd of the GP model (``σ √r²``; a larger value
         lowers the per-round ε).
-    sigma, y_bound, eta, kernel_class, kappa:
-        public parameters of the sample-path mechanism (``kappa`` defaults to the
-        kernel's lower bound on ``domain``).
+    kernel_scale, y_bounds, eta, kernel_class, kappa:
+        public parameters of the sample-path mechanism, as in
+        ``sample_path_release`` (``kernel_scale``
+        defaults to 1, ``y_bounds`` to ``(prior_mean − 1, prior_mean + 1)``; ``kappa`` to the
+        kernel's lower bound on ``domain``).  Formerly ``sigma`` and the centred ``y_bound=M``
+        (``y_bounds=(prior_mean − M, prior_mean + M)``).
     sensitivity:
         the sample-path mean sensitivity, ``"coupled"`` (default; eq. SP11,
         ``docs/sample_paths.md`` §3.11) or ``"paper"`` (eq. SP4); used both for the
@@ -395,11 +408,19 @@ def dp_thompson_sampling(
     rng:
         the only source of randomness.
     """
+
+    func = "dp_thompson_sampling"
+    kernel_scale = renamed("sigma", "kernel_scale", deprecated, kernel_scale, func=func)
+    kernel_scale = 1.0 if kernel_scale is None else kernel_scale
+    y_bounds = bounds_from_centred("y_bound", deprecated, y_bounds, prior_mean, func=func)
+    reject_unexpected(deprecated, func=func)
+    y_bounds = (prior_mean - 1.0, prior_mean + 1.0) if y_bounds is None else y_bounds
+    y_lower, y_upper, M_Y = centred_bound(y_bounds, prior_mean)
     rng = check_rng(rng)
     X0, lower, upper, fixed_cand, n_cand = check_loop_inputs(X_init, domain, n_rounds, candidates)
     d = X0.shape[1]
     noise_sd = check_positive(noise_sd, "noise_sd")
-    sigma = check_positive(sigma, "sigma")
+    kernel_scale = check_positive(kernel_scale, "kernel_scale")
     if private:
         if ledger is None:
             raise ValueError("private=True needs a Ledger with the privacy budget.")
@@ -407,12 +428,12 @@ def dp_thompson_sampling(
 
     fill = float(prior_mean) if private else None
     y0 = _observe(objective, X0, fill)
-    model = gp_regression(X0, y0, cov_func, sigma=noise_sd, mean=prior_mean, mean_is_public=True)
+    model = gp_regression(X0, y0, cov_func, noise_sd=noise_sd, mean=prior_mean, mean_is_public=True)
     base = model.public_gp()
-    r2 = base.noise_var / sigma**2
+    r2 = base.noise_var / kernel_scale**2
     if private and kappa is None:
         kappa = kernel_lower_bound(
-            lambda A, B: base.kernel(A, B) / sigma**2, np.column_stack([lower, upper])
+            lambda A, B: base.kernel(A, B) / kernel_scale**2, np.column_stack([lower, upper])
         )
     X_all, y_all = X0.copy(), y0.copy()
 
@@ -444,9 +465,9 @@ def dp_thompson_sampling(
                     assert ledger is not None and delta is not None and kappa is not None
                     bound = SamplePathBound(
                         n=n,
-                        sigma=sigma,
+                        kernel_scale=kernel_scale,
                         r2=r2,
-                        y_bound=y_bound,
+                        M_Y=M_Y,
                         kappa=float(kappa),
                         eta=eta,
                         kernel_class=kernel_class,
@@ -460,9 +481,9 @@ def dp_thompson_sampling(
                     release = sample_path_release(
                         data,
                         X_c,
-                        n_paths=1,
-                        sigma=sigma,
-                        y_bound=y_bound,
+                        n_draws=1,
+                        kernel_scale=kernel_scale,
+                        y_bounds=(y_lower, y_upper),
                         delta=delta,
                         kappa=float(kappa),
                         domain=np.column_stack([lower, upper]),
@@ -525,8 +546,8 @@ def dp_thompson_sampling(
         "n_rounds_requested": int(n_rounds),
         "n_rounds_completed": len(rows["x_chosen"]),
         "noise_sd": noise_sd,
-        "sigma": sigma,
-        "y_bound": y_bound,
+        "kernel_scale": kernel_scale,
+        "y_bounds": [y_lower, y_upper],
         "eta": eta,
         "kernel_class": kernel_class,
         "kernel": base.description,

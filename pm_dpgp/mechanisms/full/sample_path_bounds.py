@@ -1,8 +1,9 @@
-r"""Rényi-DP bounds for releasing GP posterior sample paths (Maciazek, REFERENCE §4).
+r"""Rényi-DP bounds for releasing GP posterior sample paths (Maciazek; ``docs/sample_paths.md``).
 
 Setting (full privacy, replace-one neighbours).  Prior ``f ~ GP(0, σ² k)`` with
 ``k(x, x) ≤ 1`` and ``k(x, x') ≥ κ ≥ 0`` on the public input domain, observation-noise
-variance ``σ² r²`` (``r²`` is the *effective ridge*), responses ``|y| ≤ M_Y`` (``y_bound``),
+variance ``σ² r²`` (``r²`` is the *effective ridge*), responses ``|y| ≤ M_Y`` (``M_Y``, derived
+from the public range ``y_bounds`` and the prior mean by the releases),
 ``n`` training points.  The mechanism releases ``L`` independent posterior sample paths,
 optionally plus ``η g`` with ``g ~ GP(0, k)`` independent.  Every quantity below is derived
 in ``docs/sample_paths.md``; the equation numbers refer to that page.
@@ -21,7 +22,7 @@ in ``docs/sample_paths.md``; the equation numbers refer to that page.
 * (SP7) one path, ``1 < α < α_max = 1 + 1/τ``:
   ``ε(α) = 2ψ_α(τ) + (α/2)(V+r²)/(A(1−β)) Δ²``, ``A = σ²r² + η²(V+r²)``
 * (SP8) ``L`` (possibly adaptively chosen) paths: ``L ε(α)`` (Mironov 2017, Prop. 1)
-* (SP9) (ε, δ): minimise the conversion of :func:`pm_dpgp.accounting.rdp_to_epsilon`
+* (SP9) (ε, δ): minimise the conversion of ``pm_dpgp.accounting.rdp_to_epsilon``
   (Canonne–Kamath–Steinke 2020, Prop. 12) over α ∈ (1, α_max).
 * (SP10) tighter covariance term ``g(1+τ) + g(1/(1+τ)) = −ln(1 − α(α−1)τ²/(1+τ))/(2(α−1))
   ≤ 2ψ_α(τ)`` (``cov_bound="inertia"``, the default; Sylvester's law of inertia, see the docs).
@@ -53,7 +54,18 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.optimize import minimize_scalar
 
-from pm_dpgp._validation import PrivacyWarning, check_delta, check_epsilon, check_positive
+from pm_dpgp._validation import (
+    PrivacyWarning,
+    bounds_from_centred,
+    centred_bound,
+    check_delta,
+    check_epsilon,
+    check_positive,
+    reject_unexpected,
+    renamed,
+    renamed_fields,
+    require,
+)
 from pm_dpgp.accounting import DEFAULT_ORDERS, RdpCurveEvent, rdp_to_epsilon
 
 __all__ = [
@@ -176,7 +188,7 @@ def kernel_lower_bound(
     n_grid: int = 33,
     atol: float = 1e-9,
 ) -> float:
-    r"""Lower bound κ on a stationary kernel over a box domain (REFERENCE §4 setting).
+    r"""Lower bound κ on a stationary kernel over a box domain (``docs/sample_paths.md``, §1).
 
     For a stationary kernel ``k(x, x') = k0(x − x')`` the difference ``h = x − x'`` ranges
     over the box ``[−w, w]`` (``w = high − low``), so ``κ = max(0, min_{|h_j| ≤ w_j} k0(h))``.
@@ -191,7 +203,8 @@ def kernel_lower_bound(
       A grid check is evidence, not a proof: pass ``assume_monotone=True`` when monotonicity is
       known, or give κ yourself (``κ = 0`` is always valid).
 
-    Also checks ``k(x, x) ≤ 1`` (put the scale into ``sigma``) and stationarity at a few pairs.
+    Also checks ``k(x, x) ≤ 1`` (put the scale into ``kernel_scale``) and stationarity at a few
+    pairs.
 
     Parameters
     ----------
@@ -199,7 +212,7 @@ def kernel_lower_bound(
         ``kernel_fn(X1, X2)`` → ``(len(X1), len(X2))`` kernel matrix for inputs of shape
         ``(·, d)``.  E.g. ``lambda A, B: pm.gp.cov.ExpQuad(1, ls=0.3)(A, B).eval()``.
     domain
-        Public box domain, see :func:`parse_domain`.
+        Public box domain, see ``parse_domain``.
     """
     lows, highs = parse_domain(domain)
     d = lows.size
@@ -212,7 +225,7 @@ def kernel_lower_bound(
     if np.any(~np.isfinite(diag)) or np.any(diag > 1.0 + 1e-12):
         raise ValueError(
             f"the kernel must satisfy k(x, x) <= 1 (got up to {np.nanmax(diag):.6g}); write the "
-            "prior as sigma^2 * k with a normalised k and pass the scale as sigma."
+            "prior as kernel_scale^2 * k with a normalised k and pass the scale as kernel_scale."
         )
     # Stationarity spot check: k(a, a + h) must not depend on a (a, a + h in the box).
     h = 0.37 * w
@@ -275,7 +288,7 @@ def psi(alpha: float | NDArray[np.float64], tau: float) -> float | NDArray[np.fl
 
     ``g`` decreases on ``(·, 1]`` and increases on ``[1, ·)`` (``g'(λ) = α(λ−1)/(2λ(1+α(λ−1)))``),
     so its maximum over the eigenvalue range ``[1/(1+τ), 1+τ]`` is at an endpoint:
-    ``ψ = max(g(1+τ), g(1/(1+τ)))`` (:func:`psi_parts`).
+    ``ψ = max(g(1+τ), g(1/(1+τ)))`` (``psi_parts``).
     """
     hi, lo = psi_parts(alpha, tau)
     out = np.maximum(hi, lo)
@@ -353,15 +366,16 @@ class SamplePathBound:
     ----------
     n
         Dataset size (public).
-    sigma
-        Kernel scale σ > 0 (prior ``GP(0, σ² k)``).
+    kernel_scale
+        Kernel scale (amplitude sd) σ > 0 (prior ``GP(0, σ² k)``; formerly ``sigma``).
     r2
-        Effective ridge r² > 0 (noise variance ``σ² r²``).
-    y_bound
-        Public response bound ``M_Y > 0`` (responses clipped to ``[−M_Y, M_Y]``).
+        Effective ridge r² > 0 (noise variance ``σ² r²``, i.e. ``noise_sd = σ r``).
+    M_Y
+        Public bound on the centred responses, ``|y − μ₀| ≤ M_Y`` (formerly ``y_bound``); for a
+        public range ``y_bounds = (lower, upper)`` it is ``max(|lower − μ₀|, |upper − μ₀|)``.
     kappa
         Public lower bound κ ∈ [0, 1] on the normalised kernel over the domain
-        (:func:`kernel_lower_bound`).
+        (``kernel_lower_bound``).
     eta
         Scale η ≥ 0 of the extra prior-GP noise ``η g``, ``g ~ GP(0, k)``.
     kernel_class
@@ -371,7 +385,7 @@ class SamplePathBound:
     constant
         ``"proved"`` (default): ``Δ = 2 B √Φ``.  ``"author"``: ``Δ = √2 B √Φ`` as in the author's
         code; *not* a valid bound in general (see ``docs/sample_paths.md``); emits a
-        :class:`~pm_dpgp._validation.PrivacyWarning`.
+        ``PrivacyWarning``.
     cov_bound
         ``"inertia"`` (default): covariance term ``g(1+τ) + g(1/(1+τ))`` (eq. SP10; ``Σ₂ − Σ₁``
         is a rank-one update minus a rank-one update, so at most one eigenvalue of the whitened
@@ -386,9 +400,9 @@ class SamplePathBound:
     """
 
     n: int
-    sigma: float
+    kernel_scale: float
     r2: float
-    y_bound: float
+    M_Y: float
     kappa: float
     eta: float = 0.0
     kernel_class: KernelClass = "generic"
@@ -403,9 +417,9 @@ class SamplePathBound:
                 self, "sensitivity", "paper" if self.constant == "author" else "coupled"
             )
         object.__setattr__(self, "n", _check_n(self.n))
-        object.__setattr__(self, "sigma", check_positive(self.sigma, "sigma"))
+        object.__setattr__(self, "kernel_scale", check_positive(self.kernel_scale, "kernel_scale"))
         object.__setattr__(self, "r2", check_positive(self.r2, "r2"))
-        object.__setattr__(self, "y_bound", check_positive(self.y_bound, "y_bound"))
+        object.__setattr__(self, "M_Y", check_positive(self.M_Y, "M_Y"))
         object.__setattr__(self, "kappa", check_kappa(self.kappa))
         object.__setattr__(self, "eta", check_positive(self.eta, "eta", allow_zero=True))
         if self.kernel_class not in _KERNEL_CLASSES:
@@ -450,12 +464,12 @@ class SamplePathBound:
     @property
     def B(self) -> float:
         """Bound on the core residual ``|y − m_core(x)|`` (eq. SP3)."""
-        generic = self.y_bound * (1.0 + math.sqrt(self.n - 1) / math.sqrt(self.r2))
+        generic = self.M_Y * (1.0 + math.sqrt(self.n - 1) / math.sqrt(self.r2))
         if self.kernel_class == "generic":
             return generic
         if self.kernel_class == "exponential_1d":
-            return min(2.0 * self.y_bound, generic)
-        return self.y_bound  # constant kernel: Δm ∝ (y − y'), the core mean cancels
+            return min(2.0 * self.M_Y, generic)
+        return self.M_Y  # constant kernel: Δm ∝ (y − y'), the core mean cancels
 
     @property
     def Delta_paper(self) -> float:
@@ -491,12 +505,12 @@ class SamplePathBound:
     @property
     def A(self) -> float:
         """``σ²r² + η²(V + r²)`` (eq. SP7)."""
-        return self.sigma**2 * self.r2 + self.eta**2 * (self.V + self.r2)
+        return self.kernel_scale**2 * self.r2 + self.eta**2 * (self.V + self.r2)
 
     @property
     def tau(self) -> float:
         """``σ²V/(σ²r² + η²(V+r²))``; ``V/r²`` without extra noise (eq. SP5)."""
-        return self.sigma**2 * self.V / self.A
+        return self.kernel_scale**2 * self.V / self.A
 
     @property
     def alpha_max(self) -> float:
@@ -572,8 +586,8 @@ class SamplePathBound:
     def epsilon_and_order(self, delta: float, L: int = 1) -> tuple[float, float]:
         """``(ε, α*)``: the (ε, δ) guarantee of ``L`` paths and the order attaining it (SP9).
 
-        Grid search over :meth:`orders`, then a bounded scalar refinement of the same
-        conversion (:func:`~pm_dpgp.accounting.rdp_to_epsilon`) around the best grid order.
+        Grid search over ``orders``, then a bounded scalar refinement of the same
+        conversion (``rdp_to_epsilon``) around the best grid order.
         Every candidate is a valid bound; the smallest is returned.  ``+inf`` if α_max ≤ 1.01.
         """
         delta = check_delta(delta)
@@ -610,9 +624,9 @@ class SamplePathBound:
             "mechanism": "posterior_sample_paths",
             "privacy_model": "full (inputs and outputs private), replace-one neighbours",
             "n": self.n,
-            "sigma": self.sigma,
+            "kernel_scale": self.kernel_scale,
             "r2": self.r2,
-            "y_bound": self.y_bound,
+            "M_Y": self.M_Y,
             "kappa": self.kappa,
             "eta": self.eta,
             "kernel_class": self.kernel_class,
@@ -628,6 +642,9 @@ class SamplePathBound:
         }
 
 
+renamed_fields(SamplePathBound, {"sigma": "kernel_scale", "y_bound": "M_Y"})
+
+
 # --------------------------------------------------------------------------------------------
 # planning helpers: no data touched
 # --------------------------------------------------------------------------------------------
@@ -640,8 +657,13 @@ class FeasibleConfiguration:
     alpha: float
 
     @property
-    def sigma(self) -> float:
-        return self.bound.sigma
+    def kernel_scale(self) -> float:
+        return self.bound.kernel_scale
+
+    @property
+    def noise_sd(self) -> float:
+        """The observation noise sd ``σ r`` of this configuration."""
+        return self.bound.kernel_scale * math.sqrt(self.bound.r2)
 
     @property
     def r2(self) -> float:
@@ -662,11 +684,11 @@ def _grid(values: float | Sequence[float], name: str, *, allow_zero: bool) -> li
 def feasible_configurations(
     *,
     n: int,
-    y_bound: float,
+    y_bounds: tuple[float, float] | None = None,
     kappa: float,
     epsilon: float,
     delta: float,
-    sigmas: float | Sequence[float],
+    kernel_scales: float | Sequence[float] | None = None,
     r2s: float | Sequence[float],
     etas: float | Sequence[float] = 0.0,
     L: int = 1,
@@ -674,13 +696,31 @@ def feasible_configurations(
     constant: ConstantChoice = "proved",
     cov_bound: CovBound = "inertia",
     sensitivity: Sensitivity = "coupled",
+    prior_mean: float | None = None,
+    **deprecated: Any,
 ) -> list[FeasibleConfiguration]:
     """Answer "which (σ, r², η) meet my budget?": the grid points with ``ε(δ, L) ≤ epsilon``.
 
-    Uses only public quantities (n, M_Y, κ, the grids), never the data, so it can drive a
-    constrained hyperparameter search (Maciazek §5; REFERENCE §6).  Grid order is kept
-    (σ outermost, then r², then η).
+    Uses only public quantities (n, ``y_bounds``, κ, the grids), never the data, so it can
+    drive a constrained hyperparameter search (Maciazek §5; ``docs/sample_paths.md``).  Grid
+    order is kept (σ outermost, then r², then η).  ``M_Y`` is derived from the public range
+    ``y_bounds`` and the model's public ``prior_mean`` (default: the midpoint of ``y_bounds``,
+    where ``M_Y`` is the half-width) as ``sample_path_release`` does.  Formerly
+    ``y_bound=M`` (``y_bounds=(μ₀ − M, μ₀ + M)``) and ``sigmas=``.
     """
+    func = "feasible_configurations"
+    kernel_scales = require(
+        renamed("sigmas", "kernel_scales", deprecated, kernel_scales, func=func),
+        "kernel_scales",
+        func=func,
+    )
+    y_bounds = bounds_from_centred(
+        "y_bound", deprecated, y_bounds, 0.0 if prior_mean is None else prior_mean, func=func
+    )
+    reject_unexpected(deprecated, func=func)
+    lower, upper = require(y_bounds, "y_bounds", func=func)
+    centre = 0.5 * (float(lower) + float(upper)) if prior_mean is None else prior_mean
+    M_Y = centred_bound(y_bounds, centre)[2]
     target = check_epsilon(epsilon)
     delta = check_delta(delta)
     L = _check_L(L)
@@ -693,11 +733,11 @@ def feasible_configurations(
                 stacklevel=2,
             )
             warnings.simplefilter("ignore", PrivacyWarning)
-        for s in _grid(sigmas, "sigmas", allow_zero=False):
+        for s in _grid(kernel_scales, "kernel_scales", allow_zero=False):
             for r2 in _grid(r2s, "r2s", allow_zero=False):
                 for eta in _grid(etas, "etas", allow_zero=True):
                     b = SamplePathBound(
-                        n, s, r2, y_bound, kappa, eta, kernel_class, constant, cov_bound,
+                        n, s, r2, M_Y, kappa, eta, kernel_class, constant, cov_bound,
                         sensitivity,
                     )  # fmt: skip
                     eps, a = b.epsilon_and_order(delta, L)
