@@ -150,7 +150,7 @@ def plan_sample_path_noise_sd(
         total = np.zeros(len(DEFAULT_ORDERS))
         for n in range(n0, n0 + rounds):
             bound = SamplePathBound(
-                n=n, sigma=1.0, r2=noise_sd**2, y_bound=1.0, kappa=kappa, **bound_kwargs
+                n=n, kernel_scale=1.0, r2=noise_sd**2, M_Y=1.0, kappa=kappa, **bound_kwargs
             )
             total += bound.event(1).rdp(DEFAULT_ORDERS)
         return rdp_to_epsilon(DEFAULT_ORDERS, total, DELTA / len(DEFAULT_ORDERS))
@@ -197,7 +197,7 @@ def run_cell(
             _noisy(problem.f, 10_000 + seed),
             problem.cov(),
             noise_sd=sp_noise[name],
-            y_bound=1.0,
+            y_bounds=(-1.0, 1.0),
             kappa=kappa,
             ledger=Ledger(epsilon=epsilon, delta=DELTA),
             rng=np.random.default_rng(seed),
@@ -216,7 +216,7 @@ def run_cell(
             problem.cov(),
             noise_sd=TRUE_NOISE_SD,
             inducing=problem.grid_size(),
-            y_bound=1.0,
+            y_bounds=(-1.0, 1.0),
             ledger=Ledger(epsilon=epsilon, delta=DELTA),
             inputs_public=inputs_public,
             rng=np.random.default_rng(seed),

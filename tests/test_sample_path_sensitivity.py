@@ -140,7 +140,7 @@ def test_gram_search_stays_below_the_coupled_sensitivity(n, r2, kappa):
     """sup ‖Δm‖_{H_c} over Gram matrices ≤ Δ (coupled); the search gets within 0.6 of it (a
     broken search or a grossly loose bound fails)."""
     res = adversarial_gram(
-        n=n, r2=r2, kappa=kappa, y_bound=1.0, restarts=3, maxiter=200,
+        n=n, r2=r2, kappa=kappa, M_Y=1.0, restarts=3, maxiter=200,
         rng=np.random.default_rng(n + int(10 * r2)),
     )  # fmt: skip
     b = SamplePathBound(n, 1.0, r2, 1.0, kappa, sensitivity="coupled")
@@ -182,16 +182,16 @@ def test_gram_search_exact_divergence_below_the_coupled_bound(n, r2, kappa):
     sigma = 0.5
     b = SamplePathBound(n, sigma, r2, 1.0, kappa, sensitivity="coupled")
     res = adversarial_gram(
-        n=n, r2=r2, kappa=kappa, y_bound=1.0, restarts=8, rng=np.random.default_rng(0)
+        n=n, r2=r2, kappa=kappa, M_Y=1.0, restarts=8, rng=np.random.default_rng(0)
     )
     assert res.value <= b.Delta * (1 + 1e-9)
     for frac in (0.02, 0.5):
         a = 1.0 + frac * (b.alpha_max - 1.0)
         w = adversarial_gram(
-            n=n, r2=r2, kappa=kappa, y_bound=1.0, objective="total", alpha=a, sigma=sigma,
+            n=n, r2=r2, kappa=kappa, M_Y=1.0, objective="total", alpha=a, kernel_scale=sigma,
             n_extra_test=1, restarts=2, maxiter=100, rng=np.random.default_rng(1),
         )  # fmt: skip
-        t = gram_divergence(w, alpha=a, sigma=sigma, r2=r2)
+        t = gram_divergence(w, alpha=a, kernel_scale=sigma, r2=r2)
         b_mean, b_cov = bound_roundoff(b, a)
         slack = 1e-8 * (1 + t.total)  # Σ on ≤ 6 points, ridge ≥ 0.5: well conditioned
         assert t.mean <= b.mean_term(a) + b_mean + slack

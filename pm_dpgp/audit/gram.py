@@ -94,7 +94,7 @@ def _index_kernel(G: NDArray[np.float64]) -> Callable[[NDArray, NDArray], NDArra
 
 
 def gram_divergence(
-    case: GramWorstCase, *, alpha: float, sigma: float, r2: float, eta: float = 0.0
+    case: GramWorstCase, *, alpha: float, kernel_scale: float, r2: float, eta: float = 0.0
 ) -> RenyiTerms:
     """Exact ``D_α(P_D ‖ P_D')`` of the released values at every row of ``case.G`` (core,
     ``x``, ``x'`` and the extra test points), via :func:`posterior_renyi_terms` with a kernel
@@ -112,7 +112,7 @@ def gram_divergence(
         np.append(case.y_core, case.y_prime),
         T,
         alpha=alpha,
-        sigma=sigma,
+        kernel_scale=kernel_scale,
         r2=r2,
         eta=eta,
     )
@@ -135,10 +135,10 @@ def adversarial_gram(
     n: int,
     r2: float,
     kappa: float,
-    y_bound: float,
+    M_Y: float,
     objective: GramObjective = "rkhs",
     alpha: float | None = None,
-    sigma: float = 1.0,
+    kernel_scale: float = 1.0,
     eta: float = 0.0,
     n_extra_test: int = 0,
     restarts: int = 8,
@@ -154,7 +154,7 @@ def adversarial_gram(
     rng = check_rng(rng)
     kappa = check_kappa(kappa)
     r2 = check_positive(r2, "r2")
-    M = check_positive(y_bound, "y_bound")
+    M = check_positive(M_Y, "M_Y")
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be a whole number >= 1, got {n!r}.")
     if objective not in ("rkhs", "mean", "total"):
@@ -168,7 +168,7 @@ def adversarial_gram(
         if objective == "rkhs":
             return gram_rkhs_sensitivity(G, yc, y, yp, r2)
         case = GramWorstCase(G, yc, y, yp, math.nan, objective)
-        t = gram_divergence(case, alpha=float(alpha), sigma=sigma, r2=r2, eta=eta)
+        t = gram_divergence(case, alpha=float(alpha), kernel_scale=kernel_scale, r2=r2, eta=eta)
         v = t.mean if objective == "mean" else t.total
         return v if math.isfinite(v) else -math.inf
 

@@ -47,7 +47,15 @@ import numpy as np
 import scipy.linalg as sla
 from numpy.typing import ArrayLike, NDArray
 
-from pm_dpgp._validation import check_delta, check_epsilon, check_positive, check_rng
+from pm_dpgp._validation import (
+    bounds_from_centred,
+    centred_bound,
+    check_delta,
+    check_epsilon,
+    check_positive,
+    check_rng,
+    reject_unexpected,
+)
 from pm_dpgp.accounting import Ledger
 from pm_dpgp.mechanisms.full.noise_aware import (
     NEIGHBOURING_RELATION,
@@ -175,7 +183,7 @@ def dp_thompson_sampling_tree(
     n_rounds: int,
     noise_sd: float,
     inducing: ArrayLike | int = 8,
-    y_bound: float = 1.0,
+    y_bounds: tuple[float, float] | None = None,
     prior_mean: float = 0.0,
     ledger: Ledger,
     epsilon: float | None = None,
@@ -190,6 +198,7 @@ def dp_thompson_sampling_tree(
     refine_points: int = 32,
     progressbar: bool = True,
     rng: np.random.Generator | None = None,
+    **deprecated: Any,
 ) -> ThompsonResult:
     """Run DP Thompson sampling on tree-released sufficient statistics (see the module doc).
 
@@ -203,8 +212,10 @@ def dp_thompson_sampling_tree(
     inducing:
         public inducing inputs ``Z`` (``(M, d)``), or the number of grid points per dimension
         of a regular grid on the public box.
-    y_bound, prior_mean:
-        public response bound ``R_y`` (``|y − μ|`` clipped to it) and prior mean ``μ``.
+    y_bounds, prior_mean:
+        public response range ``(lower, upper)`` (default ``(μ − 1, μ + 1)``) and prior mean
+        ``μ``; residuals ``y − μ`` are clipped to ``±R_y`` with
+        ``R_y = max(|lower − μ|, |upper − μ|)`` (the deprecated centred ``y_bound=R_y`` works).
     ledger, epsilon, delta:
         the run's (ε, δ) (``epsilon`` defaults to the ledger's remaining budget, ``delta`` to
         its δ) is charged once, before the first round; if the ledger cannot afford it the run
@@ -232,7 +243,12 @@ def dp_thompson_sampling_tree(
     d = X0.shape[1]
     T = int(n_rounds)
     noise_sd = check_positive(noise_sd, "noise_sd")
-    R_y = check_positive(y_bound, "y_bound")
+    func = "dp_thompson_sampling_tree"
+    y_bounds = bounds_from_centred("y_bound", deprecated, y_bounds, prior_mean, func=func)
+    reject_unexpected(deprecated, func=func)
+    if y_bounds is None:
+        y_bounds = (prior_mean - 1.0, prior_mean + 1.0)
+    _, _, R_y = centred_bound(y_bounds, prior_mean)
     c = check_positive(ratio, "ratio")
     if not isinstance(ledger, Ledger):
         raise ValueError("ledger must be a pm_dpgp Ledger holding the privacy budget.")
@@ -359,7 +375,8 @@ def dp_thompson_sampling_tree(
         "n_rounds_requested": T,
         "n_rounds_completed": len(rows["x_chosen"]),
         "noise_sd": noise_sd,
-        "y_bound": R_y,
+        "y_bounds": [float(b) for b in y_bounds],
+        "R_y": R_y,
         "prior_mean": float(prior_mean),
         "feature_norm": feats.R,
         "n_inducing": M,

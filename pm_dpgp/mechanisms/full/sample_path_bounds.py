@@ -481,15 +481,15 @@ class SamplePathBound:
     def Delta_coupled(self) -> float:
         """``min(Δ_cpl, Δ_op)`` of eq. (SP11) (docs §3.11); ``2M_Y√Φ`` for the constant kernel."""
         if self.kernel_class == "constant":
-            return 2.0 * self.y_bound * math.sqrt(self.Phi)
+            return 2.0 * self.M_Y * math.sqrt(self.Phi)
         cpl = coupled_sensitivity(
             self.n,
             self.r2,
             self.V,
-            self.y_bound,
+            self.M_Y,
             mean_bounded=self.kernel_class == "exponential_1d",
         )
-        return min(cpl, operator_sensitivity(self.n, self.r2, self.V, self.y_bound))
+        return min(cpl, operator_sensitivity(self.n, self.r2, self.V, self.M_Y))
 
     @property
     def Delta(self) -> float:
