@@ -51,7 +51,7 @@ for OWNER, (name, data) in [(o, c) for o in (False, True) for c in cases.items()
             data,
             epsilon=1.0,
             delta=1e-5,
-            y_bound=2.0,
+            y_bounds=(-2.0, 2.0),
             ledger=led,
             gamma=0.5,
             rng=np.random.default_rng(5),

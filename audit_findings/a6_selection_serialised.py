@@ -21,7 +21,7 @@ from tests.test_liu_talwar import GRID, _sparse_model  # noqa: E402
 
 warnings.simplefilter("ignore")
 model = _sparse_model(80)
-res = select_by_random_stopping(model, GRID, epsilon=1.0, delta=1e-5, y_bound=2.0,
+res = select_by_random_stopping(model, GRID, epsilon=1.0, delta=1e-5, y_bounds=(-2.0, 2.0),
                                 ledger=Ledger(epsilon=1e6, delta=1e-3, filter="renyi"),
                                 gamma=0.3, rng=np.random.default_rng(2))  # fmt: skip
 owner = res.owner_report()

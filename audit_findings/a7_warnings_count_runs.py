@@ -15,7 +15,7 @@ model = _sparse_model(80)
 for seed in range(4):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        res = select_by_random_stopping(model, GRID, epsilon=20.0, delta=0.1, y_bound=2.0,
+        res = select_by_random_stopping(model, GRID, epsilon=20.0, delta=0.1, y_bounds=(-2.0, 2.0),
                                         ledger=Ledger(epsilon=1e9, delta=0.5, filter="renyi"),
                                         gamma=0.3, rng=np.random.default_rng(seed))  # fmt: skip
     K = res.owner_report()["n_runs"]

@@ -48,7 +48,7 @@ def problem(n: int, m: int, d: int, seed: int = 0):
 
 def model_for(X, y):
     d = X.shape[1]
-    return gp_regression(X, y, pm.gp.cov.ExpQuad(d, ls=1.5), sigma=0.3, mean=0.0)
+    return gp_regression(X, y, pm.gp.cov.ExpQuad(d, ls=1.5), noise_sd=0.3, mean=0.0)
 
 
 def one_cholesky(X: np.ndarray, repeats: int) -> float:

@@ -63,7 +63,12 @@ def release(public: Any, data: Any, seed: int = 0) -> Any:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return noise_aware_release(
-            public, data, epsilon=1.0, delta=1e-6, y_bound=2.0, rng=np.random.default_rng(seed)
+            public,
+            data,
+            epsilon=1.0,
+            delta=1e-6,
+            y_bounds=(-2.0, 2.0),
+            rng=np.random.default_rng(seed),
         )
 
 
@@ -89,7 +94,7 @@ def bench_stream(n: int, distributed: bool = True) -> None:
 def _bench_stream(n: int, setting: str, distributed_run: bool = False) -> None:
     Z = grid_inducing_points([-5.0, -5.0], [5.0, 5.0], [10, 10])
     public = sparse_gp_regression(
-        None, None, pm.gp.cov.ExpQuad(2, ls=1.5), Z=Z, sigma=0.3
+        None, None, pm.gp.cov.ExpQuad(2, ls=1.5), Z=Z, noise_sd=0.3
     ).public_sparse_gp()
     M = public.n_inducing
     chunk = default_chunk_size(M)

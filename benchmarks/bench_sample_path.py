@@ -61,7 +61,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     X = rng.uniform(0, 10, (n, 1))
     y = np.sin(X[:, 0]) + 0.3 * rng.standard_normal(n)
-    model = gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=1.0), sigma=2.0)
+    model = gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=1.0), noise_sd=2.0)
     public_gp = model.public_gp()
     X_star = np.linspace(0, 10, m)[:, None]
     lazy = [rng.uniform(0, 10, (args.k, 1)) for _ in range(args.rounds)]
@@ -71,11 +71,11 @@ def main() -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return sample_path_release(
-                gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=1.0), sigma=2.0),
+                gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=1.0), noise_sd=2.0),
                 X_star,
-                n_paths=args.paths,
-                sigma=1.0,
-                y_bound=3.0,
+                n_draws=args.paths,
+                kernel_scale=1.0,
+                y_bounds=(-3.0, 3.0),
                 delta=1e-5,
                 domain=(0.0, 10.0),
                 ledger=Ledger(),

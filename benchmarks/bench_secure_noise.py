@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     age, height = load_kung_women()
     model = gp_regression(
-        age, height, 7.72**2 * pm.gp.cov.ExpQuad(1, ls=args.lengthscale), sigma=14.0, mean=110.0
+        age, height, 7.72**2 * pm.gp.cov.ExpQuad(1, ls=args.lengthscale), noise_sd=14.0, mean=110.0
     )
     kw = dict(epsilon=1.0, delta=0.01, y_bounds=BOUNDS)
     print(f"cloaked release, !Kung (n = {age.size}), EQ lengthscale {args.lengthscale}")

@@ -30,7 +30,7 @@ def main() -> None:
         age,
         height,
         lambda: pm.HalfNormal("eta", 10.0) ** 2 * pm.gp.cov.ExpQuad(1, ls=pm.Gamma("ell", 2, 0.1)),
-        sigma=lambda: pm.HalfNormal("noise", 10.0),
+        noise_sd=lambda: pm.HalfNormal("noise", 10.0),
         mean=110.0,
     )
     grid = product_grid(

@@ -31,7 +31,7 @@ def objective(seed: int):
 
 def seconds_per_round(private: bool, n_rounds: int, candidates: int) -> float:
     if private:
-        kw = dict(ledger=Ledger(epsilon=1e6, delta=1e-5), y_bound=1.0, noise_sd=2.0)
+        kw = dict(ledger=Ledger(epsilon=1e6, delta=1e-5), y_bounds=(-1.0, 1.0), noise_sd=2.0)
     else:
         kw = dict(private=False, noise_sd=0.05)
     t0 = time.perf_counter()

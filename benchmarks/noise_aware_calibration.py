@@ -49,7 +49,7 @@ def coverage(sigma: float, eps: float, repeats: int, seed: int) -> dict[str, np.
     """(repeats, len(ALPHAS)) coverage per variant."""
     Z = grid_inducing_points(-3.5, 3.5, 15)
     public = sparse_gp_regression(
-        None, None, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z, sigma=sigma
+        None, None, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z, noise_sd=sigma
     ).public_sparse_gp()
     rng = np.random.default_rng(seed)
     q = norm.ppf(0.5 + np.asarray(ALPHAS) / 2.0)
@@ -68,9 +68,9 @@ def coverage(sigma: float, eps: float, repeats: int, seed: int) -> dict[str, np.
                     (x[train], y[train]),
                     epsilon=eps,
                     delta=1e-4,
-                    y_bound=3.0,
+                    y_bounds=(-3.0, 3.0),
                     rng=np.random.default_rng(noise_seed),
-                    bound_is_public=True,
+                    bounds_are_public=True,
                     **kw,
                 )
             mu, var = rel.predict(x[test], pred_noise=True)

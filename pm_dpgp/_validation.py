@@ -4,17 +4,19 @@ Bad input must produce a clear error that says what to do, never a silent wrong
 answer (developers' guide, "Standards").  Each check returns the validated value
 so it can be used inline: ``epsilon = check_epsilon(epsilon)``.
 
-Checks that depend on private values never speak (DESIGN "Rules", ``docs/errors.md``):
+Checks that depend on private values never speak (``docs/errors.md``, "Errors never depend on
+private data"):
 a release never raises or warns because of what the private data contain.  Private
 arrays are checked for their shape only (the number of records and columns is public);
-their values are sanitised to the declared public bounds instead (:func:`clip_to_bounds`,
-:func:`finite_rows`), a record-wise map whose effect is documented and never reported.
+their values are sanitised to the declared public bounds instead (``clip_to_bounds``,
+``finite_rows``), a record-wise map whose effect is documented and never reported.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -35,6 +37,12 @@ __all__ = [
     "EPSILON_WARN_THRESHOLD",
     "WIDE_RANGE_FACTOR",
     "warn_public_settings",
+    "renamed",
+    "reject_unexpected",
+    "centred_bound",
+    "bounds_from_centred",
+    "require",
+    "renamed_fields",
 ]
 
 
@@ -207,7 +215,7 @@ def check_public_bounds(
     (e.g. "equals the minimum of the data") would answer a question about the data for free,
     and a caller could search for the data's extremes with it.  ``private_values`` and
     ``bounds_are_public`` are accepted for compatibility and not used; the data owner can run
-    :func:`pm_dpgp.audit.check_public_choices` on their own data instead.
+    ``pm_dpgp.audit.check_public_choices`` on their own data instead.
     """
     del private_values, bounds_are_public
     try:
@@ -248,14 +256,14 @@ def clip_to_bounds(
 # docs/privacy_model.md, "What is public"), the public range and the public prior scale.
 # --------------------------------------------------------------------------------------------
 
-#: A release whose own ε exceeds this gets a :class:`PrivacyWarning` (``docs/errors.md``).
+#: A release whose own ε exceeds this gets a ``PrivacyWarning`` (``docs/errors.md``).
 #: At ε = 10 the likelihood ratio between neighbours may reach e¹⁰ ≈ 22,000: the guarantee
 #: is nominal (Dwork & Roth 2014, §3.5 discuss ε "small constant"; deployments above 10 are
 #: widely criticised, e.g. Domingo-Ferrer, Sánchez & Blanco-Justicia 2021, CACM 64(7)).
 EPSILON_WARN_THRESHOLD: float = 10.0
 
 #: A public response range wider than this many prior standard deviations of y
-#: (``sqrt(max k(x, x) + σ_n²)`` at the public points) gets a :class:`PrivacyWarning`: a
+#: (``sqrt(max k(x, x) + σ_n²)`` at the public points) gets a ``PrivacyWarning``: a
 #: range of ±50 prior sd is not a plausible range for y under the model, and the DP noise,
 #: proportional to the width, then dwarfs any signal the model considers plausible.
 WIDE_RANGE_FACTOR: float = 100.0
@@ -271,13 +279,13 @@ def warn_public_settings(
     range_name: str = "y_bounds",
     stacklevel: int = 3,
 ) -> list[str]:
-    """Emit a :class:`PrivacyWarning` for each absurd but valid public setting.
+    """Emit a ``PrivacyWarning`` for each absurd but valid public setting.
 
     * ``delta > 1/n``: a mechanism that publishes one whole record at random with
       probability 1/n is (0, 1/n)-DP, so δ ≥ 1/n permits releasing records in the clear
       (Dwork & Roth 2014, §2.3, remark after Def. 2.4);
-    * ``epsilon >`` :data:`EPSILON_WARN_THRESHOLD`;
-    * ``range_width > WIDE_RANGE_FACTOR · prior_sd`` (:data:`WIDE_RANGE_FACTOR`).
+    * ``epsilon >`` ``EPSILON_WARN_THRESHOLD``;
+    * ``range_width > WIDE_RANGE_FACTOR · prior_sd`` (``WIDE_RANGE_FACTOR``).
 
     Every input is public (``docs/errors.md``: the number of records is public under
     replace-one neighbours), so whether a warning fires says nothing about the private data.
@@ -314,3 +322,100 @@ def warn_public_settings(
     for message in messages:
         warnings.warn(message, PrivacyWarning, stacklevel=stacklevel)
     return messages
+
+
+# --------------------------------------------------------------------------------------------
+# Renamed arguments (issue 14: one vocabulary).  Old names keep working for one release with
+# a DeprecationWarning; passing both the old and the new name is a TypeError.
+# --------------------------------------------------------------------------------------------
+
+
+def renamed(
+    old: str, new: str, kwargs: dict[str, Any], value: Any, *, func: str, stacklevel: int = 3
+) -> Any:
+    """Return the value of argument ``new``, taking a deprecated ``old`` from ``kwargs``.
+
+    ``kwargs`` is the caller's ``**renamed`` dict; ``old`` is popped from it.  Passing both
+    names raises ``TypeError`` (which one was meant is ambiguous); the old name alone warns
+    with ``DeprecationWarning`` and is used as ``new``.  ``value`` is the new argument's value,
+    ``None`` when it was not given.
+    """
+    if old not in kwargs:
+        return value
+    old_value = kwargs.pop(old)
+    if value is not None:
+        raise TypeError(f"{func}() got both {old!r} (deprecated) and {new!r}; pass only {new}=.")
+    warnings.warn(
+        f"{func}(): the argument {old!r} is renamed {new!r} and will be removed in the next "
+        f"release; pass {new}= instead.",
+        DeprecationWarning,
+        stacklevel=stacklevel,
+    )
+    return old_value
+
+
+def reject_unexpected(kwargs: dict[str, Any], *, func: str) -> None:
+    """Raise ``TypeError`` for keyword arguments left in ``kwargs`` (like Python does)."""
+    if kwargs:
+        name = next(iter(kwargs))
+        raise TypeError(
+            f"{func}() got an unexpected keyword argument {name!r}; check the spelling against "
+            "the documented arguments."
+        )
+
+
+def require(value: Any, name: str, *, func: str) -> Any:
+    """Raise ``TypeError`` for a required keyword argument that was not given."""
+    if value is None:
+        raise TypeError(f"{func}() missing required keyword argument: {name!r}; pass {name}=.")
+    return value
+
+
+def centred_bound(
+    y_bounds: tuple[float, float], centre: float, *, name: str = "y_bounds"
+) -> tuple[float, float, float]:
+    """``(lower, upper, M)`` with ``M = max(|lower − centre|, |upper − centre|)``.
+
+    For mechanisms whose sensitivity is stated for centred responses ``|y − μ₀| ≤ M``
+    (Honkela's ``R_y``, Maciazek's ``M_Y``): clipping ``y`` to the public interval
+    ``[lower, upper]`` gives ``y − μ₀ ∈ [lower − μ₀, upper − μ₀] ⊂ [−M, M]``, so the bound
+    stated with ``M`` holds.  ``M`` is the half-width ``(upper − lower)/2`` when the public
+    centre ``μ₀`` is the midpoint of the interval, and larger otherwise.  All three are public.
+    """
+    lower, upper = check_public_bounds(y_bounds, name=name)
+    centre = float(centre)
+    if not math.isfinite(centre):
+        raise ValueError(f"the public centre (prior mean) must be finite, got {centre!r}.")
+    return lower, upper, max(abs(lower - centre), abs(upper - centre))
+
+
+def bounds_from_centred(
+    old: str, kwargs: dict[str, Any], y_bounds: Any, centre: float, *, func: str
+) -> Any:
+    """Deprecated centred bound ``old=M`` → ``y_bounds=(centre − M, centre + M)``."""
+    if old not in kwargs:
+        return y_bounds
+    M = check_positive(renamed(old, "y_bounds", kwargs, y_bounds, func=func, stacklevel=4), old)
+    return (float(centre) - M, float(centre) + M)
+
+
+def renamed_fields(cls: type, renames: dict[str, str]) -> type:
+    """Let the dataclass ``cls`` accept its old field names (``{old: new}``) for one release.
+
+    Wraps the generated ``__init__`` (also used by ``dataclasses.replace``): an old keyword
+    warns with ``DeprecationWarning`` and fills the new field; old and new together raise
+    ``TypeError``.
+    """
+    init = cls.__init__
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        old = {k: kwargs.pop(k) for k in renames if k in kwargs}
+        for o, n in renames.items():
+            value = renamed(o, n, old, kwargs.pop(n, None), func=cls.__name__)
+            if value is not None:
+                kwargs[n] = value
+        init(self, *args, **kwargs)
+
+    __init__.__doc__ = init.__doc__
+    cls.__init__ = __init__  # type: ignore[method-assign]
+    return cls

@@ -7,7 +7,7 @@ pm_dpgp supports two stacks from one code base:
   groups are child nodes, ``az.from_netcdf`` returns a ``DataTree``).
 
 Everything that builds, reads, extends or serialises a result goes through the functions
-below, so that every release type, :func:`pm_dpgp.workflow.dp_ppc` and the Thompson loop
+below, so that every release type, ``pm_dpgp.workflow.dp_ppc`` and the Thompson loop
 return the *native* object of the installed ArviZ.  Nothing else in the package checks
 versions.  Group contents are always ``xarray.Dataset`` objects here, whatever the stack.
 """
@@ -30,6 +30,7 @@ __all__ = [
     "iter_all_groups",
     "make_inference_data",
     "stack_description",
+    "summary_stats",
     "to_netcdf",
 ]
 
@@ -112,7 +113,7 @@ def to_netcdf(idata: Any, path: str | os.PathLike[str]) -> str:
 
 
 def from_netcdf(path: str | os.PathLike[str]) -> Any:
-    """Read a file written by :func:`to_netcdf` into the native object, fully loaded."""
+    """Read a file written by ``to_netcdf`` into the native object, fully loaded."""
     import arviz as az
 
     obj = az.from_netcdf(os.fspath(path), engine="h5netcdf")
@@ -155,3 +156,26 @@ def _check_groups(groups: Mapping[str, xr.Dataset]) -> None:
     for name, ds in groups.items():
         if not isinstance(ds, xr.Dataset):
             raise TypeError(f"group {name!r} must be an xarray.Dataset, got {type(ds).__name__}")
+
+
+def summary_stats(
+    idata: Any,
+    *,
+    var_names: list[str] | None = None,
+    group: str = "posterior",
+    prob: float | None = None,
+) -> Any:
+    """``az.summary(..., kind="stats")``: mean, sd and a credible interval, no diagnostics.
+
+    The interval probability is ``hdi_prob`` on ArviZ 0.x and ``ci_prob`` on ArviZ 1.
+    ArviZ 1's wide table stacks dims into a dim called ``label``: a user dim of that name
+    is passed as ``label_`` (ArviZ 1.3 raises otherwise).
+    """
+    import arviz as az
+
+    if not USES_DATATREE:
+        return az.summary(idata, var_names=var_names, group=group, kind="stats", hdi_prob=prob)
+    ds = get_group(idata, group)
+    if "label" in ds.dims:
+        idata = xr.DataTree.from_dict({group: ds.rename({"label": "label_"})})
+    return az.summary(idata, var_names=var_names, group=group, kind="stats", ci_prob=prob)

@@ -1,6 +1,6 @@
 """A differentially private release and its conversion to ArviZ ``InferenceData``.
 
-A :class:`Release` holds only public and DP content: the DP draws, the public test
+A ``Release`` holds only public and DP content: the DP draws, the public test
 inputs, the public shape of the DP noise (it depends only on public inputs,
 public hyperparameters and the privacy parameters) and the privacy metadata the
 design requires (mechanism, privacy model, neighbouring relation, ε, δ,
@@ -11,15 +11,17 @@ holds the private training outputs or the non-DP posterior mean.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
+from numpy.typing import ArrayLike, NDArray
 
 from pm_dpgp import __version__
+from pm_dpgp._validation import check_finite_array, check_rng
 
-__all__ = ["Release", "release_to_inference_data"]
+__all__ = ["Release", "draws_to_inference_data", "release_to_inference_data"]
 
 
 def _jsonable(value: Any) -> Any:
@@ -80,55 +82,207 @@ class Release:
         centre = self.draws[0]
         return centre - width * self.noise_sd, centre + width * self.noise_sd
 
-    def to_inference_data(self) -> Any:
-        """Return the installed ArviZ's result object (see :func:`release_to_inference_data`)."""
-        return release_to_inference_data(self)
+    def to_inference_data(
+        self,
+        *,
+        dims: Mapping[str, Sequence[str]] | None = None,
+        coords: Mapping[str, ArrayLike] | None = None,
+        observed_data: Mapping[str, ArrayLike] | None = None,
+        observed_is_public: bool = False,
+        predictive_sd: float | ArrayLike | None = None,
+        rng: np.random.Generator | None = None,
+    ) -> Any:
+        """Store the release as ``arviz.InferenceData`` (ArviZ 0.x) or ``DataTree`` (ArviZ 1).
+
+        * ``posterior[variable_name]``: dims ``(chain, draw, x_star)``, one chain, one entry
+          of ``draw`` per DP draw; the test-input dim is ``x_star`` (coordinate: the inputs
+          when 1-D, else an index) unless renamed with ``dims={variable_name: ["age"]}`` and
+          given values with ``coords={"age": ...}``.
+        * ``posterior_predictive``: ``y = f + e``, ``e ~ N(0, predictive_sd²)`` (public noise
+          sd, post-processing) when ``predictive_sd`` is given, under the name of the
+          observed variable (``"y"`` by default).  A copy of ``variable_name`` is also kept
+          there, as in earlier versions (deprecated: read it from ``posterior``).
+        * ``observed_data``: a PUBLIC hold-out set at the release's test inputs, e.g.
+          ``{"y": y_holdout}`` (needs ``observed_is_public=True``; never the training outputs).
+        * ``constant_data``: the public test inputs ``X_star`` and the public DP-noise sd.
+        * attrs of every group: the privacy metadata, flat; nested values are stored as JSON
+          strings so that the object round-trips through netCDF.
+
+        The spread of the draws of a cloaking / prior-noise release is the DP noise around
+        the posterior mean, not posterior uncertainty; see
+        ``pm_dpgp.workflow.dp_summary`` and ``docs/workflow.md``.
+        """
+        import xarray as xr
+
+        X = np.asarray(self.X_star, dtype=np.float64)
+        const = xr.Dataset(
+            {
+                "X_star": (("x_star", "input_dim"), X),
+                "dp_noise_sd": (("x_star",), np.asarray(self.noise_sd, dtype=np.float64)),
+            },
+        )
+        return draws_to_inference_data(
+            {self.variable_name: (("x_star",), self.draws)},
+            X_star=X,
+            attrs=_flat_attrs(self),
+            constant_data=const,
+            dims=dims,
+            coords=coords,
+            observed_data=observed_data,
+            observed_is_public=observed_is_public,
+            predictive_sd=predictive_sd,
+            rng=rng,
+            legacy_predictive=(self.variable_name,),
+        )
 
 
-def release_to_inference_data(release: Release) -> Any:
-    """Store a :class:`Release` as ``arviz.InferenceData`` (ArviZ 0.x) or ``DataTree`` (ArviZ 1).
+def release_to_inference_data(release: Release, **options: Any) -> Any:
+    """``release.to_inference_data(**options)`` (``Release.to_inference_data``)."""
+    return release.to_inference_data(**options)
 
-    * ``posterior_predictive[variable_name]``: dims ``(chain, draw, x_star)``, one
-      chain, one entry of ``draw`` per DP draw; coordinate ``x_star`` holds the
-      test inputs when they are 1-D, else an index.
-    * ``constant_data``: the public test inputs ``X_star`` (dims ``x_star, input_dim``)
-      and the public DP-noise sd.
-    * attrs of every group: the privacy metadata, flat; nested values are stored
-      as JSON strings so that the object round-trips through netCDF.
+
+def draws_to_inference_data(
+    draws: Mapping[str, tuple[tuple[str, ...], NDArray[np.float64]]],
+    *,
+    X_star: NDArray[np.float64] | None,
+    attrs: Mapping[str, Any],
+    constant_data: Any = None,
+    extra_groups: Mapping[str, Any] | None = None,
+    default_coords: Mapping[str, Any] | None = None,
+    dims: Mapping[str, Sequence[str]] | None = None,
+    coords: Mapping[str, ArrayLike] | None = None,
+    observed_data: Mapping[str, ArrayLike] | None = None,
+    observed_is_public: bool = False,
+    predictive_sd: float | ArrayLike | None = None,
+    predictive_of: str | None = None,
+    rng: np.random.Generator | None = None,
+    legacy_predictive: Sequence[str] = (),
+) -> Any:
+    """The native ArviZ object of DP draws (shared by every release type).
+
+    ``draws`` maps a variable name to its dims (without ``chain``/``draw``) and an array of
+    shape ``(n_draws, *dims)``; they go to ``posterior`` with one chain.  The test-input
+    dim is ``x_star`` (coordinate: ``X_star[:, 0]`` when 1-D, else an index).  ``dims``
+    renames a variable's dims PyMC-style (``{"f": ["age"]}``; the new name applies to every
+    group sharing the dim) and ``coords`` gives coordinate values for the new names.  With
+    ``predictive_sd`` (public noise sd), ``posterior_predictive`` holds ``y = f + e`` for the
+    variable ``predictive_of`` (default: the first), named as the observed variable.
+    ``observed_data`` (a PUBLIC hold-out set at ``X_star``) needs ``observed_is_public=True``.
+    ``legacy_predictive`` variables are copied to ``posterior_predictive`` as well.
     """
     import xarray as xr
 
     from pm_dpgp.compat import make_inference_data
 
-    X = np.asarray(release.X_star, dtype=np.float64)
-    m, d = X.shape
-    x_coord = X[:, 0] if d == 1 else np.arange(m)
-    name = release.variable_name
-    pp = xr.Dataset(
-        {name: (("chain", "draw", "x_star"), release.draws[None, :, :])},
-        coords={"chain": [0], "draw": np.arange(release.n_draws), "x_star": x_coord},
+    if not draws:
+        raise ValueError("nothing to store: the release holds no draws yet.")
+    n_draws = {int(arr.shape[0]) for _, arr in draws.values()}
+    if len(n_draws) != 1:  # pragma: no cover - internal misuse
+        raise ValueError(f"draws of different counts {sorted(n_draws)} in one posterior.")
+    (S,) = n_draws
+    base_coords: dict[str, Any] = {"chain": [0], "draw": np.arange(S)}
+    if X_star is not None:
+        m, d = X_star.shape
+        base_coords["x_star"] = X_star[:, 0] if d == 1 else np.arange(m)
+        base_coords["input_dim"] = np.arange(d)
+    base_coords.update(default_coords or {})
+    post = xr.Dataset(
+        {k: (("chain", "draw", *dd), np.asarray(arr)[None]) for k, (dd, arr) in draws.items()}
     )
-    const = xr.Dataset(
-        {
-            "X_star": (("x_star", "input_dim"), X),
-            "dp_noise_sd": (("x_star",), np.asarray(release.noise_sd, dtype=np.float64)),
-        },
-        coords={"x_star": x_coord, "input_dim": np.arange(d)},
-    )
-    attrs = _flat_attrs(release)
-    pp.attrs.update(attrs)
-    const.attrs.update(attrs)
-    return make_inference_data({"posterior_predictive": pp, "constant_data": const})
+    groups: dict[str, Any] = {"posterior": post}
+    first = predictive_of or next(iter(draws))
+    obs_name = "y"
+    if observed_data is not None:
+        if not observed_is_public:
+            raise ValueError(
+                "observed_data is published with the release: pass only a PUBLIC hold-out set "
+                "(never the private training outputs) and confirm with observed_is_public=True."
+            )
+        if not isinstance(observed_data, Mapping) or len(observed_data) != 1:
+            raise TypeError(
+                "observed_data must be a mapping {name: values}, e.g. {'y': y_holdout}."
+            )
+        ((obs_name, obs_values),) = observed_data.items()
+        if predictive_sd is None:
+            raise ValueError(
+                "observed_data needs predictive_sd (the public observation-noise sd): the "
+                "posterior predictive y = f + e is what az.plot_ppc compares with it."
+            )
+        if obs_name in draws:
+            raise ValueError(f"observed variable {obs_name!r} clashes with a posterior variable.")
+        fdims = draws[first][0]
+        obs = check_finite_array(obs_values, f"observed_data[{obs_name!r}]")
+        if obs.shape != tuple(post[first].shape[2:]):
+            raise ValueError(
+                f"observed_data[{obs_name!r}] has shape {obs.shape} but {first!r} has "
+                f"{tuple(post[first].shape[2:])}: release at the hold-out inputs (they are public)."
+            )
+        groups["observed_data"] = xr.Dataset({obs_name: (fdims, obs)})
+    pp_vars: dict[str, Any] = {k: post[k] for k in legacy_predictive}
+    if predictive_sd is not None:
+        sd = np.asarray(predictive_sd, dtype=np.float64)
+        if np.any(~np.isfinite(sd)) or np.any(sd < 0):
+            raise ValueError("predictive_sd must be finite and non-negative (a public noise sd).")
+        f = post[first]
+        pp_vars[obs_name] = f + sd * check_rng(rng).standard_normal(f.shape)
+        pp_vars[obs_name].attrs["predictive_sd"] = json.dumps(_jsonable(sd))
+    if pp_vars:
+        groups["posterior_predictive"] = xr.Dataset(pp_vars)
+    if constant_data is not None:
+        groups["constant_data"] = constant_data
+    groups.update(extra_groups or {})
+    rename = _dims_rename(draws, dims)
+    user_coords = {k: np.asarray(v) for k, v in (coords or {}).items()}
+    out: dict[str, Any] = {}
+    for gname, ds in groups.items():
+        ds = ds.rename_dims({a: b for a, b in rename.items() if a in ds.dims})
+        ds = ds.drop_vars([c for c in ds.coords if c in rename])
+        cds: dict[str, Any] = {}
+        for dim, size in ds.sizes.items():
+            old = next((a for a, b in rename.items() if b == dim), dim)
+            value = user_coords.get(dim, base_coords.get(old))
+            if value is None:
+                continue
+            value = np.asarray(value)
+            if len(value) != size:
+                raise ValueError(
+                    f"coords[{dim!r}] has {len(value)} value(s) but the dim has {size}."
+                )
+            cds[dim] = value
+        ds = ds.assign_coords(cds)
+        ds.attrs.update(attrs)
+        out[gname] = ds
+    return make_inference_data(out)
+
+
+def _dims_rename(
+    draws: Mapping[str, tuple[tuple[str, ...], Any]], dims: Mapping[str, Sequence[str]] | None
+) -> dict[str, str]:
+    """Map default dim names to the user's (``dims={"f": ["age"]}``), checked for conflicts."""
+    rename: dict[str, str] = {}
+    for var, user in (dims or {}).items():
+        if var not in draws:
+            continue  # e.g. the observed variable: it shares the first variable's dims
+        default = draws[var][0]
+        if isinstance(user, str) or len(user) != len(default):
+            raise ValueError(
+                f"dims[{var!r}] must list {len(default)} dim name(s) (for {default}), got {user!r}."
+            )
+        for a, b in zip(default, user, strict=True):
+            if rename.get(a, b) != b:
+                raise ValueError(f"dim {a!r} is renamed both {rename[a]!r} and {b!r}.")
+            rename[a] = str(b)
+    return {a: b for a, b in rename.items() if a != b}
 
 
 def _flat_attrs(release: Release) -> dict[str, Any]:
+    return flat_attrs(release.mechanism, release.metadata, n_draws=release.n_draws)
+
+
+def flat_attrs(mechanism: str, metadata: Mapping[str, Any], **extra: Any) -> dict[str, Any]:
     """Flatten metadata for netCDF: scalars and strings stay, the rest becomes JSON."""
-    attrs: dict[str, Any] = {
-        "mechanism": release.mechanism,
-        "pm_dpgp_version": __version__,
-        "n_draws": release.n_draws,
-    }
-    for key, value in release.metadata.items():
+    attrs: dict[str, Any] = {"mechanism": mechanism, "pm_dpgp_version": __version__, **extra}
+    for key, value in metadata.items():
         value = _jsonable(value)
         if value is None:
             attrs[key] = "none"

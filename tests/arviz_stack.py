@@ -55,3 +55,17 @@ def plot_hdi(idata: Any, var_name: str = "y") -> Any:
     pp = get_group(idata, "posterior_predictive")
     az.plot_hdi(const["x"], pp[var_name])
     return az.hdi(idata, group="posterior_predictive", var_names=[var_name])
+
+
+def plot_posterior(idata: Any, var_names: list[str], coords: Any = None) -> Any:
+    """``az.plot_posterior`` (0.x) / ``az.plot_dist`` (1.x)."""
+    if USES_DATATREE:
+        return az.plot_dist(idata, var_names=var_names, coords=coords)
+    return az.plot_posterior(idata, var_names=var_names, coords=coords)
+
+
+def plot_trace(idata: Any, var_names: list[str], coords: Any = None) -> Any:
+    """``az.plot_trace`` (0.x) / ``az.plot_trace_dist`` (1.x)."""
+    if USES_DATATREE:
+        return az.plot_trace_dist(idata, var_names=var_names, coords=coords)
+    return az.plot_trace(idata, var_names=var_names, coords=coords)

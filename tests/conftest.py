@@ -26,7 +26,7 @@ def kung_model():
     """GP regression on all 287 women, hyperparameters fixed a priori (paper footnote 1)."""
     age, height = load_kung_women()
     return gp_regression(
-        age, height, 7.72**2 * pm.gp.cov.ExpQuad(1, ls=25.0), sigma=14.0, mean=110.0
+        age, height, 7.72**2 * pm.gp.cov.ExpQuad(1, ls=25.0), noise_sd=14.0, mean=110.0
     )
 
 
@@ -40,7 +40,19 @@ def small_model(seed: int, n: int = 12, ls: float = 1.5, scale: float = 1.0, noi
     rng = np.random.default_rng(seed)
     X = np.sort(rng.uniform(0, 6, n))
     y = np.clip(np.sin(X) + 0.3 * rng.standard_normal(n), -1.9, 1.9)
-    return gp_regression(X, y, scale**2 * pm.gp.cov.ExpQuad(1, ls=ls), sigma=noise, mean=0.0)
+    return gp_regression(X, y, scale**2 * pm.gp.cov.ExpQuad(1, ls=ls), noise_sd=noise, mean=0.0)
+
+
+@pytest.fixture
+def one_blas_thread():
+    """Small matrices: multithreaded BLAS only adds contention on a loaded 2-core machine."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover
+        yield
+        return
+    with threadpool_limits(1):
+        yield
 
 
 def pytest_report_header(config) -> str:

@@ -47,9 +47,25 @@ def _bounds(n, sigma, r2, kappa, eta, cls):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PrivacyWarning)
         return {
-            "proved": SamplePathBound(n, sigma, r2, 1.0, kappa, eta, cls),
-            "inertia": SamplePathBound(n, sigma, r2, 1.0, kappa, eta, cls, cov_bound="inertia"),
-            "author": SamplePathBound(n, sigma, r2, 1.0, kappa, eta, cls, constant="author"),
+            "proved": SamplePathBound(
+                n, sigma, r2, 1.0, kappa, eta, cls, cov_bound="paper", sensitivity="paper"
+            ),
+            "inertia": SamplePathBound(
+                n, sigma, r2, 1.0, kappa, eta, cls, cov_bound="inertia", sensitivity="paper"
+            ),
+            "coupled": SamplePathBound(n, sigma, r2, 1.0, kappa, eta, cls, sensitivity="coupled"),
+            "author": SamplePathBound(
+                n,
+                sigma,
+                r2,
+                1.0,
+                kappa,
+                eta,
+                cls,
+                constant="author",
+                cov_bound="paper",
+                sensitivity="paper",
+            ),
         }
 
 
@@ -195,8 +211,8 @@ def test_posterior_mean_cov_parametrisation():
     k = eq_kernel(0.5)
     rng = np.random.default_rng(1)
     X, y, T = rng.uniform(0, 1, (6, 1)), rng.uniform(-1, 1, 6), rng.uniform(0, 1, (4, 1))
-    m1, c1 = posterior_mean_cov(k, X, y, T, sigma=1.0, r2=0.3)
-    m2, c2 = posterior_mean_cov(k, X, y, T, sigma=2.5, r2=0.3, eta=0.7)
+    m1, c1 = posterior_mean_cov(k, X, y, T, kernel_scale=1.0, r2=0.3)
+    m2, c2 = posterior_mean_cov(k, X, y, T, kernel_scale=2.5, r2=0.3, eta=0.7)
     K = k(X, X) + 0.3 * np.eye(6)
     # two backward-stable solves with K (Cholesky vs LU): normwise, cond_rtol(K)
     tol = cond_rtol(K)
@@ -220,8 +236,8 @@ def test_posterior_mean_cov_parametrisation():
 def test_L_paths_multiply_the_divergence():
     k = exponential_kernel(0.3)
     pair = random_neighbours([(0.0, 1.0)], 5, 1.0, 3, np.random.default_rng(2))
-    one = neighbour_divergence(k, pair, alpha=1.3, sigma=1.0, r2=1.0, eta=0.2)
-    seven = neighbour_divergence(k, pair, alpha=1.3, sigma=1.0, r2=1.0, eta=0.2, L=7)
+    one = neighbour_divergence(k, pair, alpha=1.3, kernel_scale=1.0, r2=1.0, eta=0.2)
+    seven = neighbour_divergence(k, pair, alpha=1.3, kernel_scale=1.0, r2=1.0, eta=0.2, L=7)
     assert seven.mean == pytest.approx(7 * one.mean) and seven.cov == pytest.approx(7 * one.cov)
 
 
@@ -246,10 +262,10 @@ def test_bound_dominates_random_neighbours(name, kernel, domain, cls):
                 pair.X_core, np.sign(pair.y_core), pair.x, 1.0, pair.x_prime, -1.0, pair.X_test
             )
         alphas = [1.0 + frac * (b["proved"].alpha_max - 1.0) for frac in (0.01, 0.3, 0.8, 0.99)]
-        errs = _pair_roundoff(kernel, pair, alpha=alphas, sigma=sigma, r2=r2, eta=eta, L=L)
+        errs = _pair_roundoff(kernel, pair, alpha=alphas, kernel_scale=sigma, r2=r2, eta=eta, L=L)
         for a, err in zip(alphas, errs, strict=True):
-            t = neighbour_divergence(kernel, pair, alpha=a, sigma=sigma, r2=r2, eta=eta, L=L)
-            for key in ("proved", "inertia"):
+            t = neighbour_divergence(kernel, pair, alpha=a, kernel_scale=sigma, r2=r2, eta=eta, L=L)
+            for key in ("proved", "inertia", "coupled"):
                 _assert_dominated(t, b[key], a, err, L, (key, n, sigma, r2, eta, a))
             checked += 1
     assert checked == 160
@@ -281,16 +297,18 @@ def test_bound_dominates_adversarial_neighbours(ki, n, sigma, r2, eta):
         a = 1.0 + frac * (b["proved"].alpha_max - 1.0)
         for objective in ("total", "mean", "cov"):
             res = adversarial_neighbours(
-                kernel, domain, n=n, alpha=a, sigma=sigma, r2=r2, y_bound=1.0, eta=eta,
+                kernel, domain, n=n, alpha=a, kernel_scale=sigma, r2=r2, M_Y=1.0, eta=eta,
                 n_test=2, objective=objective, restarts=2, maxiter=60, rng=rng,
             )  # fmt: skip
             t = res.terms
             # the reported terms are the exact (ExactPosterior) divergence of the reported pair:
             # the search computed them by this very call (same code, same inputs: bitwise)
-            again = neighbour_divergence(kernel, res.pair, alpha=a, sigma=sigma, r2=r2, eta=eta)
+            again = neighbour_divergence(
+                kernel, res.pair, alpha=a, kernel_scale=sigma, r2=r2, eta=eta
+            )
             assert again.total == pytest.approx(t.total, rel=1e-12)
-            err = _pair_roundoff(kernel, res.pair, alpha=a, sigma=sigma, r2=r2, eta=eta)
-            for key in ("proved", "inertia"):
+            err = _pair_roundoff(kernel, res.pair, alpha=a, kernel_scale=sigma, r2=r2, eta=eta)
+            for key in ("proved", "inertia", "coupled"):
                 _assert_dominated(t, b[key], a, err, 1, (name, key, objective, a))
 
 
@@ -301,7 +319,7 @@ def test_search_finds_the_known_worst_case():
     b = SamplePathBound(n, sigma, r2, 1.0, 1.0, kernel_class="constant")
     a = 1.0 + 0.02 * (b.alpha_max - 1.0)
     res = adversarial_neighbours(
-        constant_kernel(), (0.0, 1.0), n=n, alpha=a, sigma=sigma, r2=r2, y_bound=1.0,
+        constant_kernel(), (0.0, 1.0), n=n, alpha=a, kernel_scale=sigma, r2=r2, M_Y=1.0,
         objective="mean", restarts=2, rng=np.random.default_rng(5),
     )  # fmt: skip
     V = b.V  # exact k_c(x,x) for the constant kernel
@@ -310,7 +328,7 @@ def test_search_finds_the_known_worst_case():
     # slack: the computed mean part's round-off (renyi_roundoff) + sup's: a few flops, and V =
     # 1 − m/(m+r²) cancels (absolute error scalar_rtol(8)·2, |∂ln sup/∂ln V| ≤ 1)
     err_sup = sup * (scalar_rtol(10) + 2 * scalar_rtol(8) / V)
-    err = _pair_roundoff(constant_kernel(), res.pair, alpha=a, sigma=sigma, r2=r2)[0]
+    err = _pair_roundoff(constant_kernel(), res.pair, alpha=a, kernel_scale=sigma, r2=r2)[0]
     assert res.terms.mean <= sup + err_sup + err
 
 
@@ -323,11 +341,11 @@ def test_exact_mean_part_of_the_constant_kernel_worst_case():
         rng.uniform(0, 1, (n - 1, 1)), rng.uniform(-1, 1, n - 1), np.array([0.2]), 1.0,
         np.array([0.9]), -1.0, np.array([[0.4], [0.4]]),
     )  # fmt: skip
-    t = neighbour_divergence(constant_kernel(), pair, alpha=a, sigma=sigma, r2=r2)
+    t = neighbour_divergence(constant_kernel(), pair, alpha=a, kernel_scale=sigma, r2=r2)
     closed = 2 * a / (sigma**2 * r2 * (n + r2))
     # two computations: the exact one within renyi_roundoff (a repeated test point: the common
     # support path), the closed form within scalar_rtol (6 flops, no cancellation)
-    err_mean, err_cov = _pair_roundoff(constant_kernel(), pair, alpha=a, sigma=sigma, r2=r2)
+    err_mean, err_cov = _pair_roundoff(constant_kernel(), pair, alpha=a, kernel_scale=sigma, r2=r2)
     tol = err_mean + scalar_rtol(6) * closed
     assert abs(t.mean - closed) <= tol
     assert t.cov <= err_cov  # the covariances coincide: the exact covariance part is 0
@@ -343,27 +361,27 @@ def test_author_constant_is_violated_by_the_search():
         b = _bounds(n, 0.5, 4.0, _kappa(kernel, [domain], cls), 0.0, cls)
         a = 1.0 + 0.05 * (b["proved"].alpha_max - 1.0)
         res = adversarial_neighbours(
-            kernel, domain, n=n, alpha=a, sigma=0.5, r2=4.0, y_bound=1.0, restarts=2,
+            kernel, domain, n=n, alpha=a, kernel_scale=0.5, r2=4.0, M_Y=1.0, restarts=2,
             rng=np.random.default_rng(9),
         )  # fmt: skip
         assert res.terms.total > 1.5 * b["author"].rdp(a)
-        err = _pair_roundoff(kernel, res.pair, alpha=a, sigma=0.5, r2=4.0)
+        err = _pair_roundoff(kernel, res.pair, alpha=a, kernel_scale=0.5, r2=4.0)
         _assert_dominated(res.terms, b["proved"], a, err)
 
 
 def test_search_input_validation():
     with pytest.raises(ValueError):
         adversarial_neighbours(
-            eq_kernel(), (0, 1), n=0, alpha=1.5, sigma=1, r2=1, y_bound=1, restarts=1
+            eq_kernel(), (0, 1), n=0, alpha=1.5, kernel_scale=1, r2=1, M_Y=1, restarts=1
         )
     with pytest.raises(ValueError):
         adversarial_neighbours(
-            eq_kernel(), (0, 1), n=2, alpha=1.5, sigma=1, r2=1, y_bound=1, objective="max"
+            eq_kernel(), (0, 1), n=2, alpha=1.5, kernel_scale=1, r2=1, M_Y=1, objective="max"
         )
 
 
 def test_search_is_reproducible():
-    kw = {"n": 3, "alpha": 1.2, "sigma": 1.0, "r2": 1.0, "y_bound": 1.0, "restarts": 2}
+    kw = {"n": 3, "alpha": 1.2, "kernel_scale": 1.0, "r2": 1.0, "M_Y": 1.0, "restarts": 2}
     r1 = adversarial_neighbours(eq_kernel(0.3), (0, 1), rng=np.random.default_rng(4), **kw)
     r2 = adversarial_neighbours(eq_kernel(0.3), (0, 1), rng=np.random.default_rng(4), **kw)
     assert r1.terms == r2.terms  # same code, same seed, same process: bitwise reproducible
@@ -382,11 +400,11 @@ def test_bound_dominates_adversarial_neighbours_large(name, kernel, domain, cls)
             a = 1.0 + frac * (b["proved"].alpha_max - 1.0)
             for objective in ("total", "mean", "cov"):
                 res = adversarial_neighbours(
-                    kernel, domain, n=n, alpha=a, sigma=sigma, r2=r2, y_bound=1.0, eta=eta,
+                    kernel, domain, n=n, alpha=a, kernel_scale=sigma, r2=r2, M_Y=1.0, eta=eta,
                     n_test=4, objective=objective, restarts=8, maxiter=200, rng=rng,
                 )  # fmt: skip
-                err = _pair_roundoff(kernel, res.pair, alpha=a, sigma=sigma, r2=r2, eta=eta)
-                for key in ("proved", "inertia"):
+                err = _pair_roundoff(kernel, res.pair, alpha=a, kernel_scale=sigma, r2=r2, eta=eta)
+                for key in ("proved", "inertia", "coupled"):
                     _assert_dominated(res.terms, b[key], a, err, 1, (name, key, objective, a))
 
 
@@ -394,7 +412,7 @@ def test_bound_dominates_adversarial_neighbours_large(name, kernel, domain, cls)
 # LiRA membership inference
 # --------------------------------------------------------------------------------------------
 def test_shadow_posteriors_match_the_exact_posterior():
-    s = LiraSetting(n=8, sigma=1.3, r2=0.2, eta=0.4, lengthscale=0.3)
+    s = LiraSetting(n=8, kernel_scale=1.3, r2=0.2, eta=0.4, lengthscale=0.3)
     rng = np.random.default_rng(0)
     m, v = shadow_posteriors(s, True, 5, np.random.default_rng(1))
     # replay the same datasets
@@ -405,7 +423,7 @@ def test_shadow_posteriors_match_the_exact_posterior():
     k = exponential_kernel(0.3)
     for i in range(5):
         mm, cc = posterior_mean_cov(
-            k, X[i][:, None], y[i], [[s.target_x]], sigma=1.3, r2=0.2, eta=0.4
+            k, X[i][:, None], y[i], [[s.target_x]], kernel_scale=1.3, r2=0.2, eta=0.4
         )
         # two backward-stable solves with A = K + r²I (batched NumPy Cholesky vs ExactPosterior)
         # and two kernel evaluations (|x − x'|/ℓ vs x/ℓ − x'/ℓ: ≲ 2·EPS·max|x|/ℓ more backward
@@ -445,7 +463,7 @@ def test_clopper_pearson():
 @pytest.mark.parametrize("density", ["mixture", "gaussian"])
 def test_lira_respects_the_dp_bound_on_a_private_release(density):
     """Single-digit ε (strong ridge): TPR ≤ e^ε FPR + δ within Clopper–Pearson bands."""
-    s = LiraSetting(n=20, sigma=1.0, r2=10.0, L=1, lengthscale=0.2)
+    s = LiraSetting(n=20, kernel_scale=1.0, r2=10.0, L=1, lengthscale=0.2)
     delta = 1e-5
     eps = s.bound().epsilon(delta, s.L)
     assert 1.0 < eps < 10.0
@@ -463,7 +481,7 @@ def test_lira_respects_the_dp_bound_on_a_private_release(density):
 
 
 def test_lira_is_a_real_attack_on_a_weakly_regularised_release():
-    s = LiraSetting(n=20, sigma=1.0, r2=0.01, L=10, lengthscale=0.2)
+    s = LiraSetting(n=20, kernel_scale=1.0, r2=0.01, L=10, lengthscale=0.2)
     res = lira_attack(s, n_shadow=1000, n_eval=3000, fprs=(1e-2,), rng=np.random.default_rng(3))
     p = res.calibrated[0]
     tpr_lo, _ = clopper_pearson(p.k_in, p.n_in, 0.999)
@@ -509,18 +527,18 @@ def test_lira_large_fpr_1e3():
     """FPR 1e-3 needs ~10⁴ out-releases: single-digit ε release stays within the DP bound, the
     weakly regularised one is strongly attackable."""
     delta = 1e-5
-    private = LiraSetting(n=20, sigma=1.0, r2=10.0, L=1, lengthscale=0.2)
+    private = LiraSetting(n=20, kernel_scale=1.0, r2=10.0, L=1, lengthscale=0.2)
     eps = private.bound().epsilon(delta, 1)
     res = lira_attack(private, n_shadow=4000, n_eval=20000, fprs=(1e-3, 1e-2),
                       rng=np.random.default_rng(100))  # fmt: skip
     assert res.dp_consistent(eps, delta, confidence=0.999)
-    weak = LiraSetting(n=20, sigma=1.0, r2=0.01, L=10, lengthscale=0.2)
+    weak = LiraSetting(n=20, kernel_scale=1.0, r2=0.01, L=10, lengthscale=0.2)
     res = lira_attack(weak, n_shadow=4000, n_eval=20000, fprs=(1e-3, 1e-2),
                       rng=np.random.default_rng(101))  # fmt: skip
     assert res.tpr_at_fpr[1e-3] > 0.1
     # many paths approach the non-private (mean-and-variance) attack
-    many = LiraSetting(n=20, sigma=1.0, r2=1.0, L=200, lengthscale=0.2)
-    few = LiraSetting(n=20, sigma=1.0, r2=1.0, L=2, lengthscale=0.2)
+    many = LiraSetting(n=20, kernel_scale=1.0, r2=1.0, L=200, lengthscale=0.2)
+    few = LiraSetting(n=20, kernel_scale=1.0, r2=1.0, L=2, lengthscale=0.2)
     a_many = lira_attack(many, n_shadow=3000, n_eval=10000, rng=np.random.default_rng(5)).auc
     a_few = lira_attack(few, n_shadow=3000, n_eval=10000, rng=np.random.default_rng(6)).auc
     assert a_many > a_few

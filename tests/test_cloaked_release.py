@@ -174,7 +174,7 @@ def test_mahalanobis_sensitivity_property(seed, n, m, dim, kernel, ls, noise, d)
         "sum": pm.gp.cov.ExpQuad(dim, ls=ls) + 0.5 * pm.gp.cov.Matern12(dim, ls=2 * ls),
     }[kernel]
     y = rng.uniform(0.0, d, n)
-    model = gp_regression(X, y, cov, sigma=noise, mean=d / 2)
+    model = gp_regression(X, y, cov, noise_sd=noise, mean=d / 2)
     bounds = (0.0, d)
     kw = dict(epsilon=1.0, delta=1e-3, y_bounds=bounds, bounds_are_public=True)
     public_gp = model.public_gp()
@@ -195,7 +195,7 @@ def test_mahalanobis_sensitivity_property(seed, n, m, dim, kernel, ls, noise, d)
     j = int(np.argmax(whitened_norms))
     y2 = y.copy()
     y2[j] = 0.0 if y[j] > d / 2 else d
-    model2 = gp_regression(X, y2, cov, sigma=noise, mean=d / 2)
+    model2 = gp_regression(X, y2, cov, noise_sd=noise, mean=d / 2)
     release2 = cloaked_release(model2, X_star, rng=np.random.default_rng(1), **kw)
     diff = release2.draws[0] - release.draws[0]  # same seed: the noise cancels
     # diff is known only up to the rounding of the two draws (outside range(F) too)
@@ -268,7 +268,7 @@ def test_monte_carlo_privacy_loss(kung_model, calibration):
     r1, r2 = (
         cloaked_release(
             gp_regression(
-                kung_model.X, yy, 7.72**2 * pm.gp.cov.ExpQuad(1, ls=25.0), sigma=14.0, mean=110.0
+                kung_model.X, yy, 7.72**2 * pm.gp.cov.ExpQuad(1, ls=25.0), noise_sd=14.0, mean=110.0
             ),
             ages,
             rng=np.random.default_rng(3),
@@ -377,7 +377,7 @@ def test_clipping_is_silent_and_bounds_are_not_compared_with_the_data(kung_model
         age,
         np.clip(height, *bounds),
         7.72**2 * pm.gp.cov.ExpQuad(1, ls=25.0),
-        sigma=14.0,
+        noise_sd=14.0,
         mean=110.0,
     )
     kw = dict(epsilon=1.0, delta=1e-3, y_bounds=bounds)
@@ -400,7 +400,7 @@ def test_hyperparameters_with_priors_need_public_values():
     def cov():
         return pm.gp.cov.ExpQuad(1, ls=pm.Gamma("ell", 2.0, 1.0))
 
-    model = gp_regression(X, y, cov, sigma=0.3)
+    model = gp_regression(X, y, cov, noise_sd=0.3)
     kw = dict(epsilon=1.0, delta=0.01, y_bounds=(-2.0, 2.0))
     with pytest.raises(PrivateHyperparameterError):
         cloaked_release(model, np.linspace(0, 5, 7), **kw)

@@ -27,7 +27,7 @@ def _model_2d(n: int = 150, seed: int = 0):
     rng = np.random.default_rng(seed)
     X = rng.uniform(0.0, 5.0, (n, 2))
     y = np.clip(np.sin(X).sum(axis=1) + 0.3 * rng.standard_normal(n), -2.0, 2.0)
-    return gp_regression(X, y, pm.gp.cov.ExpQuad(2, ls=1.5), sigma=0.3, mean=0.0)
+    return gp_regression(X, y, pm.gp.cov.ExpQuad(2, ls=1.5), noise_sd=0.3, mean=0.0)
 
 
 def _grid_2d(side: int = 12) -> np.ndarray:

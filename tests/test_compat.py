@@ -46,7 +46,7 @@ def small():
     rng = np.random.default_rng(0)
     X = np.sort(rng.uniform(0, 6, 30))
     y = np.clip(np.sin(X) + 0.3 * rng.standard_normal(30), -1.9, 1.9)
-    return gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=1.5), sigma=0.3, mean=0.0)
+    return gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=1.5), noise_sd=0.3, mean=0.0)
 
 
 def _label_release(kind, model):
@@ -68,9 +68,9 @@ def _sample_path(model):
         return sample_path_release(
             model,
             np.linspace(0, 6, 20),
-            n_paths=3,
-            sigma=1.0,
-            y_bound=2.0,
+            n_draws=3,
+            kernel_scale=1.0,
+            y_bounds=(-2.0, 2.0),
             delta=1e-5,
             ledger=Ledger(),  # records the (large) cost; the cost is not under test here
             domain=(0.0, 6.0),
@@ -84,10 +84,10 @@ def _noise_aware():
     y = np.sin(2 * X) + 0.1 * rng.standard_normal(300)
     Z = grid_inducing_points(-3.2, 3.2, 8)
     pub = sparse_gp_regression(
-        None, None, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z, sigma=0.3
+        None, None, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z, noise_sd=0.3
     ).public_sparse_gp()
     return noise_aware_release(
-        pub, (X, y), epsilon=1.0, delta=1e-4, y_bound=2.0, rng=np.random.default_rng(4)
+        pub, (X, y), epsilon=1.0, delta=1e-4, y_bounds=(-2.0, 2.0), rng=np.random.default_rng(4)
     )
 
 
@@ -97,7 +97,7 @@ def _dirichlet():
     lab = (X > -1).astype(int) + (X > 1).astype(int)
     Z = grid_inducing_points(-3.2, 3.2, 8)
     pub = sparse_gp_regression(
-        None, None, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z, sigma=1.0
+        None, None, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z, noise_sd=1.0
     ).public_sparse_gp()
     return dirichlet_release(
         pub, (X, lab), n_classes=3, epsilon=1.0, delta=1e-4, rng=np.random.default_rng(6)
@@ -111,9 +111,11 @@ def _results(kind, model):
     if kind == "sample_path":
         return _sample_path(model).to_inference_data(), "posterior_predictive", "f_path"
     if kind == "noise_aware":
-        return _noise_aware().to_inference_data(np.linspace(-3, 3, 11)), "posterior", "u_mean"
+        rel = _noise_aware()
+        return rel.to_inference_data(np.linspace(-3, 3, 11), n_draws=50), "posterior", "f"
     if kind == "dirichlet":
-        return _dirichlet().to_inference_data(np.linspace(-3, 3, 11)), "posterior", "u_mean"
+        rel = _dirichlet()
+        return rel.to_inference_data(np.linspace(-3, 3, 11), n_draws=50), "posterior", "p"
     if kind == "dp_ppc":
         rel = _label_release("cloaking", model)
         X_hold = np.linspace(0.1, 5.9, 12)
@@ -136,7 +138,7 @@ def _results(kind, model):
             X_init=[[0.2], [0.7]],
             n_rounds=2,
             noise_sd=2.0,
-            y_bound=1.0,
+            y_bounds=(-1.0, 1.0),
             ledger=Ledger(epsilon=100.0, delta=1e-5),
             candidates=32,
             progressbar=False,

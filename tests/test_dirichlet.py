@@ -37,7 +37,7 @@ Z = grid_inducing_points(-3.5, 3.5, 15)
 @pytest.fixture(scope="module")
 def pub():
     return sparse_gp_regression(
-        None, None, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z, sigma=1.0
+        None, None, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z, noise_sd=1.0
     ).public_sparse_gp()
 
 
@@ -274,9 +274,14 @@ def test_inference_data_and_scan(pub) -> None:
     rel = dirichlet_release(
         pub, (X, lab), n_classes=3, epsilon=1.0, delta=1e-4, rng=np.random.default_rng(0)
     )
-    idata = rel.to_inference_data(np.linspace(-4.05, 4.05, 7))
-    assert idata.posterior["u_mean"].dims == ("chain", "draw", "output", "inducing")
-    assert idata.posterior["u_cov"].dims == ("chain", "draw", "output", "inducing", "inducing_")
+    idata = rel.to_inference_data(np.linspace(-4.05, 4.05, 7), n_draws=40)
+    par = idata.dp_parameters
+    assert par["u_mean"].dims == ("output", "inducing")
+    assert par["u_cov"].dims == ("output", "inducing", "inducing_")
+    np.testing.assert_array_equal(par["u_mean"].values, rel.u_mean)
+    assert idata.posterior["f"].dims == ("chain", "draw", "output", "x_star")
+    assert idata.posterior["p"].shape == (1, 40, 3, 7)
+    np.testing.assert_allclose(idata.posterior["p"].sum("output").values, 1.0, rtol=1e-12)
     assert list(idata.posterior["output"].values) == ["class_0", "class_1", "class_2"]
     assert idata.posterior.attrs["privacy_model"] == "full"
     assert scan_for_values(idata, X) == []

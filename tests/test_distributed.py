@@ -32,7 +32,7 @@ N, BLOCK, Y_BOUND = 2_000, 250, 2.0
 
 @pytest.fixture(scope="module")
 def pub():
-    reg = sparse_gp_regression(None, None, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z15, sigma=0.3)
+    reg = sparse_gp_regression(None, None, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z15, noise_sd=0.3)
     return reg.public_sparse_gp()
 
 
@@ -152,7 +152,7 @@ def test_noise_aware_release_runs_on_cluster(client, pub, monkeypatch) -> None:
     monkeypatch.setattr(na, "sufficient_statistics", recording)
     X, y = _worker_data()
     Xm, ym = (np.asarray(a) for a in client.compute([X, y], sync=True))
-    kw = dict(epsilon=1.0, delta=1e-5, y_bound=Y_BOUND, bound_is_public=True)
+    kw = dict(epsilon=1.0, delta=1e-5, y_bounds=(-Y_BOUND, Y_BOUND), bounds_are_public=True)
     ledger = Ledger()
     on_cluster = na.noise_aware_release(
         pub, (X, y), rng=np.random.default_rng(1), ledger=ledger, **kw

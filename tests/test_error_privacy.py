@@ -71,14 +71,12 @@ BAD = {
     "epsilon": [0.0, -1.0, NAN, INF, "one", None],
     "delta": [0.0, 1.0, 1.5, -0.1, NAN, "x"],
     "y_bounds": [(1.0, 0.0), (NAN, 1.0), (0.0, INF), "ab", (1.0,), None],
-    "y_bound": [0.0, -2.0, NAN, INF, "big"],
     "X_star": [[[NAN]], np.empty((0, 1)), [[0.1, 0.2]], "abc"],
     "n_draws": [0, -1, 1.5, "2"],
     "clip": ["raise", "foo"],
     "rng": ["seed", 3],
     "calibration": ["exact"],
-    "sigma": [0.0, -1.0, NAN],
-    "n_paths": [0, 2.5],
+    "kernel_scale": [0.0, -1.0, NAN],
     "kernel_class": ["matern"],
     "variant": ["fast"],
     "n_classes": [1, 2.5],
@@ -104,11 +102,11 @@ def build_models() -> dict:
     """One small model per entry point, each with a planted private value (also used by
     ``tests/test_guard_rails.py``)."""
     X, y = _private_1d(0, 12)
-    exact = gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=1.5), sigma=0.3)
+    exact = gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=1.5), noise_sd=0.3)
     Xp, yp = _private_1d(1, 10, high=2.0)
-    path = gp_regression(Xp, yp, pm.gp.cov.Exponential(1, ls=0.3), sigma=2.0)
+    path = gp_regression(Xp, yp, pm.gp.cov.Exponential(1, ls=0.3), noise_sd=2.0)
     Z = grid_inducing_points(0.0, 6.0, 6)
-    sparse = sparse_gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=1.5), Z=Z, sigma=0.3)
+    sparse = sparse_gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=1.5), Z=Z, noise_sd=0.3)
     labels = (np.arange(12) % 3).astype(int)
     dirichlet = dirichlet_gp_classification(
         X, labels, pm.gp.cov.ExpQuad(1, ls=1.5), Z=Z, n_classes=3
@@ -142,13 +140,13 @@ def _calls(models):
                 **{
                     "epsilon": 1.0,
                     "delta": 1e-3,
-                    "y_bound": 2.0,
+                    "y_bounds": (-2.0, 2.0),
                     "ledger": led,
                     "rng": rng,
                     **kw,
                 },
             ),
-            ["epsilon", "delta", "y_bound", "clip", "rng", "variant", "calibration"],
+            ["epsilon", "delta", "y_bounds", "clip", "rng", "variant", "calibration"],
         ),
         "dirichlet_release": (
             lambda led, rng, kw: dirichlet_release(
@@ -162,8 +160,8 @@ def _calls(models):
                 m["path"],
                 kw.pop("X_star", X_STAR),
                 **{
-                    "sigma": 1.0,
-                    "y_bound": 2.0,
+                    "kernel_scale": 1.0,
+                    "y_bounds": (-2.0, 2.0),
                     "delta": 1e-5,
                     "domain": (0.0, 2.0),
                     "kernel_class": "exponential_1d",
@@ -172,7 +170,16 @@ def _calls(models):
                     **kw,
                 },
             ),
-            ["delta", "y_bound", "X_star", "clip", "rng", "sigma", "n_paths", "kernel_class"],
+            [
+                "delta",
+                "y_bounds",
+                "X_star",
+                "clip",
+                "rng",
+                "kernel_scale",
+                "n_draws",
+                "kernel_class",
+            ],
         ),
     }
 
@@ -222,12 +229,12 @@ def test_ledger_refusal_records_nothing_and_says_what_to_do():
 
 @settings(max_examples=15, deadline=None)
 @given(
-    which=st.sampled_from(["X", "y", "sigma", "mean", "shape"]),
+    which=st.sampled_from(["X", "y", "noise_sd", "mean", "shape"]),
     bad=st.sampled_from([NAN, INF, "text"]),
 )
 def test_builders_fail_documented_without_private_values(which, bad):
     X, y = _private_1d(2, 8)
-    args = {"X": X.astype(object), "y": y.astype(object), "sigma": 0.3, "mean": 0.0}
+    args = {"X": X.astype(object), "y": y.astype(object), "noise_sd": 0.3, "mean": 0.0}
     if which == "shape":
         args["y"] = y[:-1]
     elif which in ("X", "y"):
@@ -239,7 +246,7 @@ def test_builders_fail_documented_without_private_values(which, bad):
             args["X"],
             args["y"],
             pm.gp.cov.ExpQuad(1, ls=1.0),
-            **{"sigma": args["sigma"], "mean": args["mean"]},
+            **{"noise_sd": args["noise_sd"], "mean": args["mean"]},
         )
     _check_failure(info.value)
 
@@ -280,7 +287,7 @@ def test_noise_aware_control_flow_does_not_depend_on_private_values():
     max|y − μ| (refused), X equal to an inducing input (refused), NaN (refused)."""
     Z = grid_inducing_points(0.0, 6.0, 6)
     pub = sparse_gp_regression(
-        None, None, pm.gp.cov.ExpQuad(1, ls=1.5), Z=Z, sigma=0.3
+        None, None, pm.gp.cov.ExpQuad(1, ls=1.5), Z=Z, noise_sd=0.3
     ).public_sparse_gp()
     X, y = _private_1d(3, 30)
     variants = []
@@ -305,7 +312,7 @@ def test_noise_aware_control_flow_does_not_depend_on_private_values():
             (Xc, yc),
             epsilon=1.0,
             delta=1e-3,
-            y_bound=2.0,
+            y_bounds=(-2.0, 2.0),
             ledger=ledger,
             rng=np.random.default_rng(0),
         )
@@ -317,10 +324,17 @@ def test_sample_path_control_flow_does_not_depend_on_private_inputs():
     and the domain count.  With an ExpQuad kernel the class check used to pass for two
     distinct private inputs and fail for three; now both datasets give the same refusal."""
     cov = pm.gp.cov.ExpQuad(1, ls=0.3)
-    two = gp_regression(np.array([0.2, 0.2, 0.9]), np.array([0.1, PLANTED, 0.3]), cov, sigma=2.0)
-    three = gp_regression(np.array([0.2, 0.5, 0.9]), np.array([0.1, PLANTED, 0.3]), cov, sigma=2.0)
+    two = gp_regression(np.array([0.2, 0.2, 0.9]), np.array([0.1, PLANTED, 0.3]), cov, noise_sd=2.0)
+    three = gp_regression(
+        np.array([0.2, 0.5, 0.9]), np.array([0.1, PLANTED, 0.3]), cov, noise_sd=2.0
+    )
     kw = dict(
-        sigma=1.0, y_bound=2.0, delta=1e-5, epsilon=1e3, kappa=0.0, kernel_class="exponential_1d"
+        kernel_scale=1.0,
+        y_bounds=(-2.0, 2.0),
+        delta=1e-5,
+        epsilon=1e3,
+        kappa=0.0,
+        kernel_class="exponential_1d",
     )
     messages = []
     for model in (two, three):
@@ -330,15 +344,15 @@ def test_sample_path_control_flow_does_not_depend_on_private_inputs():
         messages.append(str(info.value))
     assert messages[0] == messages[1]
     # inside vs outside the public domain: both succeed, silently, same epsilon
-    inside = gp_regression(np.array([0.2, 0.5, 0.9]), np.array([0.1, 0.2, 0.3]), cov, sigma=2.0)
-    outside = gp_regression(np.array([0.2, 0.5, 7.0]), np.array([0.1, 0.2, 0.3]), cov, sigma=2.0)
+    inside = gp_regression(np.array([0.2, 0.5, 0.9]), np.array([0.1, 0.2, 0.3]), cov, noise_sd=2.0)
+    outside = gp_regression(np.array([0.2, 0.5, 7.0]), np.array([0.1, 0.2, 0.3]), cov, noise_sd=2.0)
     eps = [
         _silently(
             sample_path_release,
             m,
             [0.5],
-            sigma=1.0,
-            y_bound=2.0,
+            kernel_scale=1.0,
+            y_bounds=(-2.0, 2.0),
             delta=1e-5,
             ledger=Ledger(epsilon=10.0, delta=1e-5),
             eta=1.0,  # extra noise: this setting costs 6.2 < 10 (no epsilon warning)
@@ -354,12 +368,18 @@ def test_non_stationary_kernel_scale_is_checked_at_public_points_only():
     """k(x, x) ≤ 1 for a Linear kernel: decided on the public domain, not on private inputs
     (which used to make the outcome depend on max |x|)."""
     cov = pm.gp.cov.Linear(1, c=0.0)
-    small = gp_regression(np.array([0.1, 0.2, 0.3]), np.zeros(3), cov, sigma=1.0)
-    large = gp_regression(np.array([0.1, 0.2, 3.0]), np.zeros(3), cov, sigma=1.0)
+    small = gp_regression(np.array([0.1, 0.2, 0.3]), np.zeros(3), cov, noise_sd=1.0)
+    large = gp_regression(np.array([0.1, 0.2, 3.0]), np.zeros(3), cov, noise_sd=1.0)
     for model in (small, large):  # no domain: refused from public information
         with pytest.raises(ValueError, match="domain") as info:
             sample_path_release(
-                model, [0.5], sigma=1.0, y_bound=1.0, delta=1e-5, epsilon=5.0, kappa=0.0
+                model,
+                [0.5],
+                kernel_scale=1.0,
+                y_bounds=(-1.0, 1.0),
+                delta=1e-5,
+                epsilon=5.0,
+                kappa=0.0,
             )
         _check_failure(info.value)
     for model in (small, large):  # domain [0, 0.9]: k(x, x) = x² ≤ 1 there, both succeed
@@ -367,8 +387,8 @@ def test_non_stationary_kernel_scale_is_checked_at_public_points_only():
             sample_path_release,
             model,
             [0.5],
-            sigma=1.0,
-            y_bound=1.0,
+            kernel_scale=1.0,
+            y_bounds=(-1.0, 1.0),
             delta=1e-5,
             epsilon=10.0,
             eta=2.0,  # extra noise: this setting costs 6.9 < 10 (no epsilon warning)
@@ -386,7 +406,7 @@ def test_overflowing_private_input_is_dropped_not_refused(x0):
     one, and the release equals the release without that record."""
     Z8 = np.linspace(-3, 3, 8)[:, None]
     pub = sparse_gp_regression(
-        None, None, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z8, sigma=0.3
+        None, None, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z8, noise_sd=0.3
     ).public_sparse_gp()
     X = np.linspace(-3, 3, 40)
     y, lab = np.sin(X), (X > 0).astype(int)
@@ -398,7 +418,7 @@ def test_overflowing_private_input_is_dropped_not_refused(x0):
             (X_[keep], y[keep]),
             epsilon=1.0,
             delta=1e-4,
-            y_bound=1.0,
+            y_bounds=(-1.0, 1.0),
             ledger=Ledger(10, 1e-4),
             rng=np.random.default_rng(3),
         ),

@@ -58,7 +58,7 @@ def _neighbours(n: int = 12):
     y2 = y.copy()
     y2[3] = -y2[3] + 0.5
     cov = pm.gp.cov.ExpQuad(1, ls=1.5)
-    return gp_regression(X, y, cov, sigma=0.3), gp_regression(X, y2, cov, sigma=0.3)
+    return gp_regression(X, y, cov, noise_sd=0.3), gp_regression(X, y2, cov, noise_sd=0.3)
 
 
 def _silent(fn, *args, **kw):
@@ -120,34 +120,45 @@ def test_seed_fingerprint_is_salted_one_way_and_persistent(tmp_path):
 # ------------------------------------------------------------- point 2: no epsilon, no ledger
 def test_sample_path_release_needs_a_target_or_a_ledger(models):
     path = models["path"]
-    kw = dict(sigma=1.0, y_bound=2.0, delta=1e-5, domain=(0.0, 2.0), kernel_class="exponential_1d")
+    kw = dict(
+        kernel_scale=1.0,
+        y_bounds=(-2.0, 2.0),
+        delta=1e-5,
+        domain=(0.0, 2.0),
+        kernel_class="exponential_1d",
+    )
     rng = np.random.default_rng(3)
     state = rng.bit_generator.state
     with pytest.raises(ValueError, match="epsilon= or a ledger=") as info:
         sample_path_release(path, X_STAR, rng=rng, **kw)
     _check_failure(info.value)
     assert rng.bit_generator.state == state
-    # a target below the cost of one path is refused with a y_bound that fits
-    with pytest.raises(ValueError, match=r"y_bound <= ") as info:
+    # a target below the cost of one path is refused with a range (centred bound) that fits
+    with pytest.raises(ValueError, match=r"\|y - prior mean\| <= ") as info:
         sample_path_release(path, X_STAR, epsilon=9.0, rng=rng, **kw)
     _check_failure(info.value)
-    fit_bound = float(info.value.args[0].split("y_bound <= ")[1].split(":")[0])
+    fit_bound = float(info.value.args[0].split("prior mean| <= ")[1].split(" ")[0])
     assert rng.bit_generator.state == state and 0.0 < fit_bound < 2.0
     one = _silent(
-        sample_path_release, path, X_STAR, epsilon=9.0, rng=rng, **{**kw, "y_bound": fit_bound}
+        sample_path_release,
+        path,
+        X_STAR,
+        epsilon=9.0,
+        rng=rng,
+        **{**kw, "y_bounds": (-fit_bound, fit_bound)},
     )
     assert one.epsilon <= 9.0
-    # ... and a number of paths above the target with the largest n_paths that fits
+    # ... and a number of paths above the target with the largest n_draws that fits
     kw["eta"] = 2.0  # extra noise: one path fits within 9
     state = rng.bit_generator.state
-    with pytest.raises(ValueError, match=r"n_paths=(\d+)") as info:
-        sample_path_release(path, X_STAR, n_paths=50, epsilon=9.0, rng=rng, **kw)
+    with pytest.raises(ValueError, match=r"n_draws=(\d+)") as info:
+        sample_path_release(path, X_STAR, n_draws=50, epsilon=9.0, rng=rng, **kw)
     _check_failure(info.value)
     assert rng.bit_generator.state == state
-    fit = int(info.value.args[0].split("n_paths=")[1].split(" ")[0])
+    fit = int(info.value.args[0].split("n_draws=")[1].split(" ")[0])
     bound = _silent(sample_path_release, path, X_STAR, epsilon=9.0, rng=rng, **kw).bound
     assert fit == paths_affordable(bound, 9.0, 1e-5) and 1 <= fit < 50
-    rel = _silent(sample_path_release, path, X_STAR, n_paths=fit, epsilon=9.0, rng=rng, **kw)
+    rel = _silent(sample_path_release, path, X_STAR, n_draws=fit, epsilon=9.0, rng=rng, **kw)
     assert rel.epsilon <= 9.0
 
 
@@ -157,7 +168,7 @@ def test_every_gaussian_mechanism_requires_epsilon_and_delta(models):
     calls = {
         cloaked_release: (models["exact"], X_STAR, {"y_bounds": (-2.0, 2.0)}),
         prior_noise_release: (models["exact"], X_STAR, {"y_bounds": (-2.0, 2.0)}),
-        noise_aware_release: (models["sparse"], None, {"y_bound": 2.0}),
+        noise_aware_release: (models["sparse"], None, {"y_bounds": (-2.0, 2.0)}),
     }
     for fn, (model, x, extra) in calls.items():
         for missing in ("epsilon", "delta"):
@@ -173,7 +184,7 @@ def test_every_gaussian_mechanism_requires_epsilon_and_delta(models):
 def _free_noise_model():
     X = np.linspace(0.0, 6.0, 10)
     return gp_regression(
-        X, np.sin(X), pm.gp.cov.ExpQuad(1, ls=1.5), sigma=lambda: pm.HalfNormal("s", 1.0)
+        X, np.sin(X), pm.gp.cov.ExpQuad(1, ls=1.5), noise_sd=lambda: pm.HalfNormal("s", 1.0)
     )
 
 
@@ -186,7 +197,7 @@ def test_zero_noise_is_refused_on_every_path(route):
     state = rng.bit_generator.state
     with pytest.raises(ValueError, match="> 0") as info:
         if route == "builder":
-            gp_regression(X, np.sin(X), cov, sigma=0.0)
+            gp_regression(X, np.sin(X), cov, noise_sd=0.0)
         elif route == "dict":
             cloaked_release(
                 _free_noise_model(),
@@ -198,7 +209,7 @@ def test_zero_noise_is_refused_on_every_path(route):
             )
         elif route == "dict_sparse":
             sparse_gp_regression(
-                X, np.sin(X), cov, Z=X[::3] + 0.1, sigma=lambda: pm.HalfNormal("s", 1.0)
+                X, np.sin(X), cov, Z=X[::3] + 0.1, noise_sd=lambda: pm.HalfNormal("s", 1.0)
             ).public_sparse_gp({"s": 0.0})
         else:
             pub = _free_noise_model().public_gp({"s": 0.5})
@@ -225,15 +236,16 @@ def test_data_derived_values_are_caught_near_equality_by_the_owner_check():
         check_public_choices(X, y, mean=round(float(y.mean()), 2), y_bounds=bounds)
     with pytest.raises(DataDerivedChoiceError, match="y_bounds"):
         check_public_choices(X, y, y_bounds=(y.min() - 1e-9, y.max() + 1e-9))
-    with pytest.raises(DataDerivedChoiceError, match="y_bound"):
-        check_public_choices(X, y, y_bound=float(np.max(np.abs(y - 140))) + 1e-6, mean=140.0)
+    half = float(np.max(np.abs(y - 140))) + 1e-6  # a centred bound from the data
+    with pytest.raises(DataDerivedChoiceError, match="y_bounds"):
+        check_public_choices(X, y, y_bounds=(140.0 - half, 140.0 + half), mean=140.0)
     # exact comparison (the old behaviour) misses them: the tolerance is what catches them
     check_public_choices(X, y, mean=round(float(y.mean()), 2), y_bounds=bounds, rtol=0.0)
     check_public_choices(X, y, y_bounds=(y.min() - 1e-9, y.max() + 1e-9), rtol=0.0)
     # public choices away from the data's statistics pass
     check_public_choices(X, y, mean=110.0, y_bounds=bounds)
     # releases never compare: the same data-derived bounds go through silently
-    model = gp_regression(X, y, 20.0**2 * pm.gp.cov.ExpQuad(1, ls=25.0), sigma=14.0, mean=140.0)
+    model = gp_regression(X, y, 20.0**2 * pm.gp.cov.ExpQuad(1, ls=25.0), noise_sd=14.0, mean=140.0)
     _silent(
         cloaked_release,
         model,
@@ -272,16 +284,16 @@ def test_sane_settings_do_not_warn_and_sample_path_cost_warns():
     a, _ = _neighbours(60)
     _silent(cloaked_release, a, X_STAR, rng=np.random.default_rng(0), **LABEL_KW)
     X = np.linspace(0.0, 2.0, 10)
-    path = gp_regression(X, np.sin(X), pm.gp.cov.Exponential(1, ls=0.3), sigma=2.0)
-    kw = dict(sigma=1.0, y_bound=2.0, delta=1e-5, domain=(0.0, 2.0), epsilon=1e6)
+    path = gp_regression(X, np.sin(X), pm.gp.cov.Exponential(1, ls=0.3), noise_sd=2.0)
+    kw = dict(kernel_scale=1.0, y_bounds=(-2.0, 2.0), delta=1e-5, domain=(0.0, 2.0), epsilon=1e6)
     with pytest.warns(PrivacyWarning, match=f"exceeds {EPSILON_WARN_THRESHOLD:g}"):
-        sample_path_release(path, [0.5], n_paths=30, rng=np.random.default_rng(0), **kw)
+        sample_path_release(path, [0.5], n_draws=30, rng=np.random.default_rng(0), **kw)
 
 
 # ---------------------------------------------------- point 6: one ledger, one privacy model
 def _full_release(models, ledger, rng):
     return noise_aware_release(
-        models["sparse"], epsilon=1.0, delta=1e-3, y_bound=2.0, ledger=ledger, rng=rng
+        models["sparse"], epsilon=1.0, delta=1e-3, y_bounds=(-2.0, 2.0), ledger=ledger, rng=rng
     )
 
 
@@ -348,16 +360,16 @@ NUMBERS = st.one_of(
 NUMERIC_KEYS = {
     "cloaked_release": ["epsilon", "delta", "y_bounds", "n_draws"],
     "prior_noise_release": ["epsilon", "delta", "y_bounds", "n_draws"],
-    "noise_aware_release": ["epsilon", "delta", "y_bound", "ratio", "rho"],
+    "noise_aware_release": ["epsilon", "delta", "y_bounds", "ratio", "rho"],
     "dirichlet_release": ["epsilon", "delta", "ratio", "rho"],
-    "sample_path_release": ["epsilon", "delta", "y_bound", "sigma", "eta", "n_paths"],
+    "sample_path_release": ["epsilon", "delta", "y_bounds", "kernel_scale", "eta", "n_draws"],
 }
 
 
 def _value(key: str, data) -> object:
     if key == "y_bounds":
         return (data.draw(NUMBERS, label="lower"), data.draw(NUMBERS, label="upper"))
-    if key in ("n_draws", "n_paths"):
+    if key == "n_draws":
         return data.draw(st.sampled_from([0, 1, 2, 3, 1.5, -1]), label=key)
     return data.draw(NUMBERS, label=key)
 

@@ -219,7 +219,7 @@ def test_selection_charges_then_selects_and_composes():
     model = _sparse_model()
     ledger = Ledger(epsilon=20.0, delta=1e-5, filter="renyi")
     res = select_by_random_stopping(
-        model, GRID, epsilon=1.0, delta=1e-5, y_bound=2.0, ledger=ledger, gamma=0.25,
+        model, GRID, epsilon=1.0, delta=1e-5, y_bounds=(-2.0, 2.0), ledger=ledger, gamma=0.25,
         rng=np.random.default_rng(3),
     )  # fmt: skip
     assert ledger.history[0].event == res.event
@@ -243,7 +243,7 @@ def test_selection_prefers_good_candidates_at_large_budget():
     grid = product_grid({"ell": [0.05, 0.8], "sigma": [0.3, 3.0]})
     picks = [
         select_by_random_stopping(
-            model, grid, epsilon=8.0, delta=1e-5, y_bound=2.0, ledger=None, gamma=0.2,
+            model, grid, epsilon=8.0, delta=1e-5, y_bounds=(-2.0, 2.0), ledger=None, gamma=0.2,
             owner_scores=False, rng=np.random.default_rng(s),
         ).index
         for s in range(6)
@@ -257,7 +257,7 @@ def test_secure_selection_runs_and_records_secure_noise():
     ledger = Ledger(epsilon=20.0, delta=1e-5, filter="renyi")
     res = select_by_random_stopping(
         model, product_grid({"ell": [0.5, 2.0], "sigma": [0.3]}), epsilon=1.0, delta=1e-5,
-        y_bound=2.0, ledger=ledger, gamma=0.6, owner_scores=False,
+        y_bounds=(-2.0, 2.0), ledger=ledger, gamma=0.6, owner_scores=False,
     )  # fmt: skip
     assert res.public_details["noise_source"].startswith("opendp")
     assert res.index in (0, 1) and ledger.history[0].event == res.event
@@ -283,14 +283,14 @@ def test_refusal_before_any_randomness_or_data():
     with pytest.raises(BudgetExceededError):
         select_by_random_stopping(
             model, GRID, (_Untouchable(), _Untouchable()), epsilon=1.0, delta=1e-5,
-            y_bound=2.0, ledger=ledger, rng=rng,
+            y_bounds=(-2.0, 2.0), ledger=ledger, rng=rng,
         )  # fmt: skip
     assert rng.bit_generator.state == state
     assert ledger.history == []
     for bad in (np.ones(300, bool), [0.5, 1.5], np.arange(300)):
         with pytest.raises(ValueError, match="validation"):
             select_by_random_stopping(
-                model, GRID, epsilon=1.0, delta=1e-5, y_bound=2.0, ledger=ledger,
+                model, GRID, epsilon=1.0, delta=1e-5, y_bounds=(-2.0, 2.0), ledger=ledger,
                 validation=bad, rng=rng,
             )  # fmt: skip
     assert rng.bit_generator.state == state and ledger.history == []
@@ -307,7 +307,7 @@ def test_owner_check_refuses_data_derived_inducing_inputs():
     grid = product_grid({"ell": [1.0]})
     with pytest.raises(InducingFromDataError):
         select_by_random_stopping(
-            model, grid, epsilon=1.0, delta=1e-5, y_bound=2.0, ledger=ledger,
+            model, grid, epsilon=1.0, delta=1e-5, y_bounds=(-2.0, 2.0), ledger=ledger,
             owner_check=True, rng=np.random.default_rng(1),
         )  # fmt: skip
     assert ledger.history == []
@@ -333,7 +333,7 @@ def test_front_end_and_nothing_private_in_serialised_result():
     model = _sparse_model()
     res = select_hyperparameters(
         model, GRID, ledger=Ledger(epsilon=20.0, delta=1e-5, filter="renyi"),
-        method="liu_talwar", epsilon=1.0, delta=1e-5, y_bound=2.0, gamma=0.3,
+        method="liu_talwar", epsilon=1.0, delta=1e-5, y_bounds=(-2.0, 2.0), gamma=0.3,
         rng=np.random.default_rng(4),
     )  # fmt: skip
     owner = res.owner_report()
@@ -371,7 +371,7 @@ def test_non_finite_private_inputs_are_mapped_not_refused_after_the_spend():
         Xb[row, 0] = value
         ledger = Ledger(epsilon=1e6, delta=1e-3, filter="renyi")
         res = select_by_random_stopping(
-            model, GRID, (Xb, y), epsilon=1.0, delta=1e-5, y_bound=2.0, ledger=ledger,
+            model, GRID, (Xb, y), epsilon=1.0, delta=1e-5, y_bounds=(-2.0, 2.0), ledger=ledger,
             gamma=0.5, rng=np.random.default_rng(5),
         )  # fmt: skip
         assert res.index >= 0 and len(ledger.history) == 1
@@ -380,7 +380,7 @@ def test_non_finite_private_inputs_are_mapped_not_refused_after_the_spend():
         ledger = Ledger(epsilon=1e6, delta=1e-3, filter="renyi")
         with pytest.raises(ValueError, match="data must be X of shape"):
             select_by_random_stopping(
-                model, GRID, data, epsilon=1.0, delta=1e-5, y_bound=2.0, ledger=ledger,
+                model, GRID, data, epsilon=1.0, delta=1e-5, y_bounds=(-2.0, 2.0), ledger=ledger,
                 rng=np.random.default_rng(5),
             )  # fmt: skip
         assert ledger.history == []
@@ -411,7 +411,7 @@ def test_warnings_do_not_reveal_the_number_of_runs():
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             res = select_by_random_stopping(
-                model, GRID, epsilon=20.0, delta=0.1, y_bound=2.0, ledger=None, gamma=0.3,
+                model, GRID, epsilon=20.0, delta=0.1, y_bounds=(-2.0, 2.0), ledger=None, gamma=0.3,
                 owner_scores=False, rng=np.random.default_rng(seed),
             )  # fmt: skip
         runs.add(res.owner_report()["n_runs"])

@@ -42,7 +42,7 @@ class Case:
 
 
 def _fixed_1d() -> Case:
-    reg = gp_regression(X1, Y1, 1.7 * pm.gp.cov.ExpQuad(1, ls=0.8), sigma=0.3, mean=0.25)
+    reg = gp_regression(X1, Y1, 1.7 * pm.gp.cov.ExpQuad(1, ls=0.8), noise_sd=0.3, mean=0.25)
     return Case(reg, {}, XS1, 0.8)
 
 
@@ -50,7 +50,7 @@ def _fixed_2d() -> Case:
     cov = 0.5 * pm.gp.cov.Matern52(2, ls=[0.9, 1.4]) + pm.gp.cov.ExpQuad(
         2, ls=1.1, active_dims=[0]
     ) * pm.gp.cov.Matern32(2, ls=0.7, active_dims=[1])
-    reg = gp_regression(X2, Y2, cov, sigma=0.2, mean=-0.4)
+    reg = gp_regression(X2, Y2, cov, noise_sd=0.2, mean=-0.4)
     return Case(reg, {}, XS2, 0.7)
 
 
@@ -59,7 +59,7 @@ def _prior_1d() -> Case:
         X1,
         Y1,
         lambda: pm.HalfNormal("eta", 2.0) ** 2 * pm.gp.cov.ExpQuad(1, ls=pm.Gamma("ell", 2, 1)),
-        sigma=lambda: pm.HalfNormal("sigma", 1.0),
+        noise_sd=lambda: pm.HalfNormal("sigma", 1.0),
         mean=0.1,
     )
     return Case(reg, {"eta": 1.3, "ell": 0.6, "sigma": 0.25}, XS1, 0.6)
@@ -72,7 +72,7 @@ def _prior_2d_ard() -> Case:
             2, ls=pm.Uniform("ell_b", 0.1, 5.0)
         )
 
-    reg = gp_regression(X2, Y2, cov, sigma=0.15, mean=0.0, name="g")
+    reg = gp_regression(X2, Y2, cov, noise_sd=0.15, mean=0.0, name="g")
     return Case(reg, {"ell": np.array([0.8, 1.6]), "eta2": 0.7, "ell_b": 2.0}, XS2, 0.8)
 
 
@@ -293,7 +293,7 @@ def test_hyperprior_parents_are_not_hyperparameters() -> None:
         a = pm.HalfNormal("a", 1.0)
         return pm.gp.cov.ExpQuad(1, ls=pm.Gamma("ell", alpha=a + 1.0, beta=1.0))
 
-    reg = gp_regression(X1, Y1, cov, sigma=0.3)
+    reg = gp_regression(X1, Y1, cov, noise_sd=0.3)
     assert reg.hyperparameter_names == ("ell",)
 
 
@@ -301,14 +301,14 @@ def test_existing_model_and_variable_sigma() -> None:
     with pm.Model() as model:
         s = pm.HalfNormal("s", 1.0)
         pm.Normal("unrelated", 0.0, 1.0)
-    reg = gp_regression(X1, Y1, pm.gp.cov.ExpQuad(1, ls=1.0), sigma=s, model=model, name="h")
+    reg = gp_regression(X1, Y1, pm.gp.cov.ExpQuad(1, ls=1.0), noise_sd=s, model=model, name="h")
     assert reg.model is model and reg.hyperparameter_names == ("s",)
     assert "h_obs" in model.named_vars
 
 
 def test_random_variable_outside_model_is_refused() -> None:
     ls = pm.HalfNormal.dist(1.0)  # not registered in any model: evaluating it draws noise
-    reg = gp_regression(X1, Y1, pm.gp.cov.ExpQuad(1, ls=ls), sigma=0.3)
+    reg = gp_regression(X1, Y1, pm.gp.cov.ExpQuad(1, ls=ls), noise_sd=0.3)
     assert reg.hyperparameter_names == ()
     with pytest.raises(ValueError, match="not a free variable"):
         reg.public_gp()
@@ -359,23 +359,23 @@ def test_kernel_compiled_once_per_model(monkeypatch: pytest.MonkeyPatch) -> None
 )
 def test_bad_data(X: np.ndarray, y: np.ndarray, match: str) -> None:
     with pytest.raises(ValueError, match=match):
-        gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=1.0), sigma=0.3)
+        gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=1.0), noise_sd=0.3)
 
 
 def test_bad_arguments() -> None:
     cov = pm.gp.cov.ExpQuad(1, ls=1.0)
     with pytest.raises(ValueError, match="input_dim"):
-        gp_regression(X2, Y2, cov, sigma=0.3)
-    with pytest.raises(ValueError, match="sigma"):
-        gp_regression(X1, Y1, cov, sigma=-1.0)
-    with pytest.raises(ValueError, match="sigma"):
-        gp_regression(X1, Y1, cov, sigma=float("nan"))
+        gp_regression(X2, Y2, cov, noise_sd=0.3)
+    with pytest.raises(ValueError, match="noise_sd"):
+        gp_regression(X1, Y1, cov, noise_sd=-1.0)
+    with pytest.raises(ValueError, match="noise_sd"):
+        gp_regression(X1, Y1, cov, noise_sd=float("nan"))
     with pytest.raises(ValueError, match="mean"):
-        gp_regression(X1, Y1, cov, sigma=0.3, mean=float("nan"))
+        gp_regression(X1, Y1, cov, noise_sd=0.3, mean=float("nan"))
     with pytest.raises(TypeError, match="cov_func"):
-        gp_regression(X1, Y1, "ExpQuad", sigma=0.3)  # type: ignore[arg-type]
+        gp_regression(X1, Y1, "ExpQuad", noise_sd=0.3)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="cov_func"):
-        gp_regression(X1, Y1, lambda: 3.0, sigma=0.3)  # type: ignore[arg-type, return-value]
+        gp_regression(X1, Y1, lambda: 3.0, noise_sd=0.3)  # type: ignore[arg-type, return-value]
     pub = _fixed_1d().public
     with pytest.raises(ValueError, match="column"):
         pub.kernel(XS2)
@@ -388,7 +388,7 @@ def test_prior_mean_from_private_data_is_caught_by_the_owners_check_only() -> No
     from pm_dpgp.audit import DataDerivedChoiceError, check_public_choices
 
     cov = pm.gp.cov.ExpQuad(1, ls=1.0)
-    reg = gp_regression(X1, Y1, cov, sigma=0.3, mean=float(np.mean(Y1)))
+    reg = gp_regression(X1, Y1, cov, noise_sd=0.3, mean=float(np.mean(Y1)))
     assert reg.mean == pytest.approx(np.mean(Y1))
     with pytest.raises(DataDerivedChoiceError, match="mean of the private y"):
         check_public_choices(X1, Y1, mean=float(np.mean(Y1)))

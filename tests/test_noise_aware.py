@@ -48,7 +48,7 @@ def _data(seed: int = 0, n: int = 400, noise: float = 0.1):
 @pytest.fixture(scope="module")
 def reg():
     X, y = _data()
-    return sparse_gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z15, sigma=0.1)
+    return sparse_gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z15, noise_sd=0.1)
 
 
 @pytest.fixture(scope="module")
@@ -60,14 +60,14 @@ def pub(reg):
 def pub2d():
     Z = grid_inducing_points([-2, -2], [2, 2], [4, 4])
     return sparse_gp_regression(
-        None, None, 1.5 * pm.gp.cov.Matern52(2, ls=1.0), Z=Z, sigma=0.3
+        None, None, 1.5 * pm.gp.cov.Matern52(2, ls=1.0), Z=Z, noise_sd=0.3
     ).public_sparse_gp()
 
 
 def _release(pub, data, **kw):
     kw.setdefault("epsilon", 1.0)
     kw.setdefault("delta", 1e-4)
-    kw.setdefault("y_bound", RY)
+    kw.setdefault("y_bounds", (-RY, RY))
     kw.setdefault("rng", np.random.default_rng(0))
     return noise_aware_release(pub, data, **kw)
 
@@ -181,7 +181,7 @@ def test_release_with_noise_switched_off_matches_titsias_and_pymc(pub, reg, monk
 
     monkeypatch.setattr(na, "_privatise", noiseless)
     monkeypatch.setattr(na, "regularisation_lambda", lambda *a, **k: 0.0)
-    rel = _release(reg, None, variant="naive", y_bound=10.0)
+    rel = _release(reg, None, variant="naive", y_bounds=(-10.0, 10.0))
     K = pub.kzz()
     s = sufficient_statistics(pub.kernel, Z15, (reg.X, reg.y))
     m, S = titsias_qu(K, s.A[:, 0], s.B[0], 1 / pub.noise_var)
@@ -249,12 +249,12 @@ def test_kernel_norm_bound_2d_and_nonstationary(pub2d) -> None:
     assert np.linalg.norm(pub2d.kernel(pub2d.Z, x), axis=0).max() <= b.R_k * (1 + _norm_rtol(16))
     with pytest.raises(ValueError, match="1-D"):
         kernel_norm_bound(pub2d, "eq7")
-    lin = sparse_gp_regression(None, None, pm.gp.cov.Linear(1, c=0.0), Z=Z15, sigma=0.1)
+    lin = sparse_gp_regression(None, None, pm.gp.cov.Linear(1, c=0.0), Z=Z15, noise_sd=0.1)
     with pytest.raises(ValueError, match="stationary"):
         kernel_norm_bound(lin.public_sparse_gp(), "auto")
     assert kernel_norm_bound(lin.public_sparse_gp(), 3.0).R_k == 3.0
     ard = sparse_gp_regression(
-        None, None, pm.gp.cov.ExpQuad(2, ls=[1.0, 3.0]), Z=pub2d.Z, sigma=0.1
+        None, None, pm.gp.cov.ExpQuad(2, ls=[1.0, 3.0]), Z=pub2d.Z, noise_sd=0.1
     ).public_sparse_gp()
     assert kernel_norm_bound(ard, "auto").equation == "eq4"
     with pytest.raises(ValueError, match="does not apply"):
@@ -441,7 +441,7 @@ def test_s2_closed_form_large_Z_is_pd() -> None:
 @pytest.mark.parametrize("sigma", [0.01, 0.3])
 @pytest.mark.parametrize("n", [50, 2000])
 def test_S_positive_definite(eps, sigma, n) -> None:
-    pubs = sparse_gp_regression(None, None, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z15, sigma=sigma)
+    pubs = sparse_gp_regression(None, None, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z15, noise_sd=sigma)
     pubs = pubs.public_sparse_gp()
     X, y = _data(int(eps * 10) + n, n, sigma)
     for variant in ("noise_aware", "naive"):
@@ -455,7 +455,7 @@ def test_S_positive_definite(eps, sigma, n) -> None:
                     s22_form=form,
                     ratio=ratio,
                     rng=np.random.default_rng(n),
-                    y_bound=4.0,
+                    y_bounds=(-4.0, 4.0),
                 )
                 S = rel.S
                 assert np.allclose(S, S.T)  # ½(S + Sᵀ): bitwise symmetric
@@ -517,7 +517,7 @@ def test_metadata_content(reg) -> None:
         "ratio_c",
         "lambda",
         "rho",
-        "y_bound",
+        "R_y",
         "R_k",
         "R_k_equation",
         "sensitivity_equation",
@@ -528,7 +528,7 @@ def test_metadata_content(reg) -> None:
         assert key in md
     assert md["privacy_model"] == "full"
     assert md["neighbouring_relation"].startswith("replace-one (x, y)")
-    assert md["R_k_equation"] == "eq7" and md["y_bound"] == RY
+    assert md["R_k_equation"] == "eq7" and md["R_y"] == RY
     assert "seed" not in {k for k in md if k != "seed_policy"}
 
 
@@ -560,7 +560,7 @@ def test_input_validation(reg, pub) -> None:
             r = _release(pub, data)
             assert np.array_equal(r.m, dropped.m) and np.array_equal(r.S, dropped.S)
         assert np.array_equal(_release(pub, (X, y_out)).m, _release(pub, (X, y_clipped)).m)
-        _release(pub, (X, y), y_bound=float(np.abs(y).max()))
+        _release(pub, (X, y), y_bounds=(-float(np.abs(y).max()), float(np.abs(y).max())))
         _release(pub, (X_z, y))
     with pytest.raises(ValueError, match="no longer supported"):
         _release(pub, (X, y), clip="raise")
@@ -654,13 +654,18 @@ def test_heteroscedastic_noise(pub) -> None:
 def test_inference_data_and_leak_scan(reg, tmp_path) -> None:
     rel = _release(reg, None)
     Xs = np.linspace(-4.1, 4.1, 9)
-    idata = rel.to_inference_data(Xs)
+    idata = rel.to_inference_data(Xs, n_draws=30, rng=np.random.default_rng(0))
     post = idata.posterior
-    assert post["u_mean"].dims == ("chain", "draw", "inducing")
-    assert post["u_cov"].dims == ("chain", "draw", "inducing", "inducing_")
-    assert np.allclose(post["u_mean"].values[0, 0], rel.m)
+    par = idata.dp_parameters
+    assert par["u_mean"].dims == ("inducing",)
+    assert par["u_cov"].dims == ("inducing", "inducing_")
+    np.testing.assert_array_equal(par["u_mean"].values, rel.m)
+    np.testing.assert_array_equal(par["u_cov"].values, rel.S)
     assert np.allclose(idata.constant_data["Z"].values, Z15)
-    assert idata.posterior_predictive["f_mean"].dims == ("chain", "draw", "x_star")
+    assert par["f_mean"].dims == ("x_star",)
+    assert post["f"].dims == ("chain", "draw", "x_star") and post["f"].shape == (1, 30, 9)
+    assert post["u"].dims == ("chain", "draw", "inducing")
+    assert idata.posterior_predictive["y"].shape == (1, 30, 9)
     assert post.attrs["privacy_model"] == "full"
     assert post.attrs["neighbouring_relation"].startswith("replace-one (x, y)")
     for key in (
@@ -672,7 +677,7 @@ def test_inference_data_and_leak_scan(reg, tmp_path) -> None:
         "ratio_c",
         "lambda",
         "rho",
-        "y_bound",
+        "R_y",
         "R_k",
         "kernel",
     ):
@@ -686,7 +691,7 @@ def test_inference_data_and_leak_scan(reg, tmp_path) -> None:
 
 # --------------------------------------------------------------------------- calibration
 def _coverage(sigma, eps, reps, alpha, seed=0):
-    pubs = sparse_gp_regression(None, None, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z15, sigma=sigma)
+    pubs = sparse_gp_regression(None, None, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z15, noise_sd=sigma)
     pubs = pubs.public_sparse_gp()
     rng = np.random.default_rng(seed)
     out = {"noise_aware": [], "naive": []}
@@ -704,10 +709,10 @@ def _coverage(sigma, eps, reps, alpha, seed=0):
                     pubs,
                     (x[tr], y[tr]),
                     epsilon=eps,
-                    y_bound=3.0,
+                    y_bounds=(-3.0, 3.0),
                     variant=variant,
                     rng=np.random.default_rng(s),
-                    bound_is_public=True,
+                    bounds_are_public=True,
                 )
             mu, var = rel.predict(x[te], pred_noise=True)
             out[variant].append(np.mean(np.abs(y[te] - mu) <= q * np.sqrt(var)))

@@ -27,7 +27,7 @@ def split():
     y = np.clip(np.sin(X) + 0.3 * rng.standard_normal(40), -1.9, 1.9)
     hold = np.zeros(40, dtype=bool)
     hold[::4] = True
-    model = gp_regression(X[~hold], y[~hold], pm.gp.cov.ExpQuad(1, ls=1.5), sigma=0.3, mean=0.0)
+    model = gp_regression(X[~hold], y[~hold], pm.gp.cov.ExpQuad(1, ls=1.5), noise_sd=0.3, mean=0.0)
     return model, X[hold], y[hold]
 
 
@@ -57,16 +57,16 @@ def test_refuses_the_private_training_outputs(split, release):
         check_public_choices(model.X, model.y, holdout=(model.X[:5], np.array(model.y[:5])))
 
 
-def _sample_path_release(model, n_paths: int, seed: int):
+def _sample_path_release(model, n_draws: int, seed: int):
     """A small sample-path release on [0, 6] (its warnings about the bound are not under test)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return sample_path_release(
             model,
             np.linspace(0, 6, 20),
-            n_paths=n_paths,
-            sigma=1.0,
-            y_bound=2.0,
+            n_draws=n_draws,
+            kernel_scale=1.0,
+            y_bounds=(-2.0, 2.0),
             delta=1e-5,
             ledger=Ledger(),  # records the (large) cost; the cost is not under test here
             domain=(0.0, 6.0),
@@ -78,7 +78,7 @@ def test_hold_out_inputs_are_not_compared_with_private_inputs(split):
     """Full privacy: whether hold-out inputs are private training inputs is not answered
     (docs/errors.md); both hold-out sets give an InferenceData of the same layout."""
     model, _, _ = split
-    rel = _sample_path_release(model, n_paths=3, seed=2)
+    rel = _sample_path_release(model, n_draws=3, seed=2)
     a = dp_ppc(rel, model.X[:3], np.zeros(3), noise_sd=0.3, training=None)
     b = dp_ppc(rel, model.X[:3] + 0.01, np.zeros(3), noise_sd=0.3, training=None)
     assert a.posterior_predictive["y"].shape == b.posterior_predictive["y"].shape
@@ -133,7 +133,7 @@ def test_needs_the_release_at_the_holdout_inputs_or_interpolation(split, release
 
 def test_sample_path_release_is_evaluated_lazily(split):
     model, X_hold, y_hold = split
-    rel = _sample_path_release(model, n_paths=4, seed=6)
+    rel = _sample_path_release(model, n_draws=4, seed=6)
     idata = dp_ppc(
         rel,
         X_hold,

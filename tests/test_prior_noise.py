@@ -98,7 +98,7 @@ def test_bounds_dominate_the_exact_rkhs_change(seed, n, ls, noise, scale):
     rng = np.random.default_rng(seed)
     X = rng.uniform(0, 10, n)
     model = gp_regression(
-        X, rng.uniform(-1, 1, n), scale**2 * pm.gp.cov.ExpQuad(1, ls=ls), sigma=noise
+        X, rng.uniform(-1, 1, n), scale**2 * pm.gp.cov.ExpQuad(1, ls=ls), noise_sd=noise
     )
     public_gp = model.public_gp()
     exact_changes = _rkhs_changes(public_gp)
@@ -127,7 +127,7 @@ def test_exact_sensitivity_check_rejects_a_near_miss():
     """The slack of the comparison above is not vacuous: a 1e-4 relative error is rejected."""
     X = np.array([0.0, 0.05, 0.1, 0.9, 3.0, 3.02])
     public_gp = gp_regression(
-        X, np.zeros(6), 0.7 * pm.gp.cov.ExpQuad(1, ls=0.5), sigma=0.2
+        X, np.zeros(6), 0.7 * pm.gp.cov.ExpQuad(1, ls=0.5), noise_sd=0.2
     ).public_gp()
     exact = rkhs_sensitivity(public_gp, "exact")
     reference = _rkhs_changes(public_gp).max()
@@ -144,7 +144,7 @@ def test_exact_sensitivity_check_rejects_a_near_miss():
 def test_refinement_proof_steps_hold():
     """vᵀK'v ≤ v_j (K'v)_j ≤ c P_j² (docs/prior_noise.md) on a clustered configuration."""
     X = np.array([0.0, 0.05, 0.1, 0.9, 3.0, 3.02])
-    model = gp_regression(X, np.zeros(6), 0.7 * pm.gp.cov.ExpQuad(1, ls=0.5), sigma=0.2)
+    model = gp_regression(X, np.zeros(6), 0.7 * pm.gp.cov.ExpQuad(1, ls=0.5), noise_sd=0.2)
     public_gp = model.public_gp()
     Kp = public_gp.kernel(public_gp.X, public_gp.X)
     K = Kp + 0.04 * np.eye(6)
@@ -165,7 +165,7 @@ def test_refinement_proof_steps_hold():
 
 def test_nonnegative_bound_refuses_negative_kernels():
     X = np.linspace(0, 3, 5)
-    model = gp_regression(X, np.zeros(5), pm.gp.cov.Cosine(1, ls=1.0), sigma=0.5)
+    model = gp_regression(X, np.zeros(5), pm.gp.cov.Cosine(1, ls=1.0), noise_sd=0.5)
     with pytest.raises(ValueError, match="k\\(x, x'\\) >= 0"):
         rkhs_sensitivity(model.public_gp(), "nonnegative")
 

@@ -160,7 +160,7 @@ def gaussian_renyi_roundoff(mu1, S1, mu2, S2, alpha, *, err_mu=0.0, err_S=(0.0, 
     return float(err_mean), float(err_cov)
 
 
-def renyi_roundoff(kernel, data1, data2, X_test, *, alpha, sigma, r2, eta=0.0, L=1):
+def renyi_roundoff(kernel, data1, data2, X_test, *, alpha, kernel_scale, r2, eta=0.0, L=1):
     """``(err_mean, err_cov)``: round-off bounds of the exact divergence parts computed by
     :func:`pm_dpgp.audit.renyi.posterior_renyi_terms` (``L`` paths); a list of them if
     ``alpha`` is a sequence of orders (the posteriors are computed once).
@@ -170,6 +170,7 @@ def renyi_roundoff(kernel, data1, data2, X_test, *, alpha, sigma, r2, eta=0.0, L
     ``‖δμ_i‖ ≤ ρ_i ‖K_TX‖ ‖A_i⁻¹y_i‖`` and ``‖δΣ_i‖ ≤ (σ²+η²) ρ_i ‖K_TT‖``
     (``K_TX A⁻¹ K_XT ≼ K_TT``); :func:`gaussian_renyi_roundoff` carries them through.
     """
+    sigma = kernel_scale
     T = np.asarray(X_test, dtype=np.float64).reshape(len(X_test), -1)
     K_tt = kernel(T, T)
     mus, covs, err_mu, err_S = [], [], 0.0, []
@@ -177,7 +178,7 @@ def renyi_roundoff(kernel, data1, data2, X_test, *, alpha, sigma, r2, eta=0.0, L
         X = np.asarray(X, dtype=np.float64).reshape(len(y), -1)
         A = kernel(X, X) + r2 * np.eye(len(y))
         rho = cond_rtol(A) + scalar_rtol(len(y) + len(T))
-        mu, S = posterior_mean_cov(kernel, X, y, T, sigma=sigma, r2=r2, eta=eta)
+        mu, S = posterior_mean_cov(kernel, X, y, T, kernel_scale=sigma, r2=r2, eta=eta)
         mus.append(mu)
         covs.append(S)
         err_mu += rho * np.linalg.norm(kernel(T, X), 2) * np.linalg.norm(np.linalg.solve(A, y))
@@ -200,12 +201,12 @@ def renyi_roundoff(kernel, data1, data2, X_test, *, alpha, sigma, r2, eta=0.0, L
         {"n": 0},
         {"n": 2.5},
         {"n": True},
-        {"sigma": 0.0},
-        {"sigma": -1.0},
-        {"sigma": math.nan},
+        {"kernel_scale": 0.0},
+        {"kernel_scale": -1.0},
+        {"kernel_scale": math.nan},
         {"r2": 0.0},
         {"r2": math.inf},
-        {"y_bound": 0.0},
+        {"M_Y": 0.0},
         {"kappa": -0.1},
         {"kappa": 1.1},
         {"kappa": math.nan},
@@ -216,7 +217,7 @@ def renyi_roundoff(kernel, data1, data2, X_test, *, alpha, sigma, r2, eta=0.0, L
     ],
 )
 def test_invalid_parameters_are_refused(kw):
-    base = {"n": 10, "sigma": 1.0, "r2": 1.0, "y_bound": 1.0, "kappa": 0.2}
+    base = {"n": 10, "kernel_scale": 1.0, "r2": 1.0, "M_Y": 1.0, "kappa": 0.2}
     with pytest.raises(ValueError):
         SamplePathBound(**{**base, **kw})
 
@@ -261,7 +262,8 @@ def test_orders_outside_the_valid_range_are_refused(eta):
 # the building blocks
 # --------------------------------------------------------------------------------------------
 def test_closed_forms():
-    b = SamplePathBound(11, 0.8, 0.5, 2.0, 0.4)
+    b = SamplePathBound(11, 0.8, 0.5, 2.0, 0.4, sensitivity="paper")
+    assert SamplePathBound(11, 0.8, 0.5, 2.0, 0.4).sensitivity == "coupled"  # the default
     V = 1 - 0.16 * 10 / 10.5
     assert b.V == pytest.approx(V)
     assert b.Phi == pytest.approx(1 / (4 * 0.5))  # V ≥ r²
@@ -308,11 +310,11 @@ def test_psi_is_the_maximum_over_the_eigenvalue_range(tau):
 
 
 def test_rdp_formula_and_reduction_at_eta_zero():
-    b = SamplePathBound(30, 0.7, 2.0, 1.0, 0.2)
+    b = SamplePathBound(30, 0.7, 2.0, 1.0, 0.2, cov_bound="paper")
     a = np.linspace(1.01, b.alpha_max - 1e-3, 50)
     literal = (
         2 * psi(a, b.V / b.r2)
-        + a / 2 * (b.V + b.r2) / (b.r2 - (a - 1) * b.V) * (b.Delta / b.sigma) ** 2
+        + a / 2 * (b.V + b.r2) / (b.r2 - (a - 1) * b.V) * (b.Delta / b.kernel_scale) ** 2
     )
     # two evaluations of one closed form (τ = σ²V/(σ²r²) vs V/r², 1 − β vs r² − (α−1)V): each
     # within bound_roundoff (cancellation in V, near α = 1 and in 1 − β → 0 at α → α_max)
@@ -322,7 +324,8 @@ def test_rdp_formula_and_reduction_at_eta_zero():
     assert np.all(np.abs(b.rdp(a) * (1 + 1e-4) - literal) > tol)  # a 1e-4 error is caught
     # rdp is cov_term + mean_term by the same operations: bitwise equal on any machine
     np.testing.assert_allclose(b.rdp(a), b.cov_term(a) + b.mean_term(a), rtol=1e-14)
-    inert = SamplePathBound(30, 0.7, 2.0, 1.0, 0.2, cov_bound="inertia")
+    inert = SamplePathBound(30, 0.7, 2.0, 1.0, 0.2)  # the default covariance term
+    assert inert.cov_bound == "inertia"
     # exact in floating point, no slack: both use the same psi_parts values hi, lo ≥ 0, and
     # rounding is monotone, so max ≤ fl(hi + lo) ≤ 2·max (×2 and ×0.5 are exact)
     assert np.all(inert.cov_term(a) <= b.cov_term(a))
@@ -455,10 +458,12 @@ def test_mean_term_is_tight_and_the_author_constant_is_violated(kernel, cls, n, 
     yc = np.zeros(n - 1)
     alpha = 1.0 + 0.02 * (proved.alpha_max - 1.0)
     D1, D2 = (X1, np.append(yc, 1.0)), (X1, np.append(yc, -1.0))
-    t = posterior_renyi_terms(kernel, *D1, *D2, [[0.0]], alpha=alpha, sigma=sigma, r2=r2)
+    t = posterior_renyi_terms(kernel, *D1, *D2, [[0.0]], alpha=alpha, kernel_scale=sigma, r2=r2)
     # slack = round-off of the computed exact parts (conditioning of the posterior solve and of
     # Σ, renyi_roundoff) + the closed form's own (bound_roundoff)
-    err_mean, err_cov = renyi_roundoff(kernel, D1, D2, [[0.0]], alpha=alpha, sigma=sigma, r2=r2)
+    err_mean, err_cov = renyi_roundoff(
+        kernel, D1, D2, [[0.0]], alpha=alpha, kernel_scale=sigma, r2=r2
+    )
     b_mean, b_cov = bound_roundoff(proved, alpha)
     # the exact covariance part is 0 (same inputs, Σ does not depend on y): only round-off
     assert t.cov <= err_cov
@@ -474,15 +479,15 @@ def test_inertia_covariance_term_is_attained():
     [1/(1+τ), 1+τ]; the exact covariance part reaches g(1+τ) + g(1/(1+τ)) < 2ψ."""
     k = eq_kernel(0.05)
     b = SamplePathBound(1, 1.0, 0.5, 1.0, 0.0, cov_bound="inertia")
-    paper = SamplePathBound(1, 1.0, 0.5, 1.0, 0.0)
+    paper = SamplePathBound(1, 1.0, 0.5, 1.0, 0.0, cov_bound="paper")
     D1, D2, T = ([[0.0]], [0.0]), ([[1.0]], [0.0]), [[0.0], [1.0]]
     for frac in (0.05, 0.5, 0.9):
         alpha = 1.0 + frac * (b.alpha_max - 1.0)
-        t = posterior_renyi_terms(k, *D1, *D2, T, alpha=alpha, sigma=1.0, r2=0.5)
+        t = posterior_renyi_terms(k, *D1, *D2, T, alpha=alpha, kernel_scale=1.0, r2=0.5)
         assert t.mean == 0.0  # y = 0 in both datasets: both means are exactly 0
         # slack = round-off of the computed exact part (renyi_roundoff: conditioning of the
         # posterior solves and of Σ_1, Σ_α) + that of the closed form (bound_roundoff)
-        slack = renyi_roundoff(k, D1, D2, T, alpha=alpha, sigma=1.0, r2=0.5)[1]
+        slack = renyi_roundoff(k, D1, D2, T, alpha=alpha, kernel_scale=1.0, r2=0.5)[1]
         slack += bound_roundoff(b, alpha)[1]
         assert t.cov <= b.cov_term(alpha) + slack
         # attained up to k(0, 1) = e^{-200}: a bound 1e-4 too small would be caught
@@ -495,7 +500,7 @@ def test_inertia_covariance_term_is_attained():
 # monotonicity and conversion
 # --------------------------------------------------------------------------------------------
 def _eps(delta=1e-5, L=1, **kw):
-    base = {"n": 50, "sigma": 1.0, "r2": 5.0, "y_bound": 1.0, "kappa": 0.1, "eta": 0.0}
+    base = {"n": 50, "kernel_scale": 1.0, "r2": 5.0, "M_Y": 1.0, "kappa": 0.1, "eta": 0.0}
     return SamplePathBound(**{**base, **kw}, kernel_class="exponential_1d").epsilon(delta, L)
 
 
@@ -507,7 +512,7 @@ def test_monotonicity():
     e = [_eps(eta=h) for h in etas]
     assert all(a > b for a, b in zip(e, e[1:], strict=False)), e
     sigmas = [0.1, 0.3, 1.0, 3.0, 10.0]
-    e = [_eps(sigma=s) for s in sigmas]
+    e = [_eps(kernel_scale=s) for s in sigmas]
     assert all(a > b for a, b in zip(e, e[1:], strict=False)), e
     Ls = [1, 2, 4, 8, 16, 32, 64, 128, 256]
     e = [_eps(L=L) for L in Ls]
@@ -525,7 +530,7 @@ def test_monotonicity():
 
 def test_sigma_monotonicity_needs_eta_zero():
     """With extra noise, a larger σ raises the covariance share τ and can raise ε (docs)."""
-    e = [_eps(sigma=s, eta=2.0, r2=2.0) for s in (0.3, 3.0)]
+    e = [_eps(kernel_scale=s, eta=2.0, r2=2.0) for s in (0.3, 3.0)]
     assert e[1] > e[0]
 
 
@@ -607,10 +612,10 @@ def test_adaptive_composition_in_the_ledger():
 def test_feasible_configurations():
     sigmas, r2s, etas = [0.5, 1.0, 2.0], [1.0, 5.0, 20.0, 80.0], [0.0, 1.0]
     out = feasible_configurations(
-        n=100, y_bound=1.0, kappa=0.05, epsilon=3.0, delta=1e-5,
-        sigmas=sigmas, r2s=r2s, etas=etas, L=2, kernel_class="exponential_1d",
+        n=100, y_bounds=(-1.0, 1.0), kappa=0.05, epsilon=3.0, delta=1e-5,
+        kernel_scales=sigmas, r2s=r2s, etas=etas, L=2, kernel_class="exponential_1d",
     )  # fmt: skip
-    got = {(c.sigma, c.r2, c.eta) for c in out}
+    got = {(c.kernel_scale, c.r2, c.eta) for c in out}
     assert got, "some configuration must be feasible"
     for s in sigmas:
         for r2 in r2s:
@@ -622,11 +627,11 @@ def test_feasible_configurations():
         assert c.epsilon <= 3.0 and 1.0 < c.alpha < c.bound.alpha_max
     with pytest.raises(ValueError):
         feasible_configurations(
-            n=10, y_bound=1, kappa=0, epsilon=1, delta=1e-5, sigmas=[], r2s=[1.0]
+            n=10, y_bounds=(-1, 1), kappa=0, epsilon=1, delta=1e-5, kernel_scales=[], r2s=[1.0]
         )
     with pytest.raises(ValueError):
         feasible_configurations(
-            n=10, y_bound=1, kappa=0, epsilon=1, delta=1e-5, sigmas=[1.0], r2s=[-1.0]
+            n=10, y_bounds=(-1, 1), kappa=0, epsilon=1, delta=1e-5, kernel_scales=[1.0], r2s=[-1.0]
         )
 
 

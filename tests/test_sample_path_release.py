@@ -23,7 +23,7 @@ def _model(seed: int = 0, n: int = 15):
     X = rng.uniform(0, 1, n)
     y = np.where(X > 0.5, 1.0, -1.0) + 0.3 * rng.standard_normal(n)
     return gp_regression(
-        X, y, SIGMA**2 * pm.gp.cov.Exponential(1, ls=LS), sigma=SIGMA * np.sqrt(R2)
+        X, y, SIGMA**2 * pm.gp.cov.Exponential(1, ls=LS), noise_sd=SIGMA * np.sqrt(R2)
     )
 
 
@@ -31,8 +31,8 @@ def _model(seed: int = 0, n: int = 15):
 #: epsilon (required without a ledger, issue 15) is set so that it never refuses.
 NO_CAP = 1e9
 KW = dict(
-    sigma=SIGMA,
-    y_bound=2.0,
+    kernel_scale=SIGMA,
+    y_bounds=(-2.0, 2.0),
     delta=1e-5,
     epsilon=NO_CAP,
     domain=(0.0, 1.0),
@@ -54,7 +54,7 @@ def _exact_joint(model, X: np.ndarray, y_bound: float = 2.0):
 
 def test_paths_have_the_posterior_law(model):
     X = np.linspace(0, 1, 5)
-    rel = sample_path_release(model, X, n_paths=40_000, rng=np.random.default_rng(1), **KW)
+    rel = sample_path_release(model, X, n_draws=40_000, rng=np.random.default_rng(1), **KW)
     vals = rel.released_values
     assert vals.shape == (40_000, 5)
     mu, cov = _exact_joint(model, X)
@@ -67,7 +67,7 @@ def test_lazy_evaluation_is_consistent_with_the_joint(model):
     """(values released first, values asked later) ~ posterior joint, by moments."""
     X1 = np.array([0.1, 0.45, 0.8])
     X2 = np.array([0.12, 0.5, 0.95, 0.45])  # includes a point released before
-    rel = sample_path_release(model, X1, n_paths=40_000, rng=np.random.default_rng(2), **KW)
+    rel = sample_path_release(model, X1, n_draws=40_000, rng=np.random.default_rng(2), **KW)
     first = rel.released_values.copy()
     later = rel.evaluate(X2[:, None])
     # same path, same value: both are mean + L[1] @ W for the point released first (row 1 of
@@ -91,21 +91,21 @@ def test_lazy_evaluation_is_consistent_with_the_joint(model):
 def test_ledger_charged_before_drawing_and_refuses(model):
     ledger = Ledger(epsilon=1e6, delta=1e-5)
     rel = sample_path_release(
-        model, [0.5], n_paths=3, ledger=ledger, rng=np.random.default_rng(0), **KW
+        model, [0.5], n_draws=3, ledger=ledger, rng=np.random.default_rng(0), **KW
     )
     assert ledger.spent_epsilon == pytest.approx(rel.epsilon, rel=1e-6)
     tight = Ledger(epsilon=rel.epsilon * 0.99, delta=1e-5)
     rng = np.random.default_rng(3)
     state = rng.bit_generator.state
     with pytest.raises(BudgetExceededError):
-        sample_path_release(model, [0.5], n_paths=3, ledger=tight, rng=rng, **KW)
+        sample_path_release(model, [0.5], n_draws=3, ledger=tight, rng=rng, **KW)
     assert rng.bit_generator.state == state
     assert tight.history == []
 
 
 def test_more_paths_cost_more(model):
     eps = [
-        sample_path_release(model, [0.5], n_paths=L, rng=np.random.default_rng(0), **KW).epsilon
+        sample_path_release(model, [0.5], n_draws=L, rng=np.random.default_rng(0), **KW).epsilon
         for L in (1, 4, 16)
     ]
     assert eps[0] < eps[1] < eps[2]
@@ -113,9 +113,9 @@ def test_more_paths_cost_more(model):
 
 
 def test_extra_noise_lowers_epsilon_and_adds_variance(model):
-    a = sample_path_release(model, [0.5], n_paths=20_000, rng=np.random.default_rng(0), **KW)
+    a = sample_path_release(model, [0.5], n_draws=20_000, rng=np.random.default_rng(0), **KW)
     b = sample_path_release(
-        model, [0.5], n_paths=20_000, eta=1.0, rng=np.random.default_rng(0), **KW
+        model, [0.5], n_draws=20_000, eta=1.0, rng=np.random.default_rng(0), **KW
     )
     assert b.epsilon < a.epsilon
     assert b.released_values.var() > a.released_values.var() + 0.5
@@ -123,7 +123,7 @@ def test_extra_noise_lowers_epsilon_and_adds_variance(model):
 
 def test_release_contains_nothing_private(model, tmp_path):
     rel = sample_path_release(
-        model, np.linspace(0, 1, 30), n_paths=4, rng=np.random.default_rng(0), **KW
+        model, np.linspace(0, 1, 30), n_draws=4, rng=np.random.default_rng(0), **KW
     )
     rel.evaluate(np.array([[0.33], [0.66]]))
     idata = rel.to_inference_data()
@@ -141,11 +141,11 @@ def test_release_contains_nothing_private(model, tmp_path):
 
 def test_bad_input(model):
     with pytest.raises(ValueError, match="k\\(x, x\\)"):
-        sample_path_release(model, [0.5], **{**KW, "sigma": 0.5})
+        sample_path_release(model, [0.5], **{**KW, "kernel_scale": 0.5})
     with pytest.raises(ValueError, match="domain"):
         sample_path_release(model, [0.5], **{k: v for k, v in KW.items() if k != "domain"})
     with pytest.raises(ValueError):
-        sample_path_release(model, [0.5], n_paths=0, **KW)
+        sample_path_release(model, [0.5], n_draws=0, **KW)
     with pytest.raises(ValueError):
         sample_path_release(model, [0.5], **{**KW, "delta": 0.0})
     with pytest.raises(ValueError):
@@ -155,16 +155,16 @@ def test_bad_input(model):
 
 
 def test_clipping_is_silent_and_equals_clipping_by_hand(model):
-    """Responses beyond y_bound and inputs outside the domain are clipped with no warning
+    """Responses beyond y_bounds and inputs outside the domain are clipped with no warning
     (how many depends on private data): the release equals that of the clipped model."""
     X, y = model.public_gp().X[:, 0], model.y
-    kw = {**KW, "y_bound": 0.5, "domain": (0.2, 0.8)}
+    kw = {**KW, "y_bounds": (-0.5, 0.5), "domain": (0.2, 0.8)}
     assert np.any(np.abs(y) > 0.5) and np.any((X < 0.2) | (X > 0.8))
     by_hand = gp_regression(
         np.clip(X, 0.2, 0.8),
         np.clip(y, -0.5, 0.5),
         model.cov_func,
-        sigma=float(np.sqrt(model.public_gp().noise_var)),
+        noise_sd=float(np.sqrt(model.public_gp().noise_var)),
     )
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -176,12 +176,12 @@ def test_clipping_is_silent_and_equals_clipping_by_hand(model):
 def test_two_dimensional_domain_gives_corner_kappa():
     rng = np.random.default_rng(4)
     X = rng.uniform(0, 1, (12, 2))
-    model = gp_regression(X, np.sin(X.sum(1)), pm.gp.cov.ExpQuad(2, ls=[0.5, 2.0]), sigma=1.0)
+    model = gp_regression(X, np.sin(X.sum(1)), pm.gp.cov.ExpQuad(2, ls=[0.5, 2.0]), noise_sd=1.0)
     rel = sample_path_release(
         model,
         [[0.5, 0.5]],
-        sigma=1.0,
-        y_bound=2.0,
+        kernel_scale=1.0,
+        y_bounds=(-2.0, 2.0),
         delta=1e-5,
         epsilon=NO_CAP,
         domain=[(0, 1), (0, 2)],
@@ -194,12 +194,12 @@ def test_two_dimensional_domain_gives_corner_kappa():
 def test_kernel_class_is_checked():
     rng = np.random.default_rng(0)
     X = rng.uniform(0, 1, 10)
-    eq = gp_regression(X, np.sin(X), pm.gp.cov.ExpQuad(1, ls=0.3), sigma=2.0)
+    eq = gp_regression(X, np.sin(X), pm.gp.cov.ExpQuad(1, ls=0.3), noise_sd=2.0)
     with pytest.raises(ValueError, match="not of class 'exponential_1d'"):
         sample_path_release(eq, [0.5], **KW)
     with pytest.raises(ValueError, match="not of class 'constant'"):
         sample_path_release(eq, [0.5], **{**KW, "kernel_class": "constant"})
-    const = gp_regression(X, np.sin(X), pm.gp.cov.Constant(1.0), sigma=2.0)
+    const = gp_regression(X, np.sin(X), pm.gp.cov.Constant(1.0), noise_sd=2.0)
     rel = sample_path_release(
         const, [0.5], rng=np.random.default_rng(0), **{**KW, "kernel_class": "constant"}
     )
@@ -215,15 +215,16 @@ def test_release_refuses_the_author_constant(model, constant):
     state = rng.bit_generator.state
     with pytest.raises(ValueError, match="constant='proved'") as info:
         sample_path_release(
-            model, [0.5], n_paths=1, ledger=ledger, rng=rng, constant=constant, **KW
+            model, [0.5], n_draws=1, ledger=ledger, rng=rng, constant=constant, **KW
         )
     assert "SamplePathBound" in str(info.value)
     assert ledger.history == [] and rng.bit_generator.state == state
     from pm_dpgp.mechanisms.full.sample_path_bounds import SamplePathBound
 
     with pytest.warns(PrivacyWarning):
-        author = SamplePathBound(15, SIGMA, R2, 2.0, 0.5, constant="author")
-    assert author.epsilon(1e-5) < SamplePathBound(15, SIGMA, R2, 2.0, 0.5).epsilon(1e-5)
+        author = SamplePathBound(15, SIGMA, R2, 2.0, 0.5, constant="author", sensitivity="paper")
+    paper = SamplePathBound(15, SIGMA, R2, 2.0, 0.5, sensitivity="paper")
+    assert author.epsilon(1e-5) < paper.epsilon(1e-5)
 
 
 def test_lazy_rounds_build_the_cholesky_factor_of_the_joint(model):
@@ -235,7 +236,7 @@ def test_lazy_rounds_build_the_cholesky_factor_of_the_joint(model):
     ``cond_rtol(K + r²I)`` of ``‖Σ‖`` plus the factor products' ``γ_q ‖L‖²``.
     """
     X1, X2, X3 = np.linspace(0, 1, 5), np.array([0.12, 0.5, 0.33, 0.9]), np.array([0.7, 0.05])
-    rel = sample_path_release(model, X1, n_paths=3, rng=np.random.default_rng(4), **KW)
+    rel = sample_path_release(model, X1, n_draws=3, rng=np.random.default_rng(4), **KW)
     rel.evaluate(X2[:, None])  # 0.5 was released in the first call
     rel.evaluate(X3[:, None])
     state = rel._state
@@ -262,3 +263,38 @@ def test_lazy_rounds_build_the_cholesky_factor_of_the_joint(model):
         atol=scalar_rtol(len(X_all))
         * float(np.max(np.abs(state.mean)[:, None] + np.abs(L) @ np.abs(state.W))),
     )
+
+
+def test_release_selects_the_bound_by_name(model):
+    """Issue 11: ``sensitivity="coupled"`` charges the sharper proved bound (less than the
+    paper's), records the choice, and draws the same paths (the accounting differs, not the
+    mechanism); an unknown name is refused before anything is spent or drawn."""
+    from pm_dpgp.mechanisms.full.sample_path_bounds import SamplePathBound
+
+    X = np.linspace(0.0, 1.0, 5)
+    out = {}
+    for sens in ("paper", "coupled"):
+        ledger = Ledger(epsilon=1e6, delta=1e-5)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PrivacyWarning)
+            out[sens] = sample_path_release(
+                model, X, n_paths=2, ledger=ledger, rng=np.random.default_rng(7),
+                sensitivity=sens, **KW,
+            )  # fmt: skip
+        meta = out[sens].metadata
+        assert meta["sensitivity_bound"] == sens and meta["cov_bound"] == "inertia"
+        assert ledger.epsilon() == pytest.approx(meta["epsilon"], rel=1e-12)
+    assert out["coupled"].metadata["epsilon"] < out["paper"].metadata["epsilon"]
+    np.testing.assert_array_equal(out["coupled"].released_values, out["paper"].released_values)
+    expected = SamplePathBound(
+        15, SIGMA, R2, 2.0, out["coupled"].metadata["kappa"], kernel_class="exponential_1d",
+        sensitivity="coupled",
+    ).Delta  # fmt: skip
+    assert out["coupled"].metadata["mean_sensitivity"] == expected
+    ledger = Ledger(epsilon=1e6, delta=1e-5)
+    rng = np.random.default_rng(5)
+    state = rng.bit_generator.state
+    for bad in ({"sensitivity": "tight"}, {"cov_bound": "loose"}):
+        with pytest.raises(ValueError, match="must be one of"):
+            sample_path_release(model, X, n_paths=1, ledger=ledger, rng=rng, **bad, **KW)
+    assert ledger.history == [] and rng.bit_generator.state == state

@@ -53,7 +53,7 @@ X_TRAIN = np.linspace(0.0, 6.0, 12)
 
 def _model(y: np.ndarray):
     """A small 1-D GP regression on fixed public inputs with the given (private) outputs."""
-    return gp_regression(X_TRAIN, y, pm.gp.cov.ExpQuad(1, ls=1.5), sigma=0.3, mean=0.0)
+    return gp_regression(X_TRAIN, y, pm.gp.cov.ExpQuad(1, ls=1.5), noise_sd=0.3, mean=0.0)
 
 
 Y0 = np.clip(np.sin(X_TRAIN), -1.9, 1.9)
@@ -245,7 +245,7 @@ Z8 = np.linspace(-3, 3, 8)[:, None]
 
 def _sparse_pub():
     return sparse_gp_regression(
-        None, None, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z8, sigma=0.3
+        None, None, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z8, noise_sd=0.3
     ).public_sparse_gp()
 
 
@@ -258,7 +258,7 @@ def test_noise_aware_neighbours_within_integer_sensitivity(captured) -> None:
     for x_new, y_new in ((X[0], y[0]), (0.0, -1.5)):
         X2, y2 = X.copy(), y.copy()
         X2[0], y2[0] = x_new, y_new
-        noise_aware_release(pub, (X2, y2), epsilon=1.0, delta=1e-4, y_bound=1.0)
+        noise_aware_release(pub, (X2, y2), epsilon=1.0, delta=1e-4, y_bounds=(-1.0, 1.0))
     gap, d_int = _integer_gap(captured)
     assert 0 < gap <= d_int
     _check_plan(captured[0][0])
@@ -385,7 +385,9 @@ def test_secure_is_the_default_and_simulation_is_explicit(tmp_path) -> None:
 def test_noise_aware_default_is_secure_with_metadata() -> None:
     rng = np.random.default_rng(8)
     X = rng.uniform(-3, 3, 40)
-    rel = noise_aware_release(_sparse_pub(), (X, np.sin(X)), epsilon=1.0, delta=1e-4, y_bound=1.0)
+    rel = noise_aware_release(
+        _sparse_pub(), (X, np.sin(X)), epsilon=1.0, delta=1e-4, y_bounds=(-1.0, 1.0)
+    )
     assert rel.metadata["noise_source"] == "opendp_discrete_gaussian"
     assert rel.metadata["sigma_a"] == rel.metadata["integer_scale"] * rel.metadata["grid"]
     sim = noise_aware_release(
@@ -393,7 +395,7 @@ def test_noise_aware_default_is_secure_with_metadata() -> None:
         (X, np.sin(X)),
         epsilon=1.0,
         delta=1e-4,
-        y_bound=1.0,
+        y_bounds=(-1.0, 1.0),
         rng=np.random.default_rng(0),
     )
     assert sim.metadata["noise_source"] == "numpy_simulation"
@@ -449,7 +451,7 @@ def test_labels_far_from_the_prior_mean_stay_within_integer_sensitivity(
         for value in bounds:  # label j moved across the whole public range
             y_j = y.copy()
             y_j[j] = value
-            model = gp_regression(X, y_j, pm.gp.cov.ExpQuad(1, ls=1.0), sigma=0.1)
+            model = gp_regression(X, y_j, pm.gp.cov.ExpQuad(1, ls=1.0), noise_sd=0.1)
             mechanism(model, X_star, epsilon=1.0, delta=1e-5, y_bounds=bounds)
         gap, d_int = _integer_gap(captured)
         assert gap <= d_int

@@ -58,7 +58,7 @@ def _model(seed: int = 0, n: int = 14):
         X,
         y,
         lambda: pm.HalfNormal("eta", 1.0) ** 2 * pm.gp.cov.ExpQuad(1, ls=pm.Gamma("ell", 2, 1)),
-        sigma=lambda: pm.HalfNormal("noise", 0.5),
+        noise_sd=lambda: pm.HalfNormal("noise", 0.5),
     )
 
 

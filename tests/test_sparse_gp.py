@@ -40,7 +40,7 @@ def _data(seed: int = 0, n: int = 300, noise: float = 0.1):
 @pytest.fixture(scope="module")
 def reg() -> SparseGPRegression:
     X, y = _data()
-    return sparse_gp_regression(X, y, 0.8**2 * pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z15, sigma=0.1)
+    return sparse_gp_regression(X, y, 0.8**2 * pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z15, noise_sd=0.1)
 
 
 @pytest.fixture(scope="module")
@@ -112,12 +112,14 @@ def test_z_from_private_x_is_caught_by_the_owners_check_only() -> None:
     inputs to whoever runs the code, docs/errors.md); the data owner's check does."""
     X, y = _data(1, 40)
     Z = np.concatenate([X[:5], [10.0]])
-    m = sparse_gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z, sigma=0.1)
+    m = sparse_gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z, noise_sd=0.1)
     assert not m.public_sparse_gp().z_is_public
     with pytest.raises(InducingFromDataError, match="coincide"):
         check_public_choices(X, y, Z=Z)
     check_public_choices(X, y, Z=Z15)  # a public grid passes
-    m = sparse_gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z, sigma=0.1, z_is_public=True)
+    m = sparse_gp_regression(
+        X, y, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z, noise_sd=0.1, z_is_public=True
+    )
     assert m.public_sparse_gp().z_is_public
 
 
@@ -128,7 +130,7 @@ def test_free_hyperparameters_need_public_values() -> None:
         y,
         lambda: pm.gp.cov.ExpQuad(1, ls=pm.Gamma("ell", 2, 2)),
         Z=Z15,
-        sigma=lambda: pm.HalfNormal("s", 1),
+        noise_sd=lambda: pm.HalfNormal("s", 1),
     )
     with pytest.raises(PrivateHyperparameterError):
         reg.public_sparse_gp()
@@ -138,18 +140,18 @@ def test_free_hyperparameters_need_public_values() -> None:
 
 def test_mean_from_data_is_caught_by_the_owners_check_only() -> None:
     X, y = _data(3, 50)
-    m = sparse_gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z15, sigma=0.1, mean=y.mean())
+    m = sparse_gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z15, noise_sd=0.1, mean=y.mean())
     assert m.mean == y.mean()
     with pytest.raises(DataDerivedChoiceError, match="mean"):
         check_public_choices(X, y, mean=y.mean())
 
 
 def test_dataless_model_for_streams() -> None:
-    reg = sparse_gp_regression(None, None, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z15, sigma=0.1)
+    reg = sparse_gp_regression(None, None, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z15, noise_sd=0.1)
     assert reg.X.shape == (0, 1)
     assert reg.public_sparse_gp().n_inducing == 15
     with pytest.raises(ValueError, match="both"):
-        sparse_gp_regression(np.ones(3), None, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z15, sigma=0.1)
+        sparse_gp_regression(np.ones(3), None, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z15, noise_sd=0.1)
 
 
 def test_inducing_helpers() -> None:

@@ -15,24 +15,10 @@ from pm_dpgp.compat import group_names
 from pm_dpgp.mechanisms.full.sample_path_bounds import SamplePathBound
 from pm_dpgp.workflow import dp_thompson_sampling, random_search
 
-try:
-    from threadpoolctl import threadpool_limits
-except ImportError:  # pragma: no cover
-    threadpool_limits = None
-
 DELTA = 1e-5
 X0 = np.array([[0.1], [0.5], [0.9]])
 COV = pm.gp.cov.ExpQuad(1, ls=0.2)
-
-
-@pytest.fixture(autouse=True)
-def _one_blas_thread():
-    """Small matrices: multithreaded BLAS only adds contention on a loaded 2-core machine."""
-    if threadpool_limits is None:
-        yield
-    else:
-        with threadpool_limits(1):
-            yield
+pytestmark = pytest.mark.usefixtures("one_blas_thread")
 
 
 def f_true(x: np.ndarray) -> np.ndarray:
@@ -53,7 +39,7 @@ def _run(seed: int = 0, budget: float = 100.0, n_rounds: int = 8, **kw):
         domain=(0.0, 1.0),
         X_init=X0,
         n_rounds=n_rounds,
-        y_bound=1.0,
+        y_bounds=(-1.0, 1.0),
         ledger=Ledger(epsilon=budget, delta=DELTA),
         candidates=64,
         progressbar=False,
@@ -72,7 +58,7 @@ def run():
 def _round_bound(n: int, kappa: float) -> SamplePathBound:
     """The sample-path bound the loop charges for a round on ``n`` points (σ=1, r=2, |y|≤1)."""
     return SamplePathBound(
-        n=n, sigma=1.0, r2=4.0, y_bound=1.0, kappa=kappa, eta=0.0, kernel_class="generic"
+        n=n, kernel_scale=1.0, r2=4.0, M_Y=1.0, kappa=kappa, eta=0.0, kernel_class="generic"
     )
 
 
@@ -166,7 +152,7 @@ def test_interrupt_returns_completed_rounds():
         X_init=X0,
         n_rounds=10,
         noise_sd=2.0,
-        y_bound=1.0,
+        y_bounds=(-1.0, 1.0),
         ledger=Ledger(epsilon=100.0, delta=DELTA),
         candidates=32,
         progressbar=True,
@@ -209,7 +195,7 @@ def test_two_dimensional_box_with_refinement():
         X_init=[[0.2, 0.2], [0.8, 0.3]],
         n_rounds=3,
         noise_sd=2.0,
-        y_bound=1.0,
+        y_bounds=(-1.0, 1.0),
         ledger=Ledger(epsilon=100.0, delta=DELTA),
         candidates=64,
         refine_steps=2,

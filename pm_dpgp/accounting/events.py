@@ -1,4 +1,4 @@
-"""Privacy events: what one release costs, in a form the :class:`Ledger` composes.
+"""Privacy events: what one release costs, in a form the ``Ledger`` composes.
 
 Every event is an immutable dataclass with
 
@@ -9,7 +9,8 @@ Every event is an immutable dataclass with
 * ``count`` and ``repeat(k)`` / ``k * event`` – k-fold (possibly adaptive) self-composition.
 
 All bounds refer to one neighbouring relation: the privacy model recorded with the release
-(REFERENCE §1).  Composing events that were analysed under different relations is meaningless.
+(``docs/privacy_model.md``).  Composing events that were analysed under different relations is
+meaningless.
 
 References
 ----------
@@ -86,8 +87,9 @@ def _build_default_orders() -> NDArray[np.float64]:
     return orders
 
 
-#: Default Rényi orders α: dense just above 1 (for curves valid only on (1, 1 + r²/V), REFERENCE
-#: §4), then up to 256, then a few large orders up to 10⁴ (for very small δ).  Read-only.
+#: Default Rényi orders α: dense just above 1 (for curves valid only on (1, 1 + r²/V),
+#: ``docs/sample_paths.md``), then up to 256, then a few large orders up to 10⁴ (for very small δ).
+#:  Read-only.
 DEFAULT_ORDERS: NDArray[np.float64] = _build_default_orders()
 
 
@@ -142,7 +144,7 @@ def json_float(x: float) -> float | str:
 def rdp_to_epsilon(orders: ArrayLike, rdp: ArrayLike, delta: float) -> float:
     """Convert an RDP curve to ε at ``delta``, minimising over the orders given.
 
-    Computes what :func:`dp_accounting.rdp.compute_epsilon` computes, vectorised over the
+    Computes what ``dp_accounting.rdp.compute_epsilon`` computes, vectorised over the
     orders (its Python loop cost 1.5 ms per call, most of the ledger's time), i.e. for each
     order α the conversion
     ε = ρ(α) + ln(1 − 1/α) − (ln δ + ln α)/(α − 1) (Canonne, Kamath & Steinke 2020, Prop. 12;
@@ -181,7 +183,7 @@ def _conversion_terms(orders_bytes: bytes) -> tuple[NDArray[np.float64], ...]:
 
 
 def _rdp_to_epsilon_reference(orders: ArrayLike, rdp: ArrayLike, delta: float) -> float:
-    """:func:`rdp_to_epsilon` through :func:`dp_accounting.rdp.compute_epsilon` (for tests)."""
+    """``rdp_to_epsilon`` through ``dp_accounting.rdp.compute_epsilon`` (for tests)."""
     orders = np.asarray(orders, dtype=np.float64)
     rdp = np.asarray(rdp, dtype=np.float64)
     finite = np.isfinite(rdp)
@@ -212,7 +214,7 @@ def _gdp_log_delta(mu: float, epsilon: float, *, fast: bool = False) -> float:
     Balle & Wang (2018), Thm. 8, with Δ/σ = μ:
     δ(ε) = Φ(μ/2 − ε/μ) − e^ε Φ(−μ/2 − ε/μ)   (Dong, Roth & Su 2019, Cor. 2.13).
     Evaluated in the log domain so that δ down to 1e-300 is accurate.  ``fast=True`` uses
-    :func:`_log_phi` (relative error ≲ 2·10⁻¹³, for the root search only); the safety check
+    ``_log_phi`` (relative error ≲ 2·10⁻¹³, for the root search only); the safety check
     of every reported ε uses ``scipy.special.log_ndtr``.
     """
     log_phi = _log_phi if fast else (lambda x: float(log_ndtr(x)))
@@ -259,9 +261,9 @@ def gdp_epsilon(mu: float, delta: float) -> float:
     """Smallest ε with δ(ε) ≤ ``delta`` for a μ-GDP mechanism, rounded to the safe side.
 
     The root of the Balle–Wang curve is found by Brent's method on ``ln δ(ε)`` (see
-    :func:`_gdp_epsilon`; formerly :func:`dp_accounting.get_epsilon_gaussian`, σ = 1/μ, which
+    ``_gdp_epsilon``; formerly ``dp_accounting.get_epsilon_gaussian``, σ = 1/μ, which
     gives the same root).  The root finder may end on either side of the root, so the result is
-    then nudged up (relative steps from 1e-12) until :func:`gdp_delta` at
+    then nudged up (relative steps from 1e-12) until ``gdp_delta`` at
     it is ≤ ``delta``: the returned ε is always a valid bound, never an under-estimate by
     round-off.
     """
@@ -272,12 +274,12 @@ def gdp_epsilon(mu: float, delta: float) -> float:
 
 @functools.lru_cache(maxsize=4096)
 def _gdp_epsilon(mu: float, delta: float) -> float:
-    """:func:`gdp_epsilon` on checked arguments (cached: a ledger asks for the same μ often).
+    """``gdp_epsilon`` on checked arguments (cached: a ledger asks for the same μ often).
 
     Brent's method (``scipy.optimize.brentq``, ``xtol`` 1e-15, ``rtol`` 4u) on
-    ``ln δ(ε) − ln δ`` with the log-domain :func:`_gdp_log_delta` (two ``log_ndtr`` calls per
+    ``ln δ(ε) − ln δ`` with the log-domain ``_gdp_log_delta`` (two ``log_ndtr`` calls per
     evaluation), bracketed by doubling from ε = 1; then nudged up as before.  The same root as
-    :func:`dp_accounting.get_epsilon_gaussian` (which brackets ``Φ`` differences to 1e-12),
+    ``dp_accounting.get_epsilon_gaussian`` (which brackets ``Φ`` differences to 1e-12),
     about 40× faster; ``tests/test_accounting.py`` compares the two.
     """
     log_delta = math.log(delta)
@@ -325,7 +327,7 @@ class PrivacyEvent(ABC):
 
     @property
     def has_rdp(self) -> bool:
-        """Whether this event has an RDP curve (False only for :class:`ApproxDpEvent`)."""
+        """Whether this event has an RDP curve (False only for ``ApproxDpEvent``)."""
         return True
 
     def to_metadata(self) -> dict[str, Any]:
@@ -361,7 +363,7 @@ class GaussianEvent(PrivacyEvent):
 
     RDP: ε(α) = count · α / (2 z²) for every α > 1 (Mironov 2017, Table II; additivity Prop. 1).
     Exactly: the composition is μ-GDP with μ = √count / z (Dong, Roth & Su 2019, Cor. 3.3), whose
-    tight (ε, δ) curve is the Balle–Wang formula (:func:`gdp_delta`).
+    tight (ε, δ) curve is the Balle–Wang formula (``gdp_delta``).
     """
 
     noise_multiplier: float
@@ -409,8 +411,8 @@ class ZCDPEvent(PrivacyEvent):
     Kamath & Steinke 2020, Thm. 14); it is *not* claimed to be μ-GDP, so this event has no
     Balle–Wang curve (see ``docs/secure_noise.md``, "Why not the continuous GDP bound").
 
-    ``epsilon(delta)`` converts the curve on :data:`DEFAULT_ORDERS` with
-    :func:`rdp_to_epsilon`; it is exactly what a ledger with the default orders charges for this
+    ``epsilon(delta)`` converts the curve on ``DEFAULT_ORDERS`` with
+    ``rdp_to_epsilon``; it is exactly what a ledger with the default orders charges for this
     event alone under its ``"zcdp"`` filter, so a mechanism calibrated with it fits the budget.
     """
 
@@ -449,7 +451,8 @@ class RdpCurveEvent(PrivacyEvent):
 
     ``values[i]`` must bound D_α(M(D) ‖ M(D′)) at α = ``orders[i]`` for every neighbouring pair,
     and every order must lie strictly inside (``alpha_min``, ``alpha_max``), the range where the
-    bound is valid (e.g. α < 1 + r²/V for the posterior-sample-path bound, REFERENCE §4);
+    bound is valid (e.g. α < 1 + r²/V for the posterior-sample-path bound,
+    ``docs/sample_paths.md``);
     otherwise ``ValueError``.
 
     Evaluating at an arbitrary α uses that the Rényi divergence is non-decreasing in α (van
@@ -839,7 +842,7 @@ class RepeatAndSelectEvent(PrivacyEvent):
 # Restoring events from their metadata (used by the persistent ledger)
 # --------------------------------------------------------------------------------------------
 def _meta_float(value: Any, name: str) -> float:
-    """Inverse of :func:`json_float`: a JSON number or one of "inf"/"-inf"/"nan"."""
+    """Inverse of ``json_float``: a JSON number or one of "inf"/"-inf"/"nan"."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise ValueError(f"event metadata field {name!r} must be a number, got {value!r}.")
     if isinstance(value, str) and value not in ("inf", "-inf", "nan"):
@@ -848,7 +851,7 @@ def _meta_float(value: Any, name: str) -> float:
 
 
 def event_from_metadata(meta: dict[str, Any]) -> PrivacyEvent:
-    """Rebuild the event whose :meth:`PrivacyEvent.to_metadata` is ``meta`` (exact inverse).
+    """Rebuild the event whose ``PrivacyEvent.to_metadata`` is ``meta`` (exact inverse).
 
     Floats survive a JSON round trip exactly (Python writes the shortest repr that reads back
     to the same double), so ``event_from_metadata(json.loads(json.dumps(e.to_metadata())))``

@@ -1,8 +1,8 @@
 """The privacy ledger: one object that composes every release made from one dataset.
 
-A mechanism builds a :mod:`privacy event <pm_dpgp.accounting.events>` describing its cost and
-calls :meth:`Ledger.spend` *before* drawing any noise.  If the total would exceed the budget,
-:class:`BudgetExceededError` is raised, nothing is recorded and no noise is drawn.
+A mechanism builds a ``privacy event <pm_dpgp.accounting.events>`` describing its cost and
+calls ``Ledger.spend`` *before* drawing any noise.  If the total would exceed the budget,
+``BudgetExceededError`` is raised, nothing is recorded and no noise is drawn.
 
 How the total ε at δ is computed
 --------------------------------
@@ -12,13 +12,13 @@ the mechanism is (ε₁, δ)-DP and (ε₂, δ)-DP, so it is (min(ε₁, ε₂),
 
 ``"rdp"``
     Sum the RDP curves of all RDP-capable events on the order grid (Mironov 2017, Prop. 1),
-    convert at δ′ = δ − Σδ_approx with :func:`dp_accounting.rdp.compute_epsilon` (Canonne, Kamath
+    convert at δ′ = δ − Σδ_approx with ``dp_accounting.rdp.compute_epsilon`` (Canonne, Kamath
     & Steinke 2020, Prop. 12; Asoodeh et al. 2021), and add Σε_approx of the
-    :class:`ApproxDpEvent`s (basic composition; see ``docs/accounting.md`` for why interleaving
+    ``ApproxDpEvent``s (basic composition; see ``docs/accounting.md`` for why interleaving
     is allowed).
 ``"gdp"``
-    Only when there is at least one :class:`GaussianEvent` and no :class:`RdpCurveEvent` or
-    :class:`ZCDPEvent`: the
+    Only when there is at least one ``GaussianEvent`` and no ``RdpCurveEvent`` or
+    ``ZCDPEvent``: the
     Gaussian events compose exactly to μ-GDP with μ = √(Σ count_i / z_i²) (Dong, Roth & Su 2019,
     Cor. 3.3), converted exactly at δ′ = δ − Σδ_approx (Balle & Wang 2018, Thm. 8); pure and
     approximate events are added by basic composition.  With only Gaussian events this is the
@@ -29,7 +29,7 @@ the mechanism is (ε₁, δ)-DP and (ε₂, δ)-DP, so it is (min(ε₁, ε₂),
     Only evaluated for up to 64 events (beyond that it is rarely competitive and costs one root
     solve per event); skipping a bound never affects validity, only tightness.
 
-The name of the bound that attained the minimum at the ledger's δ is :attr:`Ledger.bound_used`.
+The name of the bound that attained the minimum at the ledger's δ is ``Ledger.bound_used``.
 
 Adaptivity.  All three compositions hold when each release is chosen after seeing the earlier
 ones (RDP: Mironov 2017, Prop. 1; GDP: Dong, Roth & Su 2019, Thm. 3.2; basic: Dwork, Rothblum &
@@ -39,7 +39,7 @@ case (parameters themselves chosen from earlier outputs).
 
 The refusal rule is a privacy filter
 --------------------------------------
-Whether :meth:`Ledger.spend` accepts an event is decided by a *privacy filter*, not by the
+Whether ``Ledger.spend`` accepts an event is decided by a *privacy filter*, not by the
 minimum above (a minimum over bounds or Rényi orders taken after adaptively chosen events is not
 what any filter theorem proves).  The filter is one of (``filter=`` argument):
 
@@ -73,7 +73,7 @@ what any filter theorem proves).  The filter is one of (``filter=`` argument):
     any mix of events, including approximate events interleaved with RDP events.
 
 Each is a theorem for fully adaptive choice of events; see ``docs/accounting.md`` for the
-statements and the proof of the union step.  :attr:`Ledger.filter_epsilon` is the filter's ε of
+statements and the proof of the union step.  ``Ledger.filter_epsilon`` is the filter's ε of
 the recorded history; ``epsilon()`` stays the (tighter) composition bound, valid when the event
 parameters are fixed in advance.
 
@@ -81,7 +81,7 @@ Privacy models and seeds (issue 15)
 -----------------------------------
 Each entry records the *privacy model* (``"label"``: inputs public, one output changes;
 ``"full"``: inputs and outputs private, one record ``(x, y)`` is replaced) and the
-neighbouring relation the event was analysed under; :attr:`Ledger.privacy_model` says which
+neighbouring relation the event was analysed under; ``Ledger.privacy_model`` says which
 model the total holds for.  A ledger refuses an event of another model than the ones already
 recorded (nothing recorded, nothing drawn) unless it was created with
 ``allow_mixed_privacy_models=True``; the total of a mixed ledger then holds for **label**
@@ -163,7 +163,7 @@ PRIVACY_MODELS: tuple[str, ...] = ("label", "full")
 
 
 class BudgetExceededError(ValueError):
-    """Raised by :meth:`Ledger.spend` when a release would exceed the budget (nothing recorded)."""
+    """Raised by ``Ledger.spend`` when a release would exceed the budget (nothing recorded)."""
 
 
 class PrivacyModelMismatchError(ValueError):
@@ -208,7 +208,7 @@ class LedgerEntry:
     """One recorded release.
 
     ``epsilon`` is the event's own ε at the ledger's δ; ``cumulative_epsilon`` is the ledger's
-    total after it, computed with ``bound`` (see :class:`Ledger`); ``filter_epsilon`` is the
+    total after it, computed with ``bound`` (see ``Ledger``); ``filter_epsilon`` is the
     privacy filter's ε after it (what the budget was checked against).  ``time`` is UTC,
     ISO 8601.
     """
@@ -391,7 +391,7 @@ def filter_epsilon(
 
 
 def _total_model(entries: Sequence[LedgerEntry]) -> str | None:
-    """The model a total over ``entries`` holds for (see :attr:`Ledger.privacy_model`)."""
+    """The model a total over ``entries`` holds for (see ``Ledger.privacy_model``)."""
     models = {e.privacy_model for e in entries if e.privacy_model is not None}
     if not models:
         return None
@@ -434,7 +434,7 @@ class Ledger:
     delta
         The δ at which ε is reported and the budget enforced (0 < δ < 1).
     orders
-        Rényi orders α > 1 for RDP composition (default :data:`DEFAULT_ORDERS`).
+        Rényi orders α > 1 for RDP composition (default ``DEFAULT_ORDERS``).
     filter
         The privacy filter that decides refusals: ``"auto"`` (default: the family of the first
         event), ``"gdp"``, ``"zcdp"``, ``"renyi"``, ``"basic"`` or ``"fixed"`` (see the module
@@ -443,12 +443,12 @@ class Ledger:
         Accept releases under both privacy models (``"label"`` and ``"full"``); the total then
         holds for label privacy only (module docstring, "Privacy models and seeds").  Default:
         refuse a release whose model differs from the recorded ones
-        (:class:`PrivacyModelMismatchError`).
+        (``PrivacyModelMismatchError``).
 
     Notes
     -----
     ``epsilon(delta)`` is the minimum of the valid bounds "rdp", "gdp" and "basic" described in
-    the :mod:`module docstring <pm_dpgp.accounting.ledger>`; :attr:`bound_used` names the one
+    the ``module docstring <pm_dpgp.accounting.ledger>``; ``bound_used`` names the one
     that attained it.  An empty ledger has ε = 0.  Spending is atomic and thread-safe: the check
     and the recording happen under one lock, and a refused event leaves the ledger unchanged.
     """
@@ -569,7 +569,7 @@ class Ledger:
 
     @property
     def rdp(self) -> NDArray[np.float64]:
-        """Composed RDP curve of the RDP-capable events spent so far, on :attr:`orders` (copy)."""
+        """Composed RDP curve of the RDP-capable events spent so far, on ``orders`` (copy)."""
         self._refresh()
         return self._totals.rdp.copy()
 
@@ -584,7 +584,7 @@ class Ledger:
         """ε of everything spent so far at the ledger's δ (0 for an empty ledger).
 
         The composition bound of the recorded events (minimum of "rdp", "gdp", "basic"); valid
-        for event parameters fixed in advance.  See :attr:`filter_epsilon` for the adaptive
+        for event parameters fixed in advance.  See ``filter_epsilon`` for the adaptive
         guarantee that the budget is enforced on.
         """
         self._refresh()
@@ -592,7 +592,7 @@ class Ledger:
 
     @property
     def bound_used(self) -> str:
-        """Which bound gives :attr:`spent_epsilon`: "rdp", "gdp", "basic" or "none" (empty)."""
+        """Which bound gives ``spent_epsilon``: "rdp", "gdp", "basic" or "none" (empty)."""
         self._refresh()
         return self._entries[-1].bound if self._entries else "none"
 
@@ -613,8 +613,8 @@ class Ledger:
     def epsilon(self, delta: float | None = None) -> float:
         """ε of everything spent so far at ``delta`` (default: the ledger's δ).
 
-        The minimum of the valid bounds (see :class:`Ledger`); ``inf`` if no bound applies, e.g.
-        when ``delta`` is smaller than the δ consumed by :class:`ApproxDpEvent`s.
+        The minimum of the valid bounds (see ``Ledger``); ``inf`` if no bound applies, e.g.
+        when ``delta`` is smaller than the δ consumed by ``ApproxDpEvent``s.
         """
         return _best(self.bounds(delta))[0]
 
@@ -641,7 +641,7 @@ class Ledger:
         return self._filter_epsilon(self._totals.add(self._check_event(event), self._orders))
 
     def can_afford(self, event: PrivacyEvent) -> bool:
-        """Whether :meth:`spend` would accept ``event`` now (the filter's ε within budget)."""
+        """Whether ``spend`` would accept ``event`` now (the filter's ε within budget)."""
         return self._within_budget(self.preview_filter(event))
 
     def _check_provenance(
@@ -684,7 +684,7 @@ class Ledger:
         Raises
         ------
         ReusedGeneratorError, PrivacyModelMismatchError
-            See :meth:`spend`.
+            See ``spend``.
         BudgetExceededError
             If the filter's ε at the ledger's δ would exceed the budget.
         """
@@ -742,7 +742,7 @@ class Ledger:
         neighbouring_relation: str | None,
         rng: np.random.Generator | None,
     ) -> str | None:
-        """Validate the provenance arguments of :meth:`spend`; the generator's fingerprint."""
+        """Validate the provenance arguments of ``spend``; the generator's fingerprint."""
         _check_privacy_model(privacy_model, neighbouring_relation)
         return None if rng is None else generator_fingerprint(rng, self._salt)
 
@@ -772,7 +772,7 @@ class Ledger:
             with ``allow_mixed_privacy_models=True``.
         BudgetExceededError
             If the privacy filter's ε at the ledger's δ would exceed the budget (with relative
-            slack :data:`BUDGET_RTOL`).  The ledger is left unchanged.
+            slack ``BUDGET_RTOL``).  The ledger is left unchanged.
         """
         event = self._check_event(event)
         label = self._label(event, label)

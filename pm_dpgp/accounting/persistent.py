@@ -1,8 +1,8 @@
 """A ledger stored on disk (SQLite), bound to a dataset fingerprint.
 
-:class:`PersistentLedger` is a :class:`~pm_dpgp.accounting.ledger.Ledger` whose history lives in
-an SQLite database (Python's standard :mod:`sqlite3`), so every mechanism works with it unchanged:
-they call :meth:`~pm_dpgp.accounting.ledger.Ledger.spend` before drawing noise, and ``spend``
+``PersistentLedger`` is a ``Ledger`` whose history lives in
+an SQLite database (Python's standard ``sqlite3``), so every mechanism works with it unchanged:
+they call ``spend`` before drawing noise, and ``spend``
 returns only after the spend is **committed**.
 
 What it guarantees (tested in ``tests/test_persistent_ledger.py``; design in
@@ -19,15 +19,15 @@ What it guarantees (tested in ``tests/test_persistent_ledger.py``; design in
   different budget (or δ, orders, filter) for the same dataset fingerprint is refused.
 * **Tamper evidence.**  Each row stores ``hash = H(previous hash ‖ canonical JSON of the row)``
   with SHA-256 (or HMAC-SHA-256 under a secret ``key``), starting from a hash of the ledger's
-  parameters.  The chain is verified on open, on every re-read and by :meth:`verify`; an edited,
-  inserted or reordered row raises :class:`LedgerIntegrityError`.  Without a key, someone with
+  parameters.  The chain is verified on open, on every re-read and by ``verify``; an edited,
+  inserted or reordered row raises ``LedgerIntegrityError``.  Without a key, someone with
   write access could recompute the whole chain, and deleting trailing rows is only detectable
-  against a :attr:`head_hash` recorded elsewhere: record it, or use a ``key``.
-* **Only a fingerprint is stored** (a SHA-256 hex digest, see :func:`dataset_fingerprint`), never
+  against a ``head_hash`` recorded elsewhere: record it, or use a ``key``.
+* **Only a fingerprint is stored** (a SHA-256 hex digest, see ``dataset_fingerprint``), never
   a dataset value.
 * **Privacy model and Generator fingerprints** (issue 15).  Each row records the entry's privacy
   model, neighbouring relation and, for simulation-mode releases, the salted fingerprint of the
-  Generator state (:func:`~pm_dpgp.accounting.ledger.generator_fingerprint`).  The salt (32
+  Generator state (``generator_fingerprint``).  The salt (32
   random bytes per dataset) is kept in the database's ``salts`` table, outside the hash chain
   and never exported, so a fingerprint in an export cannot be tested against guessed seeds.
   Rows written before these fields existed read as ``None`` (no model, no fingerprint).
@@ -111,25 +111,25 @@ def _optional_str(value: Any) -> str | None:
 
 
 class PersistentLedger(Ledger):
-    """A :class:`Ledger` persisted in SQLite and bound to one dataset fingerprint.
+    """A ``Ledger`` persisted in SQLite and bound to one dataset fingerprint.
 
     Parameters
     ----------
     path
         The SQLite database file (created if missing).  Several datasets may share one file.
     dataset_fingerprint
-        SHA-256 hex digest identifying the dataset (:func:`dataset_fingerprint`).
+        SHA-256 hex digest identifying the dataset (``dataset_fingerprint``).
     epsilon, delta, orders, filter
-        As for :class:`Ledger`.  For a new ledger ``epsilon`` must be given (``None``: record
+        As for ``Ledger``.  For a new ledger ``epsilon`` must be given (``None``: record
         only).  When the database already holds this dataset, leaving them out restores the
-        stored values, and giving different ones raises :class:`LedgerMismatchError`.
+        stored values, and giving different ones raises ``LedgerMismatchError``.
     key
         Optional secret for HMAC-SHA-256 chaining (then the chain cannot be recomputed by
         someone without the key).  The same key must be given on every open.
     timeout
         Seconds to wait for another process's write lock before ``sqlite3.OperationalError``.
     allow_mixed_privacy_models
-        As for :class:`Ledger`; an option of this handle, not stored: a handle opened without
+        As for ``Ledger``; an option of this handle, not stored: a handle opened without
         it refuses a second privacy model even if the stored history already mixes them.
 
     Notes
@@ -416,9 +416,9 @@ class PersistentLedger(Ledger):
 
         Inside ``BEGIN IMMEDIATE`` the history is re-read (spends of other processes included)
         and verified, the filter decides, and the row is inserted and committed.  A refusal
-        (:class:`~pm_dpgp.accounting.ledger.BudgetExceededError`) or any error rolls back:
+        (``BudgetExceededError``) or any error rolls back:
         nothing is recorded.  The provenance checks (reused Generator state, a second privacy
-        model) also see every committed row.  See :meth:`Ledger.spend`.
+        model) also see every committed row.  See ``Ledger.spend``.
         """
         event = self._check_event(event)
         label = self._label(event, label)

@@ -1,11 +1,11 @@
 """Audits of privacy claims.
 
-* :mod:`~pm_dpgp.audit.leak`: scan a serialised release for private values;
-* :mod:`~pm_dpgp.audit.renyi`: exact Rényi divergence between Gaussian posteriors of
+* ``leak``: scan a serialised release for private values;
+* ``renyi``: exact Rényi divergence between Gaussian posteriors of
   neighbouring datasets;
-* :mod:`~pm_dpgp.audit.neighbours`: random and adversarial neighbouring datasets;
-* :mod:`~pm_dpgp.audit.lira`: LiRA-style membership-inference attack (Maciazek §4, App. C);
-* :mod:`~pm_dpgp.audit.public_choices`: the data owner's check that "public" choices
+* ``neighbours``: random and adversarial neighbouring datasets;
+* ``lira``: LiRA-style membership-inference attack (Maciazek §4, App. C);
+* ``public_choices``: the data owner's check that "public" choices
   (``Z``, bounds, prior mean, hold-out set) were not taken from the private data.
 """
 

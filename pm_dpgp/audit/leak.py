@@ -96,8 +96,8 @@ def scan_for_values(
                     hit = _matches(np.asarray(da.values, dtype=np.float64), private, rtol)
                     findings += [LeakFinding(f"{group}/{name}", v) for v in private[hit]]
             attrs = dict(ds.attrs)
-            for var in ds.variables.values():
-                attrs.update({f"<{var.name}>.{k}": v for k, v in var.attrs.items()})
+            for vname, var in ds.variables.items():
+                attrs.update({f"<{vname}>.{k}": v for k, v in var.attrs.items()})
             for key, value in attrs.items():
                 nums = np.asarray(_numbers_in(value), dtype=np.float64)
                 hit = _matches(nums, private, rtol)

@@ -51,7 +51,7 @@ from numpy.typing import NDArray
 from scipy.special import gammaln, logsumexp
 from scipy.stats import beta as beta_dist
 
-from pm_dpgp._validation import check_delta, check_positive, check_rng
+from pm_dpgp._validation import check_delta, check_positive, check_rng, renamed_fields
 from pm_dpgp.mechanisms.full.sample_path_bounds import SamplePathBound
 
 __all__ = [
@@ -73,16 +73,17 @@ class LiraSetting:
     """The attacked release and data model (Maciazek §4, App. C).
 
     ``target_y`` defaults to ``s(target_x)``.  ``label_noise`` is the half-width of uniform
-    noise added to the step before clipping to ``[−y_bound, y_bound]``.
+    noise added to the step before clipping to ``[−M_Y, M_Y]``.  ``kernel_scale`` and
+    ``M_Y`` were ``sigma`` and ``y_bound`` (deprecated).
     """
 
     n: int = 20
-    sigma: float = 1.0
+    kernel_scale: float = 1.0
     r2: float = 0.1
     eta: float = 0.0
     L: int = 10
     lengthscale: float = 0.2
-    y_bound: float = 1.0
+    M_Y: float = 1.0
     domain: tuple[float, float] = (0.0, 1.0)
     jump: float = 0.5
     target_x: float = 0.5
@@ -94,19 +95,19 @@ class LiraSetting:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {v!r}.")
-        check_positive(self.sigma, "sigma")
+        check_positive(self.kernel_scale, "kernel_scale")
         check_positive(self.r2, "r2")
         check_positive(self.eta, "eta", allow_zero=True)
         check_positive(self.lengthscale, "lengthscale")
-        check_positive(self.y_bound, "y_bound")
+        check_positive(self.M_Y, "M_Y")
         check_positive(self.label_noise, "label_noise", allow_zero=True)
         lo, hi = (float(v) for v in self.domain)
         if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
             raise ValueError(f"domain must be a finite interval (low, high), got {self.domain!r}.")
         if not lo <= self.target_x <= hi:
             raise ValueError(f"target_x={self.target_x} lies outside the domain {self.domain}.")
-        if self.target_y is not None and abs(self.target_y) > self.y_bound:
-            raise ValueError(f"|target_y| must be <= y_bound={self.y_bound}.")
+        if self.target_y is not None and abs(self.target_y) > self.M_Y:
+            raise ValueError(f"|target_y| must be <= M_Y={self.M_Y}.")
 
     @property
     def y_target(self) -> float:
@@ -116,8 +117,8 @@ class LiraSetting:
         return float(self.step(np.array([self.target_x]))[0])
 
     def step(self, x: NDArray[np.float64]) -> NDArray[np.float64]:
-        """The step function ``±y_bound`` with the jump at ``jump``."""
-        return np.where(x >= self.jump, self.y_bound, -self.y_bound)
+        """The step function ``±M_Y`` with the jump at ``jump``."""
+        return np.where(x >= self.jump, self.M_Y, -self.M_Y)
 
     def bound(self, *, constant: Literal["proved", "author"] = "proved") -> SamplePathBound:
         """The sample-path bound of this release: exponential kernel on the interval,
@@ -126,14 +127,19 @@ class LiraSetting:
         kappa = math.exp(-(hi - lo) / self.lengthscale)
         return SamplePathBound(
             self.n,
-            self.sigma,
+            self.kernel_scale,
             self.r2,
-            self.y_bound,
+            self.M_Y,
             kappa,
             self.eta,
             kernel_class="exponential_1d",
             constant=constant,
+            # the author's constant rescales the paper's Δ = 2B√Φ only (docs §4b)
+            sensitivity="paper" if constant == "author" else "coupled",
         )
+
+
+renamed_fields(LiraSetting, {"sigma": "kernel_scale", "y_bound": "M_Y"})
 
 
 def _datasets(
@@ -144,7 +150,7 @@ def _datasets(
     y = setting.step(X)
     if setting.label_noise > 0.0:
         y = y + rng.uniform(-setting.label_noise, setting.label_noise, y.shape)
-    y = np.clip(y, -setting.y_bound, setting.y_bound)
+    y = np.clip(y, -setting.M_Y, setting.M_Y)
     if member:
         X[:, -1] = setting.target_x
         y[:, -1] = setting.y_target
@@ -156,7 +162,8 @@ def shadow_posteriors(
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     r"""Posterior mean and released-path variance at ``x*`` for ``size`` random datasets.
 
-    ``m = k*ᵀ(K + r²I)⁻¹y`` and ``v = σ²(1 − k*ᵀ(K + r²I)⁻¹k*) + η²`` (REFERENCE §4, with
+    ``m = k*ᵀ(K + r²I)⁻¹y`` and ``v = σ²(1 − k*ᵀ(K + r²I)⁻¹k*) + η²`` (``docs/sample_paths.md``,
+    with
     ``k(x*, x*) = 1``), by a batched Cholesky ``LLᵀ = K + r²I`` and ``w = L⁻¹k*``, ``z = L⁻¹y``:
     ``m = wᵀz``, ``v = σ²(1 − wᵀw) + η²`` (Rasmussen & Williams 2006, Alg. 2.1).
     """
@@ -172,7 +179,7 @@ def shadow_posteriors(
         z = np.linalg.solve(Lc, y[..., None])[..., 0]
         means.append(np.sum(w * z, axis=1))
         variances.append(
-            setting.sigma**2 * np.maximum(1.0 - np.sum(w * w, axis=1), 0.0) + setting.eta**2
+            setting.kernel_scale**2 * np.maximum(1.0 - np.sum(w * w, axis=1), 0.0) + setting.eta**2
         )
     return np.concatenate(means), np.concatenate(variances)
 

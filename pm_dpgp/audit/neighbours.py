@@ -3,8 +3,8 @@ r"""Adversarial search for neighbouring datasets that maximise the exact Rényi 
 A replace-one neighbouring pair is a common core ``(X_c, y_c)`` of ``n − 1`` points plus one
 differing point: ``D = core ∪ {(x, y)}``, ``D' = core ∪ {(x', y')}``.  Together with a finite
 test set ``T`` it determines the exact divergence ``D_α(P_D(T) ‖ P_D'(T))`` of the released
-sample paths (:mod:`pm_dpgp.audit.renyi`).  The sample-path bound
-(:class:`~pm_dpgp.mechanisms.full.sample_path_bounds.SamplePathBound`) must dominate it for every
+sample paths (``pm_dpgp.audit.renyi``).  The sample-path bound
+(``SamplePathBound``) must dominate it for every
 pair and every ``T``; this module looks for counter-examples.
 
 Search: every coordinate (core inputs and outputs, both differing points, the test inputs) is
@@ -19,13 +19,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.optimize import minimize
 
-from pm_dpgp._validation import check_positive, check_rng
+from pm_dpgp._validation import (
+    check_positive,
+    check_rng,
+    reject_unexpected,
+    renamed,
+    require,
+)
 from pm_dpgp.audit.renyi import Kernel, RenyiTerms, posterior_renyi_terms
 from pm_dpgp.mechanisms.full.sample_path_bounds import parse_domain
 
@@ -106,30 +112,37 @@ def neighbour_divergence(
     pair: NeighbourPair,
     *,
     alpha: float,
-    sigma: float,
+    kernel_scale: float | None = None,
     r2: float,
     eta: float = 0.0,
     L: int = 1,
+    **deprecated: Any,
 ) -> RenyiTerms:
-    """Exact ``D_α(P_D ‖ P_D')`` on ``pair.X_test`` (via ``posterior_renyi_terms``)."""
+    """Exact ``D_α(P_D ‖ P_D')`` on ``pair.X_test`` (via ``posterior_renyi_terms``).
+
+    ``kernel_scale`` was ``sigma`` (deprecated)."""
     (X1, y1), (X2, y2) = pair.datasets()
+    ks = renamed("sigma", "kernel_scale", deprecated, kernel_scale, func="neighbour_divergence")
+    reject_unexpected(deprecated, func="neighbour_divergence")
     return posterior_renyi_terms(
-        kernel_fn, X1, y1, X2, y2, pair.X_test, alpha=alpha, sigma=sigma, r2=r2, eta=eta, L=L
+        kernel_fn, X1, y1, X2, y2, pair.X_test, alpha=alpha, kernel_scale=ks, r2=r2, eta=eta, L=L
     )
 
 
 def random_neighbours(
     domain: ArrayLike,
     n: int,
-    y_bound: float,
+    M_Y: float,
     n_test: int,
     rng: np.random.Generator,
 ) -> NeighbourPair:
-    """A uniformly random neighbouring pair and test set in the box ``domain``."""
+    """A uniformly random neighbouring pair and test set in the box ``domain``.
+
+    Responses are drawn in ``[−M_Y, M_Y]`` (the centred bound of ``SamplePathBound``)."""
     rng = check_rng(rng)
     lows, highs = parse_domain(domain)
     d = lows.size
-    M = check_positive(y_bound, "y_bound")
+    M = check_positive(M_Y, "M_Y")
 
     def pts(k: int) -> NDArray:
         return lows + (highs - lows) * rng.random((k, d))
@@ -230,10 +243,10 @@ def _repair_test_set(
 class _BatchedObjective:
     """Objective values for a stack of packed pairs, plus a forward-difference gradient.
 
-    Search guidance only: the same posterior algebra as :mod:`pm_dpgp.audit.renyi`, batched over
+    Search guidance only: the same posterior algebra as ``pm_dpgp.audit.renyi``, batched over
     pairs with NumPy's stacked Cholesky/solve/eigh (a relative jitter of 1e-12 keeps degenerate
     test sets factorisable).  The reported divergence of the final pair is recomputed with
-    :func:`neighbour_divergence`.
+    ``neighbour_divergence``.
     """
 
     def __init__(
@@ -245,7 +258,7 @@ class _BatchedObjective:
         bounds: NDArray[np.float64],
         *,
         alpha: float,
-        sigma: float,
+        kernel_scale: float,
         r2: float,
         eta: float,
         L: int,
@@ -255,7 +268,7 @@ class _BatchedObjective:
         self.kernel_fn, self.n, self.d, self.m = kernel_fn, n, d, m
         self.min_sep = min_sep
         self.lo, self.hi = bounds[:, 0], bounds[:, 1]
-        self.alpha, self.sigma, self.r2, self.eta, self.L = alpha, sigma, r2, eta, L
+        self.alpha, self.sigma, self.r2, self.eta, self.L = alpha, kernel_scale, r2, eta, L
         self.objective = objective
         probe_a, probe_b = np.zeros((2, 3, d)), np.zeros((2, 2, d))
         try:
@@ -339,9 +352,9 @@ def adversarial_neighbours(
     *,
     n: int,
     alpha: float,
-    sigma: float,
+    kernel_scale: float | None = None,
     r2: float,
-    y_bound: float,
+    M_Y: float | None = None,
     eta: float = 0.0,
     L: int = 1,
     n_test: int = 2,
@@ -351,19 +364,21 @@ def adversarial_neighbours(
     rng: np.random.Generator | None = None,
     starts: list[NeighbourPair] | None = None,
     min_test_separation: float = 1e-3,
+    **deprecated: Any,
 ) -> AdversarialResult:
     """Maximise the exact divergence over neighbouring pairs and test sets.
 
     Parameters
     ----------
     kernel_fn
-        Normalised kernel (``k(x, x) ≤ 1``), e.g. :func:`~pm_dpgp.audit.renyi.eq_kernel`.
+        Normalised kernel (``k(x, x) ≤ 1``), e.g. ``eq_kernel``.
         Kernels that accept stacked inputs ``(..., n, d)`` are evaluated batched.
     domain
-        Public input box (:func:`~pm_dpgp.mechanisms.full.sample_path_bounds.parse_domain`).
-    n, alpha, sigma, r2, y_bound, eta, L
-        Dataset size, Rényi order, kernel scale, effective ridge, response bound, extra noise
-        and number of paths of the release being audited.
+        Public input box (``parse_domain``).
+    n, alpha, kernel_scale, r2, M_Y, eta, L
+        Dataset size, Rényi order, kernel scale, effective ridge, centred response bound
+        (responses in ``[−M_Y, M_Y]``), extra noise and number of paths of the release being
+        audited (``kernel_scale`` and ``M_Y`` were ``sigma`` and ``y_bound``, deprecated).
     n_test
         Size ``m`` of the optimised test set.
     objective
@@ -385,18 +400,23 @@ def adversarial_neighbours(
     -------
     AdversarialResult
         The best pair over both orientations (D, D') and (D', D); its ``terms`` are recomputed
-        exactly with :func:`neighbour_divergence` (:class:`~pm_dpgp.gp.exact.ExactPosterior`).
+        exactly with ``neighbour_divergence`` (``ExactPosterior``).
     """
+    func = "adversarial_neighbours"
+    sigma = renamed("sigma", "kernel_scale", deprecated, kernel_scale, func=func)
+    sigma = require(sigma, "kernel_scale", func=func)
+    M_Y = require(renamed("y_bound", "M_Y", deprecated, M_Y, func=func), "M_Y", func=func)
+    reject_unexpected(deprecated, func=func)
     if objective not in ("total", "mean", "cov"):
         raise ValueError(f"objective must be 'total', 'mean' or 'cov', got {objective!r}.")
     rng = check_rng(rng)
     lows, highs = parse_domain(domain)
     d = lows.size
-    M = check_positive(y_bound, "y_bound")
+    M = check_positive(M_Y, "M_Y")
     for name, v in (("n", n), ("n_test", n_test), ("L", L), ("restarts", restarts)):
         if isinstance(v, bool) or not isinstance(v, int) or v < (0 if name == "restarts" else 1):
             raise ValueError(f"{name} must be a positive integer, got {v!r}.")
-    kw = {"alpha": alpha, "sigma": sigma, "r2": r2, "eta": eta, "L": L}
+    kw = {"alpha": alpha, "kernel_scale": sigma, "r2": r2, "eta": eta, "L": L}
     box = np.column_stack([lows, highs])
     bounds = np.vstack(
         [np.tile(box, (n - 1, 1)), np.tile([-M, M], (n - 1, 1))]

@@ -14,10 +14,12 @@ anyone who may not see the data.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from pm_dpgp._validation import bounds_from_centred, reject_unexpected
 from pm_dpgp.gp.sparse import count_matching_rows
 from pm_dpgp.models.sparse import InducingFromDataError
 
@@ -28,7 +30,7 @@ class DataDerivedChoiceError(ValueError):
     """A value meant to be public coincides with a statistic of the private data."""
 
 
-#: Default tolerance of :func:`check_public_choices` for values of y, relative to the public range.
+#: Default tolerance of ``check_public_choices`` for values of y, relative to the public range.
 DEFAULT_RTOL: float = 1e-3
 #: Default tolerance for inducing inputs, relative to the span of ``Z``: much tighter, because
 #: inputs fill their domain and a public grid often passes close to some private input (with
@@ -62,11 +64,11 @@ def check_public_choices(
     *,
     Z: ArrayLike | None = None,
     y_bounds: tuple[float, float] | None = None,
-    y_bound: float | None = None,
     mean: float | None = None,
     holdout: tuple[ArrayLike, ArrayLike] | None = None,
     rtol: float = DEFAULT_RTOL,
     z_rtol: float = DEFAULT_Z_RTOL,
+    **deprecated: Any,
 ) -> None:
     """Refuse public choices that look computed from the private data (data owner only).
 
@@ -82,21 +84,26 @@ def check_public_choices(
 
     * ``y_bounds = (lower, upper)``: flagged if ``|lower − min(y)|`` or ``|upper − max(y)|``
       is ≤ ``rtol · (upper − lower)``;
-    * ``y_bound`` (with ``mean``, default 0): ``|y_bound − max|y − mean|| ≤ rtol · y_bound``;
+      (the deprecated centred ``y_bound=M`` is checked as ``y_bounds=(mean − M, mean + M)``);
     * ``mean`` (non-zero): within ``rtol · w`` of the mean or median of ``y``, ``w`` the
-      width of ``y_bounds``, else ``2 · y_bound``, else the data's range;
+      width of ``y_bounds``, else the data's range;
     * ``Z``: a row within ``z_rtol · span`` of a row of the private ``X`` in every column
       (``span`` the column's range over ``Z``, else over ``X``; ``z_rtol`` is much smaller
-      than ``rtol`` because inputs fill their domain, see :data:`DEFAULT_Z_RTOL`), raising
-      :class:`~pm_dpgp.models.InducingFromDataError`;
+      than ``rtol`` because inputs fill their domain, see ``DEFAULT_Z_RTOL``), raising
+      ``InducingFromDataError``;
     * ``holdout = (X_h, y_h)``: a hold-out ``(x, y)`` pair *equal* to a training pair
       (exact: a hold-out set is data, and near-equal records may be legitimate).
 
     ``rtol=0`` and ``z_rtol=0`` restore exact comparisons.  The others raise
-    :class:`DataDerivedChoiceError`.  Returns ``None`` when nothing is flagged.  The answer
+    ``DataDerivedChoiceError``.  Returns ``None`` when nothing is flagged.  The answer
     depends on the private data: keep it to yourself (``docs/errors.md``); this is never run
     inside a release.
     """
+    func = "check_public_choices"
+    y_bounds = bounds_from_centred(
+        "y_bound", deprecated, y_bounds, 0.0 if mean is None else mean, func=func
+    )
+    reject_unexpected(deprecated, func=func)
     rtol, z_rtol = float(rtol), float(z_rtol)
     for name, value in (("rtol", rtol), ("z_rtol", z_rtol)):
         if not math.isfinite(value) or value < 0.0:
@@ -131,16 +138,8 @@ def check_public_choices(
                 "maximum of the private y: it looks computed from the data. Choose bounds "
                 "from public knowledge (a heuristic check: if they are public, keep them)."
             )
-    centre = 0.0 if mean is None else float(mean)
-    if y_bound is not None:
-        if abs(float(y_bound) - float(np.max(np.abs(ya - centre)))) <= rtol * abs(float(y_bound)):
-            raise DataDerivedChoiceError(
-                f"y_bound lies within rtol={rtol:g} (relative) of max|y - mean| of the private "
-                "data: it looks computed from the data. Choose the bound from public knowledge "
-                "(a heuristic check: if it is public, keep it)."
-            )
     if mean is not None and float(mean) != 0.0:
-        scale = _scale(width, None if y_bound is None else 2.0 * float(y_bound), y_max - y_min)
+        scale = _scale(width, y_max - y_min)
         for label, stat in (("mean", float(np.mean(ya))), ("median", float(np.median(ya)))):
             if abs(float(mean) - stat) <= rtol * scale:
                 raise DataDerivedChoiceError(

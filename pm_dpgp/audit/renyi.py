@@ -1,6 +1,7 @@
 r"""Exact Rényi divergences between Gaussians and between neighbouring GP posteriors.
 
-For ``P_i = N(μ_i, Σ_i)`` and order α > 1 (Gil, Alajaji & Linder 2013, Table 2; REFERENCE §4)
+For ``P_i = N(μ_i, Σ_i)`` and order α > 1 (Gil, Alajaji & Linder 2013, Table 2;
+``docs/sample_paths.md``)
 
 .. math::
 
@@ -20,8 +21,9 @@ the constant kernel) are handled on the common support (pseudo-determinants); if
 supports differ, or the mean difference leaves them, the divergence is ``+∞``.
 
 The posterior of the released paths uses the σ²k / σ²r² parametrisation of Maciazek
-(REFERENCE §4): mean ``k(T,X)(K + r²I)⁻¹y``, covariance ``σ²[k(T,T) − k(T,X)(K + r²I)⁻¹k(X,T)]``
-(+ ``η² k(T,T)`` with extra noise), via :class:`pm_dpgp.gp.exact.ExactPosterior`.  ``L``
+(Rasmussen & Williams 2006, eq. 2.25–2.26; ``docs/sample_paths.md``): mean ``k(T,X)(K + r²I)⁻¹y``,
+covariance ``σ²[k(T,T) − k(T,X)(K + r²I)⁻¹k(X,T)]``
+(+ ``η² k(T,T)`` with extra noise), via ``pm_dpgp.gp.exact.ExactPosterior``.  ``L``
 independent paths: the divergence of a product is the sum, ``L`` times one path.
 
 Small stationary kernels (normalised, ``k(x, x) = 1``) for audits are provided too; they accept
@@ -33,12 +35,19 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import scipy.linalg
 from numpy.typing import ArrayLike, NDArray
 
-from pm_dpgp._validation import check_finite_array, check_positive
+from pm_dpgp._validation import (
+    check_finite_array,
+    check_positive,
+    reject_unexpected,
+    renamed,
+    require,
+)
 from pm_dpgp.gp.exact import ExactPosterior
 
 __all__ = [
@@ -64,7 +73,7 @@ class RenyiTerms:
 
     ``mean`` = (α/2)Δμᵀ Σ_α⁻¹ Δμ; ``cov`` = −ln(|Σ_α|/(|Σ_1|^{1−α}|Σ_2|^α))/(2(α−1)).
     The sample-path bound dominates them separately (``mean_term`` and ``cov_term`` of
-    :class:`~pm_dpgp.mechanisms.full.sample_path_bounds.SamplePathBound`).
+    ``SamplePathBound``).
     """
 
     alpha: float
@@ -188,22 +197,30 @@ def _as_inputs(X: ArrayLike, name: str) -> NDArray[np.float64]:
     return arr
 
 
+def _kernel_scale_argument(kernel_scale: Any, deprecated: dict[str, Any], func: str) -> float:
+    """``kernel_scale=``, taking the deprecated ``sigma=`` (issue 14: one vocabulary)."""
+    value = renamed("sigma", "kernel_scale", deprecated, kernel_scale, func=func, stacklevel=4)
+    reject_unexpected(deprecated, func=func)
+    return check_positive(require(value, "kernel_scale", func=func), "kernel_scale")
+
+
 def posterior_mean_cov(
     kernel_fn: Kernel,
     X: ArrayLike,
     y: ArrayLike,
     X_test: ArrayLike,
     *,
-    sigma: float,
+    kernel_scale: float | None = None,
     r2: float,
     eta: float = 0.0,
+    **deprecated: Any,
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    r"""Mean and covariance of one released path at ``X_test`` (REFERENCE §4).
+    r"""Mean and covariance of one released path at ``X_test`` (``docs/sample_paths.md``, §1).
 
     ``m = k(T,X)(K + r²I)⁻¹y`` and ``σ²[k(T,T) − k(T,X)(K + r²I)⁻¹k(X,T)] + η² k(T,T)``,
-    computed by :class:`~pm_dpgp.gp.exact.ExactPosterior` (one Cholesky factor of ``K + r²I``).
+    computed by ``ExactPosterior`` (one Cholesky factor of ``K + r²I``).
     """
-    sigma = check_positive(sigma, "sigma")
+    sigma = _kernel_scale_argument(kernel_scale, deprecated, "posterior_mean_cov")
     r2 = check_positive(r2, "r2")
     eta = check_positive(eta, "eta", allow_zero=True)
     Xa = _as_inputs(X, "X")
@@ -228,19 +245,21 @@ def posterior_renyi_terms(
     X_test: ArrayLike,
     *,
     alpha: float,
-    sigma: float,
+    kernel_scale: float | None = None,
     r2: float,
     eta: float = 0.0,
     L: int = 1,
+    **deprecated: Any,
 ) -> RenyiTerms:
     """Exact ``D_α`` between the released-path laws of datasets ``(X1, y1)`` and ``(X2, y2)``.
 
     On the finite test set ``X_test``; ``L`` independent paths give ``L`` times one path.
     """
+    ks = _kernel_scale_argument(kernel_scale, deprecated, "posterior_renyi_terms")
     if isinstance(L, bool) or not isinstance(L, int | np.integer) or L < 1:
         raise ValueError(f"L must be a whole number >= 1, got {L!r}.")
-    m1, c1 = posterior_mean_cov(kernel_fn, X1, y1, X_test, sigma=sigma, r2=r2, eta=eta)
-    m2, c2 = posterior_mean_cov(kernel_fn, X2, y2, X_test, sigma=sigma, r2=r2, eta=eta)
+    m1, c1 = posterior_mean_cov(kernel_fn, X1, y1, X_test, kernel_scale=ks, r2=r2, eta=eta)
+    m2, c2 = posterior_mean_cov(kernel_fn, X2, y2, X_test, kernel_scale=ks, r2=r2, eta=eta)
     return gaussian_renyi_terms(m1, c1, m2, c2, alpha).scaled(int(L))
 
 
@@ -253,14 +272,16 @@ def posterior_renyi_divergence(
     X_test: ArrayLike,
     *,
     alpha: float,
-    sigma: float,
+    kernel_scale: float | None = None,
     r2: float,
     eta: float = 0.0,
     L: int = 1,
+    **deprecated: Any,
 ) -> float:
-    """Total of :func:`posterior_renyi_terms`."""
+    """Total of ``posterior_renyi_terms`` (``kernel_scale`` formerly ``sigma``)."""
+    ks = _kernel_scale_argument(kernel_scale, deprecated, "posterior_renyi_divergence")
     return posterior_renyi_terms(
-        kernel_fn, X1, y1, X2, y2, X_test, alpha=alpha, sigma=sigma, r2=r2, eta=eta, L=L
+        kernel_fn, X1, y1, X2, y2, X_test, alpha=alpha, kernel_scale=ks, r2=r2, eta=eta, L=L
     ).total
 
 

@@ -64,7 +64,7 @@ class ExactPosterior:
     noise_var
         Observation noise variance ``σ_n² >= 0``.
     jitter
-        Initial jitter passed to :func:`~pm_dpgp.gp.linalg.jittered_cholesky`
+        Initial jitter passed to ``jittered_cholesky``
         (default 0: factorise exactly, add jitter only if the factorisation fails).
     overwrite_K
         Allow the factorisation to destroy ``K_ff`` (a writeable float64 array; its memory
@@ -181,7 +181,7 @@ class ExactPosterior:
         return 0.5 * (S + S.T)
 
     def var(self, K_sf: ArrayLike, K_ss_diag: ArrayLike) -> NDArray[np.float64]:
-        r"""Diagonal of :meth:`cov`: ``k(x*, x*) − ‖L⁻¹ k(X, x*)‖²`` (R&W Algorithm 2.1, line 6)."""
+        r"""Diagonal of ``cov``: ``k(x*, x*) − ‖L⁻¹ k(X, x*)‖²`` (R&W Algorithm 2.1, line 6)."""
         K = self._check_K_sf(K_sf)
         d = check_finite_array(K_ss_diag, "K_ss_diag", ndim=1)
         if d.shape[0] != K.shape[0]:
@@ -206,7 +206,7 @@ class ExactPosterior:
 def cloaking_matrix(K_ff: ArrayLike, K_sf: ArrayLike, noise_var: float) -> NDArray[np.float64]:
     """Cloaking matrix ``C = K_sf (K_ff + σ_n² I)⁻¹`` (Smith et al. 2018, §3).
 
-    Convenience wrapper around :meth:`ExactPosterior.cloaking_matrix`; use the
+    Convenience wrapper around ``ExactPosterior.cloaking_matrix``; use the
     class directly to reuse one factorisation or to read the jitter used.
     """
     return ExactPosterior(K_ff, noise_var).cloaking_matrix(K_sf)

@@ -1,12 +1,12 @@
 """Cholesky factorisation and solves for GP posterior algebra.
 
-Everything in :mod:`pm_dpgp.gp` goes through these helpers: a (possibly jittered)
+Everything in ``pm_dpgp.gp`` goes through these helpers: a (possibly jittered)
 lower Cholesky factor and triangular / Cholesky solves.  No explicit inverse is
 ever formed (Rasmussen & Williams 2006, *Gaussian Processes for Machine
 Learning*, §2.2 and Algorithm 2.1; Golub & Van Loan 2013, §4.2).
 
 Jitter changes the matrix that is factorised, and therefore the released
-quantity; :func:`jittered_cholesky` returns the jitter it actually used so callers
+quantity; ``jittered_cholesky`` returns the jitter it actually used so callers
 can record it in the release metadata instead of hiding it.
 """
 
@@ -38,7 +38,7 @@ _RELATIVE_JITTER_START = 1e-10
 class CholeskyError(np.linalg.LinAlgError):
     """The matrix could not be Cholesky-factorised even with the largest jitter tried.
 
-    Subclasses :class:`numpy.linalg.LinAlgError` (itself a ``ValueError``), so
+    Subclasses ``numpy.linalg.LinAlgError`` (itself a ``ValueError``), so
     existing ``except LinAlgError`` handlers still catch it.
     """
 
@@ -161,7 +161,7 @@ def jittered_cholesky(
     overwrite_a
         Factorise in the memory of ``A`` (peak memory one ``n × n`` matrix instead of two).
     check
-        Check that ``A`` is finite, square and symmetric (:func:`check_square_symmetric`);
+        Check that ``A`` is finite, square and symmetric (``check_square_symmetric``);
         pass ``False`` only when the caller has just checked it.
 
     Returns

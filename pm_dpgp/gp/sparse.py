@@ -10,7 +10,7 @@ inputs ``Z`` (``M`` points), ``K = K_ZZ`` (with jitter), ``kᵢ = k(Z, xᵢ)``, 
 
   sums over data points, so they are accumulated chunk by chunk (memory ``O(M² + M·chunk)``,
   independent of ``n``), from an iterator of chunks, or reduced by Dask
-  (:func:`dask.array.map_blocks` per block, then Dask's tree reduction ``sum``).
+  (``dask.array.map_blocks`` per block, then Dask's tree reduction ``sum``).
 * **Titsias' optimal q(u)** (Titsias 2009, eq. 10; Honkela eq. 2, written with a scale
   ``s = σ⁻²``): ``Σ = (K + s B)⁻¹``, ``m = s K Σ A``, ``S = K Σ K``.
 * **Predictions** from any ``q(u) = N(m, S)`` (Hensman et al. 2015, eq. 21; Honkela eq. 17):
@@ -75,7 +75,7 @@ def default_chunk_size(n_inducing: int) -> int:
 def count_matching_rows(Z: ArrayLike, X: ArrayLike) -> int:
     """Number of rows of ``Z`` equal (bitwise, after ``-0.0 → 0.0``) to some row of ``X``.
 
-    Vectorised with :func:`numpy.isin` on row views; used to refuse inducing inputs that were
+    Vectorised with ``numpy.isin`` on row views; used to refuse inducing inputs that were
     taken from the private inputs.
     """
     Zc = np.ascontiguousarray(np.asarray(Z, dtype=np.float64) + 0.0)
@@ -202,7 +202,7 @@ def sufficient_statistics(
     Parameters
     ----------
     kernel
-        ``kernel(Z, X) -> (M, c)`` (e.g. :meth:`PublicSparseGP.kernel`); must be thread-safe
+        ``kernel(Z, X) -> (M, c)`` (e.g. ``PublicSparseGP.kernel``); must be thread-safe
         for Dask's threaded scheduler.
     Z
         Inducing inputs ``(M, d)``.
@@ -212,17 +212,17 @@ def sufficient_statistics(
         * a **tuple of in-memory arrays** ``(X, y)`` or ``(X, y, w)`` (first axis = points);
           processed in row chunks of ``chunk_size``;
         * a **tuple of Dask arrays** (same layout): each block is reduced to a packed
-          ``(A, B, n, extras)`` vector with :func:`dask.array.map_blocks` and the blocks are
+          ``(A, B, n, extras)`` vector with ``dask.array.map_blocks`` and the blocks are
           summed with Dask's tree reduction (``.sum(axis=0)``), so the data need never be on
           one machine;
         * any **other iterable** (generator, list) of such tuples, one per chunk; chunks
           longer than ``chunk_size`` are split.
     preprocess
-        Per-chunk transformation, see :data:`Preprocess`; default: ``(X, y[, w])`` as is.
+        Per-chunk transformation, see ``Preprocess``; default: ``(X, y[, w])`` as is.
     n_targets, n_extras
         Number of target columns ``T`` and length of the ``extras`` vector.
     chunk_size
-        Rows per chunk (default :func:`default_chunk_size`); for Dask input, blocks are
+        Rows per chunk (default ``default_chunk_size``); for Dask input, blocks are
         re-chunked to it only when it is given.
 
     Memory is ``O(M² T + M · chunk_size)``, independent of the number of points.
@@ -283,7 +283,7 @@ def _packed_block_statistics(
 ) -> NDArray:
     """One Dask block's ``(A, B, n, extras)`` packed in a ``(1, P)`` row (runs on a worker).
 
-    A module-level function (pickled by reference) bound with :func:`functools.partial` to
+    A module-level function (pickled by reference) bound with ``functools.partial`` to
     public arguments only; the private block arrays arrive as task inputs, on the worker.
     """
     arrs = [b if nd == 2 else b.reshape(-1) for b, nd in zip(blocks, ndims, strict=True)]
@@ -359,6 +359,21 @@ def titsias_qu(
     return m, 0.5 * (S + S.T)
 
 
+def _batched(m: ArrayLike, S: ArrayLike) -> tuple[bool, NDArray, NDArray]:
+    """``(single, m (T, M), S (T, M, M))``: one output becomes ``T = 1``."""
+    m_arr = np.asarray(m, dtype=np.float64)
+    S_arr = np.asarray(S, dtype=np.float64)
+    single = m_arr.ndim == 1
+    return single, (m_arr[None] if single else m_arr), (S_arr[None] if single else S_arr)
+
+
+def _projections(Kzz: NDArray[np.float64], Kzv: ArrayLike) -> tuple[NDArray, NDArray]:
+    """``A = L⁻¹ K_ZV`` and ``W = K⁻¹ K_ZV = L⁻ᵀ A`` (``K_ZZ = L Lᵀ``, jittered Cholesky)."""
+    L, _ = jittered_cholesky(Kzz)
+    A = sla.solve_triangular(L, np.asarray(Kzv, dtype=np.float64), lower=True)
+    return A, sla.solve_triangular(L.T, A, lower=False)
+
+
 def predict_from_qu(
     Kzz: ArrayLike,
     m: ArrayLike,
@@ -380,15 +395,8 @@ def predict_from_qu(
     This is post-processing of ``q(u)``: it costs no privacy.
     """
     K = np.asarray(Kzz, dtype=np.float64)
-    m_arr = np.asarray(m, dtype=np.float64)
-    S_arr = np.asarray(S, dtype=np.float64)
-    single = m_arr.ndim == 1
-    m2 = m_arr[None] if single else m_arr
-    S3 = S_arr[None] if single else S_arr
-    L, _ = jittered_cholesky(K)
-    Kzv_arr = np.asarray(Kzv, dtype=np.float64)
-    A = sla.solve_triangular(L, Kzv_arr, lower=True)
-    W = sla.solve_triangular(L.T, A, lower=False)
+    single, m2, S3 = _batched(m, S)
+    A, W = _projections(K, Kzv)
     mu = mean + (m2 - mean) @ W
     SW = S3 @ W  # (T, M, n)
     kvv_arr = np.asarray(kvv, dtype=np.float64)
@@ -398,3 +406,38 @@ def predict_from_qu(
         return (mu[0], cov[0]) if single else (mu, cov)
     var = kvv_arr[None] - np.sum(A * A, axis=0)[None] + np.einsum("mi,tmi->ti", W, SW)
     return (mu[0], var[0]) if single else (mu, var)
+
+
+def sample_from_qu(
+    Kzz: ArrayLike,
+    m: ArrayLike,
+    S: ArrayLike,
+    Kzv: ArrayLike | None,
+    Kvv: ArrayLike | None,
+    n_draws: int,
+    rng: np.random.Generator,
+    *,
+    mean: float = 0.0,
+) -> tuple[NDArray[np.float64], NDArray[np.float64] | None]:
+    r"""Joint draws of ``u ~ q(u) = N(m, S)`` and ``f(V) | u ~ p(f | u)`` (Titsias 2009, eq. 8).
+
+    ``f = μ + K_VZ K⁻¹ (u − μ) + L_C ξ`` with ``C = K_VV − K_VZ K⁻¹ K_ZV`` (the conditional
+    prior covariance, ``C = L_C L_Cᵀ``, jittered Cholesky), so that ``f`` is marginally the
+    predictive ``q(f) = ∫ p(f | u) q(u) du`` of Honkela (2024, eq. 17) and each ``f`` draw is
+    consistent with its ``u`` draw.  ``m`` is ``(M,)`` or ``(T, M)``, ``S`` ``(M, M)`` or
+    ``(T, M, M)``; returns ``u`` ``(n_draws, [T,] M)`` and ``f`` ``(n_draws, [T,] n)`` (``None``
+    without ``Kzv``).  Post-processing of ``q(u)``: no privacy cost.
+    """
+    K = np.asarray(Kzz, dtype=np.float64)
+    single, m2, S3 = _batched(m, S)
+    T, M = m2.shape
+    L_S = np.stack([jittered_cholesky(0.5 * (s + s.T))[0] for s in S3])  # (T, M, M)
+    u = m2[None] + np.einsum("tij,stj->sti", L_S, rng.standard_normal((n_draws, T, M)))
+    if Kzv is None:
+        return (u[:, 0] if single else u), None
+    A, W = _projections(K, Kzv)
+    C = np.asarray(Kvv, dtype=np.float64) - A.T @ A
+    L_C, _ = jittered_cholesky(0.5 * (C + C.T), check=False)
+    n = A.shape[1]
+    f = mean + (u - mean) @ W + rng.standard_normal((n_draws, T, n)) @ L_C.T
+    return (u[:, 0], f[:, 0]) if single else (u, f)

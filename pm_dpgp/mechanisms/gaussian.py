@@ -1,4 +1,4 @@
-"""Calibration of the Gaussian mechanism (REFERENCE §2).
+"""Calibration of the Gaussian mechanism (Balle & Wang 2018; ``docs/gaussian_calibration.md``).
 
 Releasing ``f(D) + N(0, σ² I)`` for a function with L2 sensitivity Δ = sup ‖f(D) − f(D′)‖₂ over
 neighbouring datasets is (ε, δ)-DP when σ is large enough.  Two calibrations are offered:
@@ -8,7 +8,7 @@ neighbouring datasets is (ε, δ)-DP when σ is large enough.  Two calibrations 
     "Improving the Gaussian mechanism for differential privacy", ICML, Thm. 8 and Alg. 1):
     the mechanism is (ε, δ)-DP iff
     Φ(Δ/(2σ) − εσ/Δ) − e^ε Φ(−Δ/(2σ) − εσ/Δ) ≤ δ.
-    Solved numerically by :func:`dp_accounting.get_sigma_gaussian`; valid for every ε > 0.
+    Solved numerically by ``dp_accounting.get_sigma_gaussian``; valid for every ε > 0.
 
 ``"classic"``
     σ = c(δ) Δ / ε with c(δ) = √(2 ln(2/δ)) (Hall, Rinaldo & Wasserman 2013, "Differential privacy
@@ -18,8 +18,8 @@ neighbouring datasets is (ε, δ)-DP when σ is large enough.  Two calibrations 
 At (ε, δ) = (1, 0.01) and Δ = 1: analytic σ = 1.8779, classic σ = 3.2552 (73% more noise).
 See ``docs/gaussian_calibration.md``.
 
-Secure (discrete) noise is accounted in zCDP, not GDP; :func:`zcdp_rho` gives the largest ρ whose
-(ε, δ) conversion (the one :class:`~pm_dpgp.accounting.ZCDPEvent` and the ledger's ``"zcdp"``
+Secure (discrete) noise is accounted in zCDP, not GDP; ``zcdp_rho`` gives the largest ρ whose
+(ε, δ) conversion (the one ``ZCDPEvent`` and the ledger's ``"zcdp"``
 filter use) is within a budget.  See ``docs/secure_noise.md``.
 """
 
@@ -108,8 +108,8 @@ def gaussian_epsilon(sigma: float, delta: float, sensitivity: float = 1.0) -> fl
     """Tight ε at ``delta`` of one Gaussian mechanism with noise std ``sigma``.
 
     The exact inverse of the analytic calibration (Balle & Wang 2018, Thm. 8), computed with
-    :func:`dp_accounting.get_epsilon_gaussian` for noise multiplier σ/Δ and rounded up so the
-    result is never below the true ε (see :func:`pm_dpgp.accounting.gdp_epsilon`).
+    ``dp_accounting.get_epsilon_gaussian`` for noise multiplier σ/Δ and rounded up so the
+    result is never below the true ε (see ``pm_dpgp.accounting.gdp_epsilon``).
     """
     sigma = check_positive(sigma, "sigma")
     delta = check_delta(delta)
@@ -120,13 +120,13 @@ def gaussian_epsilon(sigma: float, delta: float, sensitivity: float = 1.0) -> fl
 def zcdp_rho(epsilon: float, delta: float) -> float:
     """Largest ρ such that ``ZCDPEvent(ρ).epsilon(delta) ≤ epsilon`` (up to a relative 1e-12).
 
-    The conversion is the one of :func:`pm_dpgp.accounting.rdp_to_epsilon` on
-    :data:`~pm_dpgp.accounting.DEFAULT_ORDERS` (Canonne, Kamath & Steinke 2020, Prop. 12, with the
+    The conversion is the one of ``pm_dpgp.accounting.rdp_to_epsilon`` on
+    ``DEFAULT_ORDERS`` (Canonne, Kamath & Steinke 2020, Prop. 12, with the
     total-variation case; see ``docs/accounting.md``).  At each order α it is
     ``αρ + c_α ≤ ε`` with ``c_α = ln(1 − 1/α) − (ln δ + ln α)/(α − 1)`` (α > 1.01), or ε = 0 when
     ``αρ < −ln(1 − δ²)``, so the largest ρ is the maximum over α of the closed forms
     ``max((ε − c_α)/α, −ln(1 − δ²)/α)``.  The result is then checked with
-    :meth:`ZCDPEvent.epsilon` and lowered in relative steps of 1e-12 until the check passes, so
+    ``ZCDPEvent.epsilon`` and lowered in relative steps of 1e-12 until the check passes, so
     a mechanism calibrated with it never exceeds ``epsilon`` by round-off.
     """
     epsilon = check_epsilon(epsilon)

@@ -8,11 +8,11 @@ sources are offered (``docs/secure_noise.md``):
 **Secure (default, ``rng=None``)** — a discretised Gaussian release, then post-processing:
 
 1. round ``w`` to the power-of-two grid γ = 2^j ≤ σ·2^-20 chosen from public quantities only:
-   ``n = rint(clamp(w/γ, ±2^61))`` as int64 (:func:`discretise`);
+   ``n = rint(clamp(w/γ, ±2^61))`` as int64 (``discretise``);
 2. add discrete Gaussian noise with OpenDP's ``make_gaussian`` on ``i64`` vectors (Canonne,
    Kamath & Steinke 2020, "The discrete Gaussian for differential privacy", NeurIPS, Alg. 3;
    sampled from OS entropy), whose privacy map gives ρ-zCDP for the integer L2 sensitivity
-   ``Δ_int = ceil((Δ + γ√k)/γ)`` (:func:`integer_sensitivity`; CKS 2020, Thm. 14:
+   ``Δ_int = ceil((Δ + γ√k)/γ)`` (``integer_sensitivity``; CKS 2020, Thm. 14:
    ρ = Δ_int²/(2 scale²));
 3. return ``γ·ñ`` — the caller maps it back with ``offset + F (γ ñ)``, post-processing.
 
@@ -28,7 +28,7 @@ exceeds 2^61·γ ≥ 2^40·σ, i.e. a signal-to-noise ratio above 10^12; it is s
 it acts depends on private values.
 
 **Simulation (``rng`` given)** — continuous float64 noise ``σ · N(0, I_k)`` from the caller's
-NumPy Generator, accounted as a :class:`~pm_dpgp.accounting.GaussianEvent` (Balle & Wang 2018).
+NumPy Generator, accounted as a ``GaussianEvent`` (Balle & Wang 2018).
 For tests and reproducible notebooks only: floating-point samplers leak through the low-order
 bits of their outputs (Mironov 2012; Jin et al. 2022).
 """
@@ -85,7 +85,7 @@ SEED_POLICY_SIMULATION = (
 def simulation_rng(rng: np.random.Generator | None) -> np.random.Generator | None:
     """``None`` (secure noise) stays ``None``; a Generator selects the simulation mode.
 
-    Anything else is refused by :func:`~pm_dpgp._validation.check_rng`, before any budget is
+    Anything else is refused by ``check_rng``, before any budget is
     spent.
     """
     return None if rng is None else check_rng(rng)
@@ -94,7 +94,7 @@ def simulation_rng(rng: np.random.Generator | None) -> np.random.Generator | Non
 def grid_for(sigma: float) -> float:
     """The power of two γ = 2^(⌊log₂ σ⌋ − GRID_BITS), so σ·2^-21 < γ ≤ σ·2^-20.
 
-    Computed exactly with :func:`math.frexp` (σ = m·2^e, ½ ≤ m < 1 ⇒ ⌊log₂ σ⌋ = e − 1).  Call it
+    Computed exactly with ``math.frexp`` (σ = m·2^e, ½ ≤ m < 1 ⇒ ⌊log₂ σ⌋ = e − 1).  Call it
     with a public σ only.
     """
     sigma = check_positive(sigma, "sigma")
@@ -192,7 +192,7 @@ class DiscreteGaussianPlan:
         """``γ·(n + noise)`` for ``n = discretise(w, γ)``: ``(n_draws, dim)`` whitened draws.
 
         Each row is one run of the discrete Gaussian mechanism (fresh OS-entropy noise).  Call
-        only after the ledger has accepted :meth:`event`.
+        only after the ledger has accepted ``event``.
         """
         w = np.asarray(w, dtype=np.float64).reshape(-1)
         if w.shape[0] != self.dim:
@@ -206,8 +206,8 @@ class DiscreteGaussianPlan:
 def plan_discrete_gaussian(sensitivity: float, dim: int, rho: float) -> DiscreteGaussianPlan:
     """Calibrate the discrete Gaussian for whitened sensitivity Δ, dimension k and target ρ.
 
-    σ₀ = Δ/√(2ρ) fixes the grid γ = :func:`grid_for` (σ₀); then Δ_int =
-    :func:`integer_sensitivity` (Δ, γ, k) and scale = Δ_int/√(2ρ) in grid units, raised in
+    σ₀ = Δ/√(2ρ) fixes the grid γ = ``grid_for`` (σ₀); then Δ_int =
+    ``integer_sensitivity`` (Δ, γ, k) and scale = Δ_int/√(2ρ) in grid units, raised in
     relative steps of 1e-12 until OpenDP's privacy map at Δ_int is ≤ ρ.  The noise in whitened
     units is then σ = scale·γ ≥ σ₀ (inflated by the rounding, a relative ≤ (√k + 1)γ/Δ).
     """
@@ -238,7 +238,7 @@ def secure_plan(
 ) -> DiscreteGaussianPlan:
     """The discrete Gaussian plan whose zCDP event costs at most ε at δ per draw.
 
-    ``calibration="analytic"``: ρ = :func:`~pm_dpgp.mechanisms.gaussian.zcdp_rho` (ε, δ), the
+    ``calibration="analytic"``: ρ = ``zcdp_rho`` (ε, δ), the
     largest ρ the ledger's zCDP conversion maps to ≤ ε.  ``"classic"``: at least the classic
     σ = c(δ)Δ/ε of Hall et al. (ε ≤ 1), i.e. ρ = min(zcdp_rho(ε, δ), Δ²/(2σ²)), so the noise is
     never below the paper's and the charge never above ε.

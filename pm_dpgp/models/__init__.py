@@ -1,13 +1,21 @@
 """pm_dpgp.models: PyMC model builders with named GP parts.
 
-Exact GP regression: :func:`gp_regression` returns a :class:`GPRegression` (PyMC
-model for ordinary inference) whose :meth:`~GPRegression.public_gp` gives the
-:class:`PublicGP` that privacy mechanisms consume.
+Exact GP regression: ``gp_regression`` returns a ``GPRegression`` (PyMC
+model for ordinary inference) whose ``public_gp`` gives the
+``PublicGP`` that privacy mechanisms consume.
 """
 
 from pm_dpgp.models.exact import GPRegression, PrivateHyperparameterError, PublicGP, gp_regression
+from pm_dpgp.models.hyperparameters import PublicHyperparameters, public_hyperparameters
 
-__all__ = ["GPRegression", "PrivateHyperparameterError", "PublicGP", "gp_regression"]
+__all__ = [
+    "GPRegression",
+    "PrivateHyperparameterError",
+    "PublicGP",
+    "PublicHyperparameters",
+    "gp_regression",
+    "public_hyperparameters",
+]
 
 from pm_dpgp.models.sparse import (  # noqa: E402
     DirichletGPClassification,

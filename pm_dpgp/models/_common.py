@@ -1,4 +1,4 @@
-"""Helpers shared by the exact (:mod:`.exact`) and sparse (:mod:`.sparse`) model builders."""
+"""Helpers shared by the exact (``.exact``) and sparse (``.sparse``) model builders."""
 
 from __future__ import annotations
 
@@ -25,7 +25,13 @@ try:  # pytensor >= 2.31
 except ImportError:  # pragma: no cover - older pytensor
     from pytensor.graph.basic import ancestors
 
-from pm_dpgp._validation import check_finite_array, check_positive
+from pm_dpgp._validation import (
+    check_finite_array,
+    check_positive,
+    reject_unexpected,
+    renamed,
+    require,
+)
 from pm_dpgp.gp.linalg import symmetrise_inplace
 
 CovarianceSpec = BaseCovariance | Callable[[], BaseCovariance]
@@ -61,7 +67,7 @@ def hoist_float_constants(out: Variable) -> tuple[Variable, list[Variable], list
     compiled from scratch (≈ 3 s per kernel with PyTensor 3's Numba backend, ≈ 1 s with the
     C backend).  With the values as inputs, kernels of the same *structure* share one
     cached compilation.  Returns the new output, the new inputs and their values (to be
-    passed at every call; see :class:`BoundFunction`).  Integer constants (indices, shapes)
+    passed at every call; see ``BoundFunction``).  Integer constants (indices, shapes)
     stay constants: they are structural.
     """
     consts = [
@@ -79,7 +85,7 @@ def hoist_float_constants(out: Variable) -> tuple[Variable, list[Variable], list
 class BoundFunction:
     """A compiled PyTensor function with trailing inputs bound to fixed values.
 
-    ``BoundFunction(fn, values)(*args)`` is ``fn(*args, *values)``; :meth:`copy` copies the
+    ``BoundFunction(fn, values)(*args)`` is ``fn(*args, *values)``; ``copy`` copies the
     compiled function (its storage) without recompiling, as ``pytensor``'s ``Function.copy``.
     """
 
@@ -95,14 +101,14 @@ class BoundFunction:
 
 
 #: Functions loaded from pickles in this process, by SHA-256 of the pickle (see
-#: :class:`ThreadSafeFunction`); a Dask worker thus unpickles each kernel once, not per task.
+#: ``ThreadSafeFunction``); a Dask worker thus unpickles each kernel once, not per task.
 _LOADED: OrderedDict[bytes, ThreadSafeFunction] = OrderedDict()
 _LOADED_MAX = 32
 _LOADED_LOCK = threading.Lock()
 
 
 def _load_thread_safe(blob: bytes) -> ThreadSafeFunction:
-    """Unpickle a :class:`ThreadSafeFunction` (cached per process by the pickle's digest)."""
+    """Unpickle a ``ThreadSafeFunction`` (cached per process by the pickle's digest)."""
     key = hashlib.sha256(blob).digest()
     with _LOADED_LOCK:
         hit = _LOADED.get(key)
@@ -154,7 +160,7 @@ class PublicKernel:
     """``k(Xa, Xb)`` (or ``k(Xa, Xa)`` diagonal) at fixed PUBLIC hyperparameter values.
 
     A small picklable callable (no closure): ``fn`` is the compiled kernel (a
-    :class:`BoundFunction` or :class:`ThreadSafeFunction`) and ``args`` the public
+    ``BoundFunction`` or ``ThreadSafeFunction``) and ``args`` the public
     hyperparameter values passed after the inputs.  ``diag=True`` makes it ``k_diag(Xa)``.
     """
 
@@ -283,30 +289,37 @@ def _resolve_cov(cov_func: CovarianceSpec) -> BaseCovariance:
     )
 
 
+def _noise_sd_argument(noise_sd: Any, deprecated: dict[str, Any], func: str) -> Any:
+    """The builders' ``noise_sd=``, taking the deprecated ``sigma=`` (issue 14)."""
+    noise_sd = renamed("sigma", "noise_sd", deprecated, noise_sd, func=func, stacklevel=4)
+    reject_unexpected(deprecated, func=func)
+    return require(noise_sd, "noise_sd", func=func)
+
+
 def _resolve_sigma(sigma: NoiseSpec) -> float | Variable:
     value: Any = sigma
     if isinstance(value, BaseCovariance):
         raise TypeError(
-            "sigma must be a noise standard deviation, not a covariance function; pass a float."
+            "noise_sd must be a noise standard deviation, not a covariance function; pass a float."
         )
     if callable(value) and not isinstance(value, Variable):
         value = value()
     if isinstance(value, bool):
         raise TypeError(
-            "sigma must be a number or a PyMC random variable, got a bool; pass a float."
+            "noise_sd must be a number or a PyMC random variable, got a bool; pass a float."
         )
     if isinstance(value, numbers.Real) or (isinstance(value, np.ndarray) and value.ndim == 0):
-        return check_positive(float(value), "sigma")
+        return check_positive(float(value), "noise_sd")
     if isinstance(value, Variable):
         if value.type.ndim != 0:
             raise ValueError(
-                f"sigma must be a scalar (homoscedastic noise std), got ndim={value.type.ndim}; "
+                f"noise_sd must be a scalar (homoscedastic noise std), got ndim={value.type.ndim}; "
                 "pass a scalar."
             )
         return value
     raise TypeError(
-        "sigma must be a positive float, a scalar PyMC variable, or a zero-argument callable "
-        f"returning one, got {type(value).__name__}; pass e.g. sigma=0.1."
+        "noise_sd must be a positive float, a scalar PyMC variable, or a zero-argument callable "
+        f"returning one, got {type(value).__name__}; pass e.g. noise_sd=0.1."
     )
 
 
@@ -354,3 +367,56 @@ def _hyperparameter_rvs(
     free = list(model.free_RVs)
     reached = set(ancestors(graphs, blockers=free))
     return tuple(rv for rv in free if rv in reached)
+
+
+# --------------------------------------------------------------------------- PyMC idioms
+def resolve_model(model: pm.Model | None, coords: Mapping[str, Any] | None = None) -> pm.Model:
+    """The model to build into: ``model``, else the enclosing ``with pm.Model():``, else new.
+
+    Building inside a ``with pm.Model() as m:`` block adds to ``m`` itself (PyMC's
+    ``modelcontext``), never to a silently nested child model.  ``coords`` are added to it.
+    """
+    if model is not None and not isinstance(model, pm.Model):
+        raise TypeError(f"model must be a pymc.Model or None, got {type(model).__name__}.")
+    if model is None:
+        try:
+            model = pm.modelcontext(None)
+        except TypeError:  # no model on the context stack
+            model = pm.Model()
+    if coords:
+        model.add_coords(dict(coords))
+    return model
+
+
+def _is_data_container(x: Any) -> bool:
+    from pytensor.compile.sharedvalue import SharedVariable
+
+    return isinstance(x, SharedVariable)
+
+
+def data_input(x: Any, name: str, ndim: int) -> tuple[NDArray[np.float64], Any]:
+    """``(checked value, what goes into the PyMC graph)`` for an array or a ``pm.Data``.
+
+    A ``pm.Data`` container (a PyTensor shared variable) enters the graph as itself, as a
+    column when it is 1-D and inputs are expected (so ``pm.set_data`` works); its current
+    value is checked like an array.  Other symbolic variables are refused: their value is
+    not a fixed array a release can use.
+    """
+    if _is_data_container(x):
+        arr = current_data(x, name, ndim)
+        graph = x[:, None] if ndim == 2 and x.type.ndim == 1 else x
+        return arr, graph
+    if isinstance(x, Variable):
+        raise TypeError(
+            f"{name} must be an array or a pm.Data container, got a symbolic "
+            f"{type(x).__name__}; wrap the values in pm.Data(...) or pass the array."
+        )
+    arr = check_finite_array(x, name, ndim=ndim)
+    return arr, arr
+
+
+def current_data(x: Any, name: str, ndim: int) -> NDArray[np.float64]:
+    """The current value of an array or ``pm.Data`` container, checked finite, rank ``ndim``."""
+    if _is_data_container(x):
+        return check_finite_array(x.get_value(borrow=True), name, ndim=ndim)
+    return x

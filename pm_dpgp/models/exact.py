@@ -1,13 +1,13 @@
 r"""PyMC model builder for exact GP regression, and its public (fixed-hyperparameter) view.
 
-:func:`gp_regression` builds an ordinary PyMC model
+``gp_regression`` builds an ordinary PyMC model
 
 .. math::
 
     f \sim \mathcal{GP}(m, k_\theta), \qquad y_i = f(x_i) + \varepsilon_i,\quad
     \varepsilon_i \sim \mathcal N(0, \sigma_n^2),
 
-with :class:`pymc.gp.Marginal` (Rasmussen & Williams 2006, *Gaussian Processes for
+with ``pymc.gp.Marginal`` (Rasmussen & Williams 2006, *Gaussian Processes for
 Machine Learning*, §2.2 and eq. 2.30), so the data owner can sample or fit it
 non-privately as usual.
 
@@ -17,8 +17,8 @@ mechanism uses besides ``y`` (kernel hyperparameters θ, noise variance σ_n², 
 prior mean ``m``) must be *public*: fixed a priori or chosen by a private
 selection mechanism.  Hyperparameters fitted to the private ``y`` (MAP,
 posterior draws, type-II maximum likelihood) are functions of ``y`` and using
-them as if public leaks privacy.  :meth:`GPRegression.public_gp` therefore
-refuses to produce a :class:`PublicGP` unless every free hyperparameter is given
+them as if public leaks privacy.  ``GPRegression.public_gp`` therefore
+refuses to produce a ``PublicGP`` unless every free hyperparameter is given
 an explicit public value.
 
 The kernel is evaluated at those public values *through PyTensor*: the
@@ -52,7 +52,7 @@ try:  # pytensor >= 2.31
 except ImportError:  # pragma: no cover - older pytensor
     from pytensor.graph.basic import ancestors
 
-from pm_dpgp._validation import check_finite_array, check_positive
+from pm_dpgp._validation import check_positive
 from pm_dpgp.gp.exact import ExactPosterior
 from pm_dpgp.models._common import (
     BoundFunction,
@@ -67,10 +67,15 @@ from pm_dpgp.models._common import (
     _eval_kernel_diag,
     _format_value,
     _hyperparameter_rvs,
+    _noise_sd_argument,
     _readonly,
     _resolve_cov_and_sigma,
+    current_data,
+    data_input,
     hoist_float_constants,
+    resolve_model,
 )
+from pm_dpgp.models.hyperparameters import PublicHyperparameters
 
 __all__ = ["PrivateHyperparameterError", "GPRegression", "PublicGP", "gp_regression"]
 
@@ -130,7 +135,7 @@ def _support_bounds(model: pm.Model, rv: Variable) -> tuple[float, float]:
 class PublicGP:
     r"""A GP whose every ingredient except the outputs ``y`` is public.
 
-    Produced by :meth:`GPRegression.public_gp`.  Holds the public training inputs,
+    Produced by ``GPRegression.public_gp``.  Holds the public training inputs,
     the kernel evaluated at public hyperparameters, the noise variance and the
     public prior mean; it never stores ``y``.  Mechanisms take a ``PublicGP`` plus
     the private ``y``.
@@ -197,7 +202,7 @@ class PublicGP:
         return ExactPosterior(self.kernel(self.X), self.noise_var, overwrite_K=True)
 
     def posterior(self) -> ExactPosterior:
-        """Cached factorisation of ``k(X, X) + σ_n² I`` (:class:`~pm_dpgp.gp.exact.ExactPosterior`).
+        """Cached factorisation of ``k(X, X) + σ_n² I`` (``ExactPosterior``).
 
         Its ``jitter`` attribute is the jitter actually added (0.0 if none).
         """
@@ -231,7 +236,7 @@ class PublicGP:
 
 # --------------------------------------------------------------------------- compile cache
 #: Compiled kernel functions of this process, with the graphs they were compiled from.  With
-#: the float constants hoisted to inputs (:func:`hoist_float_constants`), kernels of the same
+#: the float constants hoisted to inputs (``hoist_float_constants``), kernels of the same
 #: structure — a new model with other data or other fixed hyperparameters — are the same
 #: graph, and reuse one compiled function instead of compiling again (≈ 1–3 s each).
 _COMPILED: list[tuple[list[Variable], Variable, Any]] = []
@@ -254,8 +259,8 @@ def _compiled_like(inputs: list[Variable], out: Variable) -> Any | None:
 class GPRegression:
     """An exact GP regression model in PyMC plus the machinery to evaluate it publicly.
 
-    Returned by :func:`gp_regression`.  Use ``model`` for ordinary (non-private)
-    PyMC inference, and :meth:`public_gp` with public hyperparameter values to
+    Returned by ``gp_regression``.  Use ``model`` for ordinary (non-private)
+    PyMC inference, and ``public_gp`` with public hyperparameter values to
     get the object that privacy mechanisms consume.
 
     Attributes
@@ -272,8 +277,8 @@ class GPRegression:
         Public constant prior mean.
     cov_func : pymc.gp.cov.BaseCovariance
         The covariance (possibly depending on hyperparameter RVs).
-    sigma : float or TensorVariable
-        Observation-noise standard deviation.
+    noise_sd : float or TensorVariable
+        Observation-noise standard deviation (formerly ``sigma``).
     hyperparameter_names : tuple of str
         Names of the free RVs the kernel or the noise depend on (directly, i.e.
         not through another hyperparameter).
@@ -281,12 +286,12 @@ class GPRegression:
 
     model: pm.Model
     gp: pm.gp.Marginal
-    X: NDArray[np.float64] = field(repr=False)
-    y: NDArray[np.float64] = field(repr=False)
+    _X: Any = field(repr=False)  # array, or the pm.Data container of the inputs
+    _y: Any = field(repr=False)  # array, or the pm.Data container of the outputs (private)
     name: str
     mean: float
     cov_func: BaseCovariance = field(repr=False)
-    sigma: float | Variable
+    noise_sd: float | Variable
     hyperparameter_names: tuple[str, ...]
     _hyper_rvs: tuple[Variable, ...] = field(repr=False)
     _hyper_inputs: tuple[Variable, ...] = field(init=False, repr=False)
@@ -294,6 +299,25 @@ class GPRegression:
     _compiled: dict[str, Any] = field(init=False, repr=False, default_factory=dict)
     # the kernel part of the description does not depend on the values: built once
     _cov_description: str | None = field(init=False, repr=False, default=None)
+
+    @property
+    def X(self) -> NDArray[np.float64]:
+        """Training inputs ``(n, d)``: the current value of their ``pm.Data`` container, if any
+        (so ``pm.set_data`` changes what a release uses as well as the PyMC model)."""
+        return current_data(self._X, "X", 2)
+
+    @property
+    def y(self) -> NDArray[np.float64]:
+        """Training outputs ``(n,)`` (private); the current value of their ``pm.Data`` container."""
+        return current_data(self._y, "y", 1)
+
+    @property
+    def sigma(self) -> float | Variable:
+        """Deprecated alias of ``noise_sd`` (removed in the next release)."""
+        import warnings
+
+        warnings.warn("GPRegression.sigma is renamed noise_sd.", DeprecationWarning, stacklevel=2)
+        return self.noise_sd
 
     def __post_init__(self) -> None:
         self._hyper_inputs = tuple(rv.type(name=rv.name) for rv in self._hyper_rvs)
@@ -325,7 +349,7 @@ class GPRegression:
         elif key == "diag":
             inputs, out = [Xa], self.cov_func(Xa, diag=True)
         elif key == "noise":
-            inputs, out = [], pt.as_tensor_variable(self.sigma)
+            inputs, out = [], pt.as_tensor_variable(self.noise_sd)
         else:  # pragma: no cover - internal misuse
             raise KeyError(key)
         [out] = self._replace([pt.as_tensor_variable(out)])
@@ -347,13 +371,26 @@ class GPRegression:
         self, hyperparameters: Mapping[str, ArrayLike] | None
     ) -> dict[str, HyperValue]:
         given: Mapping[str, ArrayLike] = {} if hyperparameters is None else hyperparameters
-        if not isinstance(given, Mapping):
+        names = self.hyperparameter_names
+        if isinstance(given, PublicHyperparameters):
+            given = given.restricted_to(names)  # declared public by the user: extras ignored
+        if not isinstance(given, Mapping) or any(
+            hasattr(given, a) for a in ("children", "data_vars", "groups")
+        ):
             raise TypeError(
                 "hyperparameters must be a mapping {name: value}, got "
-                f"{type(hyperparameters).__name__}."
+                f"{type(hyperparameters).__name__}; for a PyMC result (find_MAP dict, "
+                "idata.posterior) use pm_dpgp.models.public_hyperparameters(..., "
+                "hyperparameters_are_public=True) once you know the values are public."
             )
-        names = self.hyperparameter_names
         unknown = sorted(set(given) - set(names))
+        if unknown and any(str(k).endswith("__") for k in unknown):
+            raise ValueError(
+                f"{unknown} look like a pm.find_MAP result (transformed variables). A MAP fit "
+                "to the private data is not public. If it was fitted on public data, pass "
+                "pm_dpgp.models.public_hyperparameters(map_estimate, "
+                "hyperparameters_are_public=True)."
+            )
         if unknown:
             expected = ", ".join(names) if names else "none (this model has fixed hyperparameters)"
             raise ValueError(
@@ -422,13 +459,13 @@ class GPRegression:
         ``wrap`` is applied to each compiled PyTensor function (e.g. for thread safety).
         """
         args = tuple(values[nm] for nm in self.hyperparameter_names)
-        if isinstance(self.sigma, Variable):
+        if isinstance(self.noise_sd, Variable):
             sigma_val = float(np.asarray(self._function("noise")(*args)))
             noise_var = check_positive(
-                sigma_val**2, "noise variance (sigma**2)", allow_zero=allow_zero_noise
+                sigma_val**2, "noise variance (noise_sd**2)", allow_zero=allow_zero_noise
             )
         else:
-            noise_var = float(self.sigma) ** 2
+            noise_var = float(self.noise_sd) ** 2
 
         kernel = PublicKernel(wrap(self._function("kernel")), args)
         kernel_diag = PublicKernel(wrap(self._function("diag")), args, diag=True)
@@ -450,7 +487,7 @@ class GPRegression:
         Parameters
         ----------
         hyperparameters
-            ``{name: value}`` for every name in :attr:`hyperparameter_names`
+            ``{name: value}`` for every name in ``hyperparameter_names``
             (values on the constrained scale, e.g. a lengthscale, not its log).
             May be omitted only when the model has no free hyperparameters.
 
@@ -488,11 +525,14 @@ def gp_regression(
     y: ArrayLike,
     cov_func: CovarianceSpec,
     *,
-    sigma: NoiseSpec,
+    noise_sd: NoiseSpec = None,
     mean: float = 0.0,
     name: str = "f",
     model: pm.Model | None = None,
+    coords: Mapping[str, ArrayLike] | None = None,
+    dims: str | None = None,
     mean_is_public: bool = False,
+    **deprecated: Any,
 ) -> GPRegression:
     r"""Build an exact GP regression model in PyMC (``pm.gp.Marginal``).
 
@@ -504,27 +544,33 @@ def gp_regression(
     Parameters
     ----------
     X
-        Public inputs, shape ``(n,)`` or ``(n, d)``.
+        Public inputs, shape ``(n,)`` or ``(n, d)``, or a ``pm.Data`` container of them
+        (then ``pm.set_data`` changes them for the PyMC model and for releases alike).
     y
-        Private outputs, shape ``(n,)``.
+        Private outputs, shape ``(n,)``, or a ``pm.Data`` container.
     cov_func
         A PyMC covariance with fixed numeric hyperparameters, or a zero-argument
         callable returning one; the callable runs inside the model context, so it
         may declare priors, e.g.
         ``lambda: pm.HalfNormal("eta", 1)**2 * pm.gp.cov.ExpQuad(1, ls=pm.Gamma("ell", 2, 1))``.
-    sigma
+    noise_sd
         Observation-noise standard deviation: a positive float (public), a scalar
         PyMC variable of ``model``, or a zero-argument callable returning one
-        (run inside the model context).
+        (run inside the model context).  Formerly ``sigma`` (deprecated).
     mean
         Public constant prior mean.  It must not be computed from ``y`` (e.g.
         ``y.mean()``): that is a statistic of the private data and leaks it.  It is never
         compared with ``y`` (a refusal that did would leak ``y``, ``docs/errors.md``); the
-        data owner can check with :func:`pm_dpgp.audit.check_public_choices`.
+        data owner can check with ``pm_dpgp.audit.check_public_choices``.
     name
         Prefix for model variables (likelihood ``f"{name}_obs"``).
     model
-        Existing model to add to; a new ``pm.Model()`` by default.
+        Existing model to add to; default the model of the enclosing ``with pm.Model():``
+        block, else a new ``pm.Model()`` (never a silently nested child model).
+    coords
+        Coordinates added to the model (``model.add_coords``), PyMC-style.
+    dims
+        Dim name of the observations (e.g. ``"obs_id"``) for the likelihood ``f"{name}_obs"``.
     mean_is_public
         Kept for compatibility; not used.
 
@@ -536,11 +582,12 @@ def gp_regression(
     Raises
     ------
     ValueError
-        NaN/inf in ``X``/``y``, mismatched shapes, bad ``sigma``/``mean``, or a
+        NaN/inf in ``X``/``y``, mismatched shapes, bad ``noise_sd``/``mean``, or a
         covariance whose ``input_dim`` differs from the number of columns of ``X``.
     """
-    X_arr = check_finite_array(X, "X", ndim=2)
-    y_arr = check_finite_array(y, "y", ndim=1)
+    noise_sd = _noise_sd_argument(noise_sd, deprecated, "gp_regression")
+    X_arr, X_graph = data_input(X, "X", 2)
+    y_arr, y_graph = data_input(y, "y", 1)
     if X_arr.shape[0] != y_arr.shape[0]:
         raise ValueError(
             "X and y must have the same number of rows (pass one output per input row), got "
@@ -548,26 +595,24 @@ def gp_regression(
         )
     mean_f = _check_name_and_mean(name, mean)
     del mean_is_public  # compatibility only: the mean is never compared with y
-    if model is not None and not isinstance(model, pm.Model):
-        raise TypeError(f"model must be a pymc.Model or None, got {type(model).__name__}.")
-
-    ctx = pm.Model() if model is None else model
+    ctx = resolve_model(model, coords)
     with ctx:
-        cov, sig = _resolve_cov_and_sigma(cov_func, sigma, X_arr.shape[1], "X")
+        cov, sig = _resolve_cov_and_sigma(cov_func, noise_sd, X_arr.shape[1], "X")
         gp = pm.gp.Marginal(mean_func=pm.gp.mean.Constant(mean_f), cov_func=cov)
-        gp.marginal_likelihood(f"{name}_obs", X=X_arr, y=y_arr, sigma=sig)
+        kw = {} if dims is None else {"dims": dims}
+        gp.marginal_likelihood(f"{name}_obs", X=X_graph, y=y_graph, sigma=sig, **kw)
 
     hyper_rvs = _hyperparameter_rvs(ctx, cov, sig)
 
     return GPRegression(
         model=ctx,
         gp=gp,
-        X=X_arr,
-        y=y_arr,
+        _X=X_arr if X_graph is X_arr else X,
+        _y=y_arr if y_graph is y_arr else y,
         name=name,
         mean=mean_f,
         cov_func=cov,
-        sigma=sig,
+        noise_sd=sig,
         hyperparameter_names=tuple(rv.name for rv in hyper_rvs),
         _hyper_rvs=hyper_rvs,
     )

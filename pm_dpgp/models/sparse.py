@@ -1,24 +1,25 @@
 r"""PyMC builder for sparse (variational) GP regression with PUBLIC inducing inputs ``Z``.
 
-:func:`sparse_gp_regression` builds an ordinary PyMC model on
-:class:`pymc.gp.MarginalApprox` with ``approx="VFE"`` (Titsias 2009, "Variational learning
+``sparse_gp_regression`` builds an ordinary PyMC model on
+``pymc.gp.MarginalApprox`` with ``approx="VFE"`` (Titsias 2009, "Variational learning
 of inducing variables in sparse Gaussian processes", AISTATS; the collapsed bound that PyMC
 implements), so the data owner can fit or sample it non-privately as usual.  Its
-:meth:`SparseGPRegression.public_sparse_gp` gives the :class:`PublicSparseGP` that the
-noise-aware DP mechanism (:mod:`pm_dpgp.mechanisms.full.noise_aware`, Honkela 2024) consumes:
+``SparseGPRegression.public_sparse_gp`` gives the ``PublicSparseGP`` that the
+noise-aware DP mechanism (``pm_dpgp.mechanisms.full.noise_aware``, Honkela 2024) consumes:
 inducing inputs, kernel at public hyperparameters, noise variance and prior mean, and *no*
 training data.
 
-Privacy model (full privacy, REFERENCE §1): both the inputs ``X`` and the outputs ``y`` are
+Privacy model (full privacy, ``docs/privacy_model.md``): both the inputs ``X`` and the outputs
+``y`` are
 private.  Everything else must be public:
 
 * the inducing inputs ``Z`` — a regular grid over a public domain
-  (:func:`grid_inducing_points`), user-given from domain knowledge, or k-means centres of a
-  *public* dataset (:func:`kmeans_inducing_points`), never chosen from the private ``X``.
+  (``grid_inducing_points``), user-given from domain knowledge, or k-means centres of a
+  *public* dataset (``kmeans_inducing_points``), never chosen from the private ``X``.
   ``Z`` is never compared with ``X`` (a refusal that did would reveal private inputs,
-  ``docs/errors.md``); the data owner can check with :func:`pm_dpgp.audit.check_public_choices`;
+  ``docs/errors.md``); the data owner can check with ``pm_dpgp.audit.check_public_choices``;
 * the kernel hyperparameters and the noise (as for the exact builder,
-  :mod:`pm_dpgp.models.exact`, whose machinery is reused: one PyTensor function per model,
+  ``pm_dpgp.models.exact``, whose machinery is reused: one PyTensor function per model,
   hyperparameter RVs replaced by public values);
 * the prior mean.
 
@@ -49,9 +50,12 @@ from pm_dpgp.models._common import (
     _eval_kernel,
     _eval_kernel_diag,
     _hyperparameter_rvs,
+    _noise_sd_argument,
     _readonly,
     _resolve_cov,
     _resolve_cov_and_sigma,
+    data_input,
+    resolve_model,
 )
 from pm_dpgp.models.exact import GPRegression
 
@@ -86,7 +90,7 @@ class InducingFromDataError(ValueError):
     """Inducing inputs coincide with private training inputs (they look chosen from the data).
 
     Publishing ``Z`` (needed for predictions) would then reveal those private inputs.  Raised
-    only by the data owner's own check :func:`pm_dpgp.audit.check_public_choices`: releases
+    only by the data owner's own check ``pm_dpgp.audit.check_public_choices``: releases
     and builders never compare ``Z`` with the private inputs (``docs/errors.md``).
     """
 
@@ -185,7 +189,7 @@ def is_stationary_decreasing(cov: Any) -> bool:
 class PublicSparseGP:
     r"""Everything public about a sparse GP: inducing inputs, kernel, noise, prior mean.
 
-    Produced by :meth:`SparseGPRegression.public_sparse_gp`.  Holds no training data.
+    Produced by ``SparseGPRegression.public_sparse_gp``.  Holds no training data.
 
     Attributes
     ----------
@@ -225,7 +229,7 @@ class PublicSparseGP:
     def __post_init__(self) -> None:
         # as PublicGP: a zero noise variance is refused on every path (issue 15, point 3)
         object.__setattr__(
-            self, "noise_var", check_positive(self.noise_var, "noise variance (sigma**2)")
+            self, "noise_var", check_positive(self.noise_var, "noise variance (noise_sd**2)")
         )
 
     @property
@@ -250,7 +254,7 @@ class PublicSparseGP:
         """``k(Z, X)`` for PRIVATE inputs ``X``: never refuses because of their values.
 
         Inputs so large that the kernel overflows give non-finite entries, which the
-        statistics drop record by record (:func:`pm_dpgp.gp.sparse.sufficient_statistics`),
+        statistics drop record by record (``pm_dpgp.gp.sparse.sufficient_statistics``),
         as they drop non-finite records: whether that happened is never reported.
         """
         return _eval_kernel(self, Z, X, symmetrise_equal=False, check_finite=False)
@@ -265,9 +269,9 @@ class PublicSparseGP:
 class SparseGPRegression(GPRegression):
     """A sparse (VFE) GP regression model in PyMC with public inducing inputs.
 
-    Returned by :func:`sparse_gp_regression`.  ``model`` is an ordinary PyMC model
-    (``gp`` is a :class:`pymc.gp.MarginalApprox`); :meth:`public_sparse_gp` gives the
-    :class:`PublicSparseGP` that the noise-aware mechanism consumes.  ``X`` and ``y``
+    Returned by ``sparse_gp_regression``.  ``model`` is an ordinary PyMC model
+    (``gp`` is a ``pymc.gp.MarginalApprox``); ``public_sparse_gp`` gives the
+    ``PublicSparseGP`` that the noise-aware mechanism consumes.  ``X`` and ``y``
     (private) may be empty when the data are streamed to the mechanism instead.
     """
 
@@ -280,7 +284,7 @@ class SparseGPRegression(GPRegression):
     ) -> PublicSparseGP:
         """The model at fixed PUBLIC hyperparameters, without any training data.
 
-        Raises :class:`~pm_dpgp.models.PrivateHyperparameterError` when a free hyperparameter
+        Raises ``PrivateHyperparameterError`` when a free hyperparameter
         has no public value (fitted values are functions of the private data, not public).
         """
         values = self._check_hyperparameters(hyperparameters)
@@ -312,13 +316,15 @@ def sparse_gp_regression(
     cov_func: CovarianceSpec,
     *,
     Z: ArrayLike,
-    sigma: NoiseSpec,
+    noise_sd: NoiseSpec = None,
     mean: float = 0.0,
     name: str = "f",
     model: pm.Model | None = None,
+    coords: Mapping[str, ArrayLike] | None = None,
     jitter: float = JITTER_DEFAULT,
     mean_is_public: bool = False,
     z_is_public: bool = False,
+    **deprecated: Any,
 ) -> SparseGPRegression:
     r"""Build a sparse variational GP regression model in PyMC (``pm.gp.MarginalApprox``, VFE).
 
@@ -332,31 +338,39 @@ def sparse_gp_regression(
     Parameters
     ----------
     X, y
-        Private training data, shapes ``(n,)``/``(n, d)`` and ``(n,)``; both ``None`` for a
-        data-less model (data streamed to the mechanism in chunks or as Dask arrays).
+        Private training data, shapes ``(n,)``/``(n, d)`` and ``(n,)``, or ``pm.Data``
+        containers of them (``pm.set_data`` then changes them for the model and releases);
+        both ``None`` for a data-less model (data streamed to the mechanism in chunks or as
+        Dask arrays).
     cov_func
         PyMC covariance, or a zero-argument callable returning one (may declare priors).
     Z
         PUBLIC inducing inputs ``(M,)`` or ``(M, d)``: a grid over a public domain, domain
         knowledge, or k-means of public data.  Never compared with ``X`` (``docs/errors.md``);
         ``z_is_public`` records the caller's declaration.
-    sigma
-        Noise standard deviation: float, scalar PyMC variable, or callable returning one.
+    noise_sd
+        Noise standard deviation: float, scalar PyMC variable, or callable returning one
+        (formerly ``sigma``, deprecated).
     mean
         Public constant prior mean; never compared with ``y`` (``mean_is_public`` is kept for
         compatibility and not used).
     jitter
         Added to ``K_ZZ`` (PyMC's default 1e-6); the mechanism uses the same matrix.
+    model, coords
+        As in :func:`~pm_dpgp.models.gp_regression`: default the enclosing model context.
+        (The VFE bound enters PyMC as a scalar ``pm.Potential``, so it has no ``dims``; put
+        ``dims`` on your ``pm.Data`` containers.)
     """
+    noise_sd = _noise_sd_argument(noise_sd, deprecated, "sparse_gp_regression")
     Z_arr = check_finite_array(Z, "Z", ndim=2)
     if (X is None) != (y is None):
         raise ValueError("give both X and y (in-memory data) or neither (streamed data).")
     if X is None:
-        X_arr = np.zeros((0, Z_arr.shape[1]))
-        y_arr = np.zeros(0)
+        X_arr = X_graph = np.zeros((0, Z_arr.shape[1]))
+        y_arr = y_graph = np.zeros(0)
     else:
-        X_arr = check_finite_array(X, "X", ndim=2)
-        y_arr = check_finite_array(y, "y", ndim=1)
+        X_arr, X_graph = data_input(X, "X", 2)
+        y_arr, y_graph = data_input(y, "y", 1)
         if X_arr.shape[0] != y_arr.shape[0]:
             raise ValueError(
                 f"X and y must have the same number of rows (pass one output per input row), got "
@@ -370,16 +384,13 @@ def sparse_gp_regression(
     mean_f = _check_name_and_mean(name, mean)
     del mean_is_public  # compatibility only: the mean is never compared with y
     jitter = check_positive(jitter, "jitter", allow_zero=True)
-    if model is not None and not isinstance(model, pm.Model):
-        raise TypeError(f"model must be a pymc.Model or None, got {type(model).__name__}.")
-
-    ctx = pm.Model() if model is None else model
+    ctx = resolve_model(model, coords)
     with ctx:
-        cov, sig = _resolve_cov_and_sigma(cov_func, sigma, Z_arr.shape[1], "Z")
+        cov, sig = _resolve_cov_and_sigma(cov_func, noise_sd, Z_arr.shape[1], "Z")
         gp = pm.gp.MarginalApprox(approx="VFE", mean_func=pm.gp.mean.Constant(mean_f), cov_func=cov)
         if X_arr.shape[0]:
             gp.marginal_likelihood(
-                f"{name}_obs", X=X_arr, Xu=Z_arr, y=y_arr, sigma=sig, jitter=jitter
+                f"{name}_obs", X=X_graph, Xu=Z_arr, y=y_graph, sigma=sig, jitter=jitter
             )
 
     hyper_rvs = _hyperparameter_rvs(ctx, cov, sig)
@@ -387,12 +398,12 @@ def sparse_gp_regression(
     return SparseGPRegression(
         model=ctx,
         gp=gp,
-        X=X_arr,
-        y=y_arr,
+        _X=X_arr if X_graph is X_arr else X,
+        _y=y_arr if y_graph is y_arr else y,
         name=name,
         mean=mean_f,
         cov_func=cov,
-        sigma=sig,
+        noise_sd=sig,
         hyperparameter_names=tuple(rv.name for rv in hyper_rvs),
         _hyper_rvs=hyper_rvs,
         Z=Z_arr,
@@ -487,7 +498,7 @@ def dirichlet_targets(
 class DirichletGPClassification(SparseGPRegression):
     """Dirichlet-based GP classification in PyMC (Milios et al. 2018), one sparse GP per class.
 
-    ``class_gps[c]`` is a :class:`pymc.gp.MarginalApprox` on the class-``c`` targets with
+    ``class_gps[c]`` is a ``pymc.gp.MarginalApprox`` on the class-``c`` targets with
     per-point noise ``σ̃²`` (``approx="DTC"``: PyMC's VFE trace term assumes one scalar noise;
     at fixed hyperparameters DTC and VFE share the same optimal q(u), Titsias 2009 — the
     trace term only matters for hyperparameter learning).  ``y`` holds the integer labels.
@@ -516,10 +527,10 @@ def dirichlet_gp_classification(
     r"""Build a Dirichlet-based GP classifier in PyMC with public inducing inputs ``Z``.
 
     Labels become ``C`` heteroscedastic regressions (Milios et al. 2018, §4; Honkela 2024,
-    eq. 21, see :func:`dirichlet_targets`), each a ``pm.gp.MarginalApprox`` sharing the
+    eq. 21, see ``dirichlet_targets``), each a ``pm.gp.MarginalApprox`` sharing the
     covariance ``cov_func`` and the public constant prior mean (default
-    :meth:`DirichletTargets.default_prior_mean`, a function of ``C`` and ``α_ε`` only).
-    The DP release is :func:`pm_dpgp.mechanisms.full.dirichlet.dirichlet_release`.
+    ``DirichletTargets.default_prior_mean``, a function of ``C`` and ``α_ε`` only).
+    The DP release is ``pm_dpgp.mechanisms.full.dirichlet.dirichlet_release``.
     """
     C = check_n_classes(n_classes)
     Z_arr = check_finite_array(Z, "Z", ndim=2)
@@ -539,7 +550,7 @@ def dirichlet_gp_classification(
         raise ValueError(f"prior_mean must be finite, got {prior_mean!r}; pass a finite value.")
     jitter = check_positive(jitter, "jitter", allow_zero=True)
     y, v = dirichlet_targets(lab, C, alpha_epsilon)
-    ctx = pm.Model() if model is None else model
+    ctx = resolve_model(model)
     with ctx:
         cov = _resolve_cov(cov_func)
         gps = []
@@ -558,12 +569,12 @@ def dirichlet_gp_classification(
     return DirichletGPClassification(
         model=ctx,
         gp=gps[0],
-        X=X_arr,
-        y=lab.astype(np.float64),
+        _X=X_arr,
+        _y=lab.astype(np.float64),
         name=name,
         mean=mu,
         cov_func=cov,
-        sigma=math.sqrt(tg.var_in),
+        noise_sd=math.sqrt(tg.var_in),
         hyperparameter_names=tuple(rv.name for rv in hyper_rvs),
         _hyper_rvs=hyper_rvs,
         Z=Z_arr,

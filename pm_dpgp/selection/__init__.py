@@ -1,11 +1,11 @@
 """Private hyperparameter and model selection (``docs/selection.md``).
 
-One module per idea: public candidate grids and splits (:mod:`.grids`), the exponential
-mechanism and its events (:mod:`.exponential`), Smith et al.'s cross-validated SSE utility and
-its sensitivity (:mod:`.cv_sse`), the label-private selection of Algorithm 1 (:mod:`.smith`),
-the result object (:mod:`.result`), the 1-D COINPRESS mean (:mod:`.coinpress`), the fully
-private random-stopping selection of Honkela's Algorithm 2 (:mod:`.liu_talwar`) and the front
-end :func:`select_hyperparameters` (:mod:`.front`).
+One module per idea: public candidate grids and splits (``grids``), the exponential
+mechanism and its events (``exponential``), Smith et al.'s cross-validated SSE utility and
+its sensitivity (``cv_sse``), the label-private selection of Algorithm 1 (``smith``),
+the result object (``result``), the 1-D COINPRESS mean (``coinpress``), the fully
+private random-stopping selection of Honkela's Algorithm 2 (``liu_talwar``) and the front
+end ``select_hyperparameters`` (``front``).
 """
 
 from pm_dpgp.selection.coinpress import (

@@ -9,7 +9,7 @@ its training labels with the cloaking matrix ``C_k`` (Smith et al. 2021, Algorit
 
 where ``f_k = μ + P_k C_k (y_train − μ)`` is the cloaked mean of the release and ``z_k`` its
 Gaussian noise at the release's (ε, δ) (Algorithm 1: "we include the effect of the DP noise").
-The expectation is computed in closed form (:func:`expected_clipped_square`), which is the
+The expectation is computed in closed form (``expected_clipped_square``), which is the
 paper's Monte-Carlo average with infinitely many draws.
 
 Sensitivity (``docs/selection.md`` §2).  Eq. (13) as printed, ``9d² + Σ_{κ−1 largest}
@@ -38,6 +38,7 @@ import scipy.linalg as sla
 from numpy.typing import ArrayLike, NDArray
 from scipy.special import ndtr
 
+from pm_dpgp._progress import progress_bar
 from pm_dpgp._validation import check_delta, check_epsilon, check_positive
 from pm_dpgp.gp.exact import cloaking_matrix
 from pm_dpgp.gp.linalg import check_square_symmetric
@@ -147,11 +148,11 @@ def _fold_cloaking_matrix(
     test: NDArray[np.intp],
     train: NDArray[np.intp],
 ) -> NDArray[np.float64]:
-    """``C_k = K_te,tr (K_tr,tr + σ² I)⁻¹``: bitwise what :func:`cloaking_matrix` computes.
+    """``C_k = K_te,tr (K_tr,tr + σ² I)⁻¹``: bitwise what ``cloaking_matrix`` computes.
 
     ``K`` was checked once (finite, symmetric) by the caller and a principal block of it is
     too, so the per-fold validation passes are skipped.  The fast path is the first attempt of
-    :func:`~pm_dpgp.gp.linalg.jittered_cholesky` (LAPACK ``dpotrf`` of the same Fortran-ordered
+    ``jittered_cholesky`` (LAPACK ``dpotrf`` of the same Fortran-ordered
     matrix, no jitter) followed by the same ``cho_solve``, which reads the lower triangle only;
     a block that needs jitter takes the general path.
     """
@@ -257,6 +258,7 @@ def plan_cv_sse(
     calibration: Literal["analytic", "classic"] = "analytic",
     rank_tol: float = 1e-8,
     share_plans: bool = True,
+    progressbar: bool = False,
 ) -> CvSsePlan:
     """Public planning of Algorithm 1: cloaking matrices, noise, Δ(θ), the drop, Δu.
 
@@ -267,7 +269,7 @@ def plan_cv_sse(
     Δ(θ) above it are dropped (public threshold; ``None`` keeps all).
 
     ``share_plans``: a configuration whose kernel matrix and noise variance are those of an
-    earlier one times a common factor ``s > 0`` (up to rounding: :func:`_same_normalised_form`;
+    earlier one times a common factor ``s > 0`` (up to rounding: ``_same_normalised_form``;
     e.g. ``η² k(·; ℓ)`` with the same ℓ and σ²/η²) has the same cloaking matrices, release
     noise and Δ(θ), and reuses that configuration's fold plans, Δ(θ) and eq. (13)
     (``docs/selection.md`` §5).  ``False`` recomputes every configuration.
@@ -291,30 +293,32 @@ def plan_cv_sse(
     trains = [np.setdiff1d(all_idx, te) for te in folds]
     shared: list[_SharedPlan] = []
     n_computed = 0
-    for t, cfg in enumerate(configs):
-        public = gpr.public_gp(cfg)
-        # once per configuration (folds take blocks of it); the one validation pass over K
-        K = check_square_symmetric(public.kernel(X), "K")
-        scale = float(np.max(np.abs(K)))
-        if not scale > 0.0:
-            raise ValueError("the kernel matrix of a configuration is zero.")
-        Kn, ratio = K / scale, public.noise_var / scale
-        entry = next(
-            (e for e in shared if share_plans and _same_normalised_form(e, Kn, ratio)), None
-        )
-        if entry is None:
-            fps = [
-                _fold_plan(K, public.noise_var, te, tr, unit_scale, rank_tol)
-                for te, tr in zip(folds, trains, strict=True)
-            ]
-            s_t = _sensitivity(fps, n, d, clip)
-            p_t = paper_sse_sensitivity([fp.C for fp in fps], d, error_clip)
-            entry = _SharedPlan(Kn, ratio, fps, s_t, p_t)
-            n_computed += 1
-            if share_plans:
-                shared.append(entry)
-        fps, sens[t], paper[t] = entry.fold_plans, entry.sensitivity, entry.paper_sensitivity
-        plans.append(fps)
+    with progress_bar(len(configs), "Selection: planning", enabled=progressbar) as bar:
+        for t, cfg in enumerate(configs):
+            public = gpr.public_gp(cfg)
+            # once per configuration (folds take blocks of it); the one validation pass over K
+            K = check_square_symmetric(public.kernel(X), "K")
+            scale = float(np.max(np.abs(K)))
+            if not scale > 0.0:
+                raise ValueError("the kernel matrix of a configuration is zero.")
+            Kn, ratio = K / scale, public.noise_var / scale
+            entry = next(
+                (e for e in shared if share_plans and _same_normalised_form(e, Kn, ratio)), None
+            )
+            if entry is None:
+                fps = [
+                    _fold_plan(K, public.noise_var, te, tr, unit_scale, rank_tol)
+                    for te, tr in zip(folds, trains, strict=True)
+                ]
+                s_t = _sensitivity(fps, n, d, clip)
+                p_t = paper_sse_sensitivity([fp.C for fp in fps], d, error_clip)
+                entry = _SharedPlan(Kn, ratio, fps, s_t, p_t)
+                n_computed += 1
+                if share_plans:
+                    shared.append(entry)
+            fps, sens[t], paper[t] = entry.fold_plans, entry.sensitivity, entry.paper_sensitivity
+            plans.append(fps)
+            bar.advance()
     kept = np.ones(len(configs), dtype=bool)
     if max_sensitivity is not None:
         kept = sens <= check_positive(max_sensitivity, "max_sensitivity")

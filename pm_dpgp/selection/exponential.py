@@ -7,10 +7,10 @@ Selects index r of a finite candidate set with probability
 where ``u`` is a utility whose every entry changes by at most ``Δu`` between neighbouring
 datasets (``docs/selection.md`` §1).  Privacy, three valid accountings of one draw:
 
-* ε-DP (Dwork & Roth 2014, Thm. 3.10): :class:`~pm_dpgp.accounting.PureDpEvent`;
+* ε-DP (Dwork & Roth 2014, Thm. 3.10): ``PureDpEvent``;
 * ε-bounded range, hence ε²/8-zCDP (Durfee & Rogers 2019, Def. 3 and Lemma 3.1 for the
   exponential mechanism; Cesar & Rogers 2021, Lemma 3.2 and Thm. 3): a
-  :class:`~pm_dpgp.accounting.ZCDPEvent` — OpenDP's privacy map of its Gumbel noisy max gives the
+  ``ZCDPEvent`` — OpenDP's privacy map of its Gumbel noisy max gives the
   same ρ (tested);
 * on a Rényi ledger, the pointwise minimum of both RDP curves (both are valid bounds).
 

@@ -43,8 +43,8 @@ def select_hyperparameters(
     ``grid=None`` builds the candidates from the model's priors (prior quantiles, no data).
     ``data``: for ``"liu_talwar"`` the private ``(X, y)`` (default: the model's); for
     ``"smith"`` the labels are the model's own ``y`` (label privacy: inputs public), so
-    ``data`` must be ``None``.  ``options`` go to the method (``epsilon``, ``y_bounds`` /
-    ``y_bound``, ``delta``, ``gamma``, folds, …; see the two functions).  The ledger is
+    ``data`` must be ``None``.  ``options`` go to the method (``epsilon``, ``y_bounds``,
+    ``delta``, ``gamma``, folds, …; see the two functions).  The ledger is
     charged before any private value is read.
     """
     if method == "smith":

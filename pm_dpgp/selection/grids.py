@@ -108,7 +108,7 @@ def prior_quantile_grid(
     Parameters
     ----------
     gpr
-        a model from :func:`pm_dpgp.models.gp_regression` (or the sparse builders): its free
+        a model from ``pm_dpgp.models.gp_regression`` (or the sparse builders): its free
         hyperparameters and their PyMC priors are read, never ``gpr.y``.
     quantiles
         probabilities in (0, 1), the same for every hyperparameter or ``{name: probs}``.
@@ -119,7 +119,7 @@ def prior_quantile_grid(
     Returns
     -------
     list of dict
-        the Cartesian product of the per-hyperparameter quantiles (:func:`product_grid`).
+        the Cartesian product of the per-hyperparameter quantiles (``product_grid``).
 
     Only scalar hyperparameters are supported (ARD vectors: build the grid by hand).
     """

@@ -43,10 +43,14 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from pm_dpgp._validation import (
+    bounds_from_centred,
+    centred_bound,
     check_delta,
     check_epsilon,
     check_positive,
     check_rng,
+    reject_unexpected,
+    require,
     warn_public_settings,
 )
 from pm_dpgp.accounting import (
@@ -218,7 +222,7 @@ def select_by_random_stopping(
     *,
     epsilon: float,
     delta: float,
-    y_bound: float,
+    y_bounds: tuple[float, float] | None = None,
     ledger: Ledger | None,
     gamma: float = 0.1,
     validation: ArrayLike | None = None,
@@ -230,6 +234,7 @@ def select_by_random_stopping(
     owner_scores: bool = True,
     owner_check: bool = False,
     rng: np.random.Generator | None = None,
+    **deprecated: Any,
 ) -> SelectionResult:
     """Fully private choice of hyperparameters by Liu–Talwar random stopping (Honkela Alg. 2).
 
@@ -246,8 +251,10 @@ def select_by_random_stopping(
         budget of each candidate's noise-aware release; the COINPRESS score gets the same ρ
         (:func:`~pm_dpgp.mechanisms.gaussian.zcdp_rho` (ε, δ), the conversion of Honkela
         eq. 19 the ledger uses).
-    y_bound
-        public ``R_y`` (responses clipped to ``prior mean ± R_y``).
+    y_bounds
+        public ``(lower, upper)`` for the responses; each candidate clips ``y − μ`` to
+        ``±R_y`` with ``R_y = max(|lower − μ|, |upper − μ|)`` about its public prior mean ``μ``
+        (Honkela's centred bound; the deprecated centred ``y_bound=R_y`` still works).
     ledger
         charged with :func:`random_stopping_event` before any data are read or any candidate
         is drawn (a ``renyi`` or ``fixed`` ledger: the event is an RDP curve).
@@ -269,7 +276,11 @@ def select_by_random_stopping(
     """
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta)
-    R_y = check_positive(y_bound, "y_bound")
+    func = "select_by_random_stopping"
+    if "y_bound" in deprecated:  # the old centred form, about the model's own prior mean
+        y_bounds = bounds_from_centred("y_bound", deprecated, y_bounds, model.mean, func=func)
+    reject_unexpected(deprecated, func=func)
+    y_bounds = require(y_bounds, "y_bounds", func=func)
     stopping_mean(gamma, 1.0)
     if not isinstance(model, SparseGPRegression):
         raise TypeError("model must be a sparse_gp_regression model (public inducing inputs).")
@@ -315,9 +326,10 @@ def select_by_random_stopping(
         )
     # --- public plan: events of every candidate, COINPRESS bounds -----------------------------
     publics = [model.public_sparse_gp(c) for c in configs]
+    R = [centred_bound(y_bounds, p.mean)[2] for p in publics]  # public: bounds and prior means
     release_events = [
-        _release_event(p, epsilon, delta, R_y, ratio, kernel_norm, calibration, rng is None)
-        for p in publics
+        _release_event(p, epsilon, delta, R_p, ratio, kernel_norm, calibration, rng is None)
+        for p, R_p in zip(publics, R, strict=True)
     ]
     rho_cp = zcdp_rho(epsilon, delta)
     base_rho = max(rho_cp, *(_rho(e) for e in release_events))
@@ -358,7 +370,7 @@ def select_by_random_stopping(
                 (X1, y1),
                 epsilon=epsilon,
                 delta=delta,
-                y_bound=R_y,
+                y_bounds=y_bounds,
                 ratio=ratio,
                 kernel_norm=kernel_norm,
                 calibration=calibration,
@@ -370,8 +382,8 @@ def select_by_random_stopping(
             # a validation record with a non-finite input or kernel column scores L_min
             X2_i, usable = _usable_rows(publics[i], X2)
             mu, var = release.predict(X2_i, pred_noise=True)
-            lo, hi = loglik_bounds(publics[i].noise_var, R_y)
-            v = np.where(usable, validation_loglik(mu, var, y2, publics[i].mean, R_y), lo)
+            lo, hi = loglik_bounds(publics[i].noise_var, R[i])
+            v = np.where(usable, validation_loglik(mu, var, y2, publics[i].mean, R[i]), lo)
             score = coinpress_mean(
                 v, lower=lo, upper=hi, rho=rho_cp, n_steps=n_steps, spread=spread, rng=rng
             ).mean
@@ -385,9 +397,13 @@ def select_by_random_stopping(
                 break
     owner: dict[str, Any] = {"runs": runs, "n_runs": len(runs)}
     if owner_scores:
-        r1 = np.clip(np.nan_to_num(y1 - model.mean, nan=0.0), -R_y, R_y)
         owner["validation_scores"] = np.array(
-            [_owner_score(p, X1, r1, X2, y2, R_y) for p in publics]
+            [
+                _owner_score(
+                    p, X1, np.clip(np.nan_to_num(y1 - p.mean, nan=0.0), -R_p, R_p), X2, y2, R_p
+                )
+                for p, R_p in zip(publics, R, strict=True)
+            ]
         )
     details = {
         "epsilon_per_candidate": epsilon,
@@ -396,7 +412,8 @@ def select_by_random_stopping(
         "base_rho": base_rho,
         "gamma": float(gamma),
         "expected_runs": stopping_mean(gamma, 1.0),
-        "y_bound": R_y,
+        "y_bounds": [float(b) for b in y_bounds],
+        "R_y": max(R),
         "validation_rows": val.tolist(),
         "coinpress_steps": int(n_steps),
         "coinpress_spread": float(spread),

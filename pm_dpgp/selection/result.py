@@ -3,7 +3,7 @@
 What may be published (``to_metadata()``, ``repr``, pickling) is a function of public inputs and
 of the DP output (the chosen index) only.  The non-private scores, the selection probabilities
 and anything else computed from the private data are kept in a private slot, returned by
-:meth:`SelectionResult.owner_report` for the data owner, and dropped on pickling and from every
+``SelectionResult.owner_report`` for the data owner, and dropped on pickling and from every
 serialised form (tested with the leak scanner).
 """
 

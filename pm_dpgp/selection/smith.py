@@ -3,14 +3,14 @@
 The steps, each named in the code:
 
 1. validate the public inputs (grid against the model's hyperparameters, split, bounds, ε);
-2. plan from public information only (:func:`~pm_dpgp.selection.cv_sse.plan_cv_sse`): cloaking
+2. plan from public information only (``plan_cv_sse``): cloaking
    matrices per fold, the release noise, the sensitivity Δ(θ) of each configuration (corrected
    eq. 13, ``docs/selection.md`` §2), the drop of configurations above the public threshold and
    Δu = max over the kept ones (eq. 14);
 3. charge the ledger (refusal here happens before the labels are read or anything is drawn);
 4. compute the utilities −E[clipped CV SSE] from the private labels;
 5. draw one configuration with the exponential mechanism (eq. 12), secure by default;
-6. package: a :class:`~pm_dpgp.selection.result.SelectionResult` whose public part holds no
+6. package: a ``SelectionResult`` whose public part holds no
    private value.
 
 Privacy: ε-DP (and ε²/8-zCDP) with respect to the labels under label privacy (one clipped
@@ -58,21 +58,22 @@ def select_by_cross_validated_sse(
     calibration: Literal["analytic", "classic"] = "analytic",
     event_kind: EventKind = "auto",
     rng: np.random.Generator | None = None,
+    progressbar: bool = False,
 ) -> SelectionResult:
     """ε-DP choice of public hyperparameters for a cloaked release (Smith et al. 2021, Alg. 1).
 
     Privacy model: label privacy; neighbouring relation: one label, after clipping to
     ``y_bounds``, changes by at most ``d``.  Guarantee: ε-DP, charged as the event
-    :func:`~pm_dpgp.selection.exponential.exponential_mechanism_event` picks for the ledger
+    ``exponential_mechanism_event`` picks for the ledger
     (ε²/8-zCDP on a zCDP or empty ledger).  Proof: ``docs/selection.md`` §1–2.
 
     Parameters
     ----------
     gpr:
-        a model from :func:`pm_dpgp.models.gp_regression` (X public, y private).
+        a model from ``pm_dpgp.models.gp_regression`` (X public, y private).
     grid:
         candidate configurations ``[{name: value}, ...]``; ``None``: prior quartiles
-        (:func:`~pm_dpgp.selection.grids.prior_quantile_grid`, public).
+        (``prior_quantile_grid``, public).
     epsilon:
         the selection's own ε.
     y_bounds:
@@ -95,6 +96,9 @@ def select_by_cross_validated_sse(
         ``"auto"``, ``"zcdp"``, ``"pure"`` or ``"renyi"``.
     rng:
         ``None``: OpenDP Gumbel noisy max from OS entropy; a Generator: simulation mode.
+    progressbar:
+        show a progress bar over the configurations while their sensitivities are planned
+        (one noise covariance per configuration and fold), as PyMC's samplers do.
 
     Examples
     --------
@@ -104,7 +108,7 @@ def select_by_cross_validated_sse(
     >>> from pm_dpgp.selection import select_by_cross_validated_sse, product_grid
     >>> X = np.linspace(0, 10, 40)[:, None]; y = np.sin(X[:, 0])
     >>> gpr = gp_regression(X, y, lambda: pm.gp.cov.ExpQuad(1, ls=pm.Gamma("ell", 2, 1)),
-    ...                     sigma=0.3)
+    ...                     noise_sd=0.3)
     >>> ledger = Ledger(epsilon=2.0, delta=1e-5)
     >>> res = select_by_cross_validated_sse(gpr, product_grid({"ell": [0.5, 2.0, 8.0]}),
     ...     epsilon=0.5, y_bounds=(-1.5, 1.5), ledger=ledger, release_epsilon=1.0,
@@ -132,6 +136,7 @@ def select_by_cross_validated_sse(
         error_clip=error_clip,
         max_sensitivity=max_sensitivity,
         calibration=calibration,
+        progressbar=progressbar,
     )
     # 3. charge before the labels are read
     event = exponential_mechanism_event(

@@ -1,28 +1,36 @@
 """Bayesian workflow on DP releases: posterior predictive checks and Thompson sampling.
 
-* :func:`dp_ppc` — DP draws next to a public hold-out set as ``InferenceData``
+* ``dp_ppc`` — DP draws next to a public hold-out set as ``InferenceData``
   (``az.plot_ppc``, ``az.summary``, ``az.loo``); refuses the private training data.
-* :func:`plot_dp_release` — non-DP band (owner's view), DP draws, DP noise band.
-* :func:`dp_thompson_sampling` — Thompson sampling with DP sample paths under a budget.
+* ``plot_dp_release`` — non-DP band (owner's view), DP draws, DP noise band.
+* ``dp_thompson_sampling`` — Thompson sampling with DP sample paths under a budget.
+* ``dp_thompson_sampling_tree`` — Thompson sampling on sufficient statistics released by
+  tree aggregation, the whole run one Gaussian event (``docs/thompson_tree.md``).
+* ``dp_summary`` — mean, sd and credible interval of DP draws, no MCMC diagnostics.
 
 See ``docs/workflow.md``.
 """
 
 from pm_dpgp.workflow.ppc import PrivateDataError, dp_ppc, holdout_elpd, plot_dp_release
+from pm_dpgp.workflow.summary import dp_summary, spread_meaning
 from pm_dpgp.workflow.thompson import (
     OwnerRecord,
     ThompsonResult,
     dp_thompson_sampling,
     random_search,
 )
+from pm_dpgp.workflow.thompson_tree import dp_thompson_sampling_tree
 
 __all__ = [
     "OwnerRecord",
     "PrivateDataError",
     "ThompsonResult",
     "dp_ppc",
+    "dp_summary",
     "dp_thompson_sampling",
+    "dp_thompson_sampling_tree",
     "holdout_elpd",
     "plot_dp_release",
     "random_search",
+    "spread_meaning",
 ]

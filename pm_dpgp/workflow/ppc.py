@@ -1,8 +1,8 @@
 """Posterior predictive checks on DP releases, against a *public* hold-out set.
 
-A DP release (:class:`pm_dpgp.release.Release` from the cloaking or prior-noise
-mechanisms, or a :class:`~pm_dpgp.mechanisms.full.sample_path.SamplePathRelease`) gives
-DP draws of the regression function.  :func:`dp_ppc` puts them next to a public
+A DP release (``pm_dpgp.release.Release`` from the cloaking or prior-noise
+mechanisms, or a ``SamplePathRelease``) gives
+DP draws of the regression function.  ``dp_ppc`` puts them next to a public
 hold-out set in one ``arviz.InferenceData`` laid out like a PyMC model's, so that
 ``az.plot_ppc``, ``az.summary``, ``az.plot_hdi``, ``az.loo`` / ``az.compare`` work as
 usual:
@@ -19,8 +19,8 @@ usual:
 Why only a hold-out set.  The DP guarantee covers the *draws*; the training
 outputs themselves are the private data.  Attaching them as ``observed_data``
 (the usual PyMC habit) would publish them unprotected next to the release.
-:func:`dp_ppc` therefore refuses hold-out data that coincide with the training
-data (:class:`PrivateDataError`).  Where the release is not on the hold-out
+``dp_ppc`` therefore refuses hold-out data that coincide with the training
+data (``PrivateDataError``).  Where the release is not on the hold-out
 inputs, values are obtained by post-processing only: exact lazy evaluation of a
 sample-path release (free), or, on request, linear interpolation of a 1-D release.
 
@@ -41,16 +41,18 @@ from scipy.special import logsumexp
 
 from pm_dpgp._validation import check_finite_array, check_positive, check_rng
 from pm_dpgp.compat import get_group, make_inference_data
+from pm_dpgp.mechanisms.full.dirichlet import DirichletRelease
+from pm_dpgp.mechanisms.full.noise_aware import SparseQuRelease
 from pm_dpgp.mechanisms.full.sample_path import SamplePathRelease
 from pm_dpgp.models import GPRegression
-from pm_dpgp.release import Release
+from pm_dpgp.release import Release, flat_attrs
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
 
 __all__ = ["PrivateDataError", "dp_ppc", "holdout_elpd", "plot_dp_release"]
 
-AnyRelease = Release | SamplePathRelease
+AnyRelease = Release | SamplePathRelease | SparseQuRelease
 
 
 class PrivateDataError(ValueError):
@@ -65,7 +67,7 @@ def _refuse_private(
     y_raw: Any,
     training: GPRegression | tuple[ArrayLike, ArrayLike] | None,
 ) -> None:
-    """Raise :class:`PrivateDataError` when the 'hold-out' set is (part of) the training set."""
+    """Raise ``PrivateDataError`` when the 'hold-out' set is (part of) the training set."""
     why = (
         "The DP guarantee covers the released draws, not the data: attaching the private "
         "training outputs to the InferenceData (as observed_data / log_likelihood) would "
@@ -77,7 +79,7 @@ def _refuse_private(
         # are never compared with the private training values: a refusal that did would be a
         # membership oracle (docs/errors.md); the data owner can run
         # pm_dpgp.audit.check_public_choices(X, y, holdout=(X_h, y_h)) on their own data.
-        y_tr_raw = training.y if isinstance(training, GPRegression) else training[1]
+        y_tr_raw = training[1] if isinstance(training, tuple) else getattr(training, "y", None)
         if y_raw is y_tr_raw or (
             isinstance(y_raw, np.ndarray)
             and isinstance(y_tr_raw, np.ndarray)
@@ -88,18 +90,30 @@ def _refuse_private(
 
 # --------------------------------------------------------------------------- DP values
 def _dp_values(
-    release: AnyRelease, X_hold: NDArray[np.float64], interpolate: bool
+    release: AnyRelease,
+    X_hold: NDArray[np.float64],
+    interpolate: bool,
+    n_draws: int | None = None,
+    rng: np.random.Generator | None = None,
 ) -> tuple[NDArray[np.float64], dict[str, Any]]:
-    """``(S, m)`` DP function values at ``X_hold`` by post-processing, and the release attrs."""
+    """``(S, m)`` DP function values at ``X_hold`` by post-processing, and the release attrs.
+
+    ``(S, C, m)`` for a :class:`DirichletRelease` (the ``C`` latent functions).
+    """
     if isinstance(release, SamplePathRelease):
         values = release.evaluate(X_hold)  # lazy, consistent, no privacy cost
-        attrs = dict(get_group(release.to_inference_data(), "posterior_predictive").attrs)
-        return values, attrs
+        return values, flat_attrs("sample_path", release.metadata, n_draws=release.n_paths)
+    if isinstance(release, SparseQuRelease):
+        # any number of draws from the DP q(f) (Honkela eq. 17): post-processing, free
+        _, f = release.sample_f(X_hold, 200 if n_draws is None else n_draws, rng)
+        assert f is not None
+        return f, release.attrs()
     if not isinstance(release, Release):
         raise TypeError(
-            f"release must be a pm_dpgp Release or SamplePathRelease, got {type(release).__name__}."
+            "release must be a pm_dpgp Release, SamplePathRelease or SparseQuRelease (noise-aware "
+            f"or Dirichlet), got {type(release).__name__}."
         )
-    attrs = dict(get_group(release.to_inference_data(), "posterior_predictive").attrs)
+    attrs = flat_attrs(release.mechanism, release.metadata, n_draws=release.n_draws)
     X_star = np.asarray(release.X_star, float)
     if X_star.shape[1] != X_hold.shape[1]:
         raise ValueError(
@@ -134,10 +148,11 @@ def dp_ppc(
     X_holdout: ArrayLike,
     y_holdout: ArrayLike,
     *,
-    noise_sd: float,
-    training: GPRegression | tuple[ArrayLike, ArrayLike] | None,
+    noise_sd: float | None = None,
+    training: Any,
     extra_sd: float | ArrayLike = 0.0,
     n_replicates: int | None = None,
+    n_draws: int | None = None,
     interpolate: bool = False,
     holdout_is_public: bool = False,
     var_name: str = "y",
@@ -148,14 +163,21 @@ def dp_ppc(
     Parameters
     ----------
     release:
-        a :class:`~pm_dpgp.release.Release` or :class:`SamplePathRelease`.
+        any pm_dpgp release: a ``pm_dpgp.release.Release`` (cloaking, prior noise),
+        a ``SamplePathRelease``, a noise-aware
+        ``pm_dpgp.mechanisms.full.noise_aware.SparseQuRelease`` (``n_draws`` draws of
+        its DP ``q(f)``, Honkela 2024 eq. 17; free) or a
+        ``pm_dpgp.mechanisms.full.dirichlet.DirichletRelease`` (then ``y_holdout``
+        holds class labels, ``posterior["p"]`` the class probabilities, the predictive is
+        categorical and ``noise_sd`` is not used).
     X_holdout, y_holdout:
         the public hold-out inputs ``(m,)``/``(m, d)`` and outputs ``(m,)``; never the
         private training data.
     noise_sd:
-        public observation-noise sd of the predictive ``y = f + e``.
+        public observation-noise sd of the predictive ``y = f + e``; for a noise-aware
+        release the default is the release's public noise sd.
     training:
-        the private training data (the ``GPRegression`` or ``(X, y)``), used only to
+        the private training data (a model with ``.y`` or ``(X, y)``), used only to
         check that ``y_holdout`` is not the training output array itself (by identity;
         values are never compared, ``docs/errors.md``); nothing from it is stored.
         ``None`` skips the check.
@@ -164,20 +186,20 @@ def dp_ppc(
         posterior sd at the hold-out inputs.
     n_replicates:
         noise replicates per DP draw (default: enough for ≥ 200 predictive draws).
+    n_draws:
+        draws of ``q(f)`` for a noise-aware or Dirichlet release (default 200).
     interpolate:
-        allow linear interpolation of a 1-D :class:`Release` to the hold-out inputs.
+        allow linear interpolation of a 1-D ``Release`` to the hold-out inputs.
     holdout_is_public:
         skip the identity check.
     rng:
-        source of the (public, post-processing) predictive noise.
+        source of the (public, post-processing) predictive noise and ``q(f)`` draws.
 
     Raises
     ------
     PrivateDataError
         ``y_holdout`` is the private training output array (same object or memory).
     """
-    import xarray as xr
-
     rng = check_rng(rng)
     X_hold = check_finite_array(X_holdout, "X_holdout", ndim=2)
     y_hold = check_finite_array(y_holdout, "y_holdout", ndim=1)
@@ -187,10 +209,25 @@ def dp_ppc(
             f"{len(X_hold)} and "
             f"{len(y_hold)}."
         )
-    noise_sd = check_positive(noise_sd, "noise_sd")
+    classify = isinstance(release, DirichletRelease)
+    if classify:
+        if noise_sd is not None:
+            raise ValueError("a Dirichlet release has a categorical predictive: omit noise_sd.")
+        labels = y_hold.astype(np.int64)
+        if np.any(labels != y_hold) or np.any(labels < 0) or np.any(labels >= release.n_outputs):
+            raise ValueError(
+                f"y_holdout must hold class labels 0 … {release.n_outputs - 1} for a Dirichlet "
+                "release."
+            )
+    elif noise_sd is None:
+        if not isinstance(release, SparseQuRelease) or release.noise_var is None:
+            raise ValueError("pass noise_sd, the public observation-noise sd of y = f + e.")
+        noise_sd = math.sqrt(release.noise_var)
+    else:
+        noise_sd = check_positive(noise_sd, "noise_sd")
     if not holdout_is_public:
         _refuse_private(release, X_hold, y_hold, y_holdout, training)
-    f, attrs = _dp_values(release, X_hold, interpolate)
+    f, attrs = _dp_values(release, X_hold, interpolate, n_draws, rng)
     n_dp = f.shape[0]
     if n_replicates is None:
         n_replicates = max(1, math.ceil(200 / n_dp))
@@ -198,17 +235,7 @@ def dp_ppc(
         raise ValueError(
             f"n_replicates must be a positive integer, got {n_replicates!r}; pass e.g. 10."
         )
-    extra = np.broadcast_to(np.asarray(extra_sd, float), y_hold.shape)
-    if np.any(extra < 0) or not np.all(np.isfinite(extra)):
-        raise ValueError("extra_sd must be finite and non-negative; pass e.g. extra_sd=0.")
-    sd = np.sqrt(noise_sd**2 + extra**2)
-    f_rep = np.repeat(f, int(n_replicates), axis=0)  # (S, m)
-    y_rep = f_rep + sd * rng.standard_normal(f_rep.shape)
-    loglik = -0.5 * ((y_hold - f_rep) / sd) ** 2 - np.log(sd) - 0.5 * np.log(2 * np.pi)
-    S, m = f_rep.shape
-    X_coord = X_hold[:, 0] if X_hold.shape[1] == 1 else np.arange(m)
-    coords = {"chain": [0], "draw": np.arange(S), "obs_id": np.arange(m)}
-    dims = ("chain", "draw", "obs_id")
+    f_rep = np.repeat(f, int(n_replicates), axis=0)  # (S, m) or (S, C, m)
     attrs.update(
         {
             "ppc_observed": "public hold-out set (never the private training outputs)",
@@ -216,25 +243,82 @@ def dp_ppc(
             "ppc_n_replicates": int(n_replicates),
         }
     )
+    if classify:
+        return _categorical_ppc(f_rep, X_hold, labels, var_name, attrs, rng)
+    assert noise_sd is not None
+    extra = np.broadcast_to(np.asarray(extra_sd, float), y_hold.shape)
+    if np.any(extra < 0) or not np.all(np.isfinite(extra)):
+        raise ValueError("extra_sd must be finite and non-negative; pass e.g. extra_sd=0.")
+    sd = np.sqrt(noise_sd**2 + extra**2)
+    y_rep = f_rep + sd * rng.standard_normal(f_rep.shape)
+    loglik = -0.5 * ((y_hold - f_rep) / sd) ** 2 - np.log(sd) - 0.5 * np.log(2 * np.pi)
+    return _ppc_groups(
+        {"f": (("obs_id",), f_rep)}, y_rep, loglik, y_hold, X_hold, sd, var_name, attrs
+    )
+
+
+def _categorical_ppc(
+    f: NDArray[np.float64],
+    X_hold: NDArray[np.float64],
+    labels: NDArray[np.int64],
+    var_name: str,
+    attrs: dict[str, Any],
+    rng: np.random.Generator,
+) -> Any:
+    """PPC of a Dirichlet release: ``p = softmax(f)`` per draw, ``y ~ Categorical(p)``."""
+    e = np.exp(f - f.max(axis=1, keepdims=True))
+    p = np.moveaxis(e / e.sum(axis=1, keepdims=True), 1, 2)  # (S, m, C)
+    u = rng.random(p.shape[:2] + (1,))
+    y_rep = np.minimum((np.cumsum(p, axis=2) < u).sum(axis=2), p.shape[2] - 1)
+    S, m = y_rep.shape
+    loglik = np.log(np.maximum(p[:, np.arange(m), labels], np.finfo(float).tiny))
+    return _ppc_groups(
+        {"f": (("class", "obs_id"), f), "p": (("obs_id", "class"), p)},
+        y_rep,
+        loglik,
+        labels,
+        X_hold,
+        None,
+        var_name,
+        attrs,
+    )
+
+
+def _ppc_groups(
+    posterior: dict[str, tuple[tuple[str, ...], NDArray[Any]]],
+    y_rep: NDArray[Any],
+    loglik: NDArray[np.float64],
+    y_hold: NDArray[Any],
+    X_hold: NDArray[np.float64],
+    sd: NDArray[np.float64] | None,
+    var_name: str,
+    attrs: dict[str, Any],
+) -> Any:
+    """The dp_ppc object: posterior, predictive, log-likelihood, observed and constant data."""
+    import xarray as xr
+
+    S, m = y_rep.shape
+    X_coord = X_hold[:, 0] if X_hold.shape[1] == 1 else np.arange(m)
+    coords = {"chain": [0], "draw": np.arange(S), "obs_id": np.arange(m)}
+    dims = ("chain", "draw", "obs_id")
 
     def ds(vars_: dict[str, Any], coords_: dict[str, Any]) -> xr.Dataset:
         out = xr.Dataset(vars_, coords=coords_)
         out.attrs.update(attrs)
         return out
 
+    const = {"X": (("obs_id", "input_dim"), X_hold), "x": (("obs_id",), X_coord)}
+    if sd is not None:
+        const["predictive_sd"] = (("obs_id",), sd)
+    post = {k: (("chain", "draw", *dd), v[None]) for k, (dd, v) in posterior.items()}
     return make_inference_data(
         {
-            "posterior": ds({"f": (dims, f_rep[None])}, coords),
+            "posterior": ds(post, coords),
             "posterior_predictive": ds({var_name: (dims, y_rep[None])}, coords),
             "log_likelihood": ds({var_name: (dims, loglik[None])}, coords),
             "observed_data": ds({var_name: (("obs_id",), y_hold)}, {"obs_id": np.arange(m)}),
             "constant_data": ds(
-                {
-                    "X": (("obs_id", "input_dim"), X_hold),
-                    "x": (("obs_id",), X_coord),
-                    "predictive_sd": (("obs_id",), sd),
-                },
-                {"obs_id": np.arange(m), "input_dim": np.arange(X_hold.shape[1])},
+                const, {"obs_id": np.arange(m), "input_dim": np.arange(X_hold.shape[1])}
             ),
         }
     )
@@ -262,21 +346,57 @@ def plot_dp_release(
     X_grid: ArrayLike | None = None,
     width: float = 2.0,
     max_draws: int = 20,
+    rng: np.random.Generator | None = None,
+    xlabel: str = "x",
+    ylabel: str | None = None,
     ax: Axes | None = None,
 ) -> Axes:
-    """Plot a 1-D release: non-DP posterior band, DP draws, DP noise band, hold-out points.
+    """Plot a 1-D release: DP draws, their public band, hold-out points (and the owner's view).
 
-    The non-DP band needs ``gpr`` (the private model): it is the **data owner's view**
-    and the figure must then not be published.  Without ``gpr`` only public content
-    is drawn (DP draws, the public noise band, the public hold-out set).  The DP noise
-    band is ``first draw ± width × noise sd`` (public shape of the DP noise); a
-    sample-path release adds no separate noise, so it has none.
+    * cloaking / prior noise (``pm_dpgp.release.Release``): the DP draws and the DP
+      noise band ``first draw ± width × noise sd`` (public shape of the DP noise);
+    * sample paths: the released paths at ``X_grid`` (evaluated lazily, free) or at the
+      inputs released so far; no separate noise band;
+    * noise-aware ``q(u)`` (``pm_dpgp.mechanisms.full.noise_aware.SparseQuRelease``):
+      ``max_draws`` draws of the DP ``q(f)`` on ``X_grid`` (default: 200 points over the
+      inducing inputs) and the DP predictive mean ± ``width`` sd (eq. 17; public);
+    * Dirichlet: the class probabilities (moment approximation) and ``max_draws`` draws of
+      ``softmax(f)`` per class.
+
+    The title gives the release's (ε, δ); ``xlabel`` and ``ylabel`` name the axes (e.g. "age
+    (years)", "height (cm)").
+
+    The non-DP band needs ``gpr`` (the private model; label releases and sample paths
+    only): it is the **data owner's view** and the figure must then not be published.
+    Without ``gpr`` only public content is drawn.
     """
     import matplotlib.pyplot as plt
 
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 4.5))
-    if isinstance(release, SamplePathRelease):
+    noise_sd = None
+    if isinstance(release, SparseQuRelease):
+        if gpr is not None:
+            raise ValueError(
+                "gpr (the owner's non-DP view) is drawn for label releases and sample paths "
+                "only; a noise-aware release protects the inputs too."
+            )
+        if release.Z.shape[1] != 1:
+            raise ValueError("plot_dp_release draws 1-D releases only.")
+        grid = (
+            np.linspace(release.Z[:, 0].min(), release.Z[:, 0].max(), 200)
+            if X_grid is None
+            else np.sort(np.asarray(X_grid, float).ravel())
+        )
+        _, draws = release.sample_f(grid[:, None], max_draws, rng)
+        assert draws is not None
+        if isinstance(release, DirichletRelease):
+            _plot_classes(ax, release, grid, draws)
+            ylabel = "class probability" if ylabel is None else ylabel
+        else:
+            mean, var = release.predict(grid[:, None])
+            _band(ax, grid, mean, var, width, "C3", f"DP q(f): mean ±{width:g} sd (public)")
+    elif isinstance(release, SamplePathRelease):
         if release.public_gp.input_dim != 1:
             raise ValueError("plot_dp_release draws 1-D releases only.")
         grid = (
@@ -285,7 +405,6 @@ def plot_dp_release(
             else np.asarray(X_grid, float).ravel()
         )
         draws = release.evaluate(grid[:, None])
-        noise_sd = None
     else:
         if release.X_star.shape[1] != 1:
             raise ValueError("plot_dp_release draws 1-D releases only.")
@@ -294,37 +413,17 @@ def plot_dp_release(
         draws = release.draws[:, order]
         noise_sd = release.noise_sd[order]
     if gpr is not None:
-        public_gp = (
-            release.public_gp
-            if isinstance(release, SamplePathRelease)
-            else gpr.public_gp(hyperparameters)
-        )
-        y = np.asarray(gpr.y, float)
-        if isinstance(release, SamplePathRelease):
-            b = float(release.metadata["y_bound"])
-            y = public_gp.mean + np.clip(y - public_gp.mean, -b, b)
-        elif "clipping_bounds" in release.metadata:
-            y = np.clip(y, *release.metadata["clipping_bounds"])
-        mean, var = public_gp.predict(y, grid[:, None], full_cov=False)
-        sd = np.sqrt(np.clip(var, 0.0, None))
-        ax.fill_between(
-            grid,
-            mean - width * sd,
-            mean + width * sd,
-            color="C0",
-            alpha=0.2,
-            label=f"non-DP posterior ±{width:g} sd (owner's view: private)",
-        )
-        ax.plot(grid, mean, color="C0", lw=1.5, label="non-DP posterior mean (private)")
-    for i, d in enumerate(draws[:max_draws]):
-        ax.plot(
-            grid,
-            d,
-            color="C3",
-            lw=1,
-            alpha=0.8 if len(draws) == 1 else 0.4,
-            label="DP draws" if i == 0 else None,
-        )
+        _plot_owner_view(ax, release, gpr, hyperparameters, grid, width)
+    if not isinstance(release, DirichletRelease):
+        for i, d in enumerate(draws[:max_draws]):
+            ax.plot(
+                grid,
+                d,
+                color="C3",
+                lw=1,
+                alpha=0.8 if len(draws) == 1 else 0.4,
+                label="DP draws" if i == 0 else None,
+            )
     if noise_sd is not None:
         lo, hi = draws[0] - width * noise_sd, draws[0] + width * noise_sd
         ax.plot(grid, lo, "k--", lw=1, label=f"DP noise band: draw ±{width:g} noise sd (public)")
@@ -337,12 +436,74 @@ def plot_dp_release(
             ms=4,
             label="public hold-out set",
         )
-    mech = getattr(release, "mechanism", "sample_path")
-    eps = (
-        release.epsilon
-        if isinstance(release, SamplePathRelease)
-        else release.metadata.get("epsilon_total", release.metadata.get("epsilon"))
-    )
-    ax.set_title(f"{mech} release (ε = {float(eps):.3g})" if eps is not None else mech)
+    ax.set_title(_title(release))
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("f(x)" if ylabel is None else ylabel)
     ax.legend(fontsize=8, loc="best")
     return ax
+
+
+def _plot_classes(
+    ax: Axes, release: DirichletRelease, grid: NDArray[np.float64], f: NDArray[np.float64]
+) -> None:
+    """Class probabilities of a Dirichlet release: moment approximation and softmax draws."""
+    proba = release.predict_proba(grid[:, None])  # (n, C)
+    e = np.exp(f - f.max(axis=1, keepdims=True))
+    p = e / e.sum(axis=1, keepdims=True)  # (S, C, n)
+    for c, name in enumerate(release.output_names):
+        ax.plot(grid, proba[:, c], color=f"C{c}", lw=2, label=f"P({name}) (DP, moment)")
+        for s in p[:, c]:
+            ax.plot(grid, s, color=f"C{c}", lw=0.7, alpha=0.25)
+
+
+def _plot_owner_view(
+    ax: Axes,
+    release: AnyRelease,
+    gpr: GPRegression,
+    hyperparameters: dict[str, float] | None,
+    grid: NDArray[np.float64],
+    width: float,
+) -> None:
+    """The non-DP posterior band (private: the data owner's view only)."""
+    if isinstance(release, SamplePathRelease):
+        public_gp = release.public_gp
+        y = np.clip(np.asarray(gpr.y, float), *release.metadata["y_bounds"])
+    else:
+        assert isinstance(release, Release)
+        public_gp = gpr.public_gp(hyperparameters)
+        y = np.asarray(gpr.y, float)
+        if "clipping_bounds" in release.metadata:
+            y = np.clip(y, *release.metadata["clipping_bounds"])
+    mean, var = public_gp.predict(y, grid[:, None], full_cov=False)
+    _band(
+        ax, grid, mean, var, width, "C0", f"non-DP posterior ±{width:g} sd (owner's view: private)"
+    )
+    ax.plot(grid, mean, color="C0", lw=1.5, label="non-DP posterior mean (private)")
+
+
+def _band(
+    ax: Axes,
+    grid: NDArray[np.float64],
+    mean: NDArray[np.float64],
+    var: NDArray[np.float64],
+    width: float,
+    color: str,
+    label: str,
+) -> None:
+    sd = np.sqrt(np.clip(var, 0.0, None))
+    ax.fill_between(grid, mean - width * sd, mean + width * sd, color=color, alpha=0.2, label=label)
+
+
+def _title(release: AnyRelease) -> str:
+    """``mechanism release (ε = …, δ = …)`` from the release's own record."""
+    if isinstance(release, SamplePathRelease):
+        mech, eps, delta = "sample_path", release.epsilon, release.delta
+    else:
+        md = release.metadata
+        mech = release.mechanism
+        eps = md.get("epsilon_total", md.get("epsilon"))
+        delta = md.get("delta_per_draw", md.get("delta"))
+    if eps is None:
+        return f"{mech} release"
+    tail = "" if delta is None else f", δ = {float(delta):.3g}"
+    return f"{mech} release (ε = {float(eps):.3g}{tail})"

@@ -6,11 +6,11 @@ Each round ``t`` (Thompson 1933; Russo & Van Roy 2014 for GP posterior sampling)
    objective values observed there (full privacy: inputs *and* outputs private,
    neighbours replace one ``(x, y)``);
 2. the privacy event of releasing **one** posterior sample path of ``D_t`` is computed
-   (:class:`~pm_dpgp.mechanisms.full.sample_path_bounds.SamplePathBound` with ``n = |D_t|``;
+   (``SamplePathBound`` with ``n = |D_t|``;
    the bound grows with ``n``) and the ledger is asked ``can_afford`` **before** any
    sampling; the loop stops cleanly when it cannot;
-3. the path is released with :func:`~pm_dpgp.mechanisms.full.sample_path.sample_path_release`
-   (``n_paths=1``, same ledger: adaptive RDP composition, Mironov 2017 Prop. 1);
+3. the path is released with ``sample_path_release``
+   (``n_draws=1``, same ledger: adaptive RDP composition, Mironov 2017 Prop. 1);
 4. the next query is the maximiser of the released path over candidates: a public
    candidate set, or random candidates in the public box followed by local refinement,
    evaluating the lazy path at new points (post-processing: free);
@@ -18,14 +18,14 @@ Each round ``t`` (Thompson 1933; Russo & Van Roy 2014 for GP posterior sampling)
 
 What is published and what is not.  The chosen inputs, the released path values at
 them, the per-round events and the cumulative ε are DP outputs (post-processing of
-the released paths) and go in :attr:`ThompsonResult.idata`.  The observed objective
-values are the private data: they live only in :attr:`ThompsonResult.owner`
-(:class:`OwnerRecord`), which is never part of the InferenceData.  The observation
-noise sd used by the model and the response bound ``y_bound`` are public; responses
+the released paths) and go in ``ThompsonResult.idata``.  The observed objective
+values are the private data: they live only in ``ThompsonResult.owner``
+(``OwnerRecord``), which is never part of the InferenceData.  The observation
+noise sd used by the model and the response range ``y_bounds`` are public; responses
 are clipped by the mechanism.
 
 Non-private Thompson sampling (``private=False``) draws from the exact posterior with
-no ledger and no clipping; :func:`random_search` is the other baseline.
+no ledger and no clipping; ``random_search`` is the other baseline.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
@@ -41,13 +41,26 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.linalg import cholesky
 
-from pm_dpgp._validation import check_delta, check_finite_array, check_positive, check_rng
+from pm_dpgp._progress import progress_bar
+from pm_dpgp._validation import (
+    bounds_from_centred,
+    centred_bound,
+    check_delta,
+    check_finite_array,
+    check_positive,
+    check_rng,
+    reject_unexpected,
+    renamed,
+)
 from pm_dpgp.accounting import Ledger, PrivacyEvent
-from pm_dpgp.compat import get_group, make_inference_data
+from pm_dpgp.compat import get_group
 from pm_dpgp.mechanisms.full.sample_path import sample_path_release
-from pm_dpgp.mechanisms.full.sample_path_bounds import SamplePathBound, kernel_lower_bound
+from pm_dpgp.mechanisms.full.sample_path_bounds import (
+    SamplePathBound,
+    Sensitivity,
+    kernel_lower_bound,
+)
 from pm_dpgp.models import GPRegression, PublicGP, gp_regression
-from pm_dpgp.workflow.progress import progress_bar
 
 __all__ = ["OwnerRecord", "ThompsonResult", "dp_thompson_sampling", "random_search"]
 
@@ -79,7 +92,7 @@ class ThompsonResult:
         the publishable ``arviz.InferenceData`` (group ``thompson`` with dim ``round``;
         ``constant_data`` with the public design); DP content only.
     owner:
-        the private :class:`OwnerRecord` (observed values): not for publication.
+        the private ``OwnerRecord`` (observed values): not for publication.
     ledger:
         the ledger charged by the run (``None`` for non-private runs).
     events:
@@ -104,11 +117,60 @@ class ThompsonResult:
         """``(rounds, d)`` chosen inputs (public)."""
         return np.asarray(get_group(self.idata, "thompson")["x_chosen"].values)
 
+    def to_inference_data(
+        self,
+        *,
+        dims: Mapping[str, Sequence[str]] | None = None,
+        coords: Mapping[str, ArrayLike] | None = None,
+    ) -> Any:
+        """:attr:`idata` with user-named dims/coords (see :func:`_thompson_idata`).
+
+        E.g. ``dims={"x_chosen": ["feature"]}, coords={"feature": ["temperature"]}``.
+        """
+        return _thompson_idata(
+            get_group(self.idata, "thompson"),
+            get_group(self.idata, "constant_data"),
+            dims=dims,
+            coords=coords,
+        )
+
+
+def _thompson_idata(
+    trace: Any,
+    const: Any,
+    *,
+    dims: Mapping[str, Sequence[str]] | None = None,
+    coords: Mapping[str, ArrayLike] | None = None,
+) -> Any:
+    """The publishable result: DP draws in ``posterior``, the per-round trace, the design.
+
+    ``posterior`` (one chain, ``draw`` = round): ``x_chosen`` (``draw, input_dim``), the
+    maximiser of each round's DP sample path, and ``f_path_at_chosen``, that path's value
+    there: one DP posterior sample per round (Russo & Van Roy 2014), so ``az.plot_trace``
+    shows the search and ``az.plot_posterior`` where it concentrated.  ``thompson`` keeps
+    the per-round record (dim ``round``) with ε spent; ``constant_data`` the public design.
+    """
+    from pm_dpgp.release import draws_to_inference_data
+
+    return draws_to_inference_data(
+        {
+            "x_chosen": (("input_dim",), np.asarray(trace["x_chosen"].values, float)),
+            "f_path_at_chosen": ((), np.asarray(trace["f_path_at_chosen"].values, float)),
+        },
+        X_star=None,
+        attrs=dict(trace.attrs),
+        constant_data=const,
+        extra_groups={"thompson": trace},
+        default_coords={"input_dim": np.asarray(trace["input_dim"].values)},
+        dims=dims,
+        coords=coords,
+    )
+
 
 class _Dataset:
     """``GPRegression``-like view of the growing dataset, reusing one compiled kernel.
 
-    :func:`sample_path_release` needs ``public_gp(hyperparameters)`` and ``y``.  The
+    ``sample_path_release`` needs ``public_gp(hyperparameters)`` and ``y``.  The
     PublicGP of the first model holds the kernel compiled once by PyTensor (it depends
     on the public hyperparameters only), so each round only swaps the inputs.
     """
@@ -152,6 +214,32 @@ def _observe(
             "return finite values."
         )
     return y
+
+
+def check_loop_inputs(
+    X_init: ArrayLike,
+    domain: tuple[ArrayLike, ArrayLike],
+    n_rounds: int,
+    candidates: ArrayLike | int,
+) -> tuple[NDArray[np.float64], NDArray, NDArray, NDArray[np.float64] | None, int]:
+    """Public inputs of a Thompson loop: ``(X0, lower, upper, fixed candidates or None, k)``."""
+    X0 = check_finite_array(X_init, "X_init", ndim=2)
+    d = X0.shape[1]
+    lower, upper = _box(domain, d)
+    if len(X0) < 1:
+        raise ValueError("X_init needs at least one public initial input.")
+    if np.any(X0 < lower) or np.any(X0 > upper):
+        raise ValueError("X_init must lie inside the public domain.")
+    if int(n_rounds) != n_rounds or n_rounds < 0:
+        raise ValueError(f"n_rounds must be a non-negative integer, got {n_rounds!r}.")
+    if isinstance(candidates, int | np.integer):
+        if candidates < 1:
+            raise ValueError("candidates must be a positive number or a (k, d) array.")
+        return X0, lower, upper, None, int(candidates)
+    fixed = check_finite_array(candidates, "candidates", ndim=2)
+    if fixed.shape[1] != d:
+        raise ValueError(f"candidates must have {d} column(s).")
+    return X0, lower, upper, fixed, len(fixed)
 
 
 def _exact_path(
@@ -215,6 +303,42 @@ def _maximise(
     return x_best, f_best
 
 
+def trace_inference_data(
+    rows: dict[str, list[Any]],
+    dtypes: dict[str, Any],
+    X0: NDArray[np.float64],
+    lower: NDArray[np.float64],
+    upper: NDArray[np.float64],
+    attrs: dict[str, Any],
+) -> Any:
+    """InferenceData of a Thompson run (:func:`_thompson_idata`): ``posterior`` (draw = round),
+    group ``thompson`` (dim ``round``) and ``constant_data``.
+
+    ``rows["x_chosen"]`` holds the ``(d,)`` chosen inputs; every other key of ``dtypes`` is a
+    per-round scalar column of that dtype.  Only DP outputs and public values may be passed.
+    """
+    import xarray as xr
+
+    d = len(lower)
+    R = len(rows["x_chosen"])
+    x_ch = np.asarray(rows["x_chosen"], float).reshape(R, d)
+    coords = {"round": np.arange(R), "input_dim": np.arange(d)}
+    data: dict[str, Any] = {"x_chosen": (("round", "input_dim"), x_ch)}
+    for key, dtype in dtypes.items():
+        data[key] = (("round",), np.asarray(rows[key], dtype=dtype))
+    trace = xr.Dataset(data, coords=coords, attrs=attrs)
+    const = xr.Dataset(
+        {
+            "X_init": (("init", "input_dim"), X0),
+            "domain_lower": (("input_dim",), lower),
+            "domain_upper": (("input_dim",), upper),
+        },
+        coords={"init": np.arange(len(X0)), "input_dim": np.arange(d)},
+        attrs=attrs,
+    )
+    return _thompson_idata(trace, const)
+
+
 def dp_thompson_sampling(
     objective: Objective,
     cov_func: Any,
@@ -223,20 +347,22 @@ def dp_thompson_sampling(
     X_init: ArrayLike,
     n_rounds: int,
     noise_sd: float,
-    sigma: float = 1.0,
-    y_bound: float = 1.0,
+    kernel_scale: float | None = None,
+    y_bounds: tuple[float, float] | None = None,
     prior_mean: float = 0.0,
     private: bool = True,
     ledger: Ledger | None = None,
     delta: float | None = None,
     eta: float = 0.0,
     kernel_class: Literal["generic", "exponential_1d", "constant"] = "generic",
+    sensitivity: Sensitivity = "coupled",
     kappa: float | None = None,
     candidates: ArrayLike | int = 256,
     refine_steps: int = 0,
     refine_points: int = 32,
     progressbar: bool = True,
     rng: np.random.Generator | None = None,
+    **deprecated: Any,
 ) -> ThompsonResult:
     """Run (DP) Thompson sampling for at most ``n_rounds`` rounds (see the module doc).
 
@@ -246,7 +372,7 @@ def dp_thompson_sampling(
         ``objective(X) -> y`` for ``X`` of shape ``(k, d)``: the curator's (noisy)
         observations, the private data.
     cov_func:
-        PyMC covariance with public, fixed hyperparameters; ``cov_func / sigma²`` must
+        PyMC covariance with public, fixed hyperparameters; ``cov_func / kernel_scale²`` must
         satisfy ``k(x, x) ≤ 1``.
     domain:
         public box ``(lower, upper)``; candidates and queries stay inside it.
@@ -257,9 +383,16 @@ def dp_thompson_sampling(
     noise_sd:
         public observation-noise sd of the GP model (``σ √r²``; a larger value
         lowers the per-round ε).
-    sigma, y_bound, eta, kernel_class, kappa:
-        public parameters of the sample-path mechanism (``kappa`` defaults to the
-        kernel's lower bound on ``domain``).
+    kernel_scale, y_bounds, eta, kernel_class, kappa:
+        public parameters of the sample-path mechanism, as in
+        ``sample_path_release`` (``kernel_scale``
+        defaults to 1, ``y_bounds`` to ``(prior_mean − 1, prior_mean + 1)``; ``kappa`` to the
+        kernel's lower bound on ``domain``).  Formerly ``sigma`` and the centred ``y_bound=M``
+        (``y_bounds=(prior_mean − M, prior_mean + M)``).
+    sensitivity:
+        the sample-path mean sensitivity, ``"coupled"`` (default; eq. SP11,
+        ``docs/sample_paths.md`` §3.11) or ``"paper"`` (eq. SP4); used both for the
+        round's affordability check and for the release, so the two always agree.
     private:
         ``False`` runs non-private TS (exact posterior, no ledger, no clipping).
     ledger:
@@ -275,43 +408,32 @@ def dp_thompson_sampling(
     rng:
         the only source of randomness.
     """
-    import xarray as xr
 
+    func = "dp_thompson_sampling"
+    kernel_scale = renamed("sigma", "kernel_scale", deprecated, kernel_scale, func=func)
+    kernel_scale = 1.0 if kernel_scale is None else kernel_scale
+    y_bounds = bounds_from_centred("y_bound", deprecated, y_bounds, prior_mean, func=func)
+    reject_unexpected(deprecated, func=func)
+    y_bounds = (prior_mean - 1.0, prior_mean + 1.0) if y_bounds is None else y_bounds
+    y_lower, y_upper, M_Y = centred_bound(y_bounds, prior_mean)
     rng = check_rng(rng)
-    X0 = check_finite_array(X_init, "X_init", ndim=2)
+    X0, lower, upper, fixed_cand, n_cand = check_loop_inputs(X_init, domain, n_rounds, candidates)
     d = X0.shape[1]
-    lower, upper = _box(domain, d)
-    if len(X0) < 1:
-        raise ValueError("X_init needs at least one public initial input.")
-    if np.any(X0 < lower) or np.any(X0 > upper):
-        raise ValueError("X_init must lie inside the public domain.")
-    if int(n_rounds) != n_rounds or n_rounds < 0:
-        raise ValueError(f"n_rounds must be a non-negative integer, got {n_rounds!r}.")
     noise_sd = check_positive(noise_sd, "noise_sd")
-    sigma = check_positive(sigma, "sigma")
+    kernel_scale = check_positive(kernel_scale, "kernel_scale")
     if private:
         if ledger is None:
             raise ValueError("private=True needs a Ledger with the privacy budget.")
         delta = check_delta(ledger.delta if delta is None else delta)
-    if isinstance(candidates, int | np.integer):
-        if candidates < 1:
-            raise ValueError("candidates must be a positive number or a (k, d) array.")
-        fixed_cand = None
-        n_cand = int(candidates)
-    else:
-        fixed_cand = check_finite_array(candidates, "candidates", ndim=2)
-        if fixed_cand.shape[1] != d:
-            raise ValueError(f"candidates must have {d} column(s).")
-        n_cand = len(fixed_cand)
 
     fill = float(prior_mean) if private else None
     y0 = _observe(objective, X0, fill)
-    model = gp_regression(X0, y0, cov_func, sigma=noise_sd, mean=prior_mean, mean_is_public=True)
+    model = gp_regression(X0, y0, cov_func, noise_sd=noise_sd, mean=prior_mean, mean_is_public=True)
     base = model.public_gp()
-    r2 = base.noise_var / sigma**2
+    r2 = base.noise_var / kernel_scale**2
     if private and kappa is None:
         kappa = kernel_lower_bound(
-            lambda A, B: base.kernel(A, B) / sigma**2, np.column_stack([lower, upper])
+            lambda A, B: base.kernel(A, B) / kernel_scale**2, np.column_stack([lower, upper])
         )
     X_all, y_all = X0.copy(), y0.copy()
 
@@ -343,12 +465,13 @@ def dp_thompson_sampling(
                     assert ledger is not None and delta is not None and kappa is not None
                     bound = SamplePathBound(
                         n=n,
-                        sigma=sigma,
+                        kernel_scale=kernel_scale,
                         r2=r2,
-                        y_bound=y_bound,
+                        M_Y=M_Y,
                         kappa=float(kappa),
                         eta=eta,
                         kernel_class=kernel_class,
+                        sensitivity=sensitivity,
                     )
                     event = bound.event(1, label=f"Thompson round path (n={n})")
                     if not ledger.can_afford(event):
@@ -358,14 +481,15 @@ def dp_thompson_sampling(
                     release = sample_path_release(
                         data,
                         X_c,
-                        n_paths=1,
-                        sigma=sigma,
-                        y_bound=y_bound,
+                        n_draws=1,
+                        kernel_scale=kernel_scale,
+                        y_bounds=(y_lower, y_upper),
                         delta=delta,
                         kappa=float(kappa),
                         domain=np.column_stack([lower, upper]),
                         eta=eta,
                         kernel_class=kernel_class,
+                        sensitivity=sensitivity,
                         ledger=ledger,
                         rng=rng,
                         clip="warn",
@@ -415,18 +539,15 @@ def dp_thompson_sampling(
         except KeyboardInterrupt:
             stop = "interrupted"
 
-    R = len(rows["x_chosen"])
-    x_ch = np.asarray(rows["x_chosen"], float).reshape(R, d)
-    coords = {"round": np.arange(R), "input_dim": np.arange(d)}
     attrs: dict[str, Any] = {
         "mechanism": "sample_path Thompson sampling" if private else "non-private Thompson",
         "privacy_model": "full (queried inputs and observed values private)" if private else "none",
         "stop_reason": stop,
         "n_rounds_requested": int(n_rounds),
-        "n_rounds_completed": R,
+        "n_rounds_completed": len(rows["x_chosen"]),
         "noise_sd": noise_sd,
-        "sigma": sigma,
-        "y_bound": y_bound,
+        "kernel_scale": kernel_scale,
+        "y_bounds": [y_lower, y_upper],
         "eta": eta,
         "kernel_class": kernel_class,
         "kernel": base.description,
@@ -444,29 +565,21 @@ def dp_thompson_sampling(
                 "epsilon_spent_total": float(ledger.epsilon()),
             }
         )
-    trace = xr.Dataset(
+    idata = trace_inference_data(
+        rows,
         {
-            "x_chosen": (("round", "input_dim"), x_ch),
-            "f_path_at_chosen": (("round",), np.asarray(rows["f_path_at_chosen"], float)),
-            "epsilon_round": (("round",), np.asarray(rows["epsilon_round"], float)),
-            "epsilon_cumulative": (("round",), np.asarray(rows["epsilon_cumulative"], float)),
-            "n_data": (("round",), np.asarray(rows["n_data"], np.int64)),
-            "alpha_max": (("round",), np.asarray(rows["alpha_max"], float)),
-            "event": (("round",), np.asarray(rows["event"], dtype=str)),
+            "f_path_at_chosen": float,
+            "epsilon_round": float,
+            "epsilon_cumulative": float,
+            "n_data": np.int64,
+            "alpha_max": float,
+            "event": str,
         },
-        coords=coords,
-        attrs=attrs,
+        X0,
+        lower,
+        upper,
+        attrs,
     )
-    const = xr.Dataset(
-        {
-            "X_init": (("init", "input_dim"), X0),
-            "domain_lower": (("input_dim",), lower),
-            "domain_upper": (("input_dim",), upper),
-        },
-        coords={"init": np.arange(len(X0)), "input_dim": np.arange(d)},
-        attrs=attrs,
-    )
-    idata = make_inference_data({"constant_data": const, "thompson": trace})
     owner = OwnerRecord(X=X_all, y=y_all, n_init=len(X0))
     return ThompsonResult(
         idata=idata,

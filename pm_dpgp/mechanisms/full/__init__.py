@@ -1,10 +1,10 @@
 """Full-privacy mechanisms: one whole record (x_i, y_i) may change.
 
-* :func:`~pm_dpgp.mechanisms.full.noise_aware.noise_aware_release` and
-  :func:`~pm_dpgp.mechanisms.full.dirichlet.dirichlet_release`: Gaussian noise on the
+* ``noise_aware_release`` and
+  ``dirichlet_release``: Gaussian noise on the
   clipped sufficient statistics of a sparse GP, then the noise-aware posterior
   (Honkela et al., docs/noise_aware.md);
-* :func:`~pm_dpgp.mechanisms.full.sample_path.sample_path_release`: posterior sample
+* ``sample_path_release``: posterior sample
   paths as a Gaussian mechanism in function space (Maciazek, docs/sample_paths.md).
 """
 

@@ -17,12 +17,12 @@ prior mean).
 
 **Privacy accounting.**  Replacing one record ``(x, l)`` changes the statistics of *every*
 class.  All ``C`` statistics are released by one Gaussian mechanism on their concatenation
-(whitened as in :mod:`~pm_dpgp.mechanisms.full.noise_aware`), whose L2 sensitivity is computed
+(whitened as in ``noise_aware``), whose L2 sensitivity is computed
 jointly: the inner product ``t = ⟨k, k'⟩`` is common to all classes, and the per-class values
 ``(ω r, ω)`` of the two records are known up to which classes are ``l`` and ``l'``, so
 ``Δ² = max_{same/different label} max_t Σ_c (…)``
-(:func:`~pm_dpgp.mechanisms.full.noise_aware.worst_case_sensitivity`).  One
-:class:`~pm_dpgp.accounting.GaussianEvent` with multiplier ``σ_a/Δ`` is exactly the
+(``worst_case_sensitivity``).  One
+``GaussianEvent`` with multiplier ``σ_a/Δ`` is exactly the
 Gaussian-DP composition of the per-class releases (``μ = Δ/σ_a``), and the joint ``Δ`` is never
 larger than ``√C`` times the per-class sensitivity (what one event per class would charge),
 because the worst case cannot occur in all classes at once.
@@ -41,6 +41,7 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from pm_dpgp._progress import progress_bar
 from pm_dpgp._validation import (
     check_delta,
     check_epsilon,
@@ -97,7 +98,7 @@ def dirichlet_sensitivity(
     Records contribute ``a = ω r``, ``w = ω`` per class (``ω_in = 1``,
     ``ω_out = σ²_in/σ²_out``, ``r = ỹ − μ``).  Two cases: same label (``l = l'``, only ``x``
     changes) and different labels; ``Δ`` is the larger
-    :func:`~pm_dpgp.mechanisms.full.noise_aware.worst_case_sensitivity` (``t ≥ 0`` when the kernel
+    ``worst_case_sensitivity`` (``t ≥ 0`` when the kernel
     is non-negative).
     """
     C = check_n_classes(n_classes)
@@ -172,15 +173,16 @@ def dirichlet_release(
     rng: np.random.Generator | None = None,
     z_is_public: bool | None = None,
     chunk_size: int | None = None,
+    progressbar: bool = False,
 ) -> DirichletRelease:
     r"""(ε, δ)-DP Dirichlet-based GP classifier: one noise-aware DP ``q(u_c)`` per class.
 
     Parameters
     ----------
     model
-        A :func:`~pm_dpgp.models.dirichlet_gp_classification` model (its ``X``, labels,
+        A ``dirichlet_gp_classification`` model (its ``X``, labels,
         ``C``, ``α_ε`` and prior mean are the defaults), or any sparse model /
-        :class:`PublicSparseGP` giving the public ``Z`` and kernel shared by all classes (its
+        ``PublicSparseGP`` giving the public ``Z`` and kernel shared by all classes (its
         noise variance is not used: the noise comes from eq. 21).
     data
         ``(X, labels)`` arrays, Dask arrays, or an iterable of chunks; ``labels`` integers in
@@ -194,8 +196,8 @@ def dirichlet_release(
         ``(ỹ_in + (C−1) ỹ_out)/C`` (the targets' mean under uniform class frequencies — a
         function of ``C`` and ``α_ε`` only).
     epsilon, delta, ratio, kernel_norm, rho, variant, s22_form, calibration, ledger, rng,
-    z_is_public, chunk_size
-        As in :func:`~pm_dpgp.mechanisms.full.noise_aware.noise_aware_release`.  The ledger is
+    z_is_public, chunk_size, progressbar
+        As in ``noise_aware_release``.  The ledger is
         charged once (joint mechanism over all classes) before any noise is drawn.
     """
     public = _as_public(model, hyperparameters)
@@ -261,61 +263,67 @@ def dirichlet_release(
         W = np.where(onehot, 1.0, w_out)
         return Xa[ok], R, W, np.array([float(Xa.shape[0])])
 
-    stats = sufficient_statistics(
-        public.kernel_private,
-        Z,
-        data,
-        preprocess=preprocess,
-        n_targets=C,
-        n_extras=1,
-        chunk_size=chunk_size,
-    )
-    if stats.extras[0] == 0:  # the number of records is public
-        raise ValueError("the data contain no records; pass at least one (x, label) record.")
-    # public settings only (n is public under replace-one neighbours), before any spend
-    warn_public_settings(epsilon=epsilon, delta=delta, n_records=int(stats.extras[0]))
-    return _account_draw_release(
-        DirichletRelease,
-        public,
-        stats,
-        mechanism="noise_aware_dirichlet_gp" if variant == "noise_aware" else "naive_dirichlet_gp",
-        label=f"noise-aware DP Dirichlet GP classification, {C} classes (Honkela §5)",
-        prior_mean=mu,
-        noise_var=None,
-        output_names=tuple(f"class_{k}" for k in range(C)),
-        bound=bound,
-        epsilon=epsilon,
-        delta=delta,
-        Delta=Delta,
-        sigma_a=sigma_a,
-        sigma_b=sigma_b,
-        ratio=c,
-        lam=lam,
-        rho=float(rho),
-        R_y=R_y,
-        scale=scale,
-        variant=variant,
-        s22_form=s22_form,
-        calibration=calibration,
-        ledger=ledger,
-        rng=rng,
-        plan=plan,
-        sensitivity_equation=(
-            "joint over all classes (docs/noise_aware.md): max over same/different label of "
-            "max_t sum_c [(a_c^2 + a_c'^2) Rk^2 + c^2 (w_c^2 + w_c'^2) Rk^4 - 2 t a_c a_c' "
-            "- 2 c^2 t^2 w_c w_c']"
-        ),
-        noise_model="heteroscedastic Dirichlet (Milios et al. 2018; Honkela eq. 21, App. D)",
-        noise_var_floor=tg.var_in,
-        n_classes=C,
-        alpha_epsilon=tg.alpha_epsilon,
-        dirichlet_targets={
-            "y_in": tg.y_in,
-            "y_out": tg.y_out,
-            "var_in": tg.var_in,
-            "var_out": tg.var_out,
-        },
-        per_class_sensitivity=per_class,
-        sqrt_C_times_per_class=math.sqrt(C) * per_class,
-        composition="one joint Gaussian mechanism over all classes (one ledger event)",
-    )
+    with progress_bar(2, "Dirichlet release", enabled=progressbar) as bar:
+        stats = sufficient_statistics(
+            public.kernel_private,
+            Z,
+            data,
+            preprocess=preprocess,
+            n_targets=C,
+            n_extras=1,
+            chunk_size=chunk_size,
+        )
+        if stats.extras[0] == 0:  # the number of records is public
+            raise ValueError("the data contain no records; pass at least one (x, label) record.")
+        bar.advance("statistics")
+        # public settings only (n is public under replace-one neighbours), before any spend
+        warn_public_settings(epsilon=epsilon, delta=delta, n_records=int(stats.extras[0]))
+        release = _account_draw_release(
+            DirichletRelease,
+            public,
+            stats,
+            mechanism="noise_aware_dirichlet_gp"
+            if variant == "noise_aware"
+            else "naive_dirichlet_gp",
+            label=f"noise-aware DP Dirichlet GP classification, {C} classes (Honkela §5)",
+            prior_mean=mu,
+            noise_var=None,
+            output_names=tuple(f"class_{k}" for k in range(C)),
+            bound=bound,
+            epsilon=epsilon,
+            delta=delta,
+            Delta=Delta,
+            sigma_a=sigma_a,
+            sigma_b=sigma_b,
+            ratio=c,
+            lam=lam,
+            rho=float(rho),
+            R_y=R_y,
+            scale=scale,
+            variant=variant,
+            s22_form=s22_form,
+            calibration=calibration,
+            ledger=ledger,
+            rng=rng,
+            plan=plan,
+            sensitivity_equation=(
+                "joint over all classes (docs/noise_aware.md): max over same/different label of "
+                "max_t sum_c [(a_c^2 + a_c'^2) Rk^2 + c^2 (w_c^2 + w_c'^2) Rk^4 - 2 t a_c a_c' "
+                "- 2 c^2 t^2 w_c w_c']"
+            ),
+            noise_model="heteroscedastic Dirichlet (Milios et al. 2018; Honkela eq. 21, App. D)",
+            noise_var_floor=tg.var_in,
+            n_classes=C,
+            alpha_epsilon=tg.alpha_epsilon,
+            dirichlet_targets={
+                "y_in": tg.y_in,
+                "y_out": tg.y_out,
+                "var_in": tg.var_in,
+                "var_out": tg.var_out,
+            },
+            per_class_sensitivity=per_class,
+            sqrt_C_times_per_class=math.sqrt(C) * per_class,
+            composition="one joint Gaussian mechanism over all classes (one ledger event)",
+        )
+        bar.advance("noise drawn")
+    return release

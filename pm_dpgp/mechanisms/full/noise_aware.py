@@ -1,6 +1,7 @@
 r"""Noise-aware DP sparse GP with inputs AND outputs private (Honkela 2024, §3, App. A, D).
 
-Privacy model: **full** (REFERENCE §1).  Neighbouring datasets differ by replacing one record
+Privacy model: **full** (``docs/privacy_model.md``).  Neighbouring datasets differ by replacing one
+record
 ``(x, y)`` (both private).  Public: inducing inputs ``Z``, kernel and hyperparameters, noise
 variance (or a lower bound on heteroscedastic noise variances), prior mean ``μ`` and the
 response bound ``R_y`` with ``|y − μ| ≤ R_y`` after clipping.
@@ -21,7 +22,7 @@ noise ``σ_a`` and L2 sensitivity (eq. 6, derived in ``docs/noise_aware.md``)
 
 the right-hand side being the paper's eq. (6); both agree when ``R_y² ≤ 2c²R_k²``.
 ``σ_a`` is the analytic Gaussian calibration (Balle & Wang 2018) for (ε, δ) and Δ, and the
-ledger records one :class:`~pm_dpgp.accounting.GaussianEvent` with noise multiplier σ_a/Δ
+ledger records one ``GaussianEvent`` with noise multiplier σ_a/Δ
 **before** any noise is drawn.
 
 Everything after the noisy statistics is post-processing (no privacy cost): with scale
@@ -36,16 +37,15 @@ Everything after the noisy statistics is post-processing (no privacy cost): with
 * ``S₂,₂`` (``s22_form="eq14"``): eq. (14) as printed, which treats ``(E_b)_ij`` and
   ``(E_b)_ji`` as independent and so drops the cross terms: ``G diag(s⁴σ_b²(‖w‖² + wᵢ²)/2) Gᵀ``.
 
-Both closed forms cost O(|Z|³); :func:`noise_correction_reference` evaluates the literal sums
+Both closed forms cost O(|Z|³); ``noise_correction_reference`` evaluates the literal sums
 (O(|Z|⁵)) for tests.  ``variant="naive"`` omits ``S₂`` (the paper's Fig. 2 comparison).
-Predictions anywhere (eq. 17) are post-processing: :meth:`SparseQuRelease.predict`.
+Predictions anywhere (eq. 17) are post-processing: ``SparseQuRelease.predict``.
 """
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
@@ -53,14 +53,20 @@ import numpy as np
 import scipy.linalg as sla
 from numpy.typing import ArrayLike, NDArray
 
-from pm_dpgp import __version__
+from pm_dpgp._progress import progress_bar
 from pm_dpgp._validation import (
+    bounds_from_centred,
+    centred_bound,
     check_clip_option,
     check_delta,
     check_epsilon,
     check_positive,
+    check_rng,
     finite_rows,
     private_array,
+    reject_unexpected,
+    renamed,
+    require,
     warn_public_settings,
 )
 from pm_dpgp.accounting import GaussianEvent, Ledger, PrivacyEvent
@@ -68,6 +74,7 @@ from pm_dpgp.gp.linalg import jittered_cholesky
 from pm_dpgp.gp.sparse import (
     SufficientStatistics,
     predict_from_qu,
+    sample_from_qu,
     sufficient_statistics,
 )
 from pm_dpgp.mechanisms.gaussian import gaussian_sigma
@@ -80,7 +87,7 @@ from pm_dpgp.mechanisms.noise import (
     simulation_rng,
 )
 from pm_dpgp.models.sparse import PublicSparseGP, SparseGPRegression
-from pm_dpgp.release import _jsonable
+from pm_dpgp.release import flat_attrs
 
 __all__ = [
     "DPQu",
@@ -254,14 +261,15 @@ def kernel_norm_bound(
 
 
 # =========================================================================== sensitivity
-def eq6_sensitivity(y_bound: float, R_k: float, ratio: float = 1.0) -> float:
+def eq6_sensitivity(
+    R_y: float | None = None, R_k: float | None = None, ratio: float = 1.0, **deprecated: Any
+) -> float:
     r"""Honkela (2024) eq. (6) as printed, with ``c = σ_a/σ_b`` = ``ratio``:
 
-    ``Δ = √(R_y⁴/(2c²) + 2R_y²R_k² + 2c²R_k⁴)``.
+    ``Δ = √(R_y⁴/(2c²) + 2R_y²R_k² + 2c²R_k⁴)`` (``R_y`` was ``y_bound``, deprecated).
     """
-    Ry, Rk, c = (
-        check_positive(v, n) for v, n in ((y_bound, "y_bound"), (R_k, "R_k"), (ratio, "ratio"))
-    )
+    R_y = _centred_bound_argument(R_y, deprecated, "eq6_sensitivity")
+    Ry, Rk, c = (check_positive(v, n) for v, n in ((R_y, "R_y"), (R_k, "R_k"), (ratio, "ratio")))
     return math.sqrt(Ry**4 / (2 * c * c) + 2 * Ry**2 * Rk**2 + 2 * c * c * Rk**4)
 
 
@@ -294,7 +302,16 @@ def worst_case_sensitivity(
     return math.sqrt(max(const + lin * t - quad * t * t, 0.0))
 
 
-def l2_sensitivity(y_bound: float, R_k: float, ratio: float = 1.0) -> float:
+def _centred_bound_argument(R_y: Any, deprecated: dict[str, Any], func: str) -> Any:
+    """``R_y``, taking the deprecated ``y_bound=`` (the same centred bound, issue 14)."""
+    R_y = renamed("y_bound", "R_y", deprecated, R_y, func=func, stacklevel=4)
+    reject_unexpected(deprecated, func=func)
+    return require(R_y, "R_y", func=func)
+
+
+def l2_sensitivity(
+    R_y: float | None = None, R_k: float | None = None, ratio: float = 1.0, **deprecated: Any
+) -> float:
     r"""L2 sensitivity Δ of ``(A, c B̂)`` under replace-one ``(x, y)`` (Honkela eq. 6, App. A).
 
     For records with ``|r| ≤ R_y``, ``‖k‖ ≤ R_k`` and weights ``ω ∈ (0, 1]``:
@@ -303,9 +320,10 @@ def l2_sensitivity(y_bound: float, R_k: float, ratio: float = 1.0) -> float:
 
     The maximiser is ``s* = min(R_y²/(2c²), R_k²)``; when ``R_y² ≤ 2c²R_k²`` this is exactly
     eq. (6), otherwise smaller (eq. 6 lets ``|⟨k, k'⟩|`` exceed ``R_k²``).  Always
-    ``≤`` :func:`eq6_sensitivity`.  Derivation in ``docs/noise_aware.md``.
+    ``≤`` ``eq6_sensitivity``.  Derivation in ``docs/noise_aware.md``.  ``R_y`` was
+    ``y_bound`` (deprecated); a release derives it from ``y_bounds`` and the prior mean.
     """
-    Ry = check_positive(y_bound, "y_bound")
+    Ry = check_positive(_centred_bound_argument(R_y, deprecated, "l2_sensitivity"), "R_y")
     Rk = check_positive(R_k, "R_k")
     c = check_positive(ratio, "ratio")
     s = min(Ry * Ry / (2.0 * c * c), Rk * Rk)
@@ -322,7 +340,7 @@ def regularisation_lambda(
     ρ is the intended failure probability of ``K + s(B + E_b) + λI`` being indefinite (paper
     default 0.01).  See ``docs/noise_aware.md`` for how this compares with a matrix-Gaussian
     tail bound; positive definiteness is in any case enforced after the fact by
-    :func:`dp_qu` (post-processing).
+    ``dp_qu`` (post-processing).
     """
     sigma_b = check_positive(sigma_b, "sigma_b", allow_zero=True)
     scale = check_positive(scale, "scale")
@@ -349,7 +367,7 @@ def upper_vector(B: ArrayLike) -> NDArray[np.float64]:
 
 
 def symmetric_from_upper(v: ArrayLike, M: int) -> NDArray[np.float64]:
-    """Inverse of :func:`upper_vector`: the symmetric matrix (off-diagonals divided by √2)."""
+    """Inverse of ``upper_vector``: the symmetric matrix (off-diagonals divided by √2)."""
     varr = np.asarray(v, dtype=np.float64)
     out = np.zeros((*varr.shape[:-1], M, M))
     idx = np.arange(M)
@@ -472,7 +490,7 @@ def dp_qu(
     privacy; ``lam_used`` records it.  ``m = s K P⁻¹ ã`` and ``S₁ = K P⁻¹ K`` are computed in
     the whitened form ``K = L Lᵀ``, ``Λ = I + L⁻¹(sB̃ + λI)L⁻ᵀ`` (as PyMC's ``MarginalApprox``:
     accurate when ``K + sB`` is ill-conditioned, ``S₁`` PSD by construction), and ``S₂`` from
-    :func:`noise_correction` with ``H = P⁻¹K``, ``w = P⁻¹ã``.  With zero noise and ``λ = 0``
+    ``noise_correction`` with ``H = P⁻¹K``, ``w = P⁻¹ã``.  With zero noise and ``λ = 0``
     this is Titsias' q(u) (eq. 2).
     """
     K = np.asarray(Kzz, dtype=np.float64)
@@ -518,7 +536,7 @@ class SparseQuRelease:
     Holds only public and DP content: ``Z``, the DP ``u_mean`` ``(T, M)`` (prior mean
     included) and ``u_cov`` ``(T, M, M)``, the public kernel (to predict anywhere, eq. 17),
     the public prior mean and noise variance, and the privacy metadata.  ``T = 1`` for
-    regression (then :attr:`m` and :attr:`S` are ``(M,)`` and ``(M, M)``), the number of
+    regression (then ``m`` and ``S`` are ``(M,)`` and ``(M, M)``), the number of
     classes for Dirichlet classification.
     """
 
@@ -596,90 +614,149 @@ class SparseQuRelease:
 
     def attrs(self) -> dict[str, Any]:
         """Metadata flattened for netCDF (scalars/strings kept, the rest JSON), as in release.py."""
-        out: dict[str, Any] = {"mechanism": self.mechanism, "pm_dpgp_version": __version__}
-        for key, value in self.metadata.items():
-            value = _jsonable(value)
-            if value is None:
-                out[key] = "none"
-            elif isinstance(value, bool):
-                out[key] = int(value)
-            elif isinstance(value, str | int | float):
-                out[key] = value
-            else:
-                out[key] = json.dumps(value)
-        return out
+        return flat_attrs(self.mechanism, self.metadata)
 
-    def to_inference_data(self, X_star: ArrayLike | None = None) -> Any:
-        """ArviZ ``InferenceData`` of the release (see :func:`sparse_qu_to_inference_data`)."""
-        return sparse_qu_to_inference_data(self, X_star)
+    def sample_f(
+        self,
+        X_star: ArrayLike | None,
+        n_draws: int = 1000,
+        rng: np.random.Generator | None = None,
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64] | None]:
+        r"""Draws ``u ~ q(u)`` and ``f(X*) | u`` from the DP ``q`` (post-processing, free).
+
+        Returns ``(u, f)``: ``u`` of shape ``(n_draws, M)`` (``(n_draws, T, M)`` for ``T``
+        outputs) and ``f`` of shape ``(n_draws, n)`` / ``(n_draws, T, n)``, marginally the
+        predictive of Honkela (2024, eq. 17) (``pm_dpgp.gp.sparse.sample_from_qu``);
+        ``f`` is ``None`` when ``X_star`` is ``None``.  Any number of draws costs no privacy:
+        they are a function of the released ``q(u)`` and public quantities only.  ``rng``
+        ``None`` uses fresh OS entropy (the draws are public post-processing either way).
+        """
+        if self._kernel is None or self._kernel_diag is None:
+            raise ValueError("this release carries no kernel; rebuild it with the public kernel.")
+        n = _check_n_draws(n_draws)
+        Kzv = Kvv = None
+        if X_star is not None:
+            Xs = _as_inputs(X_star, self.Z.shape[1])
+            Kzv, Kvv = self._kernel(self.Z, Xs), self._kernel(Xs)
+        u, f = _sample_centred(self, Kzv, Kvv, n, check_rng(rng))
+        if self.n_outputs == 1:
+            return u[:, 0], (None if f is None else f[:, 0])
+        return u, f
+
+    def to_inference_data(
+        self,
+        X_star: ArrayLike | None = None,
+        *,
+        n_draws: int = 1000,
+        rng: np.random.Generator | None = None,
+        var_name: str = "f",
+        dims: Mapping[str, Sequence[str]] | None = None,
+        coords: Mapping[str, ArrayLike] | None = None,
+        observed_data: Mapping[str, ArrayLike] | None = None,
+        observed_is_public: bool = False,
+        predictive_sd: float | None = None,
+    ) -> Any:
+        """Store the release as ``InferenceData`` / ``DataTree`` (``pm_dpgp.compat``).
+
+        * ``posterior`` (one chain, ``n_draws`` draws of the DP ``q`` by ``sample_f``;
+          free post-processing): ``u`` dims ``(chain, draw, [output,] inducing)``; with ``X_star``
+          also ``var_name`` (``"f"``) dims ``(chain, draw, [output,] x_star)``, and for ``T > 1``
+          outputs (Dirichlet classification) ``p``, the softmax of ``f`` over ``output`` (class
+          probabilities, Milios et al. 2018, §4).  ``dims``/``coords`` rename and label dims
+          PyMC-style, e.g. ``dims={"f": ["age"]}, coords={"age": X_star[:, 0]}``.
+        * ``posterior_predictive`` (with ``X_star``, one output): ``y = f + e``,
+          ``e ~ N(0, σ²)`` with the public noise variance of the release (or ``predictive_sd``).
+        * ``observed_data``: a PUBLIC hold-out set at ``X_star`` (``observed_is_public=True``).
+        * ``dp_parameters``: the released ``u_mean`` (``[output,] inducing``) and ``u_cov``
+          (``[output,] inducing, inducing_``), and with ``X_star`` the exact predictive
+          ``f_mean``, ``f_var`` (Honkela 2024, eq. 17).
+        * ``constant_data``: the public ``Z`` (dims ``inducing, input_dim``) and ``X_star``.
+        * attrs of every group: the privacy metadata (nested values as JSON strings).
+        """
+        import xarray as xr
+
+        from pm_dpgp.release import draws_to_inference_data
+
+        Z = self.Z
+        M, d = Z.shape
+        multi = self.n_outputs > 1
+        od: tuple[str, ...] = ("output",) if multi else ()
+        default_coords: dict[str, Any] = {
+            "inducing": Z[:, 0] if d == 1 else np.arange(M),
+            "inducing_": Z[:, 0] if d == 1 else np.arange(M),
+        }
+        if multi:
+            default_coords["output"] = list(self.output_names)
+        Xs = None if X_star is None else _as_inputs(X_star, d)
+        u, f = self.sample_f(Xs, n_draws, rng)
+        draws: dict[str, Any] = {"u": ((*od, "inducing"), u)}
+        params: dict[str, Any] = {
+            "u_mean": ((*od, "inducing"), self.u_mean if multi else self.u_mean[0]),
+            "u_cov": ((*od, "inducing", "inducing_"), self.u_cov if multi else self.u_cov[0]),
+        }
+        const: dict[str, Any] = {"Z": (("inducing", "input_dim"), Z)}
+        sd = predictive_sd
+        if Xs is not None:
+            assert f is not None
+            draws = {var_name: ((*od, "x_star"), f), **draws}
+            if multi:
+                e = np.exp(f - f.max(axis=1, keepdims=True))
+                draws["p"] = ((*od, "x_star"), e / e.sum(axis=1, keepdims=True))
+            mu, var = self.predict(Xs)
+            params["f_mean"] = ((*od, "x_star"), mu)
+            params["f_var"] = ((*od, "x_star"), var)
+            const["X_star"] = (("x_star", "input_dim"), Xs)
+            if sd is None and not multi and self.noise_var is not None:
+                sd = math.sqrt(self.noise_var)
+        return draws_to_inference_data(
+            draws,
+            X_star=Xs,
+            attrs=self.attrs(),
+            constant_data=xr.Dataset(const),
+            extra_groups={"dp_parameters": xr.Dataset(params)},
+            default_coords=default_coords,
+            dims=dims,
+            coords=coords,
+            observed_data=observed_data,
+            observed_is_public=observed_is_public,
+            predictive_sd=sd if Xs is not None else None,
+            predictive_of=var_name if Xs is not None else None,
+            rng=rng,
+        )
 
 
 _R = TypeVar("_R", bound=SparseQuRelease)
 
 
-def sparse_qu_to_inference_data(release: SparseQuRelease, X_star: ArrayLike | None = None) -> Any:
-    """Store a :class:`SparseQuRelease` as ``InferenceData`` / ``DataTree`` (:mod:`pm_dpgp.compat`).
+def _check_n_draws(n_draws: Any) -> int:
+    if isinstance(n_draws, bool) or not isinstance(n_draws, int | np.integer) or n_draws < 1:
+        raise ValueError(f"n_draws must be a positive integer, got {n_draws!r}; pass e.g. 1000.")
+    return int(n_draws)
 
-    * ``posterior``: ``u_mean`` dims ``(chain, draw, [output,] inducing)`` and ``u_cov`` dims
-      ``(chain, draw, [output,] inducing, inducing_)``, one chain and one draw (the DP release
-      is one point: the parameters of q(u)); the ``output`` dim only when ``T > 1``.
-    * ``constant_data``: the public ``Z`` (dims ``inducing, input_dim``) and ``X_star``.
-    * ``posterior_predictive`` (only with ``X_star``): ``f_mean`` and ``f_var`` (eq. 17,
-      post-processing) dims ``(chain, draw, [output,] x_star)``.
-    * attrs of every group: the privacy metadata (nested values as JSON strings).
-    """
-    import xarray as xr
 
-    from pm_dpgp.compat import make_inference_data
+def _as_inputs(X_star: ArrayLike, d: int) -> NDArray[np.float64]:
+    Xs = np.asarray(X_star, dtype=np.float64)
+    if Xs.ndim == 1:
+        Xs = Xs[:, None]
+    if Xs.ndim != 2 or Xs.shape[1] != d or not np.all(np.isfinite(Xs)):
+        raise ValueError(f"X_star must be finite with {d} column(s) like Z, got shape {Xs.shape}.")
+    return Xs
 
-    Z = release.Z
-    M, d = Z.shape
-    z_coord = Z[:, 0] if d == 1 else np.arange(M)
-    multi = release.n_outputs > 1
-    odims: tuple[str, ...] = ("output",) if multi else ()
-    coords: dict[str, Any] = {
-        "chain": [0],
-        "draw": [0],
-        "inducing": z_coord,
-        "inducing_": z_coord,
-    }
-    if multi:
-        coords["output"] = list(release.output_names)
-    um = release.u_mean if multi else release.u_mean[0]
-    uc = release.u_cov if multi else release.u_cov[0]
-    post = xr.Dataset(
-        {
-            "u_mean": (("chain", "draw", *odims, "inducing"), um[None, None]),
-            "u_cov": (("chain", "draw", *odims, "inducing", "inducing_"), uc[None, None]),
-        },
-        coords=coords,
-    )
-    const_vars: dict[str, Any] = {"Z": (("inducing", "input_dim"), Z)}
-    const_coords: dict[str, Any] = {"inducing": z_coord, "input_dim": np.arange(d)}
-    groups: dict[str, Any] = {}
-    if X_star is not None:
-        Xs = np.asarray(X_star, dtype=np.float64)
-        if Xs.ndim == 1:
-            Xs = Xs[:, None]
-        mu, var = release.predict(Xs)
-        x_coord = Xs[:, 0] if Xs.shape[1] == 1 else np.arange(Xs.shape[0])
-        pp_coords: dict[str, Any] = {"chain": [0], "draw": [0], "x_star": x_coord}
-        if multi:
-            pp_coords["output"] = list(release.output_names)
-        groups["posterior_predictive"] = xr.Dataset(
-            {
-                "f_mean": (("chain", "draw", *odims, "x_star"), np.asarray(mu)[None, None]),
-                "f_var": (("chain", "draw", *odims, "x_star"), np.asarray(var)[None, None]),
-            },
-            coords=pp_coords,
-        )
-        const_vars["X_star"] = (("x_star", "input_dim"), Xs)
-        const_coords["x_star"] = x_coord
-    const = xr.Dataset(const_vars, coords=const_coords)
-    attrs = release.attrs()
-    for ds in (post, const, *groups.values()):
-        ds.attrs.update(attrs)
-    return make_inference_data({"posterior": post, "constant_data": const, **groups})
+
+def _sample_centred(
+    release: SparseQuRelease, Kzv: Any, Kvv: Any, n: int, rng: np.random.Generator
+) -> tuple[NDArray[np.float64], NDArray[np.float64] | None]:
+    """``(u, f)`` draws ``(n, T, ·)`` around the per-output public prior mean."""
+    mu0 = release.prior_mean[:, None]
+    u, f = sample_from_qu(release._kzz(), release.u_mean - mu0, release.u_cov, Kzv, Kvv, n, rng)
+    return u + mu0[None], (None if f is None else f + mu0[None])
+
+
+def sparse_qu_to_inference_data(
+    release: SparseQuRelease, X_star: ArrayLike | None = None, **options: Any
+) -> Any:
+    """``release.to_inference_data(X_star, **options)`` (see the method)."""
+    return release.to_inference_data(X_star, **options)
 
 
 # =========================================================================== the mechanism
@@ -718,9 +795,9 @@ def _inputs_chunk(X: Any, d: int) -> tuple[NDArray[np.float64], NDArray[np.bool_
 
 
 def _residuals(
-    y: Any, n: int, mean: float, y_bound: float, name: str = "y"
+    y: Any, n: int, mean: float, y_bounds: tuple[float, float], name: str = "y"
 ) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
-    """Clipped residuals ``clip(y − μ, ±R_y)`` and the mask of finite responses.
+    """Residuals ``clip(y, lower, upper) − μ`` (so ``|r| ≤ R_y``) and the mask of finite ones.
 
     Nothing depends on the values beyond the record-wise clipping (``docs/errors.md``).
     """
@@ -728,8 +805,8 @@ def _residuals(
     if ya.shape[0] != n:
         raise ValueError(f"{name} has {ya.shape[0]} rows but X has {n}; pass one value per record.")
     ok = finite_rows(ya)
-    r = np.where(ok, ya - mean, 0.0)
-    return np.clip(r, -y_bound, y_bound), ok
+    r = np.where(ok, np.clip(ya, *y_bounds) - mean, 0.0)
+    return r, ok
 
 
 def noise_aware_release(
@@ -738,7 +815,7 @@ def noise_aware_release(
     *,
     epsilon: float,
     delta: float,
-    y_bound: float,
+    y_bounds: tuple[float, float] | None = None,
     hyperparameters: dict[str, Any] | None = None,
     ratio: float = 1.0,
     kernel_norm: KernelNorm | float = "auto",
@@ -750,27 +827,33 @@ def noise_aware_release(
     ledger: Ledger | None = None,
     rng: np.random.Generator | None = None,
     clip: Literal["warn", "raise"] = "warn",
-    bound_is_public: bool = False,
+    bounds_are_public: bool = False,
     z_is_public: bool | None = None,
     chunk_size: int | None = None,
+    progressbar: bool = False,
+    **deprecated: Any,
 ) -> SparseQuRelease:
     r"""(ε, δ)-DP noise-aware sparse-GP posterior ``q(u)`` on public ``Z`` (Honkela Alg. 1).
 
     Parameters
     ----------
     model
-        :func:`~pm_dpgp.models.sparse_gp_regression` model (its ``X, y`` are used when
-        ``data`` is None) or a :class:`~pm_dpgp.models.PublicSparseGP`.
+        ``sparse_gp_regression`` model (its ``X, y`` are used when
+        ``data`` is None) or a ``PublicSparseGP``.
     data
         Private data: a tuple ``(X, y)`` of arrays, a tuple of Dask arrays, or an iterable of
         ``(X, y)`` chunks; with ``noise_var_floor``, ``(X, y, noise_var)`` (heteroscedastic,
         App. D).  Memory does not grow with ``n``
-        (see :func:`pm_dpgp.gp.sparse.sufficient_statistics`).
+        (see ``pm_dpgp.gp.sparse.sufficient_statistics``).
     epsilon, delta
         Privacy of the release, ε > 0, 0 < δ < 1.
-    y_bound
-        Public ``R_y``: responses are clipped to ``|y − μ| ≤ R_y`` (μ = public prior mean),
-        silently: how many were clipped depends on the private data (``docs/errors.md``).
+    y_bounds
+        Public range ``(lower, upper)`` of the responses; they are clipped to it, silently
+        (how many were clipped depends on the private data, ``docs/errors.md``).  Honkela's
+        ``R_y`` bounds the centred responses, ``|y − μ| ≤ R_y`` (μ = public prior mean), so
+        ``R_y = max(|lower − μ|, |upper − μ|)``: the half-width when μ is the midpoint (choose
+        the prior mean there for the least noise).  Formerly ``y_bound=R``, i.e.
+        ``y_bounds=(μ − R, μ + R)``.
         Records with a non-finite input, response or noise variance are dropped (they
         contribute zero); nothing reports whether that happened.
     hyperparameters
@@ -779,7 +862,7 @@ def noise_aware_release(
         ``c = σ_a/σ_b`` (paper: 1).
     kernel_norm
         ``R_k`` rule: ``"auto"``, ``"eq4"``, ``"eq7"``, ``"eq8"`` or a public float
-        (:func:`kernel_norm_bound`).
+        (``kernel_norm_bound``).
     rho
         Failure probability in λ of eq. (10) (paper: 0.01).
     variant
@@ -792,8 +875,8 @@ def noise_aware_release(
     calibration
         ``"analytic"`` (Balle & Wang 2018) or ``"classic"`` (ε ≤ 1).
     ledger
-        Charged before any noise is drawn: one :class:`~pm_dpgp.accounting.ZCDPEvent` (secure
-        noise) or :class:`GaussianEvent` (multiplier σ_a/Δ; simulation).
+        Charged before any noise is drawn: one ``ZCDPEvent`` (secure
+        noise) or ``GaussianEvent`` (multiplier σ_a/Δ; simulation).
     rng
         ``None`` (default): secure noise, a discrete Gaussian release of the rounded whitened
         statistics ``(A, c B̂)`` by OpenDP from OS entropy (``docs/secure_noise.md``).  A NumPy
@@ -801,22 +884,28 @@ def noise_aware_release(
     clip
         ``"warn"`` (clip to the public bounds); ``"raise"`` is refused (its outcome would
         depend on the private data).
-    bound_is_public, z_is_public
-        Accepted for compatibility, not used: the bound and ``Z`` are never compared with
+    bounds_are_public, z_is_public
+        Accepted for compatibility, not used: the bounds and ``Z`` are never compared with
         the private data (a refusal that did would leak it).  The data owner can run
-        :func:`pm_dpgp.audit.check_public_choices` on their own data.
+        ``pm_dpgp.audit.check_public_choices`` on their own data.
+    progressbar
+        Show a progress bar over the stages (statistics, noise, posterior), as PyMC does.
 
     Returns
     -------
     SparseQuRelease
         DP ``m`` and ``S`` on ``Z`` with metadata; ``predict`` is free post-processing.
     """
-    del bound_is_public, z_is_public  # compatibility only: never compared with private data
+    func = "noise_aware_release"
+    renamed("bound_is_public", "bounds_are_public", deprecated, None, func=func)
+    del bounds_are_public, z_is_public  # compatibility only: never compared with private data
     public = _as_public(model, hyperparameters)
+    y_bounds = bounds_from_centred("y_bound", deprecated, y_bounds, public.mean, func=func)
+    reject_unexpected(deprecated, func=func)
+    y_lower, y_upper, R_y = centred_bound(require(y_bounds, "y_bounds", func=func), public.mean)
     data = _default_data(model, data)
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta)
-    R_y = check_positive(y_bound, "y_bound")
     c = check_positive(ratio, "ratio")
     if not (0.0 < float(rho) < 1.0):
         raise ValueError(f"rho must lie in (0, 1), got {rho!r}; pass e.g. rho=0.01.")
@@ -847,7 +936,7 @@ def noise_aware_release(
         # Records with a non-finite input, response or noise variance are dropped (they
         # contribute zero, within the sensitivity); nothing reports whether that happened.
         Xa, ok = _inputs_chunk(X, d)
-        r, ok_y = _residuals(y, Xa.shape[0], mu, R_y)
+        r, ok_y = _residuals(y, Xa.shape[0], mu, (y_lower, y_upper))
         ok &= ok_y
         rows = np.array([float(Xa.shape[0])])
         if not hetero:
@@ -869,61 +958,65 @@ def noise_aware_release(
         omega = floor / np.maximum(np.where(ok, va, floor), floor)  # clipped up to the floor
         return Xa[ok], r[ok, None], omega[ok, None], rows
 
-    stats = sufficient_statistics(
-        public.kernel_private,
-        Z,
-        data,
-        preprocess=preprocess,
-        n_targets=1,
-        n_extras=1,
-        chunk_size=chunk_size,
-    )
-    if stats.extras[0] == 0:  # the number of records is public
-        raise ValueError("the data contain no records; pass at least one (x, y) record.")
-    # public settings only (n is public under replace-one neighbours), before any spend
-    warn_public_settings(
-        epsilon=epsilon,
-        delta=delta,
-        n_records=int(stats.extras[0]),
-        range_width=2.0 * R_y,
-        prior_sd=float(np.sqrt(np.max(public.kernel_diag(Z)) + public.noise_var)),
-        range_name="2 * y_bound",
-    )
+    with progress_bar(2, "Noise-aware release", enabled=progressbar) as bar:
+        stats = sufficient_statistics(
+            public.kernel_private,
+            Z,
+            data,
+            preprocess=preprocess,
+            n_targets=1,
+            n_extras=1,
+            chunk_size=chunk_size,
+        )
+        if stats.extras[0] == 0:  # the number of records is public
+            raise ValueError("the data contain no records; pass at least one (x, y) record.")
+        bar.advance("statistics")
+        # public settings only (n is public under replace-one neighbours), before any spend
+        warn_public_settings(
+            epsilon=epsilon,
+            delta=delta,
+            n_records=int(stats.extras[0]),
+            range_width=y_upper - y_lower,
+            prior_sd=float(np.sqrt(np.max(public.kernel_diag(Z)) + public.noise_var)),
+            range_name="y_bounds",
+        )
 
-    # --- account, then draw -----------------------------------------------------------------
-    return _account_draw_release(
-        SparseQuRelease,
-        public,
-        stats,
-        mechanism="noise_aware_sparse_gp" if variant == "noise_aware" else "naive_dp_sparse_gp",
-        label="noise-aware DP sparse GP (Honkela)",
-        prior_mean=mu,
-        noise_var=None if hetero else public.noise_var,
-        output_names=("y",),
-        bound=bound,
-        epsilon=epsilon,
-        delta=delta,
-        Delta=Delta,
-        sigma_a=sigma_a,
-        sigma_b=sigma_b,
-        ratio=c,
-        lam=lam,
-        rho=float(rho),
-        R_y=R_y,
-        scale=scale,
-        variant=variant,
-        s22_form=s22_form,
-        calibration=calibration,
-        ledger=ledger,
-        rng=rng,
-        plan=plan,
-        sensitivity_equation=(
-            "Honkela eq. (6) (App. A, Lemma 5) with |<k, k'>| <= R_k^2: "
-            "D^2 = 2 Ry^2 Rk^2 + 2 c^2 Rk^4 + max_{0<=s<=Rk^2}(2 Ry^2 s - 2 c^2 s^2)"
-        ),
-        noise_model="heteroscedastic (App. D)" if hetero else "homoscedastic",
-        noise_var_floor=floor,
-    )
+        # --- account, then draw -----------------------------------------------------------------
+        release = _account_draw_release(
+            SparseQuRelease,
+            public,
+            stats,
+            mechanism="noise_aware_sparse_gp" if variant == "noise_aware" else "naive_dp_sparse_gp",
+            label="noise-aware DP sparse GP (Honkela)",
+            prior_mean=mu,
+            noise_var=None if hetero else public.noise_var,
+            output_names=("y",),
+            bound=bound,
+            epsilon=epsilon,
+            delta=delta,
+            Delta=Delta,
+            sigma_a=sigma_a,
+            sigma_b=sigma_b,
+            ratio=c,
+            lam=lam,
+            rho=float(rho),
+            R_y=R_y,
+            scale=scale,
+            variant=variant,
+            s22_form=s22_form,
+            calibration=calibration,
+            ledger=ledger,
+            rng=rng,
+            plan=plan,
+            sensitivity_equation=(
+                "Honkela eq. (6) (App. A, Lemma 5) with |<k, k'>| <= R_k^2: "
+                "D^2 = 2 Ry^2 Rk^2 + 2 c^2 Rk^4 + max_{0<=s<=Rk^2}(2 Ry^2 s - 2 c^2 s^2)"
+            ),
+            noise_model="heteroscedastic (App. D)" if hetero else "homoscedastic",
+            noise_var_floor=floor,
+        )
+        bar.advance("noise drawn")
+        return release
 
 
 def calibrate_statistics_noise(
@@ -941,7 +1034,7 @@ def calibrate_statistics_noise(
     Public only.  The whitened vector concatenates ``(A_t, c·B̂_t)`` over the ``n_outputs``
     outputs: ``n_outputs · (M + M(M+1)/2)`` coordinates with iid noise σ_a and L2 sensitivity
     Δ.  Simulation: σ_a from the analytic (or classic) Gaussian calibration; secure: the
-    discrete Gaussian plan of :func:`~pm_dpgp.mechanisms.noise.secure_plan`, σ_a = its σ.
+    discrete Gaussian plan of ``secure_plan``, σ_a = its σ.
     """
     if not secure:
         return gaussian_sigma(epsilon, delta, Delta, method=calibration), None
@@ -978,7 +1071,7 @@ def _privatise_secure(
     stats: SufficientStatistics, ratio: float, plan: DiscreteGaussianPlan
 ) -> list[tuple[NDArray[np.float64], NDArray[np.float64]]]:
     """Secure eq. (5) for all outputs at once: one discrete Gaussian release of
-    :func:`whitened_statistics`, mapped back to ``(ã_t, B̃_t)`` (post-processing)."""
+    ``whitened_statistics``, mapped back to ``(ã_t, B̃_t)`` (post-processing)."""
     M = stats.A.shape[0]
     width = M + M * (M + 1) // 2
     noisy = plan.release(whitened_statistics(stats, ratio), 1)[0]
@@ -1022,7 +1115,7 @@ def _account_draw_release(
 
     One joint Gaussian mechanism (multiplier ``σ_a/Δ``) on the statistics of all
     ``stats.A.shape[1]`` outputs; the ledger refuses before any noise is drawn.  ``metadata``
-    goes to :func:`_metadata` (``sensitivity_equation``, ``noise_model``, … and extras).
+    goes to ``_metadata`` (``sensitivity_equation``, ``noise_model``, … and extras).
     """
     event: PrivacyEvent
     if plan is None:
@@ -1128,7 +1221,8 @@ def _metadata(
     noise_var_floor: float | None,
     **extra: Any,
 ) -> dict[str, Any]:
-    """Privacy metadata of a noise-aware release (DESIGN "Rules"); public quantities only."""
+    """Privacy metadata of a noise-aware release (``docs/privacy_model.md``); public quantities
+    only."""
     md: dict[str, Any] = {
         "privacy_model": PRIVACY_MODEL,
         "neighbouring_relation": NEIGHBOURING_RELATION,
@@ -1145,7 +1239,7 @@ def _metadata(
         "lambda_equation": "Honkela eq. (10)" if noise_model == "homoscedastic" else "eq. (41)",
         "lambda_used": lam_used,
         "rho": rho,
-        "y_bound": R_y,
+        "R_y": R_y,
         "R_k": bound.R_k,
         "R_k_equation": bound.equation,
         "R_k_candidates": bound.candidates,

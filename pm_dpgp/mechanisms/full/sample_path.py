@@ -2,19 +2,19 @@
 
 Full privacy: inputs and outputs are private, neighbours replace one ``(x, y)``.
 The prior is ``f ~ GP(μ₀, σ² k)`` with ``k(x, x) ≤ 1`` and the observation noise
-variance is ``σ² r²`` (``r²`` the effective ridge), all public (REFERENCE §4).  The
+variance is ``σ² r²`` (``r²`` the effective ridge), all public (``docs/sample_paths.md``, §1).  The
 release is ``L`` independent draws of the posterior process, optionally plus
 ``η g`` with ``g ~ GP(0, k)`` independent (extra prior-GP noise).  Its Rényi-DP
-curve comes from :mod:`pm_dpgp.mechanisms.full.sample_path_bounds`; the ledger is
+curve comes from ``pm_dpgp.mechanisms.full.sample_path_bounds``; the ledger is
 charged before any path is drawn.
 
-The release is *function-valued*: :meth:`SamplePathRelease.evaluate` draws the
+The release is *function-valued*: ``SamplePathRelease.evaluate`` draws the
 released paths at new inputs conditionally on every value released so far, so
 the joint law of all values ever released is the posterior joint — this costs no
 extra privacy (the paths were released as whole functions; evaluating them is
 post-processing).  Only the data owner (curator) holds this object, because it
 needs the private data to condition; what is published is
-:meth:`SamplePathRelease.to_inference_data`.
+``SamplePathRelease.to_inference_data``.
 
 Randomness: with ``rng=None`` (default) the paths are drawn from a NumPy Generator seeded
 from OS entropy (``noise_source = "numpy_os_entropy"``); a Generator passed by the caller is
@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_FLOOR, Decimal
 from typing import Any, Literal
@@ -43,7 +44,10 @@ from numpy.typing import ArrayLike, NDArray
 from scipy.linalg import eigh, qr, solve_triangular
 from scipy.linalg.blas import dsyrk
 
+from pm_dpgp._progress import progress_bar
 from pm_dpgp._validation import (
+    bounds_from_centred,
+    centred_bound,
     check_clip_option,
     check_count,
     check_delta,
@@ -51,12 +55,17 @@ from pm_dpgp._validation import (
     check_finite_array,
     check_positive,
     check_rng,
+    reject_unexpected,
+    renamed,
+    require,
     warn_public_settings,
 )
 from pm_dpgp.accounting import BUDGET_RTOL, Ledger
 from pm_dpgp.gp.linalg import CholeskyError, fill_upper_from_lower, jittered_cholesky
 from pm_dpgp.mechanisms.full.sample_path_bounds import (
+    CovBound,
     SamplePathBound,
+    Sensitivity,
     kernel_lower_bound,
     parse_domain,
     paths_affordable,
@@ -87,10 +96,10 @@ class _PathState:
     lower triangle plus the diagonal blocks' upper halves), never a grown ``q × q`` copy.
     """
 
-    def __init__(self, input_dim: int, n_paths: int) -> None:
+    def __init__(self, input_dim: int, n_draws: int) -> None:
         self.X = np.empty((0, input_dim))  # (q, d) released inputs
         self.mean = np.empty(0)  # (q,) posterior mean there (private; never published)
-        self.W = np.empty((0, n_paths))  # (q, L) standard normals behind the values
+        self.W = np.empty((0, n_draws))  # (q, L) standard normals behind the values
         self.blocks: list[tuple[NDArray[np.float64], NDArray[np.float64]]] = []
 
     @property
@@ -155,8 +164,8 @@ class SamplePathRelease:
     Attributes
     ----------
     bound:
-        the public Rényi-DP bound of one path (:class:`SamplePathBound`).
-    n_paths:
+        the public Rényi-DP bound of one path (``SamplePathBound``).
+    n_draws:
         ``L``, the number of released paths (all charged to the ledger at once).
     delta:
         δ at which ``epsilon`` is reported.
@@ -166,7 +175,7 @@ class SamplePathRelease:
 
     public_gp: PublicGP
     bound: SamplePathBound
-    n_paths: int
+    n_draws: int
     delta: float
     epsilon: float
     eta: float
@@ -174,6 +183,16 @@ class SamplePathRelease:
     _rng: np.random.Generator = field(repr=False)
     _state: _PathState | None = field(default=None, repr=False)
     metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n_paths(self) -> int:
+        """Deprecated alias of ``n_draws`` (removed in the next release)."""
+        import warnings
+
+        warnings.warn(
+            "SamplePathRelease.n_paths is renamed n_draws.", DeprecationWarning, stacklevel=2
+        )
+        return self.n_draws
 
     # ------------------------------------------------------------------ algebra
     def _mean(self, A: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -198,7 +217,7 @@ class SamplePathRelease:
         """
         gp = self.public_gp
         L_K = gp.posterior().L
-        scale = 1.0 + self.eta**2 / self.bound.sigma**2
+        scale = 1.0 + self.eta**2 / self.bound.kernel_scale**2
         # k(X_new, X) is C-ordered (k × n): its transpose is the Fortran-ordered n × k
         # right-hand side, solved in its own memory; k(X_new, X_new) is exactly symmetric
         # (the kernel symmetrises it), so its transpose is the same matrix, Fortran-ordered.
@@ -256,9 +275,9 @@ class SamplePathRelease:
         """Draw the paths at new, distinct inputs conditionally on all released values."""
         S_cond, off = self._conditional_covariance(X_new)
         diag = _nugget_cholesky(S_cond, self.metadata["nugget_variance"])
-        Z = self._rng.standard_normal((len(X_new), self.n_paths))
+        Z = self._rng.standard_normal((len(X_new), self.n_draws))
         if self._state is None:
-            self._state = _PathState(X_new.shape[1], self.n_paths)
+            self._state = _PathState(X_new.shape[1], self.n_draws)
         self._state.append(X_new, self._mean(X_new), off, diag, Z)
 
     @property
@@ -270,29 +289,55 @@ class SamplePathRelease:
     def released_values(self) -> NDArray[np.float64]:
         """``(L, q)``: all values released so far, in query order."""
         if self._state is None:
-            return np.empty((self.n_paths, 0))
+            return np.empty((self.n_draws, 0))
         return self._state.values().T
 
-    def to_inference_data(self, variable_name: str = "f_path") -> Any:
-        """Everything released so far as ``InferenceData`` (DP content only).
+    def to_inference_data(
+        self,
+        variable_name: str = "f_path",
+        *,
+        X_star: ArrayLike | None = None,
+        dims: Mapping[str, Sequence[str]] | None = None,
+        coords: Mapping[str, ArrayLike] | None = None,
+        observed_data: Mapping[str, ArrayLike] | None = None,
+        observed_is_public: bool = False,
+        predictive_sd: float | ArrayLike | None = None,
+        rng: np.random.Generator | None = None,
+    ) -> Any:
+        """Released path values as ``InferenceData`` / ``DataTree`` (DP content only).
 
-        ``posterior_predictive[variable_name]`` has dims ``(chain, draw, x_star)`` with
-        one draw per released path; the public query inputs are in ``constant_data``.
+        ``posterior[variable_name]`` has dims ``(chain, draw, x_star)`` with one draw per
+        released path (a posterior sample path: its spread is posterior uncertainty plus the
+        privacy widening ``η``), at ``X_star`` (evaluated lazily first, free) or, by default,
+        at every input released so far; a copy stays in ``posterior_predictive`` (deprecated
+        location).  ``dims``/``coords``, ``observed_data`` (public hold-out at ``X_star``,
+        ``observed_is_public=True``) and ``predictive_sd`` (``y = f + e`` in
+        ``posterior_predictive``) as in :func:`pm_dpgp.release.release_to_inference_data`.
+        The public query inputs are in ``constant_data``.
         """
-        from pm_dpgp.compat import add_groups, get_group
-        from pm_dpgp.release import Release
+        import xarray as xr
 
-        release = Release(
-            mechanism="sample_path",
-            draws=self.released_values,
-            X_star=self.released_inputs,
-            noise_factor=np.zeros((len(self.released_inputs), 0)),
-            metadata=self.metadata,
-            variable_name=variable_name,
+        from pm_dpgp.release import draws_to_inference_data, flat_attrs
+
+        if X_star is None:
+            X, values = self.released_inputs, self.released_values
+        else:
+            X = check_finite_array(X_star, "X_star", ndim=2)
+            values = self.evaluate(X)
+        attrs = flat_attrs("sample_path", self.metadata, n_draws=int(values.shape[0]))
+        return draws_to_inference_data(
+            {variable_name: (("x_star",), values)},
+            X_star=X,
+            attrs=attrs,
+            constant_data=xr.Dataset({"X_star": (("x_star", "input_dim"), X)}),
+            dims=dims,
+            coords=coords,
+            observed_data=observed_data,
+            observed_is_public=observed_is_public,
+            predictive_sd=predictive_sd,
+            rng=rng,
+            legacy_predictive=(variable_name,),
         )
-        idata = release.to_inference_data()
-        const = get_group(idata, "constant_data").drop_vars("dp_noise_sd")
-        return add_groups(idata, {"constant_data": const})
 
 
 def _public_probes(
@@ -314,13 +359,13 @@ def _public_probes(
 
 
 def _check_kernel_class(
-    public_gp: PublicGP, kernel_class: str, sigma: float, points: NDArray[np.float64]
+    public_gp: PublicGP, kernel_class: str, kernel_scale: float, points: NDArray[np.float64]
 ) -> None:
     """Refuse a kernel class whose sensitivity bound does not apply to this kernel.
 
     ``"exponential_1d"`` relies on the Markov property of ``exp(−|x − x'|/ℓ)`` in 1-D,
     ``k(a, c) = k(a, b) k(b, c)`` for ``a ≤ b ≤ c``; ``"constant"`` on ``k`` being constant.
-    Both are checked numerically at the PUBLIC ``points`` (:func:`_public_probes`), never at
+    Both are checked numerically at the PUBLIC ``points`` (``_public_probes``), never at
     the private training inputs.
     """
     if kernel_class == "generic":
@@ -331,7 +376,7 @@ def _check_kernel_class(
             f"{kernel_class!r}; use one of them."
         )
     x = np.unique(points, axis=0)
-    K = public_gp.kernel(x, x) / sigma**2
+    K = public_gp.kernel(x, x) / kernel_scale**2
     if kernel_class == "constant":
         ok = np.allclose(K, K[0, 0], rtol=1e-9, atol=1e-12)
     else:
@@ -396,11 +441,11 @@ def _event_cost(bound: SamplePathBound, delta: float, L: int) -> float:
 
 
 def _fitting_setting(bound: SamplePathBound, target: float, delta: float) -> str:
-    """Say which public setting would meet ``target``: fewer paths, or a smaller ``y_bound``.
+    """Say which public setting would meet ``target``: fewer paths, or a narrower ``y_bounds``.
 
     Public only.  The cost is non-decreasing in L (the RDP curve scales with L) and grows with
     M_Y (the mean term of eq. SP8 grows with Δ = 2B√Φ, and B with M_Y).  The planning helper
-    :func:`~pm_dpgp.mechanisms.full.sample_path_bounds.paths_affordable` gives an upper bound on L
+    ``paths_affordable`` gives an upper bound on L
     (its conversion is at least as tight as the event's); a binary search with the event's own
     cost finds the answer.  Every value suggested was evaluated and fits.
     """
@@ -410,19 +455,20 @@ def _fitting_setting(bound: SamplePathBound, target: float, delta: float) -> str
         while hi - lo > 1:
             mid = (lo + hi) // 2
             lo, hi = (mid, hi) if _event_cost(bound, delta, mid) <= target else (lo, mid)
-        return f"Pass n_paths={lo} (the most that fit), or choose a larger epsilon."
+        return f"Pass n_draws={lo} (the most that fit), or choose a larger epsilon."
 
     def fits(m: float) -> bool:
-        return _event_cost(dataclasses.replace(bound, y_bound=m), delta, 1) <= target
+        return _event_cost(dataclasses.replace(bound, M_Y=m), delta, 1) <= target
 
-    tiny = bound.y_bound * 1e-9
+    tiny = bound.M_Y * 1e-9
     if not fits(tiny):
         return (
-            "Not even one path fits with any y_bound: the covariance term alone costs more. "
-            "Use more noise (a larger noise variance, i.e. r2, or eta > 0; "
-            "feasible_configurations lists (sigma, r2, eta) that fit) or choose a larger epsilon."
+            "Not even one path fits with any y_bounds: the covariance term alone costs more. "
+            "Use more noise (a larger noise_sd, i.e. r2, or eta > 0; pm_dpgp.plan.sample_path "
+            "gives the noise_sd needed, feasible_configurations lists (kernel_scale, r2, eta) "
+            "that fit) or choose a larger epsilon."
         )
-    lo_m, hi_m = tiny, bound.y_bound  # invariant: lo_m fits, hi_m does not (geometric bisection)
+    lo_m, hi_m = tiny, bound.M_Y  # invariant: lo_m fits, hi_m does not (geometric bisection)
     for _ in range(60):
         mid_m = math.sqrt(lo_m * hi_m)
         lo_m, hi_m = (mid_m, hi_m) if fits(mid_m) else (lo_m, mid_m)
@@ -430,9 +476,11 @@ def _fitting_setting(bound: SamplePathBound, target: float, delta: float) -> str
     exact = Decimal(lo_m)
     shown = exact.quantize(Decimal(1).scaleb(exact.adjusted() - 3), rounding=ROUND_FLOOR)
     return (
-        f"One path fits with y_bound <= {shown}: pass such a y_bound if that range is still "
-        "publicly plausible, or use more noise (feasible_configurations lists (sigma, r2, eta) "
-        "that fit), or choose a larger epsilon."
+        f"One path fits with max |y - prior mean| <= {shown} over y_bounds: pass "
+        f"y_bounds=(prior_mean - {shown}, prior_mean + {shown}) if that range is still publicly "
+        "plausible, or use more noise (pm_dpgp.plan.sample_path gives the noise_sd needed, "
+        "feasible_configurations lists (kernel_scale, r2, eta) that fit), or choose a larger "
+        "epsilon."
     )
 
 
@@ -440,9 +488,9 @@ def sample_path_release(
     gpr: GPRegression,
     X_star: ArrayLike,
     *,
-    n_paths: int = 1,
-    sigma: float,
-    y_bound: float,
+    n_draws: int | None = None,
+    kernel_scale: float | None = None,
+    y_bounds: tuple[float, float] | None = None,
     delta: float,
     epsilon: float | None = None,
     kappa: float | None = None,
@@ -450,35 +498,46 @@ def sample_path_release(
     eta: float = 0.0,
     kernel_class: KernelClass = "generic",
     constant: Literal["proved", "author"] = "proved",
+    sensitivity: Sensitivity = "coupled",
+    cov_bound: CovBound = "inertia",
     hyperparameters: dict[str, float] | None = None,
     ledger: Ledger | None = None,
     rng: np.random.Generator | None = None,
     clip: Literal["warn", "raise"] = "warn",
     nugget: float = 1e-10,
+    progressbar: bool = False,
+    **deprecated: Any,
 ) -> SamplePathRelease:
-    """Release ``n_paths`` GP posterior sample paths of a fully private dataset.
+    """Release ``n_draws`` GP posterior sample paths of a fully private dataset.
 
     Parameters
     ----------
     gpr:
-        model from :func:`pm_dpgp.models.gp_regression` with kernel ``σ² k``
+        model from ``pm_dpgp.models.gp_regression`` with kernel ``σ² k``
         (``k(x,x) ≤ 1``), noise sd ``σ r`` and public prior mean ``μ₀``.
     X_star:
         public inputs at which the paths are first evaluated (more later, for free,
-        with :meth:`SamplePathRelease.evaluate`).
-    sigma:
-        the public kernel scale ``σ``; ``k = kernel / σ²`` must satisfy ``k(x, x) ≤ 1``.
-    y_bound:
-        public ``M_Y``: the centred responses ``y − μ₀`` are clipped to ``[−M_Y, M_Y]``.
+        with ``SamplePathRelease.evaluate``).
+    n_draws:
+        ``L``, the number of paths released (default 1; formerly ``n_paths``).
+    kernel_scale:
+        the public kernel scale (amplitude sd) ``σ``; ``k = kernel / σ²`` must satisfy
+        ``k(x, x) ≤ 1`` (formerly ``sigma``).
+    y_bounds:
+        public range ``(lower, upper)`` of the responses; they are clipped to it, so the
+        centred responses satisfy ``|y − μ₀| ≤ M_Y = max(|lower − μ₀|, |upper − μ₀|)``, the
+        bound of Maciazek's Thm. (``M_Y`` is the half-width when the prior mean ``μ₀`` is the
+        midpoint).  Formerly ``y_bound=M``, i.e. ``y_bounds=(μ₀ − M, μ₀ + M)``.
     delta:
         δ at which ε is reported (the ledger composes the RDP curve itself).
     epsilon:
-        target ε at ``delta`` for the ``n_paths`` paths.  Here ε is an *output* of the public
+        target ε at ``delta`` for the ``n_draws`` paths.  Here ε is an *output* of the public
         setting (n, σ, r², M_Y, κ, η, L); a setting that costs more is refused with
         ``ValueError`` before anything is spent or drawn, and the message says what would fit
-        (the largest affordable ``n_paths`` from
-        :func:`~pm_dpgp.mechanisms.full.sample_path_bounds.paths_affordable`, or the largest
-        ``y_bound``).  ``epsilon`` or ``ledger`` (or both) must be given: with neither the
+        (the largest affordable ``n_draws`` from
+        ``paths_affordable``, or the largest
+        centred bound); ``pm_dpgp.plan.sample_path`` answers this before any data.
+        ``epsilon`` or ``ledger`` (or both) must be given: with neither the
         release is refused (issue 15).
     kappa, domain:
         lower bound ``κ`` of ``k`` on the public input domain, or the domain from which
@@ -496,12 +555,36 @@ def sample_path_release(
         constant) is **refused** with ``ValueError`` before anything is computed, spent or
         drawn: exact neighbouring pairs violate it (``docs/sample_paths.md`` §6).  It stays
         available as ``SamplePathBound(..., constant="author")`` for comparison.
+    sensitivity:
+        which proved mean-sensitivity bound the accounting uses: ``"coupled"`` (default;
+        eq. SP11, ``docs/sample_paths.md`` §3.11: never larger,
+        e.g. ε 4.52 → 2.54 at n = 100, σ = 1, r = 3, κ = √0.1, δ = 1e-4) or the paper's
+        ``"paper"`` (``Δ = 2B√Φ``, eq. SP4).
+    cov_bound:
+        covariance term: ``"inertia"`` (default, eq. SP10) or the paper's ``"paper"`` (2ψ).
     clip:
         ``"warn"`` (clip to the public bounds, silently); ``"raise"`` is refused.
     nugget:
         relative white-noise variance added to the released values for numerical
         stability (post-processing; recorded).
+    progressbar:
+        show a progress bar over the stages (factorisation, draw), as PyMC's samplers do.
     """
+    func = "sample_path_release"
+    n_draws = renamed("n_paths", "n_draws", deprecated, n_draws, func=func)
+    kernel_scale = require(
+        renamed("sigma", "kernel_scale", deprecated, kernel_scale, func=func),
+        "kernel_scale",
+        func=func,
+    )
+    y_bound_old = deprecated.pop("y_bound", None)  # centred at the prior mean: converted below
+    if y_bound_old is not None and y_bounds is not None:
+        raise TypeError(
+            f"{func}() got both 'y_bound' (deprecated) and 'y_bounds'; pass only y_bounds=."
+        )
+    reject_unexpected(deprecated, func=func)
+    if y_bound_old is None:
+        require(y_bounds, "y_bounds", func=func)
     if constant != "proved":
         raise ValueError(
             f"sample_path_release needs constant='proved', got {constant!r}. The author's "
@@ -524,10 +607,9 @@ def sample_path_release(
     noise_source = SAMPLE_PATH_OS_ENTROPY if rng is None else SIMULATION
     rng = np.random.default_rng() if rng is None else check_rng(rng)
     delta = check_delta(delta)
-    sigma = check_positive(sigma, "sigma")
-    y_bound = check_positive(y_bound, "y_bound")
+    kernel_scale = check_positive(kernel_scale, "kernel_scale")
     eta = check_positive(eta, "eta", allow_zero=True)
-    n_paths = check_count(n_paths, "n_paths")
+    n_draws = check_count(1 if n_draws is None else n_draws, "n_draws")
     X_star = check_finite_array(X_star, "X_star", ndim=2)
     check_clip_option(clip)
     public_gp = gpr.public_gp(hyperparameters)
@@ -553,12 +635,12 @@ def sample_path_release(
             "from public information alone; give the public input domain (domain=(low, high))."
         )
     probes = _public_probes(X_star, domain)
-    ratio = public_gp.kernel_diag(probes) / sigma**2
+    ratio = public_gp.kernel_diag(probes) / kernel_scale**2
     if np.any(ratio > 1 + 1e-9):
         raise ValueError(
-            f"k(x, x) = kernel(x, x) / sigma² reaches {ratio.max():.4g} > 1 at public points "
-            "(X_star and the domain): pass sigma equal to the kernel's public scale "
-            "(k(x, x) <= 1, REFERENCE §4)."
+            f"k(x, x) = kernel(x, x) / kernel_scale² reaches {ratio.max():.4g} > 1 at public "
+            "points (X_star and the domain): pass kernel_scale equal to the kernel's public "
+            "amplitude sd (k(x, x) <= 1, docs/sample_paths.md §1)."
         )
     if kappa is None:
         if domain is None:
@@ -566,24 +648,30 @@ def sample_path_release(
                 "Give the public input domain (domain=(lower, upper)) or a kernel lower bound "
                 "kappa in [0, 1] (kappa=0 is always valid but gives a weaker bound)."
             )
-        kappa = kernel_lower_bound(lambda A, B: public_gp.kernel(A, B) / sigma**2, domain)
-    _check_kernel_class(public_gp, kernel_class, sigma, probes)
-    r2 = public_gp.noise_var / sigma**2
+        kappa = kernel_lower_bound(lambda A, B: public_gp.kernel(A, B) / kernel_scale**2, domain)
+    _check_kernel_class(public_gp, kernel_class, kernel_scale, probes)
+    r2 = public_gp.noise_var / kernel_scale**2
+    mu0 = public_gp.mean
+    if y_bound_old is not None:  # deprecated centred bound M: the interval (μ₀ − M, μ₀ + M)
+        y_bounds = bounds_from_centred("y_bound", {"y_bound": y_bound_old}, None, mu0, func=func)
+    lower, upper, M_Y = centred_bound(y_bounds, mu0)
     bound = SamplePathBound(
         n=X.shape[0],
-        sigma=sigma,
+        kernel_scale=kernel_scale,
         r2=r2,
-        y_bound=y_bound,
+        M_Y=M_Y,
         kappa=float(kappa),
         eta=eta,
         kernel_class=kernel_class,
         constant=constant,
+        cov_bound=cov_bound,
+        sensitivity=sensitivity,
     )
-    event = bound.event(n_paths, label=f"{n_paths} GP posterior sample path(s) (Maciazek)")
+    event = bound.event(n_draws, label=f"{n_draws} GP posterior sample path(s) (Maciazek)")
     cost = event.epsilon(delta)
     if target is not None and cost > target * (1.0 + BUDGET_RTOL):
         raise ValueError(
-            f"{n_paths} sample path(s) with this public setting cost epsilon={cost:.6g} at "
+            f"{n_draws} sample path(s) with this public setting cost epsilon={cost:.6g} at "
             f"delta={delta:.3g}, above the target epsilon={target:.6g}; nothing was spent or "
             f"drawn. {_fitting_setting(bound, target, delta)}"
         )
@@ -592,9 +680,9 @@ def sample_path_release(
         epsilon=cost,
         delta=delta,
         n_records=X.shape[0],
-        range_width=2.0 * y_bound,
+        range_width=upper - lower,
         prior_sd=float(np.sqrt(np.max(public_gp.kernel_diag(probes)) + public_gp.noise_var)),
-        range_name="2 * y_bound",
+        range_name="y_bounds",
     )
     if ledger is not None:  # refuses before any path is drawn (and a reused Generator state)
         ledger.spend(
@@ -603,33 +691,84 @@ def sample_path_release(
             neighbouring_relation=NEIGHBOURING_RELATION,
             rng=rng if noise_source == SIMULATION else None,
         )
-    # responses are clipped to the public bound, silently (non-finite ones to the mean)
-    y_centred = np.asarray(gpr.y, dtype=np.float64) - public_gp.mean
-    y_centred = np.where(np.isfinite(y_centred), y_centred, 0.0)
-    alpha = public_gp.posterior().alpha(np.clip(y_centred, -y_bound, y_bound))
+    # responses are clipped to the public range, silently (non-finite ones to the prior mean,
+    # then into the range), so |y − μ₀| <= M_Y holds for every record
+    y = np.asarray(gpr.y, dtype=np.float64)
+    y = np.clip(np.where(np.isfinite(y), y, mu0), lower, upper)
+    with progress_bar(3, "Sample paths", enabled=progressbar) as bar:
+        posterior = public_gp.posterior()  # the O(n³) factorisation
+        bar.advance("factorised")
+        alpha = posterior.alpha(y - mu0)
+        bar.advance("solved")
+        release = _finish_sample_path_release(
+            public_gp,
+            bound,
+            event,
+            delta,
+            n_draws,
+            eta,
+            alpha,
+            rng,
+            noise_source,
+            kappa=float(kappa),
+            kernel_class=kernel_class,
+            constant=constant,
+            kernel_scale=kernel_scale,
+            r2=r2,
+            y_bounds=(lower, upper),
+            nugget=nugget,
+        )
+        release.evaluate(X_star)
+        bar.advance(f"drew {n_draws} path(s)")
+    return release
+
+
+def _finish_sample_path_release(
+    public_gp: PublicGP,
+    bound: SamplePathBound,
+    event: Any,
+    delta: float,
+    n_draws: int,
+    eta: float,
+    alpha: NDArray[np.float64],
+    rng: np.random.Generator,
+    noise_source: str,
+    *,
+    kappa: float,
+    kernel_class: str,
+    constant: str,
+    kernel_scale: float,
+    r2: float,
+    y_bounds: tuple[float, float],
+    nugget: float,
+) -> SamplePathRelease:
+    """The release object and its public metadata (nothing private but ``alpha``)."""
     epsilon = event.epsilon(delta)
     metadata = {
         "privacy_model": PRIVACY_MODEL,
         "neighbouring_relation": NEIGHBOURING_RELATION,
-        "n_paths": n_paths,
+        "n_draws": n_draws,
         "epsilon": epsilon,
         "delta": delta,
         "alpha_max": bound.alpha_max,
-        "kappa": float(kappa),
+        "kappa": kappa,
         "V": bound.V,
         "Phi": bound.Phi,
         "mean_sensitivity": bound.Delta,
         "tau": bound.tau,
         "kernel_class": kernel_class,
         "sensitivity_constant": constant,
-        "sigma": sigma,
+        "sensitivity_bound": bound.sensitivity,
+        "cov_bound": bound.cov_bound,
+        "kernel_scale": kernel_scale,
         "r2": r2,
         "eta": eta,
-        "y_bound": y_bound,
+        "y_bounds": y_bounds,
+        "M_Y": bound.M_Y,
         "prior_mean": public_gp.mean,
         "kernel": public_gp.description,
         "hyperparameters": public_gp.hyperparameters,
-        "nugget_variance": nugget * sigma**2,
+        "nugget_variance": nugget * kernel_scale**2,
         "privacy_event": event.to_metadata(),
         "noise_source": noise_source,
         "seed_policy": SEED_POLICY_SIMULATION
@@ -639,10 +778,10 @@ def sample_path_release(
             "docs/secure_noise.md, 'Sample paths')"
         ),
     }
-    release = SamplePathRelease(
+    return SamplePathRelease(
         public_gp=public_gp,
         bound=bound,
-        n_paths=n_paths,
+        n_draws=n_draws,
         delta=delta,
         epsilon=epsilon,
         eta=eta,
@@ -650,5 +789,3 @@ def sample_path_release(
         _rng=rng,
         metadata=metadata,
     )
-    release.evaluate(X_star)
-    return release

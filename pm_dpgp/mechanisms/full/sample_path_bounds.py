@@ -1,8 +1,9 @@
-r"""Rényi-DP bounds for releasing GP posterior sample paths (Maciazek, REFERENCE §4).
+r"""Rényi-DP bounds for releasing GP posterior sample paths (Maciazek; ``docs/sample_paths.md``).
 
 Setting (full privacy, replace-one neighbours).  Prior ``f ~ GP(0, σ² k)`` with
 ``k(x, x) ≤ 1`` and ``k(x, x') ≥ κ ≥ 0`` on the public input domain, observation-noise
-variance ``σ² r²`` (``r²`` is the *effective ridge*), responses ``|y| ≤ M_Y`` (``y_bound``),
+variance ``σ² r²`` (``r²`` is the *effective ridge*), responses ``|y| ≤ M_Y`` (``M_Y``, derived
+from the public range ``y_bounds`` and the prior mean by the releases),
 ``n`` training points.  The mechanism releases ``L`` independent posterior sample paths,
 optionally plus ``η g`` with ``g ~ GP(0, k)`` independent.  Every quantity below is derived
 in ``docs/sample_paths.md``; the equation numbers refer to that page.
@@ -21,10 +22,17 @@ in ``docs/sample_paths.md``; the equation numbers refer to that page.
 * (SP7) one path, ``1 < α < α_max = 1 + 1/τ``:
   ``ε(α) = 2ψ_α(τ) + (α/2)(V+r²)/(A(1−β)) Δ²``, ``A = σ²r² + η²(V+r²)``
 * (SP8) ``L`` (possibly adaptively chosen) paths: ``L ε(α)`` (Mironov 2017, Prop. 1)
-* (SP9) (ε, δ): minimise the conversion of :func:`pm_dpgp.accounting.rdp_to_epsilon`
+* (SP9) (ε, δ): minimise the conversion of ``pm_dpgp.accounting.rdp_to_epsilon``
   (Canonne–Kamath–Steinke 2020, Prop. 12) over α ∈ (1, α_max).
-* (SP10) optional tighter covariance term ``g(1+τ) + g(1/(1+τ)) ≤ 2ψ_α(τ)``
-  (``cov_bound="inertia"``; Sylvester's law of inertia, see the docs).
+* (SP10) tighter covariance term ``g(1+τ) + g(1/(1+τ)) = −ln(1 − α(α−1)τ²/(1+τ))/(2(α−1))
+  ≤ 2ψ_α(τ)`` (``cov_bound="inertia"``, the default; Sylvester's law of inertia, see the docs).
+* (SP11) sharper mean sensitivity (``sensitivity="coupled"``, docs §3.11): with
+  ``s = √(n−1)/r``, ``Λ = (n−1)/(n−1+r²)`` and ``h(u) = s√(u·min(1−u, Λ))``,
+  ``Δ = min(Δ_cpl, Δ_op)``, ``Δ_cpl = 2 M_Y max_{0≤u≤V} √u (1 + h(u))/(u + r²)`` (the core
+  mean at ``x`` is at most ``M_Y h(v)``: coupled to the core variance ``v``) and
+  ``Δ_op = 2 M_Y √Φ + M_Y s √Λ V/(V + r²)`` (the core-mean part of the one-step update is a
+  difference of two rank-one operators of norm ≤ V/(V+r²) applied to ``m_core``).  For the 1-D
+  exponential kernel ``h`` is capped at 1 (``|m_core| ≤ M_Y``).
 
 Monotonicity (tested): ε decreases with r² and with η, increases with L (sub-linearly after
 conversion), and decreases with σ *when η = 0*; with extra noise a larger σ can raise ε (the
@@ -33,6 +41,7 @@ data-dependent covariance share grows), see the docs.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import numbers
@@ -45,7 +54,18 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.optimize import minimize_scalar
 
-from pm_dpgp._validation import PrivacyWarning, check_delta, check_epsilon, check_positive
+from pm_dpgp._validation import (
+    PrivacyWarning,
+    bounds_from_centred,
+    centred_bound,
+    check_delta,
+    check_epsilon,
+    check_positive,
+    reject_unexpected,
+    renamed,
+    renamed_fields,
+    require,
+)
 from pm_dpgp.accounting import DEFAULT_ORDERS, RdpCurveEvent, rdp_to_epsilon
 
 __all__ = [
@@ -60,6 +80,9 @@ __all__ = [
     "psi",
     "psi_parts",
     "CovBound",
+    "Sensitivity",
+    "coupled_sensitivity",
+    "operator_sensitivity",
     "feasible_configurations",
     "paths_affordable",
     "path_costs",
@@ -68,11 +91,15 @@ __all__ = [
 KernelClass = Literal["generic", "exponential_1d", "constant"]
 ConstantChoice = Literal["proved", "author"]
 CovBound = Literal["paper", "inertia"]
+Sensitivity = Literal["paper", "coupled"]
 KernelFn = Callable[[NDArray[np.float64], NDArray[np.float64]], ArrayLike]
 
 _KERNEL_CLASSES = ("generic", "exponential_1d", "constant")
 _CONSTANTS = ("proved", "author")
 _COV_BOUNDS = ("paper", "inertia")
+_SENSITIVITIES = ("paper", "coupled")
+#: intervals of the certified maximisation in :func:`coupled_sensitivity`
+_COUPLED_GRID = 4096
 #: dp_accounting's conversion returns +inf at orders ≤ 1.01 (numerical stability).
 _MIN_USEFUL_ORDER = 1.01
 
@@ -161,7 +188,7 @@ def kernel_lower_bound(
     n_grid: int = 33,
     atol: float = 1e-9,
 ) -> float:
-    r"""Lower bound κ on a stationary kernel over a box domain (REFERENCE §4 setting).
+    r"""Lower bound κ on a stationary kernel over a box domain (``docs/sample_paths.md``, §1).
 
     For a stationary kernel ``k(x, x') = k0(x − x')`` the difference ``h = x − x'`` ranges
     over the box ``[−w, w]`` (``w = high − low``), so ``κ = max(0, min_{|h_j| ≤ w_j} k0(h))``.
@@ -176,7 +203,8 @@ def kernel_lower_bound(
       A grid check is evidence, not a proof: pass ``assume_monotone=True`` when monotonicity is
       known, or give κ yourself (``κ = 0`` is always valid).
 
-    Also checks ``k(x, x) ≤ 1`` (put the scale into ``sigma``) and stationarity at a few pairs.
+    Also checks ``k(x, x) ≤ 1`` (put the scale into ``kernel_scale``) and stationarity at a few
+    pairs.
 
     Parameters
     ----------
@@ -184,7 +212,7 @@ def kernel_lower_bound(
         ``kernel_fn(X1, X2)`` → ``(len(X1), len(X2))`` kernel matrix for inputs of shape
         ``(·, d)``.  E.g. ``lambda A, B: pm.gp.cov.ExpQuad(1, ls=0.3)(A, B).eval()``.
     domain
-        Public box domain, see :func:`parse_domain`.
+        Public box domain, see ``parse_domain``.
     """
     lows, highs = parse_domain(domain)
     d = lows.size
@@ -197,7 +225,7 @@ def kernel_lower_bound(
     if np.any(~np.isfinite(diag)) or np.any(diag > 1.0 + 1e-12):
         raise ValueError(
             f"the kernel must satisfy k(x, x) <= 1 (got up to {np.nanmax(diag):.6g}); write the "
-            "prior as sigma^2 * k with a normalised k and pass the scale as sigma."
+            "prior as kernel_scale^2 * k with a normalised k and pass the scale as kernel_scale."
         )
     # Stationarity spot check: k(a, a + h) must not depend on a (a, a + h in the box).
     h = 0.37 * w
@@ -260,11 +288,71 @@ def psi(alpha: float | NDArray[np.float64], tau: float) -> float | NDArray[np.fl
 
     ``g`` decreases on ``(·, 1]`` and increases on ``[1, ·)`` (``g'(λ) = α(λ−1)/(2λ(1+α(λ−1)))``),
     so its maximum over the eigenvalue range ``[1/(1+τ), 1+τ]`` is at an endpoint:
-    ``ψ = max(g(1+τ), g(1/(1+τ)))`` (:func:`psi_parts`).
+    ``ψ = max(g(1+τ), g(1/(1+τ)))`` (``psi_parts``).
     """
     hi, lo = psi_parts(alpha, tau)
     out = np.maximum(hi, lo)
     return float(out) if out.ndim == 0 else out
+
+
+# --------------------------------------------------------------------------------------------
+# sharper mean sensitivities (docs/sample_paths.md §3.11)
+# --------------------------------------------------------------------------------------------
+def _lambda_max(n: int, r2: float) -> float:
+    """``Λ = (n−1)/(n−1+r²)``: the largest eigenvalue of ``K(K + r²I)⁻¹`` (``tr K ≤ n−1``)."""
+    return (n - 1) / (n - 1 + r2)
+
+
+def coupled_sensitivity(
+    n: int, r2: float, V: float, y_bound: float, *, mean_bounded: bool = False
+) -> float:
+    r"""Certified upper bound on ``Δ_cpl = 2 M_Y max_{0≤u≤V} √u (1 + h(u))/(u + r²)`` (SP11).
+
+    ``h(u) = s √(u · min(1−u, Λ))`` with ``s = √(n−1)/r``, ``Λ = (n−1)/(n−1+r²)``: the core
+    posterior mean at a point with core variance ``u`` is at most ``M_Y h(u)`` in absolute
+    value (docs §3.11, Lemma C1).  ``mean_bounded=True`` caps ``h`` at 1 (kernels whose
+    posterior mean is bounded by ``max |y|``: the 1-D exponential kernel, §3.7).
+
+    The maximum over ``u`` is enclosed, not sampled: on each cell ``[u_i, u_{i+1}]`` of a grid
+    (denser near 0), ``√u/(u + r²)`` is at most its value at ``clip(r², u_i, u_{i+1})`` (it
+    increases up to ``r²`` and decreases after) and ``h(u) ≤ s √(u_{i+1} min(1 − u_i, Λ))``;
+    the largest cell bound is returned, with a few ulps of margin for round-off.
+    """
+    n = _check_n(n)
+    r2 = check_positive(r2, "r2")
+    M = check_positive(y_bound, "y_bound")
+    if not 0.0 <= V <= 1.0:
+        raise ValueError(f"V must lie in [0, 1], got {V!r}.")
+    if V == 0.0:
+        return 0.0
+    s = math.sqrt((n - 1) / r2)
+    lam = _lambda_max(n, r2)
+    edges = V * np.linspace(0.0, 1.0, _COUPLED_GRID + 1) ** 2
+    lo, hi = edges[:-1], edges[1:]
+    c = np.clip(r2, lo, hi)
+    f1 = np.sqrt(c) / (c + r2)
+    h = s * np.sqrt(hi * np.minimum(1.0 - lo, lam))
+    if mean_bounded:
+        h = np.minimum(h, 1.0)
+    return float(2.0 * M * np.max(f1 * (1.0 + h)) * (1.0 + 16.0 * np.finfo(float).eps))
+
+
+def operator_sensitivity(n: int, r2: float, V: float, y_bound: float) -> float:
+    r"""``Δ_op = 2 M_Y √Φ + M_Y s √Λ · V/(V + r²)`` (SP11; docs §3.11, Lemma C2).
+
+    The one-step update splits ``Δm`` into the response part (``≤ 2 M_Y √Φ``, the triangle
+    inequality) and ``−(T_x − T_x') m_core`` with ``T_x = k_c(·,x) ⊗ k_c(·,x)/(v + r²)``: a
+    difference of two positive rank-one operators, each of norm ``v/(v+r²) ≤ V/(V+r²)``, so of
+    norm ``≤ V/(V+r²)``; and ``‖m_core‖_{H_c} ≤ M_Y s √Λ``.
+    """
+    n = _check_n(n)
+    r2 = check_positive(r2, "r2")
+    M = check_positive(y_bound, "y_bound")
+    if not 0.0 <= V <= 1.0:
+        raise ValueError(f"V must lie in [0, 1], got {V!r}.")
+    phi = 1.0 / (4.0 * r2) if V >= r2 else V / (V + r2) ** 2
+    s = math.sqrt((n - 1) / r2)
+    return 2.0 * M * math.sqrt(phi) + M * s * math.sqrt(_lambda_max(n, r2)) * V / (V + r2)
 
 
 # --------------------------------------------------------------------------------------------
@@ -278,15 +366,16 @@ class SamplePathBound:
     ----------
     n
         Dataset size (public).
-    sigma
-        Kernel scale σ > 0 (prior ``GP(0, σ² k)``).
+    kernel_scale
+        Kernel scale (amplitude sd) σ > 0 (prior ``GP(0, σ² k)``; formerly ``sigma``).
     r2
-        Effective ridge r² > 0 (noise variance ``σ² r²``).
-    y_bound
-        Public response bound ``M_Y > 0`` (responses clipped to ``[−M_Y, M_Y]``).
+        Effective ridge r² > 0 (noise variance ``σ² r²``, i.e. ``noise_sd = σ r``).
+    M_Y
+        Public bound on the centred responses, ``|y − μ₀| ≤ M_Y`` (formerly ``y_bound``); for a
+        public range ``y_bounds = (lower, upper)`` it is ``max(|lower − μ₀|, |upper − μ₀|)``.
     kappa
         Public lower bound κ ∈ [0, 1] on the normalised kernel over the domain
-        (:func:`kernel_lower_bound`).
+        (``kernel_lower_bound``).
     eta
         Scale η ≥ 0 of the extra prior-GP noise ``η g``, ``g ~ GP(0, k)``.
     kernel_class
@@ -296,29 +385,41 @@ class SamplePathBound:
     constant
         ``"proved"`` (default): ``Δ = 2 B √Φ``.  ``"author"``: ``Δ = √2 B √Φ`` as in the author's
         code; *not* a valid bound in general (see ``docs/sample_paths.md``); emits a
-        :class:`~pm_dpgp._validation.PrivacyWarning`.
+        ``PrivacyWarning``.
     cov_bound
-        ``"paper"`` (default): covariance term ``2ψ_α(τ)`` (eq. SP7).  ``"inertia"``:
-        ``g(1+τ) + g(1/(1+τ))`` (eq. SP10), also proved (``Σ₂ − Σ₁`` is a rank-one update minus
-        a rank-one update, so at most one eigenvalue of the whitened ratio exceeds 1 and at most
-        one is below 1) and never larger; adversarial neighbours attain it.
+        ``"inertia"`` (default): covariance term ``g(1+τ) + g(1/(1+τ))`` (eq. SP10; ``Σ₂ − Σ₁``
+        is a rank-one update minus a rank-one update, so at most one eigenvalue of the whitened
+        ratio exceeds 1 and at most one is below 1); adversarial neighbours attain it.
+        ``"paper"``: the paper's ``2ψ_α(τ)`` (eq. SP7), never smaller.
+    sensitivity
+        ``"coupled"`` (the default, ``None``, unless ``constant="author"``):
+        ``Δ = min(Δ_cpl, Δ_op, 2B√Φ)`` (eq. SP11, docs §3.11), proved and never larger than
+        ``"paper"``: ``Δ = 2B√Φ`` (eq. SP4, the triangle inequality on the one-step update;
+        the default with ``constant="author"``, which rescales it); for
+        ``kernel_class="constant"`` both are ``2M_Y√Φ``.
     """
 
     n: int
-    sigma: float
+    kernel_scale: float
     r2: float
-    y_bound: float
+    M_Y: float
     kappa: float
     eta: float = 0.0
     kernel_class: KernelClass = "generic"
     constant: ConstantChoice = "proved"
-    cov_bound: CovBound = "paper"
+    cov_bound: CovBound = "inertia"
+    sensitivity: Sensitivity | None = None
 
     def __post_init__(self) -> None:
+        if self.sensitivity is None:
+            # the tightest proved bound; the author's constant rescales the paper's Δ only
+            object.__setattr__(
+                self, "sensitivity", "paper" if self.constant == "author" else "coupled"
+            )
         object.__setattr__(self, "n", _check_n(self.n))
-        object.__setattr__(self, "sigma", check_positive(self.sigma, "sigma"))
+        object.__setattr__(self, "kernel_scale", check_positive(self.kernel_scale, "kernel_scale"))
         object.__setattr__(self, "r2", check_positive(self.r2, "r2"))
-        object.__setattr__(self, "y_bound", check_positive(self.y_bound, "y_bound"))
+        object.__setattr__(self, "M_Y", check_positive(self.M_Y, "M_Y"))
         object.__setattr__(self, "kappa", check_kappa(self.kappa))
         object.__setattr__(self, "eta", check_positive(self.eta, "eta", allow_zero=True))
         if self.kernel_class not in _KERNEL_CLASSES:
@@ -329,6 +430,15 @@ class SamplePathBound:
             raise ValueError(f"constant must be one of {_CONSTANTS}, got {self.constant!r}.")
         if self.cov_bound not in _COV_BOUNDS:
             raise ValueError(f"cov_bound must be one of {_COV_BOUNDS}, got {self.cov_bound!r}.")
+        if self.sensitivity not in _SENSITIVITIES:
+            raise ValueError(
+                f"sensitivity must be one of {_SENSITIVITIES}, got {self.sensitivity!r}."
+            )
+        if self.constant == "author" and self.sensitivity != "paper":
+            raise ValueError(
+                "constant='author' modifies the paper's Delta = 2*B*sqrt(Phi); it cannot be "
+                "combined with sensitivity='coupled'."
+            )
         if self.constant == "author":
             warnings.warn(
                 "constant='author' uses Delta = sqrt(2)*B*sqrt(Phi) from the author's code; it is "
@@ -354,28 +464,53 @@ class SamplePathBound:
     @property
     def B(self) -> float:
         """Bound on the core residual ``|y − m_core(x)|`` (eq. SP3)."""
-        generic = self.y_bound * (1.0 + math.sqrt(self.n - 1) / math.sqrt(self.r2))
+        generic = self.M_Y * (1.0 + math.sqrt(self.n - 1) / math.sqrt(self.r2))
         if self.kernel_class == "generic":
             return generic
         if self.kernel_class == "exponential_1d":
-            return min(2.0 * self.y_bound, generic)
-        return self.y_bound  # constant kernel: Δm ∝ (y − y'), the core mean cancels
+            return min(2.0 * self.M_Y, generic)
+        return self.M_Y  # constant kernel: Δm ∝ (y − y'), the core mean cancels
+
+    @property
+    def Delta_paper(self) -> float:
+        """``c · B · √Φ`` (eq. SP4): ``c = 2`` (proved) or ``√2`` (the author's constant)."""
+        c = 2.0 if self.constant == "proved" else math.sqrt(2.0)
+        return c * self.B * math.sqrt(self.Phi)
+
+    @functools.cached_property
+    def Delta_coupled(self) -> float:
+        """``min(Δ_cpl, Δ_op)`` of eq. (SP11) (docs §3.11); ``2M_Y√Φ`` for the constant kernel."""
+        if self.kernel_class == "constant":
+            return 2.0 * self.M_Y * math.sqrt(self.Phi)
+        cpl = coupled_sensitivity(
+            self.n,
+            self.r2,
+            self.V,
+            self.M_Y,
+            mean_bounded=self.kernel_class == "exponential_1d",
+        )
+        return min(cpl, operator_sensitivity(self.n, self.r2, self.V, self.M_Y))
 
     @property
     def Delta(self) -> float:
-        """Mean sensitivity in the core posterior RKHS, ``c · B · √Φ`` (eq. SP4)."""
-        c = 2.0 if self.constant == "proved" else math.sqrt(2.0)
-        return c * self.B * math.sqrt(self.Phi)
+        """Mean sensitivity in the core posterior RKHS: ``Δ ≥ sup ‖m_D − m_D'‖_{H_c}``.
+
+        ``c · B · √Φ`` (eq. SP4) for ``sensitivity="paper"``; the smaller of that and
+        :attr:`Delta_coupled` (eq. SP11) for ``sensitivity="coupled"``.
+        """
+        if self.sensitivity == "paper":
+            return self.Delta_paper
+        return min(self.Delta_paper, self.Delta_coupled)
 
     @property
     def A(self) -> float:
         """``σ²r² + η²(V + r²)`` (eq. SP7)."""
-        return self.sigma**2 * self.r2 + self.eta**2 * (self.V + self.r2)
+        return self.kernel_scale**2 * self.r2 + self.eta**2 * (self.V + self.r2)
 
     @property
     def tau(self) -> float:
         """``σ²V/(σ²r² + η²(V+r²))``; ``V/r²`` without extra noise (eq. SP5)."""
-        return self.sigma**2 * self.V / self.A
+        return self.kernel_scale**2 * self.V / self.A
 
     @property
     def alpha_max(self) -> float:
@@ -451,8 +586,8 @@ class SamplePathBound:
     def epsilon_and_order(self, delta: float, L: int = 1) -> tuple[float, float]:
         """``(ε, α*)``: the (ε, δ) guarantee of ``L`` paths and the order attaining it (SP9).
 
-        Grid search over :meth:`orders`, then a bounded scalar refinement of the same
-        conversion (:func:`~pm_dpgp.accounting.rdp_to_epsilon`) around the best grid order.
+        Grid search over ``orders``, then a bounded scalar refinement of the same
+        conversion (``rdp_to_epsilon``) around the best grid order.
         Every candidate is a valid bound; the smallest is returned.  ``+inf`` if α_max ≤ 1.01.
         """
         delta = check_delta(delta)
@@ -489,14 +624,15 @@ class SamplePathBound:
             "mechanism": "posterior_sample_paths",
             "privacy_model": "full (inputs and outputs private), replace-one neighbours",
             "n": self.n,
-            "sigma": self.sigma,
+            "kernel_scale": self.kernel_scale,
             "r2": self.r2,
-            "y_bound": self.y_bound,
+            "M_Y": self.M_Y,
             "kappa": self.kappa,
             "eta": self.eta,
             "kernel_class": self.kernel_class,
             "constant": self.constant,
             "cov_bound": self.cov_bound,
+            "sensitivity": self.sensitivity,
             "V": self.V,
             "Phi": self.Phi,
             "B": self.B,
@@ -504,6 +640,9 @@ class SamplePathBound:
             "tau": self.tau,
             "alpha_max": self.alpha_max,
         }
+
+
+renamed_fields(SamplePathBound, {"sigma": "kernel_scale", "y_bound": "M_Y"})
 
 
 # --------------------------------------------------------------------------------------------
@@ -518,8 +657,13 @@ class FeasibleConfiguration:
     alpha: float
 
     @property
-    def sigma(self) -> float:
-        return self.bound.sigma
+    def kernel_scale(self) -> float:
+        return self.bound.kernel_scale
+
+    @property
+    def noise_sd(self) -> float:
+        """The observation noise sd ``σ r`` of this configuration."""
+        return self.bound.kernel_scale * math.sqrt(self.bound.r2)
 
     @property
     def r2(self) -> float:
@@ -540,24 +684,43 @@ def _grid(values: float | Sequence[float], name: str, *, allow_zero: bool) -> li
 def feasible_configurations(
     *,
     n: int,
-    y_bound: float,
+    y_bounds: tuple[float, float] | None = None,
     kappa: float,
     epsilon: float,
     delta: float,
-    sigmas: float | Sequence[float],
+    kernel_scales: float | Sequence[float] | None = None,
     r2s: float | Sequence[float],
     etas: float | Sequence[float] = 0.0,
     L: int = 1,
     kernel_class: KernelClass = "generic",
     constant: ConstantChoice = "proved",
-    cov_bound: CovBound = "paper",
+    cov_bound: CovBound = "inertia",
+    sensitivity: Sensitivity = "coupled",
+    prior_mean: float | None = None,
+    **deprecated: Any,
 ) -> list[FeasibleConfiguration]:
     """Answer "which (σ, r², η) meet my budget?": the grid points with ``ε(δ, L) ≤ epsilon``.
 
-    Uses only public quantities (n, M_Y, κ, the grids), never the data, so it can drive a
-    constrained hyperparameter search (Maciazek §5; REFERENCE §6).  Grid order is kept
-    (σ outermost, then r², then η).
+    Uses only public quantities (n, ``y_bounds``, κ, the grids), never the data, so it can
+    drive a constrained hyperparameter search (Maciazek §5; ``docs/sample_paths.md``).  Grid
+    order is kept (σ outermost, then r², then η).  ``M_Y`` is derived from the public range
+    ``y_bounds`` and the model's public ``prior_mean`` (default: the midpoint of ``y_bounds``,
+    where ``M_Y`` is the half-width) as ``sample_path_release`` does.  Formerly
+    ``y_bound=M`` (``y_bounds=(μ₀ − M, μ₀ + M)``) and ``sigmas=``.
     """
+    func = "feasible_configurations"
+    kernel_scales = require(
+        renamed("sigmas", "kernel_scales", deprecated, kernel_scales, func=func),
+        "kernel_scales",
+        func=func,
+    )
+    y_bounds = bounds_from_centred(
+        "y_bound", deprecated, y_bounds, 0.0 if prior_mean is None else prior_mean, func=func
+    )
+    reject_unexpected(deprecated, func=func)
+    lower, upper = require(y_bounds, "y_bounds", func=func)
+    centre = 0.5 * (float(lower) + float(upper)) if prior_mean is None else prior_mean
+    M_Y = centred_bound(y_bounds, centre)[2]
     target = check_epsilon(epsilon)
     delta = check_delta(delta)
     L = _check_L(L)
@@ -570,12 +733,13 @@ def feasible_configurations(
                 stacklevel=2,
             )
             warnings.simplefilter("ignore", PrivacyWarning)
-        for s in _grid(sigmas, "sigmas", allow_zero=False):
+        for s in _grid(kernel_scales, "kernel_scales", allow_zero=False):
             for r2 in _grid(r2s, "r2s", allow_zero=False):
                 for eta in _grid(etas, "etas", allow_zero=True):
                     b = SamplePathBound(
-                        n, s, r2, y_bound, kappa, eta, kernel_class, constant, cov_bound
-                    )
+                        n, s, r2, M_Y, kappa, eta, kernel_class, constant, cov_bound,
+                        sensitivity,
+                    )  # fmt: skip
                     eps, a = b.epsilon_and_order(delta, L)
                     if eps <= target:
                         out.append(FeasibleConfiguration(b, eps, a))

@@ -3,9 +3,9 @@
 The neighbouring relation is "one label replaced by another within the public bounds"
 (Smith et al. 2018, §2; Smith et al. 2021, §2).  Every mechanism here releases a linear
 function ``C y`` of the labels with Gaussian noise whose covariance is shaped by the
-cloaking matrix ``C`` (:mod:`~pm_dpgp.mechanisms.label.cloaking`) or by the prior
-(:mod:`~pm_dpgp.mechanisms.label.prior_noise`, Hall et al. 2013); the shared steps
-(clip, charge, draw) are in :mod:`~pm_dpgp.mechanisms.label.output_perturbation`.
+cloaking matrix ``C`` (``cloaking``) or by the prior
+(``prior_noise``, Hall et al. 2013); the shared steps
+(clip, charge, draw) are in ``output_perturbation``.
 """
 
 from pm_dpgp.mechanisms.label.cloaking import NoiseCovariance, solve_noise_covariance

@@ -24,7 +24,7 @@ covariance ``M(u) = (max_i g_i) · A(u)`` is feasible and
 
     log|M(u)| − log|M_opt| ≤ k · log(max_i g_i / k)          (duality-gap certificate).
 
-:func:`solve_noise_covariance` solves the design problem with
+``solve_noise_covariance`` solves the design problem with
 
 1. a Kumar & Yildirim (2005)-style initialisation on ``k`` points chosen greedily by
    column-pivoted QR (largest residual volume);
@@ -41,14 +41,14 @@ Numbers (shared 2-core machine, one BLAS thread; ``benchmarks/bench_cloaking.py`
 which also stops ``~3e-3`` above the optimal ``log|M|``; ``n = 2000, m = 500`` (``k = 15``)
 in ~35–45 ms.  See ``docs/cloaking.md`` for the derivation.
 
-:func:`gradient_ascent_reference` is the fixed-rate projected gradient ascent of Smith et al.
+``gradient_ascent_reference`` is the fixed-rate projected gradient ascent of Smith et al.
 (2018, supplement Algorithm 1, ``FINDLAMBDAS``), kept only as a benchmark baseline.
 
 Numerical rank.  ``C`` is often numerically rank deficient (more test than training points,
 smooth kernels).  Both solvers work in an orthonormal basis ``U_k`` of the left singular
 directions whose singular values exceed ``rank_tol · σ_max`` (every discarded singular value is
 ``≤ rank_tol · σ_max``; see ``_column_space``).  The discarded directions carry no noise, so
-the caller must release ``U_k U_kᵀ C y`` (see :meth:`NoiseCovariance.projector`), never
+the caller must release ``U_k U_kᵀ C y`` (see ``NoiseCovariance.projector``), never
 ``C y``.  Inside the basis the solvers use the whitened columns ``b_i = S_k⁻¹ U_kᵀ c_i`` (the
 design problem is invariant under invertible linear maps), which keeps every ``k × k`` system
 well conditioned even when the retained singular values span ten orders of magnitude.
@@ -109,14 +109,14 @@ class NoiseCovariance:
     ----------
     M:
         ``m × m`` positive semi-definite noise covariance ``basis @ M_k @ basis.T``, scaled so
-        that ``max_i c_iᵀ M⁺ c_i`` equals :attr:`max_mahalanobis` (1 up to rounding).  A
+        that ``max_i c_iᵀ M⁺ c_i`` equals ``max_mahalanobis`` (1 up to rounding).  A
         lazy property: formed only when asked for.
     basis:
         ``m × k`` orthonormal basis ``U_k`` of the retained column space of ``C``.
     projected:
         ``k × n`` projected columns ``a_i = U_kᵀ c_i``.  A release computes its mean as
         ``U_k (A r)`` with this very matrix, so the change caused by one label is
-        ``t · U_k a_i``, whose Mahalanobis norm is what :attr:`max_mahalanobis` bounds.
+        ``t · U_k a_i``, whose Mahalanobis norm is what ``max_mahalanobis`` bounds.
     M_k:
         ``k × k`` positive-definite covariance in that basis.
     chol_k:
@@ -159,7 +159,7 @@ class NoiseCovariance:
         """The ``m × m`` noise covariance ``U_k M_k U_kᵀ`` (exactly symmetric, read-only).
 
         Formed on first access only (``2 m²`` doubles): a release needs only
-        :attr:`basis` and :attr:`chol_k`.
+        ``basis`` and ``chol_k``.
         """
         M = self.basis @ self.M_k @ self.basis.T
         M = 0.5 * (M + M.T)
@@ -269,7 +269,7 @@ class CloakingOperator:
 
     ``C G = K_sf (A⁻¹ G)`` and ``Qᵀ C = (A⁻¹ (K_fs Q))ᵀ`` cost ``O(n² ℓ + m n ℓ)`` for ``ℓ``
     columns with the Cholesky factor ``L`` of ``A = K_ff + σ_n² I``, against ``O(n² m)`` to
-    form the ``m × n`` matrix ``C``.  :func:`solve_noise_covariance` accepts it in place of
+    form the ``m × n`` matrix ``C``.  ``solve_noise_covariance`` accepts it in place of
     ``C`` (only public quantities: inputs and hyperparameters).
     """
 
@@ -295,7 +295,7 @@ class CloakingOperator:
 
 
 class _DenseOperator:
-    """An explicit matrix ``C`` behind the operator interface of :class:`CloakingOperator`."""
+    """An explicit matrix ``C`` behind the operator interface of ``CloakingOperator``."""
 
     def __init__(self, C: FloatArray) -> None:
         self.C = C
@@ -348,7 +348,7 @@ def _column_space(
     so results are reproducible) builds an orthonormal ``Q`` until the residual
     ``ρ ≥ ‖C − QQᵀC‖₂`` is small: exactly ``‖C − QQᵀC‖_F`` for an explicit ``C``, and the
     probabilistic bound of Halko et al. (Lemma 4.1, eq. 4.3 with α = 2) from 30 extra
-    Gaussian probes for a :class:`CloakingOperator` (``C`` never formed; it holds with
+    Gaussian probes for a ``CloakingOperator`` (``C`` never formed; it holds with
     probability ``1 − 2⁻³⁰``).  The sketch is accepted when
     ``ρ ≤ max(0.1 rank_tol σ_1, ρ_round)``, where ``ρ_round = 10 √m u ‖QᵀC‖_F`` is the
     rounding level of the residual itself (the old test ``ρ ≤ min(10⁻² rank_tol, 10⁻¹²) σ_1``
@@ -406,7 +406,7 @@ def _column_space(
 
 
 def _canonical_signs_small(Q: FloatArray, Us: FloatArray) -> FloatArray:
-    """``Us`` with column signs such that ``Q Us`` has the signs of :func:`_canonical_signs`."""
+    """``Us`` with column signs such that ``Q Us`` has the signs of ``_canonical_signs``."""
     w = np.random.default_rng(20180409).standard_normal(Q.shape[0])
     return Us * np.where((w @ Q) @ Us < 0.0, -1.0, 1.0)
 
@@ -804,15 +804,17 @@ def solve_noise_covariance(
     ----------
     C:
         ``m × n`` cloaking matrix (test points × training points), finite; or a
-        :class:`CloakingOperator` (``C`` applied through the Cholesky factor, never formed).
+        ``CloakingOperator`` (``C`` applied through the Cholesky factor, never formed).
     tol:
         Relative Kiefer–Wolfowitz tolerance: stop when ``max_i g_i / k − 1 ≤ tol``; the
         returned ``gap_bound = k log(max g / k) ≤ k · tol`` then bounds the excess of ``log|M|``
         over the optimum.
     rank_tol:
-        Singular values of ``C`` ``≤ rank_tol · σ_max`` are treated as zero.  The noise lives in
+        Singular values of ``C`` ``≤ rank_tol · σ_max`` are treated as zero (default 1e-10
+        here; ``cloaked_release`` and ``cloaking_noise`` pass their own default, 1e-8).  The noise
+        lives in
         the span of the remaining left singular vectors; the caller must project the released
-        mean onto it (:meth:`NoiseCovariance.projector`).
+        mean onto it (``NoiseCovariance.projector``).
     max_iter:
         Cap on Frank–Wolfe plus Newton steps.  If hit, ``converged`` is ``False`` and
         ``gap_bound`` is the honest certificate; ``M`` is still feasible (scaled to
@@ -868,7 +870,7 @@ def gradient_ascent_reference(
     then ``λ ← max(0, λ + rate · (c_iᵀ M⁺ c_i − 1))`` with ``M = Σ λ_i c_i c_iᵀ`` (projected
     gradient ascent on the dual ``log|Σ λ c cᵀ| − Σ λ``, eq. 6) until ``max |Δλ| < stop``.
     ``M⁺`` is evaluated in the same retained basis (and whitened coordinates) as
-    :func:`solve_noise_covariance`, which changes nothing in exact arithmetic.
+    ``solve_noise_covariance``, which changes nothing in exact arithmetic.
 
     With ``space="full"`` the step is the papers' literal one: ``M`` is the ``m × m`` matrix
     ``C Λ Cᵀ`` and ``M⁺`` its pseudo-inverse (``numpy.linalg.pinv``), ``O(m³ + n m²)`` per
@@ -876,7 +878,7 @@ def gradient_ascent_reference(
 
     Each step costs ``O(n k²)`` (``space="basis"``).  ``max_seconds`` optionally caps the
     wall-clock time (the result then has ``converged=False``).  The returned ``M`` is scaled
-    to be feasible exactly as in :func:`solve_noise_covariance`, so ``log|M|`` values are
+    to be feasible exactly as in ``solve_noise_covariance``, so ``log|M|`` values are
     comparable.
     """
     arr = _validate_matrix(C)

@@ -8,7 +8,7 @@ With public training inputs ``X``, public test inputs ``X*`` and private outputs
     f̃* = μ + P C (y − μ) + σ · U_k L_k z,   z ~ N(0, I_k),
 
 where ``M = U_k L_k L_kᵀ U_kᵀ`` is the optimal noise covariance of
-:func:`~pm_dpgp.mechanisms.label.cloaking.solve_noise_covariance` (minimum-volume
+``solve_noise_covariance`` (minimum-volume
 ellipsoid enclosing ``±cᵢ``), ``P = U_k U_kᵀ`` the projector onto the retained
 column space of ``C`` (directions treated as numerically zero are projected out
 of the mean, never left unprotected), and ``σ`` is the analytic Gaussian
@@ -18,12 +18,14 @@ calibration for L2 sensitivity ``d · sqrt(max_i cᵢᵀ M⁺ cᵢ)`` in the
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 from numpy.typing import ArrayLike
 from scipy.linalg import solve_triangular
 
+from pm_dpgp._progress import progress_bar
 from pm_dpgp._validation import check_finite_array
 from pm_dpgp.accounting import Ledger
 from pm_dpgp.mechanisms.label.cloaking import (
@@ -31,12 +33,22 @@ from pm_dpgp.mechanisms.label.cloaking import (
     NoiseCovariance,
     solve_noise_covariance,
 )
-from pm_dpgp.mechanisms.label.output_perturbation import label_gaussian_release, prepare_labels
+from pm_dpgp.mechanisms.label.output_perturbation import (
+    charged_l2_sensitivity,
+    label_gaussian_release,
+    prepare_labels,
+)
 from pm_dpgp.mechanisms.whitening import centred_whitening
 from pm_dpgp.models import GPRegression, PublicGP
 from pm_dpgp.release import Release
 
-__all__ = ["SENSITIVITY_SAFETY", "cloaking_noise", "cloaked_release"]
+__all__ = [
+    "SENSITIVITY_SAFETY",
+    "PublicCloaking",
+    "cloaking_noise",
+    "cloaked_release",
+    "public_cloaking",
+]
 
 #: Relative safety factor on the computed Mahalanobis sensitivity.  ``max cᵢᵀM⁺cᵢ`` is
 #: evaluated in floating point; when ``M_k`` is ill-conditioned an independent
@@ -58,6 +70,44 @@ def cloaking_noise(
     return C, solve_noise_covariance(C, tol=tol, rank_tol=rank_tol)
 
 
+@dataclass(frozen=True)
+class PublicCloaking:
+    """The public parts of a cloaked release at ``X_star`` (no label touched)."""
+
+    noise: NoiseCovariance
+    W: np.ndarray  # (k, n) whitening L_k⁻¹ U_kᵀ C
+    shape_factor: np.ndarray  # (m, k) U_k L_k
+    unit_sensitivity: float  # sqrt(max cᵢᵀ M⁺ cᵢ) with the safety factor
+    l2_sensitivity: float  # what the release charges for the public range y_bounds
+
+
+def public_cloaking(
+    public_gp: PublicGP,
+    X_star: np.ndarray,
+    y_bounds: tuple[float, float],
+    *,
+    tol: float = 1e-9,
+    rank_tol: float = 1e-8,
+) -> PublicCloaking:
+    """Noise covariance, whitening and charged sensitivity: public inputs and bounds only.
+
+    Shared by ``cloaked_release`` and ``pm_dpgp.plan.cloaked``, so that a plan
+    reports exactly the sensitivity the release charges.
+    """
+    # C = K*f (K + σ²I)⁻¹ is used as an operator (one n×n Cholesky factor, never the m×n C)
+    C = CloakingOperator(public_gp.kernel(X_star, public_gp.X), public_gp.posterior().L)
+    noise = solve_noise_covariance(C, tol=tol, rank_tol=rank_tol)
+    # U_k (U_kᵀ C) r with the same U_kᵀ C the sensitivity was computed from (docs §4):
+    # mean = μ + (U L_k) w with w = W (y − μ), W = L_k⁻¹ U_kᵀ C public (k × n)
+    W = solve_triangular(noise.chol_k, noise.projected, lower=True)
+    unit = float(np.sqrt(noise.max_mahalanobis)) * SENSITIVITY_SAFETY
+    lower, upper = y_bounds
+    # the whitening's public parts (column sensitivity, round-off) do not depend on y
+    public_part = centred_whitening(W, np.full(W.shape[1], 0.5 * (lower + upper)), y_bounds, 0.0)
+    l2 = charged_l2_sensitivity(unit, upper - lower, public_part)
+    return PublicCloaking(noise, W, noise.basis @ noise.chol_k, unit, l2)
+
+
 def cloaked_release(
     gpr: GPRegression,
     X_star: ArrayLike,
@@ -74,13 +124,17 @@ def cloaked_release(
     bounds_are_public: bool = False,
     tol: float = 1e-9,
     rank_tol: float = 1e-8,
+    progressbar: bool = False,
 ) -> Release:
     """(ε, δ)-DP cloaked release of the posterior mean at the public ``X_star``.
+
+    ``pm_dpgp.plan.cloaked`` gives the noise sd at ``X_star`` and the charged event for a
+    target (ε, δ) before the labels are touched.
 
     Parameters
     ----------
     gpr:
-        the model from :func:`pm_dpgp.models.gp_regression` (inputs public, outputs private).
+        the model from ``pm_dpgp.models.gp_regression`` (inputs public, outputs private).
     X_star:
         public test inputs, fixed before the release (Smith et al. 2018 §3).
     epsilon, delta:
@@ -100,7 +154,7 @@ def cloaked_release(
     rng:
         ``None`` (default): secure noise, a discrete Gaussian release of the rounded whitened
         mean sampled by OpenDP from OS entropy and charged as a
-        :class:`~pm_dpgp.accounting.ZCDPEvent` (``docs/secure_noise.md``).  A NumPy
+        ``ZCDPEvent`` (``docs/secure_noise.md``).  A NumPy
         Generator: the simulation mode (continuous float noise, a ``GaussianEvent``), for
         tests and reproducible notebooks.
     clip:
@@ -113,37 +167,40 @@ def cloaked_release(
         weaker than ``rank_tol`` × the largest are projected out of the mean; keeping
         weaker ones would make the Mahalanobis sensitivity ill-conditioned (round-off
         in ``C`` is amplified by ``1 / rank_tol`` in the whitened space).
+    progressbar:
+        show a progress bar over the stages (noise covariance, draw), as PyMC's samplers do;
+        worth it from a few thousand training points (``docs/cloaking.md``, scaling table).
     """
     public_gp = gpr.public_gp(hyperparameters)
     X_star = check_finite_array(X_star, "X_star", ndim=2)
     labels = prepare_labels(gpr.y, y_bounds, clip=clip, bounds_are_public=bounds_are_public)
-    # C = K*f (K + σ²I)⁻¹ is used as an operator (one n×n Cholesky factor, never the m×n C)
-    C = CloakingOperator(public_gp.kernel(X_star, public_gp.X), public_gp.posterior().L)
-    noise = solve_noise_covariance(C, tol=tol, rank_tol=rank_tol)
-    U = noise.basis
-    # U_k (U_kᵀ C) r with the same U_kᵀ C the sensitivity was computed from (docs §4):
-    # mean = μ + (U L_k) w with w = W (y − μ), W = L_k⁻¹ U_kᵀ C public (k × n), evaluated
-    # centred at the bounds' midpoint with its round-off bounded (pm_dpgp/mechanisms/whitening.py)
-    W = solve_triangular(noise.chol_k, noise.projected, lower=True)
-    whitening = centred_whitening(W, labels.y, labels.y_bounds, public_gp.mean)
-    return label_gaussian_release(
-        "cloaking",
-        public_gp,
-        labels,
-        U @ noise.chol_k,
-        float(np.sqrt(noise.max_mahalanobis)) * SENSITIVITY_SAFETY,
-        epsilon=epsilon,
-        delta=delta,
-        calibration=calibration,
-        n_draws=n_draws,
-        ledger=ledger,
-        rng=rng,
-        label="cloaked GP release (Smith et al. 2018)",
-        X_star=X_star,
-        whitening=whitening,
-        max_mahalanobis=noise.max_mahalanobis,
-        noise_rank=noise.rank,
-        rank_tol=noise.rank_tol,
-        solver_gap_bound=noise.gap_bound,
-        solver_converged=bool(noise.converged),
-    )
+    with progress_bar(2, "Cloaked release", enabled=progressbar) as bar:
+        parts = public_cloaking(public_gp, X_star, labels.y_bounds, tol=tol, rank_tol=rank_tol)
+        noise = parts.noise
+        bar.advance("noise covariance solved")
+        # the whitened mean, centred at the bounds' midpoint with its round-off bounded
+        # (pm_dpgp/mechanisms/whitening.py)
+        whitening = centred_whitening(parts.W, labels.y, labels.y_bounds, public_gp.mean)
+        release = label_gaussian_release(
+            "cloaking",
+            public_gp,
+            labels,
+            parts.shape_factor,
+            parts.unit_sensitivity,
+            epsilon=epsilon,
+            delta=delta,
+            calibration=calibration,
+            n_draws=n_draws,
+            ledger=ledger,
+            rng=rng,
+            label="cloaked GP release (Smith et al. 2018)",
+            X_star=X_star,
+            whitening=whitening,
+            max_mahalanobis=noise.max_mahalanobis,
+            noise_rank=noise.rank,
+            rank_tol=noise.rank_tol,
+            solver_gap_bound=noise.gap_bound,
+            solver_converged=bool(noise.converged),
+        )
+        bar.advance("noise drawn")
+    return release

@@ -12,11 +12,11 @@ This module holds the steps the mechanisms share, in the order privacy needs:
 validate, clip, build the privacy event, charge the ledger (which refuses
 *before* any noise is drawn), then draw.
 
-Noise source (:mod:`pm_dpgp.mechanisms.noise`): with ``rng=None`` (default) the draw is
+Noise source (``pm_dpgp.mechanisms.noise``): with ``rng=None`` (default) the draw is
 ``offset + F·(γ ñ)``, ``ñ`` a discrete Gaussian release (OpenDP) of the rounded whitened mean
-``w`` (``mean = offset + F w``), accounted as a :class:`~pm_dpgp.accounting.ZCDPEvent`; with a
+``w`` (``mean = offset + F w``), accounted as a ``ZCDPEvent``; with a
 NumPy Generator it is the continuous simulation ``mean + σ F z`` and a
-:class:`~pm_dpgp.accounting.GaussianEvent`, exactly as before.
+``GaussianEvent``, exactly as before.
 """
 
 from __future__ import annotations
@@ -90,8 +90,9 @@ def prepare_labels(
     from the arguments alone, ``clip`` must be ``"warn"`` (``"raise"`` is refused from the
     argument), and values outside the range (non-finite ones: the midpoint) are clipped
     without reporting how many.  The data sensitivity is the width of the range: neighbouring
-    datasets differ in one label by at most ``d = upper − lower`` (label privacy, REFERENCE
-    §1).  ``n_clipped`` is kept for compatibility and is always 0 (never computed).
+    datasets differ in one label by at most ``d = upper − lower`` (label privacy,
+    ``docs/privacy_model.md``).  ``n_clipped`` is kept for compatibility and is always 0 (never
+    computed).
     """
     check_clip_option(clip)
     y = private_array(y, "y", ndim=1)
@@ -155,11 +156,11 @@ def perturb(
         depends on the private data only through ``rint(whitened_mean / γ)``.
     whitened_rounding:
         public bound ``r`` on the round-off of ``whitened_mean`` (every dataset); the
-        sensitivity charged is ``d·s + 2r`` (:mod:`pm_dpgp.mechanisms.whitening`).
+        sensitivity charged is ``d·s + 2r`` (``pm_dpgp.mechanisms.whitening``).
 
     Each draw is one (ε, δ)-DP Gaussian mechanism; the ledger composes the ``n_draws``
     of them.  The ledger is charged before any noise is drawn, so a refused release
-    (:class:`~pm_dpgp.accounting.BudgetExceededError`) consumes no randomness.
+    (``BudgetExceededError``) consumes no randomness.
     """
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta)
@@ -211,7 +212,7 @@ def _simulate(
     rng: np.random.Generator,
     label: str,
 ) -> GaussianPerturbation:
-    """The simulation mode: continuous float noise from ``rng``, a :class:`GaussianEvent`."""
+    """The simulation mode: continuous float noise from ``rng``, a ``GaussianEvent``."""
     sigma = gaussian_sigma(epsilon, delta, l2, method=calibration)
     event = GaussianEvent(noise_multiplier=sigma / l2, count=n_draws, label=label)
     if ledger is not None:  # refuses a Generator state already used on this ledger
@@ -242,7 +243,7 @@ def prior_sd_of_y(public_gp: PublicGP, points: NDArray[np.float64]) -> float:
     """``sqrt(max_x k(x, x) + σ_n²)`` over the public ``points``: the model's prior sd of y.
 
     Public (public hyperparameters and public points); the scale against which
-    :func:`~pm_dpgp._validation.warn_public_settings` judges a public range.
+    ``warn_public_settings`` judges a public range.
     """
     return float(np.sqrt(np.max(public_gp.kernel_diag(points)) + public_gp.noise_var))
 
@@ -254,7 +255,8 @@ SEED_POLICY = SEED_POLICY_SIMULATION
 def label_release_metadata(
     public_gp: PublicGP, labels: LabelData, result: GaussianPerturbation, **extra: object
 ) -> dict[str, object]:
-    """Privacy metadata shared by the label-private Gaussian releases (DESIGN "Rules")."""
+    """Privacy metadata shared by the label-private Gaussian releases
+    (``docs/privacy_model.md``)."""
     metadata: dict[str, object] = {
         "privacy_model": LABEL_PRIVACY_MODEL,
         "neighbouring_relation": LABEL_RELATION,
@@ -277,6 +279,21 @@ def label_release_metadata(
     return metadata
 
 
+def charged_unit_sensitivity(
+    unit_sensitivity: float, data_sensitivity: float, whitening: CentredWhitening
+) -> float:
+    """``max(s, column sensitivity of W / d)``: the unit sensitivity a label release charges."""
+    return max(float(unit_sensitivity), whitening.column_sensitivity / data_sensitivity)
+
+
+def charged_l2_sensitivity(
+    unit_sensitivity: float, data_sensitivity: float, whitening: CentredWhitening
+) -> float:
+    """``d·s + 2r``: the L2 sensitivity ``perturb`` charges (its round-off ``r`` included)."""
+    s = charged_unit_sensitivity(unit_sensitivity, data_sensitivity, whitening)
+    return float(data_sensitivity) * float(s) + 2.0 * float(whitening.rounding)
+
+
 def label_gaussian_release(
     mechanism: str,
     public_gp: PublicGP,
@@ -295,17 +312,17 @@ def label_gaussian_release(
     whitening: CentredWhitening,
     **extra_metadata: object,
 ) -> Release:
-    """:func:`perturb` the clipped-label mean and wrap the draws as a :class:`Release`.
+    """``perturb`` the clipped-label mean and wrap the draws as a ``Release``.
 
-    ``whitening`` (:func:`~pm_dpgp.mechanisms.whitening.centred_whitening`) gives the mean
+    ``whitening`` (``centred_whitening``) gives the mean
     as ``μ + F (public + private)`` with ``F = shape_factor``: the noise is added to the private
     part only, the public part afterwards (post-processing), and the sensitivity charged is
     ``max(d·s, column sensitivity of W) + 2 r`` (its round-off ``r`` included).  The data
-    sensitivity is ``labels.data_sensitivity``; the metadata is :func:`label_release_metadata`
+    sensitivity is ``labels.data_sensitivity``; the metadata is ``label_release_metadata``
     plus ``extra_metadata``.  Absurd but valid settings
-    (δ > 1/n, ε above :data:`~pm_dpgp._validation.EPSILON_WARN_THRESHOLD`, a public range
-    wider than :data:`~pm_dpgp._validation.WIDE_RANGE_FACTOR` prior sd of y at ``X_star``)
-    get a :class:`~pm_dpgp._validation.PrivacyWarning` before anything is spent or drawn;
+    (δ > 1/n, ε above ``EPSILON_WARN_THRESHOLD``, a public range
+    wider than ``WIDE_RANGE_FACTOR`` prior sd of y at ``X_star``)
+    get a ``PrivacyWarning`` before anything is spent or drawn;
     all of these are public (the inputs, hence n, are public under label privacy).
     """
     epsilon = check_epsilon(epsilon)
@@ -319,7 +336,7 @@ def label_gaussian_release(
     )
     d = labels.data_sensitivity
     offset = public_gp.mean + shape_factor @ whitening.public
-    unit_sensitivity = max(float(unit_sensitivity), whitening.column_sensitivity / d)
+    unit_sensitivity = charged_unit_sensitivity(unit_sensitivity, d, whitening)
     result = perturb(
         offset + shape_factor @ whitening.private,
         shape_factor,

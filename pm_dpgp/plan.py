@@ -1,0 +1,380 @@
+"""Planning before data: what a release will cost, or what it needs for a target ε.
+
+Every function here reads public quantities only (the public inputs and hyperparameters of a
+label-private model, the public inducing inputs and kernel of a sparse model, the number of
+records and the public bounds of a fully private one) and never the private responses, so it
+can be run, and its answer published, before the data are touched.  Each returns the very
+privacy event the release will charge: passing the plan's answer to the release gives exactly
+the plan's ε in the ledger (``tests/test_plan.py``).
+
+* ``cloaked``: ε is an input; the plan gives the DP noise sd the release adds at each
+  public test input (Smith et al. 2018, §3; ``docs/cloaking.md``).
+* ``noise_aware``: ε is an input; the plan gives the noise scales ``σ_a``, ``σ_b`` of
+  the perturbed statistics and the regulariser λ (Honkela et al., Alg. 1 and eq. 10;
+  ``docs/noise_aware.md``).
+* ``sample_path``: ε is an *output* of the public setting (Maciazek; eqs. SP1–SP9 of
+  ``docs/sample_paths.md``): the plan gives ε for a setting, or the smallest observation
+  noise sd ``noise_sd`` (equivalently the ridge ``r² = noise_sd²/kernel_scale²``) that meets a
+  target ε, and the number of draws that fit.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from pm_dpgp._validation import (
+    centred_bound,
+    check_count,
+    check_delta,
+    check_epsilon,
+    check_finite_array,
+    check_positive,
+    check_public_bounds,
+)
+from pm_dpgp.accounting import BUDGET_RTOL, GaussianEvent, Ledger, PrivacyEvent
+from pm_dpgp.mechanisms.full.sample_path_bounds import (
+    SamplePathBound,
+    kernel_lower_bound,
+    paths_affordable,
+)
+from pm_dpgp.mechanisms.gaussian import gaussian_sigma
+from pm_dpgp.mechanisms.noise import secure_plan
+
+__all__ = [
+    "CloakedPlan",
+    "NoiseAwarePlan",
+    "SamplePathPlan",
+    "cloaked",
+    "noise_aware",
+    "sample_path",
+]
+
+KernelClass = Literal["generic", "exponential_1d", "constant"]
+
+
+def _gaussian_event(
+    epsilon: float,
+    delta: float,
+    sensitivity: float,
+    dim: int,
+    calibration: Literal["analytic", "classic"],
+    n_draws: int,
+    label: str,
+    secure: bool,
+) -> tuple[float, PrivacyEvent]:
+    """Noise sd and event of a Gaussian release, as the releases calibrate them."""
+    if secure:
+        plan = secure_plan(epsilon, delta, sensitivity, dim, calibration)
+        return plan.sigma, plan.event(n_draws, label)
+    sigma = gaussian_sigma(epsilon, delta, sensitivity, method=calibration)
+    return sigma, GaussianEvent(noise_multiplier=sigma / sensitivity, count=n_draws, label=label)
+
+
+# --------------------------------------------------------------------------------- cloaking
+@dataclass(frozen=True)
+class CloakedPlan:
+    """What a cloaked release at ``X_star`` will add and charge (public)."""
+
+    epsilon: float
+    delta: float
+    n_draws: int
+    l2_sensitivity: float
+    noise_multiplier_sd: float  # σ, multiplier of the unit-shaped noise
+    noise_sd: NDArray[np.float64]  # (m,) DP noise sd at each test input
+    event: PrivacyEvent
+
+    @property
+    def ledger_epsilon(self) -> float:
+        """ε at ``delta`` of the event the ledger will be charged."""
+        return float(self.event.epsilon(self.delta))
+
+
+def cloaked(
+    model: Any,
+    X_star: ArrayLike,
+    *,
+    epsilon: float,
+    delta: float,
+    y_bounds: tuple[float, float],
+    hyperparameters: dict[str, float] | None = None,
+    calibration: Literal["analytic", "classic"] = "analytic",
+    n_draws: int = 1,
+    secure: bool = True,
+    tol: float = 1e-9,
+    rank_tol: float = 1e-8,
+) -> CloakedPlan:
+    """Plan a ``cloaked_release`` before touching the private labels.
+
+    Uses the public inputs and hyperparameters of ``model`` only (label privacy: inputs are
+    public), never ``model.y``.  Returns the DP noise sd at every ``X_star`` for the target
+    (ε, δ) and the event the ledger will be charged.  ``secure=False`` plans the simulation
+    mode (``rng=`` given to the release).  Costs one noise-covariance solve, like the release.
+    """
+    from pm_dpgp.mechanisms.label.cloaking_release import public_cloaking
+
+    epsilon = check_epsilon(epsilon)
+    delta = check_delta(delta)
+    n_draws = check_count(n_draws, "n_draws")
+    lower, upper = check_public_bounds(y_bounds)
+    public_gp = model.public_gp(hyperparameters)
+    X_star = check_finite_array(X_star, "X_star", ndim=2)
+    parts = public_cloaking(public_gp, X_star, (lower, upper), tol=tol, rank_tol=rank_tol)
+    sigma, event = _gaussian_event(
+        epsilon,
+        delta,
+        parts.l2_sensitivity,
+        parts.shape_factor.shape[1],
+        calibration,
+        n_draws,
+        "cloaked GP release (Smith et al. 2018)",
+        secure,
+    )
+    noise_sd = sigma * np.sqrt(np.einsum("ij,ij->i", parts.shape_factor, parts.shape_factor))
+    return CloakedPlan(epsilon, delta, n_draws, parts.l2_sensitivity, sigma, noise_sd, event)
+
+
+# ------------------------------------------------------------------------------ noise-aware
+@dataclass(frozen=True)
+class NoiseAwarePlan:
+    """The noise of a noise-aware sparse-GP release (Honkela Alg. 1), before any data."""
+
+    epsilon: float
+    delta: float
+    l2_sensitivity: float
+    sigma_a: float
+    sigma_b: float
+    lam: float
+    R_y: float
+    R_k: float
+    event: PrivacyEvent
+
+    @property
+    def ledger_epsilon(self) -> float:
+        """ε at ``delta`` of the event the ledger will be charged."""
+        return float(self.event.epsilon(self.delta))
+
+
+def noise_aware(
+    model: Any,
+    *,
+    epsilon: float,
+    delta: float,
+    y_bounds: tuple[float, float],
+    hyperparameters: dict[str, Any] | None = None,
+    ratio: float = 1.0,
+    kernel_norm: Any = "auto",
+    rho: float = 0.01,
+    calibration: Literal["analytic", "classic"] = "analytic",
+    secure: bool = True,
+) -> NoiseAwarePlan:
+    """Plan a ``noise_aware_release`` (homoscedastic noise).
+
+    Public quantities only: the inducing inputs ``Z``, the kernel, the noise sd and prior mean
+    of ``model`` (a sparse model or a ``PublicSparseGP``) and ``y_bounds``.  ``R_y`` is
+    derived from ``y_bounds`` and the prior mean as the release does.
+    """
+    from pm_dpgp.mechanisms.full.noise_aware import (
+        _as_public,
+        calibrate_statistics_noise,
+        kernel_norm_bound,
+        l2_sensitivity,
+        regularisation_lambda,
+    )
+
+    epsilon = check_epsilon(epsilon)
+    delta = check_delta(delta)
+    public = _as_public(model, hyperparameters)
+    R_y = centred_bound(y_bounds, public.mean)[2]
+    c = check_positive(ratio, "ratio")
+    bound = kernel_norm_bound(public, kernel_norm)
+    Delta = l2_sensitivity(R_y, bound.R_k, c)
+    M = public.n_inducing
+    sigma_a, dplan = calibrate_statistics_noise(
+        epsilon, delta, Delta, calibration, n_outputs=1, n_inducing=M, secure=secure
+    )
+    label = "noise-aware DP sparse GP (Honkela)"
+    if dplan is None:
+        event: PrivacyEvent = GaussianEvent(noise_multiplier=sigma_a / Delta, label=label)
+    else:
+        event = dplan.event(1, label)
+    sigma_b = sigma_a / c
+    lam = regularisation_lambda(sigma_b, 1.0 / public.noise_var, M, rho)
+    return NoiseAwarePlan(epsilon, delta, Delta, sigma_a, sigma_b, lam, R_y, bound.R_k, event)
+
+
+# ------------------------------------------------------------------------------ sample paths
+@dataclass(frozen=True)
+class SamplePathPlan:
+    """A public sample-path setting, its cost, and how many draws fit a target."""
+
+    n: int
+    kernel_scale: float
+    noise_sd: float
+    r2: float
+    M_Y: float
+    kappa: float
+    eta: float
+    n_draws: int
+    delta: float
+    epsilon: float  # cost of ``n_draws`` draws at ``delta``, as the release reports it
+    ledger_epsilon: float  # what ``Ledger(delta=delta).epsilon()`` shows after the release
+    filter_epsilon: float  # what a ledger's budget must cover to accept it (privacy filter)
+    target_epsilon: float | None
+    max_n_draws: int | None  # the most draws that fit ``target_epsilon`` (None: no target)
+    bound: SamplePathBound
+
+    @property
+    def fits(self) -> bool:
+        """Whether ``n_draws`` draws fit the target (True without a target)."""
+        return self.target_epsilon is None or _fits(
+            self.epsilon, self.filter_epsilon, self.target_epsilon
+        )
+
+
+def _fits(epsilon: float, filter_epsilon: float, target: float) -> bool:
+    """The release's own check and a fresh ledger with budget ``target`` both accept."""
+    return epsilon <= target * (1.0 + BUDGET_RTOL) and filter_epsilon <= target * (
+        1.0 + BUDGET_RTOL
+    )
+
+
+def _path_costs(bound: SamplePathBound, n_draws: int, delta: float) -> tuple[float, float, float]:
+    """(release ε, ledger ε, filter ε) of ``n_draws`` paths on a fresh ledger at ``delta``."""
+    event = bound.event(n_draws)
+    ledger = Ledger(delta=delta)
+    return float(event.epsilon(delta)), ledger.preview(event), ledger.preview_filter(event)
+
+
+def _path_fits(bound: SamplePathBound, n_draws: int, delta: float, target: float) -> bool:
+    eps, _, filt = _path_costs(bound, n_draws, delta)
+    return _fits(eps, filt, target)
+
+
+def sample_path(
+    n: int,
+    *,
+    kernel_scale: float,
+    y_bounds: tuple[float, float],
+    delta: float,
+    noise_sd: float | None = None,
+    epsilon: float | None = None,
+    n_draws: int = 1,
+    prior_mean: float | None = None,
+    kappa: float | None = None,
+    cov_func: Any = None,
+    domain: ArrayLike | None = None,
+    eta: float = 0.0,
+    kernel_class: KernelClass = "generic",
+) -> SamplePathPlan:
+    """ε of a ``sample_path_release`` setting, or the noise it needs.
+
+    * ``noise_sd`` given: the plan's ``epsilon`` is what ``n_draws`` draws cost at ``delta``
+      (and, with ``epsilon=`` as a target, ``max_n_draws`` is the most that fit);
+    * ``noise_sd`` omitted, ``epsilon`` given: the smallest observation noise sd (to 1e-4
+      relative, rounded up) whose ``n_draws`` draws cost at most ``epsilon``; build the model
+      with ``noise_sd=plan.noise_sd`` and the release reports exactly ``plan.epsilon``; a
+      ledger shows ``plan.ledger_epsilon``, and one whose budget is the target accepts it
+      (its privacy filter counts ``plan.filter_epsilon``, ``docs/accounting.md``).
+
+    Public quantities only: ``n`` (public under replace-one neighbours), the kernel scale,
+    ``y_bounds`` with the model's public ``prior_mean`` (default: the midpoint, where ``M_Y``
+    is the half-width), and ``kappa`` (or the public ``domain`` and ``cov_func`` to compute it
+    as the release does, ``kernel_lower_bound``).
+    The cost decreases as the noise grows (``docs/sample_paths.md``, monotonicity in r²), which
+    the bisection relies on; the returned value is checked to fit.
+    """
+    kernel_scale = check_positive(kernel_scale, "kernel_scale")
+    delta = check_delta(delta)
+    n_draws = check_count(n_draws, "n_draws")
+    target = None if epsilon is None else check_epsilon(epsilon)
+    lower, upper = check_public_bounds(y_bounds)
+    centre = 0.5 * (lower + upper) if prior_mean is None else float(prior_mean)
+    M_Y = centred_bound((lower, upper), centre)[2]
+    if kappa is None:
+        if cov_func is None or domain is None:
+            raise ValueError(
+                "give kappa (a public lower bound of the normalised kernel, 0 is always valid) "
+                "or the public domain= and cov_func= to compute it."
+            )
+
+        def k(A: NDArray[np.float64], B: NDArray[np.float64]) -> NDArray[np.float64]:
+            return np.asarray(cov_func(A, B).eval(), dtype=np.float64) / kernel_scale**2
+
+        kappa = kernel_lower_bound(k, domain)
+
+    def bound_for(sd: float) -> SamplePathBound:
+        return SamplePathBound(
+            n=n,
+            kernel_scale=kernel_scale,
+            r2=sd**2 / kernel_scale**2,  # the release's r² = noise_var / kernel_scale²
+            M_Y=M_Y,
+            kappa=float(kappa),
+            eta=eta,
+            kernel_class=kernel_class,
+        )
+
+    if noise_sd is None:
+        if target is None:
+            raise ValueError("give noise_sd= (to get its epsilon) or epsilon= (to get noise_sd).")
+        noise_sd = _noise_sd_for(bound_for, n_draws, delta, target, kernel_scale)
+    noise_sd = check_positive(noise_sd, "noise_sd")
+    bound = bound_for(noise_sd)
+    cost, ledger_cost, filter_cost = _path_costs(bound, n_draws, delta)
+    max_draws = None
+    if target is not None:
+        hi = paths_affordable(bound, target, delta)  # at least as tight as the event's
+        lo_L, hi_L = 0, hi + 1  # lo fits (or is 0), hi does not
+        while hi_L - lo_L > 1:
+            mid = (lo_L + hi_L) // 2
+            lo_L, hi_L = (mid, hi_L) if _path_fits(bound, mid, delta, target) else (lo_L, mid)
+        max_draws = lo_L
+    return SamplePathPlan(
+        n=int(n),
+        kernel_scale=kernel_scale,
+        noise_sd=noise_sd,
+        r2=bound.r2,
+        M_Y=M_Y,
+        kappa=float(kappa),
+        eta=float(eta),
+        n_draws=n_draws,
+        delta=delta,
+        epsilon=cost,
+        ledger_epsilon=ledger_cost,
+        filter_epsilon=filter_cost,
+        target_epsilon=target,
+        max_n_draws=max_draws,
+        bound=bound,
+    )
+
+
+def _noise_sd_for(
+    bound_for: Any, n_draws: int, delta: float, target: float, kernel_scale: float
+) -> float:
+    """Smallest noise sd (geometric bisection, 1e-4 relative) whose cost fits ``target``."""
+
+    def fits(sd: float) -> bool:
+        try:
+            return _path_fits(bound_for(sd), n_draws, delta, target)
+        except ValueError:  # no valid Rényi order: far too little noise
+            return False
+
+    lo, hi = kernel_scale * 1e-6, kernel_scale
+    while not fits(hi):
+        lo, hi = hi, hi * 4.0
+        if hi > kernel_scale * 1e12:
+            raise ValueError(
+                f"no noise_sd up to {hi:.3g} meets epsilon={target:g} for {n_draws} draw(s): the "
+                "mean term does not vanish with more noise at this M_Y; narrow y_bounds, add "
+                "eta, or choose a larger epsilon."
+            )
+    if fits(lo):
+        return lo
+    while hi / lo > 1.0 + 1e-4:
+        mid = math.sqrt(lo * hi)
+        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+    return hi

@@ -1,0 +1,92 @@
+"""A summary of DP draws that shows what they can support, and nothing else.
+
+``az.summary`` computes, besides the mean, sd and credible interval, MCMC diagnostics:
+R-hat, effective sample sizes and Monte Carlo standard errors (Vehtari et al. 2021,
+"Rank-normalization, folding, and localization: an improved R-hat", *Bayesian Analysis*).
+They answer "did the Markov chains mix?".  DP draws come from no Markov chain: a cloaking or
+prior-noise release is a handful of independent DP draws (each one charged to the budget),
+a sample-path release a few independent paths, a noise-aware release any number of exact
+draws of its DP ``q(f)``.  With one chain R-hat is undefined (ArviZ prints NaN) and, with two
+or three draws, the ESS is 1–3 with a warning per variable: numbers that look like a failed
+fit when nothing failed.  :func:`dp_summary` therefore asks for the statistics only
+(``kind="stats"``) and says in ``attrs["spread"]`` what the ``sd`` column measures for this
+mechanism.  What to look at instead is in ``docs/workflow.md`` ("What the spread means").
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from pm_dpgp.compat import get_group, group_names, summary_stats
+
+__all__ = ["dp_summary", "spread_meaning"]
+
+_LABEL = ("cloaking", "prior_noise", "output_perturbation")
+
+
+def spread_meaning(mechanism: str) -> str:
+    """What the spread of a release's draws measures, by mechanism name (``attrs["mechanism"]``)."""
+    if mechanism.startswith(_LABEL):
+        return (
+            "DP noise around the (private) posterior mean: NOT posterior uncertainty; the "
+            "public noise sd is constant_data['dp_noise_sd'], the posterior sd is public "
+            "under label privacy (PublicGP.predict variance)"
+        )
+    if mechanism.startswith("sample_path"):
+        return "posterior uncertainty of the clipped-data GP, widened by the privacy term eta"
+    if mechanism.startswith("noise_aware"):
+        return (
+            "the DP posterior q(f) (Honkela 2024, eq. 17): posterior uncertainty plus the DP "
+            "noise it is aware of; draws are exact and free, so add more for tighter intervals"
+        )
+    if mechanism.startswith("naive"):
+        return (
+            "the naive DP q(f): it ignores the DP noise, so its intervals under-cover "
+            "(docs/noise_aware.md); prefer variant='noise_aware'"
+        )
+    return "see the release's mechanism documentation"
+
+
+def dp_summary(
+    data: Any,
+    *,
+    var_names: list[str] | None = None,
+    group: str = "posterior",
+    prob: float | None = None,
+) -> Any:
+    """Mean, sd and credible interval of DP draws, without MCMC diagnostics.
+
+    Parameters
+    ----------
+    data
+        The ArviZ object of a release (``InferenceData`` / ``DataTree``) or any release
+        with ``to_inference_data()``.
+    var_names, group
+        As in ``az.summary``.
+    prob
+        Credible-interval probability (ArviZ's default when ``None``).
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``az.summary(..., kind="stats")``; ``attrs["spread"]`` says what ``sd`` measures and
+        ``attrs["n_draws"]`` how many DP draws it is computed from.
+
+    Examples
+    --------
+    >>> idata = release.to_inference_data(dims={"f_dp": ["age"]}, coords={"age": ages})
+    >>> dp_summary(idata).attrs["spread"]  # doctest: +SKIP
+    """
+    idata = data.to_inference_data() if hasattr(data, "to_inference_data") else data
+    if group not in group_names(idata):
+        raise ValueError(f"no group {group!r} in this object; groups: {group_names(idata)}.")
+    ds = get_group(idata, group)
+    with warnings.catch_warnings():
+        # kind="stats" computes no R-hat/ESS; ArviZ may still warn about a single chain
+        warnings.simplefilter("ignore", RuntimeWarning)
+        warnings.simplefilter("ignore", UserWarning)
+        table = summary_stats(idata, var_names=var_names, group=group, prob=prob)
+    table.attrs["spread"] = spread_meaning(str(ds.attrs.get("mechanism", "")))
+    table.attrs["n_draws"] = int(ds.sizes.get("draw", 0))
+    return table

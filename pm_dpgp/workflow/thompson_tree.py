@@ -1,0 +1,419 @@
+r"""DP Thompson sampling on sufficient statistics, released by tree aggregation.
+
+The model (``docs/thompson_tree.md`` §1) is GP regression on a finite *public* feature basis,
+the whitened Nyström features on public inducing inputs ``Z`` (a grid on the public box):
+
+.. math:: φ(x) = L^{-1} k(Z, x),\quad L L^\top = K_{ZZ} + jI,\qquad
+          f(x) = μ + φ(x)^\top v,\ v \sim N(0, I),
+
+whose prior covariance is the Nyström kernel ``Q(x, x') = k(x, Z)(K_ZZ + jI)^{-1}k(Z, x')``
+(the subset-of-regressors / DTC model; Quiñonero-Candela & Rasmussen 2005, eq. 16).  Because
+``[[K_ZZ + jI, k(Z, x)], [k(x, Z), k(x, x)]]`` is positive semi-definite, its Schur
+complement gives ``‖φ(x)‖² = Q(x, x) ≤ k(x, x)``: for a stationary kernel the public bound
+``R_φ = √k(x, x)`` holds for every ``x`` in any dimension (features are still clipped to
+``R_φ``, so the bound holds after rounding too).
+
+The posterior of ``v`` depends on the data only through (Honkela 2024, eq. 3, in these
+features) ``A = Σᵢ rᵢ φ(xᵢ)`` and ``B = Σᵢ φ(xᵢ)φ(xᵢ)ᵀ`` with
+``rᵢ = clip(yᵢ − μ, ±R_y)``.  Each round ``t``:
+
+1. the leaf of step ``t`` (the initial design's records at ``t = 1``, the previous round's
+   observation afterwards) enters the binary mechanism
+   (:class:`~pm_dpgp.mechanisms.full.tree_aggregation.TreeAggregator`) on the whitened vector
+   ``(A, c B̂)``; the prefix estimate ``(Ã, B̃)`` has noise ``N(0, popcount(t) σ² I)``;
+2. the noise-aware posterior (Honkela eq. 9 with ``K = I``, S₂ of eqs. 11–14,
+   :func:`~pm_dpgp.mechanisms.full.noise_aware.dp_qu`) is computed with that noise level;
+3. one ``v`` is sampled and ``f(x) = μ + φ(x)ᵀv`` maximised over candidates (free);
+4. the objective is observed at the maximiser (private).
+
+The whole ``T``-round run is one Gaussian mechanism, charged on the ledger before the first
+round (``docs/thompson_tree.md`` §3–4).  Published: the chosen inputs, the sampled path
+values there, the per-round noise level; the observed values stay in the
+:class:`~pm_dpgp.workflow.thompson.OwnerRecord`.
+
+``inputs_public=True`` is the weaker label-privacy variant (``docs/thompson_tree.md`` §9):
+the queried inputs are the published ones, ``B`` is exact and only ``A`` goes through the
+tree; the posterior is then exact linear-Gaussian conditioning on ``Ã``
+(:func:`public_inputs_posterior`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Literal
+
+import numpy as np
+import scipy.linalg as sla
+from numpy.typing import ArrayLike, NDArray
+
+from pm_dpgp._validation import (
+    bounds_from_centred,
+    centred_bound,
+    check_delta,
+    check_epsilon,
+    check_positive,
+    check_rng,
+    reject_unexpected,
+)
+from pm_dpgp.accounting import Ledger
+from pm_dpgp.mechanisms.full.noise_aware import (
+    NEIGHBOURING_RELATION,
+    PRIVACY_MODEL,
+    dp_qu,
+    l2_sensitivity,
+    regularisation_lambda,
+    symmetric_from_upper,
+    upper_vector,
+)
+from pm_dpgp.mechanisms.full.tree_aggregation import TreeAggregator, TreePlan, plan_tree
+from pm_dpgp.mechanisms.label.output_perturbation import LABEL_PRIVACY_MODEL
+from pm_dpgp.mechanisms.noise import simulation_rng
+from pm_dpgp.models import grid_inducing_points, sparse_gp_regression
+from pm_dpgp.workflow.progress import progress_bar
+from pm_dpgp.workflow.thompson import (
+    Objective,
+    OwnerRecord,
+    StopReason,
+    ThompsonResult,
+    _maximise,
+    _observe,
+    check_loop_inputs,
+    trace_inference_data,
+)
+
+__all__ = [
+    "NystromFeatures",
+    "dp_thompson_sampling_tree",
+    "public_inputs_posterior",
+    "record_statistics",
+]
+
+LABEL_RELATION = (
+    "replace-one y: one observed value replaced; the queried inputs are the published x_chosen"
+)
+
+
+class NystromFeatures:
+    """Whitened Nyström features ``φ(x) = L⁻¹k(Z, x)`` clipped to ``‖φ‖ ≤ R_φ`` (public).
+
+    ``feature_norm=None`` uses ``R_φ = √max k(z, z)`` for a stationary kernel (then
+    ``‖φ(x)‖² = Q(x, x) ≤ k(x, x) = R_φ²`` everywhere, the clipping only removes round-off);
+    otherwise a public float bound is required.
+    """
+
+    def __init__(
+        self,
+        cov_func: Any,
+        Z: NDArray[np.float64],
+        noise_sd: float,
+        prior_mean: float,
+        feature_norm: float | None = None,
+    ) -> None:
+        model = sparse_gp_regression(
+            None,
+            None,
+            cov_func,
+            Z=Z,
+            sigma=noise_sd,
+            mean=prior_mean,
+            mean_is_public=True,
+            z_is_public=True,
+        )
+        self.public = model.public_sparse_gp()
+        self.Z = self.public.Z
+        self.L = sla.cholesky(self.public.kzz(), lower=True)
+        if feature_norm is None:
+            if not self.public.stationary:
+                raise ValueError(
+                    "the kernel is not recognised as stationary, so k(x, x) is not known to be "
+                    "constant; pass a public feature_norm >= sqrt(max_x k(x, x))."
+                )
+            feature_norm = math.sqrt(float(np.max(self.public.kernel_diag(self.Z))))
+        self.R = check_positive(feature_norm, "feature_norm")
+
+    @property
+    def M(self) -> int:
+        """Number of features ``|Z|``."""
+        return int(self.Z.shape[0])
+
+    def __call__(self, X: NDArray[np.float64]) -> NDArray[np.float64]:
+        """``(n, M)`` features of the rows of ``X``, each row clipped to norm ``R_φ``."""
+        Phi = sla.solve_triangular(self.L, self.public.kernel_private(self.Z, X), lower=True).T
+        Phi = np.where(np.isfinite(Phi), Phi, 0.0)
+        norm = np.linalg.norm(Phi, axis=1)
+        return Phi * np.minimum(1.0, self.R / np.maximum(norm, 1e-300))[:, None]
+
+
+def record_statistics(
+    Phi: NDArray[np.float64], r: NDArray[np.float64], ratio: float
+) -> NDArray[np.float64]:
+    r"""Whitened statistics ``(A, c B̂)`` of a batch: ``A = Φᵀr``, ``B̂ = t_b(ΦᵀΦ)`` (eq. 3, 23).
+
+    ``Φ`` holds clipped features (``‖φᵢ‖ ≤ R_φ``) and ``r`` clipped residuals (``|rᵢ| ≤ R_y``);
+    one record changes this vector by at most :func:`l2_sensitivity` ``(R_y, R_φ, c)``.
+    """
+    return np.concatenate([Phi.T @ r, ratio * upper_vector(Phi.T @ Phi)])
+
+
+def public_inputs_posterior(
+    B: NDArray[np.float64], a_noisy: NDArray[np.float64], noise_var: float, sigma_a: float
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    r"""Exact posterior of ``v`` given the public ``B`` and the noisy ``ã = A + N(0, σ_a² I)``.
+
+    With ``v ~ N(0, I)``, ``A | v ~ N(B v, σ² B)`` (``A = Σφᵢyᵢ``, ``yᵢ = φᵢᵀv + N(0, σ²)``), so
+    ``ã | v ~ N(Bv, C)``, ``C = σ²B + σ_a²I``: ``Λ = I + B C⁻¹ B``, ``m = Λ⁻¹ B C⁻¹ ã``,
+    ``S = Λ⁻¹`` (linear-Gaussian conditioning; Bishop 2006, eqs. 2.116–2.117).  All three are
+    diagonal in the eigenbasis ``B = U diag(b) Uᵀ``.  Post-processing of released values.
+    """
+    b, U = np.linalg.eigh(0.5 * (B + B.T))
+    b = np.clip(b, 0.0, None)
+    gain = b / (noise_var * b + sigma_a**2)  # B C^-1 in the eigenbasis
+    prec = 1.0 + b * gain
+    m = U @ (gain * (U.T @ a_noisy) / prec)
+    return m, (U / prec) @ U.T
+
+
+def dp_thompson_sampling_tree(
+    objective: Objective,
+    cov_func: Any,
+    *,
+    domain: tuple[ArrayLike, ArrayLike],
+    X_init: ArrayLike,
+    n_rounds: int,
+    noise_sd: float,
+    inducing: ArrayLike | int = 8,
+    y_bounds: tuple[float, float] | None = None,
+    prior_mean: float = 0.0,
+    ledger: Ledger,
+    epsilon: float | None = None,
+    delta: float | None = None,
+    feature_norm: float | None = None,
+    ratio: float = 1.0,
+    rho: float = 0.01,
+    variant: Literal["noise_aware", "naive"] = "noise_aware",
+    inputs_public: bool = False,
+    candidates: ArrayLike | int = 256,
+    refine_steps: int = 0,
+    refine_points: int = 32,
+    progressbar: bool = True,
+    rng: np.random.Generator | None = None,
+    **deprecated: Any,
+) -> ThompsonResult:
+    """Run DP Thompson sampling on tree-released sufficient statistics (see the module doc).
+
+    Parameters
+    ----------
+    objective, cov_func, domain, X_init, n_rounds, candidates, refine_steps, refine_points,
+    progressbar:
+        as :func:`~pm_dpgp.workflow.dp_thompson_sampling`.
+    noise_sd:
+        public observation-noise sd of the model (``s = noise_sd⁻²``).
+    inducing:
+        public inducing inputs ``Z`` (``(M, d)``), or the number of grid points per dimension
+        of a regular grid on the public box.
+    y_bounds, prior_mean:
+        public response range ``(lower, upper)`` (default ``(μ − 1, μ + 1)``) and prior mean
+        ``μ``; residuals ``y − μ`` are clipped to ``±R_y`` with
+        ``R_y = max(|lower − μ|, |upper − μ|)`` (the deprecated centred ``y_bound=R_y`` works).
+    ledger, epsilon, delta:
+        the run's (ε, δ) (``epsilon`` defaults to the ledger's remaining budget, ``delta`` to
+        its δ) is charged once, before the first round; if the ledger cannot afford it the run
+        returns with no rounds (``stop_reason="budget"``) and no noise drawn.
+    feature_norm:
+        public ``R_φ`` (default ``√k(x, x)`` for stationary kernels).
+    ratio, rho, variant:
+        ``c = σ_a/σ_b``, the failure probability of λ (eq. 10) and ``"noise_aware"`` (with S₂)
+        or ``"naive"`` posterior (:func:`~pm_dpgp.mechanisms.full.noise_aware.dp_qu`).
+    inputs_public:
+        ``False`` (default): full privacy, neighbours replace one ``(x, y)``; the tree releases
+        ``(A, c B̂)``.  ``True``: **label privacy** — only the observed values are private,
+        the queried inputs are the published ``x_chosen`` (and the public ``X_init``), so
+        ``B`` is computed exactly from public inputs and the tree releases ``A`` alone, with
+        sensitivity ``2 R_y R_φ`` (``docs/thompson_tree.md`` §9).  A weaker guarantee: the
+        ledger records ``privacy_model="label"``.
+    rng:
+        ``None`` (default): secure discrete Gaussian node noise (OpenDP, OS entropy) and an
+        OS-entropy Generator for the posterior samples and candidates.  A Generator: the
+        simulation mode (float noise), the only source of randomness (reproducible).
+    """
+    noise_rng = simulation_rng(rng)
+    rng = check_rng(rng)
+    X0, lower, upper, fixed_cand, n_cand = check_loop_inputs(X_init, domain, n_rounds, candidates)
+    d = X0.shape[1]
+    T = int(n_rounds)
+    noise_sd = check_positive(noise_sd, "noise_sd")
+    func = "dp_thompson_sampling_tree"
+    y_bounds = bounds_from_centred("y_bound", deprecated, y_bounds, prior_mean, func=func)
+    reject_unexpected(deprecated, func=func)
+    if y_bounds is None:
+        y_bounds = (prior_mean - 1.0, prior_mean + 1.0)
+    _, _, R_y = centred_bound(y_bounds, prior_mean)
+    c = check_positive(ratio, "ratio")
+    if not isinstance(ledger, Ledger):
+        raise ValueError("ledger must be a pm_dpgp Ledger holding the privacy budget.")
+    delta = check_delta(ledger.delta if delta is None else delta)
+    if epsilon is None:
+        remaining = ledger.remaining_epsilon
+        if remaining is None:
+            raise ValueError("the ledger has no budget; pass epsilon= for the run.")
+        epsilon = float(remaining)  # 0 when the budget is used up: the run stops at once
+    else:
+        epsilon = check_epsilon(epsilon)
+    if isinstance(inducing, int | np.integer):
+        Z = grid_inducing_points(lower, upper, int(inducing))
+    else:
+        Z = np.asarray(inducing, dtype=np.float64)
+        if Z.ndim != 2 or Z.shape[1] != d or not np.all(np.isfinite(Z)):
+            raise ValueError(f"inducing must be a finite (M, {d}) array or a grid size.")
+    feats = NystromFeatures(cov_func, Z, noise_sd, prior_mean, feature_norm)
+    M = feats.M
+    scale = 1.0 / noise_sd**2
+
+    # the initial design is observed first: a wrong-shaped objective fails before any charge
+    # (the count is public; the values are only clipped, never inspected)
+    y_all = _observe(objective, X0, float(prior_mean))
+
+    # --- public plan and the one charge, before any noise ----------------------------------
+    if inputs_public:
+        Delta, dim = 2.0 * R_y * feats.R, M
+        model_name, relation = LABEL_PRIVACY_MODEL, LABEL_RELATION
+    else:
+        Delta, dim = l2_sensitivity(R_y, feats.R, c), M + M * (M + 1) // 2
+        model_name, relation = PRIVACY_MODEL, NEIGHBOURING_RELATION
+    plan: TreePlan | None = None
+    stop: StopReason = "completed"
+    if T > 0 and epsilon > 0.0:
+        plan = plan_tree(
+            epsilon,
+            delta,
+            Delta,
+            T,
+            dim,
+            secure=noise_rng is None,
+            label=f"Thompson tree aggregation ({T} rounds)",
+        )
+        if not ledger.can_afford(plan.event):
+            plan, stop = None, "budget"
+        else:
+            ledger.spend(
+                plan.event,
+                privacy_model=model_name,
+                neighbouring_relation=relation,
+                rng=noise_rng,
+            )
+    elif T > 0:
+        stop = "budget"
+
+    rows: dict[str, list[Any]] = {
+        k: [] for k in ("x_chosen", "f_path_at_chosen", "n_data", "nodes_in_prefix", "lambda_used")
+    }
+    X_all = X0.copy()
+    if plan is not None:
+        tree = TreeAggregator(plan, noise_rng)
+        leaf = (X0, y_all)
+        B_public = np.zeros((M, M))  # exact B from the public queries (inputs_public only)
+        with progress_bar(T, "DP Thompson sampling (tree)", enabled=progressbar) as bar:
+            try:
+                for _ in range(T):
+                    r = np.clip(leaf[1] - prior_mean, -R_y, R_y)
+                    Phi = feats(leaf[0])
+                    if inputs_public:
+                        est, k = tree.add(Phi.T @ r)
+                        B_public += Phi.T @ Phi
+                        m_v, S_v = public_inputs_posterior(
+                            B_public, est, noise_sd**2, plan.sigma * math.sqrt(k)
+                        )
+                        lam_used = 0.0
+                    else:
+                        est, k = tree.add(record_statistics(Phi, r, c))
+                        sa = plan.sigma * math.sqrt(k)
+                        q = dp_qu(
+                            np.eye(M),
+                            est[:M],
+                            symmetric_from_upper(est[M:] / c, M),
+                            scale=scale,
+                            sigma_a=sa,
+                            sigma_b=sa / c,
+                            lam=regularisation_lambda(sa / c, scale, M, rho),
+                            variant=variant,
+                        )
+                        m_v, S_v, lam_used = q.m, q.S, q.lam_used
+                    w, V = np.linalg.eigh(0.5 * (S_v + S_v.T))
+                    v = m_v + V @ (np.sqrt(np.clip(w, 0.0, None)) * rng.standard_normal(M))
+
+                    def path(Xn: NDArray[np.float64], _v: Any = v) -> NDArray[np.float64]:
+                        return prior_mean + feats(Xn) @ _v
+
+                    X_c = (
+                        fixed_cand
+                        if fixed_cand is not None
+                        else rng.uniform(lower, upper, (n_cand, d))
+                    )
+                    x_new, f_new = _maximise(
+                        path, (X_c, path(X_c)), lower, upper, refine_steps, refine_points, rng
+                    )
+                    y_new = _observe(objective, x_new[None, :], float(prior_mean))
+                    rows["x_chosen"].append(x_new)
+                    rows["f_path_at_chosen"].append(f_new)
+                    rows["n_data"].append(len(X_all))
+                    rows["nodes_in_prefix"].append(k)
+                    rows["lambda_used"].append(lam_used)
+                    X_all = np.vstack([X_all, x_new[None, :]])
+                    y_all = np.concatenate([y_all, y_new])
+                    leaf = (x_new[None, :], y_new)
+                    bar.advance(f"ε = {ledger.epsilon():.3g}")
+            except KeyboardInterrupt:
+                stop = "interrupted"
+    attrs: dict[str, Any] = {
+        "mechanism": "sufficient-statistics Thompson sampling (tree aggregation, Nystrom features)",
+        "privacy_model": "label (observed values private; queried inputs are published)"
+        if inputs_public
+        else "full (queried inputs and observed values private)",
+        "neighbouring_relation": relation,
+        "stop_reason": stop,
+        "n_rounds_requested": T,
+        "n_rounds_completed": len(rows["x_chosen"]),
+        "noise_sd": noise_sd,
+        "y_bounds": [float(b) for b in y_bounds],
+        "R_y": R_y,
+        "prior_mean": float(prior_mean),
+        "feature_norm": feats.R,
+        "n_inducing": M,
+        "ratio_c": c,
+        "rho": float(rho),
+        "variant": variant,
+        "kernel": feats.public.description,
+        "leaf_sensitivity": Delta,
+        "sensitivity_equation": "docs/thompson_tree.md §3: sqrt(L) * eq. (6) with R_k = R_phi",
+        "delta": float(delta),
+        "epsilon_run": float(epsilon),
+        "epsilon_budget": "none" if ledger.epsilon_budget is None else float(ledger.epsilon_budget),
+        "epsilon_spent_total": float(ledger.epsilon()),
+        "published": "chosen inputs and sampled path values only; observed values are private",
+    }
+    if plan is not None:
+        attrs.update(
+            {k: json.dumps(v) if isinstance(v, dict) else v for k, v in plan.metadata().items()}
+        )
+    idata = trace_inference_data(
+        rows,
+        {
+            "f_path_at_chosen": float,
+            "n_data": np.int64,
+            "nodes_in_prefix": np.int64,
+            "lambda_used": float,
+        },
+        X0,
+        lower,
+        upper,
+        attrs,
+    )
+    owner = OwnerRecord(X=X_all, y=y_all, n_init=len(X0))
+    return ThompsonResult(
+        idata=idata,
+        owner=owner,
+        ledger=ledger,
+        events=[plan.event] if plan is not None else [],
+        stop_reason=stop,
+    )

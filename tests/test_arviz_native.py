@@ -1,0 +1,303 @@
+"""Every release type as an ArviZ-native object: the standard ArviZ calls work on it.
+
+For each release (cloaking, prior noise, sample paths, noise-aware ``q(u)``, Dirichlet,
+Thompson sampling, and ``dp_ppc`` of each): DP draws in ``posterior`` with the user's
+``dims``/``coords``, public hold-out data in ``observed_data``, and ``az.plot_posterior``,
+``az.plot_trace``, ``az.hdi``, ``az.plot_ppc`` and the diagnostics-free summary run on it
+(ArviZ 1 names through ``tests/arviz_stack.py``).  Runs on both stacks.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import matplotlib
+import numpy as np
+import pymc as pm
+import pytest
+
+from pm_dpgp import compat
+from pm_dpgp.accounting import Ledger
+from pm_dpgp.workflow import dp_ppc, dp_summary, dp_thompson_sampling, plot_dp_release
+from tests import arviz_stack
+from tests.test_compat import _dirichlet, _label_release, _noise_aware, _sample_path
+
+matplotlib.use("Agg")
+
+X_STAR = np.linspace(0, 6, 25)
+AGE = 10.0 * X_STAR  # user coordinates: a rescaled input
+X_NA = np.linspace(-3, 3, 11)
+
+
+@pytest.fixture(scope="module")
+def small():
+    from pm_dpgp.models import gp_regression
+
+    rng = np.random.default_rng(0)
+    X = np.sort(rng.uniform(0, 6, 30))
+    y = np.clip(np.sin(X) + 0.3 * rng.standard_normal(30), -1.9, 1.9)
+    return gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=1.5), sigma=0.3, mean=0.0)
+
+
+@pytest.fixture(scope="module")
+def noise_aware():
+    return _noise_aware()
+
+
+@pytest.fixture(scope="module")
+def dirichlet():
+    return _dirichlet()
+
+
+def _idata(kind, small, noise_aware, dirichlet):
+    """(idata, DP variable, its user dim, the user coordinate values, has observed data)."""
+    obs = {"observed_is_public": True, "rng": np.random.default_rng(11)}
+    if kind in ("cloaking", "prior_noise"):
+        rel = _label_release(kind, small)
+        idata = rel.to_inference_data(
+            dims={"f_dp": ["age"]},
+            coords={"age": AGE},
+            observed_data={"y": np.sin(X_STAR)},
+            predictive_sd=0.3,
+            **obs,
+        )
+        return idata, "f_dp", "age", AGE, True
+    if kind == "sample_path":
+        rel = _sample_path(small)
+        idata = rel.to_inference_data(
+            X_star=X_STAR[:, None],
+            dims={"f_path": ["age"]},
+            coords={"age": AGE},
+            observed_data={"y": np.sin(X_STAR)},
+            predictive_sd=0.3,
+            **obs,
+        )
+        return idata, "f_path", "age", AGE, True
+    if kind == "noise_aware":
+        idata = noise_aware.to_inference_data(
+            X_NA,
+            n_draws=300,
+            dims={"f": ["x"]},
+            coords={"x": 100 * X_NA},
+            observed_data={"y": np.sin(2 * X_NA)},
+            **obs,
+        )
+        return idata, "f", "x", 100 * X_NA, True
+    if kind == "dirichlet":
+        idata = dirichlet.to_inference_data(
+            X_NA,
+            n_draws=300,
+            rng=np.random.default_rng(12),
+            dims={"p": ["label", "x"]},
+            coords={"label": ["low", "mid", "high"], "x": 100 * X_NA},
+        )
+        return idata, "p", "x", 100 * X_NA, False
+    if kind == "thompson":
+        res = dp_thompson_sampling(
+            lambda X: np.sin(6 * X[:, 0]),
+            pm.gp.cov.ExpQuad(1, ls=0.2),
+            domain=(0.0, 1.0),
+            X_init=[[0.2], [0.7]],
+            n_rounds=4,
+            noise_sd=2.0,
+            y_bound=1.0,
+            ledger=Ledger(epsilon=200.0, delta=1e-5),
+            candidates=32,
+            progressbar=False,
+            rng=np.random.default_rng(8),
+        )
+        assert "posterior" in compat.group_names(res.idata)
+        idata = res.to_inference_data(
+            dims={"x_chosen": ["feature"]}, coords={"feature": ["temperature"]}
+        )
+        return idata, "x_chosen", "feature", np.array(["temperature"]), False
+    raise AssertionError(kind)
+
+
+KINDS = ["cloaking", "prior_noise", "sample_path", "noise_aware", "dirichlet", "thompson"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_arviz_calls_on_every_release(kind, small, noise_aware, dirichlet) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # PrivacyWarnings of the tiny test releases
+        idata, var, dim, values, observed = _idata(kind, small, noise_aware, dirichlet)
+    post = compat.get_group(idata, "posterior")
+    da = post[var]
+    assert da.dims[:2] == ("chain", "draw") and dim in da.dims
+    assert da.sizes["chain"] == 1 and da.sizes["draw"] >= 2
+    np.testing.assert_array_equal(post[dim].values, values)
+    assert post.attrs["mechanism"]
+    few = {dim: post[dim].values[:3]}  # three panels are enough to show that the call works
+    arviz_stack.plot_posterior(idata, [var], coords=few)
+    arviz_stack.plot_trace(idata, [var], coords=few)
+    hdi = np.asarray(
+        compat.get_group(idata, "posterior")[var].quantile([0.0, 1.0], ("chain", "draw"))
+    )
+    import arviz as az
+
+    interval = np.asarray(az.hdi(idata, var_names=[var])[var])  # (..., 2) on both stacks
+    assert interval.shape[-1] == 2
+    lo, hi = np.moveaxis(interval, -1, 0)
+    assert np.all(lo <= hi)
+    # the HDI lies within the range of the draws it summarises
+    assert np.all(lo >= hdi[0].reshape(lo.shape) - 1e-12)
+    assert np.all(hi <= hdi[1].reshape(hi.shape) + 1e-12)
+    if observed:
+        assert "observed_data" in compat.group_names(idata)
+        arviz_stack.plot_ppc(idata, num_samples=min(10, da.sizes["draw"]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # az.summary's default warns ~per var
+        table = dp_summary(idata, var_names=[var])
+    assert not {"r_hat", "ess_bulk", "ess_tail", "mcse_mean"} & set(table.columns)
+    assert {"mean", "sd"} <= set(table.columns)
+    assert len(table) == int(np.prod([da.sizes[d] for d in da.dims[2:]]))
+    assert table.attrs["n_draws"] == da.sizes["draw"]
+    matplotlib.pyplot.close("all")
+
+
+def test_spread_is_described_per_mechanism(small, noise_aware) -> None:
+    cloak = dp_summary(_label_release("cloaking", small))
+    assert cloak.attrs["spread"].startswith("DP noise") and "NOT posterior" in cloak.attrs["spread"]
+    na = dp_summary(noise_aware.to_inference_data(X_NA, n_draws=20))
+    assert "q(f)" in na.attrs["spread"]
+
+
+def test_label_release_keeps_the_legacy_copy_and_adds_predictive(small) -> None:
+    rel = _label_release("cloaking", small)
+    idata = rel.to_inference_data(
+        observed_data={"y": np.sin(X_STAR)},
+        observed_is_public=True,
+        predictive_sd=0.5,
+        rng=np.random.default_rng(0),
+    )
+    post = compat.get_group(idata, "posterior")
+    pp = compat.get_group(idata, "posterior_predictive")
+    np.testing.assert_array_equal(post["f_dp"].values[0], rel.draws)
+    np.testing.assert_array_equal(pp["f_dp"].values, post["f_dp"].values)  # legacy location
+    e = pp["y"].values - post["f_dp"].values  # predictive noise: public, sd 0.5
+    assert e.shape == (1, 2, 25) and 0.3 < e.std() < 0.7
+    np.testing.assert_array_equal(compat.get_group(idata, "observed_data")["y"], np.sin(X_STAR))
+    # default layout unchanged apart from the new posterior group
+    plain = rel.to_inference_data()
+    assert compat.get_group(plain, "posterior")["f_dp"].dims == ("chain", "draw", "x_star")
+    np.testing.assert_array_equal(compat.get_group(plain, "posterior")["x_star"], X_STAR)
+    assert "observed_data" not in compat.group_names(plain)
+
+
+def test_bad_observed_dims_and_coords_are_refused(small) -> None:
+    rel = _label_release("cloaking", small)
+    y = np.sin(X_STAR)
+    with pytest.raises(ValueError, match="observed_is_public=True"):
+        rel.to_inference_data(observed_data={"y": y}, predictive_sd=0.3)
+    with pytest.raises(ValueError, match="predictive_sd"):
+        rel.to_inference_data(observed_data={"y": y}, observed_is_public=True)
+    with pytest.raises(ValueError, match="hold-out inputs"):
+        rel.to_inference_data(observed_data={"y": y[:5]}, observed_is_public=True, predictive_sd=1)
+    with pytest.raises(ValueError, match="clashes"):
+        rel.to_inference_data(observed_data={"f_dp": y}, observed_is_public=True, predictive_sd=1)
+    with pytest.raises(ValueError, match="dim name"):
+        rel.to_inference_data(dims={"f_dp": ["a", "b"]})
+    with pytest.raises(ValueError, match="coords"):
+        rel.to_inference_data(dims={"f_dp": ["age"]}, coords={"age": AGE[:3]})
+
+
+# ----------------------------------------------------------------- noise-aware draws of q(f)
+def test_sample_f_matches_the_dp_predictive_and_is_joint_with_u(noise_aware) -> None:
+    """Draws of (u, f): moments of eq. (17) and Cov(f, u) = K_*Z K⁻¹ S (one joint draw)."""
+    Xs = np.array([-2.5, -1.0, 0.3, 1.7, 2.9])
+    n = 40_000
+    u, f = noise_aware.sample_f(Xs, n, np.random.default_rng(0))
+    assert u.shape == (n, 8) and f.shape == (n, 5)
+    mu, cov = noise_aware.predict(Xs, full_cov=True)
+    sd = np.sqrt(np.diag(cov))
+    # mean: 5 Monte Carlo standard errors; a wrong centre (e.g. without the prior mean) fails
+    assert np.all(np.abs(f.mean(0) - mu) < 5 * sd / np.sqrt(n))
+    # covariance: relative error of a sample variance has sd sqrt(2/n) = 0.7 %; 5 % allowed,
+    # and dropping the K_*Z K⁻¹ S K⁻¹ K_Z* term (or the conditional term) changes it by more
+    emp = np.cov(f.T)
+    assert np.all(np.abs(emp - cov) < 0.05 * sd[:, None] * sd[None, :])
+    assert np.all(np.abs(np.diag(emp) / np.diag(cov) - 1) < 0.05)
+    # u ~ q(u) and f | u jointly: Cov(f, u) = K_*Z K⁻¹ S
+    K = noise_aware._kzz()
+    W = np.linalg.solve(K, noise_aware._kernel(noise_aware.Z, Xs[:, None]))
+    cross = W.T @ noise_aware.S
+    emp_cross = (f - f.mean(0)).T @ (u - u.mean(0)) / (n - 1)
+    su = np.sqrt(np.diag(noise_aware.S))
+    assert np.all(np.abs(emp_cross - cross) < 0.05 * sd[:, None] * su[None, :])
+    assert np.max(np.abs(cross) / (sd[:, None] * su[None, :])) > 0.3  # not vacuous
+    # any number of draws, and u alone without X_star
+    u_only, none = noise_aware.sample_f(None, 3, np.random.default_rng(1))
+    assert u_only.shape == (3, 8) and none is None
+    with pytest.raises(ValueError, match="n_draws"):
+        noise_aware.sample_f(Xs, 0)
+
+
+def test_noise_aware_hdi_width_follows_the_dp_posterior(noise_aware) -> None:
+    """The posterior HDI of f is about ±1.88 sd of eq. (17) (94 % normal interval)."""
+    import arviz as az
+
+    idata = noise_aware.to_inference_data(X_NA, n_draws=4000, rng=np.random.default_rng(3))
+    interval = np.asarray(az.hdi(idata, var_names=["f"], **_prob(0.94))["f"])
+    width = interval[:, 1] - interval[:, 0]
+    _, var = noise_aware.predict(X_NA)
+    np.testing.assert_allclose(width, 2 * 1.8808 * np.sqrt(var), rtol=0.1)
+    par = compat.get_group(idata, "dp_parameters")
+    np.testing.assert_array_equal(par["u_mean"].values, noise_aware.m)
+
+
+def _prob(p):
+    return {"prob": p} if compat.USES_DATATREE else {"hdi_prob": p}
+
+
+# ------------------------------------------------------------------- dp_ppc and plots
+@pytest.mark.parametrize("kind", ["cloaking", "sample_path", "noise_aware", "dirichlet"])
+def test_dp_ppc_and_plot_accept_every_release(kind, small, noise_aware, dirichlet) -> None:
+    rng = np.random.default_rng(21)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if kind == "cloaking":
+            rel, X_h = _label_release(kind, small), X_STAR[::3]
+        elif kind == "sample_path":
+            rel, X_h = _sample_path(small), np.linspace(0.1, 5.9, 9)
+        else:
+            rel, X_h = (noise_aware if kind == "noise_aware" else dirichlet), X_NA
+    if kind == "dirichlet":
+        y_h = (X_h > -1).astype(int) + (X_h > 1).astype(int)
+        kw = {}
+    else:
+        y_h = np.sin(X_h if kind != "noise_aware" else 2 * X_h)
+        kw = {} if kind == "noise_aware" else {"noise_sd": 0.3}
+    idata = dp_ppc(rel, X_h, y_h, training=None, n_draws=100, rng=rng, **kw)
+    assert {"posterior", "posterior_predictive", "observed_data", "log_likelihood"} <= set(
+        compat.group_names(idata)
+    )
+    post = compat.get_group(idata, "posterior")
+    assert post["f"].sizes["obs_id"] == len(X_h)
+    if kind == "dirichlet":
+        p = post["p"].values
+        np.testing.assert_allclose(p.sum(-1), 1.0, rtol=1e-12)
+        y_rep = compat.get_group(idata, "posterior_predictive")["y"].values
+        assert set(np.unique(y_rep)) <= {0, 1, 2}
+        # the labels' log-likelihood is log p[label]
+        ll = compat.get_group(idata, "log_likelihood")["y"].values
+        np.testing.assert_allclose(ll, np.log(p[..., np.arange(len(X_h)), y_h]))
+    if kind == "noise_aware":
+        assert compat.get_group(idata, "posterior")["f"].sizes["draw"] == 200  # 100 × 2 replicates
+    arviz_stack.plot_ppc(idata, num_samples=10)
+    ax = plot_dp_release(rel, X_holdout=X_h, y_holdout=y_h, rng=rng, max_draws=5)
+    assert ax.get_xlabel() and ax.get_ylabel() and "δ" in ax.get_title()
+    matplotlib.pyplot.close("all")
+
+
+def test_dp_ppc_noise_aware_needs_no_noise_sd_but_label_does(small) -> None:
+    rel = _label_release("cloaking", small)
+    with pytest.raises(ValueError, match="noise_sd"):
+        dp_ppc(rel, X_STAR, np.sin(X_STAR), training=None)
+
+
+def test_dp_ppc_dirichlet_refuses_bad_labels_and_noise_sd(dirichlet) -> None:
+    with pytest.raises(ValueError, match="class labels"):
+        dp_ppc(dirichlet, X_NA, np.full(11, 3.0), training=None)
+    with pytest.raises(ValueError, match="categorical"):
+        dp_ppc(dirichlet, X_NA, np.zeros(11), training=None, noise_sd=1.0)

@@ -1,0 +1,320 @@
+"""Tree aggregation (binary mechanism) and sufficient-statistics DP Thompson sampling."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pymc as pm
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pm_dpgp.accounting import BUDGET_RTOL, GaussianEvent, Ledger, ZCDPEvent
+from pm_dpgp.audit import scan_for_values
+from pm_dpgp.compat import group_names
+from pm_dpgp.mechanisms.full.noise_aware import l2_sensitivity
+from pm_dpgp.mechanisms.full.tree_aggregation import (
+    TreeAggregator,
+    max_nodes_per_leaf,
+    plan_tree,
+    prefix_node_count,
+)
+from pm_dpgp.workflow.thompson_tree import (
+    NystromFeatures,
+    dp_thompson_sampling_tree,
+    public_inputs_posterior,
+    record_statistics,
+)
+from tests.test_thompson import objective
+
+DELTA = 1e-5
+X0 = np.array([[0.1], [0.5], [0.9]])
+COV = pm.gp.cov.ExpQuad(1, ls=0.2)
+pytestmark = pytest.mark.usefixtures("one_blas_thread")
+
+
+# ------------------------------------------------------------------ the counter
+def _completed_nodes(T: int) -> list[tuple[int, int]]:
+    """Nodes (a, b] of the binary mechanism up to T, brute force: at step b the dyadic interval
+    whose length is the largest power of two dividing b (Chan, Shi & Song 2011, Alg. 2)."""
+    out = []
+    for b in range(1, T + 1):
+        i = max(j for j in range(b.bit_length()) if b % (1 << j) == 0)
+        out.append((b - (1 << i), b))
+    return out
+
+
+@pytest.mark.parametrize("T", [1, 2, 3, 4, 5, 7, 8, 9, 16, 25, 31, 32, 33, 100, 128, 200])
+def test_nodes_per_leaf_is_exact_and_within_log_bound(T):
+    nodes = _completed_nodes(T)
+    counts = [sum(a < s <= b for a, b in nodes) for s in range(1, T + 1)]
+    assert max(counts) == max_nodes_per_leaf(T)
+    assert max_nodes_per_leaf(T) <= math.ceil(math.log2(T)) + 1
+    # the streaming aggregator releases exactly these nodes
+    plan = plan_tree(1.0, DELTA, 1.0, T, 2, secure=False)
+    agg = TreeAggregator(plan, np.random.default_rng(0))
+    for _ in range(T):
+        agg.add(np.zeros(2))
+    assert sorted((first - 1, last) for _, first, last in agg.released) == sorted(nodes)
+
+
+def test_prefix_is_sum_of_binary_decomposition():
+    T, dim = 23, 3
+    rng = np.random.default_rng(1)
+    leaves = rng.normal(size=(T, dim))
+    plan = plan_tree(2.0, DELTA, 1.0, T, dim, secure=False)
+    agg = TreeAggregator(plan, np.random.default_rng(2))
+    noise = {}
+    for t in range(1, T + 1):
+        est, k = agg.add(leaves[t - 1])
+        lvl, first, last = agg.released[-1]
+        noise[(first, last)] = agg.node_values[-1] - leaves[first - 1 : last].sum(0)
+        assert k == prefix_node_count(t) == bin(t).count("1")
+        # the nodes used: the binary decomposition of t (disjoint, covering 1..t)
+        parts, hi = [], t
+        for j in range(t.bit_length()):
+            if (t >> j) & 1:
+                parts.append((hi - (1 << j) + 1, hi))
+                hi -= 1 << j
+        assert sum(b - a + 1 for a, b in parts) == t and hi == 0
+        expect = leaves[:t].sum(0) + sum(noise[p] for p in parts)
+        # same float additions in a different order: 1e-12 relative to O(10) values
+        np.testing.assert_allclose(est, expect, rtol=0, atol=1e-12)
+    # the node noise really is noise of sd σ (not vacuous): 23 nodes × 3 coordinates
+    z = np.concatenate(list(noise.values())) / plan.sigma
+    assert 0.5 < z.std() < 1.6
+
+
+def _unit(v):
+    n = np.linalg.norm(v)
+    return v / n if n > 0 else v
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    T=st.integers(1, 40),
+    M=st.integers(1, 5),
+    where=st.floats(0, 1, exclude_max=True),
+    seed=st.integers(0, 2**31 - 1),
+    ratio=st.sampled_from([0.5, 1.0, 2.0]),
+)
+def test_record_contribution_to_released_nodes_within_sensitivity(T, M, where, seed, ratio):
+    """Replace one record; the stacked released nodes move by at most √L Δ (same noise)."""
+    rng = np.random.default_rng(seed)
+    R_y, R_phi = 1.3, 0.9
+    per_leaf = rng.integers(1, 3, size=T)
+    Phi = [
+        R_phi * rng.uniform(0, 1, (m, 1)) * np.apply_along_axis(_unit, 1, rng.normal(size=(m, M)))
+        for m in per_leaf
+    ]
+    r = [rng.uniform(-R_y, R_y, m) for m in per_leaf]
+    t_star = int(where * T)
+    Phi2 = [p.copy() for p in Phi]
+    r2 = [v.copy() for v in r]
+    Phi2[t_star][0] = R_phi * _unit(rng.normal(size=M))
+    r2[t_star][0] = rng.choice([-R_y, R_y])
+    Delta = l2_sensitivity(R_y, R_phi, ratio)
+    dim = M + M * (M + 1) // 2
+    plan = plan_tree(1.0, DELTA, Delta, T, dim, secure=False)
+    out = []
+    for P, y in ((Phi, r), (Phi2, r2)):
+        agg = TreeAggregator(plan, np.random.default_rng(seed))
+        for t in range(T):
+            agg.add(record_statistics(P[t], y[t], ratio))
+        out.append(np.concatenate(agg.node_values))
+    leaf_change = np.linalg.norm(
+        record_statistics(Phi[t_star], r[t_star], ratio)
+        - record_statistics(Phi2[t_star], r2[t_star], ratio)
+    )
+    assert leaf_change <= Delta * (1 + 1e-12)
+    # identical noise cancels exactly up to round-off of O(T) node sums of O(1) entries
+    assert np.linalg.norm(out[0] - out[1]) <= plan.sensitivity * (1 + 1e-9) + 1e-9
+
+
+@pytest.mark.parametrize("T", [1, 6, 16, 25])
+def test_adversarial_first_record_attains_calibrated_sensitivity(T):
+    """Leaf 1 lies in all L nodes: the worst record pair there attains √L Δ exactly."""
+    R_y, R_phi, c = 1.0, 1.0, 1.0
+    s = min(R_y**2 / (2 * c * c), R_phi**2)  # optimal |<φ, φ'>| (docs/noise_aware.md §2)
+    phi = np.array([[R_phi, 0.0]])
+    phi2 = np.array([[s / R_phi, math.sqrt(R_phi**2 - (s / R_phi) ** 2)]])
+    Delta = l2_sensitivity(R_y, R_phi, c)
+    plan = plan_tree(1.0, DELTA, Delta, T, 5, secure=False)
+    out = []
+    for p, y in ((phi, np.array([R_y])), (phi2, np.array([-R_y]))):
+        agg = TreeAggregator(plan, np.random.default_rng(7))
+        agg.add(record_statistics(p, y, c))
+        for _ in range(T - 1):
+            agg.add(np.zeros(5))
+        out.append(np.concatenate(agg.node_values))
+    # attained to round-off (values O(1), a handful of additions)
+    assert np.linalg.norm(out[0] - out[1]) == pytest.approx(plan.sensitivity, rel=1e-9)
+    assert plan.sensitivity == pytest.approx(math.sqrt(max_nodes_per_leaf(T)) * Delta, rel=1e-15)
+
+
+def test_plan_events_cost_the_run_epsilon():
+    sim = plan_tree(3.0, DELTA, 2.0, 25, 27, secure=False)
+    assert isinstance(sim.event, GaussianEvent)
+    assert sim.event.epsilon(DELTA) == pytest.approx(3.0, rel=1e-6)
+    sec = plan_tree(3.0, DELTA, 2.0, 25, 27, secure=True)
+    assert isinstance(sec.event, ZCDPEvent) and sec.event.count == max_nodes_per_leaf(25)
+    assert sec.event.epsilon(DELTA) <= 3.0 * (1 + 1e-9)
+    # the discrete plan's noise is the continuous one's up to rounding and the zCDP conversion
+    assert 0.9 < sec.sigma / sim.sigma < 1.3
+
+
+def test_features_norm_bound_holds_and_is_nearly_attained():
+    feats = NystromFeatures(COV, np.linspace(0, 1, 6)[:, None], 0.05, 0.0)
+    X = np.linspace(-0.5, 1.5, 4001)[:, None]
+    norms = np.linalg.norm(feats(X), axis=1)
+    assert feats.R == pytest.approx(1.0)
+    assert norms.max() <= feats.R * (1 + 1e-12)
+    assert norms.max() > 0.999 * feats.R  # Q(z, z) = k(z, z) at the grid points (up to jitter)
+    assert norms.min() < 0.5 * feats.R  # far outside the box the Nyström features vanish
+
+
+# ------------------------------------------------------------------ the loop
+def _run(seed=3, budget=3.0, n_rounds=12, ledger=None, **kw):
+    kw.setdefault("rng", np.random.default_rng(seed))
+    return dp_thompson_sampling_tree(
+        objective(seed + 1000),
+        COV,
+        domain=(0.0, 1.0),
+        X_init=X0,
+        n_rounds=n_rounds,
+        noise_sd=0.05,
+        inducing=6,
+        ledger=Ledger(epsilon=budget, delta=DELTA) if ledger is None else ledger,
+        candidates=64,
+        refine_steps=1,
+        progressbar=False,
+        **kw,
+    )
+
+
+@pytest.fixture(scope="module")
+def run():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return _run()
+
+
+def test_run_is_one_event_charged_up_front_within_budget(run):
+    assert run.stop_reason == "completed" and run.n_rounds == 12
+    assert len(run.events) == 1 and len(run.ledger.history) == 1
+    fresh = Ledger(delta=DELTA)
+    fresh.spend(run.events[0])
+    # the replay performs the same single ledger operation: bitwise equal, rtol only a bound
+    assert run.ledger.epsilon() == pytest.approx(fresh.epsilon(), rel=1e-12)
+    assert run.ledger.epsilon() <= 3.0 * (1 + BUDGET_RTOL)
+    assert run.ledger.epsilon() > 2.9  # the run uses its budget (the plan is not vacuous)
+    attrs = run.idata.thompson.attrs
+    assert attrs["tree_nodes_per_leaf"] == max_nodes_per_leaf(12)
+    np.testing.assert_array_equal(
+        run.idata.thompson["nodes_in_prefix"], [bin(t).count("1") for t in range(1, 13)]
+    )
+
+
+def test_refuses_before_any_noise_when_budget_is_short():
+    ledger = Ledger(epsilon=1.0, delta=DELTA)
+    rng = np.random.default_rng(0)
+    state = rng.bit_generator.state
+    res = _run(ledger=ledger, epsilon=2.0, rng=rng)
+    assert res.stop_reason == "budget" and res.n_rounds == 0
+    assert ledger.epsilon() == 0.0 and rng.bit_generator.state == state
+
+
+def test_fixed_seed_is_reproducible(run):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        again = _run()
+    np.testing.assert_array_equal(again.x_chosen, run.x_chosen)
+    np.testing.assert_array_equal(again.owner.y, run.owner.y)
+    np.testing.assert_array_equal(
+        again.idata.thompson["f_path_at_chosen"], run.idata.thompson["f_path_at_chosen"]
+    )
+
+
+def test_published_trace_holds_no_observed_values(run):
+    assert scan_for_values(run.idata, run.owner.y, rtol=1e-9) == []
+    assert "y" not in run.idata.thompson and "observed_data" not in group_names(run.idata)
+    np.testing.assert_array_equal(run.owner.X[3:], run.x_chosen)
+    assert run.idata.thompson["x_chosen"].dims == ("round", "input_dim")
+    assert np.all((run.x_chosen >= 0) & (run.x_chosen <= 1))
+
+
+def test_secure_default_runs_and_charges_zcdp():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = _run(n_rounds=4, rng=None)
+    assert res.n_rounds == 4 and isinstance(res.events[0], ZCDPEvent)
+    assert res.ledger.epsilon() <= 3.0 * (1 + BUDGET_RTOL)
+    assert res.idata.thompson.attrs["noise_source"] == "opendp_discrete_gaussian"
+    assert scan_for_values(res.idata, res.owner.y, rtol=1e-9) == []
+
+
+def test_large_epsilon_finds_the_optimum():
+    """Sanity of the loop: with little noise it concentrates near the maximiser x = 0.7."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = _run(budget=1e4, n_rounds=15)
+    assert np.median(np.abs(res.x_chosen[5:, 0] - 0.7)) < 0.1
+
+
+# ------------------------------------------------------------------ label-privacy variant
+def test_public_inputs_posterior_is_linear_gaussian_conditioning():
+    """Against the textbook formulas with explicit inverses, and the σ_a → 0 limit."""
+    rng = np.random.default_rng(5)
+    Phi = rng.normal(size=(7, 4)) / 2
+    B = Phi.T @ Phi
+    a = rng.normal(size=4)
+    s2, sa = 0.3, 0.7
+    C = s2 * B + sa**2 * np.eye(4)
+    Lam = np.eye(4) + B @ np.linalg.solve(C, B)
+    m_ref = np.linalg.solve(Lam, B @ np.linalg.solve(C, a))
+    m, S = public_inputs_posterior(B, a, s2, sa)
+    # 4x4, condition numbers < 1e3: agreement to ~1e-12 relative
+    np.testing.assert_allclose(m, m_ref, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(S, np.linalg.inv(Lam), rtol=1e-10, atol=1e-12)
+    # no DP noise: the exact Bayesian linear-regression posterior (prior N(0, I), noise s2)
+    m0, S0 = public_inputs_posterior(B, a, s2, 1e-9)
+    P = np.eye(4) + B / s2
+    np.testing.assert_allclose(m0, np.linalg.solve(P, a / s2), rtol=1e-6)
+    np.testing.assert_allclose(S0, np.linalg.inv(P), rtol=1e-6)
+
+
+def test_label_variant_releases_A_only_with_label_sensitivity():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = _run(n_rounds=6, inputs_public=True)
+    attrs = res.idata.thompson.attrs
+    assert res.ledger.privacy_model == "label"
+    assert attrs["tree_leaf_sensitivity"] == pytest.approx(2.0 * 1.0 * 1.0)  # 2 R_y R_φ
+    assert res.ledger.epsilon() <= 3.0 * (1 + BUDGET_RTOL)
+    assert scan_for_values(res.idata, res.owner.y, rtol=1e-9) == []
+    # replace one observed value at fixed inputs: A's leaf moves by at most 2 R_y R_φ
+    feats = NystromFeatures(COV, np.linspace(0, 1, 6)[:, None], 0.05, 0.0)
+    Phi = feats(res.owner.X[:3])
+    r, r2 = np.array([1.0, 0.2, -0.5]), np.array([-1.0, 0.2, -0.5])
+    assert np.linalg.norm(Phi.T @ r - Phi.T @ r2) <= attrs["tree_leaf_sensitivity"] * (1 + 1e-12)
+
+
+def test_bad_inputs_fail_before_any_spend():
+    ledger = Ledger(epsilon=3.0, delta=DELTA)
+    with pytest.raises(ValueError, match="values"):
+        dp_thompson_sampling_tree(
+            lambda X: np.zeros(len(X) + 1),
+            COV,
+            domain=(0.0, 1.0),
+            X_init=X0,
+            n_rounds=3,
+            noise_sd=0.05,
+            ledger=ledger,
+            progressbar=False,
+            rng=np.random.default_rng(0),
+        )
+    with pytest.raises(ValueError, match="epsilon"):
+        _run(ledger=ledger, epsilon=-1.0)
+    assert ledger.epsilon() == 0.0 and ledger.history == []
