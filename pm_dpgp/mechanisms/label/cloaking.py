@@ -344,7 +344,8 @@ def _column_space(
 
     Keeps the directions with ``σ_j > rank_tol · σ_1``.  Cloaking matrices of smooth kernels
     have rapidly decaying spectra, so a randomised range finder (Halko, Martinsson & Tropp
-    2011, Alg. 4.2, blocked: ``ℓ`` = 32 columns, doubling; fixed-seed Gaussian test matrices,
+    2011, Alg. 4.2, blocked: ``ℓ`` = 32 columns, then blocks sized by extrapolating the
+    residual, each re-orthogonalised after QR; fixed-seed Gaussian test matrices,
     so results are reproducible) builds an orthonormal ``Q`` until the residual
     ``ρ ≥ ‖C − QQᵀC‖₂`` is small: exactly ``‖C − QQᵀC‖_F`` for an explicit ``C``, and the
     probabilistic bound of Halko et al. (Lemma 4.1, eq. 4.3 with α = 2) from 30 extra
