@@ -303,6 +303,21 @@ def _gdp_epsilon(mu: float, delta: float) -> float:
 _E = TypeVar("_E", bound="PrivacyEvent")
 
 
+def memo_epsilon(event: PrivacyEvent, delta: float, compute: Callable[[], float]) -> float:
+    """``compute()`` (the event's ε at ``delta``), cached per ``delta`` in ``event.__dict__``.
+
+    Events are frozen dataclasses, so the value never changes; the cache is not a field, so it
+    is neither compared, hashed nor part of the event's metadata.  At most 8 δ values are kept.
+    """
+    cache = event.__dict__.setdefault("_epsilon_at", {})
+    value = cache.get(delta)
+    if value is None:
+        if len(cache) >= 8:
+            cache.clear()
+        value = cache[delta] = compute()
+    return value
+
+
 class PrivacyEvent(ABC):
     """Base class of privacy events.  Subclasses are frozen dataclasses with a ``count``."""
 
@@ -568,7 +583,9 @@ class RdpCurveEvent(PrivacyEvent):
         return grid, self.rdp(grid)
 
     def epsilon(self, delta: float) -> float:
-        return rdp_to_epsilon(*self._own_curve, delta)
+        # cached per δ in the instance __dict__ (like _own_curve): a Thompson round asks for
+        # the same event's ε several times (cost check, metadata, the ledger's bounds)
+        return memo_epsilon(self, delta, lambda: rdp_to_epsilon(*self._own_curve, delta))
 
     def _parameters(self) -> dict[str, Any]:
         return {

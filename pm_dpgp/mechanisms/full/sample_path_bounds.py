@@ -572,11 +572,15 @@ class SamplePathBound:
         and the event's curve is ``+inf`` there.
         """
         L = _check_L(L)
-        grid = self.orders() if orders is None else np.unique(np.asarray(orders, float))
-        values = np.asarray(self.rdp(grid), dtype=np.float64)
+        if orders is None:
+            grid, values = _default_curve(self)
+        else:
+            grid_arr = np.unique(np.asarray(orders, float))
+            grid = tuple(grid_arr.tolist())
+            values = tuple(np.asarray(self.rdp(grid_arr), dtype=np.float64).tolist())
         return RdpCurveEvent(
-            tuple(grid.tolist()),
-            tuple(values.tolist()),
+            grid,
+            values,
             alpha_min=1.0,
             alpha_max=self.alpha_max,
             label=label,
@@ -779,3 +783,15 @@ def paths_affordable(
         else:
             hi = mid
     return lo
+
+
+@functools.lru_cache(maxsize=32)
+def _default_curve(bound: SamplePathBound) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """``(orders, rdp(orders))`` on :meth:`SamplePathBound.orders`, memoised per bound.
+
+    The bound is an immutable dataclass of public numbers, so equal bounds have equal curves: a
+    DP Thompson round builds the same event twice (once to ask the ledger whether it can
+    afford it, once inside :func:`~pm_dpgp.mechanisms.full.sample_path.sample_path_release`).
+    """
+    grid = bound.orders()
+    return tuple(grid.tolist()), tuple(np.asarray(bound.rdp(grid), dtype=np.float64).tolist())
