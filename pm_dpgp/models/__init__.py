@@ -34,3 +34,25 @@ __all__ += [
     "kmeans_inducing_points",
     "sparse_gp_regression",
 ]
+
+from pm_dpgp.models.fitc import (  # noqa: E402
+    FITCRegression,
+    PublicFITC,
+    fitc_gp_regression,
+    kmeans_public_inducing,
+)
+from pm_dpgp.models.nonstationary import (  # noqa: E402
+    GibbsKernel,
+    KDELengthscale,
+    nonstationary_gp_regression,
+)
+
+__all__ += [
+    "FITCRegression",
+    "GibbsKernel",
+    "KDELengthscale",
+    "PublicFITC",
+    "fitc_gp_regression",
+    "kmeans_public_inducing",
+    "nonstationary_gp_regression",
+]

@@ -254,6 +254,9 @@ def _describe_cov(cov: Any, mapping: Mapping[Variable, Variable]) -> str:
         return f"Constant(c={_describe_tensor(cov.c, mapping)})"
     if isinstance(cov, gpc.WhiteNoise):
         return f"WhiteNoise(sigma={_describe_tensor(cov.sigma, mapping)})"
+    describe = getattr(cov, "describe", None)
+    if callable(describe):
+        return str(describe())
     args: list[str] = []
     if isinstance(cov, gpc.Covariance):
         args.append(f"input_dim={cov.input_dim}")

@@ -66,8 +66,12 @@ import numpy as np
 import scipy.linalg as sla
 from numpy.typing import ArrayLike, NDArray
 
+from pm_dpgp.gp.operators import CloakingOperator, LinearCloakingOperator, LowRankOperator
+
 __all__ = [
     "CloakingOperator",
+    "LinearCloakingOperator",
+    "LowRankOperator",
     "NoiseCovariance",
     "solve_noise_covariance",
     "gradient_ascent_reference",
@@ -264,37 +268,7 @@ def _distinct_columns(C: FloatArray) -> NDArray[np.intp]:
     return nonzero[np.sort(order[~repeat])]
 
 
-class CloakingOperator:
-    r"""The cloaking matrix ``C = K_sf (K_ff + σ_n² I)⁻¹`` as a linear operator, never formed.
-
-    ``C G = K_sf (A⁻¹ G)`` and ``Qᵀ C = (A⁻¹ (K_fs Q))ᵀ`` cost ``O(n² ℓ + m n ℓ)`` for ``ℓ``
-    columns with the Cholesky factor ``L`` of ``A = K_ff + σ_n² I``, against ``O(n² m)`` to
-    form the ``m × n`` matrix ``C``.  :func:`solve_noise_covariance` accepts it in place of
-    ``C`` (only public quantities: inputs and hyperparameters).
-    """
-
-    def __init__(self, K_sf: FloatArray, L: FloatArray) -> None:
-        self.K_sf = np.asarray(K_sf, dtype=np.float64)
-        self.L = L
-        self.shape = (self.K_sf.shape[0], self.K_sf.shape[1])
-
-    def _solve(self, B: FloatArray) -> FloatArray:
-        return sla.cho_solve((self.L, True), B, check_finite=False)
-
-    def matmat(self, G: FloatArray) -> FloatArray:
-        """``C G`` (``m × ℓ``)."""
-        return self.K_sf @ self._solve(G)
-
-    def rmatmat(self, Q: FloatArray) -> FloatArray:
-        """``Qᵀ C`` (``ℓ × n``); ``A`` is symmetric."""
-        return self._solve(self.K_sf.T @ Q).T
-
-    def dense(self) -> FloatArray:
-        """``C`` itself (``O(n² m)``): only for the fallback of slowly decaying spectra."""
-        return self._solve(self.K_sf.T).T
-
-
-class _DenseOperator:
+class _DenseOperator(LinearCloakingOperator):
     """An explicit matrix ``C`` behind the operator interface of :class:`CloakingOperator`."""
 
     def __init__(self, C: FloatArray) -> None:
@@ -338,7 +312,7 @@ def _canonical_signs(U: FloatArray) -> FloatArray:
 
 
 def _column_space(
-    op: CloakingOperator | _DenseOperator, rank_tol: float
+    op: LinearCloakingOperator, rank_tol: float
 ) -> tuple[FloatArray, FloatArray, FloatArray]:
     """Basis ``U_k``, singular values ``σ_1 ≥ … ≥ σ_k`` and ``U_kᵀ C`` of the numerical range.
 
@@ -411,9 +385,9 @@ def _canonical_signs_small(Q: FloatArray, Us: FloatArray) -> FloatArray:
     return Us * np.where((w @ Q) @ Us < 0.0, -1.0, 1.0)
 
 
-def _reduce(C: FloatArray | CloakingOperator, rank_tol: float) -> _Reduced:
+def _reduce(C: FloatArray | LinearCloakingOperator, rank_tol: float) -> _Reduced:
     """Basis of the numerical column space of ``C`` and the projected / whitened columns."""
-    op = C if isinstance(C, CloakingOperator) else _DenseOperator(C)
+    op = C if isinstance(C, LinearCloakingOperator) else _DenseOperator(C)
     basis, sing, proj = _column_space(op, rank_tol)
     white = proj / sing[:, None]
     return _Reduced(basis, sing, proj, white, _distinct_columns(proj), rank_tol)
@@ -787,7 +761,7 @@ def _assemble(
 
 
 def solve_noise_covariance(
-    C: ArrayLike | CloakingOperator,
+    C: ArrayLike | LinearCloakingOperator,
     *,
     tol: float = 1e-9,
     rank_tol: float = 1e-10,
@@ -804,7 +778,9 @@ def solve_noise_covariance(
     ----------
     C:
         ``m × n`` cloaking matrix (test points × training points), finite; or a
-        :class:`CloakingOperator` (``C`` applied through the Cholesky factor, never formed).
+        :class:`~pm_dpgp.gp.operators.LinearCloakingOperator` (``C`` applied, never formed:
+        :class:`CloakingOperator` for the exact GP through its Cholesky factor,
+        :class:`LowRankOperator` for the FITC cloaking matrix of Smith et al. 2021, §3.2).
     tol:
         Relative Kiefer–Wolfowitz tolerance: stop when ``max_i g_i / k − 1 ≤ tol``; the
         returned ``gap_bound = k log(max g / k) ≤ k · tol`` then bounds the excess of ``log|M|``
@@ -837,7 +813,7 @@ def solve_noise_covariance(
     Frank–Wolfe step and ``O(k² s + k f² + f³)`` per Newton step (``s`` candidate columns,
     ``f`` free weights), plus ``O(n k²)`` per certificate check.
     """
-    arr = C if isinstance(C, CloakingOperator) else _validate_matrix(C)
+    arr = C if isinstance(C, LinearCloakingOperator) else _validate_matrix(C)
     tol = _check_positive(tol, "tol")
     rank_tol = _check_positive(rank_tol, "rank_tol", upper=1.0)
     max_iter = _check_max_iter(max_iter)

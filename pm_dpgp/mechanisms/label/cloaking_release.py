@@ -26,14 +26,11 @@ from scipy.linalg import solve_triangular
 
 from pm_dpgp._validation import check_finite_array
 from pm_dpgp.accounting import Ledger
-from pm_dpgp.mechanisms.label.cloaking import (
-    CloakingOperator,
-    NoiseCovariance,
-    solve_noise_covariance,
-)
+from pm_dpgp.mechanisms.label.cloaking import NoiseCovariance, solve_noise_covariance
 from pm_dpgp.mechanisms.label.output_perturbation import label_gaussian_release, prepare_labels
 from pm_dpgp.mechanisms.whitening import centred_whitening
 from pm_dpgp.models import GPRegression, PublicGP
+from pm_dpgp.models.fitc import PublicFITC
 from pm_dpgp.release import Release
 
 __all__ = ["SENSITIVITY_SAFETY", "cloaking_noise", "cloaked_release"]
@@ -46,15 +43,21 @@ SENSITIVITY_SAFETY = 1.0 + 1e-6
 
 
 def cloaking_noise(
-    public_gp: PublicGP, X_star: ArrayLike, *, tol: float = 1e-9, rank_tol: float = 1e-8
+    public_gp: PublicGP | PublicFITC,
+    X_star: ArrayLike,
+    *,
+    tol: float = 1e-9,
+    rank_tol: float = 1e-8,
 ) -> tuple[np.ndarray, NoiseCovariance]:
     """Return the cloaking matrix ``C`` (m × n) and its optimal noise covariance.
 
     Both depend only on public quantities (inputs, hyperparameters), so they can be
-    inspected before any private data is touched.
+    inspected before any private data is touched.  ``public_gp`` is any public view with a
+    ``cloaking_operator`` (exact :class:`~pm_dpgp.models.PublicGP`, FITC
+    :class:`~pm_dpgp.models.fitc.PublicFITC`); ``C`` is formed here (``m × n``).
     """
     X_star = check_finite_array(X_star, "X_star", ndim=2)
-    C = public_gp.posterior().cloaking_matrix(public_gp.kernel(X_star, public_gp.X))
+    C = public_gp.cloaking_operator(X_star).dense()
     return C, solve_noise_covariance(C, tol=tol, rank_tol=rank_tol)
 
 
@@ -80,7 +83,13 @@ def cloaked_release(
     Parameters
     ----------
     gpr:
-        the model from :func:`pm_dpgp.models.gp_regression` (inputs public, outputs private).
+        the model (inputs public, outputs private): exact
+        (:func:`pm_dpgp.models.gp_regression`, also with the non-stationary Gibbs kernel of
+        :func:`pm_dpgp.models.nonstationary_gp_regression`) or FITC
+        (:func:`pm_dpgp.models.fitc_gp_regression`).  Its ``public_cloaking`` view supplies
+        the cloaking matrix ``C`` as an operator (Smith et al. 2018 §3; 2021 §3.2 eq. 9 for
+        FITC, ``C = k_*M Q⁻¹ K_MN (Λ + σ²I)⁻¹``, never an ``n × n`` matrix); everything
+        else (solver, calibration, ledger, noise source, metadata) is shared.
     X_star:
         public test inputs, fixed before the release (Smith et al. 2018 §3).
     epsilon, delta:
@@ -114,11 +123,12 @@ def cloaked_release(
         weaker ones would make the Mahalanobis sensitivity ill-conditioned (round-off
         in ``C`` is amplified by ``1 / rank_tol`` in the whitened space).
     """
-    public_gp = gpr.public_gp(hyperparameters)
+    public_gp = gpr.public_cloaking(hyperparameters)
     X_star = check_finite_array(X_star, "X_star", ndim=2)
     labels = prepare_labels(gpr.y, y_bounds, clip=clip, bounds_are_public=bounds_are_public)
-    # C = K*f (K + σ²I)⁻¹ is used as an operator (one n×n Cholesky factor, never the m×n C)
-    C = CloakingOperator(public_gp.kernel(X_star, public_gp.X), public_gp.posterior().L)
+    # C is used as an operator: exact, K*f (K + σ²I)⁻¹ through one n×n Cholesky factor;
+    # FITC, the low-rank product of pm_dpgp.gp.fitc.  The m×n C is never formed.
+    C = public_gp.cloaking_operator(X_star)
     noise = solve_noise_covariance(C, tol=tol, rank_tol=rank_tol)
     U = noise.basis
     # U_k (U_kᵀ C) r with the same U_kᵀ C the sensitivity was computed from (docs §4):
@@ -146,4 +156,5 @@ def cloaked_release(
         rank_tol=noise.rank_tol,
         solver_gap_bound=noise.gap_bound,
         solver_converged=bool(noise.converged),
+        **public_gp.cloaking_metadata(),
     )
