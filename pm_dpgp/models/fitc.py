@@ -48,14 +48,17 @@ __all__ = ["FITCRegression", "PublicFITC", "fitc_gp_regression", "kmeans_public_
 
 
 def kmeans_public_inducing(
-    X_public: ArrayLike, n_inducing: int, *, seed: int
+    X_public: ArrayLike, n_inducing: int, *, seed: int, n_init: int = 10
 ) -> NDArray[np.float64]:
     """``n_inducing`` k-means centres of PUBLIC inputs (SciPy ``kmeans2``, k-means++, ``seed``).
 
     Smith et al. (2021, §3.2): under label privacy the training inputs are public, so their
-    k-means centres may be released.  Deterministic for a given ``seed`` (an int, recorded
-    in the release).  Raises ``ValueError`` if the centres are not distinct (fewer distinct
-    inputs than ``n_inducing``).
+    k-means centres may be released.  Lloyd's algorithm finds a local optimum only, so it is
+    run from ``n_init`` k-means++ starts (seeds drawn from ``numpy.random.default_rng(seed)``)
+    and the centres with the smallest within-cluster sum of squares are kept (as
+    scikit-learn's ``KMeans(n_init=10)`` does).  Deterministic for a given ``seed`` (an int,
+    recorded in the release).  Raises ``ValueError`` if the centres are not distinct (fewer
+    distinct inputs than ``n_inducing``).
     """
     X = check_finite_array(X_public, "X_public", ndim=2)
     if isinstance(n_inducing, bool) or not isinstance(n_inducing, numbers.Integral):
@@ -66,9 +69,18 @@ def kmeans_public_inducing(
         )
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
         raise ValueError(f"seed must be an integer (it is recorded in the release), got {seed!r}.")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # "one of the clusters is empty"
-        Z, _ = kmeans2(X, int(n_inducing), minit="++", seed=int(seed))
+    if isinstance(n_init, bool) or not isinstance(n_init, numbers.Integral) or n_init < 1:
+        raise ValueError(f"n_init must be a positive integer, got {n_init!r}.")
+    starts = np.random.default_rng(int(seed)).integers(0, 2**32, size=int(n_init))
+    best, best_ss = None, np.inf
+    for start in starts:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # "one of the clusters is empty"
+            centres, label = kmeans2(X, int(n_inducing), minit="++", seed=int(start))
+        ss = float(np.sum((X - centres[label]) ** 2))
+        if ss < best_ss:
+            best, best_ss = centres, ss
+    Z = best
     if np.unique(Z, axis=0).shape[0] != Z.shape[0]:
         raise ValueError(
             f"k-means gave coinciding centres for n_inducing={n_inducing}; use fewer inducing "
