@@ -135,6 +135,9 @@ def evaluate_fold(method, X, y, test, fold, draws, n_inducing=5):
         )
         err = release.draws - y[test][None, :]
         out[calibration] = float(np.sqrt(np.mean(err**2)))
+        # the paper's estimator: the RMSE of ONE draw (its expectation over the draw here);
+        # smaller than the pooled RMSE by Jensen's inequality, E sqrt(MSE) ≤ sqrt(E MSE)
+        out[calibration + "_1"] = float(np.mean(np.sqrt(np.mean(err**2, axis=1))))
     return out
 
 
@@ -151,7 +154,8 @@ def table1(draws: int, n_folds: int) -> dict:
             t0 = time.perf_counter()
             per = [evaluate_fold(method, X, y, test, f, draws) for f, test in enumerate(split)]
             results[(f"{dim}d", method)] = {
-                key: [p[key] for p in per] for key in ("nodp", "classic", "analytic")
+                key: [p[key] for p in per]
+                for key in ("nodp", "classic", "analytic", "classic_1", "analytic_1")
             }
             print(f"  [{dim}d {method}: {time.perf_counter() - t0:.1f} s]", flush=True)
     return results
@@ -166,6 +170,8 @@ def print_table1(results: dict) -> None:
         for key, label in (
             ("classic", "DP classic"),
             ("analytic", "DP analytic"),
+            ("classic_1", "DP classic 1dr"),
+            ("analytic_1", "DP analyt. 1dr"),
             ("nodp", "no DP"),
         ):
             paper = PAPER[(dim, "nodp" if key == "nodp" else "dp")]
@@ -215,6 +221,8 @@ def main() -> None:
     )
     results = table1(draws, n_folds)
     print_table1(results)
+    print("(1dr: mean RMSE of a single DP draw, the paper's estimator; other DP rows pool the")
+    print(" draws of a fold: sqrt of the mean squared error)")
     if not args.no_figure4:
         print("\nFigure 4 (1-d, RMSE against the number of inducing inputs M)")
         sizes = [1, 2, 3, 5, 8] if args.quick else [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 15, 20]
