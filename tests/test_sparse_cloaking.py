@@ -210,9 +210,10 @@ def test_gibbs_kernel_matches_pymc_and_expquad():
     theirs = pm.gp.cov.Gibbs(1, lambda x: lf(x)[:, 0])(X).eval()
     # PyMC squares distances via ‖x‖² + ‖x'‖² − 2xx' (cancellation: absolute error ~ |x|² EPS)
     assert np.max(np.abs(ours - theirs)) <= 1e3 * 100 * np.finfo(float).eps
-    const = GibbsKernel(2, lambda x: 1.7 * pm.math.ones_like(x))
+    ls = np.float64(1.7)  # float64: PyMC 6 would take 1/ls in float32 (see below)
+    const = GibbsKernel(2, lambda x: ls * pm.math.ones_like(x))
     X2 = rng.uniform(0, 5, (20, 2))
-    assert_normwise_close(const(X2).eval(), pm.gp.cov.ExpQuad(2, ls=1.7)(X2).eval(), 1e-13)
+    assert_normwise_close(const(X2).eval(), pm.gp.cov.ExpQuad(2, ls=ls)(X2).eval(), 1e-13)
     X2d = rng.uniform(0, 10, (25, 2))
     lf2 = KDELengthscale(X2d, n_target=3.0, max_lengthscale=4.0, bandwidth=1.0)
     K = GibbsKernel(2, lf2)(X2d).eval()
@@ -250,8 +251,11 @@ def test_fitc_predictions_match_pymc():
     age, height = load_kung_women()
     X = age[:, None]
     Z = kmeans_public_inducing(X, 5, seed=3)
+    # float64 hyperparameters: with Python floats PyMC 6 computes 1/ls in float32 in its own
+    # graph (kernel off by ~2e-8), which the tight comparison below would (rightly) catch
+    f64 = np.float64
     model = fitc_gp_regression(
-        X, height, 10.0 * pm.gp.cov.ExpQuad(1, ls=15.0), sigma=5.0, Z=Z, mean=108.0
+        X, height, f64(10.0) * pm.gp.cov.ExpQuad(1, ls=f64(15.0)), sigma=5.0, Z=Z, mean=108.0
     )
     X_star = np.linspace(0.0, 100.0, 40)[:, None]
     mu, var = model.public_cloaking().predict(height, X_star)
