@@ -121,7 +121,7 @@ def cloaked(
     delta = check_delta(delta)
     n_draws = check_count(n_draws, "n_draws")
     lower, upper = check_public_bounds(y_bounds)
-    public_gp = model.public_gp(hyperparameters)
+    public_gp = model.public_cloaking(hyperparameters)
     X_star = check_finite_array(X_star, "X_star", ndim=2)
     parts = public_cloaking(public_gp, X_star, (lower, upper), tol=tol, rank_tol=rank_tol)
     sigma, event = _gaussian_event(

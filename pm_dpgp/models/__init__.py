@@ -50,3 +50,24 @@ from pm_dpgp.models.classification import (  # noqa: E402
 )
 
 __all__ += ["GPClassification", "PublicLatentGP", "gp_classification"]
+from pm_dpgp.models.fitc import (  # noqa: E402
+    FITCRegression,
+    PublicFITC,
+    fitc_gp_regression,
+    kmeans_public_inducing,
+)
+from pm_dpgp.models.nonstationary import (  # noqa: E402
+    GibbsKernel,
+    KDELengthscale,
+    nonstationary_gp_regression,
+)
+
+__all__ += [
+    "FITCRegression",
+    "GibbsKernel",
+    "KDELengthscale",
+    "PublicFITC",
+    "fitc_gp_regression",
+    "kmeans_public_inducing",
+    "nonstationary_gp_regression",
+]

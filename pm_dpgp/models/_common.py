@@ -77,9 +77,16 @@ def hoist_float_constants(out: Variable) -> tuple[Variable, list[Variable], list
     ]
     if not consts:
         return out, [], []
-    inputs = [c.type() for c in consts]
-    [new] = clone_replace([out], replace=dict(zip(consts, inputs, strict=True)))
-    return new, inputs, [np.asarray(c.data) for c in consts]
+    # float64 inputs, whatever the constant's dtype: PyTensor types a Python float such as the
+    # 15.0 of ``ExpQuad(ls=15.0)`` as a float32 constant, and with a float32 *input* in its
+    # place ``1.0 / ls`` is computed in float32 (kernel values then carry ~4e-8 relative
+    # error; PyMC's own constant-folded graph does not).  The graph is rebuilt
+    # (``rebuild_strict=False``) so that the types downstream become float64.
+    inputs = [pt.tensor(dtype="float64", shape=c.type.shape) for c in consts]
+    [new] = clone_replace(
+        [out], replace=dict(zip(consts, inputs, strict=True)), rebuild_strict=False
+    )
+    return new, inputs, [np.asarray(c.data, dtype=np.float64) for c in consts]
 
 
 class BoundFunction:
@@ -260,6 +267,9 @@ def _describe_cov(cov: Any, mapping: Mapping[Variable, Variable]) -> str:
         return f"Constant(c={_describe_tensor(cov.c, mapping)})"
     if isinstance(cov, gpc.WhiteNoise):
         return f"WhiteNoise(sigma={_describe_tensor(cov.sigma, mapping)})"
+    describe = getattr(cov, "describe", None)
+    if callable(describe):
+        return str(describe())
     args: list[str] = []
     if isinstance(cov, gpc.Covariance):
         args.append(f"input_dim={cov.input_dim}")

@@ -39,6 +39,7 @@ from pm_dpgp.models._common import (
     _hyperparameter_rvs,
     _readonly,
     _resolve_cov,
+    resolve_model,
 )
 from pm_dpgp.models.exact import GPRegression
 
@@ -167,7 +168,8 @@ def gp_classification(
     name
         Prefix: the latent variable is ``name`` and the likelihood ``f"{name}_obs"``.
     model
-        Existing model to add to; a new ``pm.Model()`` by default.
+        Existing model to add to; default the model of the enclosing ``with pm.Model():``
+        block, else a new ``pm.Model()`` (never a silently nested child model).
     """
     X_arr = check_finite_array(X, "X", ndim=2)
     y_arr = check_finite_array(np.asarray(y, dtype=np.float64), "y", ndim=1)
@@ -177,9 +179,7 @@ def gp_classification(
             f"{X_arr.shape[0]} and {y_arr.shape[0]}."
         )
     mean_f = _check_name_and_mean(name, mean)
-    if model is not None and not isinstance(model, pm.Model):
-        raise TypeError(f"model must be a pymc.Model or None, got {type(model).__name__}.")
-    ctx = pm.Model() if model is None else model
+    ctx = resolve_model(model, None)
     with ctx:
         cov = _resolve_cov(cov_func)
         input_dim = getattr(cov, "input_dim", None)
@@ -195,12 +195,12 @@ def gp_classification(
     return GPClassification(
         model=ctx,
         gp=gp,
-        X=X_arr,
-        y=y_arr,
+        _X=X_arr,
+        _y=y_arr,
         name=name,
         mean=mean_f,
         cov_func=cov,
-        sigma=None,  # type: ignore[arg-type]
+        noise_sd=None,  # type: ignore[arg-type]
         hyperparameter_names=tuple(rv.name for rv in hyper_rvs),
         _hyper_rvs=hyper_rvs,
     )

@@ -54,6 +54,7 @@ except ImportError:  # pragma: no cover - older pytensor
 
 from pm_dpgp._validation import check_positive
 from pm_dpgp.gp.exact import ExactPosterior
+from pm_dpgp.gp.operators import CloakingOperator
 from pm_dpgp.models._common import (
     BoundFunction,
     CovarianceSpec,
@@ -212,6 +213,15 @@ class PublicGP:
         """Cloaking matrix ``C = k(X*, X)(k(X, X) + σ_n² I)⁻¹`` (Smith et al. 2018, §3)."""
         Xs = _as_2d_inputs(X_star, "X_star", self.input_dim)
         return self.posterior().cloaking_matrix(self.kernel(Xs, self.X))
+
+    def cloaking_operator(self, X_star: ArrayLike) -> CloakingOperator:
+        """``C = k(X*, X)(k(X, X) + σ_n² I)⁻¹`` as an operator (one ``n × n`` Cholesky factor)."""
+        Xs = _as_2d_inputs(X_star, "X_star", self.input_dim)
+        return CloakingOperator(self.kernel(Xs, self.X), self.posterior().L)
+
+    def cloaking_metadata(self) -> dict[str, Any]:
+        """Extra public facts for a cloaked release of the exact GP (none)."""
+        return {}
 
     def predict(
         self, y: ArrayLike, X_star: ArrayLike, *, full_cov: bool = True
@@ -480,6 +490,13 @@ class GPRegression:
             + f"; noise variance: {noise_var:.6g}; prior mean: {self.mean:.6g}"
         )
         return noise_var, kernel, kernel_diag, description
+
+    def public_cloaking(self, hyperparameters: Mapping[str, ArrayLike] | None = None) -> PublicGP:
+        """The public view whose cloaking matrix a cloaked release uses: here :meth:`public_gp`.
+
+        Approximate models (:class:`~pm_dpgp.models.fitc.FITCRegression`) override it.
+        """
+        return self.public_gp(hyperparameters)
 
     def public_gp(self, hyperparameters: Mapping[str, ArrayLike] | None = None) -> PublicGP:
         """The model at fixed public hyperparameters, as consumed by privacy mechanisms.

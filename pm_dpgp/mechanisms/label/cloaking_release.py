@@ -29,7 +29,6 @@ from pm_dpgp._progress import progress_bar
 from pm_dpgp._validation import check_finite_array
 from pm_dpgp.accounting import Ledger
 from pm_dpgp.mechanisms.label.cloaking import (
-    CloakingOperator,
     NoiseCovariance,
     solve_noise_covariance,
 )
@@ -40,6 +39,7 @@ from pm_dpgp.mechanisms.label.output_perturbation import (
 )
 from pm_dpgp.mechanisms.whitening import centred_whitening
 from pm_dpgp.models import GPRegression, PublicGP
+from pm_dpgp.models.fitc import PublicFITC
 from pm_dpgp.release import Release
 
 __all__ = [
@@ -58,15 +58,21 @@ SENSITIVITY_SAFETY = 1.0 + 1e-6
 
 
 def cloaking_noise(
-    public_gp: PublicGP, X_star: ArrayLike, *, tol: float = 1e-9, rank_tol: float = 1e-8
+    public_gp: PublicGP | PublicFITC,
+    X_star: ArrayLike,
+    *,
+    tol: float = 1e-9,
+    rank_tol: float = 1e-8,
 ) -> tuple[np.ndarray, NoiseCovariance]:
     """Return the cloaking matrix ``C`` (m × n) and its optimal noise covariance.
 
     Both depend only on public quantities (inputs, hyperparameters), so they can be
-    inspected before any private data is touched.
+    inspected before any private data is touched.  ``public_gp`` is any public view with a
+    ``cloaking_operator`` (exact :class:`~pm_dpgp.models.PublicGP`, FITC
+    :class:`~pm_dpgp.models.fitc.PublicFITC`); ``C`` is formed here (``m × n``).
     """
     X_star = check_finite_array(X_star, "X_star", ndim=2)
-    C = public_gp.posterior().cloaking_matrix(public_gp.kernel(X_star, public_gp.X))
+    C = public_gp.cloaking_operator(X_star).dense()
     return C, solve_noise_covariance(C, tol=tol, rank_tol=rank_tol)
 
 
@@ -94,8 +100,9 @@ def public_cloaking(
     Shared by ``cloaked_release`` and ``pm_dpgp.plan.cloaked``, so that a plan
     reports exactly the sensitivity the release charges.
     """
-    # C = K*f (K + σ²I)⁻¹ is used as an operator (one n×n Cholesky factor, never the m×n C)
-    C = CloakingOperator(public_gp.kernel(X_star, public_gp.X), public_gp.posterior().L)
+    # C is used as an operator, never the m×n matrix: exact, K*f (K + σ²I)⁻¹ through one n×n
+    # Cholesky factor; FITC, the low-rank product of pm_dpgp.gp.fitc (Smith et al. 2021, eq. 9)
+    C = public_gp.cloaking_operator(X_star)
     noise = solve_noise_covariance(C, tol=tol, rank_tol=rank_tol)
     # U_k (U_kᵀ C) r with the same U_kᵀ C the sensitivity was computed from (docs §4):
     # mean = μ + (U L_k) w with w = W (y − μ), W = L_k⁻¹ U_kᵀ C public (k × n)
@@ -134,7 +141,13 @@ def cloaked_release(
     Parameters
     ----------
     gpr:
-        the model from ``pm_dpgp.models.gp_regression`` (inputs public, outputs private).
+        the model (inputs public, outputs private): exact
+        (``pm_dpgp.models.gp_regression``, also with the non-stationary Gibbs kernel of
+        ``pm_dpgp.models.nonstationary_gp_regression``) or FITC
+        (``pm_dpgp.models.fitc_gp_regression``).  Its ``public_cloaking`` view supplies
+        the cloaking matrix ``C`` as an operator (Smith et al. 2018 §3; 2021 §3.2 eq. 9 for
+        FITC, ``C = k_*M Q⁻¹ K_MN (Λ + σ²I)⁻¹``, never an ``n × n`` matrix); everything
+        else (solver, calibration, ledger, noise source, metadata) is shared.
     X_star:
         public test inputs, fixed before the release (Smith et al. 2018 §3).
     epsilon, delta:
@@ -171,7 +184,7 @@ def cloaked_release(
         show a progress bar over the stages (noise covariance, draw), as PyMC's samplers do;
         worth it from a few thousand training points (``docs/cloaking.md``, scaling table).
     """
-    public_gp = gpr.public_gp(hyperparameters)
+    public_gp = gpr.public_cloaking(hyperparameters)
     X_star = check_finite_array(X_star, "X_star", ndim=2)
     labels = prepare_labels(gpr.y, y_bounds, clip=clip, bounds_are_public=bounds_are_public)
     with progress_bar(2, "Cloaked release", enabled=progressbar) as bar:
@@ -201,6 +214,7 @@ def cloaked_release(
             rank_tol=noise.rank_tol,
             solver_gap_bound=noise.gap_bound,
             solver_converged=bool(noise.converged),
+            **public_gp.cloaking_metadata(),
         )
         bar.advance("noise drawn")
     return release

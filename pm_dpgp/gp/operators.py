@@ -1,0 +1,114 @@
+r"""Cloaking matrices as linear operators (numpy/scipy only; no privacy logic).
+
+The cloaking mechanism (Smith et al. 2018 §3; 2021 §2.3, §3.2) needs the column space of an
+``m × n`` cloaking matrix ``C`` (test points × training points) and the projected columns
+``U_kᵀ C``; it never needs ``C`` itself.  An operator exposes ``C G`` (:meth:`matmat`) and
+``Qᵀ C`` (:meth:`rmatmat`), so that the noise-covariance solver
+(:func:`pm_dpgp.mechanisms.label.cloaking.solve_noise_covariance`) works on any family
+whose ``C`` is cheap to apply:
+
+* :class:`CloakingOperator` — the exact GP, ``C = K_sf (K_ff + σ² I)⁻¹`` through the Cholesky
+  factor of the ``n × n`` matrix;
+* :class:`LowRankOperator` — ``C = A B`` with ``A`` ``m × r`` and ``B`` ``r × n``, e.g. the
+  FITC cloaking matrix ``C = k_*M Q⁻¹ K_MN (Λ + σ² I)⁻¹`` (Smith et al. 2021, eq. 9 and
+  §3.2; :mod:`pm_dpgp.gp.fitc`) with ``r = M`` inducing inputs: ``O((m + n) r ℓ)`` per
+  product of ``ℓ`` columns, no ``n × n`` or ``m × n`` matrix.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import numpy as np
+import scipy.linalg as sla
+from numpy.typing import NDArray
+
+__all__ = ["CloakingOperator", "LinearCloakingOperator", "LowRankOperator"]
+
+FloatArray = NDArray[np.float64]
+
+
+class LinearCloakingOperator(ABC):
+    """An ``m × n`` cloaking matrix ``C`` applied without being formed.
+
+    Subclasses set :attr:`shape` and implement :meth:`matmat`, :meth:`rmatmat` and
+    :meth:`dense` (the last only for the solver's fallback on slowly decaying spectra).
+    """
+
+    shape: tuple[int, int]
+
+    @abstractmethod
+    def matmat(self, G: FloatArray) -> FloatArray:
+        """``C G`` (``m × ℓ``) for ``G`` of shape ``n × ℓ``."""
+
+    @abstractmethod
+    def rmatmat(self, Q: FloatArray) -> FloatArray:
+        """``Qᵀ C`` (``ℓ × n``) for ``Q`` of shape ``m × ℓ``."""
+
+    @abstractmethod
+    def dense(self) -> FloatArray:
+        """``C`` itself (``m × n``)."""
+
+
+class CloakingOperator(LinearCloakingOperator):
+    r"""The cloaking matrix ``C = K_sf (K_ff + σ_n² I)⁻¹`` as a linear operator, never formed.
+
+    ``C G = K_sf (A⁻¹ G)`` and ``Qᵀ C = (A⁻¹ (K_fs Q))ᵀ`` cost ``O(n² ℓ + m n ℓ)`` for ``ℓ``
+    columns with the Cholesky factor ``L`` of ``A = K_ff + σ_n² I``, against ``O(n² m)`` to
+    form the ``m × n`` matrix ``C``.  :func:`solve_noise_covariance` accepts it in place of
+    ``C`` (only public quantities: inputs and hyperparameters).
+    """
+
+    def __init__(self, K_sf: FloatArray, L: FloatArray) -> None:
+        self.K_sf = np.asarray(K_sf, dtype=np.float64)
+        self.L = L
+        self.shape = (self.K_sf.shape[0], self.K_sf.shape[1])
+
+    def _solve(self, B: FloatArray) -> FloatArray:
+        return sla.cho_solve((self.L, True), B, check_finite=False)
+
+    def matmat(self, G: FloatArray) -> FloatArray:
+        """``C G`` (``m × ℓ``)."""
+        return self.K_sf @ self._solve(G)
+
+    def rmatmat(self, Q: FloatArray) -> FloatArray:
+        """``Qᵀ C`` (``ℓ × n``); ``A`` is symmetric."""
+        return self._solve(self.K_sf.T @ Q).T
+
+    def dense(self) -> FloatArray:
+        """``C`` itself (``O(n² m)``): only for the fallback of slowly decaying spectra."""
+        return self._solve(self.K_sf.T).T
+
+
+class LowRankOperator(LinearCloakingOperator):
+    """``C = left @ right`` with ``left`` ``m × r`` and ``right`` ``r × n`` (rank ≤ ``r``).
+
+    Column ``i`` of ``C`` is ``left @ right[:, i]``; products cost ``O((m + n) r ℓ)``.
+    """
+
+    def __init__(self, left: FloatArray, right: FloatArray) -> None:
+        self.left = np.asarray(left, dtype=np.float64)
+        self.right = np.asarray(right, dtype=np.float64)
+        if self.left.ndim != 2 or self.right.ndim != 2 or self.left.shape[1] != self.right.shape[0]:
+            raise ValueError(
+                f"left ({self.left.shape}) and right ({self.right.shape}) must be 2-D with "
+                "matching inner dimension."
+            )
+        self.shape = (self.left.shape[0], self.right.shape[1])
+
+    @property
+    def rank_bound(self) -> int:
+        """The inner dimension ``r`` (an upper bound on the rank of ``C``)."""
+        return int(self.left.shape[1])
+
+    def matmat(self, G: FloatArray) -> FloatArray:
+        """``C G = left (right G)``."""
+        return self.left @ (self.right @ G)
+
+    def rmatmat(self, Q: FloatArray) -> FloatArray:
+        """``Qᵀ C = (leftᵀ Q)ᵀ right``."""
+        return (self.left.T @ Q).T @ self.right
+
+    def dense(self) -> FloatArray:
+        """``C = left @ right`` (``m × n``)."""
+        return self.left @ self.right
