@@ -210,7 +210,7 @@ def _check_sensitivity(seed, n, m, dim, kernel, ls, scale, f0_scale):
     t2 = t.copy()
     t2[j] = 1.0 - t[j]  # adversarial flip of the most exposed label
     neighbour = copy.copy(model)  # same public model (compiled kernel), one label changed
-    neighbour.y = t2
+    neighbour._y = t2
     release2 = classification_release(neighbour, X_star, rng=np.random.default_rng(1), **kw)
     diff = release2.draws[0] - release.draws[0]
     rounding = _draw_rounding(

@@ -260,7 +260,11 @@ def test_secure_selection_runs_and_records_secure_noise():
         y_bounds=(-2.0, 2.0), ledger=ledger, gamma=0.6, owner_scores=False,
     )  # fmt: skip
     assert res.public_details["noise_source"].startswith("opendp")
-    assert res.index in (0, 1) and ledger.history[0].event == res.event
+    # Alg. 2 may publish ⊥ (every run's DP score above the interval: ~25% of secure runs at
+    # this budget, measured 7/30); otherwise one of the two candidates
+    bottom = res.public_details["outcome"].startswith("no valid candidate")
+    assert (res.index == -1) if bottom else (res.index in (0, 1))
+    assert ledger.history[0].event == res.event
     # secure plan: the base ρ is the discrete Gaussian plan's ρ or COINPRESS's, whichever larger
     assert res.event.base.rho >= res.public_details["coinpress_rho"]
 

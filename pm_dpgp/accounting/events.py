@@ -28,7 +28,7 @@ References
 * C. Canonne, G. Kamath and T. Steinke, "The discrete Gaussian for differential privacy",
   NeurIPS 2020 (the discrete Gaussian is Δ²/(2σ²)-zCDP, Thm. 14 for vectors).
 * N. Papernot and T. Steinke, "Hyperparameter tuning with Renyi differential privacy", ICLR 2022
-  / arXiv:2110.03620v2 (random stopping: Def. 1, Thm. 2) — :class:`RepeatAndSelectEvent`.
+  / arXiv:2110.03620v2 (random stopping: Def. 1, Thm. 2) — ``RepeatAndSelectEvent``.
 * C. Dwork, F. McSherry, K. Nissim and A. Smith, "Calibrating noise to sensitivity", TCC 2006;
   C. Dwork, G. Rothblum and S. Vadhan, "Boosting and differential privacy", FOCS 2010
   (basic composition, also under adaptivity).
@@ -657,7 +657,7 @@ class LaplaceEvent(PureDpEvent):
     """``count`` runs of the Laplace mechanism with noise multiplier λ = b / (L1 sensitivity).
 
     One run is ε-DP with ε = 1/λ (Dwork & Roth 2014, Thm. 3.6), so this is a
-    :class:`PureDpEvent` (the ledger's basic filter counts ``count·ε``) with a tighter RDP curve
+    ``PureDpEvent`` (the ledger's basic filter counts ``count·ε``) with a tighter RDP curve
     (Mironov 2017, Prop. 6, tight for the Laplace mechanism): for α > 1
 
         ρ(α) = ln( α/(2α−1) · e^{(α−1)ε} + (α−1)/(2α−1) · e^{−αε} ) / (α − 1),
@@ -665,7 +665,7 @@ class LaplaceEvent(PureDpEvent):
     evaluated with ``logaddexp``, capped by ε (its α → ∞ limit) to guard round-off, and
     additive under composition.  The same curve as ``dp_accounting``'s ``LaplaceDpEvent`` in its
     RDP accountant (tests/test_binning.py compares them).  ``epsilon(delta)`` is
-    min(count·ε, RDP conversion at δ), as for :class:`PureDpEvent`.
+    min(count·ε, RDP conversion at δ), as for ``PureDpEvent``.
     """
 
     noise_multiplier: float = 1.0
@@ -802,7 +802,7 @@ class RepeatAndSelectEvent(PrivacyEvent):
         ε′(λ) = ε(λ) + (1 + η)(1 − 1/λ̂) ε(λ̂) + (1 + η) ln(1/γ)/λ̂ + ln E[K]/(λ − 1).
 
     ``rdp(orders)`` takes the minimum over λ̂ in the union of ``orders`` and
-    :data:`DEFAULT_ORDERS` (each λ̂ gives a valid bound), evaluates ε′ at the grid orders and
+    ``DEFAULT_ORDERS`` (each λ̂ gives a valid bound), evaluates ε′ at the grid orders and
     then uses monotonicity of Rényi divergences in λ (bound at λ = min over grid orders ≥ λ),
     as dp_accounting's ``RepeatAndSelectDpEvent`` does in its RDP accountant (tested equal on
     the same grid).  ``count`` independent runs of the whole procedure add up (Mironov 2017,

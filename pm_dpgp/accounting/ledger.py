@@ -301,7 +301,7 @@ class _Totals:
         each event's ε is non-increasing in its δ and the basic bound gives every event the
         share ``rest / n ≤ rest``, so ``Σ ε_i(rest)`` (each ``ε_i(rest)`` converted once per
         event and cached) is a lower bound on it; if that lower bound already exceeds another
-        bound, :func:`_best` (which prefers the earlier bound on ties) picks the same bound and
+        bound, ``_best`` (which prefers the earlier bound on ties) picks the same bound and
         value without the ``n`` conversions at the share.
         """
         if not self.events:

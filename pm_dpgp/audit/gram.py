@@ -6,7 +6,7 @@ core, the two differing inputs and a test set) such a kernel is just a Gram matr
 positive semi-definite matrix ``G`` with ``G_ii ≤ 1`` and ``G_ij ≥ κ`` is the Gram matrix of
 such a kernel on a finite domain.  Searching over Gram matrices is therefore the adversary of
 the generic class, stronger than searching over the inputs of one fixed kernel
-(:mod:`pm_dpgp.audit.neighbours`).
+(``pm_dpgp.audit.neighbours``).
 
 Parametrisation: ``G = κ 11ᵀ + (1 − κ) F Fᵀ`` with the rows of ``F`` scaled into the unit ball
 (and made non-negative when ``κ > 0``), so ``G`` is PSD with ``G_ii ≤ 1`` and ``G_ij ≥ κ``.
@@ -18,7 +18,7 @@ Two objectives:
 * ``"rkhs"``: ``‖m_D − m_D'‖_{H_c}`` (the quantity Δ bounds, docs/sample_paths.md §3.5–3.6,
   §3.11), in closed form from the one-step update ``Δm = a k_c(·,x) − b k_c(·,x')``;
 * ``"mean"`` / ``"total"``: the exact Rényi divergence of the released values at the test
-  points ``{x, x'} ∪ core ∪ extra`` (computed by :func:`pm_dpgp.audit.renyi.posterior_renyi_terms`
+  points ``{x, x'} ∪ core ∪ extra`` (computed by ``pm_dpgp.audit.renyi.posterior_renyi_terms``
   with an index kernel reading ``G``).
 """
 
@@ -97,7 +97,7 @@ def gram_divergence(
     case: GramWorstCase, *, alpha: float, kernel_scale: float, r2: float, eta: float = 0.0
 ) -> RenyiTerms:
     """Exact ``D_α(P_D ‖ P_D')`` of the released values at every row of ``case.G`` (core,
-    ``x``, ``x'`` and the extra test points), via :func:`posterior_renyi_terms` with a kernel
+    ``x``, ``x'`` and the extra test points), via ``posterior_renyi_terms`` with a kernel
     that reads ``G`` by index."""
     n, N = case.n, case.G.shape[0]
     core = np.arange(n - 1, dtype=np.float64)[:, None]

@@ -34,7 +34,7 @@ def load_hmeq(
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """Return ``(X, bad)`` of the 800-row balanced HMEQ subset.
 
-    ``X`` is ``(800, len(features))`` with the requested columns of :data:`HMEQ_FEATURES`
+    ``X`` is ``(800, len(features))`` with the requested columns of ``HMEQ_FEATURES``
     (``DELINQ``: delinquent credit lines, ``DEROG``: derogatory reports, ``NINQ``: recent
     credit enquiries, ``CLAGE``: age of the oldest credit line in months, ``CLNO``: credit
     lines, ``YOJ``: years at present job); ``bad`` is 0/1.  In the paper's setting the inputs

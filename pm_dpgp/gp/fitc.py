@@ -59,8 +59,8 @@ class FITCPosterior:
         ``σ² > 0``.
     jitter
         added to the diagonal of ``K_MM`` before factorising (PyMC's ``JITTER_DEFAULT``
-        1e-6 by default in the builder; :func:`~pm_dpgp.gp.linalg.jittered_cholesky` adds
-        more only if the factorisation fails, recorded in :attr:`jitter`).
+        1e-6 by default in the builder; ``pm_dpgp.gp.linalg.jittered_cholesky`` adds
+        more only if the factorisation fails, recorded in ``jitter``).
 
     Attributes
     ----------

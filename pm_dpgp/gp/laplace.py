@@ -18,7 +18,7 @@ integral (MacKay 1992; R&W §3.4.2, eq. 3.25 with the logistic replaced by a sca
 ``E[σ(f*)] ≈ σ(κ f̄*)``, ``κ = (1 + π v / 8)^{-1/2}``).
 
 Everything here is plain linear algebra; no privacy logic (that is
-:mod:`pm_dpgp.mechanisms.label.classification`).
+``pm_dpgp.mechanisms.label.classification``).
 """
 
 from __future__ import annotations
@@ -193,7 +193,7 @@ def one_step_matrix(
 def sor_one_step_matrix(
     K_mm: ArrayLike, K_mn: ArrayLike, K_ms: ArrayLike, sqrt_w: ArrayLike
 ) -> tuple[NDArray[np.float64], NDArray[np.float64], float]:
-    r"""Subset-of-Regressors version of :func:`one_step_matrix` (Smith et al. 2021, §4.1).
+    r"""Subset-of-Regressors version of ``one_step_matrix`` (Smith et al. 2021, §4.1).
 
     The prior covariance is replaced by ``Q = K_NM K_MM⁻¹ K_MN`` (Quiñonero-Candela &
     Rasmussen 2005, §4) for training and test points alike; then

@@ -2,16 +2,16 @@ r"""Cloaking matrices as linear operators (numpy/scipy only; no privacy logic).
 
 The cloaking mechanism (Smith et al. 2018 §3; 2021 §2.3, §3.2) needs the column space of an
 ``m × n`` cloaking matrix ``C`` (test points × training points) and the projected columns
-``U_kᵀ C``; it never needs ``C`` itself.  An operator exposes ``C G`` (:meth:`matmat`) and
-``Qᵀ C`` (:meth:`rmatmat`), so that the noise-covariance solver
-(:func:`pm_dpgp.mechanisms.label.cloaking.solve_noise_covariance`) works on any family
+``U_kᵀ C``; it never needs ``C`` itself.  An operator exposes ``C G`` (``matmat``) and
+``Qᵀ C`` (``rmatmat``), so that the noise-covariance solver
+(``pm_dpgp.mechanisms.label.cloaking.solve_noise_covariance``) works on any family
 whose ``C`` is cheap to apply:
 
-* :class:`CloakingOperator` — the exact GP, ``C = K_sf (K_ff + σ² I)⁻¹`` through the Cholesky
+* ``CloakingOperator`` — the exact GP, ``C = K_sf (K_ff + σ² I)⁻¹`` through the Cholesky
   factor of the ``n × n`` matrix;
-* :class:`LowRankOperator` — ``C = A B`` with ``A`` ``m × r`` and ``B`` ``r × n``, e.g. the
+* ``LowRankOperator`` — ``C = A B`` with ``A`` ``m × r`` and ``B`` ``r × n``, e.g. the
   FITC cloaking matrix ``C = k_*M Q⁻¹ K_MN (Λ + σ² I)⁻¹`` (Smith et al. 2021, eq. 9 and
-  §3.2; :mod:`pm_dpgp.gp.fitc`) with ``r = M`` inducing inputs: ``O((m + n) r ℓ)`` per
+  §3.2; ``pm_dpgp.gp.fitc``) with ``r = M`` inducing inputs: ``O((m + n) r ℓ)`` per
   product of ``ℓ`` columns, no ``n × n`` or ``m × n`` matrix.
 """
 
@@ -31,8 +31,8 @@ FloatArray = NDArray[np.float64]
 class LinearCloakingOperator(ABC):
     """An ``m × n`` cloaking matrix ``C`` applied without being formed.
 
-    Subclasses set :attr:`shape` and implement :meth:`matmat`, :meth:`rmatmat` and
-    :meth:`dense` (the last only for the solver's fallback on slowly decaying spectra).
+    Subclasses set ``shape`` and implement ``matmat``, ``rmatmat`` and
+    ``dense`` (the last only for the solver's fallback on slowly decaying spectra).
     """
 
     shape: tuple[int, int]
@@ -55,7 +55,7 @@ class CloakingOperator(LinearCloakingOperator):
 
     ``C G = K_sf (A⁻¹ G)`` and ``Qᵀ C = (A⁻¹ (K_fs Q))ᵀ`` cost ``O(n² ℓ + m n ℓ)`` for ``ℓ``
     columns with the Cholesky factor ``L`` of ``A = K_ff + σ_n² I``, against ``O(n² m)`` to
-    form the ``m × n`` matrix ``C``.  :func:`solve_noise_covariance` accepts it in place of
+    form the ``m × n`` matrix ``C``.  ``solve_noise_covariance`` accepts it in place of
     ``C`` (only public quantities: inputs and hyperparameters).
     """
 

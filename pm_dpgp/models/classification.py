@@ -1,16 +1,16 @@
 r"""PyMC builder for binary GP classification, and its public (fixed-hyperparameter) view.
 
-:func:`gp_classification` builds the ordinary PyMC model
+``gp_classification`` builds the ordinary PyMC model
 
 .. math::
 
     f \sim \mathcal{GP}(\mu, k_\theta), \qquad t_i \mid f \sim \mathrm{Bernoulli}(\sigma(f(x_i))),
 
-with :class:`pymc.gp.Latent` and a Bernoulli likelihood on the logit scale (Rasmussen &
+with ``pymc.gp.Latent`` and a Bernoulli likelihood on the logit scale (Rasmussen &
 Williams 2006, §3.3; Smith, Álvarez & Lawrence 2021, §4), so the data owner can sample it
 non-privately with NUTS.  Privacy model: label privacy, the inputs ``X`` are public and the
 labels ``t`` private; hyperparameters must be public exactly as for
-:func:`~pm_dpgp.models.gp_regression` (:class:`~pm_dpgp.models.PrivateHyperparameterError`).
+``pm_dpgp.models.gp_regression`` (``pm_dpgp.models.PrivateHyperparameterError``).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ __all__ = ["GPClassification", "PublicLatentGP", "gp_classification"]
 class PublicLatentGP:
     """A latent GP prior whose every ingredient is public (inputs, kernel, constant mean).
 
-    Produced by :meth:`GPClassification.public_gp`; it never stores the labels.
+    Produced by ``GPClassification.public_gp``; it never stores the labels.
     """
 
     X: NDArray[np.float64] = field(repr=False)
@@ -110,14 +110,14 @@ class PublicLatentGP:
 class GPClassification(GPRegression):
     """A binary GP classification model in PyMC (``pm.gp.Latent`` + Bernoulli likelihood).
 
-    Returned by :func:`gp_classification`.  ``y`` holds the private labels (0/1), ``gp`` the
-    :class:`pymc.gp.Latent`, ``sigma`` is ``None`` (no observation noise).  Use ``model`` for
-    non-private inference and :meth:`public_gp` for releases.
+    Returned by ``gp_classification``.  ``y`` holds the private labels (0/1), ``gp`` the
+    ``pymc.gp.Latent``, ``sigma`` is ``None`` (no observation noise).  Use ``model`` for
+    non-private inference and ``public_gp`` for releases.
     """
 
     def public_gp(self, hyperparameters: Mapping[str, ArrayLike] | None = None) -> PublicLatentGP:  # type: ignore[override]
         """The latent prior at fixed public hyperparameters (see
-        :meth:`GPRegression.public_gp` for the rules on ``hyperparameters``)."""
+        ``GPRegression.public_gp`` for the rules on ``hyperparameters``)."""
         values = self._check_hyperparameters(hyperparameters)
         args = tuple(values[nm] for nm in self.hyperparameter_names)
         if self._cov_description is None:

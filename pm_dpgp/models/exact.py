@@ -492,9 +492,9 @@ class GPRegression:
         return noise_var, kernel, kernel_diag, description
 
     def public_cloaking(self, hyperparameters: Mapping[str, ArrayLike] | None = None) -> PublicGP:
-        """The public view whose cloaking matrix a cloaked release uses: here :meth:`public_gp`.
+        """The public view whose cloaking matrix a cloaked release uses: here ``public_gp``.
 
-        Approximate models (:class:`~pm_dpgp.models.fitc.FITCRegression`) override it.
+        Approximate models (``pm_dpgp.models.fitc.FITCRegression``) override it.
         """
         return self.public_gp(hyperparameters)
 

@@ -1,16 +1,16 @@
 r"""PyMC builder for FITC sparse GP regression under LABEL privacy (Smith et al. 2021, §3.2).
 
-:func:`fitc_gp_regression` builds an ordinary PyMC model on
+``fitc_gp_regression`` builds an ordinary PyMC model on
 ``pm.gp.MarginalApprox(approx="FITC")`` (Snelson & Ghahramani 2006), so the data owner can
-fit or sample it as usual, and :meth:`FITCRegression.public_cloaking` gives the
-:class:`PublicFITC` view that :func:`~pm_dpgp.mechanisms.label.cloaking_release.cloaked_release`
+fit or sample it as usual, and ``FITCRegression.public_cloaking`` gives the
+``PublicFITC`` view that ``pm_dpgp.mechanisms.label.cloaking_release.cloaked_release``
 consumes: the FITC cloaking matrix ``C = k_*M Q_MM⁻¹ K_MN (Λ + σ² I)⁻¹`` (eq. 9) as a
-low-rank operator, never an ``n × n`` matrix (:mod:`pm_dpgp.gp.fitc`).
+low-rank operator, never an ``n × n`` matrix (``pm_dpgp.gp.fitc``).
 
 Privacy model: label privacy — the training inputs ``X`` are public, the outputs ``y``
 private.  The inducing inputs ``Z`` must not depend on ``y``.  Smith et al. (2021, §3.2)
 place them by k-means on the (public) inputs, which "only requires data from the inputs":
-:func:`kmeans_public_inducing` runs SciPy's ``kmeans2`` (k-means++ initialisation, Arthur &
+``kmeans_public_inducing`` runs SciPy's ``kmeans2`` (k-means++ initialisation, Arthur &
 Vassilvitskii 2007) with a recorded seed; the seed and ``Z`` go into every release's
 metadata.  Optimising ``Z`` by the marginal likelihood would use ``y`` and is not offered.
 """
@@ -153,7 +153,7 @@ class PublicFITC:
         )
 
     def posterior(self) -> FITCPosterior:
-        """Cached FITC factorisation (:class:`~pm_dpgp.gp.fitc.FITCPosterior`)."""
+        """Cached FITC factorisation (``pm_dpgp.gp.fitc.FITCPosterior``)."""
         return self._fitc
 
     def cloaking_operator(self, X_star: ArrayLike) -> LowRankOperator:
@@ -186,8 +186,8 @@ class PublicFITC:
 class FITCRegression(GPRegression):
     """A FITC GP regression model in PyMC (``gp`` is ``pm.gp.MarginalApprox(approx="FITC")``).
 
-    Returned by :func:`fitc_gp_regression`.  :meth:`public_cloaking` gives the
-    :class:`PublicFITC` view used by the cloaked release; :meth:`public_gp` still gives the
+    Returned by ``fitc_gp_regression``.  ``public_cloaking`` gives the
+    ``PublicFITC`` view used by the cloaked release; ``public_gp`` still gives the
     exact view (for mechanisms that need the exact GP).
     """
 
@@ -196,7 +196,7 @@ class FITCRegression(GPRegression):
     inducing: dict[str, Any] = field(default_factory=dict)
 
     def public_cloaking(self, hyperparameters: Mapping[str, ArrayLike] | None = None) -> PublicFITC:
-        """The FITC model at public hyperparameters (see :meth:`GPRegression.public_gp`)."""
+        """The FITC model at public hyperparameters (see ``GPRegression.public_gp``)."""
         return PublicFITC(
             exact=self.public_gp(hyperparameters),
             Z=_readonly(self.Z),
@@ -231,10 +231,10 @@ def fitc_gp_regression(
     X, y
         Public inputs ``(n,)``/``(n, d)`` and private outputs ``(n,)``.
     cov_func, noise_sd, mean, name, model
-        As in :func:`~pm_dpgp.models.gp_regression`.
+        As in ``pm_dpgp.models.gp_regression``.
     Z
         Public inducing inputs ``(M,)``/``(M, d)``; or give ``n_inducing`` and ``seed`` to
-        place them by k-means on the public ``X`` (:func:`kmeans_public_inducing`).
+        place them by k-means on the public ``X`` (``kmeans_public_inducing``).
     jitter
         Added to ``K_MM`` (PyMC's default 1e-6); the release factorises the same matrix.
     """

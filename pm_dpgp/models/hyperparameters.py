@@ -1,12 +1,12 @@
 """Hyperparameter values from PyMC results, used only once the user declares them public.
 
-A release needs PUBLIC hyperparameters (:meth:`~pm_dpgp.models.GPRegression.public_gp`).
+A release needs PUBLIC hyperparameters (``pm_dpgp.models.GPRegression.public_gp``).
 PyMC users hold them as a ``pm.find_MAP()`` dict (with transformed keys such as
 ``ls_log__``), an ``idata.posterior`` of draws, or a plain dict.  Values fitted to the private
 data are functions of it: using them in a release leaks it (Smith et al. 2018, §4; the
 project's ``docs/privacy_model.md``).  They are public only when fitted on public or
 set-aside data, taken from a published study, or chosen by a private selection mechanism
-whose cost is charged.  :func:`public_hyperparameters` converts the PyMC result and records
+whose cost is charged.  ``public_hyperparameters`` converts the PyMC result and records
 the user's explicit declaration (``hyperparameters_are_public=True``); nothing in the package
 takes hyperparameters from a result without it.
 """

@@ -14,11 +14,11 @@ with ``Σ(x) = diag(r_l(x)²/2)``), has ``k(x, x) = θ₁``, and reduces to ``ex
 PyMC's ``pm.gp.cov.Gibbs`` (which only supports ``input_dim=1``).
 
 Under label privacy the inputs are public, so the lengthscale function may be built from
-them: :class:`KDELengthscale` is the paper's ``r(x) = [1/r_max + ρ(x)/n_target]⁻¹`` with
+them: ``KDELengthscale`` is the paper's ``r(x) = [1/r_max + ρ(x)/n_target]⁻¹`` with
 ``ρ`` a Gaussian kernel density estimate of the public inputs (counts per unit), using the
 smallest density in a neighbourhood of ``x`` (the §6.1 modification: "the smallest value of
 ρ(x) from a region neighbouring x").  The model is an exact GP with this kernel, so the
-release is the ordinary :func:`~pm_dpgp.mechanisms.label.cloaking_release.cloaked_release`
+release is the ordinary ``pm_dpgp.mechanisms.label.cloaking_release.cloaked_release``
 with ``C = K_*f (K_ff + σ²I)⁻¹`` — the sensitivity argument is unchanged because ``C`` does
 not depend on ``y`` (the lengthscale function depends on public inputs only).
 """
@@ -168,8 +168,8 @@ def nonstationary_gp_regression(
     """Exact GP regression with the Gibbs kernel ``kernel_scale² · GibbsKernel(lengthscale_func)``.
 
     Smith et al. (2021, §3.1, eq. 8).  ``lengthscale_func`` must be public (e.g.
-    :class:`KDELengthscale` of the public inputs).  Release with
-    :func:`~pm_dpgp.mechanisms.label.cloaking_release.cloaked_release`.
+    ``KDELengthscale`` of the public inputs).  Release with
+    ``pm_dpgp.mechanisms.label.cloaking_release.cloaked_release``.
     """
     X_arr = check_finite_array(X, "X", ndim=2)
     scale = check_positive(kernel_scale, "kernel_scale")

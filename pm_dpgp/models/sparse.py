@@ -357,7 +357,7 @@ def sparse_gp_regression(
     jitter
         Added to ``K_ZZ`` (PyMC's default 1e-6); the mechanism uses the same matrix.
     model, coords
-        As in :func:`~pm_dpgp.models.gp_regression`: default the enclosing model context.
+        As in ``pm_dpgp.models.gp_regression``: default the enclosing model context.
         (The VFE bound enters PyMC as a scalar ``pm.Potential``, so it has no ``dims``; put
         ``dims`` on your ``pm.Data`` containers.)
     """

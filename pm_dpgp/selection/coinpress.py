@@ -12,14 +12,14 @@ releases
 
 with ``c_t = (l_t + h_t)/2``.  **Sensitivity** (``docs/selection.md`` §4): replacing one record
 changes one clipped value, which lies in ``[l_t, h_t]`` before and after, so the clipped mean
-moves by at most ``(h_t − l_t)/n``; the sum is evaluated with :func:`math.fsum` (correctly
+moves by at most ``(h_t − l_t)/n``; the sum is evaluated with ``math.fsum`` (correctly
 rounded) of centred terms ``|clip(v) − c_t| ≤ (h_t − l_t)/2``, so each computed mean is within
 about ``u (h_t − l_t)`` of the exact one (u = 2⁻⁵³; an absolute error that does not shrink with
 n): the absolute allowance ``3u(h_t − l_t)`` covers the two means, the relative 1e-9 the changed
 term.  Step t
 is then ρ_t-zCDP (Gaussian mechanism, Bun & Steinke 2016, Prop. 1.6; the secure discrete
 Gaussian, Canonne, Kamath & Steinke 2020, Thm. 14, via
-:func:`~pm_dpgp.mechanisms.noise.plan_discrete_gaussian`), for *any* interval that is a function
+``pm_dpgp.mechanisms.noise.plan_discrete_gaussian``), for *any* interval that is a function
 of public values and earlier outputs; adaptive composition gives ``Σ ρ_t``-zCDP (Bun & Steinke
 2016, Lemma 1.7).  The interval update only affects accuracy:
 
@@ -141,7 +141,7 @@ def coinpress_mean(
 
     Privacy: replace-one neighbours of the records behind ``values`` (each value depends on one
     record only); ``n = len(values)`` public.  ``rho`` is the total, split by
-    :func:`coinpress_rho_schedule` (or a sequence of ρ_t).  ``[lower, upper]`` is the public
+    ``coinpress_rho_schedule`` (or a sequence of ρ_t).  ``[lower, upper]`` is the public
     initial interval (Honkela eqs. 30–31).  ``rng=None``: secure discrete Gaussian noise; a
     Generator: simulation.  No accounting here: the caller charges ``ZCDPEvent(Σρ_t)`` first.
     """

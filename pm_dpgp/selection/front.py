@@ -1,15 +1,15 @@
-"""One front end for private selection: :func:`select_hyperparameters` (``docs/selection.md``).
+"""One front end for private selection: ``select_hyperparameters`` (``docs/selection.md``).
 
 ``method="smith"``: label privacy, exponential mechanism over the clipped cross-validated SSE
-of cloaked predictions (:func:`~pm_dpgp.selection.smith.select_by_cross_validated_sse`,
+of cloaked predictions (``pm_dpgp.selection.smith.select_by_cross_validated_sse``,
 Smith et al. 2021, Alg. 1).  ``method="liu_talwar"``: full privacy, random stopping over
 noise-aware releases scored by COINPRESS
-(:func:`~pm_dpgp.selection.liu_talwar.select_by_random_stopping`, Honkela 2024, Alg. 2).
-Both return a :class:`~pm_dpgp.selection.result.SelectionResult` (chosen configuration, its
+(``pm_dpgp.selection.liu_talwar.select_by_random_stopping``, Honkela 2024, Alg. 2).
+Both return a ``pm_dpgp.selection.result.SelectionResult`` (chosen configuration, its
 privacy event, the owner's non-private scores kept out of every serialised form).
 
 Sample paths (Maciazek): the privacy-constrained search
-:func:`~pm_dpgp.mechanisms.full.sample_path_bounds.feasible_configurations` uses public
+``pm_dpgp.mechanisms.full.sample_path_bounds.feasible_configurations`` uses public
 information only and costs nothing, so it is not a method here; ``docs/selection.md`` §6
 explains why no private sample-path selection is offered.
 """

@@ -8,11 +8,11 @@ One run of the base mechanism Q (Honkela, Lemma 3):
 
 1. draw a candidate ``i`` uniformly from the grid (public randomness, data-independent);
 2. release the noise-aware ``q(u)`` on D₁ with hyperparameters θ_i
-   (:func:`~pm_dpgp.mechanisms.full.noise_aware.noise_aware_release`, Alg. 1; ρ_M-zCDP, or a
+   (``pm_dpgp.mechanisms.full.noise_aware.noise_aware_release``, Alg. 1; ρ_M-zCDP, or a
    Gaussian event with ρ_M = 1/(2z²) in simulation mode);
 3. score it on D₂: per-record validation log-likelihoods (eq. 18) clipped to
    ``[L_min, L_max]`` (eqs. 30–31, i.e. centre/radius eqs. 32–33) and averaged by 1-D COINPRESS
-   (:mod:`~pm_dpgp.selection.coinpress`, ρ_CP-zCDP w.r.t. D₂).
+   (``pm_dpgp.selection.coinpress``, ρ_CP-zCDP w.r.t. D₂).
 
 Because D₁ and D₂ are disjoint and a replace-one neighbour changes only one of them, the pair
 (release, score) is max(ρ_M, ρ_CP)-zCDP: for a change in D₁ the score is post-processing of the
@@ -23,7 +23,7 @@ a mixture with public weights, which cannot increase the maximum (``docs/selecti
 
 Random stopping (Liu & Talwar 2019, Alg. 2): after every run, stop with probability γ and
 publish the best valid candidate seen; the number of runs K is geometric (never published).
-Accounting: :class:`~pm_dpgp.accounting.RepeatAndSelectEvent` with the base event
+Accounting: ``pm_dpgp.accounting.RepeatAndSelectEvent`` with the base event
 ``ZCDPEvent(max(ρ_M, ρ_CP))`` and η = 1 (Papernot & Steinke 2022, Thm. 2) — an RDP curve that
 composes on ``renyi`` and ``fixed`` ledgers.  This replaces Honkela's eq. (20), which is Liu &
 Talwar's (ε, δ) bound for the *truncated* procedure (T = ln(1/δ₂)/γ runs at most); we do not
@@ -241,22 +241,22 @@ def select_by_random_stopping(
     Parameters
     ----------
     model
-        :func:`~pm_dpgp.models.sparse_gp_regression` model with PUBLIC inducing inputs.
+        ``pm_dpgp.models.sparse_gp_regression`` model with PUBLIC inducing inputs.
     grid
         candidate configurations; ``None``: prior quartiles
-        (:func:`~pm_dpgp.selection.grids.prior_quantile_grid`, no data touched).
+        (``pm_dpgp.selection.grids.prior_quantile_grid``, no data touched).
     data
         private ``(X, y)``; ``None``: the model's own.
     epsilon, delta
         budget of each candidate's noise-aware release; the COINPRESS score gets the same ρ
-        (:func:`~pm_dpgp.mechanisms.gaussian.zcdp_rho` (ε, δ), the conversion of Honkela
+        (``pm_dpgp.mechanisms.gaussian.zcdp_rho`` (ε, δ), the conversion of Honkela
         eq. 19 the ledger uses).
     y_bounds
         public ``(lower, upper)`` for the responses; each candidate clips ``y − μ`` to
         ``±R_y`` with ``R_y = max(|lower − μ|, |upper − μ|)`` about its public prior mean ``μ``
         (Honkela's centred bound; the deprecated centred ``y_bound=R_y`` still works).
     ledger
-        charged with :func:`random_stopping_event` before any data are read or any candidate
+        charged with ``random_stopping_event`` before any data are read or any candidate
         is drawn (a ``renyi`` or ``fixed`` ledger: the event is an RDP curve).
     gamma
         stopping probability after each run; E[K] = 1/γ runs.
@@ -268,8 +268,8 @@ def select_by_random_stopping(
         also compute the non-private validation scores of every candidate for the owner.
     owner_check
         the data owner's own heuristic check that ``Z`` was not taken from the private
-        inputs (:func:`pm_dpgp.audit.check_public_choices`, raises
-        :class:`~pm_dpgp.models.InducingFromDataError` before anything is spent).  Its answer
+        inputs (``pm_dpgp.audit.check_public_choices``, raises
+        ``pm_dpgp.models.InducingFromDataError`` before anything is spent).  Its answer
         depends on the private inputs: only the data owner may switch it on.
     rng
         ``None``: secure noise and OS-entropy coins; a Generator: simulation mode.

@@ -98,7 +98,7 @@ def _dp_values(
 ) -> tuple[NDArray[np.float64], dict[str, Any]]:
     """``(S, m)`` DP function values at ``X_hold`` by post-processing, and the release attrs.
 
-    ``(S, C, m)`` for a :class:`DirichletRelease` (the ``C`` latent functions).
+    ``(S, C, m)`` for a ``DirichletRelease`` (the ``C`` latent functions).
     """
     if isinstance(release, SamplePathRelease):
         values = release.evaluate(X_hold)  # lazy, consistent, no privacy cost
@@ -505,5 +505,6 @@ def _title(release: AnyRelease) -> str:
         delta = md.get("delta_per_draw", md.get("delta"))
     if eps is None:
         return f"{mech} release"
-    tail = "" if delta is None else f", δ = {float(delta):.3g}"
-    return f"{mech} release (ε = {float(eps):.3g}{tail})"
+    if delta is None:
+        return f"{mech} release, ε = {float(eps):.3g}"
+    return f"{mech} release, (ε, δ) = ({float(eps):.3g}, {float(delta):.3g})"

@@ -8,7 +8,7 @@ prior-noise release is a handful of independent DP draws (each one charged to th
 a sample-path release a few independent paths, a noise-aware release any number of exact
 draws of its DP ``q(f)``.  With one chain R-hat is undefined (ArviZ prints NaN) and, with two
 or three draws, the ESS is 1–3 with a warning per variable: numbers that look like a failed
-fit when nothing failed.  :func:`dp_summary` therefore asks for the statistics only
+fit when nothing failed.  ``dp_summary`` therefore asks for the statistics only
 (``kind="stats"``) and says in ``attrs["spread"]`` what the ``sd`` column measures for this
 mechanism.  What to look at instead is in ``docs/workflow.md`` ("What the spread means").
 """

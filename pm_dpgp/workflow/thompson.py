@@ -123,7 +123,7 @@ class ThompsonResult:
         dims: Mapping[str, Sequence[str]] | None = None,
         coords: Mapping[str, ArrayLike] | None = None,
     ) -> Any:
-        """:attr:`idata` with user-named dims/coords (see :func:`_thompson_idata`).
+        """``idata`` with user-named dims/coords (see ``_thompson_idata``).
 
         E.g. ``dims={"x_chosen": ["feature"]}, coords={"feature": ["temperature"]}``.
         """
@@ -311,7 +311,7 @@ def trace_inference_data(
     upper: NDArray[np.float64],
     attrs: dict[str, Any],
 ) -> Any:
-    """InferenceData of a Thompson run (:func:`_thompson_idata`): ``posterior`` (draw = round),
+    """InferenceData of a Thompson run (``_thompson_idata``): ``posterior`` (draw = round),
     group ``thompson`` (dim ``round``) and ``constant_data``.
 
     ``rows["x_chosen"]`` holds the ``(d,)`` chosen inputs; every other key of ``dtypes`` is a

@@ -19,22 +19,22 @@ features) ``A = Σᵢ rᵢ φ(xᵢ)`` and ``B = Σᵢ φ(xᵢ)φ(xᵢ)ᵀ`` with
 
 1. the leaf of step ``t`` (the initial design's records at ``t = 1``, the previous round's
    observation afterwards) enters the binary mechanism
-   (:class:`~pm_dpgp.mechanisms.full.tree_aggregation.TreeAggregator`) on the whitened vector
+   (``pm_dpgp.mechanisms.full.tree_aggregation.TreeAggregator``) on the whitened vector
    ``(A, c B̂)``; the prefix estimate ``(Ã, B̃)`` has noise ``N(0, popcount(t) σ² I)``;
 2. the noise-aware posterior (Honkela eq. 9 with ``K = I``, S₂ of eqs. 11–14,
-   :func:`~pm_dpgp.mechanisms.full.noise_aware.dp_qu`) is computed with that noise level;
+   ``pm_dpgp.mechanisms.full.noise_aware.dp_qu``) is computed with that noise level;
 3. one ``v`` is sampled and ``f(x) = μ + φ(x)ᵀv`` maximised over candidates (free);
 4. the objective is observed at the maximiser (private).
 
 The whole ``T``-round run is one Gaussian mechanism, charged on the ledger before the first
 round (``docs/thompson_tree.md`` §3–4).  Published: the chosen inputs, the sampled path
 values there, the per-round noise level; the observed values stay in the
-:class:`~pm_dpgp.workflow.thompson.OwnerRecord`.
+``pm_dpgp.workflow.thompson.OwnerRecord``.
 
 ``inputs_public=True`` is the weaker label-privacy variant (``docs/thompson_tree.md`` §9):
 the queried inputs are the published ones, ``B`` is exact and only ``A`` goes through the
 tree; the posterior is then exact linear-Gaussian conditioning on ``Ã``
-(:func:`public_inputs_posterior`).
+(``public_inputs_posterior``).
 """
 
 from __future__ import annotations
@@ -151,7 +151,7 @@ def record_statistics(
     r"""Whitened statistics ``(A, c B̂)`` of a batch: ``A = Φᵀr``, ``B̂ = t_b(ΦᵀΦ)`` (eq. 3, 23).
 
     ``Φ`` holds clipped features (``‖φᵢ‖ ≤ R_φ``) and ``r`` clipped residuals (``|rᵢ| ≤ R_y``);
-    one record changes this vector by at most :func:`l2_sensitivity` ``(R_y, R_φ, c)``.
+    one record changes this vector by at most ``l2_sensitivity`` ``(R_y, R_φ, c)``.
     """
     return np.concatenate([Phi.T @ r, ratio * upper_vector(Phi.T @ Phi)])
 
@@ -206,7 +206,7 @@ def dp_thompson_sampling_tree(
     ----------
     objective, cov_func, domain, X_init, n_rounds, candidates, refine_steps, refine_points,
     progressbar:
-        as :func:`~pm_dpgp.workflow.dp_thompson_sampling`.
+        as ``pm_dpgp.workflow.dp_thompson_sampling``.
     noise_sd:
         public observation-noise sd of the model (``s = noise_sd⁻²``).
     inducing:
@@ -224,7 +224,7 @@ def dp_thompson_sampling_tree(
         public ``R_φ`` (default ``√k(x, x)`` for stationary kernels).
     ratio, rho, variant:
         ``c = σ_a/σ_b``, the failure probability of λ (eq. 10) and ``"noise_aware"`` (with S₂)
-        or ``"naive"`` posterior (:func:`~pm_dpgp.mechanisms.full.noise_aware.dp_qu`).
+        or ``"naive"`` posterior (``pm_dpgp.mechanisms.full.noise_aware.dp_qu``).
     inputs_public:
         ``False`` (default): full privacy, neighbours replace one ``(x, y)``; the tree releases
         ``(A, c B̂)``.  ``True``: **label privacy** — only the observed values are private,

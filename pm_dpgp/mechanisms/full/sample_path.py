@@ -312,7 +312,7 @@ class SamplePathRelease:
         at every input released so far; a copy stays in ``posterior_predictive`` (deprecated
         location).  ``dims``/``coords``, ``observed_data`` (public hold-out at ``X_star``,
         ``observed_is_public=True``) and ``predictive_sd`` (``y = f + e`` in
-        ``posterior_predictive``) as in :func:`pm_dpgp.release.release_to_inference_data`.
+        ``posterior_predictive``) as in ``pm_dpgp.release.release_to_inference_data``.
         The public query inputs are in ``constant_data``.
         """
         import xarray as xr

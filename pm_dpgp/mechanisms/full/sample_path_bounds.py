@@ -98,7 +98,7 @@ _KERNEL_CLASSES = ("generic", "exponential_1d", "constant")
 _CONSTANTS = ("proved", "author")
 _COV_BOUNDS = ("paper", "inertia")
 _SENSITIVITIES = ("paper", "coupled")
-#: intervals of the certified maximisation in :func:`coupled_sensitivity`
+#: intervals of the certified maximisation in ``coupled_sensitivity``
 _COUPLED_GRID = 4096
 #: dp_accounting's conversion returns +inf at orders ≤ 1.01 (numerical stability).
 _MIN_USEFUL_ORDER = 1.01
@@ -496,7 +496,7 @@ class SamplePathBound:
         """Mean sensitivity in the core posterior RKHS: ``Δ ≥ sup ‖m_D − m_D'‖_{H_c}``.
 
         ``c · B · √Φ`` (eq. SP4) for ``sensitivity="paper"``; the smaller of that and
-        :attr:`Delta_coupled` (eq. SP11) for ``sensitivity="coupled"``.
+        ``Delta_coupled`` (eq. SP11) for ``sensitivity="coupled"``.
         """
         if self.sensitivity == "paper":
             return self.Delta_paper
@@ -787,11 +787,11 @@ def paths_affordable(
 
 @functools.lru_cache(maxsize=32)
 def _default_curve(bound: SamplePathBound) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """``(orders, rdp(orders))`` on :meth:`SamplePathBound.orders`, memoised per bound.
+    """``(orders, rdp(orders))`` on ``SamplePathBound.orders``, memoised per bound.
 
     The bound is an immutable dataclass of public numbers, so equal bounds have equal curves: a
     DP Thompson round builds the same event twice (once to ask the ledger whether it can
-    afford it, once inside :func:`~pm_dpgp.mechanisms.full.sample_path.sample_path_release`).
+    afford it, once inside ``pm_dpgp.mechanisms.full.sample_path.sample_path_release``).
     """
     grid = bound.orders()
     return tuple(grid.tolist()), tuple(np.asarray(bound.rdp(grid), dtype=np.float64).tolist())

@@ -15,17 +15,17 @@ nodes, so ``Ŝ_t − S_t ~ N(0, popcount(t) σ² I)`` (post-processing of the re
 Sensitivity.  Leaf ``s`` lies in the completed nodes ``(t − 2^i, t]`` with ``t ≤ T``,
 ``2^i | t``, ``s ∈ (t − 2^i, t]``: at most one per level ``i``, and a level-``i`` node needs
 ``2^i ≤ T``, so at most ``L(T) = ⌊log₂ T⌋ + 1 ≤ ⌈log₂ T⌉ + 1`` nodes
-(:func:`max_nodes_per_leaf` counts them exactly).  If replacing one record changes its leaf
+(``max_nodes_per_leaf`` counts them exactly).  If replacing one record changes its leaf
 by at most ``Δ`` in L2, the stacked vector of *all* released node sums changes by at most
 ``√L Δ`` (``docs/thompson_tree.md`` §3).  With noise σ the whole T-step release is one
 Gaussian mechanism of noise multiplier ``σ/(√L Δ)`` — also when the stream is chosen
 adaptively from earlier releases (``docs/thompson_tree.md`` §4).
 
 Noise source.  Simulation (``rng`` given): float noise ``σ·N(0, I)`` per node, accounted as
-one :class:`~pm_dpgp.accounting.GaussianEvent`.  Secure (default): every node is one discrete
-Gaussian release of the rounded node sum (:mod:`pm_dpgp.mechanisms.noise`), ρ-zCDP for the
+one ``pm_dpgp.accounting.GaussianEvent``.  Secure (default): every node is one discrete
+Gaussian release of the rounded node sum (``pm_dpgp.mechanisms.noise``), ρ-zCDP for the
 per-node sensitivity Δ; a record touches at most ``L`` nodes, so the run is one
-:class:`~pm_dpgp.accounting.ZCDPEvent` with ``count = L`` (zCDP composition, Bun & Steinke
+``pm_dpgp.accounting.ZCDPEvent`` with ``count = L`` (zCDP composition, Bun & Steinke
 2016, Lemma 2.3).
 """
 
@@ -136,7 +136,7 @@ def plan_tree(
     Simulation: σ = analytic Gaussian calibration (Balle & Wang 2018) for sensitivity
     ``√L Δ``; event ``GaussianEvent(σ/(√L Δ))``.  Secure: ``ρ = zcdp_rho(ε, δ)`` split evenly
     over the ``L`` nodes a record can touch; each node is a discrete Gaussian plan for
-    sensitivity Δ and ρ/L (:func:`~pm_dpgp.mechanisms.noise.plan_discrete_gaussian`); event
+    sensitivity Δ and ρ/L (``pm_dpgp.mechanisms.noise.plan_discrete_gaussian``); event
     ``ZCDPEvent(ρ_node, count=L)``.  Public inputs only.
     """
     epsilon = check_epsilon(epsilon)
@@ -157,11 +157,11 @@ def plan_tree(
 class TreeAggregator:
     """Streaming binary mechanism (Chan, Shi & Song 2011, Alg. 2) on whitened vectors.
 
-    Call :meth:`add` once per step with the step's leaf (the sum of that step's records);
+    Call ``add`` once per step with the step's leaf (the sum of that step's records);
     it releases the node completed at that step and returns the noisy prefix estimate.
     Only released (noisy) node values and the current partial sums are kept; the partial
     sums ``α_i`` are private and never returned.  The caller charges ``plan.event`` on a
-    ledger **before** the first :meth:`add`.
+    ledger **before** the first ``add``.
     """
 
     def __init__(self, plan: TreePlan, rng: np.random.Generator | None = None) -> None:
@@ -177,7 +177,7 @@ class TreeAggregator:
         self.t = 0
         #: ``(level, first leaf, last leaf)`` of every released node, in release order (public).
         self.released: list[tuple[int, int, int]] = []
-        #: released noisy node values, same order as :attr:`released` (DP outputs).
+        #: released noisy node values, same order as ``released`` (DP outputs).
         self.node_values: list[NDArray[np.float64]] = []
 
     def _noisy(self, v: NDArray[np.float64]) -> NDArray[np.float64]:

@@ -11,29 +11,29 @@ observations as integrals over each bin".
 public only if the inputs are: the paper's baselines are label-private (inputs public, outputs
 private), like cloaking, and compose on the same ledger.
 
-**Mechanism** (:func:`binned_release`).  Public bins ``B_1..B_K`` (axis-aligned boxes from public
+**Mechanism** (``binned_release``).  Public bins ``B_1..B_K`` (axis-aligned boxes from public
 edges), public counts ``n_j``, labels clipped to the public ``y_bounds`` (width ``d``).  For each
 non-empty bin, ``m̃_j = m_j + Lap(b_j)`` with ``b_j = Δ_j / ε``, ``Δ_j = d / n_j``.  Proof:
 changing one label changes only the mean of its own bin, by at most ``d / n_j``; so the vector
 ``u = (m_j / Δ_j)_j`` has L1 sensitivity 1 and ``ũ = u + Lap(1/ε)^K`` is ε-DP (Dwork & Roth 2014,
 Thm. 3.6); ``m̃ = Δ ⊙ ũ`` is post-processing.  Pure ε-DP, charged as a
-:class:`~pm_dpgp.accounting.LaplaceEvent` (noise multiplier 1/ε) per draw.  Empty bins hold no
+``pm_dpgp.accounting.LaplaceEvent`` (noise multiplier 1/ε) per draw.  Empty bins hold no
 label: their value is the public ``empty_value`` (no noise, no cost).  Inputs outside the bins
 are public; ``out_of_range`` decides: ``"raise"`` (default), ``"drop"`` (those records are not
 used) or ``"clip"`` (assigned to the nearest edge bin).
 
-**Noise source** (as :mod:`pm_dpgp.mechanisms.noise` for the Gaussian releases).  A NumPy
+**Noise source** (as ``pm_dpgp.mechanisms.noise`` for the Gaussian releases).  A NumPy
 Generator (``rng=``) is the simulation mode: continuous ``rng.laplace`` with exactly
 ``b_j = d / (n_j ε)``.  ``rng=None`` (default) is secure: the centred sums ``s_j = Σ_{i∈B_j}
 (y_i − c)/d`` (``c`` the midpoint; ``|s_j − s′_j| ≤ 1``, plus a public round-off bound ``r``)
 are rounded to the grid γ = 2^(⌊log₂(1/ε)⌋ − 20), OpenDP's discrete Laplace on ``i64`` vectors
 (Canonne, Kamath & Steinke 2020) is added with its privacy map at the integer L1 sensitivity
 ``⌈(1 + 2r)/γ⌉ + 1``, and ``m̃_j = c + d γ ñ_j / n_j``.  The event is then a
-:class:`~pm_dpgp.accounting.PureDpEvent` at the map's ε (≤ the requested ε); the Laplace scale
+``pm_dpgp.accounting.PureDpEvent`` at the map's ε (≤ the requested ε); the Laplace scale
 actually used exceeds ``d/(n_j ε)`` by a relative ``O(2^-20)``.
 
-**GP on the DP bin means** (:func:`binned_gp`): post-processing.  ``method="integral"`` models
-``m̃_j`` as the average of ``f`` over ``B_j`` (:mod:`pm_dpgp.gp.integral`), ``"point"`` as
+**GP on the DP bin means** (``binned_gp``): post-processing.  ``method="integral"`` models
+``m̃_j`` as the average of ``f`` over ``B_j`` (``pm_dpgp.gp.integral``), ``"point"`` as
 ``f`` at the bin centre; the observation variance is ``noise_sd²/n_j + 2 b_j²`` (the
 averaged observation noise plus the Laplace variance, moment-matched by a Gaussian).
 """
@@ -218,7 +218,7 @@ def binned_release(
     """ε-DP Laplace bin means (Smith et al. 2018, §4; Dwork & Roth 2014, §3.4).
 
     ``X`` public inputs ``(n, dim)``, ``y`` private outputs clipped silently to ``y_bounds``.
-    Returns a :class:`~pm_dpgp.release.Release` at the bin centres (``variable_name =
+    Returns a ``pm_dpgp.release.Release`` at the bin centres (``variable_name =
     "bin_mean_dp"``) whose ``noise_factor`` is ``diag(√2 b_j)`` (the Laplace noise covariance;
     zero for empty bins) and whose metadata holds the public edges, counts and scales.
     Everything is validated before the ledger is charged; the ledger is charged before any noise.

@@ -14,7 +14,7 @@ Smith et al. 2021, §4):
 with ``π₀ = σ(f₀)`` and ``W₀ = diag(π₀ (1 − π₀))``.  Because ``f₀`` is public, so are ``W₀``,
 ``π₀``, ``C*`` and the first two terms; only ``C* t`` depends on the labels, linearly.  One
 label flip moves ``f̄*`` by ``± c_j`` (column ``j`` of ``C*``), so the cloaking noise covariance
-``M`` of :func:`~pm_dpgp.mechanisms.label.cloaking.solve_noise_covariance` and the Gaussian
+``M`` of ``pm_dpgp.mechanisms.label.cloaking.solve_noise_covariance`` and the Gaussian
 calibration for the whitened L2 sensitivity ``1 · sqrt(max_j c_jᵀ M⁺ c_j)`` make the release
 (ε, δ)-DP (Smith et al. 2018 §3; Hall et al. 2013, Prop. 3), exactly as for regression.  At
 ``X* = X`` the released vector is the one-step ``f̂`` itself and ``C* = (K⁻¹ + W₀)⁻¹``, which is
@@ -30,9 +30,9 @@ ledger (adaptive composition).  The paper found one step best (§6.5, §6.6).
 
 **Sparse (SoR) variant** (§4.1): ``K`` replaced by ``K_NM K_MM⁻¹ K_MN`` with public inducing
 inputs (given, or k-means on the public ``X``), ``C* = K*M (K_MM + K_MN W₀ K_NM)⁻¹ K_MN`` (rank
-≤ M; :func:`~pm_dpgp.gp.laplace.sor_one_step_matrix`).
+≤ M; ``pm_dpgp.gp.laplace.sor_one_step_matrix``).
 
-**Class probabilities** are post-processing: :func:`class_probabilities` maps each released
+**Class probabilities** are post-processing: ``class_probabilities`` maps each released
 latent vector through the probit approximation with the public latent variance (computed at
 ``W₀``), optionally widened by the public DP-noise variance.
 """
@@ -157,7 +157,7 @@ def classification_release(
     Parameters
     ----------
     gpc:
-        from :func:`pm_dpgp.models.gp_classification` (inputs public, labels private).
+        from ``pm_dpgp.models.gp_classification`` (inputs public, labels private).
     X_star:
         public test inputs; ``X_star = gpc.X`` releases the one-step ``f̂`` (paper eq. 10–11).
     epsilon, delta:
@@ -172,14 +172,14 @@ def classification_release(
         for k-means centres of the public training inputs (seeded by ``kmeans_seed``): the
         SoR variant (§4.1).
     calibration, n_draws, ledger, rng, tol, rank_tol:
-        as for :func:`~pm_dpgp.mechanisms.cloaked_release`; ``rng=None`` is the secure
+        as for ``pm_dpgp.mechanisms.cloaked_release``; ``rng=None`` is the secure
         (OpenDP discrete Gaussian) noise, a Generator the simulation mode.
 
     Returns
     -------
     Release
         DP latent values at ``X_star`` (``variable_name="f_dp"``); its metadata holds the
-        public latent variance (``latent_var``) used by :func:`class_probabilities`.
+        public latent variance (``latent_var``) used by ``class_probabilities``.
     """
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta)

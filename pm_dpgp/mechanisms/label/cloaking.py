@@ -435,7 +435,7 @@ def _low_rank_column_space(
     ``r × r`` core ``R_A R_Bᵀ = U S Wᵀ``, ``C = (Q_A U) S (Q_B W)ᵀ`` is an SVD of ``C``
     (Golub & Van Loan 2013, §2.4 and §5.2), computed in ``O((m + n) r²)`` with no ``m × n``
     matrix and no randomised range finder.  Keeps ``σ_j > rank_tol · σ_1`` as
-    :func:`_column_space` does; the basis signs follow :func:`_canonical_signs`, and
+    ``_column_space`` does; the basis signs follow ``_canonical_signs``, and
     ``U_kᵀ C = S_k (Q_B W_k)ᵀ``.
     """
     Qa, Ra = np.linalg.qr(op.left)

@@ -68,8 +68,8 @@ def cloaking_noise(
 
     Both depend only on public quantities (inputs, hyperparameters), so they can be
     inspected before any private data is touched.  ``public_gp`` is any public view with a
-    ``cloaking_operator`` (exact :class:`~pm_dpgp.models.PublicGP`, FITC
-    :class:`~pm_dpgp.models.fitc.PublicFITC`); ``C`` is formed here (``m × n``).
+    ``cloaking_operator`` (exact ``pm_dpgp.models.PublicGP``, FITC
+    ``pm_dpgp.models.fitc.PublicFITC``); ``C`` is formed here (``m × n``).
     """
     X_star = check_finite_array(X_star, "X_star", ndim=2)
     C = public_gp.cloaking_operator(X_star).dense()
