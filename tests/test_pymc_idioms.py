@@ -70,14 +70,14 @@ def test_pm_data_inputs_and_set_data(builder) -> None:
         X_data = pm.Data("X", X)  # 1-D container: used as one input column
         y_data = pm.Data("y", Y)
         if builder == "exact":
-            gpr = gp_regression(X_data, y_data, pm.gp.cov.ExpQuad(1, ls=1.0), sigma=0.2)
+            gpr = gp_regression(X_data, y_data, pm.gp.cov.ExpQuad(1, ls=1.0), noise_sd=0.2)
         else:
             gpr = sparse_gp_regression(
                 X_data,
                 y_data,
                 pm.gp.cov.ExpQuad(1, ls=1.0),
                 Z=grid_inducing_points(0, 5, 6),
-                sigma=0.2,
+                noise_sd=0.2,
             )
     assert gpr.model is m
     np.testing.assert_array_equal(gpr.X[:, 0], X)
@@ -112,13 +112,13 @@ def test_symbolic_inputs_other_than_pm_data_are_refused() -> None:
     with pm.Model():
         x = pm.Normal("x", 0, 1, shape=20)
         with pytest.raises(TypeError, match="pm.Data"):
-            gp_regression(x, Y, pm.gp.cov.ExpQuad(1, ls=1.0), sigma=0.2)
+            gp_regression(x, Y, pm.gp.cov.ExpQuad(1, ls=1.0), noise_sd=0.2)
 
 
 # ------------------------------------------------------------------------ hyperparameters
 @pytest.fixture(scope="module")
 def hyper_model():
-    return gp_regression(X, Y, _priors, sigma=0.2)
+    return gp_regression(X, Y, _priors, noise_sd=0.2)
 
 
 def _check_map_path(model, map_estimate) -> None:
@@ -157,7 +157,7 @@ def test_map_dict_needs_the_public_declaration(hyper_model) -> None:
 def test_real_find_map_result(hyper_model) -> None:
     """The same with ``pm.find_MAP`` on a model of PUBLIC data (as the user then states)."""
     Xp = np.linspace(0, 5, 15)
-    public_fit = gp_regression(Xp, np.sin(Xp), _priors, sigma=0.2)
+    public_fit = gp_regression(Xp, np.sin(Xp), _priors, noise_sd=0.2)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         map_estimate = pm.find_MAP(model=public_fit.model, progressbar=False)
@@ -211,3 +211,20 @@ def test_plain_dict_stays_strict_and_the_wrapper_ignores_extras(hyper_model) -> 
         public_hyperparameters({"ls": 1.0}, summary="mean", hyperparameters_are_public=True)
     with pytest.raises(TypeError, match="find_MAP dict"):
         public_hyperparameters([1.0, 2.0], hyperparameters_are_public=True)
+
+
+def test_dirichlet_builder_takes_pm_data_current_values() -> None:
+    """The Dirichlet builder accepts ``pm.Data`` for X and labels (their current values: the
+    labels enter only through the transformed per-class targets) and builds into the context."""
+    rng = np.random.default_rng(3)
+    Xd = rng.uniform(0, 5, 30)
+    lab = (Xd > 2.5).astype(np.int64)
+    Z = grid_inducing_points(0, 5, 4)
+    with pm.Model() as m:
+        dg = dirichlet_gp_classification(
+            pm.Data("Xd", Xd), pm.Data("lab", lab), pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z, n_classes=2
+        )
+    ref = dirichlet_gp_classification(Xd, lab, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z, n_classes=2)
+    assert dg.model is m
+    np.testing.assert_array_equal(dg.X, ref.X)
+    np.testing.assert_array_equal(dg.y, ref.y)

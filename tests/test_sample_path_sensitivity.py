@@ -61,7 +61,7 @@ def test_coupled_sensitivity_closed_forms():
     assert c.Delta == c.Delta_paper
     # the reference number of REFERENCE §4b (n = 100, κ = √0.1, σ = 1, r = 3, δ = 1e-4): the
     # author's accountant gives 2.54 against 4.52 for the paper's Δ and 2ψ
-    kw = {"n": 100, "sigma": 1.0, "r2": 9.0, "y_bound": 1.0, "kappa": math.sqrt(0.1)}
+    kw = {"n": 100, "kernel_scale": 1.0, "r2": 9.0, "M_Y": 1.0, "kappa": math.sqrt(0.1)}
     before = SamplePathBound(**kw, cov_bound="paper", sensitivity="paper").epsilon(1e-4)
     after = SamplePathBound(**kw, sensitivity="coupled").epsilon(1e-4)
     assert before == pytest.approx(4.52, abs=0.005)

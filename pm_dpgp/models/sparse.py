@@ -50,6 +50,7 @@ from pm_dpgp.models._common import (
     _eval_kernel,
     _eval_kernel_diag,
     _hyperparameter_rvs,
+    _is_data_container,
     _noise_sd_argument,
     _readonly,
     _resolve_cov,
@@ -531,10 +532,17 @@ def dirichlet_gp_classification(
     covariance ``cov_func`` and the public constant prior mean (default
     ``DirichletTargets.default_prior_mean``, a function of ``C`` and ``α_ε`` only).
     The DP release is ``pm_dpgp.mechanisms.full.dirichlet.dirichlet_release``.
+
+    ``X`` and ``labels`` may be ``pm.Data`` containers: their current values are used.  The
+    labels enter the model only through the transformed targets (one heteroscedastic
+    regression per class, rows with invalid labels dropped), so after ``pm.set_data`` build
+    the classifier again rather than relying on the container.
     """
     C = check_n_classes(n_classes)
     Z_arr = check_finite_array(Z, "Z", ndim=2)
-    X_arr = check_finite_array(X, "X", ndim=2)
+    X_arr = data_input(X, "X", 2)[0]
+    if _is_data_container(labels):
+        labels = labels.get_value(borrow=True)
     lab, valid = sanitise_labels(labels, C)
     if X_arr.shape[0] != lab.shape[0]:
         raise ValueError(f"X has {X_arr.shape[0]} rows but labels has {lab.shape[0]}.")

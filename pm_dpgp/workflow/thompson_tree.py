@@ -115,7 +115,7 @@ class NystromFeatures:
             None,
             cov_func,
             Z=Z,
-            sigma=noise_sd,
+            noise_sd=noise_sd,
             mean=prior_mean,
             mean_is_public=True,
             z_is_public=True,
