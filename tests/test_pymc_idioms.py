@@ -228,3 +228,33 @@ def test_dirichlet_builder_takes_pm_data_current_values() -> None:
     assert dg.model is m
     np.testing.assert_array_equal(dg.X, ref.X)
     np.testing.assert_array_equal(dg.y, ref.y)
+
+
+def test_fitc_gibbs_and_classification_builders_take_pm_data() -> None:
+    """The builders merged with issue 10 accept ``pm.Data`` too: FITC and Gibbs follow the
+    container (``pm.set_data`` changes what a release uses), the Laplace classifier takes its
+    current values; all build into the enclosing model."""
+    from pm_dpgp.models import (
+        KDELengthscale,
+        fitc_gp_regression,
+        gp_classification,
+        nonstationary_gp_regression,
+    )
+
+    cov = pm.gp.cov.ExpQuad(1, ls=1.0)
+    with pm.Model() as m:
+        Xd, yd = pm.Data("X", X), pm.Data("y", Y)
+        fitc = fitc_gp_regression(Xd, yd, cov, noise_sd=0.2, Z=grid_inducing_points(0, 5, 5))
+        gibbs = nonstationary_gp_regression(
+            Xd,
+            yd,
+            KDELengthscale(X[:, None], n_target=5.0, max_lengthscale=2.0, bandwidth=0.5),
+            kernel_scale=1.0,
+            noise_sd=0.2,
+            name="g",
+        )
+        clf = gp_classification(Xd, pm.Data("lab", (Y > 0).astype(float)), cov, name="c")
+    assert fitc.model is m and gibbs.model is m and clf.model is m
+    np.testing.assert_array_equal(clf.y, (Y > 0).astype(float))
+    pm.set_data({"X": X[:10], "y": Y[:10]}, model=m)
+    assert fitc.X.shape == (10, 1) and gibbs.y.shape == (10,)

@@ -39,6 +39,7 @@ from pm_dpgp.models._common import (
     _hyperparameter_rvs,
     _readonly,
     _resolve_cov,
+    data_input,
     resolve_model,
 )
 from pm_dpgp.models.exact import GPRegression
@@ -171,8 +172,10 @@ def gp_classification(
         Existing model to add to; default the model of the enclosing ``with pm.Model():``
         block, else a new ``pm.Model()`` (never a silently nested child model).
     """
-    X_arr = check_finite_array(X, "X", ndim=2)
-    y_arr = check_finite_array(np.asarray(y, dtype=np.float64), "y", ndim=1)
+    # pm.Data containers: their current values (the Bernoulli likelihood needs the clipped,
+    # rounded labels, so rebuild the classifier after pm.set_data)
+    X_arr = data_input(X, "X", 2)[0]
+    y_arr = check_finite_array(np.asarray(data_input(y, "y", 1)[0], dtype=np.float64), "y", ndim=1)
     if X_arr.shape[0] != y_arr.shape[0]:
         raise ValueError(
             "X and y must have the same number of rows (one label per input row), got "

@@ -42,6 +42,7 @@ from pm_dpgp.models._common import (
     _noise_sd_argument,
     _readonly,
     _resolve_cov_and_sigma,
+    data_input,
     resolve_model,
 )
 from pm_dpgp.models.exact import GPRegression, PublicGP
@@ -239,8 +240,8 @@ def fitc_gp_regression(
         Added to ``K_MM`` (PyMC's default 1e-6); the release factorises the same matrix.
     """
     noise_sd = _noise_sd_argument(noise_sd, deprecated, "fitc_gp_regression")
-    X_arr = check_finite_array(X, "X", ndim=2)
-    y_arr = check_finite_array(y, "y", ndim=1)
+    X_arr, X_graph = data_input(X, "X", 2)
+    y_arr, y_graph = data_input(y, "y", 1)
     if X_arr.shape[0] != y_arr.shape[0]:
         raise ValueError(
             f"X and y must have the same number of rows, got {X_arr.shape[0]} and {y_arr.shape[0]}."
@@ -266,13 +267,15 @@ def fitc_gp_regression(
         gp = pm.gp.MarginalApprox(
             approx="FITC", mean_func=pm.gp.mean.Constant(mean_f), cov_func=cov
         )
-        gp.marginal_likelihood(f"{name}_obs", X=X_arr, Xu=Z_arr, y=y_arr, sigma=sig, jitter=jitter)
+        gp.marginal_likelihood(
+            f"{name}_obs", X=X_graph, Xu=Z_arr, y=y_graph, sigma=sig, jitter=jitter
+        )
     hyper_rvs = _hyperparameter_rvs(ctx, cov, sig)
     return FITCRegression(
         model=ctx,
         gp=gp,
-        _X=X_arr,
-        _y=y_arr,
+        _X=X_arr if X_graph is X_arr else X,
+        _y=y_arr if y_graph is y_arr else y,
         name=name,
         mean=mean_f,
         cov_func=cov,

@@ -36,6 +36,7 @@ import pytensor.tensor as pt
 from numpy.typing import ArrayLike, NDArray
 
 from pm_dpgp._validation import check_finite_array, check_positive
+from pm_dpgp.models._common import data_input
 from pm_dpgp.models.exact import GPRegression, gp_regression
 
 __all__ = ["GibbsKernel", "KDELengthscale", "nonstationary_gp_regression"]
@@ -171,7 +172,7 @@ def nonstationary_gp_regression(
     ``KDELengthscale`` of the public inputs).  Release with
     ``pm_dpgp.mechanisms.label.cloaking_release.cloaked_release``.
     """
-    X_arr = check_finite_array(X, "X", ndim=2)
+    X_arr = data_input(X, "X", 2)[0]  # a pm.Data container passes through to gp_regression
     scale = check_positive(kernel_scale, "kernel_scale")
     cov = scale**2 * GibbsKernel(X_arr.shape[1], lengthscale_func)
-    return gp_regression(X_arr, y, cov, noise_sd=noise_sd, mean=mean, name=name, model=model)
+    return gp_regression(X, y, cov, noise_sd=noise_sd, mean=mean, name=name, model=model)

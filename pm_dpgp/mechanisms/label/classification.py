@@ -47,6 +47,7 @@ from numpy.typing import ArrayLike, NDArray
 from scipy.linalg import solve_triangular
 from scipy.special import expit
 
+from pm_dpgp._progress import progress_bar
 from pm_dpgp._validation import (
     check_delta,
     check_epsilon,
@@ -151,6 +152,7 @@ def classification_release(
     rng: np.random.Generator | None = None,
     tol: float = 1e-9,
     rank_tol: float = 1e-8,
+    progressbar: bool = False,
 ) -> Release:
     """(ε, δ)-DP one-step Laplace GP classification at public ``X_star`` (Smith et al. 2021, §4).
 
@@ -171,7 +173,7 @@ def classification_release(
         ``None`` (exact), an ``(M, d)`` array of public inducing inputs, or an integer ``M``
         for k-means centres of the public training inputs (seeded by ``kmeans_seed``): the
         SoR variant (§4.1).
-    calibration, n_draws, ledger, rng, tol, rank_tol:
+    calibration, n_draws, ledger, rng, tol, rank_tol, progressbar:
         as for ``pm_dpgp.mechanisms.cloaked_release``; ``rng=None`` is the secure
         (OpenDP discrete Gaussian) noise, a Generator the simulation mode.
 
@@ -192,34 +194,37 @@ def classification_release(
     Z = _inducing(inducing_points, public, kmeans_seed)
     labels = prepare_labels(gpc.y, LABEL_BOUNDS, bounds_are_public=True)
     C, offset, latent_var, jitter = one_step_cloaking(public, Xs, f0=f0, inducing_points=Z)
-    noise = solve_noise_covariance(C, tol=tol, rank_tol=rank_tol)
-    F = noise.basis @ noise.chol_k
-    # whitened mean w = L_k⁻¹ U_kᵀ C* t, centred at ½ with its round-off bounded (whitening.py)
-    whitening = centred_whitening(
-        solve_triangular(noise.chol_k, noise.projected, lower=True), labels.y, LABEL_BOUNDS, 0.0
-    )
-    warn_public_settings(epsilon=epsilon, delta=delta, n_records=public.n)
-    offset = offset + F @ whitening.public
-    unit = max(
-        float(np.sqrt(noise.max_mahalanobis)) * SENSITIVITY_SAFETY, whitening.column_sensitivity
-    )
-    label = "one-step Laplace GP classification (Smith et al. 2021 §4)"
-    result = perturb(
-        offset + F @ whitening.private,
-        F,
-        unit_sensitivity=unit,
-        data_sensitivity=1.0,
-        epsilon=epsilon,
-        delta=delta,
-        calibration=calibration,
-        n_draws=n_draws,
-        ledger=ledger,
-        rng=rng,
-        label=label,
-        offset=offset,
-        whitened_mean=whitening.private,
-        whitened_rounding=whitening.rounding,
-    )
+    with progress_bar(2, "Classification release", enabled=progressbar) as bar:
+        noise = solve_noise_covariance(C, tol=tol, rank_tol=rank_tol)
+        bar.advance("noise covariance solved")
+        F = noise.basis @ noise.chol_k
+        # whitened mean w = L_k⁻¹ U_kᵀ C* t, centred at ½ with its round-off bounded (whitening.py)
+        whitening = centred_whitening(
+            solve_triangular(noise.chol_k, noise.projected, lower=True), labels.y, LABEL_BOUNDS, 0.0
+        )
+        warn_public_settings(epsilon=epsilon, delta=delta, n_records=public.n)
+        offset = offset + F @ whitening.public
+        unit = max(
+            float(np.sqrt(noise.max_mahalanobis)) * SENSITIVITY_SAFETY, whitening.column_sensitivity
+        )
+        label = "one-step Laplace GP classification (Smith et al. 2021 §4)"
+        result = perturb(
+            offset + F @ whitening.private,
+            F,
+            unit_sensitivity=unit,
+            data_sensitivity=1.0,
+            epsilon=epsilon,
+            delta=delta,
+            calibration=calibration,
+            n_draws=n_draws,
+            ledger=ledger,
+            rng=rng,
+            label=label,
+            offset=offset,
+            whitened_mean=whitening.private,
+            whitened_rounding=whitening.rounding,
+        )
+        bar.advance("noise drawn")
     metadata: dict[str, object] = {
         "privacy_model": LABEL_PRIVACY_MODEL,
         "neighbouring_relation": CLASSIFICATION_RELATION,
