@@ -18,6 +18,7 @@ import pytest
 
 from pm_dpgp import compat
 from pm_dpgp.accounting import Ledger
+from pm_dpgp.mechanisms import cloaked_release
 from pm_dpgp.workflow import dp_ppc, dp_summary, dp_thompson_sampling, plot_dp_release
 from tests import arviz_stack
 from tests.test_compat import _dirichlet, _label_release, _noise_aware, _sample_path
@@ -111,10 +112,87 @@ def _idata(kind, small, noise_aware, dirichlet):
             dims={"x_chosen": ["feature"]}, coords={"feature": ["temperature"]}
         )
         return idata, "x_chosen", "feature", np.array(["temperature"]), False
+    return _idata_issue10(kind, small, obs)
+
+
+def _idata_issue10(kind, small, obs):
+    """The release types added with issue 10 and the tree-aggregation loop (issue 11)."""
+    from pm_dpgp.mechanisms import binned_release, classification_release, make_bins
+    from pm_dpgp.models import fitc_gp_regression, gp_classification
+    from pm_dpgp.workflow import dp_thompson_sampling_tree
+
+    X, y = small.X, small.y
+    cov = pm.gp.cov.ExpQuad(1, ls=1.5)
+    kw = {"epsilon": 1.0, "delta": 1e-3, "n_draws": 3, "rng": np.random.default_rng(5)}
+    if kind == "fitc":
+        Z = np.linspace(0, 6, 6)[:, None]
+        rel = cloaked_release(
+            fitc_gp_regression(X, y, cov, noise_sd=0.3, Z=Z), X_STAR, y_bounds=(-2.0, 2.0), **kw
+        )
+        idata = rel.to_inference_data(
+            dims={"f_dp": ["age"]},
+            coords={"age": AGE},
+            observed_data={"y": np.sin(X_STAR)},
+            predictive_sd=0.3,
+            **obs,
+        )
+        return idata, "f_dp", "age", AGE, True
+    if kind == "classification":
+        rel = classification_release(gp_classification(X, (y > 0).astype(float), cov), X_STAR, **kw)
+        return rel.to_inference_data(dims={"f_dp": ["age"]}, coords={"age": AGE}), *(
+            "f_dp",
+            "age",
+            AGE,
+            False,
+        )
+    if kind == "binning":
+        edges = np.linspace(0, 6, 7)
+        rel = binned_release(
+            X,
+            y,
+            make_bins(edges),
+            epsilon=1.0,
+            y_bounds=(-2.0, 2.0),
+            n_draws=3,
+            rng=np.random.default_rng(6),
+        )
+        centres = 10.0 * (edges[:-1] + edges[1:]) / 2
+        idata = rel.to_inference_data(dims={"bin_mean_dp": ["age"]}, coords={"age": centres})
+        return idata, "bin_mean_dp", "age", centres, False
+    if kind == "tree":
+        res = dp_thompson_sampling_tree(
+            lambda Xq: np.sin(6 * Xq[:, 0]),
+            pm.gp.cov.ExpQuad(1, ls=0.2),
+            domain=(0.0, 1.0),
+            X_init=[[0.2], [0.7]],
+            n_rounds=4,
+            noise_sd=0.05,
+            inducing=5,
+            y_bounds=(-1.0, 1.0),
+            ledger=Ledger(epsilon=200.0, delta=1e-5),
+            candidates=32,
+            progressbar=False,
+            rng=np.random.default_rng(8),
+        )
+        idata = res.to_inference_data(
+            dims={"x_chosen": ["feature"]}, coords={"feature": ["temperature"]}
+        )
+        return idata, "x_chosen", "feature", np.array(["temperature"]), False
     raise AssertionError(kind)
 
 
-KINDS = ["cloaking", "prior_noise", "sample_path", "noise_aware", "dirichlet", "thompson"]
+KINDS = [
+    "cloaking",
+    "prior_noise",
+    "sample_path",
+    "noise_aware",
+    "dirichlet",
+    "thompson",
+    "fitc",
+    "classification",
+    "binning",
+    "tree",
+]
 
 
 @pytest.mark.parametrize("kind", KINDS)
