@@ -9,9 +9,17 @@ the plan's ε in the ledger (``tests/test_plan.py``).
 
 * ``cloaked``: ε is an input; the plan gives the DP noise sd the release adds at each
   public test input (Smith et al. 2018, §3; ``docs/cloaking.md``).
+* ``prior_noise``: as ``cloaked`` for Hall et al.'s prior-noise release (Smith et al. 2018,
+  §2; ``docs/prior_noise.md``).
+* ``classification``: as ``cloaked`` for the one-step Laplace GP classifier (Smith et al.
+  2021, §4; ``docs/classification.md``): the DP noise sd of the latent values.
+* ``binned``: ε is an input; the plan gives the public bin counts, each bin mean's Laplace
+  scale and the pure-DP event of the binning baseline (``docs/binning.md``).
 * ``noise_aware``: ε is an input; the plan gives the noise scales ``σ_a``, ``σ_b`` of
   the perturbed statistics and the regulariser λ (Honkela et al., Alg. 1 and eq. 10;
   ``docs/noise_aware.md``).
+* ``dirichlet``: as ``noise_aware`` for the Dirichlet GP classifier (Honkela §5): the joint
+  sensitivity over the public number of classes and the noise scales.
 * ``sample_path``: ε is an *output* of the public setting (Maciazek; eqs. SP1–SP9 of
   ``docs/sample_paths.md``): the plan gives ε for a setting, or the smallest observation
   noise sd ``noise_sd`` (equivalently the ridge ``r² = noise_sd²/kernel_scale²``) that meets a
@@ -46,11 +54,18 @@ from pm_dpgp.mechanisms.gaussian import gaussian_sigma
 from pm_dpgp.mechanisms.noise import secure_plan
 
 __all__ = [
+    "BinnedPlan",
     "CloakedPlan",
+    "DirichletPlan",
+    "GaussianReleasePlan",
     "NoiseAwarePlan",
     "SamplePathPlan",
+    "binned",
+    "classification",
     "cloaked",
+    "dirichlet",
     "noise_aware",
+    "prior_noise",
     "sample_path",
 ]
 
@@ -75,10 +90,25 @@ def _gaussian_event(
     return sigma, GaussianEvent(noise_multiplier=sigma / sensitivity, count=n_draws, label=label)
 
 
-# --------------------------------------------------------------------------------- cloaking
+class _LedgerEpsilon:
+    """``ledger_epsilon``: ε at the plan's ``delta`` of the event the ledger will be charged."""
+
+    delta: float
+    event: PrivacyEvent
+
+    @property
+    def ledger_epsilon(self) -> float:
+        """ε at ``delta`` of the event the ledger will be charged."""
+        return float(self.event.epsilon(self.delta))
+
+
+# ------------------------------------------------------------------ Gaussian label releases
 @dataclass(frozen=True)
-class CloakedPlan:
-    """What a cloaked release at ``X_star`` will add and charge (public)."""
+class GaussianReleasePlan(_LedgerEpsilon):
+    """What a Gaussian label-private release at ``X_star`` will add and charge (public).
+
+    Returned by ``cloaked``, ``prior_noise`` and ``classification``.
+    """
 
     epsilon: float
     delta: float
@@ -88,10 +118,26 @@ class CloakedPlan:
     noise_sd: NDArray[np.float64]  # (m,) DP noise sd at each test input
     event: PrivacyEvent
 
-    @property
-    def ledger_epsilon(self) -> float:
-        """ε at ``delta`` of the event the ledger will be charged."""
-        return float(self.event.epsilon(self.delta))
+
+CloakedPlan = GaussianReleasePlan  # the name the cloaked plan has always had
+
+
+def _gaussian_plan(
+    epsilon: float,
+    delta: float,
+    l2_sensitivity: float,
+    shape_factor: NDArray[np.float64],
+    calibration: Literal["analytic", "classic"],
+    n_draws: int,
+    label: str,
+    secure: bool,
+) -> GaussianReleasePlan:
+    """The plan of ``perturb``: noise ``σ · shape_factor · z`` for the charged sensitivity."""
+    sigma, event = _gaussian_event(
+        epsilon, delta, l2_sensitivity, shape_factor.shape[1], calibration, n_draws, label, secure
+    )
+    noise_sd = sigma * np.sqrt(np.einsum("ij,ij->i", shape_factor, shape_factor))
+    return GaussianReleasePlan(epsilon, delta, n_draws, l2_sensitivity, sigma, noise_sd, event)
 
 
 def cloaked(
@@ -124,23 +170,165 @@ def cloaked(
     public_gp = model.public_cloaking(hyperparameters)
     X_star = check_finite_array(X_star, "X_star", ndim=2)
     parts = public_cloaking(public_gp, X_star, (lower, upper), tol=tol, rank_tol=rank_tol)
-    sigma, event = _gaussian_event(
+    return _gaussian_plan(
         epsilon,
         delta,
         parts.l2_sensitivity,
-        parts.shape_factor.shape[1],
+        parts.shape_factor,
         calibration,
         n_draws,
         "cloaked GP release (Smith et al. 2018)",
         secure,
     )
-    noise_sd = sigma * np.sqrt(np.einsum("ij,ij->i", parts.shape_factor, parts.shape_factor))
-    return CloakedPlan(epsilon, delta, n_draws, parts.l2_sensitivity, sigma, noise_sd, event)
+
+
+def prior_noise(
+    model: Any,
+    X_star: ArrayLike,
+    *,
+    epsilon: float,
+    delta: float,
+    y_bounds: tuple[float, float],
+    hyperparameters: dict[str, float] | None = None,
+    bound: Literal["exact", "inf_norm", "nonnegative"] = "exact",
+    calibration: Literal["analytic", "classic"] = "analytic",
+    n_draws: int = 1,
+    secure: bool = True,
+) -> GaussianReleasePlan:
+    """Plan a ``prior_noise_release`` (Hall et al.) before touching the private labels.
+
+    Public inputs, hyperparameters and ``y_bounds`` only: the RKHS sensitivity ``bound``
+    (Smith et al. 2018, eqs. 1–4), the prior covariance shape at ``X_star`` and the charged
+    L2 sensitivity ``d·s + 2r`` as ``prior_noise_release`` computes them.
+    """
+    from pm_dpgp.mechanisms.label.output_perturbation import charged_l2_sensitivity
+    from pm_dpgp.mechanisms.label.prior_noise import public_prior_noise
+
+    epsilon = check_epsilon(epsilon)
+    delta = check_delta(delta)
+    n_draws = check_count(n_draws, "n_draws")
+    lower, upper = check_public_bounds(y_bounds)
+    public_gp = model.public_gp(hyperparameters)
+    X_star = check_finite_array(X_star, "X_star", ndim=2)
+    parts = public_prior_noise(public_gp, X_star, bound)
+    l2 = charged_l2_sensitivity(
+        parts.unit_sensitivity, upper - lower, _midpoint_whitening(parts.W, lower, upper)
+    )
+    label = "prior-noise GP release (Hall et al. 2013)"
+    return _gaussian_plan(
+        epsilon, delta, l2, parts.shape_factor, calibration, n_draws, label, secure
+    )
+
+
+def _midpoint_whitening(W: NDArray[np.float64], lower: float, upper: float) -> Any:
+    """The whitening's public parts (column sensitivity, round-off): they do not depend on y."""
+    from pm_dpgp.mechanisms.whitening import centred_whitening
+
+    return centred_whitening(W, np.full(W.shape[1], 0.5 * (lower + upper)), (lower, upper), 0.0)
+
+
+def classification(
+    model: Any,
+    X_star: ArrayLike,
+    *,
+    epsilon: float,
+    delta: float,
+    hyperparameters: dict[str, float] | None = None,
+    f0: ArrayLike | None = None,
+    inducing_points: ArrayLike | int | None = None,
+    kmeans_seed: int = 0,
+    calibration: Literal["analytic", "classic"] = "analytic",
+    n_draws: int = 1,
+    secure: bool = True,
+    tol: float = 1e-9,
+    rank_tol: float = 1e-8,
+) -> GaussianReleasePlan:
+    """Plan a ``classification_release`` (one-step Laplace, Smith et al. 2021 §4).
+
+    Public inputs, hyperparameters, linearisation point ``f0`` and inducing inputs only; the
+    labels lie in ``[0, 1]`` (data sensitivity 1).  ``noise_sd`` is the DP noise sd of the
+    released latent values at ``X_star``.  Costs one noise-covariance solve, like the release.
+    """
+    from pm_dpgp.mechanisms.label.classification import (
+        LABEL_BOUNDS,
+        _inducing,
+        one_step_cloaking,
+    )
+    from pm_dpgp.mechanisms.label.cloaking_release import cloaking_parts
+    from pm_dpgp.models._common import _as_2d_inputs
+
+    epsilon = check_epsilon(epsilon)
+    delta = check_delta(delta)
+    n_draws = check_count(n_draws, "n_draws")
+    public = model.public_gp(hyperparameters)
+    Xs = _as_2d_inputs(X_star, "X_star", public.input_dim)
+    Z = _inducing(inducing_points, public, kmeans_seed)
+    C = one_step_cloaking(public, Xs, f0=f0, inducing_points=Z)[0]
+    parts = cloaking_parts(C, LABEL_BOUNDS, tol=tol, rank_tol=rank_tol)
+    label = "one-step Laplace GP classification (Smith et al. 2021 §4)"
+    return _gaussian_plan(
+        epsilon,
+        delta,
+        parts.l2_sensitivity,
+        parts.shape_factor,
+        calibration,
+        n_draws,
+        label,
+        secure,
+    )
+
+
+# ---------------------------------------------------------------------------------- binning
+@dataclass(frozen=True)
+class BinnedPlan:
+    """The public bin counts, Laplace scales and pure-DP event of a ``binned_release``."""
+
+    epsilon: float
+    n_draws: int
+    counts: NDArray[np.int64]  # (n_bins,) public: the inputs are public
+    laplace_scale: NDArray[np.float64]  # (n_bins,) scale of each bin mean's noise, 0 if empty
+    event: PrivacyEvent
+
+    @property
+    def epsilon_total(self) -> float:
+        """Pure-DP ε of all ``n_draws`` draws (δ = 0), as the release reports it."""
+        return float(self.event.count * self.event.eps)  # type: ignore[attr-defined]
+
+
+def binned(
+    X: ArrayLike,
+    bins: Any,
+    *,
+    epsilon: float,
+    y_bounds: tuple[float, float],
+    out_of_range: Literal["raise", "drop", "clip"] = "raise",
+    n_draws: int = 1,
+    secure: bool = True,
+) -> BinnedPlan:
+    """Plan a ``binned_release`` (Laplace bin means, Smith et al. 2018 §4).
+
+    Public inputs ``X`` and edges only (label privacy): the counts ``n_j`` set the scales
+    ``d/(n_j ε)`` (simulation) or their discrete-Laplace equivalents (secure mode).
+    """
+    from pm_dpgp.mechanisms.label.binning import Bins, binning_noise
+
+    epsilon = check_epsilon(epsilon)
+    n_draws = check_count(n_draws, "n_draws")
+    if not isinstance(bins, Bins):
+        raise TypeError("bins must come from make_bins(edges).")
+    lower, upper = check_public_bounds(y_bounds)
+    X_arr = check_finite_array(X, "X", ndim=2)
+    idx = bins.index(X_arr, out_of_range)
+    counts = np.bincount(idx[idx >= 0], minlength=bins.n_bins)
+    if not (counts > 0).any():
+        raise ValueError("no input falls in any bin: nothing to release.")
+    noise = binning_noise(counts, epsilon, upper - lower, n_draws, secure=secure)
+    return BinnedPlan(epsilon, n_draws, counts, noise.scale, noise.event)
 
 
 # ------------------------------------------------------------------------------ noise-aware
 @dataclass(frozen=True)
-class NoiseAwarePlan:
+class NoiseAwarePlan(_LedgerEpsilon):
     """The noise of a noise-aware sparse-GP release (Honkela Alg. 1), before any data."""
 
     epsilon: float
@@ -152,11 +340,6 @@ class NoiseAwarePlan:
     R_y: float
     R_k: float
     event: PrivacyEvent
-
-    @property
-    def ledger_epsilon(self) -> float:
-        """ε at ``delta`` of the event the ledger will be charged."""
-        return float(self.event.epsilon(self.delta))
 
 
 def noise_aware(
@@ -197,14 +380,91 @@ def noise_aware(
     sigma_a, dplan = calibrate_statistics_noise(
         epsilon, delta, Delta, calibration, n_outputs=1, n_inducing=M, secure=secure
     )
-    label = "noise-aware DP sparse GP (Honkela)"
-    if dplan is None:
-        event: PrivacyEvent = GaussianEvent(noise_multiplier=sigma_a / Delta, label=label)
-    else:
-        event = dplan.event(1, label)
+    event = _statistics_event(sigma_a, Delta, dplan, "noise-aware DP sparse GP (Honkela)")
     sigma_b = sigma_a / c
     lam = regularisation_lambda(sigma_b, 1.0 / public.noise_var, M, rho)
     return NoiseAwarePlan(epsilon, delta, Delta, sigma_a, sigma_b, lam, R_y, bound.R_k, event)
+
+
+def _statistics_event(sigma_a: float, Delta: float, dplan: Any, label: str) -> PrivacyEvent:
+    """The event of the perturbed statistics, as ``noise_aware`` releases charge it."""
+    if dplan is None:
+        return GaussianEvent(noise_multiplier=sigma_a / Delta, label=label)
+    return dplan.event(1, label)
+
+
+@dataclass(frozen=True)
+class DirichletPlan(_LedgerEpsilon):
+    """The noise of a Dirichlet GP classification release (Honkela §5), before any data."""
+
+    epsilon: float
+    delta: float
+    n_classes: int
+    l2_sensitivity: float  # joint over all classes
+    sigma_a: float
+    sigma_b: float
+    lam: float
+    prior_mean: float
+    R_k: float
+    event: PrivacyEvent
+
+
+def dirichlet(
+    model: Any,
+    *,
+    epsilon: float,
+    delta: float,
+    n_classes: int | None = None,
+    alpha_epsilon: float | None = None,
+    prior_mean: float | None = None,
+    hyperparameters: dict[str, Any] | None = None,
+    ratio: float = 1.0,
+    kernel_norm: Any = "auto",
+    rho: float = 0.01,
+    calibration: Literal["analytic", "classic"] = "analytic",
+    secure: bool = True,
+) -> DirichletPlan:
+    """Plan a ``dirichlet_release``: public ``Z``, kernel, number of classes and ``α_ε`` only.
+
+    Defaults follow the release: a ``dirichlet_gp_classification`` model supplies
+    ``n_classes``, ``alpha_epsilon`` and the prior mean.
+    """
+    from pm_dpgp.mechanisms.full.dirichlet import dirichlet_calibration, dirichlet_settings
+    from pm_dpgp.mechanisms.full.noise_aware import _as_public
+
+    epsilon = check_epsilon(epsilon)
+    delta = check_delta(delta)
+    public = _as_public(model, hyperparameters)
+    C, alpha_epsilon, prior_mean = dirichlet_settings(model, n_classes, alpha_epsilon, prior_mean)
+    if not (0.0 < float(rho) < 1.0):
+        raise ValueError(f"rho must lie in (0, 1), got {rho!r}; pass e.g. rho=0.01.")
+    cal = dirichlet_calibration(
+        public,
+        C,
+        alpha_epsilon=alpha_epsilon,
+        prior_mean=prior_mean,
+        kernel_norm=kernel_norm,
+        ratio=check_positive(ratio, "ratio"),
+        rho=float(rho),
+        epsilon=epsilon,
+        delta=delta,
+        calibration=calibration,
+        secure=secure,
+    )
+    label = f"noise-aware DP Dirichlet GP classification, {C} classes (Honkela §5)"
+    event = _statistics_event(cal.sigma_a, cal.Delta, cal.plan, label)
+    return DirichletPlan(
+        epsilon,
+        delta,
+        C,
+        cal.Delta,
+        cal.sigma_a,
+        cal.sigma_b,
+        cal.lam,
+        cal.mu,
+        cal.bound.R_k,
+        event,
+    )
 
 
 # ------------------------------------------------------------------------------ sample paths

@@ -108,3 +108,120 @@ def test_noise_aware_plan_matches_the_release():
     rel = noise_aware_release(model, ledger=ledger, rng=np.random.default_rng(4), **kw)
     assert rel.metadata["sigma_a"] == p.sigma_a and rel.metadata["lambda"] == p.lam
     assert ledger.epsilon(1e-5) == pytest.approx(p.ledger_epsilon, rel=1e-12)
+
+
+# ------------------------------------------------- prior noise, classification, Dirichlet, bins
+def _label_model(seed: int):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(0, 2, 25)
+    y = np.cos(2 * X) + 0.1 * rng.standard_normal(25)
+    return gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=0.5), noise_sd=0.3)
+
+
+@pytest.mark.parametrize("secure", [False, True])
+@pytest.mark.parametrize("bound", ["exact", "inf_norm"])
+def test_prior_noise_plan_matches_the_release(secure, bound):
+    from pm_dpgp.mechanisms import prior_noise_release
+
+    model = _label_model(5)
+    kw = dict(epsilon=1.0, delta=1e-3, y_bounds=(-2.0, 2.0), bound=bound, n_draws=2)
+    p = plan.prior_noise(model, X_STAR, secure=secure, **kw)
+    ledger = Ledger(epsilon=2.5, delta=1e-3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyWarning)
+        rel = prior_noise_release(
+            model, X_STAR, ledger=ledger, rng=None if secure else np.random.default_rng(6), **kw
+        )
+    np.testing.assert_allclose(rel.noise_sd, p.noise_sd, rtol=1e-12)
+    assert rel.metadata["l2_sensitivity"] == p.l2_sensitivity
+    assert ledger.epsilon(1e-3) == pytest.approx(p.ledger_epsilon, rel=1e-12)
+    # the looser bound costs more noise for the same ε: the plan follows ``bound``
+    other = plan.prior_noise(model, X_STAR, secure=secure, **{**kw, "bound": "nonnegative"})
+    assert other.l2_sensitivity != p.l2_sensitivity
+
+
+@pytest.mark.parametrize("secure", [False, True])
+@pytest.mark.parametrize("inducing", [None, 4])
+def test_classification_plan_matches_the_release(secure, inducing):
+    from pm_dpgp.mechanisms import classification_release
+    from pm_dpgp.models import gp_classification
+
+    rng = np.random.default_rng(7)
+    X = rng.uniform(0, 2, 40)
+    t = (rng.uniform(size=40) < 1 / (1 + np.exp(-3 * (X - 1)))).astype(float)
+    model = gp_classification(X, t, 2.0 * pm.gp.cov.ExpQuad(1, ls=0.6))
+    kw = dict(epsilon=1.0, delta=1e-3, inducing_points=inducing)
+    p = plan.classification(model, X_STAR, secure=secure, **kw)
+    ledger = Ledger(epsilon=1.0, delta=1e-3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyWarning)
+        rel = classification_release(
+            model, X_STAR, ledger=ledger, rng=None if secure else np.random.default_rng(8), **kw
+        )
+    np.testing.assert_allclose(rel.noise_sd, p.noise_sd, rtol=1e-12)
+    assert rel.metadata["l2_sensitivity"] == p.l2_sensitivity
+    assert ledger.epsilon(1e-3) == pytest.approx(p.ledger_epsilon, rel=1e-12)
+
+
+@pytest.mark.parametrize("secure", [False, True])
+def test_dirichlet_plan_matches_the_release(secure):
+    from pm_dpgp.mechanisms import dirichlet_release
+    from pm_dpgp.models import dirichlet_gp_classification
+
+    rng = np.random.default_rng(9)
+    X = rng.uniform(-3, 3, 300)
+    lab = np.digitize(X, [-1.0, 1.0]) if secure else rng.integers(0, 3, 300)
+    Z = grid_inducing_points([-3.0], [3.0], [8])
+    model = dirichlet_gp_classification(X, lab, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z, n_classes=3)
+    p = plan.dirichlet(model, epsilon=1.0, delta=1e-4, secure=secure)
+    ledger = Ledger(epsilon=1.0, delta=1e-4)
+    rel = dirichlet_release(
+        model, epsilon=1.0, delta=1e-4, ledger=ledger, rng=None if secure else rng
+    )
+    assert rel.metadata["sigma_a"] == p.sigma_a and rel.metadata["lambda"] == p.lam
+    assert rel.metadata["n_classes"] == p.n_classes == 3
+    assert ledger.epsilon(1e-4) == pytest.approx(p.ledger_epsilon, rel=1e-12)
+    # a sparse model gives the same plan once the public class count and targets are stated
+    same = plan.dirichlet(
+        sparse_gp_regression(X, X, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z, noise_sd=1.0),
+        epsilon=1.0,
+        delta=1e-4,
+        n_classes=3,
+        prior_mean=model.mean,
+        secure=secure,
+    )
+    assert same.sigma_a == p.sigma_a and same.l2_sensitivity == p.l2_sensitivity
+    with pytest.raises(ValueError, match="n_classes"):
+        plan.dirichlet(model.public_sparse_gp(), epsilon=1.0, delta=1e-4)
+    with pytest.raises(ValueError, match="differs"):
+        plan.dirichlet(model, epsilon=1.0, delta=1e-4, n_classes=4)
+
+
+@pytest.mark.parametrize("secure", [False, True])
+def test_binned_plan_matches_the_release(secure):
+    from pm_dpgp.mechanisms import binned_release, make_bins
+
+    rng = np.random.default_rng(10)
+    X = rng.uniform(0.0, 2.0, (60, 1))
+    y = np.sin(3 * X[:, 0])
+    bins = make_bins(np.linspace(0.0, 2.5, 6))  # the last bin is empty
+    kw = dict(epsilon=0.5, y_bounds=(-1.0, 1.0), n_draws=3)
+    p = plan.binned(X, bins, secure=secure, **kw)
+    assert p.counts.sum() == 60 and p.counts[-1] == 0 and p.laplace_scale[-1] == 0.0
+    ledger = Ledger(epsilon=1.5, delta=1e-6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyWarning)
+        rel = binned_release(
+            X, y, bins, ledger=ledger, rng=None if secure else np.random.default_rng(11), **kw
+        )
+    np.testing.assert_array_equal(rel.metadata["bin_counts"], p.counts)
+    np.testing.assert_array_equal(rel.metadata["laplace_scale"], p.laplace_scale)
+    assert rel.metadata["epsilon_total"] == pytest.approx(p.epsilon_total, rel=1e-15)
+    assert ledger.epsilon(1e-6) == pytest.approx(p.event.epsilon(1e-6), rel=1e-12)
+    if not secure:  # closed form b_j = d / (n_j ε)
+        occupied = p.counts > 0
+        np.testing.assert_allclose(
+            p.laplace_scale[occupied], 2.0 / (p.counts[occupied] * 0.5), rtol=1e-15
+        )
+    with pytest.raises(ValueError, match="no input"):
+        plan.binned(X + 10.0, bins, out_of_range="drop", secure=secure, **kw)

@@ -64,7 +64,7 @@ from pm_dpgp.mechanisms.full.noise_aware import (
     regularisation_lambda,
     worst_case_sensitivity,
 )
-from pm_dpgp.mechanisms.noise import simulation_rng
+from pm_dpgp.mechanisms.noise import DiscreteGaussianPlan, simulation_rng
 from pm_dpgp.models.sparse import (
     DirichletGPClassification,
     DirichletTargets,
@@ -76,9 +76,12 @@ from pm_dpgp.models.sparse import (
 )
 
 __all__ = [
+    "DirichletCalibration",
     "DirichletRelease",
     "DirichletTargets",
+    "dirichlet_calibration",
     "dirichlet_release",
+    "dirichlet_settings",
     "dirichlet_sensitivity",
     "dirichlet_targets",
 ]
@@ -153,6 +156,82 @@ class DirichletRelease(SparseQuRelease):
         return np.argmax(self.predict_proba(X_star), axis=1)
 
 
+def dirichlet_settings(
+    model: Any, n_classes: int | None, alpha_epsilon: float | None, prior_mean: float | None
+) -> tuple[int, float, float | None]:
+    """Public ``(C, α_ε, prior mean)``: a Dirichlet model's own unless given (they must agree)."""
+    if isinstance(model, DirichletGPClassification):
+        if n_classes is not None and n_classes != model.n_classes:
+            raise ValueError(
+                f"n_classes={n_classes} differs from the model's {model.n_classes}; omit "
+                "n_classes or pass the model's."
+            )
+        n_classes = model.n_classes
+        alpha_epsilon = model.alpha_epsilon if alpha_epsilon is None else alpha_epsilon
+        prior_mean = model.mean if prior_mean is None else prior_mean
+    if n_classes is None:
+        raise ValueError("n_classes (public) is required unless the model is a Dirichlet model.")
+    return check_n_classes(n_classes), 0.01 if alpha_epsilon is None else alpha_epsilon, prior_mean
+
+
+@dataclass(frozen=True)
+class DirichletCalibration:
+    """Sensitivity and noise of a Dirichlet release: public quantities only (no record)."""
+
+    tg: DirichletTargets
+    mu: float  # public prior mean of every latent f_c
+    bound: Any  # kernel_norm_bound result (R_k, nonnegativity)
+    Delta: float  # joint L2 sensitivity over all classes
+    R_y: float
+    per_class: float  # one class's noise-aware sensitivity (for comparison)
+    sigma_a: float
+    sigma_b: float
+    lam: float
+    scale: float  # 1 / var_in, the noise-variance floor's precision
+    plan: DiscreteGaussianPlan | None  # secure noise plan, None in simulation
+
+
+def dirichlet_calibration(
+    public: PublicSparseGP,
+    n_classes: int,
+    *,
+    alpha_epsilon: float,
+    prior_mean: float | None,
+    kernel_norm: KernelNorm | float,
+    ratio: float,
+    rho: float,
+    epsilon: float,
+    delta: float,
+    calibration: Literal["analytic", "classic"],
+    secure: bool,
+) -> DirichletCalibration:
+    """Targets, joint sensitivity (``dirichlet_sensitivity``) and noise scales (Honkela §5).
+
+    Shared by ``dirichlet_release`` and ``pm_dpgp.plan.dirichlet`` so that the plan charges
+    exactly what the release does.
+    """
+    tg = DirichletTargets.from_alpha(alpha_epsilon)
+    mu = tg.default_prior_mean(n_classes) if prior_mean is None else float(prior_mean)
+    if not math.isfinite(mu):
+        raise ValueError(f"prior_mean must be finite, got {prior_mean!r}.")
+    bound = kernel_norm_bound(public, kernel_norm)
+    Delta = dirichlet_sensitivity(
+        n_classes, tg, mu, bound.R_k, ratio, nonnegative_kernel=bound.nonnegative
+    )
+    R_y = max(abs(tg.y_in - mu), abs(tg.y_out - mu))
+    per_class = l2_sensitivity(R_y, bound.R_k, ratio)
+    M = public.n_inducing
+    sigma_a, plan = calibrate_statistics_noise(
+        epsilon, delta, Delta, calibration, n_outputs=n_classes, n_inducing=M, secure=secure
+    )
+    sigma_b = sigma_a / ratio
+    scale = 1.0 / tg.var_in
+    lam = regularisation_lambda(sigma_b, scale, M, rho)
+    return DirichletCalibration(
+        tg, mu, bound, Delta, R_y, per_class, sigma_a, sigma_b, lam, scale, plan
+    )
+
+
 def dirichlet_release(
     model: SparseGPRegression | PublicSparseGP,
     data: Any = None,
@@ -202,19 +281,7 @@ def dirichlet_release(
     """
     public = _as_public(model, hyperparameters)
     data = _default_data(model, data)
-    if isinstance(model, DirichletGPClassification):
-        if n_classes is not None and n_classes != model.n_classes:
-            raise ValueError(
-                f"n_classes={n_classes} differs from the model's {model.n_classes}; omit "
-                "n_classes or pass the model's."
-            )
-        n_classes = model.n_classes
-        alpha_epsilon = model.alpha_epsilon if alpha_epsilon is None else alpha_epsilon
-        prior_mean = model.mean if prior_mean is None else prior_mean
-    if n_classes is None:
-        raise ValueError("n_classes (public) is required unless the model is a Dirichlet model.")
-    C = check_n_classes(n_classes)
-    alpha_epsilon = 0.01 if alpha_epsilon is None else alpha_epsilon
+    C, alpha_epsilon, prior_mean = dirichlet_settings(model, n_classes, alpha_epsilon, prior_mean)
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta)
     c = check_positive(ratio, "ratio")
@@ -226,22 +293,28 @@ def dirichlet_release(
         raise ValueError(f"s22_form must be 'linearised' or 'eq14', got {s22_form!r}; use one.")
     rng = simulation_rng(rng)
     del z_is_public  # compatibility only: Z is never compared with the private inputs
-    tg = DirichletTargets.from_alpha(alpha_epsilon)
-    mu = tg.default_prior_mean(C) if prior_mean is None else float(prior_mean)
-    if not math.isfinite(mu):
-        raise ValueError(f"prior_mean must be finite, got {prior_mean!r}.")
-
-    bound = kernel_norm_bound(public, kernel_norm)
-    Delta = dirichlet_sensitivity(C, tg, mu, bound.R_k, c, nonnegative_kernel=bound.nonnegative)
-    R_y = max(abs(tg.y_in - mu), abs(tg.y_out - mu))
-    per_class = l2_sensitivity(R_y, bound.R_k, c)
-    M = public.n_inducing
-    sigma_a, plan = calibrate_statistics_noise(
-        epsilon, delta, Delta, calibration, n_outputs=C, n_inducing=M, secure=rng is None
+    cal = dirichlet_calibration(
+        public,
+        C,
+        alpha_epsilon=alpha_epsilon,
+        prior_mean=prior_mean,
+        kernel_norm=kernel_norm,
+        ratio=c,
+        rho=float(rho),
+        epsilon=epsilon,
+        delta=delta,
+        calibration=calibration,
+        secure=rng is None,
     )
-    sigma_b = sigma_a / c
-    scale = 1.0 / tg.var_in
-    lam = regularisation_lambda(sigma_b, scale, M, rho)
+    tg, mu, bound, Delta, R_y, per_class = (
+        cal.tg,
+        cal.mu,
+        cal.bound,
+        cal.Delta,
+        cal.R_y,
+        cal.per_class,
+    )
+    sigma_a, sigma_b, lam, scale, plan = cal.sigma_a, cal.sigma_b, cal.lam, cal.scale, cal.plan
     w_out = tg.var_in / tg.var_out
     r_in, r_out = tg.y_in - mu, tg.y_out - mu
     Z, d = public.Z, public.input_dim

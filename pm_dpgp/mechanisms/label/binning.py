@@ -73,7 +73,15 @@ from pm_dpgp.mechanisms.noise import (
 )
 from pm_dpgp.release import Release
 
-__all__ = ["Bins", "binned_gp", "binned_predict", "binned_release", "make_bins"]
+__all__ = [
+    "BinningNoise",
+    "Bins",
+    "binned_gp",
+    "binned_predict",
+    "binned_release",
+    "binning_noise",
+    "make_bins",
+]
 
 OutOfRange = Literal["raise", "drop", "clip"]
 _U = float(np.finfo(np.float64).eps) / 2.0
@@ -162,10 +170,26 @@ def make_bins(edges: Sequence[ArrayLike] | ArrayLike) -> Bins:
     return Bins(tuple(out))
 
 
+@dataclass(frozen=True)
+class BinningNoise:
+    """The Laplace noise of ``binned_release`` for given public bin counts (no label touched).
+
+    ``scale[j]`` is the Laplace scale of bin mean ``j`` (0 for an empty bin): ``d/(n_j ε)``
+    in simulation mode, ``d/n_j`` times the discrete Laplace's unit scale on its grid in
+    secure mode; ``event`` is what the ledger is charged for ``n_draws`` draws.
+    """
+
+    event: PrivacyEvent
+    scale: NDArray[np.float64]
+    info: dict[str, object]
+    measurement: object | None  # the OpenDP measurement (secure mode), None in simulation
+    grid: float  # the discrete Laplace's grid γ (secure mode), 0.0 in simulation
+
+
 def _secure_laplace(
-    s: NDArray[np.float64], epsilon: float, rounding: float, n_draws: int
-) -> tuple[NDArray[np.float64], float, float, dict[str, object]]:
-    """Plan and (after the caller's charge) draw the discrete Laplace on the grid (docstring)."""
+    size: int, epsilon: float, rounding: float
+) -> tuple[object, float, float, float, dict[str, object]]:
+    """The discrete Laplace on the grid (module docstring): measurement, γ, ε, unit scale."""
     import opendp.prelude as dp
 
     dp.enable_features("contrib")
@@ -176,7 +200,7 @@ def _secure_laplace(
     meas = None
     for _ in range(80):
         meas = dp.m.make_laplace(
-            dp.vector_domain(dp.atom_domain(T="i64"), size=int(s.size)),
+            dp.vector_domain(dp.atom_domain(T="i64"), size=int(size)),
             dp.l1_distance(T="i64"),
             scale,
         )
@@ -193,12 +217,35 @@ def _secure_laplace(
         "integer_scale": scale,
         "seed_policy": SEED_POLICY_SECURE,
     }
+    return meas, gamma, eps_map, gamma * scale, info
 
-    def draw() -> NDArray[np.float64]:
-        ints = discretise(s, gamma).tolist()
-        return gamma * np.array([meas(ints) for _ in range(n_draws)], dtype=np.float64)  # type: ignore[misc]
 
-    return draw, eps_map, gamma * scale, info  # type: ignore[return-value]
+def binning_noise(
+    counts: NDArray[np.int64], epsilon: float, d: float, n_draws: int, *, secure: bool
+) -> BinningNoise:
+    """Laplace scales and privacy event of the bin means for public ``counts``.
+
+    Shared by ``binned_release`` and ``pm_dpgp.plan.binned`` (the plan's event is the
+    release's).  Δ_j = d / n_j for an occupied bin (Smith et al. 2018 §4).
+    """
+    occupied = counts > 0
+    sens = np.where(occupied, d / np.maximum(counts, 1), 0.0)  # Δ_j = d / n_j
+    label = "Laplace bin means (Smith et al. 2018 §4)"
+    if not secure:
+        info: dict[str, object] = {
+            "noise_source": SIMULATION,
+            "seed_policy": SEED_POLICY_SIMULATION,
+        }
+        # closed form b_j = Δ_j / ε
+        return BinningNoise(
+            LaplaceEvent(1.0 / epsilon, label, count=n_draws), sens / epsilon, info, None, 0.0
+        )
+    n_max = int(counts.max())
+    rounding = 2.0 * (n_max + 3) * _U / (1.0 - (n_max + 3) * _U) * (0.5 * n_max + 1.0)
+    meas, gamma, eps_map, unit_scale, info = _secure_laplace(int(occupied.sum()), epsilon, rounding)
+    return BinningNoise(
+        PureDpEvent(eps_map, label, count=n_draws), sens * unit_scale, info, meas, gamma
+    )
 
 
 def binned_release(
@@ -247,29 +294,15 @@ def binned_release(
     if not occupied.any():
         raise ValueError("no input falls in any bin: nothing to release.")
     warn_public_settings(epsilon=epsilon)
-    sens = np.where(occupied, d / np.maximum(counts, 1), 0.0)  # Δ_j = d / n_j
+    noise = binning_noise(counts, epsilon, d, n_draws, secure=rng is None)
+    event, scale, noise_info = noise.event, noise.scale, noise.info
     y_c = clip_to_bounds(y_arr[used], (lo, hi))
     # centred, normalised sums s_j = Σ (y_i − c)/d, |terms| ≤ ½: sensitivity 1 in one coordinate
     s = np.bincount(idx[used], weights=(y_c - centre) / d, minlength=bins.n_bins)[occupied]
-    label = "Laplace bin means (Smith et al. 2018 §4)"
-    event: PrivacyEvent
-    if rng is not None:
-        event = LaplaceEvent(1.0 / epsilon, label, count=n_draws)
-        scale = sens / epsilon  # closed form b_j = Δ_j / ε
-        noise_info: dict[str, object] = {
-            "noise_source": SIMULATION,
-            "seed_policy": SEED_POLICY_SIMULATION,
-        }
-    else:
-        n_max = int(counts.max())
-        rounding = 2.0 * (n_max + 3) * _U / (1.0 - (n_max + 3) * _U) * (0.5 * n_max + 1.0)
-        draw, eps_map, unit_scale, noise_info = _secure_laplace(s, epsilon, rounding, n_draws)
-        event = PureDpEvent(eps_map, label, count=n_draws)
-        scale = sens * unit_scale
     if ledger is not None:
         ledger.spend(
             event,
-            label=label,
+            label=event.label,
             privacy_model=LABEL_PRIVACY_MODEL,
             neighbouring_relation=LABEL_RELATION,
             rng=rng,
@@ -281,7 +314,10 @@ def binned_release(
             0.0, scale[occupied], (n_draws, int(occupied.sum()))
         )
     else:
-        draws[:, occupied] = centre + d * draw() / counts[occupied][None, :]
+        ints = discretise(s, noise.grid).tolist()
+        meas = noise.measurement
+        sums = noise.grid * np.array([meas(ints) for _ in range(n_draws)], dtype=np.float64)  # type: ignore[operator]
+        draws[:, occupied] = centre + d * sums / counts[occupied][None, :]
     metadata: dict[str, object] = {
         "privacy_model": LABEL_PRIVACY_MODEL,
         "neighbouring_relation": LABEL_RELATION,
@@ -292,7 +328,7 @@ def binned_release(
         "clipping_bounds": [lo, hi],
         "bin_edges": [e for e in bins.edges],
         "bin_counts": counts,
-        "bin_sensitivity": sens,
+        "bin_sensitivity": np.where(occupied, d / np.maximum(counts, 1), 0.0),
         "laplace_scale": scale,
         "empty_value": fill,
         "out_of_range": out_of_range,

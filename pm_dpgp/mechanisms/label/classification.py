@@ -44,7 +44,6 @@ from typing import Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy.linalg import solve_triangular
 from scipy.special import expit
 
 from pm_dpgp._progress import progress_bar
@@ -61,10 +60,10 @@ from pm_dpgp.gp.laplace import (
     probit_averaged_probability,
     sor_one_step_matrix,
 )
-from pm_dpgp.mechanisms.label.cloaking import solve_noise_covariance
-from pm_dpgp.mechanisms.label.cloaking_release import SENSITIVITY_SAFETY
+from pm_dpgp.mechanisms.label.cloaking_release import cloaking_parts
 from pm_dpgp.mechanisms.label.output_perturbation import (
     LABEL_PRIVACY_MODEL,
+    charged_unit_sensitivity,
     perturb,
     prepare_labels,
 )
@@ -195,18 +194,14 @@ def classification_release(
     labels = prepare_labels(gpc.y, LABEL_BOUNDS, bounds_are_public=True)
     C, offset, latent_var, jitter = one_step_cloaking(public, Xs, f0=f0, inducing_points=Z)
     with progress_bar(2, "Classification release", enabled=progressbar) as bar:
-        noise = solve_noise_covariance(C, tol=tol, rank_tol=rank_tol)
+        parts = cloaking_parts(C, LABEL_BOUNDS, tol=tol, rank_tol=rank_tol)
+        noise, F = parts.noise, parts.shape_factor
         bar.advance("noise covariance solved")
-        F = noise.basis @ noise.chol_k
         # whitened mean w = L_k⁻¹ U_kᵀ C* t, centred at ½ with its round-off bounded (whitening.py)
-        whitening = centred_whitening(
-            solve_triangular(noise.chol_k, noise.projected, lower=True), labels.y, LABEL_BOUNDS, 0.0
-        )
+        whitening = centred_whitening(parts.W, labels.y, LABEL_BOUNDS, 0.0)
         warn_public_settings(epsilon=epsilon, delta=delta, n_records=public.n)
         offset = offset + F @ whitening.public
-        unit = max(
-            float(np.sqrt(noise.max_mahalanobis)) * SENSITIVITY_SAFETY, whitening.column_sensitivity
-        )
+        unit = charged_unit_sensitivity(parts.unit_sensitivity, 1.0, whitening)
         label = "one-step Laplace GP classification (Smith et al. 2021 §4)"
         result = perturb(
             offset + F @ whitening.private,

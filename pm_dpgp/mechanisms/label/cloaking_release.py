@@ -19,7 +19,7 @@ calibration for L2 sensitivity ``d · sqrt(max_i cᵢᵀ M⁺ cᵢ)`` in the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -46,6 +46,7 @@ __all__ = [
     "SENSITIVITY_SAFETY",
     "PublicCloaking",
     "cloaking_noise",
+    "cloaking_parts",
     "cloaked_release",
     "public_cloaking",
 ]
@@ -103,6 +104,20 @@ def public_cloaking(
     # C is used as an operator, never the m×n matrix: exact, K*f (K + σ²I)⁻¹ through one n×n
     # Cholesky factor; FITC, the low-rank product of pm_dpgp.gp.fitc (Smith et al. 2021, eq. 9)
     C = public_gp.cloaking_operator(X_star)
+    return cloaking_parts(C, y_bounds, tol=tol, rank_tol=rank_tol)
+
+
+def cloaking_parts(
+    C: Any,
+    y_bounds: tuple[float, float],
+    *,
+    tol: float = 1e-9,
+    rank_tol: float = 1e-8,
+) -> PublicCloaking:
+    """``public_cloaking`` for a given public cloaking matrix or operator ``C``.
+
+    Also used by the one-step classification release (labels in ``[0, 1]``) and its plan.
+    """
     noise = solve_noise_covariance(C, tol=tol, rank_tol=rank_tol)
     # U_k (U_kᵀ C) r with the same U_kᵀ C the sensitivity was computed from (docs §4):
     # mean = μ + (U L_k) w with w = W (y − μ), W = L_k⁻¹ U_kᵀ C public (k × n)

@@ -29,6 +29,7 @@ Sensitivity bounds offered (``bound=``), each per unit label change:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -42,7 +43,13 @@ from pm_dpgp.mechanisms.whitening import centred_whitening
 from pm_dpgp.models import GPRegression, PublicGP
 from pm_dpgp.release import Release
 
-__all__ = ["rkhs_sensitivity", "prior_noise_shape", "prior_noise_release"]
+__all__ = [
+    "PublicPriorNoise",
+    "prior_noise_release",
+    "prior_noise_shape",
+    "public_prior_noise",
+    "rkhs_sensitivity",
+]
 
 Bound = Literal["exact", "inf_norm", "nonnegative"]
 
@@ -90,6 +97,34 @@ def prior_noise_shape(public_gp: PublicGP, X_star: NDArray[np.float64]) -> NDArr
     return V * np.sqrt(np.clip(w, 0.0, None) + jitter)
 
 
+@dataclass(frozen=True)
+class PublicPriorNoise:
+    """The public parts of a prior-noise release at ``X_star`` (no label touched)."""
+
+    shape_factor: NDArray[np.float64]  # (m, m) F with F Fᵀ = K** + j I
+    W: NDArray[np.float64]  # (m, n) whitening F⁻¹ C
+    unit_sensitivity: float  # RKHS sensitivity per unit label change (``bound``)
+
+
+def public_prior_noise(
+    public_gp: PublicGP, X_star: NDArray[np.float64], bound: Bound = "exact"
+) -> PublicPriorNoise:
+    """Noise shape, whitening and unit sensitivity: public inputs and hyperparameters only.
+
+    Shared by ``prior_noise_release`` and ``pm_dpgp.plan.prior_noise`` so that a plan
+    reports exactly the sensitivity the release charges.
+    """
+    unit = rkhs_sensitivity(public_gp, bound)
+    K_sf = public_gp.kernel(X_star, public_gp.X)
+    shape = prior_noise_shape(public_gp, X_star)
+    # whitened coordinates: F = V diag(s) ⇒ F⁻¹x = (Fᵀx)/s², s² the squared column norms, so
+    # mean − μ = F W (y − μ) with the public W = F⁻¹ C (m × n), C = K*f (K + σ²I)⁻¹; evaluated
+    # centred at the bounds' midpoint with its round-off bounded (pm_dpgp/mechanisms/whitening.py)
+    C = public_gp.posterior().cloaking_matrix(K_sf)
+    W = (shape.T @ C) / np.sum(shape * shape, axis=0)[:, None]
+    return PublicPriorNoise(shape, W, unit)
+
+
 def prior_noise_release(
     gpr: GPRegression,
     X_star: ArrayLike,
@@ -117,15 +152,9 @@ def prior_noise_release(
     public_gp = gpr.public_gp(hyperparameters)
     X_star = check_finite_array(X_star, "X_star", ndim=2)
     labels = prepare_labels(gpr.y, y_bounds, clip=clip, bounds_are_public=bounds_are_public)
-    unit = rkhs_sensitivity(public_gp, bound)
-    K_sf = public_gp.kernel(X_star, public_gp.X)
-    shape = prior_noise_shape(public_gp, X_star)
-    # whitened coordinates: F = V diag(s) ⇒ F⁻¹x = (Fᵀx)/s², s² the squared column norms, so
-    # mean − μ = F W (y − μ) with the public W = F⁻¹ C (m × n), C = K*f (K + σ²I)⁻¹; evaluated
-    # centred at the bounds' midpoint with its round-off bounded (pm_dpgp/mechanisms/whitening.py)
-    C = public_gp.posterior().cloaking_matrix(K_sf)
-    W = (shape.T @ C) / np.sum(shape * shape, axis=0)[:, None]
-    whitening = centred_whitening(W, labels.y, labels.y_bounds, public_gp.mean)
+    parts = public_prior_noise(public_gp, X_star, bound)
+    whitening = centred_whitening(parts.W, labels.y, labels.y_bounds, public_gp.mean)
+    shape, unit = parts.shape_factor, parts.unit_sensitivity
     return label_gaussian_release(
         "prior_noise",
         public_gp,
