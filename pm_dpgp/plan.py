@@ -153,6 +153,7 @@ def cloaked(
     secure: bool = True,
     tol: float = 1e-9,
     rank_tol: float = 1e-8,
+    design: Literal["logdet", "trace"] = "logdet",
 ) -> CloakedPlan:
     """Plan a ``cloaked_release`` before touching the private labels.
 
@@ -160,6 +161,7 @@ def cloaked(
     public), never ``model.y``.  Returns the DP noise sd at every ``X_star`` for the target
     (ε, δ) and the event the ledger will be charged.  ``secure=False`` plans the simulation
     mode (``rng=`` given to the release).  Costs one noise-covariance solve, like the release.
+    ``design`` must match the release's (``"logdet"`` or ``"trace"``, ``docs/cloaking.md`` §8).
     """
     from pm_dpgp.mechanisms.label.cloaking_release import public_cloaking
 
@@ -169,7 +171,9 @@ def cloaked(
     lower, upper = check_public_bounds(y_bounds)
     public_gp = model.public_cloaking(hyperparameters)
     X_star = check_finite_array(X_star, "X_star", ndim=2)
-    parts = public_cloaking(public_gp, X_star, (lower, upper), tol=tol, rank_tol=rank_tol)
+    parts = public_cloaking(
+        public_gp, X_star, (lower, upper), tol=tol, rank_tol=rank_tol, design=design
+    )
     return _gaussian_plan(
         epsilon,
         delta,
@@ -242,12 +246,14 @@ def classification(
     secure: bool = True,
     tol: float = 1e-9,
     rank_tol: float = 1e-8,
+    design: Literal["logdet", "trace"] = "logdet",
 ) -> GaussianReleasePlan:
     """Plan a ``classification_release`` (one-step Laplace, Smith et al. 2021 §4).
 
     Public inputs, hyperparameters, linearisation point ``f0`` and inducing inputs only; the
-    labels lie in ``[0, 1]`` (data sensitivity 1).  ``noise_sd`` is the DP noise sd of the
-    released latent values at ``X_star``.  Costs one noise-covariance solve, like the release.
+    labels lie in ``[0, 1]`` (data sensitivity 1); ``design`` as for ``cloaked``.  ``noise_sd``
+    is the DP noise sd of the released latent values at ``X_star``.  Costs one noise-covariance
+    solve, like the release.
     """
     from pm_dpgp.mechanisms.label.classification import (
         LABEL_BOUNDS,
@@ -264,7 +270,7 @@ def classification(
     Xs = _as_2d_inputs(X_star, "X_star", public.input_dim)
     Z = _inducing(inducing_points, public, kmeans_seed)
     C = one_step_cloaking(public, Xs, f0=f0, inducing_points=Z)[0]
-    parts = cloaking_parts(C, LABEL_BOUNDS, tol=tol, rank_tol=rank_tol)
+    parts = cloaking_parts(C, LABEL_BOUNDS, tol=tol, rank_tol=rank_tol, design=design)
     label = "one-step Laplace GP classification (Smith et al. 2021 §4)"
     return _gaussian_plan(
         epsilon,

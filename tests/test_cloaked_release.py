@@ -147,12 +147,8 @@ def test_released_mean_is_projected_and_fully_protected(kung_model, kung_ages):
     _assert_in_noise_range(base, centred[:, None], rounding)
 
 
-@settings(
-    max_examples=20,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-@given(
+#: Hypothesis strategies for ``random_gp_case`` (shared with tests/test_cloaking_trace.py).
+GP_CASES = dict(
     seed=st.integers(0, 10_000),
     n=st.integers(2, 20),
     m=st.integers(1, 30),
@@ -162,8 +158,10 @@ def test_released_mean_is_projected_and_fully_protected(kung_model, kung_ages):
     noise=st.floats(0.05, 2.0),
     d=st.floats(0.1, 50.0),
 )
-def test_mahalanobis_sensitivity_property(seed, n, m, dim, kernel, ls, noise, d):
-    """For every single-output change of size d, ‖M^(-1/2) Δf‖ ≤ calibrated sensitivity."""
+
+
+def random_gp_case(seed, n, m, dim, kernel, ls, noise, d):
+    """A random GP regression (labels in ``[0, d]``) and test inputs for the property tests."""
     rng = np.random.default_rng(seed)
     X = rng.uniform(0, 10, (n, dim))
     X_star = rng.uniform(-2, 12, (m, dim))
@@ -174,7 +172,18 @@ def test_mahalanobis_sensitivity_property(seed, n, m, dim, kernel, ls, noise, d)
         "sum": pm.gp.cov.ExpQuad(dim, ls=ls) + 0.5 * pm.gp.cov.Matern12(dim, ls=2 * ls),
     }[kernel]
     y = rng.uniform(0.0, d, n)
-    model = gp_regression(X, y, cov, noise_sd=noise, mean=d / 2)
+    return X, X_star, cov, y, gp_regression(X, y, cov, noise_sd=noise, mean=d / 2)
+
+
+@settings(
+    max_examples=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(**GP_CASES)
+def test_mahalanobis_sensitivity_property(seed, n, m, dim, kernel, ls, noise, d):
+    """For every single-output change of size d, ‖M^(-1/2) Δf‖ ≤ calibrated sensitivity."""
+    X, X_star, cov, y, model = random_gp_case(seed, n, m, dim, kernel, ls, noise, d)
     bounds = (0.0, d)
     kw = dict(epsilon=1.0, delta=1e-3, y_bounds=bounds, bounds_are_public=True)
     public_gp = model.public_gp()

@@ -152,6 +152,7 @@ def classification_release(
     tol: float = 1e-9,
     rank_tol: float = 1e-8,
     progressbar: bool = False,
+    design: Literal["logdet", "trace"] = "logdet",
 ) -> Release:
     """(ε, δ)-DP one-step Laplace GP classification at public ``X_star`` (Smith et al. 2021, §4).
 
@@ -172,7 +173,7 @@ def classification_release(
         ``None`` (exact), an ``(M, d)`` array of public inducing inputs, or an integer ``M``
         for k-means centres of the public training inputs (seeded by ``kmeans_seed``): the
         SoR variant (§4.1).
-    calibration, n_draws, ledger, rng, tol, rank_tol, progressbar:
+    calibration, n_draws, ledger, rng, tol, rank_tol, progressbar, design:
         as for ``pm_dpgp.mechanisms.cloaked_release``; ``rng=None`` is the secure
         (OpenDP discrete Gaussian) noise, a Generator the simulation mode.
 
@@ -194,7 +195,7 @@ def classification_release(
     labels = prepare_labels(gpc.y, LABEL_BOUNDS, bounds_are_public=True)
     C, offset, latent_var, jitter = one_step_cloaking(public, Xs, f0=f0, inducing_points=Z)
     with progress_bar(2, "Classification release", enabled=progressbar) as bar:
-        parts = cloaking_parts(C, LABEL_BOUNDS, tol=tol, rank_tol=rank_tol)
+        parts = cloaking_parts(C, LABEL_BOUNDS, tol=tol, rank_tol=rank_tol, design=design)
         noise, F = parts.noise, parts.shape_factor
         bar.advance("noise covariance solved")
         # whitened mean w = L_k⁻¹ U_kᵀ C* t, centred at ½ with its round-off bounded (whitening.py)
@@ -247,6 +248,7 @@ def classification_release(
         "rank_tol": noise.rank_tol,
         "solver_gap_bound": noise.gap_bound,
         "solver_converged": bool(noise.converged),
+        "noise_design": noise.design,
         "privacy_event": result.event.to_metadata(),
         **result.noise,
     }

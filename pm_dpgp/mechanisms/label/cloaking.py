@@ -144,6 +144,10 @@ class NoiseCovariance:
         Iterations used (Frank–Wolfe plus Newton steps, or gradient steps for the baseline).
     converged:
         Whether the requested tolerance (or the baseline's stopping rule) was met.
+    design:
+        ``"logdet"`` (least ``log|M|``, Smith et al. 2018) or ``"trace"`` (least ``tr M``,
+        ``pm_dpgp.mechanisms.label.cloaking_trace``; then ``gap_bound`` is the certified
+        relative excess ``tr M / tr M_opt − 1`` instead).
     """
 
     basis: FloatArray
@@ -157,6 +161,7 @@ class NoiseCovariance:
     gap_bound: float
     iterations: int
     converged: bool
+    design: Literal["logdet", "trace"] = "logdet"
 
     @functools.cached_property
     def M(self) -> FloatArray:
@@ -843,6 +848,7 @@ def solve_noise_covariance(
     tol: float = 1e-9,
     rank_tol: float = 1e-10,
     max_iter: int = 100_000,
+    design: Literal["logdet", "trace"] = "logdet",
 ) -> NoiseCovariance:
     """Minimum-``log|M|`` cloaking noise covariance with an optimality certificate.
 
@@ -872,6 +878,12 @@ def solve_noise_covariance(
         Cap on Frank–Wolfe plus Newton steps.  If hit, ``converged`` is ``False`` and
         ``gap_bound`` is the honest certificate; ``M`` is still feasible (scaled to
         ``max c_iᵀ M⁺ c_i = max_mahalanobis``), so privacy holds and only utility is lost.
+    design:
+        ``"logdet"`` (default): the paper's least ``log|M|``.  ``"trace"``: least ``tr M``
+        under the same constraints, i.e. the least mean noise variance over the test points
+        (``pm_dpgp.mechanisms.label.cloaking_trace``, ``docs/cloaking.md`` §8); ``tol`` is
+        then the relative trace gap.  Privacy holds for either (the sensitivity is computed
+        for the returned ``M``).
 
     Returns
     -------
@@ -896,9 +908,15 @@ def solve_noise_covariance(
     tol = _check_positive(tol, "tol")
     rank_tol = _check_positive(rank_tol, "rank_tol", upper=1.0)
     max_iter = _check_max_iter(max_iter)
+    if design not in ("logdet", "trace"):
+        raise ValueError(f"design must be 'logdet' or 'trace', got {design!r}.")
     red = _reduce(arr, rank_tol)
     if not np.all(np.isfinite(red.proj)) or not np.any(red.proj):
         raise ValueError("C is zero or not finite: there is nothing to cloak.")
+    if design == "trace":
+        from pm_dpgp.mechanisms.label.cloaking_trace import trace_covariance
+
+        return trace_covariance(red, tol, max_iter)
     Bt = np.ascontiguousarray(red.white[:, red.reps].T)
     u_reps, iterations, converged = _solve_design(Bt, tol, max_iter)
     weights = np.zeros(arr.shape[1])

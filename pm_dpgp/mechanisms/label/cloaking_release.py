@@ -64,6 +64,7 @@ def cloaking_noise(
     *,
     tol: float = 1e-9,
     rank_tol: float = 1e-8,
+    design: Literal["logdet", "trace"] = "logdet",
 ) -> tuple[np.ndarray, NoiseCovariance]:
     """Return the cloaking matrix ``C`` (m × n) and its optimal noise covariance.
 
@@ -74,7 +75,7 @@ def cloaking_noise(
     """
     X_star = check_finite_array(X_star, "X_star", ndim=2)
     C = public_gp.cloaking_operator(X_star).dense()
-    return C, solve_noise_covariance(C, tol=tol, rank_tol=rank_tol)
+    return C, solve_noise_covariance(C, tol=tol, rank_tol=rank_tol, design=design)
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,7 @@ def public_cloaking(
     *,
     tol: float = 1e-9,
     rank_tol: float = 1e-8,
+    design: Literal["logdet", "trace"] = "logdet",
 ) -> PublicCloaking:
     """Noise covariance, whitening and charged sensitivity: public inputs and bounds only.
 
@@ -104,7 +106,7 @@ def public_cloaking(
     # C is used as an operator, never the m×n matrix: exact, K*f (K + σ²I)⁻¹ through one n×n
     # Cholesky factor; FITC, the low-rank product of pm_dpgp.gp.fitc (Smith et al. 2021, eq. 9)
     C = public_gp.cloaking_operator(X_star)
-    return cloaking_parts(C, y_bounds, tol=tol, rank_tol=rank_tol)
+    return cloaking_parts(C, y_bounds, tol=tol, rank_tol=rank_tol, design=design)
 
 
 def cloaking_parts(
@@ -113,12 +115,13 @@ def cloaking_parts(
     *,
     tol: float = 1e-9,
     rank_tol: float = 1e-8,
+    design: Literal["logdet", "trace"] = "logdet",
 ) -> PublicCloaking:
     """``public_cloaking`` for a given public cloaking matrix or operator ``C``.
 
     Also used by the one-step classification release (labels in ``[0, 1]``) and its plan.
     """
-    noise = solve_noise_covariance(C, tol=tol, rank_tol=rank_tol)
+    noise = solve_noise_covariance(C, tol=tol, rank_tol=rank_tol, design=design)
     # U_k (U_kᵀ C) r with the same U_kᵀ C the sensitivity was computed from (docs §4):
     # mean = μ + (U L_k) w with w = W (y − μ), W = L_k⁻¹ U_kᵀ C public (k × n)
     W = solve_triangular(noise.chol_k, noise.projected, lower=True)
@@ -147,6 +150,7 @@ def cloaked_release(
     tol: float = 1e-9,
     rank_tol: float = 1e-8,
     progressbar: bool = False,
+    design: Literal["logdet", "trace"] = "logdet",
 ) -> Release:
     """(ε, δ)-DP cloaked release of the posterior mean at the public ``X_star``.
 
@@ -198,12 +202,20 @@ def cloaked_release(
     progressbar:
         show a progress bar over the stages (noise covariance, draw), as PyMC's samplers do;
         worth it from a few thousand training points (``docs/cloaking.md``, scaling table).
+    design:
+        ``"logdet"`` (default): the paper's noise covariance, least ``log|M|`` (Smith et al.
+        2018, supplement).  ``"trace"``: least ``tr M`` under the same constraints, i.e. the
+        least mean noise variance over ``X_star`` (``docs/cloaking.md`` §8; about half the
+        variance on !Kung).  Privacy is the same: the sensitivity is computed for the ``M``
+        used.
     """
     public_gp = gpr.public_cloaking(hyperparameters)
     X_star = check_finite_array(X_star, "X_star", ndim=2)
     labels = prepare_labels(gpr.y, y_bounds, clip=clip, bounds_are_public=bounds_are_public)
     with progress_bar(2, "Cloaked release", enabled=progressbar) as bar:
-        parts = public_cloaking(public_gp, X_star, labels.y_bounds, tol=tol, rank_tol=rank_tol)
+        parts = public_cloaking(
+            public_gp, X_star, labels.y_bounds, tol=tol, rank_tol=rank_tol, design=design
+        )
         noise = parts.noise
         bar.advance("noise covariance solved")
         # the whitened mean, centred at the bounds' midpoint with its round-off bounded
@@ -229,6 +241,7 @@ def cloaked_release(
             rank_tol=noise.rank_tol,
             solver_gap_bound=noise.gap_bound,
             solver_converged=bool(noise.converged),
+            noise_design=noise.design,
             **public_gp.cloaking_metadata(),
         )
         bar.advance("noise drawn")

@@ -1,0 +1,323 @@
+"""Minimum-trace cloaking noise covariance (``design="trace"``).
+
+The cloaking mechanism (Smith et al. 2018, §3) adds ``N(0, σ² M)`` to ``C y``; its privacy
+holds for *any* positive semi-definite ``M`` whose range contains every column ``c_i``,
+provided ``σ`` is calibrated to the Mahalanobis sensitivity ``d · sqrt(max_i c_iᵀ M⁺ c_i)``
+computed for that ``M`` (Hall et al. 2013, Prop. 3; ``docs/cloaking.md`` §1).  The paper picks
+the ``M`` of least ``log|M|`` (D-criterion, ``solve_noise_covariance``'s default).  This
+module picks the ``M`` of least *trace*,
+
+    minimise tr(M_k)   subject to   a_iᵀ M_k⁻¹ a_i ≤ 1,   a_i = U_kᵀ c_i,
+
+which minimises ``Σ_j Var(noise at test point j) = tr(U_k M_k U_kᵀ) = tr(M_k)``, i.e. the
+mean noise variance per test point.  The trace is measured in the coordinates of the test
+points (``a_i``, not the whitened ``b_i = S_k⁻¹ a_i`` of the log-det solver: the trace is not
+invariant under ``S_k``).
+
+Derivation (``docs/cloaking.md`` §8).  With ``A(λ) = Σ_i λ_i a_i a_iᵀ``, Lagrangian
+stationarity gives ``M = A(λ)^{1/2}``; the dual function is the concave
+
+    g(λ) = 2 tr A(λ)^{1/2} − Σ_i λ_i,     ∂g/∂λ_i = h_i − 1,   h_i = a_iᵀ A(λ)^{-1/2} a_i,
+
+and its Hessian is ``−Z Zᵀ`` with ``Z_i = vec(x_i x_iᵀ ∘ Γ^{1/2})``, ``x_i = Vᵀ a_i``,
+``A = V diag(r²) Vᵀ``, ``Γ_jl = 1 / (r_j r_l (r_j + r_l))`` (Daleckii–Krein formula for the
+derivative of the matrix square root; Higham 2008, *Functions of Matrices*, Thm 3.11).
+Certificate (Cauchy–Schwarz): for any ``λ ≥ 0`` and any feasible ``M``,
+``tr M ≥ tr(A(λ)^{1/2})² / Σλ``, while ``s·A(λ)^{1/2}`` with ``s = max_i h_i`` is feasible, so
+
+    relative gap = s · Σλ / tr A(λ)^{1/2} − 1 ≥ (tr M_returned − tr M_opt) / tr M_opt.
+
+The dual of the design problem on the simplex is Kiefer's (1974) ``φ_{1/2}``-optimal design:
+maximise ``tr A(u)^{1/2}``.
+
+Algorithm: multiplicative updates ``λ_i ← λ_i h_i²`` (a warm start; alone they converge
+sublinearly), then an active-set Newton method on ``g`` over the support plus the worst
+violators (the same Lawson–Hanson-style scheme as the log-det solver, with the Hessian above),
+repeated until the certificate holds on *all* columns.  Each Newton step costs
+``O(s² k² + s k²)`` for ``s`` candidate columns and each certificate ``O(n k²)``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import scipy.linalg as sla
+from numpy.typing import NDArray
+
+from pm_dpgp.mechanisms.label.cloaking import (
+    NoiseCovariance,
+    _initial_design,
+    _lower_solve,
+    _Reduced,
+)
+
+FloatArray = NDArray[np.float64]
+
+#: Multiplicative warm-start iterations ``λ ← λ h²`` before the Newton polish.
+_WARM_STEPS = 30
+#: Maximum Newton steps inside one polish round.
+_MAX_NEWTON_STEPS = 200
+#: Cap on the steps of the trace solver (``min(max_iter, _MAX_STEPS)``): on very ill-conditioned
+#: problems (``rank_tol = 1e-10`` on !Kung) the Newton rounds stall and the multiplicative
+#: fallback converges sublinearly; the result is then feasible with an honest ``gap_bound``.
+_MAX_STEPS = 5_000
+#: Entries of the blocked Hessian formed at once (bounds the memory of ``Z``).
+_HESSIAN_BLOCK = 4_000_000
+
+
+def trace_point(
+    At: FloatArray, lam: FloatArray
+) -> tuple[FloatArray, FloatArray, FloatArray] | None:
+    """``(r, V, h)`` at ``λ``: ``A(λ)^{1/2} = V diag(r) Vᵀ`` and ``h_i = a_iᵀ A^{-1/2} a_i``.
+
+    ``At`` is ``n × k`` (rows ``a_i``).  ``A(λ)^{1/2}`` comes from the SVD of
+    ``G = [√λ_i a_i]`` (``A = G Gᵀ``), whose singular values are the eigenvalues of
+    ``A^{1/2}``: this avoids squaring the condition number by forming ``A``.  Returns
+    ``None`` when ``A(λ)`` is numerically singular.  Cost ``O(n k²)``.
+    """
+    support = lam > 0.0
+    G = At[support].T * np.sqrt(lam[support])
+    V, r, _ = np.linalg.svd(G, full_matrices=False)
+    k = At.shape[1]
+    if r.size < k or not r[-1] > k * np.finfo(float).eps * r[0]:
+        return None
+    X = At @ V
+    h = (X * X) @ (1.0 / r)
+    return r, V, h
+
+
+def relative_gap(r: FloatArray, h: FloatArray, lam: FloatArray) -> float:
+    """Relative trace gap ``max_i h_i · Σλ / tr A(λ)^{1/2} − 1`` (see the module docstring)."""
+    return float(np.max(h)) * float(np.sum(lam)) / float(np.sum(r)) - 1.0
+
+
+def _dual(At: FloatArray, lam: FloatArray):
+    """``(g, grad, r, V)`` of the dual on the rows ``At``, or ``None`` if ``A(λ)`` is singular."""
+    point = trace_point(At, lam)
+    if point is None:
+        return None
+    r, V, h = point
+    return 2.0 * float(np.sum(r)) - float(np.sum(lam)), h - 1.0, r, V
+
+
+def _hessian(X: FloatArray, r: FloatArray) -> FloatArray:
+    """``Z Zᵀ`` (minus the Hessian of ``g``) for the rows ``X = A_F V``, blocked over ``j``.
+
+    ``(Z Zᵀ)_il = Σ_jl' Γ_jl' x_ij x_il' x_lj x_ll'``, ``Γ_jl = 1 / (r_j r_l (r_j + r_l))``.
+    """
+    s, k = X.shape
+    sqrt_gamma = 1.0 / np.sqrt(r[:, None] * r[None, :] * (r[:, None] + r[None, :]))
+    H = np.zeros((s, s))
+    block = max(1, _HESSIAN_BLOCK // max(1, s * k))
+    for start in range(0, k, block):
+        rows = slice(start, min(k, start + block))
+        Z = (X[:, rows, None] * X[:, None, :]) * sqrt_gamma[rows]
+        Z = Z.reshape(s, -1)
+        H += Z @ Z.T
+    return H
+
+
+def _newton(At: FloatArray, lam: FloatArray, max_steps: int) -> tuple[FloatArray, int]:
+    """Active-set Newton ascent of ``g(λ)`` over ``λ ≥ 0`` on the candidate rows ``At``.
+
+    The free set holds the positive weights plus, when it is the largest KKT violation, one
+    zero weight with positive gradient.  The step ``(Z_F Z_Fᵀ + μI)⁻¹ ∇_F`` is cut at the first
+    weight reaching zero (which is dropped) and backtracked until Armijo's condition
+    ``g(λ⁺) ≥ g(λ) + ¼ ∇·(λ⁺ − λ)`` holds; once the predicted increase is below the rounding of
+    ``g``, a step is accepted if it lowers the KKT residual ``‖λ − max(0, λ + ∇)‖_∞``.
+    """
+    point = _dual(At, lam)
+    if point is None:
+        return lam, 0
+    value, grad, r, V = point
+    rounding = 1e3 * np.finfo(float).eps * max(1.0, abs(value))
+
+    def kkt(lam: FloatArray, grad: FloatArray) -> float:
+        return float(np.max(np.abs(np.maximum(lam + grad, 0.0) - lam)))
+
+    residual = kkt(lam, grad)
+    steps = 0
+    while steps < max_steps and residual > 1e-13:
+        steps += 1
+        free = lam > 0.0
+        outside = np.where(free, -np.inf, grad)
+        j = int(np.argmax(outside))
+        enter = bool(outside[j] > 0.0 and outside[j] >= np.abs(grad[free]).max())
+        if enter:
+            free[j] = True
+        idx = np.flatnonzero(free)
+        H = _hessian(At[idx] @ V, r)
+        curvature = H.diagonal().copy()
+        # Jacobi scaling: the diagonal spans ~1/r_k³ ... 1/r_1³ (many orders of magnitude)
+        scale = 1.0 / np.sqrt(np.maximum(H.diagonal(), 1e-300))
+        H *= scale[:, None] * scale[None, :]
+        H.flat[:: idx.size + 1] += 1e-12
+        rhs = scale * grad[idx]
+        try:
+            step = scale * sla.solve(H, rhs, assume_a="pos")
+        except (np.linalg.LinAlgError, ValueError):
+            vals, vecs = np.linalg.eigh(H)
+            keep = vals > 1e-14 * vals[-1]
+            step = scale * (vecs[:, keep] @ ((vecs[:, keep].T @ rhs) / vals[keep]))
+        if enter and step[np.searchsorted(idx, j)] <= 0.0:
+            # the Newton step would not increase the entering weight: a 1-D Newton step on it
+            step = np.zeros(idx.size)
+            step[np.searchsorted(idx, j)] = grad[j] / curvature[np.searchsorted(idx, j)]
+        accepted = None
+        for direction in (step, grad[idx] / curvature):
+            shrinking = direction < 0.0
+            if shrinking.any():
+                ratios = lam[idx[shrinking]] / -direction[shrinking]
+                pick = int(np.argmin(ratios))
+                t_bound = float(ratios[pick])
+                blocking = int(idx[np.flatnonzero(shrinking)[pick]])
+            else:
+                t_bound, blocking = math.inf, -1
+            t = min(1.0, t_bound)
+            while t > 1e-12 * min(1.0, t_bound):
+                trial = lam.copy()
+                trial[idx] += t * direction
+                if t == t_bound:
+                    trial[blocking] = 0.0
+                np.maximum(trial, 0.0, out=trial)
+                predicted = float(grad @ (trial - lam))
+                new = _dual(At, trial) if predicted > 0.0 else None
+                if new is not None:
+                    new_residual = kkt(trial, new[1])
+                    if new[0] >= value + 0.25 * predicted or (
+                        predicted < rounding and new_residual < residual
+                    ):
+                        accepted = (trial, new, new_residual)
+                        break
+                t *= 0.5
+            if accepted is not None:
+                break
+        if accepted is None:
+            break
+        lam, (value, grad, r, V), residual = accepted
+    return lam, steps
+
+
+def solve_trace_design(
+    At: FloatArray, start: FloatArray, tol: float, max_iter: int
+) -> tuple[FloatArray, int, bool]:
+    """Maximise the dual ``g(λ)`` for the rows ``a_i`` of ``At`` (``n × k``, spanning ``ℝ^k``).
+
+    ``start`` (``≥ 0``, with ``A(start)`` invertible) is the initial support, e.g. the
+    ``k`` columns chosen by pivoted QR.  Returns ``(λ, iterations, converged)`` with
+    ``converged`` meaning that the relative trace gap (``relative_gap``) is ``≤ tol`` over all
+    rows.  Rounds of active-set Newton on the support plus the worst violators must increase
+    ``g``; a round that does not is replaced by multiplicative steps ``λ ← λ h²`` from ``λ``
+    mixed with a small uniform weight (every column gets a chance to enter), so rounds never
+    cycle and ``max_iter`` bounds the total number of steps.
+    """
+    n, k = At.shape
+    point = trace_point(At, start)
+    if point is None:
+        raise np.linalg.LinAlgError("singular initial trace design in the cloaking solver")
+    lam = start * point[2] * point[2]  # rescale: with all h_i = c, λ h² is dual-optimal
+    iterations = 0
+    warm = 0
+    while True:
+        point = trace_point(At, lam)
+        if point is None:
+            raise np.linalg.LinAlgError("singular trace design in the cloaking solver")
+        r, _, h = point
+        if relative_gap(r, h, lam) <= tol:
+            return lam, iterations, True
+        if iterations >= max_iter:
+            return lam, iterations, False
+        if warm:
+            lam = lam + 1e-3 * float(np.mean(lam))
+            for _ in range(min(warm, max_iter - iterations)):
+                point = trace_point(At, lam)
+                if point is None:
+                    break
+                lam = lam * point[2] * point[2]
+                iterations += 1
+            continue_newton = point is not None and iterations < max_iter
+            if not continue_newton:
+                continue
+            r, _, h = point
+        value = 2.0 * float(np.sum(r)) - float(np.sum(lam))
+        cand = _candidates(lam, h, k)
+        lam_c, steps = _newton(
+            np.ascontiguousarray(At[cand]), lam[cand], min(_MAX_NEWTON_STEPS, max_iter - iterations)
+        )
+        iterations += steps
+        new = np.zeros(n)
+        new[cand] = lam_c
+        new_point = _dual(At, new)
+        if new_point is not None and new_point[0] > value:
+            lam, warm = new, 0
+        else:
+            warm = max(2 * warm, _WARM_STEPS)
+
+
+def _candidates(lam: FloatArray, h: FloatArray, k: int) -> NDArray[np.intp]:
+    """Rows with non-negligible weight plus the ``4k`` largest dual-gradient violators."""
+    support = np.flatnonzero(lam > 0.0)
+    rest = np.setdiff1d(np.flatnonzero(h > 1.0), support, assume_unique=True)
+    if rest.size > 4 * k:
+        rest = rest[np.argpartition(h[rest], -4 * k)[-4 * k :]]
+    return np.concatenate([support, rest])
+
+
+def trace_factor(At: FloatArray, lam: FloatArray) -> tuple[FloatArray, float]:
+    """Lower-triangular ``L`` with ``L Lᵀ = A(λ)^{1/2}`` and ``s = max_i h_i``.
+
+    ``L`` is the transposed R factor of the QR factorisation of ``diag(√r) Vᵀ`` (so
+    ``Lᵀ`` has a positive diagonal): ``A^{1/2}`` is never formed and ``L`` is as well
+    conditioned as ``A^{1/2}`` allows.  The feasible covariance is ``s · L Lᵀ``.
+    """
+    point = trace_point(At, lam)
+    if point is None:
+        raise np.linalg.LinAlgError("singular trace design in the cloaking solver")
+    r, V, h = point
+    R = np.linalg.qr(np.sqrt(r)[:, None] * V.T, mode="r")
+    R = R * np.where(np.diagonal(R) < 0.0, -1.0, 1.0)[:, None]
+    return np.ascontiguousarray(R.T), float(np.max(h))
+
+
+def trace_covariance(red: _Reduced, tol: float, max_iter: int) -> NoiseCovariance:
+    """The minimum-trace ``NoiseCovariance`` for the reduced problem ``red`` (see module doc).
+
+    Solves the dual on the distinct projected columns ``a_i = U_kᵀ c_i``, then returns the
+    feasible ``M_k = s · A(λ)^{1/2}`` (``s = max_i h_i``), ``λ`` scaled by ``s²`` accordingly
+    (``(s²λ)``'s square root is ``s A^{1/2}``).  ``max_mahalanobis`` is recomputed exactly for
+    the returned ``chol_k`` from all columns, as in the log-det path, and ``gap_bound`` is the
+    relative trace gap ``(tr M_k · max_mahalanobis) / LB − 1`` against the lower bound
+    ``LB = tr(A(λ)^{1/2})² / Σλ`` of the certificate, so it also covers the rounding of the
+    final scaling.
+    """
+    # the problem is homogeneous: solve it for ã_i = a_i / c (c = max |a_ij|), so that nothing
+    # underflows; with the same λ, A^{1/2} and h scale by c, so M = (c s̃)·c Ã^{1/2}
+    c = float(np.max(np.abs(red.proj)))
+    At = np.ascontiguousarray(red.proj[:, red.reps].T / c)
+    start = _initial_design(np.ascontiguousarray(red.white[:, red.reps].T))
+    lam_reps, iterations, converged = solve_trace_design(At, start, tol, min(max_iter, _MAX_STEPS))
+    L, s = trace_factor(At, lam_reps)
+    r = trace_point(At, lam_reps)[0]
+    lower_bound = c * c * float(np.sum(r)) ** 2 / float(np.sum(lam_reps))
+    chol_k = (c * math.sqrt(s)) * L
+    M_k = chol_k @ chol_k.T
+    M_k = 0.5 * (M_k + M_k.T)
+    W = _lower_solve(chol_k, red.proj)
+    max_mahalanobis = float(np.max(np.einsum("ij,ij->j", W, W)))
+    gap = max(0.0, float(np.trace(M_k)) * max_mahalanobis / lower_bound - 1.0)
+    lam = np.zeros(red.proj.shape[1])
+    lam[red.reps] = (c * s) ** 2 * lam_reps
+    arrays = {"basis": red.basis, "projected": red.proj, "M_k": M_k, "chol_k": chol_k, "lam": lam}
+    for arr in arrays.values():
+        arr.setflags(write=False)
+    return NoiseCovariance(
+        **arrays,
+        max_mahalanobis=max_mahalanobis,
+        rank=red.sing.size,
+        rank_tol=red.rank_tol,
+        gap_bound=gap,
+        iterations=int(iterations),
+        converged=bool(converged and gap <= tol),
+        design="trace",
+    )
