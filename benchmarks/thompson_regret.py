@@ -230,10 +230,29 @@ def run_cell(
 
 
 def run_baselines(
-    problem: Problem, rounds: int, seed: int
+    problem: Problem, rounds: int, seed: int, non_private: bool = True
 ) -> dict[str, tuple[np.ndarray, np.ndarray, float]]:
-    """Non-private TS and random search for one seed (no ε)."""
+    """Non-private TS (unless ``non_private=False``) and random search for one seed (no ε)."""
     box = (np.zeros(problem.d), np.ones(problem.d))
+    out = {}
+    n0 = len(problem.X0)
+    if non_private:
+        out["non-private TS"] = _non_private_ts(problem, rounds, seed, box)
+    t1 = time.perf_counter()
+    rs = random_search(
+        _noisy(problem.f, 30_000 + seed),
+        domain=box,
+        X_init=problem.X0,
+        n_rounds=rounds,
+        rng=np.random.default_rng(seed),
+    )
+    out["random search"] = (*_regrets(problem, rs.X, n0), time.perf_counter() - t1)
+    return out
+
+
+def _non_private_ts(
+    problem: Problem, rounds: int, seed: int, box: tuple[np.ndarray, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray, float]:
     t0 = time.perf_counter()
     npts = dp_thompson_sampling(
         _noisy(problem.f, 20_000 + seed),
@@ -248,20 +267,7 @@ def run_baselines(
         progressbar=False,
         rng=np.random.default_rng(seed),
     )
-    t1 = time.perf_counter()
-    rs = random_search(
-        _noisy(problem.f, 30_000 + seed),
-        domain=box,
-        X_init=problem.X0,
-        n_rounds=rounds,
-        rng=np.random.default_rng(seed),
-    )
-    t2 = time.perf_counter()
-    n0 = len(problem.X0)
-    return {
-        "non-private TS": (*_regrets(problem, npts.owner.X, n0), t1 - t0),
-        "random search": (*_regrets(problem, rs.X, n0), t2 - t1),
-    }
+    return (*_regrets(problem, npts.owner.X, len(problem.X0)), time.perf_counter() - t0)
 
 
 def _mean_se(x: np.ndarray) -> tuple[float, float]:
@@ -287,6 +293,11 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         nargs="+",
         default=None,
         help="DP methods to run (default: all); baselines always",
+    )
+    parser.add_argument(
+        "--no-non-private",
+        action="store_true",
+        help="skip the non-private TS baseline (the slowest column; random search always runs)",
     )
     parser.add_argument("--quick", action="store_true", help="2 seeds, 10 rounds, eps 3 only")
     parser.add_argument("--out", default=".")
@@ -322,7 +333,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         problem = PROBLEMS[pname]
         kappa = kappa_of(problem)
         for T in args.rounds:
-            base = [run_baselines(problem, T, s) for s in range(args.seeds)]
+            base = [
+                run_baselines(problem, T, s, not args.no_non_private) for s in range(args.seeds)
+            ]
             for eps in args.epsilons:
                 sp_noise = {
                     name: plan_sample_path_noise_sd(len(problem.X0), T, eps, kappa, bkw)
