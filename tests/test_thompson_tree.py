@@ -494,6 +494,10 @@ def test_label_run_ledger_replay_and_no_mixing():
     assert res.ledger.epsilon() == pytest.approx(fresh.epsilon(), rel=1e-12)
     assert 2.9 < res.ledger.epsilon() <= 3.0 * (1 + BUDGET_RTOL)
     assert scan_for_values(res.idata, res.owner.y, rtol=1e-9) == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        again = _run(n_rounds=5, privacy_model="label")
+    np.testing.assert_array_equal(again.x_chosen, res.x_chosen)  # reproducible with a seed
     # a full-privacy ledger refuses the label run before any noise or random draw
     ledger = Ledger(epsilon=10.0, delta=DELTA)
     ledger.spend(GaussianEvent(noise_multiplier=5.0), privacy_model="full")
