@@ -44,6 +44,7 @@ from pm_dpgp.gp.exact import cloaking_matrix
 from pm_dpgp.gp.linalg import check_square_symmetric
 from pm_dpgp.mechanisms.gaussian import gaussian_sigma
 from pm_dpgp.mechanisms.label.cloaking import solve_noise_covariance
+from pm_dpgp.mechanisms.label.cloaking_batch import solve_noise_covariances
 from pm_dpgp.mechanisms.label.cloaking_release import SENSITIVITY_SAFETY
 
 __all__ = [
@@ -57,6 +58,7 @@ __all__ = [
 ]
 
 _INV_SQRT_2PI = 1.0 / np.sqrt(2.0 * np.pi)
+NoiseSolver = Literal["batched", "per_fold"]
 
 
 def clipped_square_change_bound(t: ArrayLike, clip: float) -> NDArray[np.float64]:
@@ -165,22 +167,38 @@ def _fold_cloaking_matrix(
     return sla.cho_solve((L, True), K[np.ix_(test, train)].T, check_finite=False).T
 
 
-def _fold_plan(
+def _fold_plans(
     K: NDArray[np.float64],
     noise_var: float,
-    test: NDArray[np.intp],
-    train: NDArray[np.intp],
+    folds: Sequence[NDArray[np.intp]],
+    trains: Sequence[NDArray[np.intp]],
     unit_scale: float | None,
     rank_tol: float,
-) -> CvFold:
-    C = _fold_cloaking_matrix(K, noise_var, test, train)
+    noise_solver: NoiseSolver,
+) -> list[CvFold]:
+    """The fold plans of one configuration: ``C̃_k`` and the release noise variance per fold.
+
+    ``noise_solver="batched"`` solves the folds' noise covariances together
+    (``solve_noise_covariances``: the same optimum, certificate and reduction, ``docs/selection.md``
+    §9); ``"per_fold"`` calls ``solve_noise_covariance`` fold by fold.
+    """
+    Cs = [_fold_cloaking_matrix(K, noise_var, te, tr) for te, tr in zip(folds, trains, strict=True)]
     if unit_scale is None:
-        return CvFold(test, train, C, np.zeros(test.size))
-    noise = solve_noise_covariance(C, rank_tol=rank_tol)
-    Cp = noise.basis @ noise.projected  # what a release of this fold would compute
-    sigma = unit_scale * float(np.sqrt(noise.max_mahalanobis)) * SENSITIVITY_SAFETY
-    var = sigma * sigma * np.einsum("ij,jk,ik->i", noise.basis, noise.M_k, noise.basis)
-    return CvFold(test, train, Cp, var)
+        return [
+            CvFold(te, tr, C, np.zeros(te.size))
+            for te, tr, C in zip(folds, trains, Cs, strict=True)
+        ]
+    if noise_solver == "batched":
+        noises = solve_noise_covariances(Cs, rank_tol=rank_tol)
+    else:
+        noises = [solve_noise_covariance(C, rank_tol=rank_tol) for C in Cs]
+    plans = []
+    for te, tr, noise in zip(folds, trains, noises, strict=True):
+        Cp = noise.basis @ noise.projected  # what a release of this fold would compute
+        sigma = unit_scale * float(np.sqrt(noise.max_mahalanobis)) * SENSITIVITY_SAFETY
+        var = sigma * sigma * np.einsum("ij,jk,ik->i", noise.basis, noise.M_k, noise.basis)
+        plans.append(CvFold(te, tr, Cp, var))
+    return plans
 
 
 #: Two configurations share their fold plans when their normalised kernel matrices ``K/s``
@@ -258,6 +276,7 @@ def plan_cv_sse(
     calibration: Literal["analytic", "classic"] = "analytic",
     rank_tol: float = 1e-8,
     share_plans: bool = True,
+    noise_solver: NoiseSolver = "batched",
     progressbar: bool = False,
 ) -> CvSsePlan:
     """Public planning of Algorithm 1: cloaking matrices, noise, Δ(θ), the drop, Δu.
@@ -272,8 +291,15 @@ def plan_cv_sse(
     earlier one times a common factor ``s > 0`` (up to rounding: ``_same_normalised_form``;
     e.g. ``η² k(·; ℓ)`` with the same ℓ and σ²/η²) has the same cloaking matrices, release
     noise and Δ(θ), and reuses that configuration's fold plans, Δ(θ) and eq. (13)
-    (``docs/selection.md`` §5).  ``False`` recomputes every configuration.
+    (``docs/selection.md`` §9).  ``False`` recomputes every configuration.
+
+    ``noise_solver``: ``"batched"`` (default) solves the release-noise covariances of a
+    configuration's folds together (``pm_dpgp.mechanisms.label.cloaking_batch``), ``"per_fold"``
+    one by one; both give the unique optimum to the solver's round-off (``docs/selection.md``
+    §9), and Δ(θ) does not depend on the noise.
     """
+    if noise_solver not in ("batched", "per_fold"):
+        raise ValueError(f"noise_solver must be 'batched' or 'per_fold', got {noise_solver!r}.")
     lo, hi = (float(b) for b in y_bounds)
     d = hi - lo
     clip = check_positive(error_clip, "error_clip") * d
@@ -306,10 +332,9 @@ def plan_cv_sse(
                 (e for e in shared if share_plans and _same_normalised_form(e, Kn, ratio)), None
             )
             if entry is None:
-                fps = [
-                    _fold_plan(K, public.noise_var, te, tr, unit_scale, rank_tol)
-                    for te, tr in zip(folds, trains, strict=True)
-                ]
+                fps = _fold_plans(
+                    K, public.noise_var, folds, trains, unit_scale, rank_tol, noise_solver
+                )
                 s_t = _sensitivity(fps, n, d, clip)
                 p_t = paper_sse_sensitivity([fp.C for fp in fps], d, error_clip)
                 entry = _SharedPlan(Kn, ratio, fps, s_t, p_t)
@@ -361,8 +386,12 @@ def cv_sse_utilities(plan: CvSsePlan, y: ArrayLike) -> NDArray[np.float64]:
     yv = np.clip(np.where(np.isfinite(yv), yv, 0.5 * (lo + hi)), lo, hi)
     mu = plan.prior_mean
     u = np.full(len(plan.configs), -np.inf)
+    done: dict[int, float] = {}  # a shared list of fold plans (``share_plans``) gives the same u
     for t, fps in enumerate(plan.fold_plans):
         if fps is None:
+            continue
+        if id(fps) in done:
+            u[t] = done[id(fps)]
             continue
         total = 0.0
         for fp in fps:
@@ -370,5 +399,5 @@ def cv_sse_utilities(plan: CvSsePlan, y: ArrayLike) -> NDArray[np.float64]:
             total += float(
                 expected_clipped_square(f - yv[fp.test], fp.noise_var, plan.error_clip).sum()
             )
-        u[t] = -total
+        u[t] = done[id(fps)] = -total
     return u
