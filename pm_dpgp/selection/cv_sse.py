@@ -29,6 +29,8 @@ dropped before the labels are read (§5 of the paper).
 
 from __future__ import annotations
 
+import hashlib
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -43,7 +45,7 @@ from pm_dpgp._validation import check_delta, check_epsilon, check_positive
 from pm_dpgp.gp.exact import cloaking_matrix
 from pm_dpgp.gp.linalg import check_square_symmetric
 from pm_dpgp.mechanisms.gaussian import gaussian_sigma
-from pm_dpgp.mechanisms.label.cloaking import solve_noise_covariance
+from pm_dpgp.mechanisms.label.cloaking import NoiseCovariance, solve_noise_covariance
 from pm_dpgp.mechanisms.label.cloaking_batch import solve_noise_covariances
 from pm_dpgp.mechanisms.label.cloaking_release import SENSITIVITY_SAFETY
 
@@ -167,38 +169,78 @@ def _fold_cloaking_matrix(
     return sla.cho_solve((L, True), K[np.ix_(test, train)].T, check_finite=False).T
 
 
-def _fold_plans(
-    K: NDArray[np.float64],
-    noise_var: float,
-    folds: Sequence[NDArray[np.intp]],
-    trains: Sequence[NDArray[np.intp]],
-    unit_scale: float | None,
-    rank_tol: float,
-    noise_solver: NoiseSolver,
-) -> list[CvFold]:
-    """The fold plans of one configuration: ``C̃_k`` and the release noise variance per fold.
+def _fold_plan(
+    test: NDArray[np.intp],
+    train: NDArray[np.intp],
+    noise: NoiseCovariance,
+    unit_scale: float,
+) -> CvFold:
+    """One fold's plan from its noise covariance: ``C̃_k = U_k U_kᵀ C_k`` and the noise variance."""
+    Cp = noise.basis @ noise.projected  # what a release of this fold would compute
+    sigma = unit_scale * float(np.sqrt(noise.max_mahalanobis)) * SENSITIVITY_SAFETY
+    var = sigma * sigma * np.einsum("ij,jk,ik->i", noise.basis, noise.M_k, noise.basis)
+    return CvFold(test, train, Cp, var)
 
-    ``noise_solver="batched"`` solves the folds' noise covariances together
-    (``solve_noise_covariances``: the same optimum, certificate and reduction, ``docs/selection.md``
-    §9); ``"per_fold"`` calls ``solve_noise_covariance`` fold by fold.
+
+#: Fold matrices held back for one batched noise solve, at most this many bytes at a time.
+_BATCH_BYTES = 64 * 2**20
+
+
+@dataclass(eq=False)
+class _NoiseQueue:
+    """Configurations whose fold matrices wait for one batched noise solve (docs §9).
+
+    ``noise_solver="batched"`` solves the noise covariances of every queued fold of every queued
+    configuration in one ``solve_noise_covariances`` call (lockstep over all of them);
+    ``"per_fold"`` calls ``solve_noise_covariance`` matrix by matrix.  A fold matrix equal, byte
+    for byte, to one solved before reuses that solution (the solve is a function of the matrix).
     """
-    Cs = [_fold_cloaking_matrix(K, noise_var, te, tr) for te, tr in zip(folds, trains, strict=True)]
-    if unit_scale is None:
-        return [
-            CvFold(te, tr, C, np.zeros(te.size))
-            for te, tr, C in zip(folds, trains, Cs, strict=True)
+
+    folds: Sequence[NDArray[np.intp]]
+    trains: Sequence[NDArray[np.intp]]
+    unit_scale: float
+    rank_tol: float
+    noise_solver: NoiseSolver
+    finish: Any  # callable(entry) computing Δ(θ) and eq. (13) once its fold plans are set
+    seen: dict[bytes, list[tuple[NDArray[np.float64], CvFold]]]  # solved matrices, shared
+    before: _NoiseQueue | None = None  # flushed before this one
+    items: list[tuple[_SharedPlan, list[NDArray[np.float64]]]] = field(default_factory=list)
+    nbytes: int = 0
+
+    def add(self, entry: _SharedPlan, Cs: list[NDArray[np.float64]]) -> None:
+        self.items.append((entry, Cs))
+        self.nbytes += sum(C.nbytes for C in Cs)
+        if self.nbytes > _BATCH_BYTES:
+            self.flush()
+
+    def _known(self, C: NDArray[np.float64]) -> CvFold | None:
+        for C_old, fold in self.seen.get(hashlib.sha256(C.tobytes()).digest(), []):
+            if C_old.shape == C.shape and np.array_equal(C_old, C):
+                return fold
+        return None
+
+    def flush(self) -> None:
+        if self.before is not None:
+            self.before.flush()
+        todo = [
+            (entry, f, C)
+            for entry, Cs in self.items
+            for f, C in enumerate(Cs)
+            if self._known(C) is None
         ]
-    if noise_solver == "batched":
-        noises = solve_noise_covariances(Cs, rank_tol=rank_tol)
-    else:
-        noises = [solve_noise_covariance(C, rank_tol=rank_tol) for C in Cs]
-    plans = []
-    for te, tr, noise in zip(folds, trains, noises, strict=True):
-        Cp = noise.basis @ noise.projected  # what a release of this fold would compute
-        sigma = unit_scale * float(np.sqrt(noise.max_mahalanobis)) * SENSITIVITY_SAFETY
-        var = sigma * sigma * np.einsum("ij,jk,ik->i", noise.basis, noise.M_k, noise.basis)
-        plans.append(CvFold(te, tr, Cp, var))
-    return plans
+        mats = [C for _, _, C in todo]
+        if self.noise_solver == "batched":
+            noises = solve_noise_covariances(mats, rank_tol=self.rank_tol) if mats else []
+        else:
+            noises = [solve_noise_covariance(C, rank_tol=self.rank_tol) for C in mats]
+        for (_, f, C), noise in zip(todo, noises, strict=True):
+            fold = _fold_plan(self.folds[f], self.trains[f], noise, self.unit_scale)
+            key = hashlib.sha256(C.tobytes()).digest()
+            self.seen.setdefault(key, []).append((C, fold))
+        for entry, Cs in self.items:
+            entry.fold_plans = [self._known(C) for C in Cs]  # type: ignore[misc]
+            self.finish(entry)
+        self.items, self.nbytes = [], 0
 
 
 #: Two configurations share their fold plans when their normalised kernel matrices ``K/s``
@@ -214,9 +256,9 @@ class _SharedPlan:
 
     Kn: NDArray[np.float64]  # K / s, s = max |K|
     ratio: float  # σ² / s
-    fold_plans: list[CvFold]
-    sensitivity: float
-    paper_sensitivity: float
+    fold_plans: list[CvFold] | None = None  # set once its noise covariances are solved
+    sensitivity: float = math.nan
+    paper_sensitivity: float = math.nan
 
 
 def _same_normalised_form(entry: _SharedPlan, Kn: NDArray[np.float64], ratio: float) -> bool:
@@ -317,10 +359,31 @@ def plan_cv_sse(
     paper = np.empty(len(configs))
     all_idx = np.arange(n)
     trains = [np.setdiff1d(all_idx, te) for te in folds]
-    shared: list[_SharedPlan] = []
+    classes: list[_SharedPlan] = []  # the first configuration of each normalised form
+    per_config: list[_SharedPlan] = []
     n_computed = 0
+
+    def finish(entry: _SharedPlan) -> None:
+        fps = entry.fold_plans
+        entry.sensitivity = _sensitivity(fps, n, d, clip)
+        entry.paper_sensitivity = paper_sse_sensitivity([fp.C for fp in fps], d, error_clip)
+
+    # Two queues: the first configuration of each normalised form, and (share_plans=False
+    # only) the others.  The first queue then holds the same matrices in the same order with
+    # or without sharing, so a shared plan is bitwise its recomputation (a batched solve is
+    # not independent of the other problems in its batch at the last bit).
+    seen: dict[bytes, list[tuple[NDArray[np.float64], CvFold]]] = {}
+    first_queue = _NoiseQueue(
+        folds, trains, unit_scale or 0.0, rank_tol, noise_solver, finish, seen
+    )
+    queues = {
+        True: first_queue,
+        False: _NoiseQueue(
+            folds, trains, unit_scale or 0.0, rank_tol, noise_solver, finish, seen, first_queue
+        ),
+    }
     with progress_bar(len(configs), "Selection: planning", enabled=progressbar) as bar:
-        for t, cfg in enumerate(configs):
+        for cfg in configs:
             public = gpr.public_gp(cfg)
             # once per configuration (folds take blocks of it); the one validation pass over K
             K = check_square_symmetric(public.kernel(X), "K")
@@ -328,22 +391,34 @@ def plan_cv_sse(
             if not scale > 0.0:
                 raise ValueError("the kernel matrix of a configuration is zero.")
             Kn, ratio = K / scale, public.noise_var / scale
-            entry = next(
-                (e for e in shared if share_plans and _same_normalised_form(e, Kn, ratio)), None
-            )
-            if entry is None:
-                fps = _fold_plans(
-                    K, public.noise_var, folds, trains, unit_scale, rank_tol, noise_solver
-                )
-                s_t = _sensitivity(fps, n, d, clip)
-                p_t = paper_sse_sensitivity([fp.C for fp in fps], d, error_clip)
-                entry = _SharedPlan(Kn, ratio, fps, s_t, p_t)
-                n_computed += 1
-                if share_plans:
-                    shared.append(entry)
-            fps, sens[t], paper[t] = entry.fold_plans, entry.sensitivity, entry.paper_sensitivity
-            plans.append(fps)
+            cls = next((e for e in classes if _same_normalised_form(e, Kn, ratio)), None)
+            if share_plans and cls is not None:
+                per_config.append(cls)
+                bar.advance()
+                continue
+            entry = _SharedPlan(Kn, ratio)
+            if cls is None:
+                classes.append(entry)
+            Cs = [
+                _fold_cloaking_matrix(K, public.noise_var, te, tr)
+                for te, tr in zip(folds, trains, strict=True)
+            ]
+            n_computed += 1
+            if unit_scale is None:
+                entry.fold_plans = [
+                    CvFold(te, tr, C, np.zeros(te.size))
+                    for te, tr, C in zip(folds, trains, Cs, strict=True)
+                ]
+                finish(entry)
+            else:
+                queues[cls is None].add(entry, Cs)
+            per_config.append(entry)
             bar.advance()
+    queues[True].flush()
+    queues[False].flush()
+    for t, entry in enumerate(per_config):
+        plans.append(entry.fold_plans)
+        sens[t], paper[t] = entry.sensitivity, entry.paper_sensitivity
     kept = np.ones(len(configs), dtype=bool)
     if max_sensitivity is not None:
         kept = sens <= check_positive(max_sensitivity, "max_sensitivity")

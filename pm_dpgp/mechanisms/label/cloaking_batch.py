@@ -50,6 +50,7 @@ from pm_dpgp.mechanisms.label.cloaking import (
     _MAX_NEWTON_STEPS,
     _SKETCH_START,
     NoiseCovariance,
+    _active_set_newton,
     _assemble,
     _check_max_iter,
     _check_positive,
@@ -69,6 +70,8 @@ FloatArray = NDArray[np.float64]
 _MAX_ROUNDS = 12
 #: Violators entering the free set together with the serial method's entering weight.
 _CAND = 4
+#: Unfinished problems at or below this count leave the lockstep for the serial Newton method.
+_SERIAL_TAIL = 4
 #: KKT residual at which a Newton round stops (``cloaking._active_set_newton``'s value).
 _KKT_TOL = 1e-13
 
@@ -308,6 +311,16 @@ def _active_set_newton_batch(
     running = pt.ok & (pt.residual > _KKT_TOL) & (steps < max_steps)
     while running.any():
         R = np.flatnonzero(running)
+        if R.size <= _SERIAL_TAIL:
+            # the last few problems: a lockstep pass costs more Python overhead than a
+            # serial step, so they finish with the serial method from where they are
+            for r in R:
+                k = Bs.shape[1] - int(pad[r].sum())
+                lam[r], more = _active_set_newton(
+                    np.ascontiguousarray(Bs[r, :k]), lam[r], int(max_steps[r] - steps[r])
+                )
+                steps[r] += more
+            break
         lamR, cur = lam[R], pt.take(R)
         steps[R] += 1
         ar = np.arange(R.size)
