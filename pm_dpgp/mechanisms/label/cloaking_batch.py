@@ -39,6 +39,7 @@ sensitivity is computed from the returned ``M`` (``max_mahalanobis``), whatever 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -102,11 +103,80 @@ def solve_noise_covariances(
             raise ValueError("C is zero or not finite: there is nothing to cloak.")
     Bts = [np.ascontiguousarray(red.white[:, red.reps].T) for red in reds]
     designs = _solve_designs(Bts, tol, max_iter)
+    out: list[NoiseCovariance | None] = [None] * len(mats)
+    for group in _rank_groups([red.sing.size for red in reds]):
+        members = []
+        for i in group:
+            u_reps, iterations, converged = designs[i]
+            weights = np.zeros(mats[i].shape[1])
+            weights[reds[i].reps] = u_reps
+            members.append((reds[i], weights, iterations, converged))
+        for i, nc in zip(group, _assemble_group(members, tol), strict=True):
+            out[i] = nc
+    return out  # type: ignore[return-value]
+
+
+def _assemble_group(
+    members: list[tuple[_Reduced, FloatArray, int, bool]], tol: float
+) -> list[NoiseCovariance]:
+    """``cloaking._assemble`` for problems of ranks ``k ≤ K``, stacked (``A ⊕ I`` padding).
+
+    Per problem, with ``u = weights / Σ weights`` and ``γ = max_i g_i(u)`` over every column
+    (recomputed from scratch): ``chol(M_k) = S_k · sqrt(γ) L`` with ``L = chol(A_b(u))``,
+    ``max_mahalanobis = max_i ‖chol(M_k)⁻¹ a_i‖²`` on the projected columns, ``λ = γ u``,
+    ``gap_bound = max(0, k log(γ / k))`` and ``converged`` also requires ``γ / k − 1 ≤ tol``.
+    A problem whose ``A_b(u)`` is not positive definite takes ``cloaking._assemble`` (which
+    raises, as the serial solver would).
+    """
+    q = len(members)
+    kk = np.array([red.sing.size for red, *_ in members])
+    K = int(kk.max())
+    n_max = max(red.proj.shape[1] for red, *_ in members)
+    white = np.zeros((q, K, n_max))
+    proj = np.zeros((q, K, n_max))
+    sing = np.ones((q, K))
+    u = np.zeros((q, n_max))
+    for p, (red, weights, _, _) in enumerate(members):
+        k, n = red.proj.shape
+        white[p, :k, :n], proj[p, :k, :n], sing[p, :k] = red.white, red.proj, red.sing
+        u[p, :n] = weights / np.sum(weights)
+    pad = (np.arange(K)[None, :] >= kk[:, None]).astype(np.float64)
+    A = (white * u[:, None, :]) @ white.transpose(0, 2, 1)
+    np.einsum("qii->qi", A)[:] += pad
+    L, ok = _batch_cholesky(A)
+    W = _lower_solve(L, white)
+    gamma = np.einsum("qkn,qkn->qn", W, W).max(axis=1)
+    chol = sing[:, :, None] * (np.sqrt(gamma)[:, None, None] * L)
+    W = _lower_solve(chol, proj)
+    max_mahalanobis = np.einsum("qkn,qkn->qn", W, W).max(axis=1)
     out = []
-    for C, red, (u_reps, iterations, converged) in zip(mats, reds, designs, strict=True):
-        weights = np.zeros(C.shape[1])
-        weights[red.reps] = u_reps
-        out.append(_assemble(red, weights, iterations, converged, tol=tol))
+    for p, (red, weights, iterations, converged) in enumerate(members):
+        if not ok[p]:
+            out.append(_assemble(red, weights, iterations, converged, tol=tol))
+            continue
+        k = int(kk[p])
+        chol_k = np.array(chol[p, :k, :k])
+        M_k = chol_k @ chol_k.T
+        arrays = {
+            "basis": red.basis,
+            "projected": red.proj,
+            "M_k": 0.5 * (M_k + M_k.T),
+            "chol_k": chol_k,
+            "lam": gamma[p] * (weights / np.sum(weights)),
+        }
+        for arr in arrays.values():
+            arr.setflags(write=False)
+        out.append(
+            NoiseCovariance(
+                **arrays,
+                max_mahalanobis=float(max_mahalanobis[p]),
+                rank=k,
+                rank_tol=red.rank_tol,
+                gap_bound=max(0.0, k * math.log(gamma[p] / k)),
+                iterations=int(iterations),
+                converged=bool(converged and gamma[p] / k - 1.0 <= tol),
+            )
+        )
     return out
 
 
