@@ -15,19 +15,23 @@ with the same algorithm, stacked over a leading batch axis (NumPy's batched ``sv
    representatives are computed with the serial code's own operations, so the reduced problem
    is **bitwise** that of ``solve_noise_covariance`` (tested).  Larger matrices use the
    serial ``_reduce``.
-2. **Design** (``_solve_group``): problems of equal rank ``k`` run the active-set Newton
-   method of ``cloaking._active_set_newton`` on the dual
+2. **Design** (``_solve_group``): problems whose ranks lie within a factor 1.5 (a rank
+   ``k < K`` padded as ``A(λ) ⊕ I``, which has the same ``log det``, gains and Newton steps)
+   run the active-set Newton method of ``cloaking._active_set_newton`` on the dual
    ``φ(λ) = log det Σ λ_i b_i b_iᵀ − Σ λ_i`` in lockstep (one Newton step of every unfinished
-   problem per pass; backtracking only for those whose step was rejected), in rounds over the
-   support plus the ``4k`` worst Kiefer–Wolfowitz violators, exactly as
-   ``cloaking._solve_design`` does after its Frank–Wolfe phase.  It starts from the same
-   pivoted-QR design (Kumar & Yildirim 2005) without Frank–Wolfe steps: Newton with the
-   Armijo backtracking and the ratio test increases the concave ``φ`` at every accepted step.
-   A problem whose Newton round does not increase ``log det A(u)``, or that is not certified
-   after ``_MAX_ROUNDS`` rounds, is handed to the serial ``_solve_design`` (whose Frank–Wolfe
-   phase always converges), so every problem ends with the serial solver's guarantee.
-3. **Certificate** (``cloaking._assemble``): unchanged, per problem: ``M_k`` is scaled to be
-   feasible from a fresh computation of every ``g_i`` and ``gap_bound = k log(max g / k)``.
+   problem per pass; backtracking only for those whose step was rejected; the last
+   ``_SERIAL_TAIL`` problems finish with the serial method), in rounds over the support plus
+   the ``4k`` worst Kiefer–Wolfowitz violators, as ``cloaking._solve_design`` does after its
+   Frank–Wolfe phase.  It starts from the same pivoted-QR design (Kumar & Yildirim 2005)
+   without Frank–Wolfe steps: Newton with the Armijo backtracking and the ratio test
+   increases the concave ``φ`` at every accepted step.  A problem whose Newton round does not
+   increase ``log det A(u)``, or that is not certified after ``_MAX_ROUNDS`` rounds, is handed
+   to the serial ``_solve_design`` (whose Frank–Wolfe phase always converges), so every
+   problem ends with the serial solver's guarantee.
+3. **Certificate** (``_assemble_group``): the formulas of ``cloaking._assemble``, stacked:
+   ``M_k`` is scaled to be feasible from a fresh computation of every ``g_i`` over all
+   columns, ``max_mahalanobis`` is recomputed on the projected columns and
+   ``gap_bound = k log(max g / k)``.
 
 The optimum ``M`` is unique (the minimum-volume enclosing ellipsoid of ``±c_i``; John 1948,
 Todd 2016, Thm. 2.1), both solvers certify the relative Kiefer–Wolfowitz gap ``≤ tol`` and both
