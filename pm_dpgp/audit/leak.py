@@ -240,7 +240,7 @@ def _scan_bytes(raw: bytes, private: _Private, float_storage: list[tuple[int, in
             width = 4
             inside = np.array([covered[o : o + width].all() for o in offs], dtype=bool)
             which = which[~inside]
-        found = np.isin(patterns, which)
+        found = np.isin(patterns, which) & np.isfinite(source)  # beyond float32: no pattern
         label = f"netCDF bytes ({dtype})" + ("" if dtype[-1] == "8" else ", outside float data")
         findings += [LeakFinding(label, float(v)) for v in private.values[found]]
     tokens = set(re.findall(rb"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?", raw))
