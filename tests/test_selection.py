@@ -6,7 +6,6 @@ Smith, Álvarez & Lawrence (2021) §5, Algorithm 1, eq. (12)–(14), §5.1; docs
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import pickle
 
@@ -46,6 +45,7 @@ from pm_dpgp.selection import (
     select_by_cross_validated_sse,
 )
 from pm_dpgp.selection import smith as smith_module
+from tests.private_checks import assert_no_private_number
 
 BOUNDS = (-2.0, 2.0)
 
@@ -376,29 +376,13 @@ def test_dropping_configurations_uses_public_sensitivities_only():
     assert np.all(res.owner_report()["probabilities"][~kept] == 0.0)
 
 
-def _numbers(obj):
-    if isinstance(obj, dict):
-        return [x for v in obj.values() for x in _numbers(v)]
-    if isinstance(obj, list | tuple):
-        return [x for v in obj for x in _numbers(v)]
-    if isinstance(obj, float | int) and not isinstance(obj, bool):
-        return [float(obj)]
-    return []
-
-
 def test_nothing_private_in_serialised_result():
     gpr = _model()
     res = _select(gpr, Ledger(2.0))
     owner = res.owner_report()
     private = np.concatenate([gpr.y, owner["utilities"], owner["probabilities"]])
     private = private[np.isfinite(private) & (private != 0.0)]
-    meta = res.to_metadata()
-    nums = np.array(_numbers(json.loads(json.dumps(meta))))
-    for v in private:
-        assert not np.any(np.isclose(nums, v, rtol=1e-9, atol=0.0)), v
-    blob = pickle.dumps(res)
-    for v in private:
-        assert np.array(v, dtype="<f8").tobytes() not in blob
+    blob = assert_no_private_number(res, private)
     copy = pickle.loads(blob)
     assert copy.hyperparameters == res.hyperparameters
     with pytest.raises(ValueError):
