@@ -204,3 +204,35 @@ def test_max_iter_caps_the_interior_point(ip_calls: list[int]) -> None:
     assert not res.converged
     assert res.iterations <= 3
     assert res.max_mahalanobis == pytest.approx(1.0, abs=1e-9)
+
+
+def test_same_seed_same_release_through_either_design_solver(
+    monkeypatch: pytest.MonkeyPatch, ip_calls: list[int]
+) -> None:
+    """A 2-D cloaked release with ``k ≥ _IP_MIN_RANK``: same seed, same release up to the
+    conditioning of the retained subspace (as in test_cloaking_scale), whichever solver."""
+    import pymc as pm
+
+    from pm_dpgp.mechanisms import cloaked_release
+    from pm_dpgp.models import gp_regression
+    from tests.tolerances import cond_rtol
+
+    rng = np.random.default_rng(0)
+    X = rng.uniform(0.0, 5.0, (300, 2))
+    y = np.clip(np.sin(X).sum(axis=1) + 0.3 * rng.standard_normal(300), -2.0, 2.0)
+    model = gp_regression(X, y, pm.gp.cov.ExpQuad(2, ls=1.0), noise_sd=0.3, mean=0.0)
+    g = np.linspace(0.0, 5.0, 14)
+    X_star = np.stack([a.ravel() for a in np.meshgrid(g, g, indexing="ij")], axis=1)
+    kw = dict(epsilon=1.0, delta=1e-3, y_bounds=(-2.0, 2.0), bounds_are_public=True, n_draws=3)
+    fast = cloaked_release(model, X_star, rng=np.random.default_rng(11), **kw)
+    assert fast.metadata["noise_rank"] >= cl._IP_MIN_RANK
+    assert ip_calls == [fast.metadata["noise_rank"]]
+    with monkeypatch.context() as patch:
+        patch.setattr(cl, "_IP_MIN_RANK", 10**9)
+        ref = cloaked_release(model, X_star, rng=np.random.default_rng(11), **kw)
+    assert len(ip_calls) == 1
+    tol = cond_rtol(1.0 / fast.metadata["rank_tol"], X_star.shape[0])
+    assert_normwise_close(fast.draws, ref.draws, tol, "draws")
+    assert fast.metadata["l2_sensitivity"] == pytest.approx(ref.metadata["l2_sensitivity"], rel=tol)
+    with pytest.raises(AssertionError):  # not vacuous
+        assert_normwise_close(fast.draws * (1.0 + 10.0 * tol), ref.draws, tol)
