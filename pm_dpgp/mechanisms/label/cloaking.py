@@ -108,6 +108,8 @@ _IP_ADD = 1.5
 _IP_BAND = 3e-4
 #: Interior-point stopping tolerance (duality measure and dual residual) and step caps.
 _IP_TOL = 1e-10
+#: Looser interior-point tolerance of the rounds before the set is final (no violators).
+_IP_ROUND_TOL = 1e-5
 #: Duality measure above which the interior-point Newton system is factorised in float32.
 _IP_SINGLE = 1e-6
 _IP_MAX_STEPS = 100
@@ -799,7 +801,7 @@ def _ip_direction(
 
 
 def _interior_point(
-    Bs: FloatArray, lam: FloatArray, z: FloatArray, max_steps: int
+    Bs: FloatArray, lam: FloatArray, z: FloatArray, max_steps: int, tol: float = _IP_TOL
 ) -> tuple[FloatArray, FloatArray, int, bool]:
     """Primal–dual interior-point method for the dual ``max φ(λ)`` over ``λ ≥ 0`` on ``Bs``.
 
@@ -836,7 +838,7 @@ def _interior_point(
         r_d = np.einsum("ij,ij->j", W, W)
         r_d += z - 1.0
         mu = float(lam @ z) / s
-        if mu < _IP_TOL and float(np.abs(r_d).max()) < _IP_TOL:
+        if mu < tol and float(np.abs(r_d).max()) < tol:
             return lam, z, step, True
         if step == max_steps:
             break
@@ -882,14 +884,18 @@ def _interior_point_design(Bt: FloatArray, max_steps: int) -> tuple[FloatArray |
     S = np.union1d(np.flatnonzero(_initial_design(Bt)), first)
     lam = np.maximum(k * u[S], 1e-3 * k / S.size)
     steps = 0
+    restart, final = True, False
     for _ in range(_IP_MAX_ROUNDS):
         Bs = np.ascontiguousarray(Bt[S].T)
-        L = _cholesky(sla.blas.dsyrk(1.0, Bs * np.sqrt(lam), lower=1))
-        if L is None:
-            return None, steps
-        W = _lower_solve(L, Bs)
-        z = np.maximum(1.0 - np.einsum("ij,ij->j", W, W), 0.0) + 0.1
-        lam, z, taken, ok = _interior_point(Bs, lam, z, min(_IP_MAX_STEPS, max_steps - steps))
+        if restart:
+            L = _cholesky(sla.blas.dsyrk(1.0, Bs * np.sqrt(lam), lower=1))
+            if L is None:
+                return None, steps
+            W = _lower_solve(L, Bs)
+            z = np.maximum(1.0 - np.einsum("ij,ij->j", W, W), 0.0) + 0.1
+        lam, z, taken, ok = _interior_point(
+            Bs, lam, z, min(_IP_MAX_STEPS, max_steps - steps), _IP_TOL if final else _IP_ROUND_TOL
+        )
         steps += taken
         if not ok:
             return None, steps
@@ -903,7 +909,10 @@ def _interior_point_design(Bt: FloatArray, max_steps: int) -> tuple[FloatArray |
         outside[S] = False
         viol = np.flatnonzero(outside & (g_all > 1.0 + _IP_TOL))
         if viol.size == 0:
-            break
+            if final:
+                break
+            restart, final = False, True  # same set: continue to the tight tolerance
+            continue
         if viol.size > _IP_ADD * k:
             viol = viol[np.argsort(-g_all[viol], kind="stable")[: int(_IP_ADD * k)]]
         kept = (lam > z) | (g_all[S] > 1.0 - _IP_BAND)
@@ -913,19 +922,19 @@ def _interior_point_design(Bt: FloatArray, max_steps: int) -> tuple[FloatArray |
         weights[viol] = floor
         S = np.union1d(S[kept], viol)
         lam = weights[S]
+        restart, final = True, False
     else:
         return None, steps
     u = np.zeros(n)
     u[S] = lam / lam.sum()
     polish_steps = min(_MAX_NEWTON_STEPS, max_steps - steps)
-    if polish_steps <= 0:
-        return u, steps
-    polished, newton = _active_set_newton(
-        np.ascontiguousarray(Bt[S].T), np.where(lam > z, lam, 0.0), polish_steps
-    )
-    if newton > 0:  # 0: the support's A(λ) was singular, keep the interior point
-        u[:] = 0.0
-        u[S] = polished / polished.sum()
+    support = np.where(lam > z, lam, 0.0)
+    Bs = np.ascontiguousarray(Bt[S].T)
+    if polish_steps <= 0 or _cholesky((Bs * support) @ Bs.T) is None:
+        return u, steps  # keep the interior point (its support's A(λ) is singular)
+    polished, newton = _active_set_newton(Bs, support, polish_steps)
+    u[:] = 0.0
+    u[S] = polished / polished.sum()
     return u, steps + newton
 
 
