@@ -44,8 +44,8 @@ weights of a candidate set moving at once; ``_interior_point``) in rounds on can
 that gain the violators of the previous round's optimum (``_interior_point_design``), then
 polished by a few active-set Newton steps from its support; steps 1–3 follow only if that
 leaves a gap (or as the fallback if the interior point fails).  ``n = 3,000``, ``m = 5,041``,
-2-D (``k = 313``): the design solve went from 25–36 s to ~5–6 s CPU, with the same support
-and ``A(u)`` equal to ``1.5e-15`` relative.
+2-D (``k = 313``): the design solve went from 25–36 s to ~3.5–4 s CPU, with the same support
+and ``A(u)`` equal to ``≤ 2.1e-15`` relative.
 
 Numbers (shared 2-core machine, one BLAS thread; ``benchmarks/bench_cloaking.py``): !Kung
 (``C`` 200 × 287, ``k = 14``) in ~5 ms CPU against ~0.5 s for the papers' gradient ascent,
