@@ -78,7 +78,10 @@ def release(X, y, X_star, seed: int = 1, model=None):
         )
 
 
-def run(n: int, m: int, d: int, repeats: int, target: tuple[float, float] | None = None) -> None:
+def run(
+    n: int, m: int, d: int, repeats: int, target: tuple[float, float] | None = None
+) -> dict[str, float]:
+    """Print one line (release / Cholesky ratio, peak memory, rank) and return the figures."""
     X, y, X_star = problem(n, m, d)
     m = X_star.shape[0]
     release(X[:50], y[:50], X_star[:20])  # compile the kernel once (as in a session)
@@ -103,6 +106,16 @@ def run(n: int, m: int, d: int, repeats: int, target: tuple[float, float] | None
         line += f" | target <= {target[0]}x {'OK' if ok_t else 'MISSED'}"
         line += f", <= {target[1]} n^2 {'OK' if ok_m else 'MISSED'}"
     print(line, flush=True)
+    return {
+        "n": n,
+        "m": m,
+        "d": d,
+        "cholesky": t_chol,
+        "release": t_rel,
+        "ratio": t_rel / t_chol,
+        "peak_n2": peak / n2,
+        "rank": float(rel.metadata.get("noise_rank")),
+    }
 
 
 def main() -> None:

@@ -56,7 +56,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--k", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=2)
-    args = parser.parse_args()
+    run(parser.parse_args())
+
+
+def run(args: argparse.Namespace) -> dict[str, float]:
+    """Time and trace the release and the lazy rounds; print and return the ratios."""
     n, m = args.n, args.m
     rng = np.random.default_rng(0)
     X = rng.uniform(0, 10, (n, 1))
@@ -114,6 +118,15 @@ def main() -> None:
     print(f"  peak memory, release                    : {peak_release / n2:6.2f} n^2 doubles")
     print(f"  peak memory, lazy rounds                : {peak_rounds / n2:6.2f} n^2 doubles")
     print(f"  held after the rounds (release object)  : {held / n2:6.2f} n^2 doubles")
+    return {
+        "cholesky": t_chol,
+        "release_ratio": t_rel / t_chol,
+        "round_ratio_max": max(t_rounds) / t_chol,
+        "rounds_ratio_total": sum(t_rounds) / t_chol,
+        "peak_release_n2": peak_release / n2,
+        "peak_rounds_n2": peak_rounds / n2,
+        "held_n2": held / n2,
+    }
 
 
 if __name__ == "__main__":

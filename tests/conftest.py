@@ -35,6 +35,16 @@ def kung_ages() -> np.ndarray:
     return np.linspace(0.0, 110.0, 200)
 
 
+@pytest.fixture(scope="module")
+def small_gp():
+    """Exact GP regression on 30 points of ``sin(x)`` in ``[0, 6]``, outputs in ``[-1.9, 1.9]``
+    (the releases of ``tests/releases.py`` are made from it)."""
+    rng = np.random.default_rng(0)
+    X = np.sort(rng.uniform(0, 6, 30))
+    y = np.clip(np.sin(X) + 0.3 * rng.standard_normal(30), -1.9, 1.9)
+    return gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=1.5), noise_sd=0.3, mean=0.0)
+
+
 def small_model(seed: int, n: int = 12, ls: float = 1.5, scale: float = 1.0, noise: float = 0.3):
     """A small 1-D GP regression with outputs inside the public range [-2, 2]."""
     rng = np.random.default_rng(seed)

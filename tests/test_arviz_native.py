@@ -17,11 +17,10 @@ import pymc as pm
 import pytest
 
 from pm_dpgp import compat
-from pm_dpgp.accounting import Ledger
 from pm_dpgp.mechanisms import cloaked_release
 from pm_dpgp.workflow import dp_ppc, dp_summary, dp_thompson_sampling, plot_dp_release
-from tests import arviz_stack
-from tests.test_compat import _dirichlet, _label_release, _noise_aware, _sample_path
+from tests import arviz_stack, releases
+from tests.releases import label_release, objective, sample_path, thompson_kwargs
 
 matplotlib.use("Agg")
 
@@ -31,49 +30,36 @@ X_NA = np.linspace(-3, 3, 11)
 
 
 @pytest.fixture(scope="module")
-def small():
-    from pm_dpgp.models import gp_regression
-
-    rng = np.random.default_rng(0)
-    X = np.sort(rng.uniform(0, 6, 30))
-    y = np.clip(np.sin(X) + 0.3 * rng.standard_normal(30), -1.9, 1.9)
-    return gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=1.5), sigma=0.3, mean=0.0)
-
-
-@pytest.fixture(scope="module")
 def noise_aware():
-    return _noise_aware()
+    return releases.noise_aware()
 
 
 @pytest.fixture(scope="module")
 def dirichlet():
-    return _dirichlet()
+    return releases.dirichlet()
 
 
-def _idata(kind, small, noise_aware, dirichlet):
+def _on_age(rel, var, obs, **kw):
+    """``rel.to_inference_data`` with ``var`` on the user dim ``age``, the public hold-out
+    ``sin(X_STAR)`` as observed data and predictive sd 0.3: ``(idata, var, "age", AGE, True)``."""
+    idata = rel.to_inference_data(
+        dims={var: ["age"]},
+        coords={"age": AGE},
+        observed_data={"y": np.sin(X_STAR)},
+        predictive_sd=0.3,
+        **kw,
+        **obs,
+    )
+    return idata, var, "age", AGE, True
+
+
+def _idata(kind, small_gp, noise_aware, dirichlet):
     """(idata, DP variable, its user dim, the user coordinate values, has observed data)."""
     obs = {"observed_is_public": True, "rng": np.random.default_rng(11)}
     if kind in ("cloaking", "prior_noise"):
-        rel = _label_release(kind, small)
-        idata = rel.to_inference_data(
-            dims={"f_dp": ["age"]},
-            coords={"age": AGE},
-            observed_data={"y": np.sin(X_STAR)},
-            predictive_sd=0.3,
-            **obs,
-        )
-        return idata, "f_dp", "age", AGE, True
+        return _on_age(label_release(kind, small_gp), "f_dp", obs)
     if kind == "sample_path":
-        rel = _sample_path(small)
-        idata = rel.to_inference_data(
-            X_star=X_STAR[:, None],
-            dims={"f_path": ["age"]},
-            coords={"age": AGE},
-            observed_data={"y": np.sin(X_STAR)},
-            predictive_sd=0.3,
-            **obs,
-        )
-        return idata, "f_path", "age", AGE, True
+        return _on_age(sample_path(small_gp), "f_path", obs, X_star=X_STAR[:, None])
     if kind == "noise_aware":
         idata = noise_aware.to_inference_data(
             X_NA,
@@ -95,33 +81,25 @@ def _idata(kind, small, noise_aware, dirichlet):
         return idata, "p", "x", 100 * X_NA, False
     if kind == "thompson":
         res = dp_thompson_sampling(
-            lambda X: np.sin(6 * X[:, 0]),
+            objective,
             pm.gp.cov.ExpQuad(1, ls=0.2),
-            domain=(0.0, 1.0),
-            X_init=[[0.2], [0.7]],
-            n_rounds=4,
-            noise_sd=2.0,
-            y_bound=1.0,
-            ledger=Ledger(epsilon=200.0, delta=1e-5),
-            candidates=32,
-            progressbar=False,
-            rng=np.random.default_rng(8),
+            **thompson_kwargs(n_rounds=4, epsilon=200.0, noise_sd=2.0),
         )
         assert "posterior" in compat.group_names(res.idata)
         idata = res.to_inference_data(
             dims={"x_chosen": ["feature"]}, coords={"feature": ["temperature"]}
         )
         return idata, "x_chosen", "feature", np.array(["temperature"]), False
-    return _idata_issue10(kind, small, obs)
+    return _idata_issue10(kind, small_gp, obs)
 
 
-def _idata_issue10(kind, small, obs):
+def _idata_issue10(kind, small_gp, obs):
     """The release types added with issue 10 and the tree-aggregation loop (issue 11)."""
     from pm_dpgp.mechanisms import binned_release, classification_release, make_bins
     from pm_dpgp.models import fitc_gp_regression, gp_classification
     from pm_dpgp.workflow import dp_thompson_sampling_tree
 
-    X, y = small.X, small.y
+    X, y = small_gp.X, small_gp.y
     cov = pm.gp.cov.ExpQuad(1, ls=1.5)
     kw = {"epsilon": 1.0, "delta": 1e-3, "n_draws": 3, "rng": np.random.default_rng(5)}
     if kind == "fitc":
@@ -129,14 +107,7 @@ def _idata_issue10(kind, small, obs):
         rel = cloaked_release(
             fitc_gp_regression(X, y, cov, noise_sd=0.3, Z=Z), X_STAR, y_bounds=(-2.0, 2.0), **kw
         )
-        idata = rel.to_inference_data(
-            dims={"f_dp": ["age"]},
-            coords={"age": AGE},
-            observed_data={"y": np.sin(X_STAR)},
-            predictive_sd=0.3,
-            **obs,
-        )
-        return idata, "f_dp", "age", AGE, True
+        return _on_age(rel, "f_dp", obs)
     if kind == "classification":
         rel = classification_release(gp_classification(X, (y > 0).astype(float), cov), X_STAR, **kw)
         return rel.to_inference_data(dims={"f_dp": ["age"]}, coords={"age": AGE}), *(
@@ -161,18 +132,10 @@ def _idata_issue10(kind, small, obs):
         return idata, "bin_mean_dp", "age", centres, False
     if kind == "tree":
         res = dp_thompson_sampling_tree(
-            lambda Xq: np.sin(6 * Xq[:, 0]),
+            objective,
             pm.gp.cov.ExpQuad(1, ls=0.2),
-            domain=(0.0, 1.0),
-            X_init=[[0.2], [0.7]],
-            n_rounds=4,
-            noise_sd=0.05,
             inducing=5,
-            y_bounds=(-1.0, 1.0),
-            ledger=Ledger(epsilon=200.0, delta=1e-5),
-            candidates=32,
-            progressbar=False,
-            rng=np.random.default_rng(8),
+            **thompson_kwargs(n_rounds=4, epsilon=200.0, noise_sd=0.05),
         )
         idata = res.to_inference_data(
             dims={"x_chosen": ["feature"]}, coords={"feature": ["temperature"]}
@@ -196,10 +159,10 @@ KINDS = [
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_arviz_calls_on_every_release(kind, small, noise_aware, dirichlet) -> None:
+def test_arviz_calls_on_every_release(kind, small_gp, noise_aware, dirichlet) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # PrivacyWarnings of the tiny test releases
-        idata, var, dim, values, observed = _idata(kind, small, noise_aware, dirichlet)
+        idata, var, dim, values, observed = _idata(kind, small_gp, noise_aware, dirichlet)
     post = compat.get_group(idata, "posterior")
     da = post[var]
     assert da.dims[:2] == ("chain", "draw") and dim in da.dims
@@ -234,15 +197,15 @@ def test_arviz_calls_on_every_release(kind, small, noise_aware, dirichlet) -> No
     matplotlib.pyplot.close("all")
 
 
-def test_spread_is_described_per_mechanism(small, noise_aware) -> None:
-    cloak = dp_summary(_label_release("cloaking", small))
+def test_spread_is_described_per_mechanism(small_gp, noise_aware) -> None:
+    cloak = dp_summary(label_release("cloaking", small_gp))
     assert cloak.attrs["spread"].startswith("DP noise") and "NOT posterior" in cloak.attrs["spread"]
     na = dp_summary(noise_aware.to_inference_data(X_NA, n_draws=20))
     assert "q(f)" in na.attrs["spread"]
 
 
-def test_label_release_keeps_the_legacy_copy_and_adds_predictive(small) -> None:
-    rel = _label_release("cloaking", small)
+def test_label_release_keeps_the_legacy_copy_and_adds_predictive(small_gp) -> None:
+    rel = label_release("cloaking", small_gp)
     idata = rel.to_inference_data(
         observed_data={"y": np.sin(X_STAR)},
         observed_is_public=True,
@@ -263,8 +226,8 @@ def test_label_release_keeps_the_legacy_copy_and_adds_predictive(small) -> None:
     assert "observed_data" not in compat.group_names(plain)
 
 
-def test_bad_observed_dims_and_coords_are_refused(small) -> None:
-    rel = _label_release("cloaking", small)
+def test_bad_observed_dims_and_coords_are_refused(small_gp) -> None:
+    rel = label_release("cloaking", small_gp)
     y = np.sin(X_STAR)
     with pytest.raises(ValueError, match="observed_is_public=True"):
         rel.to_inference_data(observed_data={"y": y}, predictive_sd=0.3)
@@ -330,14 +293,14 @@ def _prob(p):
 
 # ------------------------------------------------------------------- dp_ppc and plots
 @pytest.mark.parametrize("kind", ["cloaking", "sample_path", "noise_aware", "dirichlet"])
-def test_dp_ppc_and_plot_accept_every_release(kind, small, noise_aware, dirichlet) -> None:
+def test_dp_ppc_and_plot_accept_every_release(kind, small_gp, noise_aware, dirichlet) -> None:
     rng = np.random.default_rng(21)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if kind == "cloaking":
-            rel, X_h = _label_release(kind, small), X_STAR[::3]
+            rel, X_h = label_release(kind, small_gp), X_STAR[::3]
         elif kind == "sample_path":
-            rel, X_h = _sample_path(small), np.linspace(0.1, 5.9, 9)
+            rel, X_h = sample_path(small_gp), np.linspace(0.1, 5.9, 9)
         else:
             rel, X_h = (noise_aware if kind == "noise_aware" else dirichlet), X_NA
     if kind == "dirichlet":
@@ -368,8 +331,8 @@ def test_dp_ppc_and_plot_accept_every_release(kind, small, noise_aware, dirichle
     matplotlib.pyplot.close("all")
 
 
-def test_dp_ppc_noise_aware_needs_no_noise_sd_but_label_does(small) -> None:
-    rel = _label_release("cloaking", small)
+def test_dp_ppc_noise_aware_needs_no_noise_sd_but_label_does(small_gp) -> None:
+    rel = label_release("cloaking", small_gp)
     with pytest.raises(ValueError, match="noise_sd"):
         dp_ppc(rel, X_STAR, np.sin(X_STAR), training=None)
 

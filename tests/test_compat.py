@@ -7,7 +7,6 @@ Runs on whichever stack is installed (CI runs it on both: Python 3.11 + PyMC 5 +
 from __future__ import annotations
 
 import json
-import warnings
 
 import arviz as az
 import matplotlib
@@ -17,17 +16,16 @@ import pytest
 import xarray as xr
 
 from pm_dpgp import compat
-from pm_dpgp.accounting import Ledger
-from pm_dpgp.mechanisms import (
-    cloaked_release,
-    dirichlet_release,
-    noise_aware_release,
-    prior_noise_release,
-    sample_path_release,
-)
-from pm_dpgp.models import gp_regression, grid_inducing_points, sparse_gp_regression
 from pm_dpgp.workflow import dp_ppc, dp_thompson_sampling
 from tests import arviz_stack
+from tests.releases import (
+    dirichlet,
+    label_release,
+    noise_aware,
+    objective,
+    sample_path,
+    thompson_kwargs,
+)
 
 matplotlib.use("Agg")
 
@@ -41,83 +39,20 @@ def test_stack_is_reported_and_consistent() -> None:
     assert compat.USES_DATATREE == (int(az.__version__.split(".")[0]) >= 1)
 
 
-@pytest.fixture(scope="module")
-def small():
-    rng = np.random.default_rng(0)
-    X = np.sort(rng.uniform(0, 6, 30))
-    y = np.clip(np.sin(X) + 0.3 * rng.standard_normal(30), -1.9, 1.9)
-    return gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=1.5), noise_sd=0.3, mean=0.0)
-
-
-def _label_release(kind, model):
-    fn = {"cloaking": cloaked_release, "prior_noise": prior_noise_release}[kind]
-    return fn(
-        model,
-        np.linspace(0, 6, 25),
-        epsilon=1.0,
-        delta=1e-3,
-        y_bounds=(-2.0, 2.0),
-        n_draws=2,
-        rng=np.random.default_rng(1),
-    )
-
-
-def _sample_path(model):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return sample_path_release(
-            model,
-            np.linspace(0, 6, 20),
-            n_draws=3,
-            kernel_scale=1.0,
-            y_bounds=(-2.0, 2.0),
-            delta=1e-5,
-            ledger=Ledger(),  # records the (large) cost; the cost is not under test here
-            domain=(0.0, 6.0),
-            rng=np.random.default_rng(2),
-        )
-
-
-def _noise_aware():
-    rng = np.random.default_rng(3)
-    X = rng.uniform(-3, 3, 300)
-    y = np.sin(2 * X) + 0.1 * rng.standard_normal(300)
-    Z = grid_inducing_points(-3.2, 3.2, 8)
-    pub = sparse_gp_regression(
-        None, None, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z, noise_sd=0.3
-    ).public_sparse_gp()
-    return noise_aware_release(
-        pub, (X, y), epsilon=1.0, delta=1e-4, y_bounds=(-2.0, 2.0), rng=np.random.default_rng(4)
-    )
-
-
-def _dirichlet():
-    rng = np.random.default_rng(5)
-    X = rng.uniform(-3, 3, 300)
-    lab = (X > -1).astype(int) + (X > 1).astype(int)
-    Z = grid_inducing_points(-3.2, 3.2, 8)
-    pub = sparse_gp_regression(
-        None, None, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z, noise_sd=1.0
-    ).public_sparse_gp()
-    return dirichlet_release(
-        pub, (X, lab), n_classes=3, epsilon=1.0, delta=1e-4, rng=np.random.default_rng(6)
-    )
-
-
 def _results(kind, model):
     """(result object, group holding the privacy attrs, a DP variable in it)."""
     if kind in ("cloaking", "prior_noise"):
-        return _label_release(kind, model).to_inference_data(), "posterior_predictive", "f_dp"
+        return label_release(kind, model).to_inference_data(), "posterior_predictive", "f_dp"
     if kind == "sample_path":
-        return _sample_path(model).to_inference_data(), "posterior_predictive", "f_path"
+        return sample_path(model).to_inference_data(), "posterior_predictive", "f_path"
     if kind == "noise_aware":
-        rel = _noise_aware()
+        rel = noise_aware()
         return rel.to_inference_data(np.linspace(-3, 3, 11), n_draws=50), "posterior", "f"
     if kind == "dirichlet":
-        rel = _dirichlet()
+        rel = dirichlet()
         return rel.to_inference_data(np.linspace(-3, 3, 11), n_draws=50), "posterior", "p"
     if kind == "dp_ppc":
-        rel = _label_release("cloaking", model)
+        rel = label_release("cloaking", model)
         X_hold = np.linspace(0.1, 5.9, 12)
         y_hold = np.sin(X_hold)
         idata = dp_ppc(
@@ -132,17 +67,9 @@ def _results(kind, model):
         return idata, "posterior", "f"
     if kind == "thompson":
         res = dp_thompson_sampling(
-            lambda X: np.sin(6 * X[:, 0]),
+            objective,
             pm.gp.cov.ExpQuad(1, ls=0.2),
-            domain=(0.0, 1.0),
-            X_init=[[0.2], [0.7]],
-            n_rounds=2,
-            noise_sd=2.0,
-            y_bounds=(-1.0, 1.0),
-            ledger=Ledger(epsilon=100.0, delta=1e-5),
-            candidates=32,
-            progressbar=False,
-            rng=np.random.default_rng(8),
+            **thompson_kwargs(n_rounds=2, epsilon=100.0, noise_sd=2.0),
         )
         return res.idata, "thompson", "x_chosen"
     raise AssertionError(kind)
@@ -152,8 +79,8 @@ KINDS = ["cloaking", "prior_noise", "sample_path", "noise_aware", "dirichlet", "
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_native_object_and_netcdf_round_trip(kind, small, tmp_path) -> None:
-    idata, group, var = _results(kind, small)
+def test_native_object_and_netcdf_round_trip(kind, small_gp, tmp_path) -> None:
+    idata, group, var = _results(kind, small_gp)
     assert isinstance(idata, NATIVE), type(idata)
     assert group in compat.group_names(idata)
     ds = compat.get_group(idata, group)
@@ -181,8 +108,8 @@ def test_native_object_and_netcdf_round_trip(kind, small, tmp_path) -> None:
 
 
 @pytest.mark.parametrize("kind", ["cloaking", "prior_noise", "sample_path", "dp_ppc"])
-def test_arviz_summary_and_plots_work(kind, small) -> None:
-    idata, group, var = _results(kind, small)
+def test_arviz_summary_and_plots_work(kind, small_gp) -> None:
+    idata, group, var = _results(kind, small_gp)
     if kind == "dp_ppc":
         assert arviz_stack.summary(idata, var_names=["f"], kind="stats").shape[0] == 12
         arviz_stack.plot_ppc(idata, num_samples=20)
@@ -195,8 +122,8 @@ def test_arviz_summary_and_plots_work(kind, small) -> None:
     matplotlib.pyplot.close("all")
 
 
-def test_add_groups_and_errors(small) -> None:
-    idata, _, _ = _results("cloaking", small)
+def test_add_groups_and_errors(small_gp) -> None:
+    idata, _, _ = _results("cloaking", small_gp)
     extra = xr.Dataset({"a": ("k", np.arange(3.0))}, attrs={"note": "public"})
     compat.add_groups(idata, {"my_group": extra})
     assert compat.get_group(idata, "my_group").attrs["note"] == "public"

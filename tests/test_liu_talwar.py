@@ -46,6 +46,7 @@ from pm_dpgp.selection import (
     stopping_pmf,
 )
 from pm_dpgp.selection.coinpress import centred_clipped_mean
+from tests.private_checks import assert_no_private_number
 
 GRID = product_grid({"ell": [0.3, 1.0, 3.0], "sigma": [0.1, 0.3]})
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -323,16 +324,6 @@ def test_prior_grid_needs_no_data():
     assert len(grid) == 9 and {"ell", "sigma"} == set(grid[0])
 
 
-def _numbers(obj):
-    if isinstance(obj, dict):
-        return [x for v in obj.values() for x in _numbers(v)]
-    if isinstance(obj, list | tuple):
-        return [x for v in obj for x in _numbers(v)]
-    if isinstance(obj, float | int) and not isinstance(obj, bool):
-        return [float(obj)]
-    return []
-
-
 def test_front_end_and_nothing_private_in_serialised_result():
     model = _sparse_model()
     res = select_hyperparameters(
@@ -346,12 +337,7 @@ def test_front_end_and_nothing_private_in_serialised_result():
     private = np.concatenate([private, np.array(others)])
     dp_score = res.public_details["dp_mean_validation_loglik"]
     private = private[np.isfinite(private) & (private != dp_score)]  # the winner's is DP output
-    nums = np.array(_numbers(json.loads(json.dumps(res.to_metadata()))))
-    for v in private:
-        assert not np.any(np.isclose(nums, v, rtol=1e-9, atol=0.0)), v
-    blob = pickle.dumps(res)
-    for v in private:
-        assert np.array(v, dtype="<f8").tobytes() not in blob
+    blob = assert_no_private_number(res, private)
     with pytest.raises(ValueError):
         pickle.loads(blob).owner_report()
     assert "n_runs" not in json.dumps(res.to_metadata())

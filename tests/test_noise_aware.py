@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import warnings
 
-import mpmath
 import numpy as np
 import pymc as pm
 import pytest
@@ -33,7 +32,13 @@ from pm_dpgp.mechanisms.full.noise_aware import (
 )
 from pm_dpgp.mechanisms.gaussian import gaussian_sigma
 from pm_dpgp.models import grid_inducing_points, sparse_gp_regression
-from tests.tolerances import EPS, assert_normwise_close, cond_rtol, condition_number, scalar_rtol
+from tests.titsias_reference import (
+    reordered_sums_rtol,
+    summation_atol,
+    titsias_eq2_exact,
+    whitened_rtol,
+)
+from tests.tolerances import EPS, assert_normwise_close, cond_rtol, scalar_rtol
 
 Z15 = grid_inducing_points(-3.5, 3.5, 15)
 RY = 2.0
@@ -73,63 +78,6 @@ def _release(pub, data, **kw):
 
 
 # --------------------------------------------------------------------------- no-noise limit
-def _whitened_rtol(K, B, scale) -> float:
-    """Tolerance for two computations of Titsias' q(u) in the whitened form.
-
-    Both go through ``K = L Lᵀ`` and ``Λ = I + s L⁻¹ B L⁻ᵀ = L_Λ L_Λᵀ``; Cholesky and
-    triangular-solve forward errors are bounded by ``c·M·κ·EPS`` for κ(K) and κ(Λ)
-    (Higham 2002, Thms 8.5, 10.4), so the normwise difference of m and S is at most
-    ``4·M·(κ(K) + κ(Λ))·EPS`` (here κ(K) ≈ 2e6, κ(Λ) ≈ 1e4: 2.8e-8).  κ(K + sB) ≈ 2e10 is
-    *not* the relevant number: the whitened form never solves with K + sB.
-    """
-    L = np.linalg.cholesky(K)
-    LiB = np.linalg.solve(L, B)
-    Lam = np.eye(len(K)) + scale * np.linalg.solve(L, LiB.T)
-    return cond_rtol(condition_number(K) + condition_number(Lam), len(K))
-
-
-def _titsias_eq2_exact(K, A, B, scale) -> tuple[np.ndarray, np.ndarray]:
-    """Literal eq. (2) — ``Σ = (K + sB)⁻¹``, ``m = s K Σ A``, ``S = K Σ K`` — in 40 digits.
-
-    mpmath (a dependency of dp-accounting) from the float64 inputs: κ(K + sB) ≈ 1e10 costs
-    10 of the 40 digits, so the result is exact to float64 precision and a comparison with it
-    sees only the float64 error of the code under test (the whitened bound above).  In
-    float64 the explicit inverse of K + sB would itself be off by up to M·κ(K + sB)·EPS ≈ 1e-4.
-    """
-    with mpmath.workdps(40):
-        Km = mpmath.matrix(np.asarray(K).tolist())
-        Sig = mpmath.inverse(Km + mpmath.mpf(scale) * mpmath.matrix(np.asarray(B).tolist()))
-        KS = Km * Sig
-        m = mpmath.mpf(scale) * KS * mpmath.matrix(np.asarray(A).tolist())
-        S = KS * Km
-        return np.array(m.tolist(), dtype=float)[:, 0], np.array(S.tolist(), dtype=float)
-
-
-def _summation_atol(n: int, abs_terms: np.ndarray) -> np.ndarray:
-    """Componentwise bound on the difference of two float sums of the same ``n`` terms.
-
-    Any order (BLAS blocking, threads, chunks, Dask's tree) has error ``≤ γ_{n−1} Σ|termᵢ|``
-    (Higham 2002, §4.2); two differ by at most twice that.  ``abs_terms`` is ``Σ|termᵢ|``.
-    """
-    return 2 * (n + 1) * EPS * abs_terms
-
-
-def _reordered_sums_rtol(K, Kzx, abs_r, a_noisy, B_noisy, scale, lam) -> float:
-    """Normwise tolerance between two releases whose statistics were summed in other orders.
-
-    The sums differ by ≤ 2γ_n‖K_ZX |r|‖ (A) and 2γ_n‖K_ZX K_XZ‖ (B, k ≥ 0) (Higham 2002,
-    §4.2): relative to ã and P = K + sB̃ + λI that is η, amplified by κ(P) (Higham Thm 7.2).
-    On top, each release's own rounding: the whitened bound for the matrices actually
-    factorised, K and Λ = I + L⁻¹(sB̃ + λI)L⁻ᵀ (:func:`_whitened_rtol`).
-    """
-    n, eye = Kzx.shape[1], np.eye(len(K))
-    P = K + scale * B_noisy + lam * eye
-    eta_A = np.linalg.norm(np.abs(Kzx) @ abs_r) / np.linalg.norm(a_noisy)
-    eta_B = scale * np.linalg.norm(Kzx @ Kzx.T) / np.linalg.norm(P)
-    eta = 2 * (n + 1) * EPS * (eta_A + eta_B)
-    return _whitened_rtol(K, B_noisy + lam / scale * eye, scale) + condition_number(P) * eta
-
-
 def _norm_rtol(n_entries: int) -> float:
     """Relative rounding of ‖v‖ (or of a bound on it) for v with ``n_entries`` computed entries.
 
@@ -144,7 +92,7 @@ def test_no_noise_equals_titsias_eq2(pub, reg) -> None:
     s = sufficient_statistics(pub.kernel, Z15, (reg.X, reg.y))
     m, S = titsias_qu(K, s.A[:, 0], s.B[0], 1 / pub.noise_var)
     q = dp_qu(K, s.A[:, 0], s.B[0], scale=1 / pub.noise_var, sigma_a=0.0, sigma_b=0.0, lam=0.0)
-    tol = _whitened_rtol(K, s.B[0], 1 / pub.noise_var)
+    tol = whitened_rtol(K, s.B[0], 1 / pub.noise_var)
     assert_normwise_close(q.m, m, tol, "m")
     assert_normwise_close(q.S, S, tol, "S")
     assert q.lam_used == 0.0
@@ -156,7 +104,7 @@ def test_titsias_comparison_fails_for_a_wrong_s(pub, reg) -> None:
     s = sufficient_statistics(pub.kernel, Z15, (reg.X, reg.y))
     beta = 1 / pub.noise_var
     m, S = titsias_qu(K, s.A[:, 0], s.B[0], beta)
-    tol = _whitened_rtol(K, s.B[0], beta)
+    tol = whitened_rtol(K, s.B[0], beta)
     # (a) the noise precision off by 1e-4 (relative): S moves by ~1e-4, m by ~3e-7.
     m_w, S_w = titsias_qu(K, s.A[:, 0], s.B[0], beta * (1 + 1e-4))
     for got, ref in ((m_w, m), (S_w, S)):
@@ -185,7 +133,7 @@ def test_release_with_noise_switched_off_matches_titsias_and_pymc(pub, reg, monk
     K = pub.kzz()
     s = sufficient_statistics(pub.kernel, Z15, (reg.X, reg.y))
     m, S = titsias_qu(K, s.A[:, 0], s.B[0], 1 / pub.noise_var)
-    tol = _whitened_rtol(K, s.B[0], 1 / pub.noise_var)
+    tol = whitened_rtol(K, s.B[0], 1 / pub.noise_var)
     assert_normwise_close(rel.m, m, tol, "m")
     assert_normwise_close(rel.S, S, tol, "S")
     Xs = np.linspace(-5, 5, 33)
@@ -588,7 +536,7 @@ def test_streams_and_dask_give_the_same_release(pub, monkeypatch) -> None:
     # same seed, same noise: only the summation order of A and B differs
     s, lam = 1 / pub.noise_var, ref.metadata["lambda_used"][0]
     r = np.abs(np.clip(y, -RY, RY))
-    tol = _reordered_sums_rtol(pub.kzz(), pub.kernel(Z15, X), r, *noisy[0], s, lam)
+    tol = reordered_sums_rtol(pub.kzz(), pub.kernel(Z15, X), r, *noisy[0], s, lam)
     for rel in (streamed, dasked):
         assert_normwise_close(rel.m, ref.m, tol, "m")
         assert_normwise_close(rel.S, ref.S, tol, "S")
@@ -625,14 +573,14 @@ def test_heteroscedastic_noise(pub) -> None:
     # rounding (400 terms, + ≤ 4 roundings per term for ω = floor/v, √ω and the scale) ...
     aK = np.abs(Kzx)
     assert np.all(
-        np.abs(s.A[:, 0] / floor - Kzx @ (y / v)) <= _summation_atol(404, aK @ np.abs(y / v))
+        np.abs(s.A[:, 0] / floor - Kzx @ (y / v)) <= summation_atol(404, aK @ np.abs(y / v))
     )
     assert np.all(
-        np.abs(s.B[0] / floor - (Kzx / v) @ Kzx.T) <= _summation_atol(404, (aK / v) @ aK.T)
+        np.abs(s.B[0] / floor - (Kzx / v) @ Kzx.T) <= summation_atol(404, (aK / v) @ aK.T)
     )
     # ... and q(u) is eq. (36) of them: exact (40-digit) reference, whitened bound.
-    tol = _whitened_rtol(K, s.B[0], 1 / floor)
-    m_ex, S_ex = _titsias_eq2_exact(K, s.A[:, 0], s.B[0], 1 / floor)
+    tol = whitened_rtol(K, s.B[0], 1 / floor)
+    m_ex, S_ex = titsias_eq2_exact(K, s.A[:, 0], s.B[0], 1 / floor)
     assert_normwise_close(m, m_ex, tol, "m")
     assert_normwise_close(S, S_ex, tol, "S")
     q = dp_qu(K, s.A[:, 0], s.B[0], scale=1 / floor, sigma_a=0.0, sigma_b=0.0, lam=0.0)

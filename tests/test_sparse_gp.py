@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import mpmath
 import numpy as np
 import pymc as pm
 import pytest
@@ -25,7 +24,8 @@ from pm_dpgp.models import (
     kmeans_inducing_points,
     sparse_gp_regression,
 )
-from tests.tolerances import EPS, assert_normwise_close, cond_rtol, condition_number
+from tests.titsias_reference import summation_atol, titsias_eq2_exact, whitened_rtol
+from tests.tolerances import EPS, assert_normwise_close, cond_rtol
 
 Z15 = grid_inducing_points(-3.5, 3.5, 15)
 
@@ -49,46 +49,6 @@ def pub(reg: SparseGPRegression) -> PublicSparseGP:
 
 
 # --------------------------------------------------------------------------- tolerances
-def _summation_atol(n: int, abs_terms: np.ndarray) -> np.ndarray:
-    """Componentwise bound on the difference of two float sums of the same ``n`` terms.
-
-    Any summation order (BLAS blocking, threads, chunks, Dask's tree) has error
-    ``≤ γ_{n−1} Σ|termᵢ|`` (Higham 2002, §4.2); two of them differ by at most twice that.
-    ``abs_terms`` is ``Σ|termᵢ|`` (e.g. ``|K| @ |y|``).
-    """
-    return 2 * (n + 1) * EPS * abs_terms
-
-
-def _whitened_rtol(K: np.ndarray, B: np.ndarray, scale: float) -> float:
-    """Tolerance for Titsias' q(u) in the whitened form (as tests/test_noise_aware.py).
-
-    ``K = L Lᵀ``, ``Λ = I + s L⁻¹ B L⁻ᵀ = L_Λ L_Λᵀ``: Cholesky and triangular-solve forward
-    errors are bounded by ``c·M·κ·EPS`` for κ(K) and κ(Λ) (Higham 2002, Thms 8.5, 10.4), so m
-    and S are within ``4·M·(κ(K) + κ(Λ))·EPS`` (normwise) of the exact values.
-    """
-    L = np.linalg.cholesky(K)
-    LiB = np.linalg.solve(L, B)
-    Lam = np.eye(len(K)) + scale * np.linalg.solve(L, LiB.T)
-    return cond_rtol(condition_number(K) + condition_number(Lam), len(K))
-
-
-def _titsias_eq2_exact(K, A, B, scale) -> tuple[np.ndarray, np.ndarray]:
-    """Literal eq. (2) — ``Σ = (K + sB)⁻¹``, ``m = s K Σ A``, ``S = K Σ K`` — in 40 digits.
-
-    mpmath (a dependency of dp-accounting) from the float64 inputs: κ(K + sB) ≈ 1e10 costs
-    10 of the 40 digits, so the result is exact to float64 precision and a comparison with it
-    sees only the float64 error of the code under test.  (In float64, the explicit inverse
-    of K + sB would itself be wrong by up to ``M·κ(K + sB)·EPS`` ≈ 1e-4.)
-    """
-    with mpmath.workdps(40):
-        Km = mpmath.matrix(np.asarray(K).tolist())
-        Sig = mpmath.inverse(Km + mpmath.mpf(scale) * mpmath.matrix(np.asarray(B).tolist()))
-        KS = Km * Sig
-        m = mpmath.mpf(scale) * KS * mpmath.matrix(np.asarray(A).tolist())
-        S = KS * Km
-        return np.array(m.tolist(), dtype=float)[:, 0], np.array(S.tolist(), dtype=float)
-
-
 # --------------------------------------------------------------------------- builder
 def test_builder_uses_marginal_approx_vfe(reg: SparseGPRegression) -> None:
     assert isinstance(reg.gp, pm.gp.MarginalApprox)
@@ -180,13 +140,13 @@ def test_chunk_statistics_matches_eq3(pub: PublicSparseGP) -> None:
     # 200-term sums by different BLAS calls (gemm/syrk vs gemv/gemm): summation bound
     aK = np.abs(K)
     A, B = chunk_statistics(K, y[:, None])
-    assert np.all(np.abs(A[:, 0] - K @ y) <= _summation_atol(200, aK @ np.abs(y)))
-    assert np.all(np.abs(B[0] - K @ K.T) <= _summation_atol(200, aK @ aK.T))
+    assert np.all(np.abs(A[:, 0] - K @ y) <= summation_atol(200, aK @ np.abs(y)))
+    assert np.all(np.abs(B[0] - K @ K.T) <= summation_atol(200, aK @ aK.T))
     w = np.random.default_rng(0).uniform(0.1, 1, 200)
     A, B = chunk_statistics(K, y[:, None], w[:, None])
     # the weighted B is a syrk of K·√w: the square root and its square add 2 roundings per term
-    assert np.all(np.abs(A[:, 0] - K @ (w * y)) <= _summation_atol(201, aK @ np.abs(w * y)))
-    assert np.all(np.abs(B[0] - (K * w) @ K.T) <= _summation_atol(203, (aK * w) @ aK.T))
+    assert np.all(np.abs(A[:, 0] - K @ (w * y)) <= summation_atol(201, aK @ np.abs(w * y)))
+    assert np.all(np.abs(B[0] - (K * w) @ K.T) <= summation_atol(203, (aK * w) @ aK.T))
 
 
 def test_statistics_chunked_iterator_and_dask_agree(pub: PublicSparseGP) -> None:
@@ -195,8 +155,8 @@ def test_statistics_chunked_iterator_and_dask_agree(pub: PublicSparseGP) -> None
     K = pub.kernel(Z15, X)
     full = sufficient_statistics(pub.kernel, Z15, (X, y), chunk_size=10**6)
     # every comparison below: the same 1000 terms summed in another order (chunks, Dask tree)
-    atol_A = _summation_atol(1000, np.abs(K) @ np.abs(y))[:, None]
-    atol_B = _summation_atol(1000, np.abs(K) @ np.abs(K).T)[None]
+    atol_A = summation_atol(1000, np.abs(K) @ np.abs(y))[:, None]
+    atol_B = summation_atol(1000, np.abs(K) @ np.abs(K).T)[None]
     assert np.all(np.abs(full.A - (K @ y)[:, None]) <= atol_A)
     assert np.all(np.abs(full.B - (K @ K.T)[None]) <= atol_B)
     chunked = sufficient_statistics(pub.kernel, Z15, (X, y), chunk_size=97)
@@ -248,15 +208,15 @@ def test_titsias_matches_eq2_and_pymc_predictions(reg: SparseGPRegression, pub) 
     beta = 1.0 / pub.noise_var
     m, S = titsias_qu(K, s.A[:, 0], s.B[0], beta)
     # Literal eq. (2) in long form.  κ(K + K_ZX K_XZ/σ²) ≈ 1e10 here, so it is evaluated in
-    # 40 digits (_titsias_eq2_exact) and only our whitened float64 error remains.
+    # 40 digits (titsias_eq2_exact) and only our whitened float64 error remains.
     # (1) the statistics are K_ZX y and K_ZX K_XZ up to summation rounding (300 terms) ...
     Kzx = pub.kernel(Z15, X)
     aK = np.abs(Kzx)
-    assert np.all(np.abs(s.A[:, 0] - Kzx @ y) <= _summation_atol(300, aK @ np.abs(y)))
-    assert np.all(np.abs(s.B[0] - Kzx @ Kzx.T) <= _summation_atol(300, aK @ aK.T))
+    assert np.all(np.abs(s.A[:, 0] - Kzx @ y) <= summation_atol(300, aK @ np.abs(y)))
+    assert np.all(np.abs(s.B[0] - Kzx @ Kzx.T) <= summation_atol(300, aK @ aK.T))
     # (2) ... and q(u) is eq. (2) of those statistics within the whitened bound.
-    tol = _whitened_rtol(K, s.B[0], beta)
-    m_ex, S_ex = _titsias_eq2_exact(K, s.A[:, 0], s.B[0], beta)
+    tol = whitened_rtol(K, s.B[0], beta)
+    m_ex, S_ex = titsias_eq2_exact(K, s.A[:, 0], s.B[0], beta)
     assert_normwise_close(m, m_ex, tol, "m")
     assert_normwise_close(S, S_ex, tol, "S")
     # a noise precision off by 1e-4 (relative) is rejected
@@ -294,7 +254,7 @@ def test_predict_full_cov_and_multi_output(pub: PublicSparseGP) -> None:
     W = np.linalg.solve(K, Kzv)
     A = np.linalg.solve(np.linalg.cholesky(K), Kzv)
     terms = np.abs(kd) + (A * A).sum(0) + (np.abs(W) * np.abs(S @ W)).sum(0)
-    assert np.all(np.abs(np.diag(cov) - var) <= _summation_atol(17, terms))
+    assert np.all(np.abs(np.diag(cov) - var) <= summation_atol(17, terms))
     # W by LU here, by two triangular solves in predict_from_qu: forward errors ≤ cond_rtol(K)
     # relative to ‖W‖ on each side, passed on through the products with m, K_VZ, S.
     tol_W = cond_rtol(K)

@@ -97,3 +97,20 @@ def summation_atol(n_terms: int, term_bound: float, n_flops_per_term: int = 4) -
     n = int(n_terms)
     gamma = n * EPS / (1.0 - n * EPS)
     return 4.0 * (gamma + n_flops_per_term * EPS) * n * float(term_bound)
+
+
+def design_rtol(gap: float, kappa: float, k: int) -> float:
+    """Relative tolerance between two certified optimal cloaking covariances (D-optimal designs).
+
+    Both solvers return a feasible ``M`` with a certificate ``log|M| − log|M_opt| ≤ gap``
+    (Kiefer–Wolfowitz).  In the whitened basis ``−log det`` is strongly convex: on matrices
+    with eigenvalues ≤ ``λ_max`` it has modulus ``1/λ_max²``, and ``M_opt`` minimises it over a
+    convex set, so ``‖M − M_opt‖_F ≤ λ_max·sqrt(2·gap)`` (first-order optimality plus strong
+    convexity; Boyd & Vandenberghe 2004, §9.1.2).  A quadratic form ``vᵀMv`` (a noise
+    variance) then moves by at most ``κ(M_w)·sqrt(2·gap)`` relative, with ``κ(M_w)`` the
+    condition number of the whitened optimum; two such solutions differ by twice that.  The
+    certificate itself is computed in floating point, so ``gap`` is floored at
+    :func:`scalar_rtol` of ``k`` (``k`` terms per gain ``g_i``) times ``k``.
+    """
+    floor = k * scalar_rtol(k)
+    return 2.0 * float(kappa) * float(np.sqrt(2.0 * max(float(gap), floor)))

@@ -2,24 +2,47 @@
 
 A release must contain nothing private (developers' guide): no training outputs,
 no private inputs under full privacy, no non-DP posterior means.  This module
-looks for given private numbers everywhere in an ``InferenceData``: in every
-variable and coordinate of every group, in every attribute (JSON attributes are
-parsed), and in the raw bytes of its netCDF file as float64 and float32.
+looks for given private numbers everywhere in an ``InferenceData`` (or ArviZ 1
+``DataTree``) and in its netCDF-4 file, at three levels:
+
+1. **decoded objects**: every variable and coordinate of every group, every
+   attribute (JSON attributes are parsed, numbers in other strings are read), in
+   memory and, independently of xarray's decoding, every HDF5 dataset and attribute
+   of the file (read with h5py, so compressed chunks and objects xarray hides are
+   seen);
+2. **float64 bytes** of each private value anywhere in the raw file;
+3. **float32 bytes** of each private value anywhere in the raw file *outside* the
+   storage of float datasets (whose elements level 1 compares at their own
+   alignment), and decimal text of the value as a whole token.
+
+How each stored number is compared with a private value ``v``
+(``docs/privacy_model.md``, "The leak scan"): a float32 element or attribute
+matches if it equals ``float32(v)`` (or is within ``rtol``); any other number ``c``
+matches if ``|c - v| <= rtol |v|`` or ``c`` is ``v`` rounded to float32, exactly
+(``float64(float32(v))``, or the shortest decimal of ``float32(v)`` parsed as a
+float64).  So a private value stored as float32 anywhere is found, while a
+float32-sized byte pattern that occurs by chance inside float data (which fired
+about once in eight runs of a release with 1,680 float64 draws and 800 private
+values) is not.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from numpy.typing import ArrayLike
+from numpy.typing import ArrayLike, NDArray
 
 __all__ = ["LeakFinding", "scan_for_values"]
+
+#: decimal number tokens in text (integers are read from JSON only, see ``_numbers_in``)
+_DECIMAL = re.compile(r"(?<![\w.])[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?(?![\w.])")
 
 
 @dataclass(frozen=True)
@@ -30,59 +53,232 @@ class LeakFinding:
     value: float
 
 
-def _numbers_in(obj: Any) -> list[float]:
-    """All numbers in a (possibly nested, possibly JSON-encoded) attribute value."""
+@dataclass(frozen=True)
+class _Private:
+    """The private values and their float32 forms (all float64 arrays, one entry per value)."""
+
+    values: NDArray[np.float64]
+    f32: NDArray[np.float32]  # float32(v)
+    f32_exact: NDArray[np.float64]  # float64(float32(v))
+    f32_short: NDArray[np.float64]  # the shortest decimal of float32(v), parsed as float64
+
+    @classmethod
+    def of(cls, private_values: ArrayLike) -> _Private:
+        v = np.unique(np.asarray(private_values, dtype=np.float64).ravel())
+        v = v[np.isfinite(v)]
+        with np.errstate(over="ignore"):
+            f32 = v.astype(np.float32)  # beyond float32's range: inf, matches no finite number
+        short = np.array([float(str(x)) for x in f32], dtype=np.float64)
+        return cls(v, f32, f32.astype(np.float64), short)
+
+
+def _strings_numbers(text: str) -> list[NDArray[Any]]:
+    """Numbers in a string: all numbers of a JSON document, and decimal tokens of any text."""
+    out = []
+    try:
+        out += _numbers_in(json.loads(text))
+    except (json.JSONDecodeError, ValueError, RecursionError):
+        pass
+    tokens = [t for t in _DECIMAL.findall(text) if any(c in t for c in ".eE")]
+    if tokens:
+        out.append(np.array([float(t) for t in tokens], dtype=np.float64))
+    return out
+
+
+def _numbers_in(obj: Any) -> list[NDArray[Any]]:
+    """All numbers in a (possibly nested, possibly JSON-encoded) attribute value.
+
+    Returned as arrays that keep a float32 dtype where the value was float32, so that
+    it is compared at float32 precision.
+    """
+    if isinstance(obj, bytes):
+        obj = obj.decode("utf-8", errors="replace")
     if isinstance(obj, str):
-        try:
-            return _numbers_in(json.loads(obj))
-        except (json.JSONDecodeError, ValueError):
-            return []
+        return _strings_numbers(obj)
     if isinstance(obj, dict):
         return [x for v in obj.values() for x in _numbers_in(v)]
     if isinstance(obj, list | tuple):
         return [x for v in obj for x in _numbers_in(v)]
-    if isinstance(obj, np.ndarray):
-        return obj.astype(np.float64).ravel().tolist() if obj.dtype.kind in "fiu" else []
+    if isinstance(obj, np.ndarray | np.generic):
+        arr = np.asarray(obj)
+        if arr.dtype.kind in "fiu" and arr.dtype != np.float16:
+            return [arr.ravel()]
+        if arr.dtype.kind in "SUO":
+            return [x for v in arr.ravel().tolist() for x in _numbers_in(v)]
+        if arr.dtype.names:  # compound HDF5 type: each field
+            return [x for f in arr.dtype.names for x in _numbers_in(arr[f])]
+        return []
     if isinstance(obj, bool):
         return []
-    if isinstance(obj, int | float | np.number):
-        return [float(obj)]
+    if isinstance(obj, int | float):
+        return [np.array([obj], dtype=np.float64)]
     return []
 
 
-def _matches(candidates: np.ndarray, private: np.ndarray, rtol: float) -> np.ndarray:
-    """Boolean mask over ``private`` of values that occur among ``candidates``."""
+def _within(candidates: NDArray[np.float64], private: NDArray[np.float64], rtol: float):
+    """Boolean mask over ``private`` of values within ``rtol`` of one of ``candidates``."""
     if candidates.size == 0:
         return np.zeros(private.shape, dtype=bool)
     cand = np.sort(candidates.ravel())
-    idx = np.clip(np.searchsorted(cand, private), 1, cand.size - 1) if cand.size > 1 else None
-    if idx is None:
+    if cand.size == 1:
         nearest = np.abs(cand[0] - private)
     else:
+        idx = np.clip(np.searchsorted(cand, private), 1, cand.size - 1)
         nearest = np.minimum(np.abs(cand[idx] - private), np.abs(cand[idx - 1] - private))
     return nearest <= rtol * np.maximum(np.abs(private), 1e-300)
+
+
+def _hits(arrays: list[NDArray[Any]], private: _Private, rtol: float) -> NDArray[np.bool_]:
+    """Mask over ``private.values`` of those stored in ``arrays`` (see the module docstring)."""
+    hit = np.zeros(private.values.shape, dtype=bool)
+    if private.values.size == 0:
+        return hit
+    f32 = [a.ravel() for a in arrays if a.dtype == np.float32]
+    other = [a.ravel().astype(np.float64) for a in arrays if a.dtype != np.float32]
+    if f32:
+        c32 = np.concatenate(f32)
+        c32 = c32[np.isfinite(c32)]
+        hit |= np.isin(private.f32, c32) | _within(c32.astype(np.float64), private.values, rtol)
+    if other:
+        c = np.concatenate(other)
+        c = c[np.isfinite(c)]
+        hit |= _within(c, private.values, rtol)
+        hit |= np.isin(private.f32_exact, c) | np.isin(private.f32_short, c)
+    return hit
+
+
+def _findings(where: str, arrays: list[NDArray[Any]], private: _Private, rtol: float):
+    return [LeakFinding(where, float(v)) for v in private.values[_hits(arrays, private, rtol)]]
+
+
+# --------------------------------------------------------------------------- in memory
+def _scan_groups(idata: Any, private: _Private, rtol: float) -> list[LeakFinding]:
+    from pm_dpgp.compat import iter_all_groups
+
+    findings: list[LeakFinding] = []
+    for group, ds in iter_all_groups(idata):
+        for name, da in list(ds.data_vars.items()) + list(ds.coords.items()):
+            findings += _findings(
+                f"{group}/{name}", _numbers_in(np.asarray(da.values)), private, rtol
+            )
+        attrs = dict(ds.attrs)
+        for vname, var in ds.variables.items():
+            attrs.update({f"<{vname}>.{k}": v for k, v in var.attrs.items()})
+        for key, value in attrs.items():
+            findings += _findings(f"{group}.attrs[{key}]", _numbers_in(value), private, rtol)
+    return findings
+
+
+# --------------------------------------------------------------------------- the file
+def _scan_hdf5(path: Path, private: _Private, rtol: float):
+    """Compare every HDF5 dataset and attribute of the file; return findings and the byte
+    ranges holding float datasets' elements (compared here at their own alignment)."""
+    import h5py
+
+    findings: list[LeakFinding] = []
+    float_storage: list[tuple[int, int]] = []
+
+    def attrs_of(name: str, obj: Any) -> None:
+        for key in obj.attrs:
+            try:
+                value = obj.attrs[key]
+            except (OSError, TypeError, ValueError):  # pragma: no cover - unreadable type
+                continue  # its bytes are still scanned below
+            findings.extend(
+                _findings(f"netCDF {name}.attrs[{key}]", _numbers_in(value), private, rtol)
+            )
+
+    def visit(name: str, obj: Any) -> None:
+        attrs_of(name, obj)
+        if not isinstance(obj, h5py.Dataset) or obj.shape is None:
+            return
+        findings.extend(_findings(f"netCDF {name}", _numbers_in(obj[()]), private, rtol))
+        if obj.dtype.kind == "f":
+            dsid = obj.id
+            if obj.chunks is not None:
+                for i in range(dsid.get_num_chunks()):
+                    info = dsid.get_chunk_info(i)
+                    float_storage.append((info.byte_offset, info.size))
+            elif dsid.get_offset() is not None:
+                float_storage.append((dsid.get_offset(), dsid.get_storage_size()))
+
+    with h5py.File(path, "r") as f:
+        attrs_of("/", f)
+        f.visititems(visit)
+    return findings, float_storage
+
+
+def _pattern_offsets(raw: bytes, patterns: NDArray[Any]) -> tuple[NDArray[np.intp], NDArray[Any]]:
+    """Offsets (any alignment) in ``raw`` where one of ``patterns`` (uint32 or uint64 bit
+    patterns) occurs, and which pattern."""
+    width = patterns.dtype.itemsize
+    buf = np.frombuffer(raw, dtype=np.uint8)
+    offs, which = [], []
+    for k in range(width):
+        n = (buf.size - k) // width
+        if n <= 0:
+            continue
+        words = buf[k : k + n * width].view(patterns.dtype)
+        idx = np.flatnonzero(np.isin(words, patterns))
+        offs.append(k + idx * width)
+        which.append(words[idx])
+    if not offs:
+        return np.zeros(0, dtype=np.intp), patterns[:0]
+    return np.concatenate(offs), np.concatenate(which)
+
+
+def _scan_bytes(raw: bytes, private: _Private, float_storage: list[tuple[int, int]]):
+    findings: list[LeakFinding] = []
+    covered = np.zeros(len(raw), dtype=bool)
+    for start, size in float_storage:
+        covered[start : start + size] = True
+    for dtype, bits in (("<f8", "<u8"), (">f8", "<u8"), ("<f4", "<u4"), (">f4", "<u4")):
+        source = private.values if dtype[-1] == "8" else private.f32
+        patterns = source.astype(dtype).view(bits)
+        offs, which = _pattern_offsets(raw, patterns)
+        if dtype[-1] == "4":  # inside float data, level 1 compared the aligned elements
+            width = 4
+            inside = np.array([covered[o : o + width].all() for o in offs], dtype=bool)
+            which = which[~inside]
+        found = np.isin(patterns, which) & np.isfinite(source)  # beyond float32: no pattern
+        label = f"netCDF bytes ({dtype})" + ("" if dtype[-1] == "8" else ", outside float data")
+        findings += [LeakFinding(label, float(v)) for v in private.values[found]]
+    tokens = set(re.findall(rb"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?", raw))
+    for v, v32 in zip(private.values, private.f32, strict=True):
+        if float(v).is_integer():
+            continue
+        texts = {repr(float(v)), str(v32), repr(float(v32))}
+        if any(t.encode() in tokens for t in texts):
+            findings.append(LeakFinding("netCDF bytes (text)", float(v)))
+    return findings
 
 
 def scan_for_values(
     idata: Any, private_values: ArrayLike, *, rtol: float = 1e-9
 ) -> list[LeakFinding]:
-    """Return every place in ``idata`` (and its netCDF bytes) holding a private value.
+    """Return every place in ``idata`` (and its netCDF file) holding a private value.
+
+    A value is found if it is stored as float64, as float32 (rounded), as an integer or
+    as decimal text, in a variable, coordinate or attribute (also inside JSON strings)
+    of any group, or as float64 bytes anywhere in the file; see the module docstring and
+    ``docs/privacy_model.md`` for the comparisons and their false-positive rates.
 
     Parameters
     ----------
     idata:
-        an ``arviz.InferenceData`` (or a path to its netCDF file).
+        an ``arviz.InferenceData`` or ``xarray.DataTree`` (or a path to its netCDF file).
     private_values:
         numbers that must not appear (e.g. the training outputs, clipped and raw).
     rtol:
-        relative tolerance of a match (exact float64 equality with ``rtol=0``).
+        relative tolerance of a match (exact float64 equality with ``rtol=0``); float32
+        forms of a value are always compared exactly.
     """
-    from pm_dpgp.compat import from_netcdf, iter_all_groups, to_netcdf
+    from pm_dpgp.compat import from_netcdf, to_netcdf
 
-    private = np.unique(np.asarray(private_values, dtype=np.float64).ravel())
-    findings: list[LeakFinding] = []
+    private = _Private.of(private_values)
     tmpdir = None
-    if isinstance(idata, str | os.PathLike):
+    opened = isinstance(idata, str | os.PathLike)
+    if opened:
         path = Path(idata)
         idata = from_netcdf(path)
     else:
@@ -90,26 +286,13 @@ def scan_for_values(
         path = Path(tmpdir.name) / "release.nc"
         to_netcdf(idata, path)
     try:
-        for group, ds in iter_all_groups(idata):
-            for name, da in list(ds.data_vars.items()) + list(ds.coords.items()):
-                if da.dtype.kind in "fiu":
-                    hit = _matches(np.asarray(da.values, dtype=np.float64), private, rtol)
-                    findings += [LeakFinding(f"{group}/{name}", v) for v in private[hit]]
-            attrs = dict(ds.attrs)
-            for vname, var in ds.variables.items():
-                attrs.update({f"<{vname}>.{k}": v for k, v in var.attrs.items()})
-            for key, value in attrs.items():
-                nums = np.asarray(_numbers_in(value), dtype=np.float64)
-                hit = _matches(nums, private, rtol)
-                findings += [LeakFinding(f"{group}.attrs[{key}]", v) for v in private[hit]]
-        raw = path.read_bytes()
-        for v in private:
-            for dtype in ("<f8", ">f8", "<f4", ">f4"):
-                if np.array(v, dtype=dtype).tobytes() in raw:
-                    findings.append(LeakFinding(f"netCDF bytes ({dtype})", float(v)))
-            if repr(float(v)).encode() in raw and not float(v).is_integer():
-                findings.append(LeakFinding("netCDF bytes (text)", float(v)))
+        findings = _scan_groups(idata, private, rtol)
+        in_file, float_storage = _scan_hdf5(path, private, rtol)
+        findings += in_file
+        findings += _scan_bytes(path.read_bytes(), private, float_storage)
     finally:
+        if opened and callable(getattr(idata, "close", None)):
+            idata.close()  # ArviZ 1 keeps the file open otherwise: it could not be rewritten
         if tmpdir is not None:
             tmpdir.cleanup()
     return findings

@@ -9,6 +9,7 @@ import pickle
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -225,6 +226,37 @@ def _eval_kernel_diag(view: Any, Xa: ArrayLike, *, check_finite: bool) -> NDArra
     return np.array(d)
 
 
+class PublicInputsView:
+    """``n``, ``input_dim``, ``kernel`` and ``kernel_diag`` of a public GP view that holds its
+    (public) training inputs ``X`` and its compiled ``_kernel``/``_kernel_diag``
+    (``PublicGP``, ``PublicLatentGP``)."""
+
+    X: NDArray[np.float64]
+
+    @property
+    def n(self) -> int:
+        """Number of training points."""
+        return int(self.X.shape[0])
+
+    @property
+    def input_dim(self) -> int:
+        """Number of input columns ``d``."""
+        return int(self.X.shape[1])
+
+    def kernel(self, Xa: ArrayLike, Xb: ArrayLike | None = None) -> NDArray[np.float64]:
+        """Kernel matrix ``k(Xa, Xb)`` at the public hyperparameters; ``Xb=None`` means ``Xa``.
+
+        ``Xa``/``Xb`` are ``(m,)`` or ``(m, d)``.  When ``Xb`` is ``None`` or equal to
+        ``Xa`` the result is symmetrised exactly (``½(K + Kᵀ)``; the BLAS product
+        inside the kernel need not be bitwise symmetric).
+        """
+        return _eval_kernel(self, Xa, Xb, symmetrise_equal=True)
+
+    def kernel_diag(self, Xa: ArrayLike) -> NDArray[np.float64]:
+        """Diagonal ``k(x, x)`` for each row of ``Xa``, shape ``(m,)``."""
+        return _eval_kernel_diag(self, Xa, check_finite=True)
+
+
 # --------------------------------------------------------------------------- descriptions
 def _format_value(v: HyperValue) -> str:
     if isinstance(v, float):
@@ -354,12 +386,17 @@ def _resolve_cov_and_sigma(
     """Resolve covariance then noise (inside the model context) and check ``input_dim``."""
     cov = _resolve_cov(cov_func)
     sig = _resolve_sigma(sigma)
+    _check_input_dim(cov, n_cols, inputs_name)
+    return cov, sig
+
+
+def _check_input_dim(cov: BaseCovariance, n_cols: int, inputs_name: str) -> None:
+    """Refuse a covariance whose ``input_dim`` is not the number of input columns."""
     input_dim = getattr(cov, "input_dim", None)
     if input_dim is not None and input_dim != n_cols:
         raise ValueError(
             f"cov_func has input_dim={input_dim} but {inputs_name} has {n_cols} column(s)."
         )
-    return cov, sig
 
 
 def _hyperparameter_rvs(
@@ -430,3 +467,76 @@ def current_data(x: Any, name: str, ndim: int) -> NDArray[np.float64]:
     if _is_data_container(x):
         return check_finite_array(x.get_value(borrow=True), name, ndim=ndim)
     return x
+
+
+@dataclass(frozen=True)
+class BuilderInputs:
+    """Training inputs and outputs of a model builder, checked once (``_builder_inputs``).
+
+    ``X``/``y`` are the checked current values (``(n, d)`` and ``(n,)`` float64 arrays);
+    ``X_graph``/``y_graph`` what enters the PyMC graph (the arrays, or the ``pm.Data``
+    containers, a 1-D input container as a column); ``X_stored``/``y_stored`` what the
+    model object keeps (the arrays, or the containers so that ``pm.set_data`` reaches
+    releases too, see ``GPRegression.X``).
+    """
+
+    X: NDArray[np.float64]
+    y: NDArray[np.float64]
+    X_graph: Any
+    y_graph: Any
+    X_stored: Any
+    y_stored: Any
+
+
+def _builder_inputs(X: Any, y: Any, *, per_row: str = "output") -> BuilderInputs:
+    """Check a builder's ``X`` and ``y`` (arrays or ``pm.Data`` containers), in this order:
+    ``X`` finite of rank 2 (a 1-D input is one column), ``y`` finite of rank 1, then equal
+    numbers of rows (``per_row`` names what ``y`` holds in the message).
+
+    Shared by ``gp_regression``, ``sparse_gp_regression``, ``fitc_gp_regression`` and
+    ``gp_classification``.  The checks are the data owner's own input checks (the private
+    values are never quoted, ``pm_dpgp._validation.check_finite_array``).
+    """
+    X_arr, X_graph = data_input(X, "X", 2)
+    y_arr, y_graph = data_input(y, "y", 1)
+    if X_arr.shape[0] != y_arr.shape[0]:
+        raise ValueError(
+            f"X and y must have the same number of rows (pass one {per_row} per input row), "
+            f"got {X_arr.shape[0]} and {y_arr.shape[0]}."
+        )
+    return BuilderInputs(
+        X=X_arr,
+        y=y_arr,
+        X_graph=X_graph,
+        y_graph=y_graph,
+        X_stored=X_arr if X_graph is X_arr else X,
+        y_stored=y_arr if y_graph is y_arr else y,
+    )
+
+
+def _model_fields(
+    ctx: pm.Model,
+    gp: Any,
+    X: Any,
+    y: Any,
+    *,
+    name: str,
+    mean: float,
+    cov: BaseCovariance,
+    noise_sd: float | Variable | None,
+) -> dict[str, Any]:
+    """The ``GPRegression`` fields every builder sets, with the hyperparameter RVs reached
+    from ``cov`` (and ``noise_sd`` when it is a PyMC variable) in ``ctx``."""
+    hyper_rvs = _hyperparameter_rvs(ctx, cov, noise_sd)
+    return {
+        "model": ctx,
+        "gp": gp,
+        "_X": X,
+        "_y": y,
+        "name": name,
+        "mean": mean,
+        "cov_func": cov,
+        "noise_sd": noise_sd,
+        "hyperparameter_names": tuple(rv.name for rv in hyper_rvs),
+        "_hyper_rvs": hyper_rvs,
+    }

@@ -24,22 +24,21 @@ import numpy as np
 import pymc as pm
 from numpy.typing import ArrayLike, NDArray
 
-from pm_dpgp._validation import check_finite_array
 from pm_dpgp.gp.laplace import LaplaceState, laplace_mode
 from pm_dpgp.models._common import (
     CovarianceSpec,
     HyperValue,
+    PublicInputsView,
     PublicKernel,
     _as_2d_inputs,
+    _builder_inputs,
+    _check_input_dim,
     _check_name_and_mean,
     _describe_cov,
-    _eval_kernel,
-    _eval_kernel_diag,
     _format_value,
-    _hyperparameter_rvs,
+    _model_fields,
     _readonly,
     _resolve_cov,
-    data_input,
     resolve_model,
 )
 from pm_dpgp.models.exact import GPRegression
@@ -48,7 +47,7 @@ __all__ = ["GPClassification", "PublicLatentGP", "gp_classification"]
 
 
 @dataclass(frozen=True, eq=False)
-class PublicLatentGP:
+class PublicLatentGP(PublicInputsView):
     """A latent GP prior whose every ingredient is public (inputs, kernel, constant mean).
 
     Produced by ``GPClassification.public_gp``; it never stores the labels.
@@ -71,22 +70,6 @@ class PublicLatentGP:
             f"a PublicLatentGP (binary GP classification) has no {name!r}; regression "
             "mechanisms do not apply to it: use pm_dpgp.mechanisms.classification_release."
         )
-
-    @property
-    def n(self) -> int:
-        return int(self.X.shape[0])
-
-    @property
-    def input_dim(self) -> int:
-        return int(self.X.shape[1])
-
-    def kernel(self, Xa: ArrayLike, Xb: ArrayLike | None = None) -> NDArray[np.float64]:
-        """``k(Xa, Xb)`` at the public hyperparameters (symmetrised when ``Xb`` is ``Xa``)."""
-        return _eval_kernel(self, Xa, Xb, symmetrise_equal=True)
-
-    def kernel_diag(self, Xa: ArrayLike) -> NDArray[np.float64]:
-        """``k(x, x)`` for each row of ``Xa``."""
-        return _eval_kernel_diag(self, Xa, check_finite=True)
 
     @functools.cached_property
     def K(self) -> NDArray[np.float64]:
@@ -174,36 +157,17 @@ def gp_classification(
     """
     # pm.Data containers: their current values (the Bernoulli likelihood needs the clipped,
     # rounded labels, so rebuild the classifier after pm.set_data)
-    X_arr = data_input(X, "X", 2)[0]
-    y_arr = check_finite_array(np.asarray(data_input(y, "y", 1)[0], dtype=np.float64), "y", ndim=1)
-    if X_arr.shape[0] != y_arr.shape[0]:
-        raise ValueError(
-            "X and y must have the same number of rows (one label per input row), got "
-            f"{X_arr.shape[0]} and {y_arr.shape[0]}."
-        )
+    data = _builder_inputs(X, y, per_row="label")
+    X_arr, y_arr = data.X, data.y
     mean_f = _check_name_and_mean(name, mean)
     ctx = resolve_model(model, None)
     with ctx:
         cov = _resolve_cov(cov_func)
-        input_dim = getattr(cov, "input_dim", None)
-        if input_dim is not None and input_dim != X_arr.shape[1]:
-            raise ValueError(
-                f"cov_func has input_dim={input_dim} but X has {X_arr.shape[1]} column(s)."
-            )
+        _check_input_dim(cov, X_arr.shape[1], "X")
         gp = pm.gp.Latent(mean_func=pm.gp.mean.Constant(mean_f), cov_func=cov)
         f = gp.prior(name, X=X_arr)
         # observed values must be integers for Bernoulli; clipped + rounded copy for the model
         pm.Bernoulli(f"{name}_obs", logit_p=f, observed=np.rint(np.clip(y_arr, 0, 1)))
-    hyper_rvs = _hyperparameter_rvs(ctx, cov)
     return GPClassification(
-        model=ctx,
-        gp=gp,
-        _X=X_arr,
-        _y=y_arr,
-        name=name,
-        mean=mean_f,
-        cov_func=cov,
-        noise_sd=None,  # type: ignore[arg-type]
-        hyperparameter_names=tuple(rv.name for rv in hyper_rvs),
-        _hyper_rvs=hyper_rvs,
+        **_model_fields(ctx, gp, X_arr, y_arr, name=name, mean=mean_f, cov=cov, noise_sd=None)
     )

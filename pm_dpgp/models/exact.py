@@ -60,19 +60,18 @@ from pm_dpgp.models._common import (
     CovarianceSpec,
     HyperValue,
     NoiseSpec,
+    PublicInputsView,
     PublicKernel,
     _as_2d_inputs,
+    _builder_inputs,
     _check_name_and_mean,
     _describe_cov,
-    _eval_kernel,
-    _eval_kernel_diag,
     _format_value,
-    _hyperparameter_rvs,
+    _model_fields,
     _noise_sd_argument,
     _readonly,
     _resolve_cov_and_sigma,
     current_data,
-    data_input,
     hoist_float_constants,
     resolve_model,
 )
@@ -133,7 +132,7 @@ def _support_bounds(model: pm.Model, rv: Variable) -> tuple[float, float]:
 
 # --------------------------------------------------------------------------- PublicGP
 @dataclass(frozen=True, eq=False)
-class PublicGP:
+class PublicGP(PublicInputsView):
     r"""A GP whose every ingredient except the outputs ``y`` is public.
 
     Produced by ``GPRegression.public_gp``.  Holds the public training inputs,
@@ -172,29 +171,6 @@ class PublicGP:
         object.__setattr__(
             self, "noise_var", check_positive(self.noise_var, "noise variance (sigma**2)")
         )
-
-    @property
-    def n(self) -> int:
-        """Number of training points."""
-        return int(self.X.shape[0])
-
-    @property
-    def input_dim(self) -> int:
-        """Number of input columns ``d``."""
-        return int(self.X.shape[1])
-
-    def kernel(self, Xa: ArrayLike, Xb: ArrayLike | None = None) -> NDArray[np.float64]:
-        """Kernel matrix ``k(Xa, Xb)`` at the public hyperparameters; ``Xb=None`` means ``Xa``.
-
-        ``Xa``/``Xb`` are ``(m,)`` or ``(m, d)``.  When ``Xb`` is ``None`` or equal to
-        ``Xa`` the result is symmetrised exactly (``½(K + Kᵀ)``; the BLAS product
-        inside the kernel need not be bitwise symmetric).
-        """
-        return _eval_kernel(self, Xa, Xb, symmetrise_equal=True)
-
-    def kernel_diag(self, Xa: ArrayLike) -> NDArray[np.float64]:
-        """Diagonal ``k(x, x)`` for each row of ``Xa``, shape ``(m,)``."""
-        return _eval_kernel_diag(self, Xa, check_finite=True)
 
     @functools.cached_property
     def _posterior(self) -> ExactPosterior:
@@ -603,33 +579,17 @@ def gp_regression(
         covariance whose ``input_dim`` differs from the number of columns of ``X``.
     """
     noise_sd = _noise_sd_argument(noise_sd, deprecated, "gp_regression")
-    X_arr, X_graph = data_input(X, "X", 2)
-    y_arr, y_graph = data_input(y, "y", 1)
-    if X_arr.shape[0] != y_arr.shape[0]:
-        raise ValueError(
-            "X and y must have the same number of rows (pass one output per input row), got "
-            f"{X_arr.shape[0]} and {y_arr.shape[0]}."
-        )
+    data = _builder_inputs(X, y)
     mean_f = _check_name_and_mean(name, mean)
     del mean_is_public  # compatibility only: the mean is never compared with y
     ctx = resolve_model(model, coords)
     with ctx:
-        cov, sig = _resolve_cov_and_sigma(cov_func, noise_sd, X_arr.shape[1], "X")
+        cov, sig = _resolve_cov_and_sigma(cov_func, noise_sd, data.X.shape[1], "X")
         gp = pm.gp.Marginal(mean_func=pm.gp.mean.Constant(mean_f), cov_func=cov)
         kw = {} if dims is None else {"dims": dims}
-        gp.marginal_likelihood(f"{name}_obs", X=X_graph, y=y_graph, sigma=sig, **kw)
-
-    hyper_rvs = _hyperparameter_rvs(ctx, cov, sig)
-
+        gp.marginal_likelihood(f"{name}_obs", X=data.X_graph, y=data.y_graph, sigma=sig, **kw)
     return GPRegression(
-        model=ctx,
-        gp=gp,
-        _X=X_arr if X_graph is X_arr else X,
-        _y=y_arr if y_graph is y_arr else y,
-        name=name,
-        mean=mean_f,
-        cov_func=cov,
-        noise_sd=sig,
-        hyperparameter_names=tuple(rv.name for rv in hyper_rvs),
-        _hyper_rvs=hyper_rvs,
+        **_model_fields(
+            ctx, gp, data.X_stored, data.y_stored, name=name, mean=mean_f, cov=cov, noise_sd=sig
+        )
     )

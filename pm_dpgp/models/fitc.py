@@ -37,12 +37,12 @@ from pm_dpgp.models._common import (
     CovarianceSpec,
     NoiseSpec,
     _as_2d_inputs,
+    _builder_inputs,
     _check_name_and_mean,
-    _hyperparameter_rvs,
+    _model_fields,
     _noise_sd_argument,
     _readonly,
     _resolve_cov_and_sigma,
-    data_input,
     resolve_model,
 )
 from pm_dpgp.models.exact import GPRegression, PublicGP
@@ -240,12 +240,8 @@ def fitc_gp_regression(
         Added to ``K_MM`` (PyMC's default 1e-6); the release factorises the same matrix.
     """
     noise_sd = _noise_sd_argument(noise_sd, deprecated, "fitc_gp_regression")
-    X_arr, X_graph = data_input(X, "X", 2)
-    y_arr, y_graph = data_input(y, "y", 1)
-    if X_arr.shape[0] != y_arr.shape[0]:
-        raise ValueError(
-            f"X and y must have the same number of rows, got {X_arr.shape[0]} and {y_arr.shape[0]}."
-        )
+    data = _builder_inputs(X, y)
+    X_arr = data.X
     if Z is None:
         if n_inducing is None or seed is None:
             raise ValueError(
@@ -268,20 +264,12 @@ def fitc_gp_regression(
             approx="FITC", mean_func=pm.gp.mean.Constant(mean_f), cov_func=cov
         )
         gp.marginal_likelihood(
-            f"{name}_obs", X=X_graph, Xu=Z_arr, y=y_graph, sigma=sig, jitter=jitter
+            f"{name}_obs", X=data.X_graph, Xu=Z_arr, y=data.y_graph, sigma=sig, jitter=jitter
         )
-    hyper_rvs = _hyperparameter_rvs(ctx, cov, sig)
     return FITCRegression(
-        model=ctx,
-        gp=gp,
-        _X=X_arr if X_graph is X_arr else X,
-        _y=y_arr if y_graph is y_arr else y,
-        name=name,
-        mean=mean_f,
-        cov_func=cov,
-        noise_sd=sig,
-        hyperparameter_names=tuple(rv.name for rv in hyper_rvs),
-        _hyper_rvs=hyper_rvs,
+        **_model_fields(
+            ctx, gp, data.X_stored, data.y_stored, name=name, mean=mean_f, cov=cov, noise_sd=sig
+        ),
         Z=Z_arr,
         jitter=jitter,
         inducing=inducing,

@@ -43,14 +43,16 @@ from pymc.gp.util import JITTER_DEFAULT
 
 from pm_dpgp._validation import check_finite_array, check_positive, check_rng
 from pm_dpgp.models._common import (
+    BuilderInputs,
     CovarianceSpec,
     NoiseSpec,
     ThreadSafeFunction,
+    _builder_inputs,
     _check_name_and_mean,
     _eval_kernel,
     _eval_kernel_diag,
-    _hyperparameter_rvs,
     _is_data_container,
+    _model_fields,
     _noise_sd_argument,
     _readonly,
     _resolve_cov,
@@ -367,20 +369,13 @@ def sparse_gp_regression(
     if (X is None) != (y is None):
         raise ValueError("give both X and y (in-memory data) or neither (streamed data).")
     if X is None:
-        X_arr = X_graph = np.zeros((0, Z_arr.shape[1]))
-        y_arr = y_graph = np.zeros(0)
+        X_arr, y_arr = np.zeros((0, Z_arr.shape[1])), np.zeros(0)
+        data = BuilderInputs(X_arr, y_arr, X_arr, y_arr, X_arr, y_arr)
     else:
-        X_arr, X_graph = data_input(X, "X", 2)
-        y_arr, y_graph = data_input(y, "y", 1)
-        if X_arr.shape[0] != y_arr.shape[0]:
+        data = _builder_inputs(X, y)
+        if data.X.shape[1] != Z_arr.shape[1]:
             raise ValueError(
-                f"X and y must have the same number of rows (pass one output per input row), got "
-                f"{X_arr.shape[0]} and "
-                f"{y_arr.shape[0]}."
-            )
-        if X_arr.shape[1] != Z_arr.shape[1]:
-            raise ValueError(
-                f"Z must have {X_arr.shape[1]} column(s) like X, got shape {Z_arr.shape}."
+                f"Z must have {data.X.shape[1]} column(s) like X, got shape {Z_arr.shape}."
             )
     mean_f = _check_name_and_mean(name, mean)
     del mean_is_public  # compatibility only: the mean is never compared with y
@@ -389,24 +384,14 @@ def sparse_gp_regression(
     with ctx:
         cov, sig = _resolve_cov_and_sigma(cov_func, noise_sd, Z_arr.shape[1], "Z")
         gp = pm.gp.MarginalApprox(approx="VFE", mean_func=pm.gp.mean.Constant(mean_f), cov_func=cov)
-        if X_arr.shape[0]:
+        if data.X.shape[0]:
             gp.marginal_likelihood(
-                f"{name}_obs", X=X_graph, Xu=Z_arr, y=y_graph, sigma=sig, jitter=jitter
+                f"{name}_obs", X=data.X_graph, Xu=Z_arr, y=data.y_graph, sigma=sig, jitter=jitter
             )
-
-    hyper_rvs = _hyperparameter_rvs(ctx, cov, sig)
-
     return SparseGPRegression(
-        model=ctx,
-        gp=gp,
-        _X=X_arr if X_graph is X_arr else X,
-        _y=y_arr if y_graph is y_arr else y,
-        name=name,
-        mean=mean_f,
-        cov_func=cov,
-        noise_sd=sig,
-        hyperparameter_names=tuple(rv.name for rv in hyper_rvs),
-        _hyper_rvs=hyper_rvs,
+        **_model_fields(
+            ctx, gp, data.X_stored, data.y_stored, name=name, mean=mean_f, cov=cov, noise_sd=sig
+        ),
         Z=Z_arr,
         z_is_public=bool(z_is_public),
         jitter=jitter,
@@ -573,18 +558,11 @@ def dirichlet_gp_classification(
                 jitter=jitter,
             )
             gps.append(gp)
-    hyper_rvs = _hyperparameter_rvs(ctx, cov)
+    fields = _model_fields(
+        ctx, gps[0], X_arr, lab.astype(np.float64), name=name, mean=mu, cov=cov, noise_sd=None
+    )
     return DirichletGPClassification(
-        model=ctx,
-        gp=gps[0],
-        _X=X_arr,
-        _y=lab.astype(np.float64),
-        name=name,
-        mean=mu,
-        cov_func=cov,
-        noise_sd=math.sqrt(tg.var_in),
-        hyperparameter_names=tuple(rv.name for rv in hyper_rvs),
-        _hyper_rvs=hyper_rvs,
+        **(fields | {"noise_sd": math.sqrt(tg.var_in)}),  # a float: reaches no hyperparameter
         Z=Z_arr,
         z_is_public=bool(z_is_public),
         jitter=jitter,

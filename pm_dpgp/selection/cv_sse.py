@@ -29,6 +29,8 @@ dropped before the labels are read (§5 of the paper).
 
 from __future__ import annotations
 
+import hashlib
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -43,7 +45,8 @@ from pm_dpgp._validation import check_delta, check_epsilon, check_positive
 from pm_dpgp.gp.exact import cloaking_matrix
 from pm_dpgp.gp.linalg import check_square_symmetric
 from pm_dpgp.mechanisms.gaussian import gaussian_sigma
-from pm_dpgp.mechanisms.label.cloaking import solve_noise_covariance
+from pm_dpgp.mechanisms.label.cloaking import NoiseCovariance, solve_noise_covariance
+from pm_dpgp.mechanisms.label.cloaking_batch import solve_noise_covariances
 from pm_dpgp.mechanisms.label.cloaking_release import SENSITIVITY_SAFETY
 
 __all__ = [
@@ -57,6 +60,7 @@ __all__ = [
 ]
 
 _INV_SQRT_2PI = 1.0 / np.sqrt(2.0 * np.pi)
+NoiseSolver = Literal["batched", "per_fold"]
 
 
 def clipped_square_change_bound(t: ArrayLike, clip: float) -> NDArray[np.float64]:
@@ -156,7 +160,9 @@ def _fold_cloaking_matrix(
     matrix, no jitter) followed by the same ``cho_solve``, which reads the lower triangle only;
     a block that needs jitter takes the general path.
     """
-    A = np.array(K[np.ix_(train, train)], order="F")
+    # K is exactly symmetric (checked once by the caller), so the transpose of the C-ordered
+    # block is the same matrix in Fortran order: one copy instead of two
+    A = K[np.ix_(train, train)].T
     np.einsum("ii->i", A)[:] += noise_var
     L, info = sla.lapack.dpotrf(A, lower=1, clean=0, overwrite_a=1)
     d = np.diag(L)
@@ -166,21 +172,77 @@ def _fold_cloaking_matrix(
 
 
 def _fold_plan(
-    K: NDArray[np.float64],
-    noise_var: float,
     test: NDArray[np.intp],
     train: NDArray[np.intp],
-    unit_scale: float | None,
-    rank_tol: float,
+    noise: NoiseCovariance,
+    unit_scale: float,
 ) -> CvFold:
-    C = _fold_cloaking_matrix(K, noise_var, test, train)
-    if unit_scale is None:
-        return CvFold(test, train, C, np.zeros(test.size))
-    noise = solve_noise_covariance(C, rank_tol=rank_tol)
+    """One fold's plan from its noise covariance: ``C̃_k = U_k U_kᵀ C_k`` and the noise variance."""
     Cp = noise.basis @ noise.projected  # what a release of this fold would compute
     sigma = unit_scale * float(np.sqrt(noise.max_mahalanobis)) * SENSITIVITY_SAFETY
     var = sigma * sigma * np.einsum("ij,jk,ik->i", noise.basis, noise.M_k, noise.basis)
     return CvFold(test, train, Cp, var)
+
+
+#: Fold matrices held back for one batched noise solve, at most this many bytes at a time.
+_BATCH_BYTES = 64 * 2**20
+
+
+@dataclass(eq=False)
+class _NoiseQueue:
+    """Configurations whose fold matrices wait for one batched noise solve (docs §9).
+
+    ``noise_solver="batched"`` solves the noise covariances of every queued fold of every queued
+    configuration in one ``solve_noise_covariances`` call (lockstep over all of them);
+    ``"per_fold"`` calls ``solve_noise_covariance`` matrix by matrix.  A fold matrix equal, byte
+    for byte, to one solved before reuses that solution (the solve is a function of the matrix).
+    """
+
+    folds: Sequence[NDArray[np.intp]]
+    trains: Sequence[NDArray[np.intp]]
+    unit_scale: float
+    rank_tol: float
+    noise_solver: NoiseSolver
+    finish: Any  # callable(entry) computing Δ(θ) and eq. (13) once its fold plans are set
+    seen: dict[bytes, list[tuple[NDArray[np.float64], CvFold]]]  # solved matrices, shared
+    before: _NoiseQueue | None = None  # flushed before this one
+    items: list[tuple[_SharedPlan, list[NDArray[np.float64]]]] = field(default_factory=list)
+    nbytes: int = 0
+
+    def add(self, entry: _SharedPlan, Cs: list[NDArray[np.float64]]) -> None:
+        self.items.append((entry, Cs))
+        self.nbytes += sum(C.nbytes for C in Cs)
+        if self.nbytes > _BATCH_BYTES:
+            self.flush()
+
+    def _known(self, C: NDArray[np.float64]) -> CvFold | None:
+        for C_old, fold in self.seen.get(hashlib.sha256(C.tobytes()).digest(), []):
+            if C_old.shape == C.shape and np.array_equal(C_old, C):
+                return fold
+        return None
+
+    def flush(self) -> None:
+        if self.before is not None:
+            self.before.flush()
+        todo = [
+            (entry, f, C)
+            for entry, Cs in self.items
+            for f, C in enumerate(Cs)
+            if self._known(C) is None
+        ]
+        mats = [C for _, _, C in todo]
+        if self.noise_solver == "batched":
+            noises = solve_noise_covariances(mats, rank_tol=self.rank_tol) if mats else []
+        else:
+            noises = [solve_noise_covariance(C, rank_tol=self.rank_tol) for C in mats]
+        for (_, f, C), noise in zip(todo, noises, strict=True):
+            fold = _fold_plan(self.folds[f], self.trains[f], noise, self.unit_scale)
+            key = hashlib.sha256(C.tobytes()).digest()
+            self.seen.setdefault(key, []).append((C, fold))
+        for entry, Cs in self.items:
+            entry.fold_plans = [self._known(C) for C in Cs]  # type: ignore[misc]
+            self.finish(entry)
+        self.items, self.nbytes = [], 0
 
 
 #: Two configurations share their fold plans when their normalised kernel matrices ``K/s``
@@ -196,9 +258,9 @@ class _SharedPlan:
 
     Kn: NDArray[np.float64]  # K / s, s = max |K|
     ratio: float  # σ² / s
-    fold_plans: list[CvFold]
-    sensitivity: float
-    paper_sensitivity: float
+    fold_plans: list[CvFold] | None = None  # set once its noise covariances are solved
+    sensitivity: float = math.nan
+    paper_sensitivity: float = math.nan
 
 
 def _same_normalised_form(entry: _SharedPlan, Kn: NDArray[np.float64], ratio: float) -> bool:
@@ -258,6 +320,7 @@ def plan_cv_sse(
     calibration: Literal["analytic", "classic"] = "analytic",
     rank_tol: float = 1e-8,
     share_plans: bool = True,
+    noise_solver: NoiseSolver = "batched",
     progressbar: bool = False,
 ) -> CvSsePlan:
     """Public planning of Algorithm 1: cloaking matrices, noise, Δ(θ), the drop, Δu.
@@ -272,8 +335,15 @@ def plan_cv_sse(
     earlier one times a common factor ``s > 0`` (up to rounding: ``_same_normalised_form``;
     e.g. ``η² k(·; ℓ)`` with the same ℓ and σ²/η²) has the same cloaking matrices, release
     noise and Δ(θ), and reuses that configuration's fold plans, Δ(θ) and eq. (13)
-    (``docs/selection.md`` §5).  ``False`` recomputes every configuration.
+    (``docs/selection.md`` §9).  ``False`` recomputes every configuration.
+
+    ``noise_solver``: ``"batched"`` (default) solves the release-noise covariances of a
+    configuration's folds together (``pm_dpgp.mechanisms.label.cloaking_batch``), ``"per_fold"``
+    one by one; both give the unique optimum to the solver's round-off (``docs/selection.md``
+    §9), and Δ(θ) does not depend on the noise.
     """
+    if noise_solver not in ("batched", "per_fold"):
+        raise ValueError(f"noise_solver must be 'batched' or 'per_fold', got {noise_solver!r}.")
     lo, hi = (float(b) for b in y_bounds)
     d = hi - lo
     clip = check_positive(error_clip, "error_clip") * d
@@ -291,10 +361,31 @@ def plan_cv_sse(
     paper = np.empty(len(configs))
     all_idx = np.arange(n)
     trains = [np.setdiff1d(all_idx, te) for te in folds]
-    shared: list[_SharedPlan] = []
+    classes: list[_SharedPlan] = []  # the first configuration of each normalised form
+    per_config: list[_SharedPlan] = []
     n_computed = 0
+
+    def finish(entry: _SharedPlan) -> None:
+        fps = entry.fold_plans
+        entry.sensitivity = _sensitivity(fps, n, d, clip)
+        entry.paper_sensitivity = paper_sse_sensitivity([fp.C for fp in fps], d, error_clip)
+
+    # Two queues: the first configuration of each normalised form, and (share_plans=False
+    # only) the others.  The first queue then holds the same matrices in the same order with
+    # or without sharing, so a shared plan is bitwise its recomputation (a batched solve is
+    # not independent of the other problems in its batch at the last bit).
+    seen: dict[bytes, list[tuple[NDArray[np.float64], CvFold]]] = {}
+    first_queue = _NoiseQueue(
+        folds, trains, unit_scale or 0.0, rank_tol, noise_solver, finish, seen
+    )
+    queues = {
+        True: first_queue,
+        False: _NoiseQueue(
+            folds, trains, unit_scale or 0.0, rank_tol, noise_solver, finish, seen, first_queue
+        ),
+    }
     with progress_bar(len(configs), "Selection: planning", enabled=progressbar) as bar:
-        for t, cfg in enumerate(configs):
+        for cfg in configs:
             public = gpr.public_gp(cfg)
             # once per configuration (folds take blocks of it); the one validation pass over K
             K = check_square_symmetric(public.kernel(X), "K")
@@ -302,23 +393,34 @@ def plan_cv_sse(
             if not scale > 0.0:
                 raise ValueError("the kernel matrix of a configuration is zero.")
             Kn, ratio = K / scale, public.noise_var / scale
-            entry = next(
-                (e for e in shared if share_plans and _same_normalised_form(e, Kn, ratio)), None
-            )
-            if entry is None:
-                fps = [
-                    _fold_plan(K, public.noise_var, te, tr, unit_scale, rank_tol)
-                    for te, tr in zip(folds, trains, strict=True)
+            cls = next((e for e in classes if _same_normalised_form(e, Kn, ratio)), None)
+            if share_plans and cls is not None:
+                per_config.append(cls)
+                bar.advance()
+                continue
+            entry = _SharedPlan(Kn, ratio)
+            if cls is None:
+                classes.append(entry)
+            Cs = [
+                _fold_cloaking_matrix(K, public.noise_var, te, tr)
+                for te, tr in zip(folds, trains, strict=True)
+            ]
+            n_computed += 1
+            if unit_scale is None:
+                entry.fold_plans = [
+                    CvFold(te, tr, C, np.zeros(te.size))
+                    for te, tr, C in zip(folds, trains, Cs, strict=True)
                 ]
-                s_t = _sensitivity(fps, n, d, clip)
-                p_t = paper_sse_sensitivity([fp.C for fp in fps], d, error_clip)
-                entry = _SharedPlan(Kn, ratio, fps, s_t, p_t)
-                n_computed += 1
-                if share_plans:
-                    shared.append(entry)
-            fps, sens[t], paper[t] = entry.fold_plans, entry.sensitivity, entry.paper_sensitivity
-            plans.append(fps)
+                finish(entry)
+            else:
+                queues[cls is None].add(entry, Cs)
+            per_config.append(entry)
             bar.advance()
+    queues[True].flush()
+    queues[False].flush()
+    for t, entry in enumerate(per_config):
+        plans.append(entry.fold_plans)
+        sens[t], paper[t] = entry.sensitivity, entry.paper_sensitivity
     kept = np.ones(len(configs), dtype=bool)
     if max_sensitivity is not None:
         kept = sens <= check_positive(max_sensitivity, "max_sensitivity")
@@ -361,8 +463,12 @@ def cv_sse_utilities(plan: CvSsePlan, y: ArrayLike) -> NDArray[np.float64]:
     yv = np.clip(np.where(np.isfinite(yv), yv, 0.5 * (lo + hi)), lo, hi)
     mu = plan.prior_mean
     u = np.full(len(plan.configs), -np.inf)
+    done: dict[int, float] = {}  # a shared list of fold plans (``share_plans``) gives the same u
     for t, fps in enumerate(plan.fold_plans):
         if fps is None:
+            continue
+        if id(fps) in done:
+            u[t] = done[id(fps)]
             continue
         total = 0.0
         for fp in fps:
@@ -370,5 +476,5 @@ def cv_sse_utilities(plan: CvSsePlan, y: ArrayLike) -> NDArray[np.float64]:
             total += float(
                 expected_clipped_square(f - yv[fp.test], fp.noise_var, plan.error_clip).sum()
             )
-        u[t] = -total
+        u[t] = done[id(fps)] = -total
     return u

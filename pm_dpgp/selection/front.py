@@ -11,7 +11,7 @@ privacy event, the owner's non-private scores kept out of every serialised form)
 Sample paths (Maciazek): the privacy-constrained search
 ``pm_dpgp.mechanisms.full.sample_path_bounds.feasible_configurations`` uses public
 information only and costs nothing, so it is not a method here; ``docs/selection.md`` §6
-explains why no private sample-path selection is offered.
+describes the private variant that follows from random stopping (not built yet).
 """
 
 from __future__ import annotations

@@ -58,6 +58,7 @@ def select_by_cross_validated_sse(
     calibration: Literal["analytic", "classic"] = "analytic",
     event_kind: EventKind = "auto",
     rng: np.random.Generator | None = None,
+    noise_solver: Literal["batched", "per_fold"] = "batched",
     progressbar: bool = False,
 ) -> SelectionResult:
     """ε-DP choice of public hyperparameters for a cloaked release (Smith et al. 2021, Alg. 1).
@@ -96,6 +97,10 @@ def select_by_cross_validated_sse(
         ``"auto"``, ``"zcdp"``, ``"pure"`` or ``"renyi"``.
     rng:
         ``None``: OpenDP Gumbel noisy max from OS entropy; a Generator: simulation mode.
+    noise_solver:
+        how the release-noise covariances of the folds are solved (public; the same optimum
+        either way, ``docs/selection.md`` §9): ``"batched"`` per configuration, or
+        ``"per_fold"``.
     progressbar:
         show a progress bar over the configurations while their sensitivities are planned
         (one noise covariance per configuration and fold), as PyMC's samplers do.
@@ -136,6 +141,7 @@ def select_by_cross_validated_sse(
         error_clip=error_clip,
         max_sensitivity=max_sensitivity,
         calibration=calibration,
+        noise_solver=noise_solver,
         progressbar=progressbar,
     )
     # 3. charge before the labels are read

@@ -31,16 +31,20 @@ round (``docs/thompson_tree.md`` §3–4).  Published: the chosen inputs, the sa
 values there, the per-round noise level; the observed values stay in the
 ``pm_dpgp.workflow.thompson.OwnerRecord``.
 
-``inputs_public=True`` is the weaker label-privacy variant (``docs/thompson_tree.md`` §9):
-the queried inputs are the published ones, ``B`` is exact and only ``A`` goes through the
-tree; the posterior is then exact linear-Gaussian conditioning on ``Ã``
-(``public_inputs_posterior``).
+``privacy_model="label"`` is the weaker label-privacy model of DP bandits
+(``docs/thompson_tree.md`` §9): neighbouring runs differ in one round's observed value, the
+queried inputs are post-processing of the transcript, ``B`` is computed exactly from them and
+only the ``A``-stream goes through the tree (per-leaf sensitivity ``R_φ (b − a)`` for the
+public response range ``[a, b]``); the posterior is exact linear-Gaussian conditioning on
+``Ã`` (``public_inputs_posterior``).  The default ``privacy_model="full"`` protects one
+observation's ``(x, y)``.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import warnings
 from typing import Any, Literal
 
 import numpy as np
@@ -84,14 +88,21 @@ from pm_dpgp.workflow.thompson import (
 
 __all__ = [
     "NystromFeatures",
+    "TREE_PRIVACY_MODELS",
     "dp_thompson_sampling_tree",
+    "label_statistics",
     "public_inputs_posterior",
     "record_statistics",
 ]
 
 LABEL_RELATION = (
-    "replace-one y: one observed value replaced; the queried inputs are the published x_chosen"
+    "replace-one y: one round's observed value replaced (within the public y_bounds); the "
+    "queried inputs are the published x_chosen (post-processing of the transcript)"
 )
+
+#: ``privacy_model=`` values of the loop: ``"full"`` (one observation's (x, y) private, the
+#: default) and ``"label"`` (one round's observed value private; docs/thompson_tree.md §9).
+TREE_PRIVACY_MODELS: tuple[str, ...] = (PRIVACY_MODEL, LABEL_PRIVACY_MODEL)
 
 
 class NystromFeatures:
@@ -156,6 +167,23 @@ def record_statistics(
     return np.concatenate([Phi.T @ r, ratio * upper_vector(Phi.T @ Phi)])
 
 
+def label_statistics(
+    Phi: NDArray[np.float64],
+    y: NDArray[np.float64],
+    y_bounds: tuple[float, float],
+    prior_mean: float,
+) -> NDArray[np.float64]:
+    r"""Leaf of the ``A``-stream under label privacy: ``Φᵀ (clip(y, a, b) − μ)``.
+
+    ``Φ`` holds clipped features (``‖φᵢ‖ ≤ R_φ``), ``[a, b]`` is the public response range and
+    ``μ`` the public prior mean.  Replacing one observed value at a fixed (published) input
+    changes this vector by ``φ(x)(y' − y)`` with ``y, y' ∈ [a, b]``: at most ``R_φ (b − a)``
+    (``docs/thompson_tree.md`` §9; the label sensitivity of Smith et al. 2018 with ``d = b − a``).
+    """
+    lo, hi = y_bounds
+    return Phi.T @ (np.clip(y, lo, hi) - prior_mean)
+
+
 def public_inputs_posterior(
     B: NDArray[np.float64], a_noisy: NDArray[np.float64], noise_var: float, sigma_a: float
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
@@ -192,7 +220,7 @@ def dp_thompson_sampling_tree(
     ratio: float = 1.0,
     rho: float = 0.01,
     variant: Literal["noise_aware", "naive"] = "noise_aware",
-    inputs_public: bool = False,
+    privacy_model: Literal["full", "label"] | None = None,
     candidates: ArrayLike | int = 256,
     refine_steps: int = 0,
     refine_points: int = 32,
@@ -214,8 +242,9 @@ def dp_thompson_sampling_tree(
         of a regular grid on the public box.
     y_bounds, prior_mean:
         public response range ``(lower, upper)`` (default ``(μ − 1, μ + 1)``) and prior mean
-        ``μ``; residuals ``y − μ`` are clipped to ``±R_y`` with
-        ``R_y = max(|lower − μ|, |upper − μ|)`` (the deprecated centred ``y_bound=R_y`` works).
+        ``μ``; full privacy clips the residuals ``y − μ`` to ``±R_y`` with
+        ``R_y = max(|lower − μ|, |upper − μ|)`` (the deprecated centred ``y_bound=R_y`` works);
+        label privacy clips ``y`` to ``[lower, upper]`` (sensitivity ``R_φ (upper − lower)``).
     ledger, epsilon, delta:
         the run's (ε, δ) (``epsilon`` defaults to the ledger's remaining budget, ``delta`` to
         its δ) is charged once, before the first round; if the ledger cannot afford it the run
@@ -225,13 +254,17 @@ def dp_thompson_sampling_tree(
     ratio, rho, variant:
         ``c = σ_a/σ_b``, the failure probability of λ (eq. 10) and ``"noise_aware"`` (with S₂)
         or ``"naive"`` posterior (``pm_dpgp.mechanisms.full.noise_aware.dp_qu``).
-    inputs_public:
-        ``False`` (default): full privacy, neighbours replace one ``(x, y)``; the tree releases
-        ``(A, c B̂)``.  ``True``: **label privacy** — only the observed values are private,
-        the queried inputs are the published ``x_chosen`` (and the public ``X_init``), so
-        ``B`` is computed exactly from public inputs and the tree releases ``A`` alone, with
-        sensitivity ``2 R_y R_φ`` (``docs/thompson_tree.md`` §9).  A weaker guarantee: the
-        ledger records ``privacy_model="label"``.
+    privacy_model:
+        ``"full"`` (default): neighbouring runs replace one observation ``(x, y)``; the tree
+        releases ``(A, c B̂)`` (``docs/thompson_tree.md`` §2–4).  ``"label"``: the privacy
+        model of DP bandits — neighbouring runs differ in **one round's observed value**; the
+        queried inputs are chosen by the algorithm from earlier releases and fresh randomness,
+        so they are post-processing of the transcript (published as ``x_chosen``), ``B`` is
+        computed exactly from them and the tree releases the ``A``-stream alone, with
+        per-leaf sensitivity ``R_φ (b − a)`` for ``y_bounds = (a, b)`` (§9).  A weaker
+        guarantee: nothing is promised about the inputs; the ledger records
+        ``privacy_model="label"`` and refuses to mix it with full-privacy entries.  The
+        deprecated ``inputs_public=True`` / ``False`` means ``"label"`` / ``"full"``.
     rng:
         ``None`` (default): secure discrete Gaussian node noise (OpenDP, OS entropy) and an
         OS-entropy Generator for the posterior samples and candidates.  A Generator: the
@@ -245,10 +278,13 @@ def dp_thompson_sampling_tree(
     noise_sd = check_positive(noise_sd, "noise_sd")
     func = "dp_thompson_sampling_tree"
     y_bounds = bounds_from_centred("y_bound", deprecated, y_bounds, prior_mean, func=func)
+    privacy_model = _privacy_model_argument(privacy_model, deprecated, func)
     reject_unexpected(deprecated, func=func)
     if y_bounds is None:
         y_bounds = (prior_mean - 1.0, prior_mean + 1.0)
-    _, _, R_y = centred_bound(y_bounds, prior_mean)
+    y_lo, y_hi, R_y = centred_bound(y_bounds, prior_mean)
+    y_bounds = (y_lo, y_hi)
+    label = privacy_model == LABEL_PRIVACY_MODEL
     c = check_positive(ratio, "ratio")
     if not isinstance(ledger, Ledger):
         raise ValueError("ledger must be a pm_dpgp Ledger holding the privacy budget.")
@@ -275,8 +311,8 @@ def dp_thompson_sampling_tree(
     y_all = _observe(objective, X0, float(prior_mean))
 
     # --- public plan and the one charge, before any noise ----------------------------------
-    if inputs_public:
-        Delta, dim = 2.0 * R_y * feats.R, M
+    if label:  # §9: one observed value at a published input, y, y' in [a, b]
+        Delta, dim = (y_hi - y_lo) * feats.R, M
         model_name, relation = LABEL_PRIVACY_MODEL, LABEL_RELATION
     else:
         Delta, dim = l2_sensitivity(R_y, feats.R, c), M + M * (M + 1) // 2
@@ -312,20 +348,21 @@ def dp_thompson_sampling_tree(
     if plan is not None:
         tree = TreeAggregator(plan, noise_rng)
         leaf = (X0, y_all)
-        B_public = np.zeros((M, M))  # exact B from the public queries (inputs_public only)
+        B_public = np.zeros((M, M))  # exact B from the published queries (label only)
         with progress_bar(T, "DP Thompson sampling (tree)", enabled=progressbar) as bar:
             try:
                 for _ in range(T):
-                    r = np.clip(leaf[1] - prior_mean, -R_y, R_y)
                     Phi = feats(leaf[0])
-                    if inputs_public:
-                        est, k = tree.add(Phi.T @ r)
+                    if label:
+                        # the A-stream only; B from the published inputs (no y enters it)
+                        est, k = tree.add(label_statistics(Phi, leaf[1], y_bounds, prior_mean))
                         B_public += Phi.T @ Phi
                         m_v, S_v = public_inputs_posterior(
                             B_public, est, noise_sd**2, plan.sigma * math.sqrt(k)
                         )
                         lam_used = 0.0
                     else:
+                        r = np.clip(leaf[1] - prior_mean, -R_y, R_y)
                         est, k = tree.add(record_statistics(Phi, r, c))
                         sa = plan.sigma * math.sqrt(k)
                         q = dp_qu(
@@ -367,9 +404,12 @@ def dp_thompson_sampling_tree(
                 stop = "interrupted"
     attrs: dict[str, Any] = {
         "mechanism": "sufficient-statistics Thompson sampling (tree aggregation, Nystrom features)",
-        "privacy_model": "label (observed values private; queried inputs are published)"
-        if inputs_public
-        else "full (queried inputs and observed values private)",
+        "privacy_model": privacy_model,
+        "privacy_model_description": (
+            "label (one round's observed value private; queried inputs are published)"
+            if label
+            else "full (queried inputs and observed values private)"
+        ),
         "neighbouring_relation": relation,
         "stop_reason": stop,
         "n_rounds_requested": T,
@@ -385,7 +425,11 @@ def dp_thompson_sampling_tree(
         "variant": variant,
         "kernel": feats.public.description,
         "leaf_sensitivity": Delta,
-        "sensitivity_equation": "docs/thompson_tree.md §3: sqrt(L) * eq. (6) with R_k = R_phi",
+        "sensitivity_equation": (
+            "docs/thompson_tree.md §9: sqrt(L) * R_phi * (upper - lower)"
+            if label
+            else "docs/thompson_tree.md §3: sqrt(L) * eq. (6) with R_k = R_phi"
+        ),
         "delta": float(delta),
         "epsilon_run": float(epsilon),
         "epsilon_budget": "none" if ledger.epsilon_budget is None else float(ledger.epsilon_budget),
@@ -417,3 +461,33 @@ def dp_thompson_sampling_tree(
         events=[plan.event] if plan is not None else [],
         stop_reason=stop,
     )
+
+
+def _privacy_model_argument(
+    privacy_model: str | None, deprecated: dict[str, Any], func: str
+) -> str:
+    """``privacy_model=`` validated (before any spend); the deprecated ``inputs_public`` mapped."""
+    if "inputs_public" in deprecated:
+        old = deprecated.pop("inputs_public")
+        if privacy_model is not None:
+            raise TypeError(
+                f"{func}() got both 'inputs_public' (deprecated) and 'privacy_model'; pass only "
+                "privacy_model=."
+            )
+        if not isinstance(old, bool | np.bool_):
+            raise TypeError("inputs_public must be True or False; pass privacy_model= instead.")
+        warnings.warn(
+            f"{func}(): inputs_public= is replaced by privacy_model= ('label' for True, 'full' "
+            "for False) and will be removed in the next release.",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        privacy_model = LABEL_PRIVACY_MODEL if old else PRIVACY_MODEL
+    if privacy_model is None:
+        return PRIVACY_MODEL
+    if privacy_model not in TREE_PRIVACY_MODELS:
+        raise ValueError(
+            f"privacy_model must be one of {TREE_PRIVACY_MODELS}, got {privacy_model!r}; use "
+            "'full' (one (x, y) private) or 'label' (one observed value private)."
+        )
+    return str(privacy_model)

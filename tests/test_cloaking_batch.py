@@ -1,0 +1,168 @@
+"""Batched cloaking noise covariances (``cloaking_batch``) against the serial solver.
+
+``solve_noise_covariances`` must return, for every matrix, the certified optimum that
+``solve_noise_covariance`` returns: the same reduction bit for bit (basis, singular values,
+projected columns, representatives), log-determinants within the two certificates, and
+covariances within ``tests.tolerances.design_rtol`` (strong convexity of ``−log det`` on the
+whitened problem: two certified optima differ by at most ``2 κ(M_w) sqrt(2 gap)`` relative).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pm_dpgp.mechanisms.label.cloaking_batch as cb
+from pm_dpgp.mechanisms.label.cloaking import (
+    NoiseCovariance,
+    _reduce,
+    _solve_design,
+    solve_noise_covariance,
+)
+from pm_dpgp.mechanisms.label.cloaking_batch import solve_noise_covariances
+from tests.tolerances import assert_normwise_close, design_rtol, scalar_rtol
+
+RANK_TOL = 1e-8  # what the selection passes (cloaked_release's default)
+
+
+def _gp_fold_matrices(seed: int, n: int = 60, folds: int = 5) -> list[np.ndarray]:
+    """Cloaking matrices of interleaved folds of a 1-D GP with repeated inputs (like ages)."""
+    rng = np.random.default_rng(seed)
+    x = np.round(rng.uniform(0.0, 20.0, n))  # repeated inputs: near-duplicate columns
+    ell, ratio = rng.choice([0.5, 2.0, 8.0]), rng.choice([0.01, 0.2, 1.0])
+    K = np.exp(-0.5 * (x[:, None] - x[None, :]) ** 2 / ell**2)
+    out = []
+    for f in range(folds):
+        te = np.arange(f, n, folds)
+        tr = np.setdiff1d(np.arange(n), te)
+        A = K[np.ix_(tr, tr)] + ratio * np.eye(tr.size)
+        out.append(np.linalg.solve(A, K[np.ix_(tr, te)]).T)
+    return out
+
+
+def _degenerate(rng: np.random.Generator) -> list[np.ndarray]:
+    """Duplicated, negated and zero columns; rank one; a wide low-rank matrix."""
+    base = rng.standard_normal((5, 12))
+    dup = np.hstack([base, base[:, :4], -base[:, 2:6], np.zeros((5, 3))])
+    rank_one = np.outer(rng.standard_normal(4), rng.standard_normal(9))
+    low = rng.standard_normal((8, 3)) @ rng.standard_normal((3, 30))
+    return [dup, rank_one, low]
+
+
+def _whitened_kappa(C: np.ndarray, M_k: np.ndarray) -> float:
+    """κ of the optimum in the solver's whitened basis ``S⁻¹ M_k S⁻¹`` (S: retained σ's)."""
+    s = _reduce(C, RANK_TOL).sing
+    return float(np.linalg.cond(M_k / np.outer(s, s)))
+
+
+def _variances(nc: NoiseCovariance) -> np.ndarray:
+    """Per-output noise variances of the release at unit scale (what the selection uses)."""
+    return nc.max_mahalanobis * np.einsum("ij,jk,ik->i", nc.basis, nc.M_k, nc.basis)
+
+
+def _check_agreement(Cs: list[np.ndarray]) -> None:
+    batched = solve_noise_covariances(Cs, rank_tol=RANK_TOL)
+    for C, b in zip(Cs, batched, strict=True):
+        a = solve_noise_covariance(C, rank_tol=RANK_TOL)
+        # the reduction is the serial one, bit for bit
+        assert a.rank == b.rank
+        assert np.array_equal(a.basis, b.basis) and np.array_equal(a.projected, b.projected)
+        # both certified; log-determinants within the two certificates (plus rounding)
+        assert b.converged and b.gap_bound <= a.rank * 1e-9
+        slack = max(a.gap_bound, b.gap_bound) + scalar_rtol(4 * a.rank) * abs(a.log_det_k)
+        assert abs(a.log_det_k - b.log_det_k) <= slack
+        # feasible: the largest Mahalanobis norm of the columns is 1 up to rounding
+        assert abs(b.max_mahalanobis - 1.0) <= 1e-9
+        # covariances and the selection's noise variances within design_rtol
+        rtol = design_rtol(max(a.gap_bound, b.gap_bound), _whitened_kappa(C, a.M_k), a.rank)
+        assert_normwise_close(b.M_k, a.M_k, rtol, "M_k batched vs serial")
+        va, vb = _variances(a), _variances(b)
+        assert np.all(np.abs(vb - va) <= rtol * va), "noise variances"
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_batched_agrees_with_serial_on_gp_fold_matrices(seed: int) -> None:
+    """Folds of GP cloaking problems with repeated inputs (near-duplicate columns, varied ranks)."""
+    _check_agreement(_gp_fold_matrices(seed))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_batched_agrees_with_serial_on_random_and_degenerate_inputs(seed: int) -> None:
+    rng = np.random.default_rng(100 + seed)
+    Cs = [rng.standard_normal((m, n)) for m, n in [(3, 20), (7, 40), (7, 40), (12, 15)]]
+    Cs += _degenerate(rng)
+    _check_agreement(Cs)
+
+
+def test_reduction_is_bitwise_the_serial_one_including_the_large_path() -> None:
+    """Batched SVDs by shape give the serial reduction exactly; a matrix with
+    ``min(m, n) ≥ 64`` takes the serial randomised range finder itself."""
+    rng = np.random.default_rng(7)
+    Cs = _gp_fold_matrices(4) + [rng.standard_normal((70, 90)) @ np.diag(0.8 ** np.arange(90))]
+    for C, red in zip(Cs, cb._reduce_many(Cs, RANK_TOL), strict=True):
+        ref = _reduce(C, RANK_TOL)
+        for name in ("basis", "sing", "proj", "white", "reps"):
+            assert np.array_equal(getattr(red, name), getattr(ref, name)), name
+
+
+def test_fallback_to_the_serial_solver_is_bitwise_serial(monkeypatch) -> None:
+    """A problem not certified within the batched rounds goes to the serial ``_solve_design``;
+    with no batched rounds at all every design is the serial one bit for bit, and the
+    (batched) certificates agree with the serial ones within ``design_rtol``."""
+    monkeypatch.setattr(cb, "_MAX_ROUNDS", 0)
+    Cs = _gp_fold_matrices(5)
+    reds = [_reduce(C, RANK_TOL) for C in Cs]
+    Bts = [np.ascontiguousarray(r.white[:, r.reps].T) for r in reds]
+    for Bt, (u, it, conv) in zip(Bts, cb._solve_designs(Bts, 1e-9, 100_000), strict=True):
+        u_s, it_s, conv_s = _solve_design(Bt, 1e-9, 100_000)
+        assert np.array_equal(u, u_s) and it == it_s and conv == conv_s
+    for C, b in zip(Cs, solve_noise_covariances(Cs, rank_tol=RANK_TOL), strict=True):
+        a = solve_noise_covariance(C, rank_tol=RANK_TOL)
+        assert a.iterations == b.iterations and np.array_equal(a.lam > 0, b.lam > 0)
+        rtol = design_rtol(max(a.gap_bound, b.gap_bound), _whitened_kappa(C, a.M_k), a.rank)
+        assert_normwise_close(b.M_k, a.M_k, rtol, "fallback vs serial")
+
+
+def test_serial_tail_and_lockstep_give_the_same_optimum(monkeypatch) -> None:
+    """Finishing the last problems serially (``_SERIAL_TAIL``) or in lockstep: same optimum."""
+    Cs = _gp_fold_matrices(6)
+    monkeypatch.setattr(cb, "_SERIAL_TAIL", 0)
+    lock = solve_noise_covariances(Cs, rank_tol=RANK_TOL)
+    monkeypatch.setattr(cb, "_SERIAL_TAIL", len(Cs))
+    tail = solve_noise_covariances(Cs, rank_tol=RANK_TOL)
+    for C, a, b in zip(Cs, lock, tail, strict=True):
+        rtol = design_rtol(max(a.gap_bound, b.gap_bound), _whitened_kappa(C, a.M_k), a.rank)
+        assert_normwise_close(b.M_k, a.M_k, rtol, "serial tail vs lockstep")
+
+
+def test_the_same_list_gives_the_same_bits() -> None:
+    """Deterministic: the same matrices in the same order give identical results."""
+    Cs = _gp_fold_matrices(8) + _degenerate(np.random.default_rng(8))
+    for a, b in zip(
+        solve_noise_covariances(Cs, rank_tol=RANK_TOL),
+        solve_noise_covariances(Cs, rank_tol=RANK_TOL),
+        strict=True,
+    ):
+        assert np.array_equal(a.M_k, b.M_k) and a.max_mahalanobis == b.max_mahalanobis
+
+
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (np.full((3, 4), np.nan), "NaN"),
+        (np.zeros((3, 4)), "all zero"),
+        (np.ones(4), "2-dimensional"),
+    ],
+)
+def test_bad_matrix_anywhere_in_the_list_raises_before_solving(bad, match, monkeypatch) -> None:
+    def boom(*args, **kwargs):
+        raise AssertionError("solved before validating every matrix")
+
+    monkeypatch.setattr(cb, "_reduce_many", boom)
+    good = np.random.default_rng(0).standard_normal((3, 5))
+    with pytest.raises(ValueError, match=match):
+        solve_noise_covariances([good, bad, good])
+
+
+def test_empty_list() -> None:
+    assert solve_noise_covariances([]) == []
