@@ -70,6 +70,7 @@ from __future__ import annotations
 import functools
 import math
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -684,6 +685,35 @@ def _newton_point(Bs: FloatArray, lam: FloatArray) -> _NewtonPoint | None:
     return _NewtonPoint(lam=lam, value=value, W=W, grad=grad, residual=residual)
 
 
+def _backtracking_trials(
+    lam: FloatArray, idx: NDArray[np.intp], direction: FloatArray
+) -> Iterator[FloatArray]:
+    """Trial weights ``λ + t·d`` on ``idx`` for a backtracking search that keeps ``λ ≥ 0``.
+
+    ``t`` starts at ``min(1, t_max)`` (ratio test: ``t_max`` is the largest step keeping every
+    shrinking weight non-negative; the blocking weight is set to exactly 0 at ``t = t_max``)
+    and halves down to ``1e-12 · min(1, t_max)``.  Shared by the active-set Newton methods of
+    the log det and the trace designs.
+    """
+    shrinking = direction < 0.0
+    if shrinking.any():
+        ratios = lam[idx[shrinking]] / -direction[shrinking]
+        pick = int(np.argmin(ratios))
+        t_bound = float(ratios[pick])
+        blocking = int(idx[np.flatnonzero(shrinking)[pick]])
+    else:
+        t_bound, blocking = np.inf, -1
+    t = min(1.0, t_bound)
+    while t > 1e-12 * min(1.0, t_bound):
+        trial = lam.copy()
+        trial[idx] += t * direction
+        if t == t_bound:
+            trial[blocking] = 0.0
+        np.maximum(trial, 0.0, out=trial)
+        yield trial
+        t *= 0.5
+
+
 def _active_set_newton(Bs: FloatArray, lam: FloatArray, max_steps: int) -> tuple[FloatArray, int]:
     """Maximise the dual ``φ(λ)`` over ``λ ≥ 0`` on a candidate set by active-set Newton.
 
@@ -742,22 +772,8 @@ def _active_set_newton(Bs: FloatArray, lam: FloatArray, max_steps: int) -> tuple
                 break
             point = new
             continue
-        shrinking = step < 0.0
-        if shrinking.any():
-            ratios = lam[idx[shrinking]] / -step[shrinking]
-            pick = int(np.argmin(ratios))
-            t_bound = float(ratios[pick])
-            blocking = int(idx[np.flatnonzero(shrinking)[pick]])
-        else:
-            t_bound, blocking = np.inf, -1
-        t = min(1.0, t_bound)
         accepted = None
-        while t > 1e-12 * min(1.0, t_bound):
-            trial = lam.copy()
-            trial[idx] += t * step
-            if t == t_bound:
-                trial[blocking] = 0.0
-            np.maximum(trial, 0.0, out=trial)
+        for trial in _backtracking_trials(lam, idx, step):
             predicted = float(grad @ (trial - lam))
             new = _newton_point(Bs, trial) if predicted > 0.0 else None
             if new is not None and (
@@ -766,7 +782,6 @@ def _active_set_newton(Bs: FloatArray, lam: FloatArray, max_steps: int) -> tuple
             ):
                 accepted = new
                 break
-            t *= 0.5
         if accepted is None:
             break
         point = accepted

@@ -47,6 +47,7 @@ from numpy.typing import NDArray
 
 from pm_dpgp.mechanisms.label.cloaking import (
     NoiseCovariance,
+    _backtracking_trials,
     _initial_design,
     _lower_solve,
     _Reduced,
@@ -166,21 +167,7 @@ def _newton(At: FloatArray, lam: FloatArray, max_steps: int) -> tuple[FloatArray
             step[np.searchsorted(idx, j)] = grad[j] / curvature[np.searchsorted(idx, j)]
         accepted = None
         for direction in (step, grad[idx] / curvature):
-            shrinking = direction < 0.0
-            if shrinking.any():
-                ratios = lam[idx[shrinking]] / -direction[shrinking]
-                pick = int(np.argmin(ratios))
-                t_bound = float(ratios[pick])
-                blocking = int(idx[np.flatnonzero(shrinking)[pick]])
-            else:
-                t_bound, blocking = math.inf, -1
-            t = min(1.0, t_bound)
-            while t > 1e-12 * min(1.0, t_bound):
-                trial = lam.copy()
-                trial[idx] += t * direction
-                if t == t_bound:
-                    trial[blocking] = 0.0
-                np.maximum(trial, 0.0, out=trial)
+            for trial in _backtracking_trials(lam, idx, direction):
                 predicted = float(grad @ (trial - lam))
                 new = _dual(At, trial) if predicted > 0.0 else None
                 if new is not None:
@@ -190,7 +177,6 @@ def _newton(At: FloatArray, lam: FloatArray, max_steps: int) -> tuple[FloatArray
                     ):
                         accepted = (trial, new, new_residual)
                         break
-                t *= 0.5
             if accepted is not None:
                 break
         if accepted is None:
