@@ -256,22 +256,18 @@ def classification(
     solve, like the release.
     """
     from pm_dpgp.mechanisms.label.classification import (
+        CLASSIFICATION_LABEL,
         LABEL_BOUNDS,
-        _inducing,
-        one_step_cloaking,
+        public_one_step,
     )
     from pm_dpgp.mechanisms.label.cloaking_release import cloaking_parts
-    from pm_dpgp.models._common import _as_2d_inputs
 
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta)
     n_draws = check_count(n_draws, "n_draws")
-    public = model.public_gp(hyperparameters)
-    Xs = _as_2d_inputs(X_star, "X_star", public.input_dim)
-    Z = _inducing(inducing_points, public, kmeans_seed)
-    C = one_step_cloaking(public, Xs, f0=f0, inducing_points=Z)[0]
+    C = public_one_step(model, X_star, hyperparameters, f0, inducing_points, kmeans_seed)[3][0]
     parts = cloaking_parts(C, LABEL_BOUNDS, tol=tol, rank_tol=rank_tol, design=design)
-    label = "one-step Laplace GP classification (Smith et al. 2021 §4)"
+    label = CLASSIFICATION_LABEL
     return _gaussian_plan(
         epsilon,
         delta,

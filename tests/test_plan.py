@@ -161,6 +161,8 @@ def test_classification_plan_matches_the_release(secure, inducing):
     np.testing.assert_allclose(rel.noise_sd, p.noise_sd, rtol=1e-12)
     assert rel.metadata["l2_sensitivity"] == p.l2_sensitivity
     assert ledger.epsilon(1e-3) == pytest.approx(p.ledger_epsilon, rel=1e-12)
+    with pytest.raises(TypeError, match="gp_classification"):  # same check as the release
+        plan.classification(_label_model(5), X_STAR, epsilon=1.0, delta=1e-3)
 
 
 @pytest.mark.parametrize("secure", [False, True])

@@ -77,6 +77,7 @@ __all__ = ["LABEL_BOUNDS", "class_probabilities", "classification_release", "one
 
 #: Labels are clipped (silently) to this public range; one flip changes a label by d = 1.
 LABEL_BOUNDS = (0.0, 1.0)
+CLASSIFICATION_LABEL = "one-step Laplace GP classification (Smith et al. 2021 §4)"
 CLASSIFICATION_RELATION = "replace-one-label, t_i in [0, 1] (inputs public)"
 
 
@@ -135,6 +136,33 @@ def one_step_cloaking(
     return C, public.mean + C @ b_public, var, jitter
 
 
+def public_one_step(
+    gpc: GPClassification,
+    X_star: ArrayLike,
+    hyperparameters: dict[str, float] | None,
+    f0: ArrayLike | None,
+    inducing_points: ArrayLike | int | None,
+    kmeans_seed: int,
+) -> tuple[
+    PublicLatentGP,
+    NDArray[np.float64],
+    NDArray[np.float64] | None,
+    tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], float],
+]:
+    """``(public GP, X*, Z, one_step_cloaking(...))`` of a classification model: no label read.
+
+    Shared by ``classification_release`` and ``pm_dpgp.plan.classification``.
+    """
+    if not isinstance(gpc, GPClassification):
+        raise TypeError(
+            f"gpc must come from pm_dpgp.models.gp_classification, got {type(gpc).__name__}."
+        )
+    public = gpc.public_gp(hyperparameters)
+    Xs = _as_2d_inputs(X_star, "X_star", public.input_dim)
+    Z = _inducing(inducing_points, public, kmeans_seed)
+    return public, Xs, Z, one_step_cloaking(public, Xs, f0=f0, inducing_points=Z)
+
+
 def classification_release(
     gpc: GPClassification,
     X_star: ArrayLike,
@@ -185,15 +213,10 @@ def classification_release(
     """
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta)
-    if not isinstance(gpc, GPClassification):
-        raise TypeError(
-            f"gpc must come from pm_dpgp.models.gp_classification, got {type(gpc).__name__}."
-        )
-    public = gpc.public_gp(hyperparameters)
-    Xs = _as_2d_inputs(X_star, "X_star", public.input_dim)
-    Z = _inducing(inducing_points, public, kmeans_seed)
+    public, Xs, Z, (C, offset, latent_var, jitter) = public_one_step(
+        gpc, X_star, hyperparameters, f0, inducing_points, kmeans_seed
+    )
     labels = prepare_labels(gpc.y, LABEL_BOUNDS, bounds_are_public=True)
-    C, offset, latent_var, jitter = one_step_cloaking(public, Xs, f0=f0, inducing_points=Z)
     with progress_bar(2, "Classification release", enabled=progressbar) as bar:
         parts = cloaking_parts(C, LABEL_BOUNDS, tol=tol, rank_tol=rank_tol, design=design)
         noise, F = parts.noise, parts.shape_factor
@@ -203,7 +226,7 @@ def classification_release(
         warn_public_settings(epsilon=epsilon, delta=delta, n_records=public.n)
         offset = offset + F @ whitening.public
         unit = charged_unit_sensitivity(parts.unit_sensitivity, 1.0, whitening)
-        label = "one-step Laplace GP classification (Smith et al. 2021 §4)"
+        label = CLASSIFICATION_LABEL
         result = perturb(
             offset + F @ whitening.private,
             F,
