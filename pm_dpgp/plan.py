@@ -320,10 +320,7 @@ def binned(
         raise TypeError("bins must come from make_bins(edges).")
     lower, upper = check_public_bounds(y_bounds)
     X_arr = check_finite_array(X, "X", ndim=2)
-    idx = bins.index(X_arr, out_of_range)
-    counts = np.bincount(idx[idx >= 0], minlength=bins.n_bins)
-    if not (counts > 0).any():
-        raise ValueError("no input falls in any bin: nothing to release.")
+    counts = bins.counts(X_arr, out_of_range)[1]
     noise = binning_noise(counts, epsilon, upper - lower, n_draws, secure=secure)
     return BinnedPlan(epsilon, n_draws, counts, noise.scale, noise.event)
 

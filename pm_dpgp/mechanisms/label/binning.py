@@ -121,6 +121,19 @@ class Bins:
         lower, upper = self.boxes()
         return 0.5 * (lower + upper)
 
+    def counts(
+        self, X: ArrayLike, out_of_range: OutOfRange = "raise"
+    ) -> tuple[NDArray[np.intp], NDArray[np.int64]]:
+        """``(index, counts)`` of the PUBLIC ``X``: ``index`` and the number of rows per bin.
+
+        Refuses inputs of which none falls in a bin (nothing to release).
+        """
+        idx = self.index(X, out_of_range)
+        counts = np.bincount(idx[idx >= 0], minlength=self.n_bins)  # public (inputs public)
+        if not (counts > 0).any():
+            raise ValueError("no input falls in any bin: nothing to release.")
+        return idx, counts
+
     def index(self, X: ArrayLike, out_of_range: OutOfRange = "raise") -> NDArray[np.intp]:
         """Flat bin index of each row of the PUBLIC ``X``; ``-1`` for dropped rows.
 
@@ -180,6 +193,7 @@ class BinningNoise:
     """
 
     event: PrivacyEvent
+    sensitivity: NDArray[np.float64]  # Δ_j = d / n_j, 0 for an empty bin
     scale: NDArray[np.float64]
     info: dict[str, object]
     measurement: object | None  # the OpenDP measurement (secure mode), None in simulation
@@ -238,13 +252,13 @@ def binning_noise(
         }
         # closed form b_j = Δ_j / ε
         return BinningNoise(
-            LaplaceEvent(1.0 / epsilon, label, count=n_draws), sens / epsilon, info, None, 0.0
+            LaplaceEvent(1.0 / epsilon, label, count=n_draws), sens, sens / epsilon, info, None, 0.0
         )
     n_max = int(counts.max())
     rounding = 2.0 * (n_max + 3) * _U / (1.0 - (n_max + 3) * _U) * (0.5 * n_max + 1.0)
     meas, gamma, eps_map, unit_scale, info = _secure_laplace(int(occupied.sum()), epsilon, rounding)
     return BinningNoise(
-        PureDpEvent(eps_map, label, count=n_draws), sens * unit_scale, info, meas, gamma
+        PureDpEvent(eps_map, label, count=n_draws), sens, sens * unit_scale, info, meas, gamma
     )
 
 
@@ -287,12 +301,8 @@ def binned_release(
         raise ValueError(
             f"X and y must have the same number of rows, got {X_arr.shape[0]} and {y_arr.shape[0]}."
         )
-    idx = bins.index(X_arr, out_of_range)
-    used = idx >= 0
-    counts = np.bincount(idx[used], minlength=bins.n_bins)  # public (inputs public)
-    occupied = counts > 0
-    if not occupied.any():
-        raise ValueError("no input falls in any bin: nothing to release.")
+    idx, counts = bins.counts(X_arr, out_of_range)
+    used, occupied = idx >= 0, counts > 0
     warn_public_settings(epsilon=epsilon)
     noise = binning_noise(counts, epsilon, d, n_draws, secure=rng is None)
     event, scale, noise_info = noise.event, noise.scale, noise.info
@@ -328,7 +338,7 @@ def binned_release(
         "clipping_bounds": [lo, hi],
         "bin_edges": [e for e in bins.edges],
         "bin_counts": counts,
-        "bin_sensitivity": np.where(occupied, d / np.maximum(counts, 1), 0.0),
+        "bin_sensitivity": noise.sensitivity,
         "laplace_scale": scale,
         "empty_value": fill,
         "out_of_range": out_of_range,
