@@ -205,7 +205,7 @@ def prior_noise(
     (Smith et al. 2018, eqs. 1–4), the prior covariance shape at ``X_star`` and the charged
     L2 sensitivity ``d·s + 2r`` as ``prior_noise_release`` computes them.
     """
-    from pm_dpgp.mechanisms.label.output_perturbation import charged_l2_sensitivity
+    from pm_dpgp.mechanisms.label.output_perturbation import planned_l2_sensitivity
     from pm_dpgp.mechanisms.label.prior_noise import public_prior_noise
 
     epsilon = check_epsilon(epsilon)
@@ -215,20 +215,11 @@ def prior_noise(
     public_gp = model.public_gp(hyperparameters)
     X_star = check_finite_array(X_star, "X_star", ndim=2)
     parts = public_prior_noise(public_gp, X_star, bound)
-    l2 = charged_l2_sensitivity(
-        parts.unit_sensitivity, upper - lower, _midpoint_whitening(parts.W, lower, upper)
-    )
+    l2 = planned_l2_sensitivity(parts.unit_sensitivity, parts.W, (lower, upper))
     label = "prior-noise GP release (Hall et al. 2013)"
     return _gaussian_plan(
         epsilon, delta, l2, parts.shape_factor, calibration, n_draws, label, secure
     )
-
-
-def _midpoint_whitening(W: NDArray[np.float64], lower: float, upper: float) -> Any:
-    """The whitening's public parts (column sensitivity, round-off): they do not depend on y."""
-    from pm_dpgp.mechanisms.whitening import centred_whitening
-
-    return centred_whitening(W, np.full(W.shape[1], 0.5 * (lower + upper)), (lower, upper), 0.0)
 
 
 def classification(

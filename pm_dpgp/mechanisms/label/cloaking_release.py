@@ -33,8 +33,8 @@ from pm_dpgp.mechanisms.label.cloaking import (
     solve_noise_covariance,
 )
 from pm_dpgp.mechanisms.label.output_perturbation import (
-    charged_l2_sensitivity,
     label_gaussian_release,
+    planned_l2_sensitivity,
     prepare_labels,
 )
 from pm_dpgp.mechanisms.whitening import centred_whitening
@@ -126,10 +126,7 @@ def cloaking_parts(
     # mean = μ + (U L_k) w with w = W (y − μ), W = L_k⁻¹ U_kᵀ C public (k × n)
     W = solve_triangular(noise.chol_k, noise.projected, lower=True)
     unit = float(np.sqrt(noise.max_mahalanobis)) * SENSITIVITY_SAFETY
-    lower, upper = y_bounds
-    # the whitening's public parts (column sensitivity, round-off) do not depend on y
-    public_part = centred_whitening(W, np.full(W.shape[1], 0.5 * (lower + upper)), y_bounds, 0.0)
-    l2 = charged_l2_sensitivity(unit, upper - lower, public_part)
+    l2 = planned_l2_sensitivity(unit, W, y_bounds)
     return PublicCloaking(noise, W, noise.basis @ noise.chol_k, unit, l2)
 
 

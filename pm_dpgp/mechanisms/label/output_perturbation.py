@@ -46,7 +46,7 @@ from pm_dpgp.mechanisms.noise import (
     secure_plan,
     simulation_rng,
 )
-from pm_dpgp.mechanisms.whitening import CentredWhitening
+from pm_dpgp.mechanisms.whitening import CentredWhitening, centred_whitening
 from pm_dpgp.models import PublicGP
 from pm_dpgp.release import Release
 
@@ -292,6 +292,19 @@ def charged_l2_sensitivity(
     """``d·s + 2r``: the L2 sensitivity ``perturb`` charges (its round-off ``r`` included)."""
     s = charged_unit_sensitivity(unit_sensitivity, data_sensitivity, whitening)
     return float(data_sensitivity) * float(s) + 2.0 * float(whitening.rounding)
+
+
+def planned_l2_sensitivity(
+    unit_sensitivity: float, W: NDArray[np.float64], y_bounds: tuple[float, float]
+) -> float:
+    """``charged_l2_sensitivity`` before any label is read (plans, public parts).
+
+    The whitening's column sensitivity and round-off depend on the public ``W`` and
+    ``y_bounds`` only, never on y, so they are evaluated at the bounds' midpoint.
+    """
+    lower, upper = float(y_bounds[0]), float(y_bounds[1])
+    public_part = centred_whitening(W, np.full(W.shape[1], 0.5 * (lower + upper)), y_bounds, 0.0)
+    return charged_l2_sensitivity(unit_sensitivity, upper - lower, public_part)
 
 
 def label_gaussian_release(
