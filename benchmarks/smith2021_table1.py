@@ -150,6 +150,8 @@ def rmse(pred: np.ndarray, truth: np.ndarray) -> float:
 #: noise): reproduced only to explain the differences, NOT a private release.
 CENTRE = {"mode": "public"}
 CALIBRATIONS = ("classic", "analytic")
+#: (design, fold, certified gap) of every release whose noise covariance did not converge.
+NOT_CONVERGED: list[tuple[str, int, float]] = []
 #: (result key, calibration, noise design): the paper's log-det design, then the trace design.
 VARIANTS = tuple((cal, cal, "logdet") for cal in CALIBRATIONS) + tuple(
     (cal + "_trace", cal, "trace") for cal in CALIBRATIONS
@@ -187,7 +189,8 @@ def evaluate_fold(method, X, y, test, fold, draws, n_inducing=5):
         )
         out[key + "_seconds"] = time.perf_counter() - t0
         if not release.metadata["solver_converged"]:
-            raise RuntimeError(f"{design} noise covariance not converged (fold {fold})")
+            # still private (M is feasible, the sensitivity is computed for it): report it
+            NOT_CONVERGED.append((design, fold, float(release.metadata["solver_gap_bound"])))
         mse = np.mean((release.draws - y[test][None, :]) ** 2, axis=1)
         out[key] = np.sqrt(mse)
         out[key + "_pooled"] = float(np.sqrt(np.mean(mse)))
@@ -259,6 +262,7 @@ def print_verdicts(results: dict) -> None:
             logdet, trace = np.mean(r[cal + "_noise_var"]), np.mean(r[cal + "_trace_noise_var"])
             parts.append(f"{dim} {m} {trace:.1f} / {logdet:.1f} = {trace / logdet:.3f}")
         print(f"    {cal}: " + "; ".join(parts))
+    print(f"releases whose solver did not converge: {NOT_CONVERGED or 'none'}")
     for design in ("logdet", "trace"):
         t = np.concatenate(
             [r[key + "_seconds"] for key, _, d in VARIANTS if d == design for r in results.values()]
@@ -346,7 +350,9 @@ def main() -> None:
     if not args.no_figure4:
         print("\nFigure 4 (1-d, RMSE against the number of inducing inputs M)")
         sizes = [1, 2, 3, 5, 8] if args.quick else [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 15, 20]
+        NOT_CONVERGED.clear()
         figure4(draws, n_folds, sizes)
+        print(f"Figure 4 releases whose solver did not converge: {NOT_CONVERGED or 'none'}")
     print(f"\ntotal {time.perf_counter() - t0:.0f} s")
 
 
