@@ -70,7 +70,7 @@ from __future__ import annotations
 import functools
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -836,21 +836,48 @@ def _ip_factor(W: FloatArray, diag: FloatArray, single: bool) -> NDArray[np.floa
     return F if info == 0 else None
 
 
+#: Solves ``(H + Λ⁻¹Z) Δλ = rhs`` with a factorisation of the interior-point Newton matrix.
+_Solve = Callable[[FloatArray], FloatArray]
+#: ``factor(diag, single)``: a ``_Solve`` for ``H + diag(diag)``, or ``None`` if not PD.
+_Factor = Callable[[FloatArray, bool], "_Solve | None"]
+
+
+def _logdet_point(Bs: FloatArray, lam: FloatArray) -> tuple[FloatArray, _Factor] | None:
+    """Gains ``g_i = b_iᵀ A(λ)⁻¹ b_i`` on the columns of ``Bs`` and the factoriser of
+    ``G ∘ G + diag`` (``G = B_sᵀ A⁻¹ B_s``, minus the Jacobian of ``g``), or ``None``."""
+    L = _cholesky(sla.blas.dsyrk(1.0, Bs * np.sqrt(lam), lower=1))
+    if L is None:
+        return None
+    W = _lower_solve(L, Bs)
+
+    def factor(diag: FloatArray, single: bool) -> _Solve | None:
+        F = _ip_factor(W, diag, single)
+        if F is None:
+            return None
+        if F.dtype == np.float32:
+            return lambda rhs: sla.lapack.spotrs(F, rhs.astype(np.float32), lower=0)[0].astype(
+                np.float64
+            )
+        return lambda rhs: sla.lapack.dpotrs(F, rhs, lower=0)[0]
+
+    return np.einsum("ij,ij->j", W, W), factor
+
+
 def _ip_direction(
-    F: NDArray[np.floating], lam: FloatArray, z: FloatArray, r_d: FloatArray, r_c: FloatArray
+    solve: _Solve, lam: FloatArray, z: FloatArray, r_d: FloatArray, r_c: FloatArray
 ) -> tuple[FloatArray, FloatArray]:
-    """``(Δλ, Δz)`` from the upper Cholesky factor ``F`` of ``H + Λ⁻¹Z`` (``_interior_point``)."""
-    rhs = r_d + r_c / lam
-    if F.dtype == np.float32:
-        d32, _ = sla.lapack.spotrs(F, rhs.astype(np.float32), lower=0)
-        d_lam = d32.astype(np.float64)
-    else:
-        d_lam, _ = sla.lapack.dpotrs(F, rhs, lower=0)
+    """``(Δλ, Δz)`` from a factorisation ``solve`` of ``H + Λ⁻¹Z`` (``_interior_point``)."""
+    d_lam = solve(r_d + r_c / lam)
     return d_lam, (r_c - z * d_lam) / lam
 
 
 def _interior_point(
-    Bs: FloatArray, lam: FloatArray, z: FloatArray, max_steps: int, tol: float = _IP_TOL
+    Bs: FloatArray,
+    lam: FloatArray,
+    z: FloatArray,
+    max_steps: int,
+    tol: float = _IP_TOL,
+    point: Callable[[FloatArray, FloatArray], tuple[FloatArray, _Factor] | None] = _logdet_point,
 ) -> tuple[FloatArray, FloatArray, int, bool]:
     """Primal–dual interior-point method for the dual ``max φ(λ)`` over ``λ ≥ 0`` on ``Bs``.
 
@@ -876,29 +903,31 @@ def _interior_point(
     ``O(k² s + k s² + s³)``.  Stops when ``μ = λᵀz / s`` and ``‖r_d‖_∞`` are below
     ``_IP_TOL``; returns ``(λ, z, steps, converged)`` (``converged`` is ``False`` after
     ``max_steps`` steps, on a vanishing step or a failed factorisation).
+
+    ``point(Bs, λ)`` supplies the gains and the factorisation of ``H + diag``: the default is
+    the log det dual above; any concave dual ``ψ(λ) − Σλ`` with gradient ``g − 1`` and
+    Hessian ``−H`` fits (the trace design's ``φ_{1/2}`` dual, ``cloaking_trace``).
     """
     k, s = Bs.shape
     for step in range(max_steps + 1):
-        A = sla.blas.dsyrk(1.0, Bs * np.sqrt(lam), lower=1)
-        L = _cholesky(A)
-        if L is None:
+        evaluated = point(Bs, lam)
+        if evaluated is None:
             return lam, z, step, False
-        W = _lower_solve(L, Bs)
-        r_d = np.einsum("ij,ij->j", W, W)
-        r_d += z - 1.0
+        gains, factor = evaluated
+        r_d = gains + z - 1.0
         mu = float(lam @ z) / s
         if mu < tol and float(np.abs(r_d).max()) < tol:
             return lam, z, step, True
         if step == max_steps:
             break
-        F = _ip_factor(W, z / lam, single=mu > _IP_SINGLE)
-        if F is None:
+        solve = factor(z / lam, mu > _IP_SINGLE)
+        if solve is None:
             return lam, z, step, False
-        d_lam, d_z = _ip_direction(F, lam, z, r_d, -lam * z)  # predictor (affine scaling)
+        d_lam, d_z = _ip_direction(solve, lam, z, r_d, -lam * z)  # predictor (affine scaling)
         mu_aff = float((lam + _max_step(lam, d_lam) * d_lam) @ (z + _max_step(z, d_z) * d_z))
         sigma = (mu_aff / s / mu) ** 3
         r_c = sigma * mu - lam * z - d_lam * d_z
-        d_lam, d_z = _ip_direction(F, lam, z, r_d, r_c)  # corrector
+        d_lam, d_z = _ip_direction(solve, lam, z, r_d, r_c)  # corrector
         alpha = min(1.0, 0.99 * _max_step(lam, d_lam), 0.99 * _max_step(z, d_z))
         if alpha < 1e-10:
             return lam, z, step + 1, False
@@ -907,53 +936,78 @@ def _interior_point(
     return lam, z, max_steps, False
 
 
-def _interior_point_design(Bt: FloatArray, max_steps: int) -> tuple[FloatArray | None, int]:
-    """A design ``u`` from interior-point rounds on candidate sets; ``(None, steps)`` on failure.
+@dataclass(frozen=True)
+class _Dual:
+    """A concave design dual ``ψ(λ) − Σλ`` (``λ ≥ 0``, gradient ``gains − 1``) for the rounds.
 
-    The first candidate set ``S`` is the ``k`` columns of ``_initial_design`` (so that
-    ``A(λ) ≻ 0``) and the ``_IP_START · k`` columns with the largest ``g_i`` after a few
-    multiplicative steps.  Each round solves the dual on ``S`` by ``_interior_point`` (all
-    weights of ``S`` move at once), then computes ``g_i`` for every column (``O(n k²)``);
-    columns outside ``S`` with ``g_i > 1`` violate the ellipsoid of the round's optimum, and
-    the next ``S`` keeps the columns of ``S`` with ``λ_i > z_i`` (the estimated support) or
-    ``g_i > 1 − _IP_BAND`` and adds the ``_IP_ADD · k`` largest violators.  The optimum on a
-    set without violators is the optimum over all columns (Kiefer–Wolfowitz), so the rounds
-    stop there.  Then the active-set Newton method polishes the weights on that set from the
-    interior point's support (zeroing the ``O(μ)`` weights of the other columns), which takes
-    a few steps since the support is identified.  The caller certifies the result
-    (``max g_i`` over all columns), so a wrong support costs time, never privacy.
+    ``point``: ``(Bs, λ) ↦ (gains, factor)`` on candidate columns (``_interior_point``);
+    ``gains``: ``(Bt, λ) ↦`` gains of all rows of ``Bt`` or ``None`` if ``A(λ)`` is singular;
+    ``start``: ``Bt ↦ (λ, gains)``, a cheap ranking of all columns; ``polish``:
+    ``(Bs, λ, steps) ↦ (λ, steps taken)``, active-set Newton from an identified support (or
+    ``None``: keep the interior point);
+    ``first``: the first candidate set holds the ``first · k`` best-ranked columns.
     """
-    n, k = Bt.shape
+
+    point: Callable[[FloatArray, FloatArray], tuple[FloatArray, _Factor] | None]
+    gains: Callable[[FloatArray, FloatArray], FloatArray | None]
+    start: Callable[[FloatArray], tuple[FloatArray, FloatArray] | None]
+    polish: Callable[[FloatArray, FloatArray, int], tuple[FloatArray, int]] | None
+    first: float = _IP_START
+
+
+def _logdet_start(Bt: FloatArray) -> tuple[FloatArray, FloatArray] | None:
+    """``λ = k u`` after a few multiplicative steps and its gains ``g_i(u) / k``."""
+    k = Bt.shape[1]
     u = _multiplicative_design(Bt, _IP_MULTIPLICATIVE_STEPS)
     res = _gains(Bt, u)
-    if res is None:
+    return None if res is None else (k * u, res[0] / k)
+
+
+def _logdet_gains(Bt: FloatArray, lam: FloatArray) -> FloatArray | None:
+    res = _gains(Bt, lam)
+    return None if res is None else res[0]
+
+
+def _interior_point_rounds(
+    Bt: FloatArray, max_steps: int, dual: _Dual
+) -> tuple[FloatArray | None, int]:
+    """Weights ``λ`` (``n``) from interior-point rounds on candidate sets, or ``(None, steps)``.
+
+    See ``_interior_point_design``; ``dual`` selects the objective (log det or trace).
+    """
+    n, k = Bt.shape
+    started = dual.start(Bt)
+    if started is None:
         return None, 0
-    g = res[0] / k  # gains of λ = k u
-    first = np.argsort(-g, kind="stable")[: min(n, int(_IP_START * k))]
+    lam_all, g = started
+    first = np.argsort(-g, kind="stable")[: min(n, int(dual.first * k))]
     S = np.union1d(np.flatnonzero(_initial_design(Bt)), first)
-    lam = np.maximum(k * u[S], 1e-3 * k / S.size)
+    lam = np.maximum(lam_all[S], 1e-3 * float(lam_all.sum()) / S.size)
     steps = 0
     restart, final = True, False
     for _ in range(_IP_MAX_ROUNDS):
         Bs = np.ascontiguousarray(Bt[S].T)
         if restart:
-            L = _cholesky(sla.blas.dsyrk(1.0, Bs * np.sqrt(lam), lower=1))
-            if L is None:
+            evaluated = dual.point(Bs, lam)
+            if evaluated is None:
                 return None, steps
-            W = _lower_solve(L, Bs)
-            z = np.maximum(1.0 - np.einsum("ij,ij->j", W, W), 0.0) + 0.1
+            z = np.maximum(1.0 - evaluated[0], 0.0) + 0.1
         lam, z, taken, ok = _interior_point(
-            Bs, lam, z, min(_IP_MAX_STEPS, max_steps - steps), _IP_TOL if final else _IP_ROUND_TOL
+            Bs,
+            lam,
+            z,
+            min(_IP_MAX_STEPS, max_steps - steps),
+            _IP_TOL if final else _IP_ROUND_TOL,
+            dual.point,
         )
         steps += taken
         if not ok:
             return None, steps
         weights = np.zeros(n)
         weights[S] = lam
-        res = _gains(Bt, weights)
-        if res is None:
+        g_all = dual.gains(Bt, weights)
+        if g_all is None:
             return None, steps
-        g_all = res[0]
         outside = np.ones(n, dtype=bool)
         outside[S] = False
         viol = np.flatnonzero(outside & (g_all > 1.0 + _IP_TOL))
@@ -974,17 +1028,47 @@ def _interior_point_design(Bt: FloatArray, max_steps: int) -> tuple[FloatArray |
         restart, final = True, False
     else:
         return None, steps
-    u = np.zeros(n)
-    u[S] = lam / lam.sum()
+    weights = np.zeros(n)
+    weights[S] = lam
     polish_steps = min(_MAX_NEWTON_STEPS, max_steps - steps)
     support = np.where(lam > z, lam, 0.0)
     Bs = np.ascontiguousarray(Bt[S].T)
-    if polish_steps <= 0 or _cholesky((Bs * support) @ Bs.T) is None:
-        return u, steps  # keep the interior point (its support's A(λ) is singular)
-    polished, newton = _active_set_newton(Bs, support, polish_steps)
-    u[:] = 0.0
-    u[S] = polished / polished.sum()
-    return u, steps + newton
+    if dual.polish is None or polish_steps <= 0 or dual.point(Bs, support) is None:
+        return weights, steps  # keep the interior point (its support's A(λ) is singular)
+    polished, newton = dual.polish(Bs, support, polish_steps)
+    weights[:] = 0.0
+    weights[S] = polished
+    return weights, steps + newton
+
+
+_LOGDET = _Dual(
+    point=_logdet_point,
+    gains=_logdet_gains,
+    start=_logdet_start,
+    polish=lambda Bs, lam, steps: _active_set_newton(Bs, lam, steps),
+)
+
+
+def _interior_point_design(Bt: FloatArray, max_steps: int) -> tuple[FloatArray | None, int]:
+    """A design ``u`` from interior-point rounds on candidate sets; ``(None, steps)`` on failure.
+
+    The first candidate set ``S`` is the ``k`` columns of ``_initial_design`` (so that
+    ``A(λ) ≻ 0``) and the ``_IP_START · k`` columns with the largest ``g_i`` after a few
+    multiplicative steps.  Each round solves the dual on ``S`` by ``_interior_point`` (all
+    weights of ``S`` move at once), then computes ``g_i`` for every column (``O(n k²)``);
+    columns outside ``S`` with ``g_i > 1`` violate the ellipsoid of the round's optimum, and
+    the next ``S`` keeps the columns of ``S`` with ``λ_i > z_i`` (the estimated support) or
+    ``g_i > 1 − _IP_BAND`` and adds the ``_IP_ADD · k`` largest violators.  The optimum on a
+    set without violators is the optimum over all columns (Kiefer–Wolfowitz), so the rounds
+    stop there.  Then the active-set Newton method polishes the weights on that set from the
+    interior point's support (zeroing the ``O(μ)`` weights of the other columns), which takes
+    a few steps since the support is identified.  The caller certifies the result
+    (``max g_i`` over all columns), so a wrong support costs time, never privacy.
+    """
+    weights, steps = _interior_point_rounds(Bt, max_steps, _LOGDET)
+    if weights is None:
+        return None, steps
+    return weights / weights.sum(), steps
 
 
 def _candidates(state: _FWState, k: int) -> NDArray[np.intp]:
