@@ -12,13 +12,17 @@ Run ``OPENBLAS_NUM_THREADS=1 python benchmarks/bench_sample_path.py
   as a ratio to the Cholesky: the round solves only for its new inputs
   (``O(n² k + n q k + q² k)``), so it is a small fraction of a Cholesky, not a fresh solve;
 * the ``tracemalloc`` peak of the release and of the lazy rounds, and the memory the release
-  object holds at the end, in units of ``n²`` doubles (measured in separate runs so tracing
-  does not slow the timed ones).
+  object holds after the release and after the rounds, in units of ``n²`` doubles (measured
+  in a separate run so tracing does not slow the timed ones), next to the two packed
+  triangles it must hold (``n(n+1)/2 + q(q+1)/2``: the training factor and the joint factor
+  of the ``q`` released values, in LAPACK RFP format).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import os
 import time
 import tracemalloc
 import warnings
@@ -56,7 +60,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--k", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=2)
+    print(f"numpy {np.__version__}; OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}")
+    print("load average (1, 5, 15 min) before: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     run(parser.parse_args())
+    print("load average (1, 5, 15 min) after:  {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
 
 
 def run(args: argparse.Namespace) -> dict[str, float]:
@@ -95,15 +102,20 @@ def run(args: argparse.Namespace) -> dict[str, float]:
         rel.evaluate(X_new)
         t_rounds.append(time.perf_counter() - t0)
 
+    del rel
+    gc.collect()
     tracemalloc.start()
     rel = release()
-    _, peak_release = tracemalloc.get_traced_memory()
+    held_release, peak_release = tracemalloc.get_traced_memory()
     tracemalloc.reset_peak()
     for X_new in lazy:
         rel.evaluate(X_new)
+    gc.collect()
     held, peak_rounds = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     n2 = 8.0 * n * n
+    q = rel.released_inputs.shape[0]
+    packed = (n * (n + 1) // 2 + q * (q + 1) // 2) * 8.0 / n2
 
     print(f"n = {n}, m = {m}, L = {args.paths} paths, {args.rounds} lazy rounds of {args.k}")
     print(f"  one Cholesky of the n x n kernel matrix : {t_chol:8.3f} s")
@@ -117,7 +129,12 @@ def run(args: argparse.Namespace) -> dict[str, float]:
     )
     print(f"  peak memory, release                    : {peak_release / n2:6.2f} n^2 doubles")
     print(f"  peak memory, lazy rounds                : {peak_rounds / n2:6.2f} n^2 doubles")
+    print(f"  held after the release (release object) : {held_release / n2:6.2f} n^2 doubles")
     print(f"  held after the rounds (release object)  : {held / n2:6.2f} n^2 doubles")
+    print(
+        f"  of which the two packed triangles       : {packed:6.2f} n^2 doubles "
+        f"(n(n+1)/2 + q(q+1)/2, q = {q} released inputs)"
+    )
     return {
         "cholesky": t_chol,
         "release_ratio": t_rel / t_chol,
@@ -125,6 +142,7 @@ def run(args: argparse.Namespace) -> dict[str, float]:
         "rounds_ratio_total": sum(t_rounds) / t_chol,
         "peak_release_n2": peak_release / n2,
         "peak_rounds_n2": peak_rounds / n2,
+        "held_release_n2": held_release / n2,
         "held_n2": held / n2,
     }
 
