@@ -86,7 +86,7 @@ def model():
 def test_release_holds_two_packed_triangles(model):
     """The arrays reachable from the release object, after the release and two lazy
     rounds, fit in ``n(n+1)/2 + q(q+1)/2 + O((n + q) L)`` doubles (the earlier code held
-    ``n² + m² + …``: 1.6× this bound here), and the factors are what they claim to be."""
+    ``n² + m² + …``: about 1.9× this bound here), and the factors are what they claim to be."""
     rel = _release(model, np.linspace(0, 1, M)[:, None])
     for X_new in _lazy_inputs():
         rel.evaluate(X_new)
@@ -111,7 +111,7 @@ def test_traced_memory_held_and_peak(model, monkeypatch):
     (anything kept anywhere: caches, closures, the kernel's storage) is within the held
     bound, and the release's peak is within ``n(n+1)/2 + n m + m(m+1)/2`` (the packed
     training factor, ``L_K⁻¹k(X, X*)`` and the packed covariance) plus the kernel strips,
-    ``O(n · strip)``.  The earlier code: held 1.9×, peak 1.9× these bounds here."""
+    ``O(n · strip)``.  The earlier code: held 1.8×, peak 1.4× these bounds here."""
     monkeypatch.setattr(rfp, "_STRIP", 32)
     monkeypatch.setattr(sp, "_BLOCK_DOUBLES", 32 * N)
     X_star = np.linspace(0, 1, M)[:, None]
