@@ -34,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -123,6 +123,7 @@ class SamplePathSelectionPlan:
     coinpress_rho: float
     base: RdpCurveEvent
     event: RepeatAndSelectEvent
+    _setup: dict[str, Any] = field(default_factory=dict, repr=False)  # public set-up for the run
 
     @property
     def alpha_max(self) -> float:
@@ -213,31 +214,9 @@ def plan_sample_path_selection(
     """The event a sample-path selection would charge, from public quantities only.
 
     ``n`` is the dataset size (public under replace-one neighbours); the other arguments as in
-    ``select_by_sample_paths``.  Answers "what would the selection cost" before any data exist.
+    ``select_by_sample_paths``.  Answers "what would the selection cost" before any data exist;
+    every input is validated here, so a bad one is refused before any spend.
     """
-    return _plan(
-        model, grid, n, X_star, domain, y_bounds, epsilon, delta, gamma, validation,
-        kernel_scale, eta, kappa, kernel_class,
-    )[0]  # fmt: skip
-
-
-def _plan(
-    model: GPRegression,
-    grid: Sequence[dict[str, float]] | None,
-    n: int,
-    X_star: ArrayLike,
-    domain: ArrayLike,
-    y_bounds: tuple[float, float],
-    epsilon: float,
-    delta: float,
-    gamma: float,
-    validation: ArrayLike | None,
-    kernel_scale: float | str | Sequence[float] | None,
-    eta: float | str | Sequence[float],
-    kappa: float | None,
-    kernel_class: KernelClass,
-) -> tuple[SamplePathSelectionPlan, dict[str, Any]]:
-    """Validate the public inputs and plan; returns the plan and the public set-up."""
     if not isinstance(model, GPRegression):
         raise TypeError("model must be a pm_dpgp.models.gp_regression model (exact GP).")
     epsilon = check_epsilon(epsilon)
@@ -305,7 +284,6 @@ def _plan(
     event = RepeatAndSelectEvent(
         base, gamma, 1.0, label="hyperparameter selection (sample paths, random stopping)"
     )
-    plan = SamplePathSelectionPlan(bounds, G, curves, rho_cp, base, event)
     setup = {
         "configs": configs,
         "publics": publics,
@@ -321,7 +299,7 @@ def _plan(
         "epsilon": epsilon,
         "delta": delta,
     }
-    return plan, setup
+    return SamplePathSelectionPlan(bounds, G, curves, rho_cp, base, event, setup)
 
 
 class _TrainingRows:
@@ -451,10 +429,12 @@ def select_by_sample_paths(
         rng = check_rng(rng)
     X, y = (model.X, model.y) if data is None else data
     n = len(X)  # public under replace-one neighbours; nothing else is read before the spend
-    plan, s = _plan(
-        model, grid, n, X_star, domain, y_bounds, epsilon, delta, gamma, validation,
-        kernel_scale, eta, kappa, kernel_class,
+    plan = plan_sample_path_selection(
+        model, grid, n=n, X_star=X_star, domain=domain, y_bounds=y_bounds, epsilon=epsilon,
+        delta=delta, gamma=gamma, validation=validation, kernel_scale=kernel_scale, eta=eta,
+        kappa=kappa, kernel_class=kernel_class,
     )  # fmt: skip
+    s = plan._setup
     X_star = s["X_star"]
     check_data_shapes(X, y, n, X_star.shape[1])
     configs, publics, sigmas, etas = s["configs"], s["publics"], s["sigmas"], s["etas"]
