@@ -300,3 +300,33 @@ def test_worked_example_end_to_end_secure_and_simulated(model):
     # the owner's non-private scores rank the smaller noise sd first (its L_max is higher)
     scores = res.owner_report()["validation_scores"]
     assert np.argmax(scores) in (0, 2)  # noise sd 20
+
+
+def test_owner_path_score_is_the_expected_score_of_a_released_path(model):
+    """docs §6, "The score is not Honkela's": over many released paths, the mean clipped score
+    E_f[log N(y; f(x), s²)] equals log N(y; μ, s²) − v/(2s²) (the owner's
+    ``validation_scores``), which differs from eq. 18 when v is not ≪ s² (here noise sd 0.5,
+    ℓ = 0.3: not affordable privately, the check is of the score, on an unbounded ledger)."""
+    from pm_dpgp.mechanisms.full.sample_path import sample_path_release
+    from pm_dpgp.selection.liu_talwar import loglik_bounds, validation_loglik
+
+    X, y = _data()
+    val = np.arange(0, N, 5)
+    train = np.setdiff1d(np.arange(N), val)
+    public = model.public_gp_without_data({"ell": 0.3, "noise": 0.5})
+    usable = np.ones(val.size, bool)
+    path, pred = sp_module._owner_scores(
+        public, 0.0, KERNEL_SD, X[train], y[train], X[val], usable, y[val], 2.0
+    )
+    release = sample_path_release(
+        sp_module._TrainingRows(public, X[train], y[train]), X_STAR, n_draws=4000,
+        kernel_scale=KERNEL_SD, y_bounds=Y_BOUNDS, delta=1e-3, domain=DOMAIN,
+        ledger=Ledger(epsilon=None, delta=1e-3, filter="renyi"), rng=np.random.default_rng(2),
+    )  # fmt: skip
+    F = release.evaluate(X[val])  # (4000 paths, 58 validation inputs)
+    s2 = 0.25
+    v = validation_loglik(F, np.full_like(F, s2), y[val], 0.0, 2.0)
+    per_path = np.mean(np.clip(v, *loglik_bounds(s2, 2.0)), axis=1)
+    se = per_path.std() / np.sqrt(per_path.size)
+    assert abs(per_path.mean() - path) < 4 * se
+    assert abs(pred - path) > 20 * se  # eq. 18 ranks by something else
