@@ -457,11 +457,14 @@ def select_by_sample_paths(
         )
     Xa, ya = as_private_arrays(X, y)
     # record-wise maps of the private inputs (silent): non-finite training inputs to the lower
-    # corner (the release clips into the domain), validation rows that cannot be evaluated
-    # score L_min
+    # corner (the release clips into the domain)
     X1 = np.where(np.isfinite(Xa[train]), Xa[train], lower)
     y1, y2 = ya[train], ya[val]
+    # validation inputs are clipped into the public domain like the training inputs (the path
+    # is evaluated there); a non-finite one stays non-finite and scores L_min
     X2_raw = Xa[val]
+    finite2 = np.isfinite(X2_raw).all(axis=1)
+    X2_raw = np.where(finite2[:, None], np.clip(X2_raw, lower, upper), np.nan)
     G = plan.orders
 
     def validation_inputs(i: int) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
