@@ -119,6 +119,8 @@ def test_event_is_the_planned_curve_composed_by_papernot_steinke(model):
     # what the ledger composes is that event; the plan function gives it without any data
     plan = plan_sample_path_selection(model, GRID, n=N, **OPTS, gamma=0.2)
     assert plan.event == res.event
+    # the persistent ledger restores it exactly (nested RdpCurveEvent with its alpha_max)
+    assert event_from_metadata(json.loads(json.dumps(res.event.to_metadata()))) == res.event
     assert ledger.epsilon() == pytest.approx(res.event.epsilon(1e-3), rel=1e-12)
 
 
