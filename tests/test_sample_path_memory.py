@@ -177,3 +177,28 @@ def test_same_seed_same_values_as_the_dense_joint(model):
     other = np.hstack([_release(model, X_star, seed=12, n_draws=50).released_values]).T
     with pytest.raises(AssertionError):
         assert_normwise_close(other, expected[:12], tol * scale, "another seed")
+
+
+def test_nugget_fallback_rebuilds_the_destroyed_covariance():
+    """When ``S + jI`` does not factorise (round-off made ``S`` indefinite), the failed
+    ``dpftrf`` has overwritten the packed ``S``: it is built again (``rebuild``) and the
+    factor is that of ``S₊ + jI`` (negative eigenvalues clipped), to ``cond_rtol``."""
+    rng = np.random.default_rng(3)
+    Q = np.linalg.qr(rng.standard_normal((6, 6)))[0]
+    S = (Q * np.array([2.0, 1.0, 0.5, 0.1, 0.0, -1e-3])) @ Q.T
+    S = 0.5 * (S + S.T)
+    nugget = 1e-10
+    calls = []
+
+    def rebuild():
+        calls.append(1)
+        return sp.RFPTriangle.from_dense(S)
+
+    factor = sp._nugget_cholesky(sp.RFPTriangle.from_dense(S), nugget, rebuild)
+    assert calls == [1]
+    w, V = np.linalg.eigh(S)
+    target = (V * (np.clip(w, 0.0, None) + nugget)) @ V.T
+    Lf = factor.to_dense()
+    assert_normwise_close(Lf @ Lf.T, target, cond_rtol(target), "L Lᵀ")
+    with pytest.raises(AssertionError):  # the unclipped S is not what was factorised
+        assert_normwise_close(Lf @ Lf.T, S + nugget * np.eye(6), cond_rtol(target), "L Lᵀ")
