@@ -302,6 +302,10 @@ def _same_normalised_form(entry: _SharedPlan, Kn: NDArray[np.float64], ratio: fl
     """
     if abs(ratio - entry.ratio) > _SHARE_TOL * max(ratio, entry.ratio):
         return False
+    # the first row decides most comparisons (another ℓ differs there already); the answer
+    # is the same as the full comparison's, which runs only if the first row agrees
+    if np.max(np.abs(Kn[0] - entry.Kn[0])) > _SHARE_TOL:
+        return False
     return bool(np.max(np.abs(Kn - entry.Kn)) <= _SHARE_TOL)
 
 
