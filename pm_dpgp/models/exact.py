@@ -30,6 +30,7 @@ reused, so the numbers are exactly those PyMC's own ``gp.predict`` would use.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -474,6 +475,27 @@ class GPRegression:
         """
         return self.public_gp(hyperparameters)
 
+    def public_gp_without_data(
+        self, hyperparameters: Mapping[str, ArrayLike] | None = None
+    ) -> PublicGP:
+        """``public_gp`` holding no inputs (``X`` of shape ``(0, d)``): no value of the data is
+        read, so a mechanism can plan from it before its spend and attach its own (private)
+        rows afterwards with ``dataclasses.replace(public, X=...)``.  Same checks of the
+        hyperparameters as ``public_gp``; the kernel is not evaluated at any input."""
+        values = self._check_hyperparameters(hyperparameters)
+        noise_var, kernel, kernel_diag, description = self._public_parts(
+            values, allow_zero_noise=False
+        )
+        return PublicGP(
+            X=_readonly(np.empty((0, self.X.shape[1]))),
+            noise_var=noise_var,
+            mean=self.mean,
+            hyperparameters=values,
+            description=description,
+            _kernel=kernel,
+            _kernel_diag=kernel_diag,
+        )
+
     def public_gp(self, hyperparameters: Mapping[str, ArrayLike] | None = None) -> PublicGP:
         """The model at fixed public hyperparameters, as consumed by privacy mechanisms.
 
@@ -493,18 +515,8 @@ class GPRegression:
             Unknown names, non-finite values, values outside the prior's support,
             or a kernel/noise that evaluates to NaN/inf.
         """
-        values = self._check_hyperparameters(hyperparameters)
-        noise_var, kernel, kernel_diag, description = self._public_parts(
-            values, allow_zero_noise=False
-        )
-        public = PublicGP(
-            X=_readonly(self.X),
-            noise_var=noise_var,
-            mean=self.mean,
-            hyperparameters=values,
-            description=description,
-            _kernel=kernel,
-            _kernel_diag=kernel_diag,
+        public = dataclasses.replace(
+            self.public_gp_without_data(hyperparameters), X=_readonly(self.X)
         )
         # Fail early (with a clear message) if these hyperparameters break the kernel.
         public.kernel_diag(self.X[:1])
