@@ -806,7 +806,7 @@ def _multiplicative_design(Bt: FloatArray, steps: int) -> tuple[FloatArray, Floa
         B = np.ascontiguousarray(Bt.T, dtype=dtype)
         u = np.full(n, 1.0 / n)
         for step in range(steps + 1):
-            res = _ip_residual(B, u, np.ones(n))  # r_d = g(u)
+            res = _gains_low(B, u, B)
             if res is None:
                 break
             g = res[1]
@@ -861,6 +861,26 @@ def _ip_direction(
     return d_lam, (r_c - z * d_lam) / lam
 
 
+def _gains_low(
+    Bs: NDArray[np.floating], lam: FloatArray, columns: NDArray[np.floating]
+) -> tuple[NDArray[np.floating], FloatArray] | None:
+    """``(W, g)``: ``W = L⁻¹ columns`` with ``A(λ) = Σ λ_i b_i b_iᵀ = L Lᵀ`` over ``Bs``.
+
+    ``g_j = ‖W_j‖²`` in float64.  Computed in the precision of ``Bs`` and ``columns`` (float32
+    where an error ``~10⁻⁶`` in ``g`` is harmless: rankings and the interior point's large-
+    ``μ`` phase); ``None`` if ``A(λ)`` is not numerically positive definite.
+    """
+    potrf = sla.lapack.spotrf if Bs.dtype == np.float32 else sla.lapack.dpotrf
+    A = sla.blas.get_blas_funcs("syrk", (Bs,))(1.0, Bs * np.sqrt(lam).astype(Bs.dtype), lower=1)
+    L, info = potrf(A, lower=1, clean=1)
+    if info != 0 or not np.all(np.isfinite(L.diagonal())):
+        return None
+    W, info = sla.lapack.get_lapack_funcs("trtrs", (L,))(L, columns, lower=1)
+    if info != 0:
+        return None
+    return W, np.einsum("ij,ij->j", W, W).astype(np.float64)
+
+
 def _ip_residual(
     Bs: NDArray[np.floating], lam: FloatArray, z: FloatArray
 ) -> tuple[NDArray[np.floating], FloatArray] | None:
@@ -870,15 +890,10 @@ def _ip_residual(
     is above ``_IP_SINGLE`` (``g`` then carries an error ``~10⁻⁶``, well below ``μ``, which
     the next float64 residuals correct, as for ``_ip_factor``), float64 otherwise.
     """
-    lapack = sla.lapack.spotrf if Bs.dtype == np.float32 else sla.lapack.dpotrf
-    A = sla.blas.get_blas_funcs("syrk", (Bs,))(1.0, Bs * np.sqrt(lam).astype(Bs.dtype), lower=1)
-    L, info = lapack(A, lower=1, clean=1)
-    if info != 0:
+    res = _gains_low(Bs, lam, Bs)
+    if res is None:
         return None
-    W, info = sla.lapack.get_lapack_funcs("trtrs", (L,))(L, Bs, lower=1)
-    if info != 0 or not np.all(np.isfinite(L.diagonal())):
-        return None
-    r_d = np.einsum("ij,ij->j", W, W).astype(np.float64)
+    W, r_d = res
     r_d += z - 1.0
     return W, r_d
 
@@ -990,6 +1005,7 @@ def _interior_point_design(Bt: FloatArray, max_steps: int) -> tuple[FloatArray |
     lam = np.maximum(k * u[S], 1e-3 * k / S.size)
     steps = 0
     restart, final = True, False
+    Bt32 = Bt.T.astype(np.float32)
     for _ in range(_IP_MAX_ROUNDS):
         Bs = np.ascontiguousarray(Bt[S].T)
         if restart:
@@ -1004,15 +1020,18 @@ def _interior_point_design(Bt: FloatArray, max_steps: int) -> tuple[FloatArray |
         steps += taken
         if not ok:
             return None, steps
-        weights = np.zeros(n)
-        weights[S] = lam
-        res = _gains(Bt, weights)
-        if res is None:
-            return None, steps
-        g_all = res[0]
         outside = np.ones(n, dtype=bool)
         outside[S] = False
-        viol = np.flatnonzero(outside & (g_all > 1.0 + _IP_TOL))
+        # g_i of the round's optimum for every column: float32 to pick the next set, float64
+        # to decide that there is no violator (the set is final)
+        for B_all in (Bt32, Bt.T) if not final else (Bt.T,):
+            res = _gains_low(B_all[:, S], lam, B_all)
+            if res is None:
+                return None, steps
+            g_all = res[1]
+            viol = np.flatnonzero(outside & (g_all > 1.0 + _IP_TOL))
+            if viol.size:
+                break
         if viol.size == 0:
             if final:
                 break
