@@ -553,15 +553,18 @@ def _gains(Bt: FloatArray, u: FloatArray) -> tuple[FloatArray, FloatArray] | Non
     return np.einsum("ij,ij->j", W, W), L
 
 
-def _initial_design(Bt: FloatArray) -> FloatArray:
+def _initial_design(Bt: FloatArray, single: bool = False) -> FloatArray:
     """Uniform weights on ``k`` columns chosen by column-pivoted QR (Kumar & Yildirim 2005).
 
     Pivoted QR greedily picks the column with the largest residual norm after projecting out
     the columns already chosen: a deterministic variant of the Kumar–Yildirim initialisation
-    that yields ``k`` linearly independent points, so ``A(u)`` is invertible.
+    that yields ``k`` linearly independent points, so ``A(u)`` is invertible.  ``single``
+    pivots in float32 (half the time; the interior point only adds these columns to a larger
+    candidate set).
     """
     n, k = Bt.shape
-    _, jpvt, _, _, info = sla.lapack.dgeqp3(np.array(Bt.T, order="F"))
+    geqp3 = sla.lapack.sgeqp3 if single else sla.lapack.dgeqp3
+    _, jpvt, _, _, info = geqp3(np.array(Bt.T, order="F", dtype=np.float32 if single else None))
     if info != 0:
         raise np.linalg.LinAlgError("pivoted QR failed in the cloaking solver")
     u = np.zeros(n)
@@ -1008,19 +1011,19 @@ def _interior_point_design(Bt: FloatArray, max_steps: int) -> tuple[FloatArray |
         return None, 0
     u, g = ranked
     first = np.argsort(-g, kind="stable")[: min(n, int(_IP_START * k))]
-    S = np.union1d(np.flatnonzero(_initial_design(Bt)), first)
+    S = np.union1d(np.flatnonzero(_initial_design(Bt, single=True)), first)
     lam = np.maximum(k * u[S], 1e-3 * k / S.size)
     steps = 0
     restart, final = True, False
     Bt32 = Bt.T.astype(np.float32)
     for _ in range(_IP_MAX_ROUNDS):
         Bs = np.ascontiguousarray(Bt[S].T)
-        if restart:
-            L = _cholesky(sla.blas.dsyrk(1.0, Bs * np.sqrt(lam), lower=1))
-            if L is None:
+        if restart:  # z from the new weights' gains (a start: float32 unless singular there)
+            Bs32 = Bt32[:, S]
+            res = _gains_low(Bs32, lam, Bs32) or _gains_low(Bs, lam, Bs)
+            if res is None:
                 return None, steps
-            W = _lower_solve(L, Bs)
-            z = np.maximum(1.0 - np.einsum("ij,ij->j", W, W), 0.0) + 0.1
+            z = np.maximum(1.0 - res[1], 0.0) + 0.1
         lam, z, taken, ok = _interior_point(
             Bs, lam, z, min(_IP_MAX_STEPS, max_steps - steps), _IP_TOL if final else _IP_ROUND_TOL
         )
