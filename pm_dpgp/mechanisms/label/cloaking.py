@@ -46,8 +46,8 @@ polished by a few active-set Newton steps from its support; steps 1–3 follow o
 leaves a gap (or as the fallback if the interior point fails).  ``n = 3,000``, ``m = 5,041``,
 2-D (``k = 313``): the design solve went from 25–36 s to ~3.5–4 s CPU, with the same support
 and ``A(u)`` equal to ``≤ 2.1e-15`` relative; Gondzio (1996) centrality correctors and float32
-residuals while the duality measure is large then cut it by another ~20 % (53 → 42
-interior-point steps; docs/cloaking.md §5).
+residuals and start values then cut it by another ~35 % (53 → 42 interior-point steps,
+1.8–2.1 s CPU; the same release to 1e-15; docs/cloaking.md §5).
 
 Numbers (shared 2-core machine, one BLAS thread; ``benchmarks/bench_cloaking.py``): !Kung
 (``C`` 200 × 287, ``k = 14``) in ~5 ms CPU against ~0.5 s for the papers' gradient ascent,
