@@ -45,7 +45,9 @@ that gain the violators of the previous round's optimum (``_interior_point_desig
 polished by a few active-set Newton steps from its support; steps 1–3 follow only if that
 leaves a gap (or as the fallback if the interior point fails).  ``n = 3,000``, ``m = 5,041``,
 2-D (``k = 313``): the design solve went from 25–36 s to ~3.5–4 s CPU, with the same support
-and ``A(u)`` equal to ``≤ 2.1e-15`` relative.
+and ``A(u)`` equal to ``≤ 2.1e-15`` relative; Gondzio (1996) centrality correctors and float32
+residuals and start values then cut it by another ~35 % (53 → 42 interior-point steps,
+1.8–2.1 s CPU; the same release to 1e-15; docs/cloaking.md §5).
 
 Numbers (shared 2-core machine, one BLAS thread; ``benchmarks/bench_cloaking.py``): !Kung
 (``C`` 200 × 287, ``k = 14``) in ~5 ms CPU against ~0.5 s for the papers' gradient ascent,
@@ -114,6 +116,10 @@ _IP_ROUND_TOL = 1e-5
 #: Duality measure above which the interior-point Newton system is factorised in float32.
 _IP_SINGLE = 1e-6
 _IP_MAX_STEPS = 100
+#: Gondzio (1996) centrality correctors per interior-point step and the fraction of the step
+#: to the boundary taken.
+_IP_CORRECTORS = 2
+_IP_STEP = 0.999
 _IP_MAX_ROUNDS = 30
 
 
@@ -547,15 +553,18 @@ def _gains(Bt: FloatArray, u: FloatArray) -> tuple[FloatArray, FloatArray] | Non
     return np.einsum("ij,ij->j", W, W), L
 
 
-def _initial_design(Bt: FloatArray) -> FloatArray:
+def _initial_design(Bt: FloatArray, single: bool = False) -> FloatArray:
     """Uniform weights on ``k`` columns chosen by column-pivoted QR (Kumar & Yildirim 2005).
 
     Pivoted QR greedily picks the column with the largest residual norm after projecting out
     the columns already chosen: a deterministic variant of the Kumar–Yildirim initialisation
-    that yields ``k`` linearly independent points, so ``A(u)`` is invertible.
+    that yields ``k`` linearly independent points, so ``A(u)`` is invertible.  ``single``
+    pivots in float32 (half the time; the interior point only adds these columns to a larger
+    candidate set).
     """
     n, k = Bt.shape
-    _, jpvt, _, _, info = sla.lapack.dgeqp3(np.array(Bt.T, order="F"))
+    geqp3 = sla.lapack.sgeqp3 if single else sla.lapack.dgeqp3
+    _, jpvt, _, _, info = geqp3(np.array(Bt.T, order="F", dtype=np.float32 if single else None))
     if info != 0:
         raise np.linalg.LinAlgError("pivoted QR failed in the cloaking solver")
     u = np.zeros(n)
@@ -788,22 +797,29 @@ def _active_set_newton(Bs: FloatArray, lam: FloatArray, max_steps: int) -> tuple
     return point.lam, steps
 
 
-def _multiplicative_design(Bt: FloatArray, steps: int) -> FloatArray:
+def _multiplicative_design(Bt: FloatArray, steps: int) -> tuple[FloatArray, FloatArray] | None:
     """``steps`` multiplicative updates ``u_i ← u_i g_i(u) / k`` from the uniform design.
 
     Titterington (1976); Silvey, Titterington & Torsney (1978): monotone in ``log det A(u)``,
     ``O(n k²)`` per step.  Used only to rank the columns for the first interior-point
-    candidate set, so a handful of steps suffices.
+    candidate set, so a handful of steps suffices, computed in float32 (an error ``~10⁻⁶``
+    in ``g`` does not matter for a ranking; half the time of float64).  Returns ``u`` and
+    ``g(u)``, or ``None`` if ``A(u)`` is singular (in float64).
     """
     n, k = Bt.shape
-    u = np.full(n, 1.0 / n)
-    for _ in range(steps):
-        res = _gains(Bt, u)
-        if res is None:
-            break
-        u = u * res[0] / k
-        u /= u.sum()
-    return u
+    for dtype in (np.float32, np.float64):  # float64 only if float32 finds A(u) singular
+        B = np.ascontiguousarray(Bt.T, dtype=dtype)
+        u = np.full(n, 1.0 / n)
+        for step in range(steps + 1):
+            res = _gains_low(B, u, B)
+            if res is None:
+                break
+            g = res[1]
+            if step == steps:
+                return u, g
+            u = u * g / k
+            u /= u.sum()
+    return None
 
 
 def _max_step(x: FloatArray, dx: FloatArray) -> float:
@@ -823,12 +839,13 @@ def _ip_factor(W: FloatArray, diag: FloatArray, single: bool) -> NDArray[np.floa
     """
     s = W.shape[1]
     if single:
-        H32 = sla.blas.ssyrk(1.0, W.astype(np.float32), trans=1, lower=0)
+        H32 = sla.blas.ssyrk(1.0, W.astype(np.float32, copy=False), trans=1, lower=0)
         H32 *= H32
         H32.flat[:: s + 1] += diag.astype(np.float32)
         F32, info = sla.lapack.spotrf(H32, lower=0, clean=0)
         if info == 0 and np.all(np.isfinite(F32.diagonal())):
             return F32
+    W = W.astype(np.float64, copy=False)
     H = sla.blas.dsyrk(1.0, W, trans=1, lower=0)  # upper triangle of G = WᵀW
     H *= H
     H.flat[:: s + 1] += diag
@@ -847,6 +864,43 @@ def _ip_direction(
     else:
         d_lam, _ = sla.lapack.dpotrs(F, rhs, lower=0)
     return d_lam, (r_c - z * d_lam) / lam
+
+
+def _gains_low(
+    Bs: NDArray[np.floating], lam: FloatArray, columns: NDArray[np.floating]
+) -> tuple[NDArray[np.floating], FloatArray] | None:
+    """``(W, g)``: ``W = L⁻¹ columns`` with ``A(λ) = Σ λ_i b_i b_iᵀ = L Lᵀ`` over ``Bs``.
+
+    ``g_j = ‖W_j‖²`` in float64.  Computed in the precision of ``Bs`` and ``columns`` (float32
+    where an error ``~10⁻⁶`` in ``g`` is harmless: rankings and the interior point's large-
+    ``μ`` phase); ``None`` if ``A(λ)`` is not numerically positive definite.
+    """
+    potrf = sla.lapack.spotrf if Bs.dtype == np.float32 else sla.lapack.dpotrf
+    A = sla.blas.get_blas_funcs("syrk", (Bs,))(1.0, Bs * np.sqrt(lam).astype(Bs.dtype), lower=1)
+    L, info = potrf(A, lower=1, clean=1)
+    if info != 0 or not np.all(np.isfinite(L.diagonal())):
+        return None
+    W, info = sla.lapack.get_lapack_funcs("trtrs", (L,))(L, columns, lower=1)
+    if info != 0:
+        return None
+    return W, np.einsum("ij,ij->j", W, W).astype(np.float64)
+
+
+def _ip_residual(
+    Bs: NDArray[np.floating], lam: FloatArray, z: FloatArray
+) -> tuple[NDArray[np.floating], FloatArray] | None:
+    """``(W, r_d)`` with ``W = L⁻¹ B_s`` (``A(λ) = L Lᵀ``) and ``r_d = g − 1 + z``, or ``None``.
+
+    Computed in the precision of ``Bs``: float32 while the interior point's duality measure
+    is above ``_IP_SINGLE`` (``g`` then carries an error ``~10⁻⁶``, well below ``μ``, which
+    the next float64 residuals correct, as for ``_ip_factor``), float64 otherwise.
+    """
+    res = _gains_low(Bs, lam, Bs)
+    if res is None:
+        return None
+    W, r_d = res
+    r_d += z - 1.0
+    return W, r_d
 
 
 def _interior_point(
@@ -870,28 +924,40 @@ def _interior_point(
     with ``r_d = g − 1 + z`` and ``r_c = σμ1 − Λz``; the right-hand side is the gradient of the
     log-barrier function ``φ(λ) + σμ Σ log λ_i``, so ``Δλ`` is an ascent direction for it.
     Mehrotra's (1992) predictor–corrector chooses ``σ = (μ_aff / μ)³`` and reuses the
-    Cholesky factor of ``H + Λ⁻¹Z`` for both solves; both variables take the step
-    ``0.99·`` the largest that keeps them positive (Nocedal & Wright 2006, §14.2 and §19.3;
-    for the minimum-volume ellipsoid, Sun & Freund 2004).  Each step costs
-    ``O(k² s + k s² + s³)``.  Stops when ``μ = λᵀz / s`` and ``‖r_d‖_∞`` are below
-    ``_IP_TOL``; returns ``(λ, z, steps, converged)`` (``converged`` is ``False`` after
+    Cholesky factor of ``H + Λ⁻¹Z`` for both solves (Nocedal & Wright 2006, §14.2 and §19.3;
+    for the minimum-volume ellipsoid, Sun & Freund 2004).  Up to ``_IP_CORRECTORS`` Gondzio
+    (1996) centrality correctors follow, one more solve with the same factor each: the
+    complementarity products at the enlarged step ``α̃ = min(1, 1.5α + 0.1)`` are projected
+    on ``[0.1σμ, 10σμ]`` and the correction is kept if the step grows by ``0.1(α̃ − α)``.
+    Both variables take the step ``_IP_STEP·`` the largest that keeps them positive.  Each
+    step costs ``O(k² s + k s² + s³)``; while ``μ > _IP_SINGLE`` the residual
+    (``_ip_residual``) and the factorisation (``_ip_factor``) are float32, and convergence
+    is only declared on float64 residuals.  Stops when ``μ = λᵀz / s`` and ``‖r_d‖_∞`` are
+    below ``tol``; returns ``(λ, z, steps, converged)`` (``converged`` is ``False`` after
     ``max_steps`` steps, on a vanishing step or a failed factorisation).
     """
     k, s = Bs.shape
-    for step in range(max_steps + 1):
-        A = sla.blas.dsyrk(1.0, Bs * np.sqrt(lam), lower=1)
-        L = _cholesky(A)
-        if L is None:
+    Bs32 = Bs.astype(np.float32)
+    single = float(lam @ z) / s > _IP_SINGLE
+    step = 0
+    while True:
+        res = _ip_residual(Bs32 if single else Bs, lam, z)
+        if res is None:
+            if single:  # float32 factorisation failed: redo in float64
+                single = False
+                continue
             return lam, z, step, False
-        W = _lower_solve(L, Bs)
-        r_d = np.einsum("ij,ij->j", W, W)
-        r_d += z - 1.0
+        W, r_d = res
         mu = float(lam @ z) / s
         if mu < tol and float(np.abs(r_d).max()) < tol:
+            if single:  # confirm convergence on float64 residuals
+                single = False
+                continue
             return lam, z, step, True
         if step == max_steps:
             break
-        F = _ip_factor(W, z / lam, single=mu > _IP_SINGLE)
+        single = mu > _IP_SINGLE
+        F = _ip_factor(W, z / lam, single)
         if F is None:
             return lam, z, step, False
         d_lam, d_z = _ip_direction(F, lam, z, r_d, -lam * z)  # predictor (affine scaling)
@@ -899,9 +965,25 @@ def _interior_point(
         sigma = (mu_aff / s / mu) ** 3
         r_c = sigma * mu - lam * z - d_lam * d_z
         d_lam, d_z = _ip_direction(F, lam, z, r_d, r_c)  # corrector
-        alpha = min(1.0, 0.99 * _max_step(lam, d_lam), 0.99 * _max_step(z, d_z))
+        alpha = min(1.0, _max_step(lam, d_lam), _max_step(z, d_z))
+        for _ in range(_IP_CORRECTORS):  # Gondzio (1996) centrality correctors
+            if alpha >= 1.0:
+                break
+            target = min(1.0, 1.5 * alpha + 0.1)
+            v = (lam + target * d_lam) * (z + target * d_z)
+            mu_t = sigma * mu
+            corr = np.clip(v, 0.1 * mu_t, 10.0 * mu_t) - v
+            np.maximum(corr, -10.0 * mu_t, out=corr)
+            c_lam, c_z = _ip_direction(F, lam, z, np.zeros(s), corr)
+            n_lam, n_z = d_lam + c_lam, d_z + c_z
+            a_new = min(1.0, _max_step(lam, n_lam), _max_step(z, n_z))
+            if a_new < alpha + 0.1 * (target - alpha):
+                break
+            d_lam, d_z, alpha = n_lam, n_z, a_new
+        alpha = min(1.0, _IP_STEP * alpha)
+        step += 1
         if alpha < 1e-10:
-            return lam, z, step + 1, False
+            return lam, z, step, False
         lam = lam + alpha * d_lam
         z = z + alpha * d_z
     return lam, z, max_steps, False
@@ -924,39 +1006,42 @@ def _interior_point_design(Bt: FloatArray, max_steps: int) -> tuple[FloatArray |
     (``max g_i`` over all columns), so a wrong support costs time, never privacy.
     """
     n, k = Bt.shape
-    u = _multiplicative_design(Bt, _IP_MULTIPLICATIVE_STEPS)
-    res = _gains(Bt, u)
-    if res is None:
+    ranked = _multiplicative_design(Bt, _IP_MULTIPLICATIVE_STEPS)
+    if ranked is None:
         return None, 0
-    g = res[0] / k  # gains of λ = k u
+    u, g = ranked
     first = np.argsort(-g, kind="stable")[: min(n, int(_IP_START * k))]
-    S = np.union1d(np.flatnonzero(_initial_design(Bt)), first)
+    S = np.union1d(np.flatnonzero(_initial_design(Bt, single=True)), first)
     lam = np.maximum(k * u[S], 1e-3 * k / S.size)
     steps = 0
     restart, final = True, False
+    Bt32 = Bt.T.astype(np.float32)
     for _ in range(_IP_MAX_ROUNDS):
         Bs = np.ascontiguousarray(Bt[S].T)
-        if restart:
-            L = _cholesky(sla.blas.dsyrk(1.0, Bs * np.sqrt(lam), lower=1))
-            if L is None:
+        if restart:  # z from the new weights' gains (a start: float32 unless singular there)
+            Bs32 = Bt32[:, S]
+            res = _gains_low(Bs32, lam, Bs32) or _gains_low(Bs, lam, Bs)
+            if res is None:
                 return None, steps
-            W = _lower_solve(L, Bs)
-            z = np.maximum(1.0 - np.einsum("ij,ij->j", W, W), 0.0) + 0.1
+            z = np.maximum(1.0 - res[1], 0.0) + 0.1
         lam, z, taken, ok = _interior_point(
             Bs, lam, z, min(_IP_MAX_STEPS, max_steps - steps), _IP_TOL if final else _IP_ROUND_TOL
         )
         steps += taken
         if not ok:
             return None, steps
-        weights = np.zeros(n)
-        weights[S] = lam
-        res = _gains(Bt, weights)
-        if res is None:
-            return None, steps
-        g_all = res[0]
         outside = np.ones(n, dtype=bool)
         outside[S] = False
-        viol = np.flatnonzero(outside & (g_all > 1.0 + _IP_TOL))
+        # g_i of the round's optimum for every column: float32 to pick the next set, float64
+        # to decide that there is no violator (the set is final)
+        for B_all in (Bt32, Bt.T) if not final else (Bt.T,):
+            res = _gains_low(B_all[:, S], lam, B_all)
+            if res is None:
+                return None, steps
+            g_all = res[1]
+            viol = np.flatnonzero(outside & (g_all > 1.0 + _IP_TOL))
+            if viol.size:
+                break
         if viol.size == 0:
             if final:
                 break
