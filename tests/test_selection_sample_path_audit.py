@@ -21,7 +21,12 @@ import pytest
 
 from pm_dpgp.accounting import Ledger
 from pm_dpgp.models import gp_regression, grid_inducing_points, sparse_gp_regression
-from pm_dpgp.selection import product_grid, select_by_random_stopping, select_by_sample_paths
+from pm_dpgp.selection import (
+    plan_sample_path_selection,
+    product_grid,
+    select_by_random_stopping,
+    select_by_sample_paths,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -140,3 +145,24 @@ def test_d3_malformed_private_lists_refused_before_the_spend_without_values(mode
         lambda ledger, rng: select_by_sample_paths(model, GRID, bad, **OPTS, ledger=ledger, rng=rng)
     )
     assert str(SECRET) not in msg
+
+
+def test_d4_planning_reads_no_value_of_the_models_private_data():
+    """``public_gp_without_data`` promises "no value of the data is read" and the plan "from
+    public quantities only"; both take the column count from ``model.X``, which evaluates the
+    ``pm.Data`` container and refuses a non-finite private value (a data-dependent refusal)."""
+    rng = np.random.default_rng(0)
+    X = rng.uniform(0.0, 10.0, (50, 1))
+    with pm.Model():
+        Xd = pm.Data("Xd", X)
+        yd = pm.Data("yd", np.sin(X[:, 0]))
+        m = gp_regression(
+            Xd, yd, lambda: 25.0 * pm.gp.cov.ExpQuad(1, ls=pm.Gamma("ell", 2, 0.5)),
+            noise_sd=lambda: pm.HalfNormal("noise", 20.0),
+        )  # fmt: skip
+        X_bad = X.copy()
+        X_bad[7] = np.nan  # a private value the planning must not look at
+        pm.set_data({"Xd": X_bad})
+    grid = product_grid({"ell": [3.0], "noise": [20.0]})
+    m.public_gp_without_data(grid[0])
+    plan_sample_path_selection(m, grid, n=50, **OPTS)
