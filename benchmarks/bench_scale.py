@@ -11,7 +11,9 @@ existing benchmarks rather than duplicating them:
    finder (``_reduce``: sketch, ``QᵀC``, SVD), the D-optimal design solve
    (``_solve_design``) and the assembly of ``M_k`` (wall and CPU time of each, same process);
 3. sample-path release, ``L = 100`` paths, ``n = m = 5,000``, then 10 lazy rounds of 100
-   new inputs (``bench_sample_path.run``);
+   new inputs (``bench_sample_path.run``): wall and CPU time ratios, the ``tracemalloc`` peak
+   and the memory the release object holds after the release and after the rounds, in
+   ``n²`` doubles, next to the two packed (RFP) triangles it must hold;
 4. the ledger recording 1,000 Gaussian events (``bench_ledger.main``; target < 0.5 s);
 5. a DP Thompson round against a non-private one (``bench_thompson_round.main``; ≤ 1.5×);
 6. the scaling table ``n ∈ {1k, 3k, 10k}`` × ``m ∈ {200, 1k, 5k}`` × ``d ∈ {1, 2}``
