@@ -144,16 +144,21 @@ def liu_talwar_cases():
 
 
 def one_record_in_both_parts():
-    """y given as a list of n pairs passes check_data_shapes (len(y) == n, no .shape) and is
-    ravelled to 2n values: record j's two entries land at rows 2j and 2j + 1, and with the
-    default split (every 5th row validates) record 2 is at row 4 (training) and row 5
-    (validation).  The charged event assumes each record is in D1 or D2, one row."""
+    """(Before the fix) y given as a list of n pairs passed check_data_shapes (len(y) == n,
+    no .shape) and was ravelled to 2n values: record j's two entries land at rows 2j and
+    2j + 1, and with the default split (every 5th row validates) record 2 is at row 4
+    (training) and row 5 (validation).  The charged event assumes each record is in D1 or
+    D2, one row."""
     from pm_dpgp.selection.liu_talwar import as_private_arrays, public_split
 
     n = 20
     Xr = np.arange(n, dtype=float)[:, None]
     yr = [[10.0 * j, 10.0 * j + 1] for j in range(n)]
-    _, ya = as_private_arrays(Xr, yr)
+    try:
+        _, ya = as_private_arrays(Xr, yr)
+    except ValueError as err:  # after the fix (check_data_schema refuses it before the spend)
+        print(f"y as {n} pairs: refused ({err})")
+        return
     train, val = public_split(n, None)
     owner = lambda v: int(v // 10)  # noqa: E731 - which record a value came from
     both = sorted({owner(v) for v in ya[train]} & {owner(v) for v in ya[val]})

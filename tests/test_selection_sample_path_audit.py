@@ -83,7 +83,8 @@ def test_d1_coinpress_settings_refused_before_the_spend(model, data, change):
     )
 
 
-def test_d1_liu_talwar_coinpress_settings_refused_before_the_spend():
+def sparse_model_and_data():
+    """A small sparse model for ``select_by_random_stopping`` and its data ``(model, X, y)``."""
     rng = np.random.default_rng(0)
     X = rng.uniform(-3, 3, (120, 1))
     y = np.sin(2 * X[:, 0])
@@ -91,6 +92,11 @@ def test_d1_liu_talwar_coinpress_settings_refused_before_the_spend():
         X, y, lambda: pm.gp.cov.ExpQuad(1, ls=pm.Gamma("ell", 2, 2)),
         Z=grid_inducing_points(-3.5, 3.5, 6), noise_sd=lambda: pm.HalfNormal("sigma", 1.0),
     )  # fmt: skip
+    return sparse, X, y
+
+
+def test_d1_liu_talwar_coinpress_settings_refused_before_the_spend():
+    sparse, X, y = sparse_model_and_data()
     _refused_before_the_spend(
         lambda ledger, rng: select_by_random_stopping(
             sparse,
