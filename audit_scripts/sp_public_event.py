@@ -66,6 +66,12 @@ class Watched:
     def shape(self):
         return self.arr.shape
 
+    @property
+    def dtype(self):
+        # the declared schema (after the D3 fix an array-like without a declared numeric dtype
+        # is converted before the spend to check its schema; with one, nothing is read)
+        return self.arr.dtype
+
     def __array__(self, dtype=None, copy=None):
         LOG.append("data read")
         return self.arr if dtype is None else self.arr.astype(dtype)
