@@ -75,6 +75,8 @@ from pm_dpgp.models._common import (
     current_data,
     hoist_float_constants,
     resolve_model,
+    stored_input_dim,
+    stored_value,
 )
 from pm_dpgp.models.hyperparameters import PublicHyperparameters
 
@@ -299,6 +301,19 @@ class GPRegression:
         return current_data(self._y, "y", 1)
 
     @property
+    def input_dim(self) -> int:
+        """Number of input columns ``d``, from the shape of the inputs (or their ``pm.Data``
+        container) only: no value is read or checked, so data-free planning
+        (``public_gp_without_data``) never depends on the private inputs."""
+        return stored_input_dim(self._X)
+
+    def unchecked_data(self) -> tuple[Any, Any]:
+        """``(X, y)`` as stored (the current values of their ``pm.Data`` containers), without
+        the finiteness check of ``X``/``y``: for fully private mechanisms that read nothing
+        but the schema before their spend and map non-finite records record-wise after it."""
+        return stored_value(self._X), stored_value(self._y)
+
+    @property
     def sigma(self) -> float | Variable:
         """Deprecated alias of ``noise_sd`` (removed in the next release)."""
         import warnings
@@ -487,7 +502,7 @@ class GPRegression:
             values, allow_zero_noise=False
         )
         return PublicGP(
-            X=_readonly(np.empty((0, self.X.shape[1]))),
+            X=_readonly(np.empty((0, self.input_dim))),
             noise_var=noise_var,
             mean=self.mean,
             hyperparameters=values,

@@ -62,6 +62,7 @@ from pm_dpgp.mechanisms.full.sample_path import (
     PRIVACY_MODEL,
     SAMPLE_PATH_OS_ENTROPY,
     KernelClass,
+    _check_public_kernel,
     _public_probes,
     sample_path_release,
 )
@@ -74,12 +75,13 @@ from pm_dpgp.mechanisms.full.sample_path_bounds import (
 from pm_dpgp.mechanisms.gaussian import zcdp_rho
 from pm_dpgp.mechanisms.noise import SIMULATION
 from pm_dpgp.models import GPRegression, PublicGP
-from pm_dpgp.selection.coinpress import coinpress_mean
+from pm_dpgp.selection.coinpress import check_coinpress_settings, coinpress_mean
 from pm_dpgp.selection.grids import check_grid, prior_quantile_grid
 from pm_dpgp.selection.liu_talwar import (
     as_private_arrays,
-    check_data_shapes,
+    check_data_schema,
     loglik_bounds,
+    private_data,
     public_split,
     random_stopping,
     usable_rows,
@@ -167,8 +169,10 @@ def _candidate_set_up(
     kernel_scale: float | str | Sequence[float] | None,
     eta: float | str | Sequence[float],
     kappa: float | None,
+    kernel_class: KernelClass,
 ) -> tuple[list[PublicGP], list[float], list[float], list[float]]:
-    """Data-free public GPs, kernel scales σ_i, extra noise η_i and κ_i (public only)."""
+    """Data-free public GPs, kernel scales σ_i, extra noise η_i and κ_i (public only), each
+    candidate checked as its release will check it (``_check_public_kernel``)."""
     publics = [model.public_gp_without_data(c) for c in configs]
     probes = _public_probes(X_star, domain)
     scales = _per_candidate(kernel_scale, configs, "kernel_scale", allow_zero=False)
@@ -182,6 +186,8 @@ def _candidate_set_up(
                     f"{p.hyperparameters}; pass kernel_scale= explicitly."
                 )
             s = math.sqrt(top)
+        # the release's own public checks (k(x, x) <= 1, kernel_class), here before the spend
+        _check_public_kernel(p, float(s), kernel_class, probes)
         sigmas.append(float(s))
     etas = [float(e) for e in _per_candidate(eta, configs, "eta", allow_zero=True)]  # type: ignore[arg-type]
     if kappa is None:
@@ -192,6 +198,11 @@ def _candidate_set_up(
     else:
         kappas = [check_kappa(kappa)] * len(configs)
     return publics, sigmas, etas, kappas
+
+
+def _check_model(model: Any) -> None:
+    if not isinstance(model, GPRegression):
+        raise TypeError("model must be a pm_dpgp.models.gp_regression model (exact GP).")
 
 
 def plan_sample_path_selection(
@@ -217,8 +228,7 @@ def plan_sample_path_selection(
     ``select_by_sample_paths``.  Answers "what would the selection cost" before any data exist;
     every input is validated here, so a bad one is refused before any spend.
     """
-    if not isinstance(model, GPRegression):
-        raise TypeError("model must be a pm_dpgp.models.gp_regression model (exact GP).")
+    _check_model(model)
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta)
     stopping_mean(gamma, 1.0)  # validates γ
@@ -237,9 +247,9 @@ def plan_sample_path_selection(
         raise ValueError(
             f"domain has {lower.size} dimension(s) but X_star has {X_star.shape[1]} column(s)."
         )
-    if model.X.shape[1] != X_star.shape[1]:  # shapes are public
+    if model.input_dim != X_star.shape[1]:  # the shape only: no value of the data is read
         raise ValueError(
-            f"X_star must have {model.X.shape[1]} column(s) like the model's inputs, got "
+            f"X_star must have {model.input_dim} column(s) like the model's inputs, got "
             f"{X_star.shape[1]}."
         )
     names = tuple(model.hyperparameter_names)
@@ -249,7 +259,7 @@ def plan_sample_path_selection(
         require(y_bounds, "y_bounds", func="select_by_sample_paths"), model.mean
     )
     publics, sigmas, etas, kappas = _candidate_set_up(
-        model, configs, X_star, domain, kernel_scale, eta, kappa
+        model, configs, X_star, domain, kernel_scale, eta, kappa, kernel_class
     )
     bounds = tuple(
         SamplePathBound(
@@ -427,8 +437,10 @@ def select_by_sample_paths(
         raise TypeError(f"ledger must be a pm_dpgp Ledger or None, got {type(ledger).__name__}.")
     if rng is not None:
         rng = check_rng(rng)
-    X, y = (model.X, model.y) if data is None else data
-    n = len(X)  # public under replace-one neighbours; nothing else is read before the spend
+    _check_model(model)
+    # the schema of the private data only (conversion, shapes; audit D3): n is public under
+    # replace-one neighbours, and no value is inspected before the spend
+    X, y, n = check_data_schema(*private_data(model, data), model.input_dim)
     plan = plan_sample_path_selection(
         model, grid, n=n, X_star=X_star, domain=domain, y_bounds=y_bounds, epsilon=epsilon,
         delta=delta, gamma=gamma, validation=validation, kernel_scale=kernel_scale, eta=eta,
@@ -436,7 +448,8 @@ def select_by_sample_paths(
     )  # fmt: skip
     s = plan._setup
     X_star = s["X_star"]
-    check_data_shapes(X, y, n, X_star.shape[1])
+    # the COINPRESS settings (public) are checked here, not in a run after the spend (audit D1)
+    _, spread = check_coinpress_settings(plan.coinpress_rho, n_steps, spread)
     configs, publics, sigmas, etas = s["configs"], s["publics"], s["sigmas"], s["etas"]
     train, val, M_Y, (lower, upper) = s["train"], s["val"], s["M_Y"], s["domain"]
     delta = s["delta"]

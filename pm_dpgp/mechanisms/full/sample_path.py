@@ -360,6 +360,27 @@ def _public_probes(
     return np.unique(np.vstack(pts), axis=0)
 
 
+def _check_public_kernel(
+    public_gp: PublicGP, kernel_scale: float, kernel_class: str, probes: NDArray[np.float64]
+) -> None:
+    """The release's checks of its public kernel setting, at the PUBLIC ``probes`` only.
+
+    ``k(x, x) = kernel(x, x)/kernel_scale² ≤ 1`` (up to 1e-9 relative, ``docs/sample_paths.md``
+    §1) and the ``kernel_class`` (``_check_kernel_class``).  ``sample_path_release`` runs it
+    before its spend, and ``pm_dpgp.selection.plan_sample_path_selection`` for every candidate
+    before the selection's spend, so a public setting the release would refuse is never
+    charged (audit D2).  ``public_gp`` may hold no inputs (``public_gp_without_data``).
+    """
+    ratio = public_gp.kernel_diag(probes) / kernel_scale**2
+    if np.any(ratio > 1 + 1e-9):
+        raise ValueError(
+            f"k(x, x) = kernel(x, x) / kernel_scale² reaches {ratio.max():.4g} > 1 at public "
+            "points (X_star and the domain): pass kernel_scale equal to the kernel's public "
+            "amplitude sd (k(x, x) <= 1, docs/sample_paths.md §1)."
+        )
+    _check_kernel_class(public_gp, kernel_class, kernel_scale, probes)
+
+
 def _check_kernel_class(
     public_gp: PublicGP, kernel_class: str, kernel_scale: float, points: NDArray[np.float64]
 ) -> None:
@@ -640,13 +661,7 @@ def sample_path_release(
             "from public information alone; give the public input domain (domain=(low, high))."
         )
     probes = _public_probes(X_star, domain)
-    ratio = public_gp.kernel_diag(probes) / kernel_scale**2
-    if np.any(ratio > 1 + 1e-9):
-        raise ValueError(
-            f"k(x, x) = kernel(x, x) / kernel_scale² reaches {ratio.max():.4g} > 1 at public "
-            "points (X_star and the domain): pass kernel_scale equal to the kernel's public "
-            "amplitude sd (k(x, x) <= 1, docs/sample_paths.md §1)."
-        )
+    _check_public_kernel(public_gp, kernel_scale, kernel_class, probes)
     if kappa is None:
         if domain is None:
             raise ValueError(
@@ -654,7 +669,6 @@ def sample_path_release(
                 "kappa in [0, 1] (kappa=0 is always valid but gives a weaker bound)."
             )
         kappa = kernel_lower_bound(lambda A, B: public_gp.kernel(A, B) / kernel_scale**2, domain)
-    _check_kernel_class(public_gp, kernel_class, kernel_scale, probes)
     r2 = public_gp.noise_var / kernel_scale**2
     mu0 = public_gp.mean
     if y_bound_old is not None:  # deprecated centred bound M: the interval (μ₀ − M, μ₀ + M)
