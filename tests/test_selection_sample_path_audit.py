@@ -1,9 +1,10 @@
-"""Audit of the sample-path selection (audit-sp branch): confirmed defects as failing tests.
+"""Audit of the sample-path selection (audit-sp branch): the confirmed defects D1–D4 as tests.
 
-Each test states the property that the design (docs/selection.md §6, COMMON rules) promises and
-the current code breaks; reproducers with numbers: ``audit_scripts/sp_bad_inputs.py``.
+Each test states a property that the design (docs/selection.md §6) promises and that the code
+broke before the fixes of the same branch; reproducers with numbers:
+``benchmarks/audits/sample_path_selection/sp_bad_inputs.py``.
 
-* D1: ``n_steps`` / ``spread`` (COINPRESS settings, public) are validated only inside the
+* D1 (was): ``n_steps`` / ``spread`` (COINPRESS settings, public) were validated only inside the
   loop, after the spend and after the first path was drawn (both selections).
 * D2: the release's own public checks (``k(x, x) <= 1`` at the public probes for a given
   ``kernel_scale`` when ``kappa`` is given, ``kernel_class``) are not run by the plan, so a bad

@@ -15,7 +15,7 @@ import numpy as np
 import pymc as pm
 
 import pm_dpgp.selection.sample_paths as sp_module
-from audit_scripts.sp_public_event import adversarial_datasets
+from benchmarks.audits.sample_path_selection.sp_public_event import adversarial_datasets
 from pm_dpgp.models import gp_regression
 
 warnings.simplefilter("ignore")
