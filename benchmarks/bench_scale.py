@@ -11,7 +11,9 @@ existing benchmarks rather than duplicating them:
    finder (``_reduce``: sketch, ``QᵀC``, SVD), the D-optimal design solve
    (``_solve_design``) and the assembly of ``M_k`` (wall and CPU time of each, same process);
 3. sample-path release, ``L = 100`` paths, ``n = m = 5,000``, then 10 lazy rounds of 100
-   new inputs (``bench_sample_path.run``);
+   new inputs (``bench_sample_path.run``): wall and CPU time ratios, the ``tracemalloc`` peak
+   and the memory the release object holds after the release and after the rounds, in
+   ``n²`` doubles, next to the two packed (RFP) triangles it must hold;
 4. the ledger recording 1,000 Gaussian events (``bench_ledger.main``; target < 0.5 s);
 5. a DP Thompson round against a non-private one (``bench_thompson_round.main``; ≤ 1.5×);
 6. the scaling table ``n ∈ {1k, 3k, 10k}`` × ``m ∈ {200, 1k, 5k}`` × ``d ∈ {1, 2}``
@@ -24,12 +26,14 @@ section are what to compare; CPU times are printed where the split matters).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+import scipy.linalg as sla
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -56,6 +60,15 @@ def timed(fn):
 def release_split(n: int, m: int, d: int, t_chol: float) -> None:
     """Time the stages of ``public_cloaking`` separately (what the release spends where)."""
     X, y, X_star = bcr.problem(n, m, d)
+    A = bcr.model_for(X, np.zeros(n)).public_gp().kernel(X) + 0.09 * np.eye(n)
+    _, w_chol, c_chol = timed(functools.partial(sla.cholesky, A, lower=True, check_finite=False))
+    del A
+    model = bcr.model_for(X, y)
+    _, w_rel, c_rel = timed(lambda: bcr.release(X, y, X_star, model=model))
+    print(
+        f"  release wall {w_rel:.2f} s / Cholesky wall {w_chol:.2f} s = {w_rel / w_chol:.2f}x | "
+        f"release CPU {c_rel:.2f} s / Cholesky CPU {c_chol:.2f} s = {c_rel / c_chol:.2f}x"
+    )
     public_gp = bcr.model_for(X, y).public_cloaking()
     op, w_op, c_op = timed(lambda: public_gp.cloaking_operator(X_star))
     red, w_red, c_red = timed(lambda: cloaking._reduce(op, 1e-8))
@@ -88,48 +101,64 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
     parser.add_argument("--repeats", type=int, default=2, help="Cholesky repeats (headline)")
+    parser.add_argument(
+        "--only",
+        type=int,
+        nargs="+",
+        choices=range(1, 7),
+        metavar="N",
+        help="run only these sections (1-6), e.g. --only 2",
+    )
     args = parser.parse_args()
+    run_all = args.only is None
     quick = args.quick
     start = time.perf_counter()
     print(f"numpy {np.__version__}; OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}")
 
-    section("1. cloaked release, 1-D, large n (target <= 2.5x one Cholesky, <= 2 n^2 doubles)")
-    bcr.release(*bcr.problem(50, 20, 1))  # compile the 1-D kernel once, as in a session
-    n1, m1 = (1_000, 200) if quick else (10_000, 1_000)
-    bcr.run(n1, m1, 1, args.repeats, target=(2.5, 2.0))
+    if run_all or 1 in args.only:
+        section("1. cloaked release, 1-D, large n (target <= 2.5x one Cholesky, <= 2 n^2 doubles)")
+        bcr.release(*bcr.problem(50, 20, 1))  # compile the 1-D kernel once, as in a session
+        n1, m1 = (1_000, 200) if quick else (10_000, 1_000)
+        bcr.run(n1, m1, 1, args.repeats, target=(2.5, 2.0))
 
-    section("2. cloaked release, 2-D, m > n (target <= 10x one Cholesky)")
-    n2, m2 = (500, 400) if quick else (3_000, 5_000)
-    row = bcr.run(n2, m2, 2, args.repeats, target=(10.0, np.inf))
-    release_split(n2, m2, 2, row["cholesky"])
+    if run_all or 2 in args.only:
+        section("2. cloaked release, 2-D, m > n (target <= 10x one Cholesky)")
+        n2, m2 = (500, 400) if quick else (3_000, 5_000)
+        row = bcr.run(n2, m2, 2, args.repeats, target=(10.0, np.inf))
+        release_split(n2, m2, 2, row["cholesky"])
 
-    section("3. sample-path release L = 100, n = m = 5,000, 10 lazy rounds of 100")
-    size = 500 if quick else 5_000
-    bench_sample_path.run(
-        argparse.Namespace(n=size, m=size, paths=100, rounds=10, k=100, repeats=1)
-    )
-
-    section("4. ledger: 1,000 Gaussian events (target < 0.5 s)")
-    bench_ledger.main()
-
-    section("5. DP Thompson round vs non-private round (target <= 1.5x)")
-    bench_thompson_round.main()
-
-    section("6. scaling table (ratio to one n x n Cholesky, peak in n^2 doubles)")
-    sizes_n = (300, 1_000) if quick else (1_000, 3_000, 10_000)
-    sizes_m = (200, 1_000) if quick else (200, 1_000, 5_000)
-    table = []
-    for n in sizes_n:
-        for m in sizes_m:
-            for d in (1, 2):
-                table.append(bcr.run(n, m, d, 1))
-    print("\n| n | m | d | one Cholesky | release | ratio | peak (n^2 doubles) | rank k |")
-    print("|---|---|---|---|---|---|---|---|")
-    for r in table:
-        print(
-            f"| {r['n']:,} | {r['m']:,} | {r['d']} | {r['cholesky']:.2f} s | "
-            f"{r['release']:.2f} s | {r['ratio']:.1f}x | {r['peak_n2']:.2f} | {int(r['rank'])} |"
+    if run_all or 3 in args.only:
+        section("3. sample-path release L = 100, n = m = 5,000, 10 lazy rounds of 100")
+        size = 500 if quick else 5_000
+        bench_sample_path.run(
+            argparse.Namespace(n=size, m=size, paths=100, rounds=10, k=100, repeats=1)
         )
+
+    if run_all or 4 in args.only:
+        section("4. ledger: 1,000 Gaussian events (target < 0.5 s)")
+        bench_ledger.main()
+
+    if run_all or 5 in args.only:
+        section("5. DP Thompson round vs non-private round (target <= 1.5x)")
+        bench_thompson_round.main()
+
+    if run_all or 6 in args.only:
+        section("6. scaling table (ratio to one n x n Cholesky, peak in n^2 doubles)")
+        sizes_n = (300, 1_000) if quick else (1_000, 3_000, 10_000)
+        sizes_m = (200, 1_000) if quick else (200, 1_000, 5_000)
+        table = []
+        for n in sizes_n:
+            for m in sizes_m:
+                for d in (1, 2):
+                    table.append(bcr.run(n, m, d, 1))
+        print("\n| n | m | d | one Cholesky | release | ratio | peak (n^2 doubles) | rank k |")
+        print("|---|---|---|---|---|---|---|---|")
+        for r in table:
+            print(
+                f"| {r['n']:,} | {r['m']:,} | {r['d']} | {r['cholesky']:.2f} s | "
+                f"{r['release']:.2f} s | {r['ratio']:.1f}x | {r['peak_n2']:.2f} | "
+                f"{int(r['rank'])} |"
+            )
     section(f"done in {time.perf_counter() - start:.0f} s")
 
 

@@ -271,10 +271,19 @@ def test_secure_selection_runs_and_records_secure_noise():
 
 
 class _Untouchable:
-    """Private data that raise if read (only len() is public)."""
+    """Private data that raise if read: only the declared schema (shape, float dtype) is public.
+
+    (Formerly only ``len()``: an object without a declared schema must now be converted
+    before the spend to check its schema, audit D3, ``check_data_schema``.)
+    """
+
+    dtype = np.dtype(np.float64)
+
+    def __init__(self, *shape: int) -> None:
+        self.shape = shape or (300,)
 
     def __len__(self) -> int:
-        return 300
+        return self.shape[0]
 
     def __array__(self, *a, **k):
         raise AssertionError("private data read")
@@ -287,7 +296,7 @@ def test_refusal_before_any_randomness_or_data():
     state = rng.bit_generator.state
     with pytest.raises(BudgetExceededError):
         select_by_random_stopping(
-            model, GRID, (_Untouchable(), _Untouchable()), epsilon=1.0, delta=1e-5,
+            model, GRID, (_Untouchable(300, 1), _Untouchable()), epsilon=1.0, delta=1e-5,
             y_bounds=(-2.0, 2.0), ledger=ledger, rng=rng,
         )  # fmt: skip
     assert rng.bit_generator.state == state

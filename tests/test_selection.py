@@ -516,3 +516,58 @@ def test_noise_solver_option_is_checked_before_anything_is_spent():
             _model(0), GRID, epsilon=1.0, y_bounds=BOUNDS, ledger=ledger, noise_solver="fast"
         )
     assert ledger.history == []
+
+
+def _gp_kernel_and_folds(seed: int, n: int = 90, n_folds: int = 7):
+    """An exactly symmetric GP kernel matrix on repeated 1-D inputs, and interleaved folds."""
+    rng = np.random.default_rng(seed)
+    x = np.round(rng.uniform(0.0, 80.0, n))
+    K = 5.0 * np.exp(-0.5 * (x[:, None] - x[None, :]) ** 2 / 25.0**2)
+    folds = [np.arange(f, n, n_folds) for f in range(n_folds)]
+    return K, folds, [np.setdiff1d(np.arange(n), te) for te in folds]
+
+
+@pytest.mark.parametrize("noise_var", [0.2, 5.0])
+def test_fold_cloaking_matrix_is_bitwise_the_previous_and_the_general_path(noise_var) -> None:
+    """``_fold_cloaking_matrix`` (``dpotrf`` + ``dpotrs`` on Fortran-ordered blocks, docs §9) is
+    bit for bit ``cho_solve`` on the same factor (the previous code) and ``gp.exact.
+    cloaking_matrix`` (jittered Cholesky, no jitter needed here): the selection's cloaking
+    matrices, hence Δ(θ) and the reduction, do not change."""
+    import scipy.linalg as sla
+
+    from pm_dpgp.gp.exact import cloaking_matrix
+    from pm_dpgp.selection.cv_sse import _fold_cloaking_matrix
+
+    K, folds, trains = _gp_kernel_and_folds(3)
+    for te, tr in zip(folds, trains, strict=True):
+        C = _fold_cloaking_matrix(K, noise_var, te, tr)
+        A = K[np.ix_(tr, tr)].T
+        np.einsum("ii->i", A)[:] += noise_var
+        L, info = sla.lapack.dpotrf(A, lower=1, clean=0, overwrite_a=1)
+        assert info == 0
+        previous = sla.cho_solve((L, True), K[np.ix_(te, tr)].T, check_finite=False).T
+        assert np.array_equal(C, previous)
+        assert np.array_equal(C, cloaking_matrix(K[np.ix_(tr, tr)], K[np.ix_(te, tr)], noise_var))
+
+
+def test_checked_kernel_matrix_fast_path_and_the_full_check_agree() -> None:
+    """An exactly symmetric finite ``K`` passes the one-comparison fast path unchanged; anything
+    else gets ``check_square_symmetric``'s verdict (pass within its rtol, else its error)."""
+    from pm_dpgp.selection.cv_sse import _checked_kernel_matrix
+
+    K, _, _ = _gp_kernel_and_folds(4, n=30)
+    assert np.array_equal(_checked_kernel_matrix(K), K)
+    near = K.copy()
+    near[0, 1] *= 1.0 + 1e-12  # symmetric up to rounding: accepted by the full check
+    assert np.array_equal(_checked_kernel_matrix(near), near)
+    far = K.copy()
+    far[0, 1] += 1e-3
+    with pytest.raises(ValueError, match="not symmetric"):
+        _checked_kernel_matrix(far)
+    for bad in (np.nan, np.inf):
+        B = K.copy()
+        B[2, 2] = bad  # on the diagonal: K == Kᵀ holds for inf, fails for NaN
+        with pytest.raises(ValueError, match="finite|NaN|inf"):
+            _checked_kernel_matrix(B)
+    with pytest.raises(ValueError, match="square"):
+        _checked_kernel_matrix(K[:, :-1])

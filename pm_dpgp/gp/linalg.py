@@ -25,6 +25,7 @@ __all__ = [
     "CholeskyError",
     "fill_upper_from_lower",
     "check_square_symmetric",
+    "jitter_schedule",
     "jittered_cholesky",
     "symmetrise_inplace",
     "cho_solve_lower",
@@ -126,6 +127,22 @@ def _zero_upper(W: NDArray[np.float64]) -> None:
         blk[np.triu_indices(j - i, 1)] = 0.0
 
 
+def jitter_schedule(diag: NDArray[np.float64], jitter: float, max_tries: int) -> list[float]:
+    """The jitters ``jittered_cholesky`` tries, in order, for a matrix with diagonal ``diag``.
+
+    ``[jitter, s, 10 s, 100 s, …]`` (``max_tries`` values) with
+    ``s = max(10·jitter, 1e-10 · mean(diag))`` (``1e-10 · mean(diag)`` when ``jitter`` is 0;
+    the mean is replaced by 1 when it is not a positive finite number).
+    """
+    mean_diag = float(np.mean(diag)) if len(diag) else 0.0
+    scale = mean_diag if (math.isfinite(mean_diag) and mean_diag > 0.0) else 1.0
+    if jitter > 0.0:
+        step = max(10.0 * jitter, _RELATIVE_JITTER_START * scale)
+    else:
+        step = _RELATIVE_JITTER_START * scale
+    return [jitter] + [step * 10.0**k for k in range(max_tries - 1)]
+
+
 def jittered_cholesky(
     A: ArrayLike,
     *,
@@ -184,13 +201,8 @@ def jittered_cholesky(
         raise ValueError(f"max_tries must be a positive integer, got {max_tries!r}.")
 
     diag0 = np.diag(arr).copy()
-    mean_diag = float(np.mean(diag0))
-    scale = mean_diag if (math.isfinite(mean_diag) and mean_diag > 0.0) else 1.0
-    if jitter > 0.0:
-        step = max(10.0 * jitter, _RELATIVE_JITTER_START * scale)
-    else:
-        step = _RELATIVE_JITTER_START * scale
-    schedule = [jitter] + [step * 10.0**k for k in range(max_tries - 1)]
+    mean_diag = float(np.mean(diag0)) if len(diag0) else 0.0
+    schedule = jitter_schedule(diag0, jitter, max_tries)
 
     # A Fortran-ordered working matrix; for a symmetric A, A.T is the same matrix.
     if overwrite_a and arr.flags.f_contiguous and arr.flags.writeable:

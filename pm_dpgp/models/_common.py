@@ -462,6 +462,23 @@ def data_input(x: Any, name: str, ndim: int) -> tuple[NDArray[np.float64], Any]:
     return arr, arr
 
 
+def stored_value(x: Any) -> Any:
+    """The current value of an array or ``pm.Data`` container, unchecked (no value read).
+
+    For code that must not inspect private values before its spend (``current_data`` checks
+    them finite): the caller converts and checks the schema only, then maps non-finite
+    records record-wise after the spend.
+    """
+    return x.get_value(borrow=True) if _is_data_container(x) else x
+
+
+def stored_input_dim(x: Any) -> int:
+    """Number of input columns of an array or ``pm.Data`` container, from its shape only
+    (a 1-D container is one column, as the builders treat it); no value is read."""
+    shape = np.shape(stored_value(x))
+    return 1 if len(shape) == 1 else int(shape[1])
+
+
 def current_data(x: Any, name: str, ndim: int) -> NDArray[np.float64]:
     """The current value of an array or ``pm.Data`` container, checked finite, rank ``ndim``."""
     if _is_data_container(x):

@@ -30,6 +30,7 @@ reused, so the numbers are exactly those PyMC's own ``gp.predict`` would use.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -74,6 +75,8 @@ from pm_dpgp.models._common import (
     current_data,
     hoist_float_constants,
     resolve_model,
+    stored_input_dim,
+    stored_value,
 )
 from pm_dpgp.models.hyperparameters import PublicHyperparameters
 
@@ -298,6 +301,19 @@ class GPRegression:
         return current_data(self._y, "y", 1)
 
     @property
+    def input_dim(self) -> int:
+        """Number of input columns ``d``, from the shape of the inputs (or their ``pm.Data``
+        container) only: no value is read or checked, so data-free planning
+        (``public_gp_without_data``) never depends on the private inputs."""
+        return stored_input_dim(self._X)
+
+    def unchecked_data(self) -> tuple[Any, Any]:
+        """``(X, y)`` as stored (the current values of their ``pm.Data`` containers), without
+        the finiteness check of ``X``/``y``: for fully private mechanisms that read nothing
+        but the schema before their spend and map non-finite records record-wise after it."""
+        return stored_value(self._X), stored_value(self._y)
+
+    @property
     def sigma(self) -> float | Variable:
         """Deprecated alias of ``noise_sd`` (removed in the next release)."""
         import warnings
@@ -474,6 +490,27 @@ class GPRegression:
         """
         return self.public_gp(hyperparameters)
 
+    def public_gp_without_data(
+        self, hyperparameters: Mapping[str, ArrayLike] | None = None
+    ) -> PublicGP:
+        """``public_gp`` holding no inputs (``X`` of shape ``(0, d)``): no value of the data is
+        read, so a mechanism can plan from it before its spend and attach its own (private)
+        rows afterwards with ``dataclasses.replace(public, X=...)``.  Same checks of the
+        hyperparameters as ``public_gp``; the kernel is not evaluated at any input."""
+        values = self._check_hyperparameters(hyperparameters)
+        noise_var, kernel, kernel_diag, description = self._public_parts(
+            values, allow_zero_noise=False
+        )
+        return PublicGP(
+            X=_readonly(np.empty((0, self.input_dim))),
+            noise_var=noise_var,
+            mean=self.mean,
+            hyperparameters=values,
+            description=description,
+            _kernel=kernel,
+            _kernel_diag=kernel_diag,
+        )
+
     def public_gp(self, hyperparameters: Mapping[str, ArrayLike] | None = None) -> PublicGP:
         """The model at fixed public hyperparameters, as consumed by privacy mechanisms.
 
@@ -493,18 +530,8 @@ class GPRegression:
             Unknown names, non-finite values, values outside the prior's support,
             or a kernel/noise that evaluates to NaN/inf.
         """
-        values = self._check_hyperparameters(hyperparameters)
-        noise_var, kernel, kernel_diag, description = self._public_parts(
-            values, allow_zero_noise=False
-        )
-        public = PublicGP(
-            X=_readonly(self.X),
-            noise_var=noise_var,
-            mean=self.mean,
-            hyperparameters=values,
-            description=description,
-            _kernel=kernel,
-            _kernel_diag=kernel_diag,
+        public = dataclasses.replace(
+            self.public_gp_without_data(hyperparameters), X=_readonly(self.X)
         )
         # Fail early (with a clear message) if these hyperparameters break the kernel.
         public.kernel_diag(self.X[:1])

@@ -4,8 +4,9 @@ One module per idea: public candidate grids and splits (``grids``), the exponent
 mechanism and its events (``exponential``), Smith et al.'s cross-validated SSE utility and
 its sensitivity (``cv_sse``), the label-private selection of Algorithm 1 (``smith``),
 the result object (``result``), the 1-D COINPRESS mean (``coinpress``), the fully
-private random-stopping selection of Honkela's Algorithm 2 (``liu_talwar``) and the front
-end ``select_hyperparameters`` (``front``).
+private random-stopping selection of Honkela's Algorithm 2 (``liu_talwar``), its variant with
+posterior sample paths as candidates (``sample_paths``) and the front end
+``select_hyperparameters`` (``front``).
 """
 
 from pm_dpgp.selection.coinpress import (
@@ -43,10 +44,16 @@ from pm_dpgp.selection.liu_talwar import (
     validation_loglik,
 )
 from pm_dpgp.selection.result import SelectionResult
+from pm_dpgp.selection.sample_paths import (
+    SamplePathSelectionPlan,
+    plan_sample_path_selection,
+    select_by_sample_paths,
+)
 from pm_dpgp.selection.smith import select_by_cross_validated_sse
 
 __all__ = [
     "CoinpressResult",
+    "SamplePathSelectionPlan",
     "SelectionResult",
     "clipped_mean_sensitivity",
     "coinpress_mean",
@@ -54,7 +61,9 @@ __all__ = [
     "loglik_bounds",
     "random_stopping_event",
     "sample_stopping_time",
+    "plan_sample_path_selection",
     "select_by_random_stopping",
+    "select_by_sample_paths",
     "select_hyperparameters",
     "stopping_pmf",
     "validation_loglik",

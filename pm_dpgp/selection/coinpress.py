@@ -35,6 +35,7 @@ the radius update for known spread).  Honkela uses T = 12 with ¾ of ρ on the l
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -48,6 +49,7 @@ from pm_dpgp.mechanisms.noise import plan_discrete_gaussian
 __all__ = [
     "COINPRESS_SENSITIVITY_RTOL",
     "CoinpressResult",
+    "check_coinpress_settings",
     "clipped_mean_sensitivity",
     "coinpress_mean",
     "coinpress_rho_schedule",
@@ -67,8 +69,9 @@ def coinpress_rho_schedule(
     The ρ_t sum to at most ``rho`` (the last one is ``rho − Σ`` of the others, rounded down).
     """
     rho = check_positive(rho, "rho")
-    if isinstance(n_steps, bool) or not isinstance(n_steps, int) or n_steps < 1:
+    if isinstance(n_steps, bool) or not isinstance(n_steps, numbers.Integral) or n_steps < 1:
         raise ValueError(f"n_steps must be an integer >= 1, got {n_steps!r}.")
+    n_steps = int(n_steps)
     if n_steps == 1:
         return (rho,)
     if not 0.0 < float(last_share) < 1.0:
@@ -80,6 +83,31 @@ def coinpress_rho_schedule(
         last = math.nextafter(last, 0.0)
         out = (early,) * (n_steps - 1) + (last,)
     return out
+
+
+def check_coinpress_settings(
+    rho: float | Sequence[float],
+    n_steps: int = 12,
+    spread: float = 4.0,
+    last_share: float = 0.75,
+    beta: float = 0.01,
+) -> tuple[tuple[float, ...], float]:
+    """``(ρ_t schedule, spread)`` after checking every public COINPRESS setting.
+
+    The one check of ``rho``/``n_steps``/``last_share`` (``coinpress_rho_schedule``),
+    ``spread`` > 0 and ``beta`` in (0, 1): ``coinpress_mean`` runs it, and the selections run it
+    before their spend, so a bad setting is refused before any budget is charged or any
+    candidate is drawn (audit D1).
+    """
+    spread = check_positive(spread, "spread")
+    if not 0.0 < float(beta) < 1.0:
+        raise ValueError(f"beta must lie in (0, 1), got {beta!r}.")
+    rhos = (
+        coinpress_rho_schedule(rho, n_steps, last_share)
+        if isinstance(rho, int | float)
+        else tuple(check_positive(r, "rho_t") for r in rho)
+    )
+    return rhos, spread
 
 
 def centred_clipped_mean(values: NDArray[np.float64], lower: float, upper: float) -> float:
@@ -151,14 +179,7 @@ def coinpress_mean(
     lo0, hi0 = float(lower), float(upper)
     if not (math.isfinite(lo0) and math.isfinite(hi0) and lo0 < hi0):
         raise ValueError("need finite public bounds lower < upper.")
-    spread = check_positive(spread, "spread")
-    if not 0.0 < float(beta) < 1.0:
-        raise ValueError(f"beta must lie in (0, 1), got {beta!r}.")
-    rhos = (
-        coinpress_rho_schedule(rho, n_steps, last_share)
-        if isinstance(rho, int | float)
-        else tuple(check_positive(r, "rho_t") for r in rho)
-    )
+    rhos, spread = check_coinpress_settings(rho, n_steps, spread, last_share, beta)
     if rng is not None:
         rng = check_rng(rng)
     v = np.where(np.isnan(v), lo0, v)  # a NaN record contributes the lower bound, silently

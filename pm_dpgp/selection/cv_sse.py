@@ -146,6 +146,25 @@ class CvSsePlan:
         }
 
 
+def _checked_kernel_matrix(K: ArrayLike) -> NDArray[np.float64]:
+    """``K`` as a finite, square, symmetric float64 matrix (once per configuration).
+
+    A public GP's ``kernel(X)`` is already symmetrised exactly and checked finite, so the
+    common case is one comparison ``K == Kᵀ`` (which a NaN fails) and one finiteness test;
+    anything else takes ``check_square_symmetric``'s full validation pass and its errors.
+    Folds take principal blocks of ``K``, which inherit the checks.
+    """
+    arr = np.asarray(K, dtype=np.float64)
+    if (
+        arr.ndim == 2
+        and arr.shape[0] == arr.shape[1]
+        and np.array_equal(arr, arr.T)
+        and np.isfinite(arr).all()
+    ):
+        return arr
+    return check_square_symmetric(arr, "K")
+
+
 def _fold_cloaking_matrix(
     K: NDArray[np.float64],
     noise_var: float,
@@ -168,7 +187,12 @@ def _fold_cloaking_matrix(
     d = np.diag(L)
     if info != 0 or not (np.all(d > 0.0) and np.all(np.isfinite(d))):
         return cloaking_matrix(K[np.ix_(train, train)], K[np.ix_(test, train)], noise_var)
-    return sla.cho_solve((L, True), K[np.ix_(test, train)].T, check_finite=False).T
+    # ``cho_solve((L, True), B, check_finite=False)`` is this ``dpotrs`` call on the same
+    # Fortran-ordered arrays (bitwise), without its wrapper's argument checks
+    C_t, info = sla.lapack.dpotrs(L, K[np.ix_(test, train)].T, lower=1)
+    if info != 0:  # pragma: no cover - dpotrs fails only on invalid arguments
+        raise np.linalg.LinAlgError(f"dpotrs failed (info={info}).")
+    return C_t.T
 
 
 def _fold_plan(
@@ -206,17 +230,20 @@ class _NoiseQueue:
     finish: Any  # callable(entry) computing Δ(θ) and eq. (13) once its fold plans are set
     seen: dict[bytes, list[tuple[NDArray[np.float64], CvFold]]]  # solved matrices, shared
     before: _NoiseQueue | None = None  # flushed before this one
-    items: list[tuple[_SharedPlan, list[NDArray[np.float64]]]] = field(default_factory=list)
+    # (configuration, its fold matrices, their SHA-256 digests: each matrix is hashed once)
+    items: list[tuple[_SharedPlan, list[NDArray[np.float64]], list[bytes]]] = field(
+        default_factory=list
+    )
     nbytes: int = 0
 
     def add(self, entry: _SharedPlan, Cs: list[NDArray[np.float64]]) -> None:
-        self.items.append((entry, Cs))
+        self.items.append((entry, Cs, [hashlib.sha256(C.tobytes()).digest() for C in Cs]))
         self.nbytes += sum(C.nbytes for C in Cs)
         if self.nbytes > _BATCH_BYTES:
             self.flush()
 
-    def _known(self, C: NDArray[np.float64]) -> CvFold | None:
-        for C_old, fold in self.seen.get(hashlib.sha256(C.tobytes()).digest(), []):
+    def _known(self, C: NDArray[np.float64], key: bytes) -> CvFold | None:
+        for C_old, fold in self.seen.get(key, []):
             if C_old.shape == C.shape and np.array_equal(C_old, C):
                 return fold
         return None
@@ -225,22 +252,21 @@ class _NoiseQueue:
         if self.before is not None:
             self.before.flush()
         todo = [
-            (entry, f, C)
-            for entry, Cs in self.items
-            for f, C in enumerate(Cs)
-            if self._known(C) is None
+            (f, C, key)
+            for _, Cs, keys in self.items
+            for f, (C, key) in enumerate(zip(Cs, keys, strict=True))
+            if self._known(C, key) is None
         ]
-        mats = [C for _, _, C in todo]
+        mats = [C for _, C, _ in todo]
         if self.noise_solver == "batched":
             noises = solve_noise_covariances(mats, rank_tol=self.rank_tol) if mats else []
         else:
             noises = [solve_noise_covariance(C, rank_tol=self.rank_tol) for C in mats]
-        for (_, f, C), noise in zip(todo, noises, strict=True):
+        for (f, C, key), noise in zip(todo, noises, strict=True):
             fold = _fold_plan(self.folds[f], self.trains[f], noise, self.unit_scale)
-            key = hashlib.sha256(C.tobytes()).digest()
             self.seen.setdefault(key, []).append((C, fold))
-        for entry, Cs in self.items:
-            entry.fold_plans = [self._known(C) for C in Cs]  # type: ignore[misc]
+        for entry, Cs, keys in self.items:
+            entry.fold_plans = [self._known(C, key) for C, key in zip(Cs, keys, strict=True)]  # type: ignore[misc]
             self.finish(entry)
         self.items, self.nbytes = [], 0
 
@@ -248,6 +274,7 @@ class _NoiseQueue:
 #: Two configurations share their fold plans when their normalised kernel matrices ``K/s``
 #: (entries in [−1, 1]) and noise ratios ``σ²/s`` agree to this many units of rounding.
 _SHARE_ULPS = 16.0
+_SHARE_TOL = _SHARE_ULPS * float(np.finfo(np.float64).eps)
 #: Relative allowance on the utility sensitivity Δu for the round-off of the utilities.
 SENSITIVITY_ROUNDING = 1e-9
 
@@ -273,10 +300,13 @@ def _same_normalised_form(entry: _SharedPlan, Kn: NDArray[np.float64], ratio: fl
     arithmetic (``η = √5, σ = 1`` and ``η = 1, σ = √0.2``) evaluate to ratios and normalised
     kernels that differ in their last bits.
     """
-    tol = _SHARE_ULPS * np.finfo(np.float64).eps
-    if abs(ratio - entry.ratio) > tol * max(ratio, entry.ratio):
+    if abs(ratio - entry.ratio) > _SHARE_TOL * max(ratio, entry.ratio):
         return False
-    return bool(np.max(np.abs(Kn - entry.Kn)) <= tol)
+    # the first row decides most comparisons (another ℓ differs there already); the answer
+    # is the same as the full comparison's, which runs only if the first row agrees
+    if np.max(np.abs(Kn[0] - entry.Kn[0])) > _SHARE_TOL:
+        return False
+    return bool(np.max(np.abs(Kn - entry.Kn)) <= _SHARE_TOL)
 
 
 def paper_sse_sensitivity(
@@ -387,8 +417,7 @@ def plan_cv_sse(
     with progress_bar(len(configs), "Selection: planning", enabled=progressbar) as bar:
         for cfg in configs:
             public = gpr.public_gp(cfg)
-            # once per configuration (folds take blocks of it); the one validation pass over K
-            K = check_square_symmetric(public.kernel(X), "K")
+            K = _checked_kernel_matrix(public.kernel(X))
             scale = float(np.max(np.abs(K)))
             if not scale > 0.0:
                 raise ValueError("the kernel matrix of a configuration is zero.")

@@ -34,15 +34,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_FLOOR, Decimal
 from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy.linalg import eigh, qr, solve_triangular
-from scipy.linalg.blas import dsyrk
+from scipy.linalg import eigh, qr
 
 from pm_dpgp._progress import progress_bar
 from pm_dpgp._validation import (
@@ -61,7 +60,7 @@ from pm_dpgp._validation import (
     warn_public_settings,
 )
 from pm_dpgp.accounting import BUDGET_RTOL, Ledger
-from pm_dpgp.gp.linalg import CholeskyError, fill_upper_from_lower, jittered_cholesky
+from pm_dpgp.gp.rfp import RFPTriangle, jittered_rfp_cholesky
 from pm_dpgp.mechanisms.full.sample_path_bounds import (
     CovBound,
     SamplePathBound,
@@ -90,17 +89,20 @@ class _PathState:
 
     ``L`` (``q × q``, lower triangular) is stored as block rows, one per call that
     released new inputs: block ``b`` holds ``L[r_b, :s_b]`` (``off``) and the diagonal
-    block ``L[r_b, r_b]`` (``diag``), where ``r_b`` are its rows and ``s_b`` the number of
-    values released before it.  A lazy round appends one block row, so nothing already
-    stored is copied or recomputed, and memory is ``Σ_b k_b (s_b + k_b)`` doubles (the
-    lower triangle plus the diagonal blocks' upper halves), never a grown ``q × q`` copy.
+    block ``L[r_b, r_b]`` (``diag``, an ``RFPTriangle``: ``k_b(k_b + 1)/2`` doubles), where
+    ``r_b`` are its rows and ``s_b`` the number of values released before it.  A lazy round
+    appends one block row, so nothing already stored is copied or recomputed, and the
+    factor takes exactly ``q(q + 1)/2`` doubles (its lower triangle), never a grown ``q × q``
+    copy.  The released values ``F`` (``q × L``) are kept, so asking for them again costs
+    nothing; the standard normals ``W`` behind them are kept for the next conditional draw.
     """
 
     def __init__(self, input_dim: int, n_draws: int) -> None:
         self.X = np.empty((0, input_dim))  # (q, d) released inputs
         self.mean = np.empty(0)  # (q,) posterior mean there (private; never published)
         self.W = np.empty((0, n_draws))  # (q, L) standard normals behind the values
-        self.blocks: list[tuple[NDArray[np.float64], NDArray[np.float64]]] = []
+        self.F = np.empty((0, n_draws))  # (q, L) the released values μ + L W
+        self.blocks: list[tuple[NDArray[np.float64], RFPTriangle]] = []
 
     @property
     def q(self) -> int:
@@ -111,14 +113,19 @@ class _PathState:
         X_new: NDArray[np.float64],
         mean_new: NDArray[np.float64],
         off: NDArray[np.float64],
-        diag: NDArray[np.float64],
+        diag: RFPTriangle,
         Z: NDArray[np.float64],
     ) -> None:
         """Add the block row ``[off, diag]`` for the values ``mean_new + off W + diag Z``."""
+        F_new = diag.matmul(Z)
+        if self.q:
+            F_new += off @ self.W
+        F_new += mean_new[:, None]
         self.blocks.append((off, diag))
         self.X = np.vstack([self.X, X_new])
         self.mean = np.concatenate([self.mean, mean_new])
         self.W = np.vstack([self.W, Z])
+        self.F = np.vstack([self.F, F_new])
 
     def solve(self, B: NDArray[np.float64]) -> NDArray[np.float64]:
         """``L⁻¹ B`` by block forward substitution (one triangular solve per block row)."""
@@ -127,22 +134,13 @@ class _PathState:
         for off, diag in self.blocks:
             stop = start + len(diag)
             rhs = B[start:stop] - off @ out[:start] if start else B[start:stop]
-            out[start:stop] = solve_triangular(diag, rhs, lower=True, check_finite=False)
+            out[start:stop] = diag.solve(np.asfortranarray(rhs), overwrite_b=True)
             start = stop
         return out
 
     def values(self, rows: NDArray[np.intp] | None = None) -> NDArray[np.float64]:
         """``(μ + L W)[rows]``, shape ``(len(rows), L)`` (all rows when ``rows`` is None)."""
-        out = np.empty((self.q, self.W.shape[1]))
-        start = 0
-        for off, diag in self.blocks:
-            stop = start + len(diag)
-            out[start:stop] = diag @ self.W[start:stop]
-            if start:
-                out[start:stop] += off @ self.W[:start]
-            start = stop
-        out += self.mean[:, None]
-        return out if rows is None else out[rows]
+        return self.F.copy() if rows is None else self.F[rows]
 
     @property
     def L(self) -> NDArray[np.float64]:
@@ -152,7 +150,7 @@ class _PathState:
         for off, diag in self.blocks:
             stop = start + len(diag)
             L[start:stop, :start] = off
-            L[start:stop, start:stop] = diag
+            L[start:stop, start:stop] = diag.to_dense()
             start = stop
         return L
 
@@ -180,6 +178,7 @@ class SamplePathRelease:
     epsilon: float
     eta: float
     _alpha: NDArray[np.float64] = field(repr=False)  # (K + σ²r²I)⁻¹ (y − μ₀): private
+    _factor: RFPTriangle = field(repr=False)  # Cholesky factor of K + σ²r²I, RFP: private
     _rng: np.random.Generator = field(repr=False)
     _state: _PathState | None = field(default=None, repr=False)
     metadata: dict[str, Any] = field(default_factory=dict)
@@ -195,56 +194,55 @@ class SamplePathRelease:
         return self.n_draws
 
     # ------------------------------------------------------------------ algebra
-    def _mean(self, A: NDArray[np.float64]) -> NDArray[np.float64]:
+    def _cross_kernel(self, X_new: NDArray[np.float64]) -> NDArray[np.float64]:
+        """``k(X, X_new)`` as a Fortran-ordered ``n × k`` array, evaluated in row blocks of
+        ``X_new`` (8 MiB each), so no second ``n × k`` array exists."""
         gp = self.public_gp
-        return gp.mean + gp.kernel(A, gp.X) @ self._alpha
+        out = np.empty((gp.n, len(X_new)), order="F")
+        step = max(1, _BLOCK_DOUBLES // max(gp.n, 1))
+        for i in range(0, len(X_new), step):
+            out[:, i : i + step] = gp.kernel(X_new[i : i + step], gp.X).T
+        return out
 
     def _conditional_covariance(
         self, X_new: NDArray[np.float64]
-    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-        """Covariance at ``X_new`` given every value released so far, and the new block row.
+    ) -> tuple[RFPTriangle, NDArray[np.float64], NDArray[np.float64]]:
+        """Covariance at ``X_new`` given every value released so far, the new block row, and
+        the posterior mean at ``X_new``.
 
         With ``V = L_K⁻¹ k(X, X_new)`` (``L_K`` the factor of ``K + r²I``, kernel ``σ² k``),
         the posterior covariance is ``s·k(X_new, X_new) − VᵀV`` with ``s = 1 + η²/σ²``
-        (R&W 2006, eq. 2.24, plus the independent ``η g``).  Conditioning on the ``q``
+        (R&W 2006, eq. 2.24, plus the independent ``η g``) and the mean is
+        ``μ₀ + k(X_new, X) α`` (eq. 2.23).  Conditioning on the ``q``
         released values ``F_o = μ_o + L_o W_o`` subtracts ``L_noᵀ L_no`` with
         ``L_no = L_o⁻¹ S_on`` and ``S_on = s·k(X_o, X_new) − k(X_o, X)(K + r²I)⁻¹ k(X, X_new)``
         (block Cholesky of the joint covariance; ``L_noᵀ`` is the new block row's
         off-diagonal part).  Cost ``O(n² k + n q k + q² k)`` for ``k`` new inputs; nothing
         about earlier inputs is solved again, and ``k(X_o, X)`` is evaluated one row block
-        at a time.  The ``k × k`` result is updated in place by BLAS ``dsyrk`` (lower
-        triangle) and symmetrised from it.
+        at a time.  The covariance is built in RFP format (``k(k + 1)/2`` doubles, its lower
+        triangle filled strip by strip from the kernel) and updated in place by LAPACK
+        ``dsfrk``; ``V`` overwrites ``k(X, X_new)`` (``dtfsm`` with the RFP factor ``L_K``).
         """
         gp = self.public_gp
-        L_K = gp.posterior().L
         scale = 1.0 + self.eta**2 / self.bound.kernel_scale**2
-        # k(X_new, X) is C-ordered (k × n): its transpose is the Fortran-ordered n × k
-        # right-hand side, solved in its own memory; k(X_new, X_new) is exactly symmetric
-        # (the kernel symmetrises it), so its transpose is the same matrix, Fortran-ordered.
-        V = solve_triangular(
-            L_K, gp.kernel(X_new, gp.X).T, lower=True, overwrite_b=True, check_finite=False
-        )
-        S = dsyrk(
-            -1.0,
-            V,
-            beta=scale,
-            c=gp.kernel(X_new).T,
-            trans=1,
-            lower=1,
-            overwrite_c=1,
-        )
+        V = self._cross_kernel(X_new)
+        mean = gp.mean + V.T @ self._alpha
+        V = self._factor.solve(V, overwrite_b=True)
+        S = RFPTriangle.from_columns(len(X_new), lambda c0, c1: gp.kernel(X_new[c0:], X_new[c0:c1]))
+        S.rank_update(V, -1.0, beta=scale)
         state = self._state
         if state is None:
-            return fill_upper_from_lower(S), np.empty((len(X_new), 0))
-        G = solve_triangular(L_K, V, lower=True, trans="T", overwrite_b=True, check_finite=False)
-        S_on = np.empty((state.q, len(X_new)))
+            return S, np.empty((len(X_new), 0)), mean
+        G = self._factor.solve(V, trans=True, overwrite_b=True)
+        del V  # its memory now holds G = (K + r²I)⁻¹ k(X, X_new)
+        S_on = np.empty((state.q, len(X_new)), order="F")
         step = max(1, _BLOCK_DOUBLES // max(gp.n, 1))
         for i in range(0, state.q, step):
             X_o = state.X[i : i + step]
             S_on[i : i + step] = scale * gp.kernel(X_o, X_new) - gp.kernel(X_o, gp.X) @ G
         L_no = state.solve(S_on)
-        S = dsyrk(-1.0, L_no, beta=1.0, c=S, trans=1, lower=1, overwrite_c=1)
-        return fill_upper_from_lower(S), L_no.T
+        S.rank_update(L_no, -1.0)
+        return S, L_no.T, mean
 
     # ------------------------------------------------------------------ release
     def evaluate(self, X_new: ArrayLike) -> NDArray[np.float64]:
@@ -273,12 +271,16 @@ class SamplePathRelease:
 
     def _extend(self, X_new: NDArray[np.float64]) -> None:
         """Draw the paths at new, distinct inputs conditionally on all released values."""
-        S_cond, off = self._conditional_covariance(X_new)
-        diag = _nugget_cholesky(S_cond, self.metadata["nugget_variance"])
+        S_cond, off, mean = self._conditional_covariance(X_new)
+        diag = _nugget_cholesky(
+            S_cond,
+            self.metadata["nugget_variance"],
+            lambda: self._conditional_covariance(X_new)[0],
+        )
         Z = self._rng.standard_normal((len(X_new), self.n_draws))
         if self._state is None:
             self._state = _PathState(X_new.shape[1], self.n_draws)
-        self._state.append(X_new, self._mean(X_new), off, diag, Z)
+        self._state.append(X_new, mean, off, diag, Z)
 
     @property
     def released_inputs(self) -> NDArray[np.float64]:
@@ -358,6 +360,27 @@ def _public_probes(
     return np.unique(np.vstack(pts), axis=0)
 
 
+def _check_public_kernel(
+    public_gp: PublicGP, kernel_scale: float, kernel_class: str, probes: NDArray[np.float64]
+) -> None:
+    """The release's checks of its public kernel setting, at the PUBLIC ``probes`` only.
+
+    ``k(x, x) = kernel(x, x)/kernel_scale² ≤ 1`` (up to 1e-9 relative, ``docs/sample_paths.md``
+    §1) and the ``kernel_class`` (``_check_kernel_class``).  ``sample_path_release`` runs it
+    before its spend, and ``pm_dpgp.selection.plan_sample_path_selection`` for every candidate
+    before the selection's spend, so a public setting the release would refuse is never
+    charged (audit D2).  ``public_gp`` may hold no inputs (``public_gp_without_data``).
+    """
+    ratio = public_gp.kernel_diag(probes) / kernel_scale**2
+    if np.any(ratio > 1 + 1e-9):
+        raise ValueError(
+            f"k(x, x) = kernel(x, x) / kernel_scale² reaches {ratio.max():.4g} > 1 at public "
+            "points (X_star and the domain): pass kernel_scale equal to the kernel's public "
+            "amplitude sd (k(x, x) <= 1, docs/sample_paths.md §1)."
+        )
+    _check_kernel_class(public_gp, kernel_class, kernel_scale, probes)
+
+
 def _check_kernel_class(
     public_gp: PublicGP, kernel_class: str, kernel_scale: float, points: NDArray[np.float64]
 ) -> None:
@@ -401,24 +424,27 @@ def _check_kernel_class(
         )
 
 
-def _nugget_cholesky(S: NDArray[np.float64], nugget: float) -> NDArray[np.float64]:
+def _nugget_cholesky(
+    S: RFPTriangle, nugget: float, rebuild: Callable[[], RFPTriangle]
+) -> RFPTriangle:
     """Lower factor ``L`` with ``L Lᵀ = S₊ + nugget·I``, ``S₊`` the PSD part of ``S``.
 
-    ``S`` (symmetric) is factorised in its own memory.  The nugget is fixed in advance
-    (data-independent), never grown on failure: a jitter chosen by trial on a matrix that
-    depends on private inputs would make the added noise data-dependent.  When the
-    Cholesky factorisation of ``S + nugget·I`` fails because round-off made ``S`` slightly
-    indefinite (``S`` is then restored), its negative eigenvalues (zero in exact
+    ``S`` (symmetric, RFP) is factorised in its own memory (``dpftrf``).  The nugget is
+    fixed in advance (data-independent), never grown on failure: a jitter chosen by trial on
+    a matrix that depends on private inputs would make the added noise data-dependent.  When
+    the Cholesky factorisation of ``S + nugget·I`` fails because round-off made ``S``
+    slightly indefinite, ``S`` is computed again (``rebuild``: the failed factorisation
+    destroyed it and RFP keeps no second triangle), its negative eigenvalues (zero in exact
     arithmetic) are clipped and the factor is re-triangularised by a QR decomposition.
     """
-    try:
-        return jittered_cholesky(S, jitter=nugget, max_tries=1, overwrite_a=True, check=False)[0]
-    except CholeskyError:
-        w, V = eigh(S)
-        F = V * np.sqrt(np.clip(w, 0.0, None) + nugget)
-        R = qr(F.T, mode="r")[0]
-        L = R.T
-        return L * np.sign(np.diag(L))[None, :]
+    S.add_to_diagonal(nugget)
+    if S.cholesky():
+        return S
+    w, V = eigh(rebuild().to_dense())  # eigh reads the lower triangle
+    F = V * np.sqrt(np.clip(w, 0.0, None) + nugget)
+    R = qr(F.T, mode="r")[0]
+    L = R.T
+    return RFPTriangle.from_dense(L * np.sign(np.diag(L))[None, :])
 
 
 def _match_rows(
@@ -635,13 +661,7 @@ def sample_path_release(
             "from public information alone; give the public input domain (domain=(low, high))."
         )
     probes = _public_probes(X_star, domain)
-    ratio = public_gp.kernel_diag(probes) / kernel_scale**2
-    if np.any(ratio > 1 + 1e-9):
-        raise ValueError(
-            f"k(x, x) = kernel(x, x) / kernel_scale² reaches {ratio.max():.4g} > 1 at public "
-            "points (X_star and the domain): pass kernel_scale equal to the kernel's public "
-            "amplitude sd (k(x, x) <= 1, docs/sample_paths.md §1)."
-        )
+    _check_public_kernel(public_gp, kernel_scale, kernel_class, probes)
     if kappa is None:
         if domain is None:
             raise ValueError(
@@ -649,7 +669,6 @@ def sample_path_release(
                 "kappa in [0, 1] (kappa=0 is always valid but gives a weaker bound)."
             )
         kappa = kernel_lower_bound(lambda A, B: public_gp.kernel(A, B) / kernel_scale**2, domain)
-    _check_kernel_class(public_gp, kernel_class, kernel_scale, probes)
     r2 = public_gp.noise_var / kernel_scale**2
     mu0 = public_gp.mean
     if y_bound_old is not None:  # deprecated centred bound M: the interval (μ₀ − M, μ₀ + M)
@@ -696,12 +715,13 @@ def sample_path_release(
     y = np.asarray(gpr.y, dtype=np.float64)
     y = np.clip(np.where(np.isfinite(y), y, mu0), lower, upper)
     with progress_bar(3, "Sample paths", enabled=progressbar) as bar:
-        posterior = public_gp.posterior()  # the O(n³) factorisation
+        factor = _training_factor(public_gp)  # the O(n³) factorisation
         bar.advance("factorised")
-        alpha = posterior.alpha(y - mu0)
+        alpha = factor.cho_solve(y - mu0)
         bar.advance("solved")
         release = _finish_sample_path_release(
             public_gp,
+            factor,
             bound,
             event,
             delta,
@@ -723,8 +743,26 @@ def sample_path_release(
     return release
 
 
+def _training_factor(public_gp: PublicGP) -> RFPTriangle:
+    """Lower Cholesky factor of ``k(X, X) + σ_n² I`` in RFP format (``n(n + 1)/2`` doubles).
+
+    The kernel matrix's lower triangle is evaluated strip by strip straight into the packed
+    array and factorised there (``dpftrf``), so no ``n × n`` array exists at any time; jitter
+    as in ``PublicGP.posterior`` (none unless the factorisation fails).
+    """
+    X = public_gp.X
+
+    def build() -> RFPTriangle:
+        K = RFPTriangle.from_columns(len(X), lambda c0, c1: public_gp.kernel(X[c0:], X[c0:c1]))
+        K.add_to_diagonal(public_gp.noise_var)
+        return K
+
+    return jittered_rfp_cholesky(build)[0]
+
+
 def _finish_sample_path_release(
     public_gp: PublicGP,
+    factor: RFPTriangle,
     bound: SamplePathBound,
     event: Any,
     delta: float,
@@ -786,6 +824,7 @@ def _finish_sample_path_release(
         epsilon=epsilon,
         eta=eta,
         _alpha=alpha,
+        _factor=factor,
         _rng=rng,
         metadata=metadata,
     )

@@ -45,7 +45,9 @@ that gain the violators of the previous round's optimum (``_interior_point_desig
 polished by a few active-set Newton steps from its support; steps 1–3 follow only if that
 leaves a gap (or as the fallback if the interior point fails).  ``n = 3,000``, ``m = 5,041``,
 2-D (``k = 313``): the design solve went from 25–36 s to ~3.5–4 s CPU, with the same support
-and ``A(u)`` equal to ``≤ 2.1e-15`` relative.
+and ``A(u)`` equal to ``≤ 2.1e-15`` relative; Gondzio (1996) centrality correctors and float32
+residuals and start values then cut it by another ~35 % (53 → 42 interior-point steps,
+1.8–2.1 s CPU; the same release to 1e-15; docs/cloaking.md §5).
 
 Numbers (shared 2-core machine, one BLAS thread; ``benchmarks/bench_cloaking.py``): !Kung
 (``C`` 200 × 287, ``k = 14``) in ~5 ms CPU against ~0.5 s for the papers' gradient ascent,
@@ -114,6 +116,10 @@ _IP_ROUND_TOL = 1e-5
 #: Duality measure above which the interior-point Newton system is factorised in float32.
 _IP_SINGLE = 1e-6
 _IP_MAX_STEPS = 100
+#: Gondzio (1996) centrality correctors per interior-point step and the fraction of the step
+#: to the boundary taken.
+_IP_CORRECTORS = 2
+_IP_STEP = 0.999
 _IP_MAX_ROUNDS = 30
 
 
@@ -547,15 +553,18 @@ def _gains(Bt: FloatArray, u: FloatArray) -> tuple[FloatArray, FloatArray] | Non
     return np.einsum("ij,ij->j", W, W), L
 
 
-def _initial_design(Bt: FloatArray) -> FloatArray:
+def _initial_design(Bt: FloatArray, single: bool = False) -> FloatArray:
     """Uniform weights on ``k`` columns chosen by column-pivoted QR (Kumar & Yildirim 2005).
 
     Pivoted QR greedily picks the column with the largest residual norm after projecting out
     the columns already chosen: a deterministic variant of the Kumar–Yildirim initialisation
-    that yields ``k`` linearly independent points, so ``A(u)`` is invertible.
+    that yields ``k`` linearly independent points, so ``A(u)`` is invertible.  ``single``
+    pivots in float32 (half the time; the interior point only adds these columns to a larger
+    candidate set).
     """
     n, k = Bt.shape
-    _, jpvt, _, _, info = sla.lapack.dgeqp3(np.array(Bt.T, order="F"))
+    geqp3 = sla.lapack.sgeqp3 if single else sla.lapack.dgeqp3
+    _, jpvt, _, _, info = geqp3(np.array(Bt.T, order="F", dtype=np.float32 if single else None))
     if info != 0:
         raise np.linalg.LinAlgError("pivoted QR failed in the cloaking solver")
     u = np.zeros(n)
@@ -788,22 +797,29 @@ def _active_set_newton(Bs: FloatArray, lam: FloatArray, max_steps: int) -> tuple
     return point.lam, steps
 
 
-def _multiplicative_design(Bt: FloatArray, steps: int) -> FloatArray:
+def _multiplicative_design(Bt: FloatArray, steps: int) -> tuple[FloatArray, FloatArray] | None:
     """``steps`` multiplicative updates ``u_i ← u_i g_i(u) / k`` from the uniform design.
 
     Titterington (1976); Silvey, Titterington & Torsney (1978): monotone in ``log det A(u)``,
     ``O(n k²)`` per step.  Used only to rank the columns for the first interior-point
-    candidate set, so a handful of steps suffices.
+    candidate set, so a handful of steps suffices, computed in float32 (an error ``~10⁻⁶``
+    in ``g`` does not matter for a ranking; half the time of float64).  Returns ``u`` and
+    ``g(u)``, or ``None`` if ``A(u)`` is singular (in float64).
     """
     n, k = Bt.shape
-    u = np.full(n, 1.0 / n)
-    for _ in range(steps):
-        res = _gains(Bt, u)
-        if res is None:
-            break
-        u = u * res[0] / k
-        u /= u.sum()
-    return u
+    for dtype in (np.float32, np.float64):  # float64 only if float32 finds A(u) singular
+        B = np.ascontiguousarray(Bt.T, dtype=dtype)
+        u = np.full(n, 1.0 / n)
+        for step in range(steps + 1):
+            res = _gains_low(B, u, B)
+            if res is None:
+                break
+            g = res[1]
+            if step == steps:
+                return u, g
+            u = u * g / k
+            u /= u.sum()
+    return None
 
 
 def _max_step(x: FloatArray, dx: FloatArray) -> float:
@@ -823,12 +839,13 @@ def _ip_factor(W: FloatArray, diag: FloatArray, single: bool) -> NDArray[np.floa
     """
     s = W.shape[1]
     if single:
-        H32 = sla.blas.ssyrk(1.0, W.astype(np.float32), trans=1, lower=0)
+        H32 = sla.blas.ssyrk(1.0, W.astype(np.float32, copy=False), trans=1, lower=0)
         H32 *= H32
         H32.flat[:: s + 1] += diag.astype(np.float32)
         F32, info = sla.lapack.spotrf(H32, lower=0, clean=0)
         if info == 0 and np.all(np.isfinite(F32.diagonal())):
             return F32
+    W = W.astype(np.float64, copy=False)
     H = sla.blas.dsyrk(1.0, W, trans=1, lower=0)  # upper triangle of G = WᵀW
     H *= H
     H.flat[:: s + 1] += diag
@@ -840,15 +857,65 @@ def _ip_factor(W: FloatArray, diag: FloatArray, single: bool) -> NDArray[np.floa
 _Solve = Callable[[FloatArray], FloatArray]
 #: ``factor(diag, single)``: a ``_Solve`` for ``H + diag(diag)``, or ``None`` if not PD.
 _Factor = Callable[[FloatArray, bool], "_Solve | None"]
+#: ``point(Bs, λ, z, single)``: the dual residual ``r_d = g − 1 + z`` on the columns of ``Bs``
+#: and the factoriser of the Newton matrix, or ``None`` if ``A(λ)`` is singular.
+_Point = Callable[[FloatArray, FloatArray, FloatArray, bool], "tuple[FloatArray, _Factor] | None"]
 
 
-def _logdet_point(Bs: FloatArray, lam: FloatArray) -> tuple[FloatArray, _Factor] | None:
-    """Gains ``g_i = b_iᵀ A(λ)⁻¹ b_i`` on the columns of ``Bs`` and the factoriser of
-    ``G ∘ G + diag`` (``G = B_sᵀ A⁻¹ B_s``, minus the Jacobian of ``g``), or ``None``."""
-    L = _cholesky(sla.blas.dsyrk(1.0, Bs * np.sqrt(lam), lower=1))
-    if L is None:
+def _ip_direction(
+    solve: _Solve, lam: FloatArray, z: FloatArray, r_d: FloatArray, r_c: FloatArray
+) -> tuple[FloatArray, FloatArray]:
+    """``(Δλ, Δz)`` from a factorisation ``solve`` of ``H + Λ⁻¹Z`` (``_interior_point``)."""
+    d_lam = solve(r_d + r_c / lam)
+    return d_lam, (r_c - z * d_lam) / lam
+
+
+def _gains_low(
+    Bs: NDArray[np.floating], lam: FloatArray, columns: NDArray[np.floating]
+) -> tuple[NDArray[np.floating], FloatArray] | None:
+    """``(W, g)``: ``W = L⁻¹ columns`` with ``A(λ) = Σ λ_i b_i b_iᵀ = L Lᵀ`` over ``Bs``.
+
+    ``g_j = ‖W_j‖²`` in float64.  Computed in the precision of ``Bs`` and ``columns`` (float32
+    where an error ``~10⁻⁶`` in ``g`` is harmless: rankings and the interior point's large-
+    ``μ`` phase); ``None`` if ``A(λ)`` is not numerically positive definite.
+    """
+    potrf = sla.lapack.spotrf if Bs.dtype == np.float32 else sla.lapack.dpotrf
+    A = sla.blas.get_blas_funcs("syrk", (Bs,))(1.0, Bs * np.sqrt(lam).astype(Bs.dtype), lower=1)
+    L, info = potrf(A, lower=1, clean=1)
+    if info != 0 or not np.all(np.isfinite(L.diagonal())):
         return None
-    W = _lower_solve(L, Bs)
+    W, info = sla.lapack.get_lapack_funcs("trtrs", (L,))(L, columns, lower=1)
+    if info != 0:
+        return None
+    return W, np.einsum("ij,ij->j", W, W).astype(np.float64)
+
+
+def _ip_residual(
+    Bs: NDArray[np.floating], lam: FloatArray, z: FloatArray
+) -> tuple[NDArray[np.floating], FloatArray] | None:
+    """``(W, r_d)`` with ``W = L⁻¹ B_s`` (``A(λ) = L Lᵀ``) and ``r_d = g − 1 + z``, or ``None``.
+
+    Computed in the precision of ``Bs``: float32 while the interior point's duality measure
+    is above ``_IP_SINGLE`` (``g`` then carries an error ``~10⁻⁶``, well below ``μ``, which
+    the next float64 residuals correct, as for ``_ip_factor``), float64 otherwise.
+    """
+    res = _gains_low(Bs, lam, Bs)
+    if res is None:
+        return None
+    W, r_d = res
+    r_d += z - 1.0
+    return W, r_d
+
+
+def _logdet_point(
+    Bs: FloatArray, lam: FloatArray, z: FloatArray, single: bool
+) -> tuple[FloatArray, _Factor] | None:
+    """The log det dual's ``r_d = g − 1 + z`` (``_ip_residual``, float32 with ``single``) on
+    the columns of ``Bs`` and the factoriser of ``G ∘ G + diag`` (``_ip_factor``), or ``None``."""
+    res = _ip_residual(Bs.astype(np.float32) if single else Bs, lam, z)
+    if res is None:
+        return None
+    W, r_d = res
 
     def factor(diag: FloatArray, single: bool) -> _Solve | None:
         F = _ip_factor(W, diag, single)
@@ -860,15 +927,7 @@ def _logdet_point(Bs: FloatArray, lam: FloatArray) -> tuple[FloatArray, _Factor]
             )
         return lambda rhs: sla.lapack.dpotrs(F, rhs, lower=0)[0]
 
-    return np.einsum("ij,ij->j", W, W), factor
-
-
-def _ip_direction(
-    solve: _Solve, lam: FloatArray, z: FloatArray, r_d: FloatArray, r_c: FloatArray
-) -> tuple[FloatArray, FloatArray]:
-    """``(Δλ, Δz)`` from a factorisation ``solve`` of ``H + Λ⁻¹Z`` (``_interior_point``)."""
-    d_lam = solve(r_d + r_c / lam)
-    return d_lam, (r_c - z * d_lam) / lam
+    return r_d, factor
 
 
 def _interior_point(
@@ -877,7 +936,8 @@ def _interior_point(
     z: FloatArray,
     max_steps: int,
     tol: float = _IP_TOL,
-    point: Callable[[FloatArray, FloatArray], tuple[FloatArray, _Factor] | None] = _logdet_point,
+    point: _Point = _logdet_point,
+    single_residuals: bool = True,
 ) -> tuple[FloatArray, FloatArray, int, bool]:
     """Primal–dual interior-point method for the dual ``max φ(λ)`` over ``λ ≥ 0`` on ``Bs``.
 
@@ -897,40 +957,71 @@ def _interior_point(
     with ``r_d = g − 1 + z`` and ``r_c = σμ1 − Λz``; the right-hand side is the gradient of the
     log-barrier function ``φ(λ) + σμ Σ log λ_i``, so ``Δλ`` is an ascent direction for it.
     Mehrotra's (1992) predictor–corrector chooses ``σ = (μ_aff / μ)³`` and reuses the
-    Cholesky factor of ``H + Λ⁻¹Z`` for both solves; both variables take the step
-    ``0.99·`` the largest that keeps them positive (Nocedal & Wright 2006, §14.2 and §19.3;
-    for the minimum-volume ellipsoid, Sun & Freund 2004).  Each step costs
-    ``O(k² s + k s² + s³)``.  Stops when ``μ = λᵀz / s`` and ``‖r_d‖_∞`` are below
-    ``_IP_TOL``; returns ``(λ, z, steps, converged)`` (``converged`` is ``False`` after
+    Cholesky factor of ``H + Λ⁻¹Z`` for both solves (Nocedal & Wright 2006, §14.2 and §19.3;
+    for the minimum-volume ellipsoid, Sun & Freund 2004).  Up to ``_IP_CORRECTORS`` Gondzio
+    (1996) centrality correctors follow, one more solve with the same factor each: the
+    complementarity products at the enlarged step ``α̃ = min(1, 1.5α + 0.1)`` are projected
+    on ``[0.1σμ, 10σμ]`` and the correction is kept if the step grows by ``0.1(α̃ − α)``.
+    Both variables take the step ``_IP_STEP·`` the largest that keeps them positive.  Each
+    step costs ``O(k² s + k s² + s³)``; while ``μ > _IP_SINGLE`` the residual
+    (``_ip_residual``) and the factorisation (``_ip_factor``) are float32, and convergence
+    is only declared on float64 residuals.  Stops when ``μ = λᵀz / s`` and ``‖r_d‖_∞`` are
+    below ``tol``; returns ``(λ, z, steps, converged)`` (``converged`` is ``False`` after
     ``max_steps`` steps, on a vanishing step or a failed factorisation).
 
-    ``point(Bs, λ)`` supplies the gains and the factorisation of ``H + diag``: the default is
-    the log det dual above; any concave dual ``ψ(λ) − Σλ`` with gradient ``g − 1`` and
-    Hessian ``−H`` fits (the trace design's ``φ_{1/2}`` dual, ``cloaking_trace``).
+    ``point(Bs, λ, z, single)`` supplies ``r_d`` (in float32 with ``single``) and the
+    factorisation of ``H + diag``: the default is the log det dual above; any concave dual
+    ``ψ(λ) − Σλ`` with gradient ``g − 1`` and Hessian ``−H`` fits (the trace design's
+    ``φ_{1/2}`` dual, ``cloaking_trace``).  ``single_residuals=False`` asks ``point`` for
+    float64 residuals only (its factorisation may still be float32 while ``μ > _IP_SINGLE``).
     """
     k, s = Bs.shape
-    for step in range(max_steps + 1):
-        evaluated = point(Bs, lam)
+    single = single_residuals and float(lam @ z) / s > _IP_SINGLE
+    step = 0
+    while True:
+        evaluated = point(Bs, lam, z, single)
         if evaluated is None:
+            if single:  # float32 factorisation failed: redo in float64
+                single = False
+                continue
             return lam, z, step, False
-        gains, factor = evaluated
-        r_d = gains + z - 1.0
+        r_d, factor = evaluated
         mu = float(lam @ z) / s
         if mu < tol and float(np.abs(r_d).max()) < tol:
+            if single:  # confirm convergence on float64 residuals
+                single = False
+                continue
             return lam, z, step, True
         if step == max_steps:
             break
         solve = factor(z / lam, mu > _IP_SINGLE)
         if solve is None:
             return lam, z, step, False
+        single = single_residuals and mu > _IP_SINGLE
         d_lam, d_z = _ip_direction(solve, lam, z, r_d, -lam * z)  # predictor (affine scaling)
         mu_aff = float((lam + _max_step(lam, d_lam) * d_lam) @ (z + _max_step(z, d_z) * d_z))
         sigma = (mu_aff / s / mu) ** 3
         r_c = sigma * mu - lam * z - d_lam * d_z
         d_lam, d_z = _ip_direction(solve, lam, z, r_d, r_c)  # corrector
-        alpha = min(1.0, 0.99 * _max_step(lam, d_lam), 0.99 * _max_step(z, d_z))
+        alpha = min(1.0, _max_step(lam, d_lam), _max_step(z, d_z))
+        for _ in range(_IP_CORRECTORS):  # Gondzio (1996) centrality correctors
+            if alpha >= 1.0:
+                break
+            target = min(1.0, 1.5 * alpha + 0.1)
+            v = (lam + target * d_lam) * (z + target * d_z)
+            mu_t = sigma * mu
+            corr = np.clip(v, 0.1 * mu_t, 10.0 * mu_t) - v
+            np.maximum(corr, -10.0 * mu_t, out=corr)
+            c_lam, c_z = _ip_direction(solve, lam, z, np.zeros(s), corr)
+            n_lam, n_z = d_lam + c_lam, d_z + c_z
+            a_new = min(1.0, _max_step(lam, n_lam), _max_step(z, n_z))
+            if a_new < alpha + 0.1 * (target - alpha):
+                break
+            d_lam, d_z, alpha = n_lam, n_z, a_new
+        alpha = min(1.0, _IP_STEP * alpha)
+        step += 1
         if alpha < 1e-10:
-            return lam, z, step + 1, False
+            return lam, z, step, False
         lam = lam + alpha * d_lam
         z = z + alpha * d_z
     return lam, z, max_steps, False
@@ -938,40 +1029,33 @@ def _interior_point(
 
 @dataclass(frozen=True)
 class _Dual:
-    """A concave design dual ``ψ(λ) − Σλ`` (``λ ≥ 0``, gradient ``gains − 1``) for the rounds.
+    """A concave design dual ``ψ(λ) − Σλ`` (``λ ≥ 0``, gradient ``g − 1``) for the rounds.
 
-    ``point``: ``(Bs, λ) ↦ (gains, factor)`` on candidate columns (``_interior_point``);
-    ``gains``: ``(Bt, λ) ↦`` gains of all rows of ``Bt`` or ``None`` if ``A(λ)`` is singular;
-    ``start``: ``Bt ↦ (λ, gains)``, a cheap ranking of all columns; ``polish``:
-    ``(Bs, λ, steps) ↦ (λ, steps taken)``, active-set Newton from an identified support (or
-    ``None``: keep the interior point);
-    ``first``: the first candidate set holds the ``first · k`` best-ranked columns.
+    ``point``: the interior point's residual and Newton factoriser on candidate columns
+    (``_Point``); ``gains``: ``(B, S, λ) ↦`` the gains of every column of ``B`` (``k × n``,
+    float32 or float64) for the weights ``λ`` on the columns ``S``, or ``None`` if ``A(λ)`` is
+    singular; ``start``: ``Bt ↦ (λ, ranking, Σλ)``, a cheap start ranking all columns;
+    ``polish``: ``(Bs, λ, steps) ↦ (λ, steps taken)``, active-set Newton from an identified
+    support, or ``None`` if that support's ``A(λ)`` is singular (``polish=None``: keep the
+    interior point); ``first``: the first candidate set holds the ``first · k`` best-ranked
+    columns; ``single``: float32 where only a start or a candidate choice depends on it (the
+    interior point's residuals while ``μ > _IP_SINGLE``, the pivoted QR of the first set,
+    the restart multipliers ``z`` and the violators of a non-final round; float64 decides).
     """
 
-    point: Callable[[FloatArray, FloatArray], tuple[FloatArray, _Factor] | None]
-    gains: Callable[[FloatArray, FloatArray], FloatArray | None]
-    start: Callable[[FloatArray], tuple[FloatArray, FloatArray] | None]
-    polish: Callable[[FloatArray, FloatArray, int], tuple[FloatArray, int]] | None
+    point: _Point
+    gains: Callable[[NDArray[np.floating], NDArray[np.intp], FloatArray], FloatArray | None]
+    start: Callable[[FloatArray], tuple[FloatArray, FloatArray, float] | None]
+    polish: Callable[[FloatArray, FloatArray, int], tuple[FloatArray, int] | None] | None
     first: float = _IP_START
-
-
-def _logdet_start(Bt: FloatArray) -> tuple[FloatArray, FloatArray] | None:
-    """``λ = k u`` after a few multiplicative steps and its gains ``g_i(u) / k``."""
-    k = Bt.shape[1]
-    u = _multiplicative_design(Bt, _IP_MULTIPLICATIVE_STEPS)
-    res = _gains(Bt, u)
-    return None if res is None else (k * u, res[0] / k)
-
-
-def _logdet_gains(Bt: FloatArray, lam: FloatArray) -> FloatArray | None:
-    res = _gains(Bt, lam)
-    return None if res is None else res[0]
+    single: bool = False
 
 
 def _interior_point_rounds(
     Bt: FloatArray, max_steps: int, dual: _Dual
-) -> tuple[FloatArray | None, int]:
-    """Weights ``λ`` (``n``) from interior-point rounds on candidate sets, or ``(None, steps)``.
+) -> tuple[tuple[NDArray[np.intp], FloatArray] | None, int]:
+    """``((S, λ_S), steps)``: weights on the columns ``S`` from interior-point rounds on
+    candidate sets, or ``(None, steps)`` on failure.
 
     See ``_interior_point_design``; ``dual`` selects the objective (log det or trace).
     """
@@ -979,19 +1063,23 @@ def _interior_point_rounds(
     started = dual.start(Bt)
     if started is None:
         return None, 0
-    lam_all, g = started
+    lam_all, g, total = started
     first = np.argsort(-g, kind="stable")[: min(n, int(dual.first * k))]
-    S = np.union1d(np.flatnonzero(_initial_design(Bt)), first)
-    lam = np.maximum(lam_all[S], 1e-3 * float(lam_all.sum()) / S.size)
+    S = np.union1d(np.flatnonzero(_initial_design(Bt, single=dual.single)), first)
+    lam = np.maximum(lam_all[S], 1e-3 * total / S.size)
     steps = 0
     restart, final = True, False
+    Bt32 = Bt.T.astype(np.float32) if dual.single else None
     for _ in range(_IP_MAX_ROUNDS):
         Bs = np.ascontiguousarray(Bt[S].T)
-        if restart:
-            evaluated = dual.point(Bs, lam)
-            if evaluated is None:
-                return None, steps
-            z = np.maximum(1.0 - evaluated[0], 0.0) + 0.1
+        if restart:  # z from the new weights' gains (a start: float32 unless singular there)
+            zero = np.zeros(S.size)
+            res = dual.point(Bs, lam, zero, True) if dual.single else None
+            if res is None:
+                res = dual.point(Bs, lam, zero, False)
+                if res is None:
+                    return None, steps
+            z = np.maximum(-res[0], 0.0) + 0.1  # r_d = g − 1 at z = 0
         lam, z, taken, ok = _interior_point(
             Bs,
             lam,
@@ -999,18 +1087,22 @@ def _interior_point_rounds(
             min(_IP_MAX_STEPS, max_steps - steps),
             _IP_TOL if final else _IP_ROUND_TOL,
             dual.point,
+            dual.single,
         )
         steps += taken
         if not ok:
             return None, steps
-        weights = np.zeros(n)
-        weights[S] = lam
-        g_all = dual.gains(Bt, weights)
-        if g_all is None:
-            return None, steps
         outside = np.ones(n, dtype=bool)
         outside[S] = False
-        viol = np.flatnonzero(outside & (g_all > 1.0 + _IP_TOL))
+        # g_i of the round's optimum for every column: float32 to pick the next set, float64
+        # to decide that there is no violator (the set is final)
+        for B_all in (Bt32, Bt.T) if Bt32 is not None and not final else (Bt.T,):
+            g_all = dual.gains(B_all, S, lam)
+            if g_all is None:
+                return None, steps
+            viol = np.flatnonzero(outside & (g_all > 1.0 + _IP_TOL))
+            if viol.size:
+                break
         if viol.size == 0:
             if final:
                 break
@@ -1028,24 +1120,45 @@ def _interior_point_rounds(
         restart, final = True, False
     else:
         return None, steps
-    weights = np.zeros(n)
-    weights[S] = lam
     polish_steps = min(_MAX_NEWTON_STEPS, max_steps - steps)
+    if dual.polish is None or polish_steps <= 0:
+        return (S, lam), steps
     support = np.where(lam > z, lam, 0.0)
-    Bs = np.ascontiguousarray(Bt[S].T)
-    if dual.polish is None or polish_steps <= 0 or dual.point(Bs, support) is None:
-        return weights, steps  # keep the interior point (its support's A(λ) is singular)
-    polished, newton = dual.polish(Bs, support, polish_steps)
-    weights[:] = 0.0
-    weights[S] = polished
-    return weights, steps + newton
+    polished = dual.polish(np.ascontiguousarray(Bt[S].T), support, polish_steps)
+    if polished is None:
+        return (S, lam), steps  # keep the interior point (its support's A(λ) is singular)
+    return (S, polished[0]), steps + polished[1]
+
+
+def _logdet_start(Bt: FloatArray) -> tuple[FloatArray, FloatArray, float] | None:
+    """``λ = k u`` after a few multiplicative steps (``_multiplicative_design``), the gains
+    ``g(u)`` ranking the columns, and ``Σλ = k``."""
+    k = Bt.shape[1]
+    ranked = _multiplicative_design(Bt, _IP_MULTIPLICATIVE_STEPS)
+    return None if ranked is None else (k * ranked[0], ranked[1], float(k))
+
+
+def _logdet_gains(
+    B: NDArray[np.floating], S: NDArray[np.intp], lam: FloatArray
+) -> FloatArray | None:
+    res = _gains_low(B[:, S], lam, B)
+    return None if res is None else res[1]
+
+
+def _logdet_polish(
+    Bs: FloatArray, support: FloatArray, steps: int
+) -> tuple[FloatArray, int] | None:
+    if _cholesky((Bs * support) @ Bs.T) is None:
+        return None
+    return _active_set_newton(Bs, support, steps)
 
 
 _LOGDET = _Dual(
     point=_logdet_point,
     gains=_logdet_gains,
     start=_logdet_start,
-    polish=lambda Bs, lam, steps: _active_set_newton(Bs, lam, steps),
+    polish=_logdet_polish,
+    single=True,
 )
 
 
@@ -1065,10 +1178,13 @@ def _interior_point_design(Bt: FloatArray, max_steps: int) -> tuple[FloatArray |
     a few steps since the support is identified.  The caller certifies the result
     (``max g_i`` over all columns), so a wrong support costs time, never privacy.
     """
-    weights, steps = _interior_point_rounds(Bt, max_steps, _LOGDET)
-    if weights is None:
+    found, steps = _interior_point_rounds(Bt, max_steps, _LOGDET)
+    if found is None:
         return None, steps
-    return weights / weights.sum(), steps
+    S, lam = found
+    u = np.zeros(Bt.shape[0])
+    u[S] = lam / lam.sum()
+    return u, steps
 
 
 def _candidates(state: _FWState, k: int) -> NDArray[np.intp]:

@@ -155,8 +155,11 @@ def _hessian(X: FloatArray, r: FloatArray, dtype: type = np.float64) -> NDArray[
     return H
 
 
-def _ip_point(Bs: FloatArray, lam: FloatArray) -> tuple[FloatArray, _Factor] | None:
-    """``h_i`` on the columns of ``Bs`` (``k × s``) and the factoriser of ``ZZᵀ + diag``.
+def _ip_point(
+    Bs: FloatArray, lam: FloatArray, z: FloatArray, single: bool
+) -> tuple[FloatArray, _Factor] | None:
+    """``r_d = h − 1 + z`` on the columns of ``Bs`` (``k × s``) and the factoriser of
+    ``ZZᵀ + diag`` (a ``_Point`` of ``_interior_point``; ``h`` is float64 whatever ``single``).
 
     The interior-point Newton matrix ``ZZᵀ + Λ⁻¹Z`` is Jacobi-scaled before its Cholesky
     factorisation: with ``D = diag(ZZᵀ) + Λ⁻¹Z`` (``diag(ZZᵀ)_i = Σ_jl Γ_jl x_ij² x_il²``,
@@ -194,11 +197,13 @@ def _ip_point(Bs: FloatArray, lam: FloatArray) -> tuple[FloatArray, _Factor] | N
                 return solved
         return None
 
-    return h, factor
+    r_d = h + (z - 1.0)
+    return r_d, factor
 
 
-def _multiplicative_start(At: FloatArray) -> tuple[FloatArray, FloatArray] | None:
-    """``λ`` after a few multiplicative steps ``λ ← λ h²`` from uniform weights, and its ``h``.
+def _multiplicative_start(At: FloatArray) -> tuple[FloatArray, FloatArray, float] | None:
+    """``λ`` after a few multiplicative steps ``λ ← λ h²`` from uniform weights, its ``h``
+    and ``Σλ`` (the start of ``_interior_point_rounds``).
 
     The update is scale free (``h`` scales as ``Σλ^{-1/2}``), so one step already fixes the
     scale; the steps only rank the columns for the first interior-point candidate set.
@@ -210,11 +215,14 @@ def _multiplicative_start(At: FloatArray) -> tuple[FloatArray, FloatArray] | Non
             return None
         lam = lam * point[2] * point[2]
     point = trace_point(At, lam)
-    return None if point is None else (lam, point[2])
+    return None if point is None else (lam, point[2], float(lam.sum()))
 
 
-def _all_gains(At: FloatArray, lam: FloatArray) -> FloatArray | None:
-    point = trace_point(At, lam)
+def _all_gains(B: FloatArray, S: NDArray[np.intp], lam: FloatArray) -> FloatArray | None:
+    """``h_i`` of every column of ``B`` (``k × n``) for the weights ``λ`` on the columns ``S``."""
+    weights = np.zeros(B.shape[1])
+    weights[S] = lam
+    point = trace_point(B.T, weights)
     return None if point is None else point[2]
 
 
@@ -314,9 +322,12 @@ def solve_trace_design(
     iterations = 0
     lam = None
     if k >= _IP_MIN_RANK:
-        lam, iterations = _interior_point_rounds(At, max_iter, _TRACE)
-        if lam is not None and trace_point(At, lam) is None:
-            lam = None
+        found, iterations = _interior_point_rounds(At, max_iter, _TRACE)
+        if found is not None:
+            lam = np.zeros(n)
+            lam[found[0]] = found[1]
+            if trace_point(At, lam) is None:
+                lam = None
     if lam is None:
         point = trace_point(At, start)
         if point is None:
