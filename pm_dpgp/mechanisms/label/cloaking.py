@@ -72,7 +72,7 @@ from __future__ import annotations
 import functools
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -853,16 +853,20 @@ def _ip_factor(W: FloatArray, diag: FloatArray, single: bool) -> NDArray[np.floa
     return F if info == 0 else None
 
 
+#: Solves ``(H + Λ⁻¹Z) Δλ = rhs`` with a factorisation of the interior-point Newton matrix.
+_Solve = Callable[[FloatArray], FloatArray]
+#: ``factor(diag, single)``: a ``_Solve`` for ``H + diag(diag)``, or ``None`` if not PD.
+_Factor = Callable[[FloatArray, bool], "_Solve | None"]
+#: ``point(Bs, λ, z, single)``: the dual residual ``r_d = g − 1 + z`` on the columns of ``Bs``
+#: and the factoriser of the Newton matrix, or ``None`` if ``A(λ)`` is singular.
+_Point = Callable[[FloatArray, FloatArray, FloatArray, bool], "tuple[FloatArray, _Factor] | None"]
+
+
 def _ip_direction(
-    F: NDArray[np.floating], lam: FloatArray, z: FloatArray, r_d: FloatArray, r_c: FloatArray
+    solve: _Solve, lam: FloatArray, z: FloatArray, r_d: FloatArray, r_c: FloatArray
 ) -> tuple[FloatArray, FloatArray]:
-    """``(Δλ, Δz)`` from the upper Cholesky factor ``F`` of ``H + Λ⁻¹Z`` (``_interior_point``)."""
-    rhs = r_d + r_c / lam
-    if F.dtype == np.float32:
-        d32, _ = sla.lapack.spotrs(F, rhs.astype(np.float32), lower=0)
-        d_lam = d32.astype(np.float64)
-    else:
-        d_lam, _ = sla.lapack.dpotrs(F, rhs, lower=0)
+    """``(Δλ, Δz)`` from a factorisation ``solve`` of ``H + Λ⁻¹Z`` (``_interior_point``)."""
+    d_lam = solve(r_d + r_c / lam)
     return d_lam, (r_c - z * d_lam) / lam
 
 
@@ -903,8 +907,37 @@ def _ip_residual(
     return W, r_d
 
 
+def _logdet_point(
+    Bs: FloatArray, lam: FloatArray, z: FloatArray, single: bool
+) -> tuple[FloatArray, _Factor] | None:
+    """The log det dual's ``r_d = g − 1 + z`` (``_ip_residual``, float32 with ``single``) on
+    the columns of ``Bs`` and the factoriser of ``G ∘ G + diag`` (``_ip_factor``), or ``None``."""
+    res = _ip_residual(Bs.astype(np.float32) if single else Bs, lam, z)
+    if res is None:
+        return None
+    W, r_d = res
+
+    def factor(diag: FloatArray, single: bool) -> _Solve | None:
+        F = _ip_factor(W, diag, single)
+        if F is None:
+            return None
+        if F.dtype == np.float32:
+            return lambda rhs: sla.lapack.spotrs(F, rhs.astype(np.float32), lower=0)[0].astype(
+                np.float64
+            )
+        return lambda rhs: sla.lapack.dpotrs(F, rhs, lower=0)[0]
+
+    return r_d, factor
+
+
 def _interior_point(
-    Bs: FloatArray, lam: FloatArray, z: FloatArray, max_steps: int, tol: float = _IP_TOL
+    Bs: FloatArray,
+    lam: FloatArray,
+    z: FloatArray,
+    max_steps: int,
+    tol: float = _IP_TOL,
+    point: _Point = _logdet_point,
+    single_residuals: bool = True,
 ) -> tuple[FloatArray, FloatArray, int, bool]:
     """Primal–dual interior-point method for the dual ``max φ(λ)`` over ``λ ≥ 0`` on ``Bs``.
 
@@ -935,19 +968,24 @@ def _interior_point(
     is only declared on float64 residuals.  Stops when ``μ = λᵀz / s`` and ``‖r_d‖_∞`` are
     below ``tol``; returns ``(λ, z, steps, converged)`` (``converged`` is ``False`` after
     ``max_steps`` steps, on a vanishing step or a failed factorisation).
+
+    ``point(Bs, λ, z, single)`` supplies ``r_d`` (in float32 with ``single``) and the
+    factorisation of ``H + diag``: the default is the log det dual above; any concave dual
+    ``ψ(λ) − Σλ`` with gradient ``g − 1`` and Hessian ``−H`` fits (the trace design's
+    ``φ_{1/2}`` dual, ``cloaking_trace``).  ``single_residuals=False`` asks ``point`` for
+    float64 residuals only (its factorisation may still be float32 while ``μ > _IP_SINGLE``).
     """
     k, s = Bs.shape
-    Bs32 = Bs.astype(np.float32)
-    single = float(lam @ z) / s > _IP_SINGLE
+    single = single_residuals and float(lam @ z) / s > _IP_SINGLE
     step = 0
     while True:
-        res = _ip_residual(Bs32 if single else Bs, lam, z)
-        if res is None:
+        evaluated = point(Bs, lam, z, single)
+        if evaluated is None:
             if single:  # float32 factorisation failed: redo in float64
                 single = False
                 continue
             return lam, z, step, False
-        W, r_d = res
+        r_d, factor = evaluated
         mu = float(lam @ z) / s
         if mu < tol and float(np.abs(r_d).max()) < tol:
             if single:  # confirm convergence on float64 residuals
@@ -956,15 +994,15 @@ def _interior_point(
             return lam, z, step, True
         if step == max_steps:
             break
-        single = mu > _IP_SINGLE
-        F = _ip_factor(W, z / lam, single)
-        if F is None:
+        solve = factor(z / lam, mu > _IP_SINGLE)
+        if solve is None:
             return lam, z, step, False
-        d_lam, d_z = _ip_direction(F, lam, z, r_d, -lam * z)  # predictor (affine scaling)
+        single = single_residuals and mu > _IP_SINGLE
+        d_lam, d_z = _ip_direction(solve, lam, z, r_d, -lam * z)  # predictor (affine scaling)
         mu_aff = float((lam + _max_step(lam, d_lam) * d_lam) @ (z + _max_step(z, d_z) * d_z))
         sigma = (mu_aff / s / mu) ** 3
         r_c = sigma * mu - lam * z - d_lam * d_z
-        d_lam, d_z = _ip_direction(F, lam, z, r_d, r_c)  # corrector
+        d_lam, d_z = _ip_direction(solve, lam, z, r_d, r_c)  # corrector
         alpha = min(1.0, _max_step(lam, d_lam), _max_step(z, d_z))
         for _ in range(_IP_CORRECTORS):  # Gondzio (1996) centrality correctors
             if alpha >= 1.0:
@@ -974,7 +1012,7 @@ def _interior_point(
             mu_t = sigma * mu
             corr = np.clip(v, 0.1 * mu_t, 10.0 * mu_t) - v
             np.maximum(corr, -10.0 * mu_t, out=corr)
-            c_lam, c_z = _ip_direction(F, lam, z, np.zeros(s), corr)
+            c_lam, c_z = _ip_direction(solve, lam, z, np.zeros(s), corr)
             n_lam, n_z = d_lam + c_lam, d_z + c_z
             a_new = min(1.0, _max_step(lam, n_lam), _max_step(z, n_z))
             if a_new < alpha + 0.1 * (target - alpha):
@@ -989,43 +1027,67 @@ def _interior_point(
     return lam, z, max_steps, False
 
 
-def _interior_point_design(Bt: FloatArray, max_steps: int) -> tuple[FloatArray | None, int]:
-    """A design ``u`` from interior-point rounds on candidate sets; ``(None, steps)`` on failure.
+@dataclass(frozen=True)
+class _Dual:
+    """A concave design dual ``ψ(λ) − Σλ`` (``λ ≥ 0``, gradient ``g − 1``) for the rounds.
 
-    The first candidate set ``S`` is the ``k`` columns of ``_initial_design`` (so that
-    ``A(λ) ≻ 0``) and the ``_IP_START · k`` columns with the largest ``g_i`` after a few
-    multiplicative steps.  Each round solves the dual on ``S`` by ``_interior_point`` (all
-    weights of ``S`` move at once), then computes ``g_i`` for every column (``O(n k²)``);
-    columns outside ``S`` with ``g_i > 1`` violate the ellipsoid of the round's optimum, and
-    the next ``S`` keeps the columns of ``S`` with ``λ_i > z_i`` (the estimated support) or
-    ``g_i > 1 − _IP_BAND`` and adds the ``_IP_ADD · k`` largest violators.  The optimum on a
-    set without violators is the optimum over all columns (Kiefer–Wolfowitz), so the rounds
-    stop there.  Then the active-set Newton method polishes the weights on that set from the
-    interior point's support (zeroing the ``O(μ)`` weights of the other columns), which takes
-    a few steps since the support is identified.  The caller certifies the result
-    (``max g_i`` over all columns), so a wrong support costs time, never privacy.
+    ``point``: the interior point's residual and Newton factoriser on candidate columns
+    (``_Point``); ``gains``: ``(B, S, λ) ↦`` the gains of every column of ``B`` (``k × n``,
+    float32 or float64) for the weights ``λ`` on the columns ``S``, or ``None`` if ``A(λ)`` is
+    singular; ``start``: ``Bt ↦ (λ, ranking, Σλ)``, a cheap start ranking all columns;
+    ``polish``: ``(Bs, λ, steps) ↦ (λ, steps taken)``, active-set Newton from an identified
+    support, or ``None`` if that support's ``A(λ)`` is singular (``polish=None``: keep the
+    interior point); ``first``: the first candidate set holds the ``first · k`` best-ranked
+    columns; ``single``: float32 where only a start or a candidate choice depends on it (the
+    interior point's residuals while ``μ > _IP_SINGLE``, the pivoted QR of the first set,
+    the restart multipliers ``z`` and the violators of a non-final round; float64 decides).
+    """
+
+    point: _Point
+    gains: Callable[[NDArray[np.floating], NDArray[np.intp], FloatArray], FloatArray | None]
+    start: Callable[[FloatArray], tuple[FloatArray, FloatArray, float] | None]
+    polish: Callable[[FloatArray, FloatArray, int], tuple[FloatArray, int] | None] | None
+    first: float = _IP_START
+    single: bool = False
+
+
+def _interior_point_rounds(
+    Bt: FloatArray, max_steps: int, dual: _Dual
+) -> tuple[tuple[NDArray[np.intp], FloatArray] | None, int]:
+    """``((S, λ_S), steps)``: weights on the columns ``S`` from interior-point rounds on
+    candidate sets, or ``(None, steps)`` on failure.
+
+    See ``_interior_point_design``; ``dual`` selects the objective (log det or trace).
     """
     n, k = Bt.shape
-    ranked = _multiplicative_design(Bt, _IP_MULTIPLICATIVE_STEPS)
-    if ranked is None:
+    started = dual.start(Bt)
+    if started is None:
         return None, 0
-    u, g = ranked
-    first = np.argsort(-g, kind="stable")[: min(n, int(_IP_START * k))]
-    S = np.union1d(np.flatnonzero(_initial_design(Bt, single=True)), first)
-    lam = np.maximum(k * u[S], 1e-3 * k / S.size)
+    lam_all, g, total = started
+    first = np.argsort(-g, kind="stable")[: min(n, int(dual.first * k))]
+    S = np.union1d(np.flatnonzero(_initial_design(Bt, single=dual.single)), first)
+    lam = np.maximum(lam_all[S], 1e-3 * total / S.size)
     steps = 0
     restart, final = True, False
-    Bt32 = Bt.T.astype(np.float32)
+    Bt32 = Bt.T.astype(np.float32) if dual.single else None
     for _ in range(_IP_MAX_ROUNDS):
         Bs = np.ascontiguousarray(Bt[S].T)
         if restart:  # z from the new weights' gains (a start: float32 unless singular there)
-            Bs32 = Bt32[:, S]
-            res = _gains_low(Bs32, lam, Bs32) or _gains_low(Bs, lam, Bs)
+            zero = np.zeros(S.size)
+            res = dual.point(Bs, lam, zero, True) if dual.single else None
             if res is None:
-                return None, steps
-            z = np.maximum(1.0 - res[1], 0.0) + 0.1
+                res = dual.point(Bs, lam, zero, False)
+                if res is None:
+                    return None, steps
+            z = np.maximum(-res[0], 0.0) + 0.1  # r_d = g − 1 at z = 0
         lam, z, taken, ok = _interior_point(
-            Bs, lam, z, min(_IP_MAX_STEPS, max_steps - steps), _IP_TOL if final else _IP_ROUND_TOL
+            Bs,
+            lam,
+            z,
+            min(_IP_MAX_STEPS, max_steps - steps),
+            _IP_TOL if final else _IP_ROUND_TOL,
+            dual.point,
+            dual.single,
         )
         steps += taken
         if not ok:
@@ -1034,11 +1096,10 @@ def _interior_point_design(Bt: FloatArray, max_steps: int) -> tuple[FloatArray |
         outside[S] = False
         # g_i of the round's optimum for every column: float32 to pick the next set, float64
         # to decide that there is no violator (the set is final)
-        for B_all in (Bt32, Bt.T) if not final else (Bt.T,):
-            res = _gains_low(B_all[:, S], lam, B_all)
-            if res is None:
+        for B_all in (Bt32, Bt.T) if Bt32 is not None and not final else (Bt.T,):
+            g_all = dual.gains(B_all, S, lam)
+            if g_all is None:
                 return None, steps
-            g_all = res[1]
             viol = np.flatnonzero(outside & (g_all > 1.0 + _IP_TOL))
             if viol.size:
                 break
@@ -1059,17 +1120,71 @@ def _interior_point_design(Bt: FloatArray, max_steps: int) -> tuple[FloatArray |
         restart, final = True, False
     else:
         return None, steps
-    u = np.zeros(n)
-    u[S] = lam / lam.sum()
     polish_steps = min(_MAX_NEWTON_STEPS, max_steps - steps)
+    if dual.polish is None or polish_steps <= 0:
+        return (S, lam), steps
     support = np.where(lam > z, lam, 0.0)
-    Bs = np.ascontiguousarray(Bt[S].T)
-    if polish_steps <= 0 or _cholesky((Bs * support) @ Bs.T) is None:
-        return u, steps  # keep the interior point (its support's A(λ) is singular)
-    polished, newton = _active_set_newton(Bs, support, polish_steps)
-    u[:] = 0.0
-    u[S] = polished / polished.sum()
-    return u, steps + newton
+    polished = dual.polish(np.ascontiguousarray(Bt[S].T), support, polish_steps)
+    if polished is None:
+        return (S, lam), steps  # keep the interior point (its support's A(λ) is singular)
+    return (S, polished[0]), steps + polished[1]
+
+
+def _logdet_start(Bt: FloatArray) -> tuple[FloatArray, FloatArray, float] | None:
+    """``λ = k u`` after a few multiplicative steps (``_multiplicative_design``), the gains
+    ``g(u)`` ranking the columns, and ``Σλ = k``."""
+    k = Bt.shape[1]
+    ranked = _multiplicative_design(Bt, _IP_MULTIPLICATIVE_STEPS)
+    return None if ranked is None else (k * ranked[0], ranked[1], float(k))
+
+
+def _logdet_gains(
+    B: NDArray[np.floating], S: NDArray[np.intp], lam: FloatArray
+) -> FloatArray | None:
+    res = _gains_low(B[:, S], lam, B)
+    return None if res is None else res[1]
+
+
+def _logdet_polish(
+    Bs: FloatArray, support: FloatArray, steps: int
+) -> tuple[FloatArray, int] | None:
+    if _cholesky((Bs * support) @ Bs.T) is None:
+        return None
+    return _active_set_newton(Bs, support, steps)
+
+
+_LOGDET = _Dual(
+    point=_logdet_point,
+    gains=_logdet_gains,
+    start=_logdet_start,
+    polish=_logdet_polish,
+    single=True,
+)
+
+
+def _interior_point_design(Bt: FloatArray, max_steps: int) -> tuple[FloatArray | None, int]:
+    """A design ``u`` from interior-point rounds on candidate sets; ``(None, steps)`` on failure.
+
+    The first candidate set ``S`` is the ``k`` columns of ``_initial_design`` (so that
+    ``A(λ) ≻ 0``) and the ``_IP_START · k`` columns with the largest ``g_i`` after a few
+    multiplicative steps.  Each round solves the dual on ``S`` by ``_interior_point`` (all
+    weights of ``S`` move at once), then computes ``g_i`` for every column (``O(n k²)``);
+    columns outside ``S`` with ``g_i > 1`` violate the ellipsoid of the round's optimum, and
+    the next ``S`` keeps the columns of ``S`` with ``λ_i > z_i`` (the estimated support) or
+    ``g_i > 1 − _IP_BAND`` and adds the ``_IP_ADD · k`` largest violators.  The optimum on a
+    set without violators is the optimum over all columns (Kiefer–Wolfowitz), so the rounds
+    stop there.  Then the active-set Newton method polishes the weights on that set from the
+    interior point's support (zeroing the ``O(μ)`` weights of the other columns), which takes
+    a few steps since the support is identified.  The caller certifies the result
+    (``max g_i`` over all columns), so a wrong support costs time, never privacy.
+    """
+    found, steps = _interior_point_rounds(Bt, max_steps, _LOGDET)
+    if found is None:
+        return None, steps
+    S, lam = found
+    u = np.zeros(Bt.shape[0])
+    u[S] = lam / lam.sum()
+    return u, steps
 
 
 def _candidates(state: _FWState, k: int) -> NDArray[np.intp]:
