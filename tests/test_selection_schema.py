@@ -24,7 +24,7 @@ from pm_dpgp.selection import (
     select_by_sample_paths,
 )
 from pm_dpgp.selection.coinpress import check_coinpress_settings
-from pm_dpgp.selection.liu_talwar import as_private_arrays, check_data_schema
+from pm_dpgp.selection.private_data import as_private_arrays, check_data_schema
 from tests.test_selection_sample_path_audit import (
     OPTS,
     _refused_before_the_spend,

@@ -77,15 +77,13 @@ from pm_dpgp.mechanisms.noise import SIMULATION
 from pm_dpgp.models import GPRegression, PublicGP
 from pm_dpgp.selection.coinpress import check_coinpress_settings, coinpress_mean
 from pm_dpgp.selection.grids import check_grid, prior_quantile_grid
-from pm_dpgp.selection.liu_talwar import (
+from pm_dpgp.selection.liu_talwar import loglik_bounds, random_stopping, validation_loglik
+from pm_dpgp.selection.private_data import (
     as_private_arrays,
     check_data_schema,
-    loglik_bounds,
     private_data,
     public_split,
-    random_stopping,
     usable_rows,
-    validation_loglik,
 )
 from pm_dpgp.selection.result import SelectionResult
 

@@ -149,7 +149,7 @@ def one_record_in_both_parts():
     2j + 1, and with the default split (every 5th row validates) record 2 is at row 4
     (training) and row 5 (validation).  The charged event assumes each record is in D1 or
     D2, one row."""
-    from pm_dpgp.selection.liu_talwar import as_private_arrays, public_split
+    from pm_dpgp.selection.private_data import as_private_arrays, public_split
 
     n = 20
     Xr = np.arange(n, dtype=float)[:, None]
