@@ -598,11 +598,8 @@ def cv_sse_utilities(plan: CvSsePlan, y: ArrayLike) -> NDArray[np.float64]:
         if id(fps) in done:
             u[t] = done[id(fps)]
             continue
-        total = 0.0
-        for fp in fps:
-            f = mu + fp.C @ (yv[fp.train] - mu)
-            total += float(
-                expected_clipped_square(f - yv[fp.test], fp.noise_var, plan.error_clip).sum()
-            )
-        u[t] = done[id(fps)] = -total
+        # every fold's errors and noise variances, then one closed-form expectation
+        err = np.concatenate([fp.C @ (yv[fp.train] - mu) + mu - yv[fp.test] for fp in fps])
+        var = np.concatenate([fp.noise_var for fp in fps])
+        u[t] = done[id(fps)] = -float(expected_clipped_square(err, var, plan.error_clip).sum())
     return u
