@@ -38,6 +38,10 @@ only the ``A``-stream goes through the tree (per-leaf sensitivity ``R_φ (b − 
 public response range ``[a, b]``); the posterior is exact linear-Gaussian conditioning on
 ``Ã`` (``public_inputs_posterior``).  The default ``privacy_model="full"`` protects one
 observation's ``(x, y)``.
+
+``features=DyadicPartitionFeatures(...)`` replaces the Nyström features by the indicators of
+nested dyadic partitions of the box (``pm_dpgp.workflow.partition_features``,
+``docs/thompson_tree.md`` §10): ``‖φ(x)‖ = R_φ`` exactly, so the same plan and proofs apply.
 """
 
 from __future__ import annotations
@@ -74,6 +78,7 @@ from pm_dpgp.mechanisms.full.tree_aggregation import TreeAggregator, TreePlan, p
 from pm_dpgp.mechanisms.label.output_perturbation import LABEL_PRIVACY_MODEL
 from pm_dpgp.mechanisms.noise import simulation_rng
 from pm_dpgp.models import grid_inducing_points, sparse_gp_regression
+from pm_dpgp.workflow.partition_features import DyadicPartitionFeatures
 from pm_dpgp.workflow.progress import progress_bar
 from pm_dpgp.workflow.thompson import (
     Objective,
@@ -143,10 +148,21 @@ class NystromFeatures:
             feature_norm = math.sqrt(float(np.max(self.public.kernel_diag(self.Z))))
         self.R = check_positive(feature_norm, "feature_norm")
 
+    name = "Nystrom"
+
     @property
     def M(self) -> int:
         """Number of features ``|Z|``."""
         return int(self.Z.shape[0])
+
+    @property
+    def description(self) -> str:
+        """The public kernel's description."""
+        return str(self.public.description)
+
+    def metadata(self) -> dict[str, Any]:
+        """Public description for the InferenceData attributes."""
+        return {"feature_basis": self.name, "n_inducing": self.M}
 
     def __call__(self, X: NDArray[np.float64]) -> NDArray[np.float64]:
         """``(n, M)`` features of the rows of ``X``, each row clipped to norm ``R_φ``."""
@@ -210,7 +226,8 @@ def dp_thompson_sampling_tree(
     X_init: ArrayLike,
     n_rounds: int,
     noise_sd: float,
-    inducing: ArrayLike | int = 8,
+    inducing: ArrayLike | int | None = None,
+    features: DyadicPartitionFeatures | None = None,
     y_bounds: tuple[float, float] | None = None,
     prior_mean: float = 0.0,
     ledger: Ledger,
@@ -239,7 +256,12 @@ def dp_thompson_sampling_tree(
         public observation-noise sd of the model (``s = noise_sd⁻²``).
     inducing:
         public inducing inputs ``Z`` (``(M, d)``), or the number of grid points per dimension
-        of a regular grid on the public box.
+        of a regular grid on the public box (default 8), for the Nyström features of
+        ``cov_func``.
+    features:
+        a public ``DyadicPartitionFeatures`` basis instead of the Nyström features
+        (``docs/thompson_tree.md`` §10); then ``cov_func``, ``inducing`` and ``feature_norm``
+        must be ``None`` (its norm bound ``R_φ = √Σ w_j²`` is exact).
     y_bounds, prior_mean:
         public response range ``(lower, upper)`` (default ``(μ − 1, μ + 1)``) and prior mean
         ``μ``; full privacy clips the residuals ``y − μ`` to ``±R_y`` with
@@ -296,13 +318,9 @@ def dp_thompson_sampling_tree(
         epsilon = float(remaining)  # 0 when the budget is used up: the run stops at once
     else:
         epsilon = check_epsilon(epsilon)
-    if isinstance(inducing, int | np.integer):
-        Z = grid_inducing_points(lower, upper, int(inducing))
-    else:
-        Z = np.asarray(inducing, dtype=np.float64)
-        if Z.ndim != 2 or Z.shape[1] != d or not np.all(np.isfinite(Z)):
-            raise ValueError(f"inducing must be a finite (M, {d}) array or a grid size.")
-    feats = NystromFeatures(cov_func, Z, noise_sd, prior_mean, feature_norm)
+    feats = _feature_basis(
+        cov_func, features, inducing, feature_norm, lower, upper, noise_sd, prior_mean
+    )
     M = feats.M
     scale = 1.0 / noise_sd**2
 
@@ -403,7 +421,9 @@ def dp_thompson_sampling_tree(
             except KeyboardInterrupt:
                 stop = "interrupted"
     attrs: dict[str, Any] = {
-        "mechanism": "sufficient-statistics Thompson sampling (tree aggregation, Nystrom features)",
+        "mechanism": (
+            f"sufficient-statistics Thompson sampling (tree aggregation, {feats.name} features)"
+        ),
         "privacy_model": privacy_model,
         "privacy_model_description": (
             "label (one round's observed value private; queried inputs are published)"
@@ -419,11 +439,12 @@ def dp_thompson_sampling_tree(
         "R_y": R_y,
         "prior_mean": float(prior_mean),
         "feature_norm": feats.R,
-        "n_inducing": M,
+        "n_features": M,
         "ratio_c": c,
         "rho": float(rho),
         "variant": variant,
-        "kernel": feats.public.description,
+        "kernel": feats.description,
+        **feats.metadata(),
         "leaf_sensitivity": Delta,
         "sensitivity_equation": (
             "docs/thompson_tree.md §9: sqrt(L) * R_phi * (upper - lower)"
@@ -461,6 +482,54 @@ def dp_thompson_sampling_tree(
         events=[plan.event] if plan is not None else [],
         stop_reason=stop,
     )
+
+
+def _feature_basis(
+    cov_func: Any,
+    features: DyadicPartitionFeatures | None,
+    inducing: ArrayLike | int | None,
+    feature_norm: float | None,
+    lower: NDArray[np.float64],
+    upper: NDArray[np.float64],
+    noise_sd: float,
+    prior_mean: float,
+) -> NystromFeatures | DyadicPartitionFeatures:
+    """The loop's public feature basis: the given partition, or Nyström features of the kernel.
+
+    Checked before any spend: exactly one basis, and a partition on the loop's own box (its
+    cells must cover the domain the candidates are drawn from).
+    """
+    if features is None:
+        if cov_func is None:
+            raise ValueError("pass a PyMC covariance function, or features= (a public basis).")
+        if inducing is None:
+            inducing = 8
+        if isinstance(inducing, int | np.integer):
+            Z = grid_inducing_points(lower, upper, int(inducing))
+        else:
+            Z = np.asarray(inducing, dtype=np.float64)
+            d = len(lower)
+            if Z.ndim != 2 or Z.shape[1] != d or not np.all(np.isfinite(Z)):
+                raise ValueError(f"inducing must be a finite (M, {d}) array or a grid size.")
+        return NystromFeatures(cov_func, Z, noise_sd, prior_mean, feature_norm)
+    if not isinstance(features, DyadicPartitionFeatures):
+        raise TypeError(
+            "features must be a pm_dpgp DyadicPartitionFeatures (its norm bound is proved); "
+            f"got {type(features).__name__}."
+        )
+    given = [n for n, v in (("cov_func", cov_func), ("inducing", inducing)) if v is not None]
+    if feature_norm is not None:
+        given.append("feature_norm")
+    if given:
+        raise ValueError(
+            f"features= replaces the Nyström basis: pass {', '.join(given)} as None "
+            "(the partition's kernel and norm bound are its own)."
+        )
+    if features.d != len(lower) or not (
+        np.array_equal(features.lower, lower) and np.array_equal(features.upper, upper)
+    ):
+        raise ValueError("features= must partition the loop's domain (same lower and upper).")
+    return features
 
 
 def _privacy_model_argument(
