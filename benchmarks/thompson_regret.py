@@ -22,7 +22,10 @@ Run ``python benchmarks/thompson_regret.py [--quick] [--seeds 10 --rounds 25 100
 * **suff.-stat. DP-TS (partition[, label privacy])**: the same two loops on the dyadic
   partition basis (``DyadicPartitionFeatures.from_lengthscale``: finest cells at most half the
   lengthscale wide, equal level weights, prior sd 1 as the kernel's; ``docs/thompson_tree.md``
-  §10) instead of the Nyström features.
+  §10) instead of the Nyström features;
+* **… sqrt counter …**: the same loops with the prefix sums released by the square-root
+  factorisation of the counting matrix instead of the binary tree (``counter="sqrt"``,
+  ``docs/thompson_tree.md`` §11; same privacy model and charge).
 
 δ = 1e-5 everywhere.  All methods use the same initial design, kernel (fixed, public
 hyperparameters), candidate scheme (128 random candidates + 2 refinement steps) and
@@ -70,11 +73,17 @@ SAMPLE_PATH_VARIANTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
 #: "nystrom" = Nyström features on the public grid of spacing ≈ the lengthscale; "partition" =
 #: ``DyadicPartitionFeatures.from_lengthscale`` (finest cells ≤ half the lengthscale, equal
 #: level weights; docs/thompson_tree.md §10).
-TREE_VARIANTS: dict[str, tuple[str, str]] = {
-    "suff.-stat. DP-TS": ("full", "nystrom"),
-    "suff.-stat. DP-TS (label privacy)": ("label", "nystrom"),
-    "suff.-stat. DP-TS (partition)": ("full", "partition"),
-    "suff.-stat. DP-TS (partition, label privacy)": ("label", "partition"),
+#: The third entry is the continual counter: "tree" (binary mechanism) or "sqrt" (square-root
+#: factorisation, docs/thompson_tree.md §11).
+TREE_VARIANTS: dict[str, tuple[str, str, str]] = {
+    "suff.-stat. DP-TS": ("full", "nystrom", "tree"),
+    "suff.-stat. DP-TS (label privacy)": ("label", "nystrom", "tree"),
+    "suff.-stat. DP-TS (partition)": ("full", "partition", "tree"),
+    "suff.-stat. DP-TS (partition, label privacy)": ("label", "partition", "tree"),
+    "suff.-stat. DP-TS (sqrt counter)": ("full", "nystrom", "sqrt"),
+    "suff.-stat. DP-TS (sqrt counter, label privacy)": ("label", "nystrom", "sqrt"),
+    "suff.-stat. DP-TS (partition, sqrt counter)": ("full", "partition", "sqrt"),
+    "suff.-stat. DP-TS (partition, sqrt counter, label privacy)": ("label", "partition", "sqrt"),
 }
 
 
@@ -219,7 +228,7 @@ def run_cell(
         if res.n_rounds != rounds:
             raise RuntimeError(f"{name}: planned noise did not fit the budget ({res.n_rounds}).")
         out[name] = (*_regrets(problem, res.owner.X, len(problem.X0)), time.perf_counter() - t0)
-    for name, (privacy_model, basis) in TREE_VARIANTS.items():
+    for name, (privacy_model, basis, counter) in TREE_VARIANTS.items():
         if name not in methods:
             continue
         if basis == "partition":
@@ -235,6 +244,7 @@ def run_cell(
             y_bounds=(-1.0, 1.0),
             ledger=Ledger(epsilon=epsilon, delta=DELTA),
             privacy_model=privacy_model,
+            counter=counter,
             rng=np.random.default_rng(seed),
             **common,
         )
