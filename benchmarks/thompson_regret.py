@@ -18,7 +18,14 @@ Run ``python benchmarks/thompson_regret.py [--quick] [--seeds 10 --rounds 25 100
   privacy model of DP bandits (one round's observed value private; the queried inputs are
   post-processing of the transcript, so ``B`` is exact and only the ``A``-stream is released,
   leaf sensitivity ``R_φ (b − a)``; ``docs/thompson_tree.md`` §9).  A weaker guarantee than
-  the other DP columns: compare it with them knowing that.
+  the other DP columns: compare it with them knowing that;
+* **suff.-stat. DP-TS (partition[, label privacy])**: the same two loops on the dyadic
+  partition basis (``DyadicPartitionFeatures.from_lengthscale``: finest cells at most half the
+  lengthscale wide, equal level weights, prior sd 1 as the kernel's; ``docs/thompson_tree.md``
+  §10) instead of the Nyström features;
+* **… sqrt counter …**: the same loops with the prefix sums released by the square-root
+  factorisation of the counting matrix instead of the binary tree (``counter="sqrt"``,
+  ``docs/thompson_tree.md`` §11; same privacy model and charge).
 
 δ = 1e-5 everywhere.  All methods use the same initial design, kernel (fixed, public
 hyperparameters), candidate scheme (128 random candidates + 2 refinement steps) and
@@ -46,7 +53,7 @@ import pymc as pm
 from pm_dpgp.accounting import DEFAULT_ORDERS, Ledger, rdp_to_epsilon
 from pm_dpgp.mechanisms.full.sample_path_bounds import SamplePathBound, kernel_lower_bound
 from pm_dpgp.models import gp_regression
-from pm_dpgp.workflow import dp_thompson_sampling, random_search
+from pm_dpgp.workflow import DyadicPartitionFeatures, dp_thompson_sampling, random_search
 from pm_dpgp.workflow.thompson_tree import dp_thompson_sampling_tree
 
 DELTA = 1e-5
@@ -62,10 +69,21 @@ SAMPLE_PATH_VARIANTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
 }
 
 
-#: Sufficient-statistics DP-TS variants: name -> ``privacy_model`` of the loop.
-TREE_VARIANTS: dict[str, str] = {
-    "suff.-stat. DP-TS": "full",
-    "suff.-stat. DP-TS (label privacy)": "label",
+#: Sufficient-statistics DP-TS variants: name -> (``privacy_model`` of the loop, feature basis):
+#: "nystrom" = Nyström features on the public grid of spacing ≈ the lengthscale; "partition" =
+#: ``DyadicPartitionFeatures.from_lengthscale`` (finest cells ≤ half the lengthscale, equal
+#: level weights; docs/thompson_tree.md §10).
+#: The third entry is the continual counter: "tree" (binary mechanism) or "sqrt" (square-root
+#: factorisation, docs/thompson_tree.md §11).
+TREE_VARIANTS: dict[str, tuple[str, str, str]] = {
+    "suff.-stat. DP-TS": ("full", "nystrom", "tree"),
+    "suff.-stat. DP-TS (label privacy)": ("label", "nystrom", "tree"),
+    "suff.-stat. DP-TS (partition)": ("full", "partition", "tree"),
+    "suff.-stat. DP-TS (partition, label privacy)": ("label", "partition", "tree"),
+    "suff.-stat. DP-TS (sqrt counter)": ("full", "nystrom", "sqrt"),
+    "suff.-stat. DP-TS (sqrt counter, label privacy)": ("label", "nystrom", "sqrt"),
+    "suff.-stat. DP-TS (partition, sqrt counter)": ("full", "partition", "sqrt"),
+    "suff.-stat. DP-TS (partition, sqrt counter, label privacy)": ("label", "partition", "sqrt"),
 }
 
 
@@ -210,18 +228,23 @@ def run_cell(
         if res.n_rounds != rounds:
             raise RuntimeError(f"{name}: planned noise did not fit the budget ({res.n_rounds}).")
         out[name] = (*_regrets(problem, res.owner.X, len(problem.X0)), time.perf_counter() - t0)
-    for name, privacy_model in TREE_VARIANTS.items():
+    for name, (privacy_model, basis, counter) in TREE_VARIANTS.items():
         if name not in methods:
             continue
+        if basis == "partition":
+            feats = DyadicPartitionFeatures.from_lengthscale(*box, problem.lengthscale)
+            model = {"cov_func": None, "features": feats}
+        else:
+            model = {"cov_func": problem.cov(), "inducing": problem.grid_size()}
         t0 = time.perf_counter()
         res = dp_thompson_sampling_tree(
             _noisy(problem.f, 40_000 + seed),
-            problem.cov(),
+            **model,
             noise_sd=TRUE_NOISE_SD,
-            inducing=problem.grid_size(),
             y_bounds=(-1.0, 1.0),
             ledger=Ledger(epsilon=epsilon, delta=DELTA),
             privacy_model=privacy_model,
+            counter=counter,
             rng=np.random.default_rng(seed),
             **common,
         )

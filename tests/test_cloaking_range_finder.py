@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import pm_dpgp.mechanisms.label.cloaking as cloaking
-from tests.tolerances import EPS
+from tests.tolerances import EPS, assert_normwise_close, cond_rtol
 
 
 def _check_block(Qn: np.ndarray, Q: np.ndarray) -> None:
@@ -65,3 +65,73 @@ def test_left_singular_matches_full_svd():
     err = np.abs(U * signs - U_ref).max(axis=0)
     assert np.all(err <= tol / gaps)
     assert np.abs(U.T @ U - np.eye(ell)).max() <= 4.0 * ell * EPS
+
+
+# --------------------------------------------------------------------------- sketch of K_sf
+def _exact_operator(n: int = 150, side: int = 12, seed: int = 0):
+    """``C = K_sf (K_ff + σ²I)⁻¹`` of a 2-D EQ kernel on a grid (numerical rank ≈ 60)."""
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(0.0, 5.0, (n, 2))
+    g = np.linspace(0.0, 5.0, side)
+    Xs = np.stack([a.ravel() for a in np.meshgrid(g, g, indexing="ij")], axis=1)
+
+    def eq(A, B):
+        return np.exp(-0.5 * ((A[:, None, :] - B[None, :, :]) ** 2).sum(-1) / 1.5**2)
+
+    A = eq(X, X) + 0.09 * np.eye(n)
+    return cloaking.CloakingOperator(eq(Xs, X), np.linalg.cholesky(A)), A
+
+
+def test_range_factorisation_reproduces_C():
+    """``C G = R (F G)`` for every operator (``R = K_sf``, ``F = A⁻¹`` for the exact GP)."""
+    op, A = _exact_operator()
+    G = np.random.default_rng(1).standard_normal((op.shape[1], 7))
+    # two solves with A (condition κ(A)) and one product: backward stable, order n
+    tol = cond_rtol(np.linalg.cond(A), op.shape[1])
+    assert_normwise_close(op.range_matmat(op.range_factor(G)), op.matmat(G), tol, "C G")
+    np.testing.assert_array_equal(op.range_matmat(G), op.K_sf @ G)
+    C = op.dense()
+    for other in (cloaking._DenseOperator(C), cloaking.LowRankOperator(C[:, :40], np.eye(40))):
+        H = G[: other.shape[1]]
+        np.testing.assert_array_equal(other.range_factor(H), H)
+        np.testing.assert_array_equal(other.range_matmat(H), other.matmat(H))
+
+
+class _SketchThroughC(cloaking.CloakingOperator):
+    """The range finder as before: the sketch ``C G`` through the triangular solves."""
+
+    def range_matmat(self, G):
+        return self.matmat(G)
+
+    def range_factor(self, G):
+        return G
+
+
+def test_sketch_of_K_sf_keeps_the_basis_and_solves_only_probes_and_QtC(monkeypatch):
+    """The sketch of ``K_sf`` (``range(K_sf) = range(C)``) finds the same numerical range as
+    the sketch of ``C``: same rank, same singular values and mean map ``U_k U_kᵀ C`` to the
+    accuracy with which they are determined (``u σ_1/σ_k ≤ u / rank_tol``, Wedin).  Only the
+    30 probes and ``QᵀC`` go through ``A⁻¹``; the sketch never applies ``C``."""
+    op, _ = _exact_operator()
+    m = op.shape[0]
+    before = _SketchThroughC(op.K_sf, op.L)
+    basis0, sing0, proj0 = cloaking._column_space(before, 1e-8)
+    solved = []
+    solve = cloaking.CloakingOperator._solve
+
+    def counting_solve(self, B):
+        solved.append(B.shape[1])
+        return solve(self, B)
+
+    def refuse(self, G):
+        raise AssertionError("the sketch applied C")
+
+    monkeypatch.setattr(cloaking.CloakingOperator, "_solve", counting_solve)
+    monkeypatch.setattr(cloaking.CloakingOperator, "matmat", refuse)
+    basis, sing, proj = cloaking._column_space(op, 1e-8)
+    assert sing.size == sing0.size
+    tol = cond_rtol(1e8, m)
+    np.testing.assert_allclose(sing, sing0, rtol=tol)
+    assert_normwise_close(basis @ proj, basis0 @ proj0, tol, "U_k U_kᵀ C")
+    # probes once, then one solve per block of QᵀC (ℓ columns in all, ℓ ≥ k)
+    assert solved[0] == cloaking._PROBES and sum(solved[1:]) >= sing.size

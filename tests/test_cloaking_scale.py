@@ -7,6 +7,7 @@ import pymc as pm
 import pytest
 import scipy.linalg as sla
 
+import pm_dpgp.gp.exact as exact_gp_module
 import pm_dpgp.mechanisms.label.cloaking as cloaking
 import pm_dpgp.models.exact as exact_models_module
 from pm_dpgp.gp.exact import ExactPosterior
@@ -127,6 +128,24 @@ def test_posterior_factorised_in_place_equals_the_copying_path() -> None:
     np.testing.assert_array_equal(np.triu(post.L, 1), 0.0)
     expected = sla.cholesky(K + 0.1 * np.eye(500), lower=True)
     assert_normwise_close(post.L, expected, cond_rtol(K + 0.1 * np.eye(500)))
+
+
+def test_public_gp_checks_its_kernel_matrix_once(monkeypatch) -> None:
+    """``PublicGP`` symmetrises and checks its kernel matrix itself, so ``ExactPosterior``
+    skips its own pass (``validated``); the factor is bitwise the one of the checked path."""
+    model = _model_2d(n=120)
+    calls = []
+    monkeypatch.setattr(
+        exact_gp_module,
+        "check_square_symmetric",
+        lambda A, name: calls.append(name) or check_square_symmetric(A, name),
+    )
+    L = model.public_gp().posterior().L
+    assert calls == []
+    K = model.public_gp().kernel(model.public_gp().X)
+    ref = ExactPosterior(K.copy(), model.public_gp().noise_var)
+    assert calls == ["K_ff"]
+    np.testing.assert_array_equal(L, ref.L)
 
 
 def test_failed_attempts_are_undone_and_jitter_added() -> None:

@@ -59,6 +59,7 @@ __all__ = [
     "discretise",
     "grid_for",
     "integer_sensitivity",
+    "noise_source_metadata",
     "plan_discrete_gaussian",
     "secure_plan",
     "simulation_rng",
@@ -201,6 +202,13 @@ class DiscreteGaussianPlan:
         meas = _measurement(self.dim, self.scale)
         out = np.array([meas(ints) for _ in range(int(n_draws))], dtype=np.float64)
         return self.gamma * out.reshape(int(n_draws), self.dim)
+
+
+def noise_source_metadata(plan: DiscreteGaussianPlan | None) -> dict[str, Any]:
+    """``noise_source`` and ``seed_policy`` attributes: simulation (``None``) or the secure plan."""
+    if plan is None:
+        return {"noise_source": SIMULATION, "seed_policy": SEED_POLICY_SIMULATION}
+    return {**plan.metadata(), "seed_policy": SEED_POLICY_SECURE}
 
 
 def plan_discrete_gaussian(sensitivity: float, dim: int, rho: float) -> DiscreteGaussianPlan:

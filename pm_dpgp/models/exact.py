@@ -177,9 +177,9 @@ class PublicGP(PublicInputsView):
 
     @functools.cached_property
     def _posterior(self) -> ExactPosterior:
-        # The kernel matrix is evaluated, symmetrised in place, checked once and factorised
-        # in its own memory: one n×n matrix at a time.
-        return ExactPosterior(self.kernel(self.X), self.noise_var, overwrite_K=True)
+        # The kernel matrix is evaluated, symmetrised in place and checked finite (one pass
+        # each, ``kernel``), then factorised in its own memory: one n×n matrix at a time.
+        return ExactPosterior(self.kernel(self.X), self.noise_var, overwrite_K=True, validated=True)
 
     def posterior(self) -> ExactPosterior:
         """Cached factorisation of ``k(X, X) + σ_n² I`` (``ExactPosterior``).

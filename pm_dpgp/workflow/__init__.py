@@ -5,12 +5,14 @@
 * ``plot_dp_release`` — non-DP band (owner's view), DP draws, DP noise band.
 * ``dp_thompson_sampling`` — Thompson sampling with DP sample paths under a budget.
 * ``dp_thompson_sampling_tree`` — Thompson sampling on sufficient statistics released by
-  tree aggregation, the whole run one Gaussian event (``docs/thompson_tree.md``).
+  tree aggregation, the whole run one Gaussian event (``docs/thompson_tree.md``), on
+  Nyström features of a kernel or on a ``DyadicPartitionFeatures`` basis (§10).
 * ``dp_summary`` — mean, sd and credible interval of DP draws, no MCMC diagnostics.
 
 See ``docs/workflow.md``.
 """
 
+from pm_dpgp.workflow.partition_features import DyadicPartitionFeatures
 from pm_dpgp.workflow.ppc import PrivateDataError, dp_ppc, holdout_elpd, plot_dp_release
 from pm_dpgp.workflow.summary import dp_summary, spread_meaning
 from pm_dpgp.workflow.thompson import (
@@ -22,6 +24,7 @@ from pm_dpgp.workflow.thompson import (
 from pm_dpgp.workflow.thompson_tree import dp_thompson_sampling_tree
 
 __all__ = [
+    "DyadicPartitionFeatures",
     "OwnerRecord",
     "PrivateDataError",
     "ThompsonResult",

@@ -38,6 +38,10 @@ only the ``A``-stream goes through the tree (per-leaf sensitivity ``R_φ (b − 
 public response range ``[a, b]``); the posterior is exact linear-Gaussian conditioning on
 ``Ã`` (``public_inputs_posterior``).  The default ``privacy_model="full"`` protects one
 observation's ``(x, y)``.
+
+``features=DyadicPartitionFeatures(...)`` replaces the Nyström features by the indicators of
+nested dyadic partitions of the box (``pm_dpgp.workflow.partition_features``,
+``docs/thompson_tree.md`` §10): ``‖φ(x)‖ = R_φ`` exactly, so the same plan and proofs apply.
 """
 
 from __future__ import annotations
@@ -70,10 +74,12 @@ from pm_dpgp.mechanisms.full.noise_aware import (
     symmetric_from_upper,
     upper_vector,
 )
+from pm_dpgp.mechanisms.full.sqrt_counter import SqrtCounter, SqrtCounterPlan, plan_sqrt_counter
 from pm_dpgp.mechanisms.full.tree_aggregation import TreeAggregator, TreePlan, plan_tree
 from pm_dpgp.mechanisms.label.output_perturbation import LABEL_PRIVACY_MODEL
 from pm_dpgp.mechanisms.noise import simulation_rng
 from pm_dpgp.models import grid_inducing_points, sparse_gp_regression
+from pm_dpgp.workflow.partition_features import DyadicPartitionFeatures
 from pm_dpgp.workflow.progress import progress_bar
 from pm_dpgp.workflow.thompson import (
     Objective,
@@ -103,6 +109,18 @@ LABEL_RELATION = (
 #: ``privacy_model=`` values of the loop: ``"full"`` (one observation's (x, y) private, the
 #: default) and ``"label"`` (one round's observed value private; docs/thompson_tree.md §9).
 TREE_PRIVACY_MODELS: tuple[str, ...] = (PRIVACY_MODEL, LABEL_PRIVACY_MODEL)
+
+#: ``counter=`` values and their names (planner and streaming class: ``_counter``).
+COUNTER_NAMES = {"tree": "tree aggregation", "sqrt": "square-root factorisation counter"}
+
+#: per-round columns of the published trace (``nodes_in_prefix`` for the tree only)
+_TRACE_DTYPES: dict[str, Any] = {
+    "f_path_at_chosen": float,
+    "n_data": np.int64,
+    "prefix_noise_sd": float,
+    "nodes_in_prefix": np.int64,
+    "lambda_used": float,
+}
 
 
 class NystromFeatures:
@@ -143,10 +161,21 @@ class NystromFeatures:
             feature_norm = math.sqrt(float(np.max(self.public.kernel_diag(self.Z))))
         self.R = check_positive(feature_norm, "feature_norm")
 
+    name = "Nystrom"
+
     @property
     def M(self) -> int:
         """Number of features ``|Z|``."""
         return int(self.Z.shape[0])
+
+    @property
+    def description(self) -> str:
+        """The public kernel's description."""
+        return str(self.public.description)
+
+    def metadata(self) -> dict[str, Any]:
+        """Public description for the InferenceData attributes."""
+        return {"feature_basis": self.name, "n_inducing": self.M}
 
     def __call__(self, X: NDArray[np.float64]) -> NDArray[np.float64]:
         """``(n, M)`` features of the rows of ``X``, each row clipped to norm ``R_φ``."""
@@ -210,7 +239,8 @@ def dp_thompson_sampling_tree(
     X_init: ArrayLike,
     n_rounds: int,
     noise_sd: float,
-    inducing: ArrayLike | int = 8,
+    inducing: ArrayLike | int | None = None,
+    features: DyadicPartitionFeatures | None = None,
     y_bounds: tuple[float, float] | None = None,
     prior_mean: float = 0.0,
     ledger: Ledger,
@@ -221,6 +251,7 @@ def dp_thompson_sampling_tree(
     rho: float = 0.01,
     variant: Literal["noise_aware", "naive"] = "noise_aware",
     privacy_model: Literal["full", "label"] | None = None,
+    counter: Literal["tree", "sqrt"] = "tree",
     candidates: ArrayLike | int = 256,
     refine_steps: int = 0,
     refine_points: int = 32,
@@ -239,7 +270,12 @@ def dp_thompson_sampling_tree(
         public observation-noise sd of the model (``s = noise_sd⁻²``).
     inducing:
         public inducing inputs ``Z`` (``(M, d)``), or the number of grid points per dimension
-        of a regular grid on the public box.
+        of a regular grid on the public box (default 8), for the Nyström features of
+        ``cov_func``.
+    features:
+        a public ``DyadicPartitionFeatures`` basis instead of the Nyström features
+        (``docs/thompson_tree.md`` §10); then ``cov_func``, ``inducing`` and ``feature_norm``
+        must be ``None`` (its norm bound ``R_φ = √Σ w_j²`` is exact).
     y_bounds, prior_mean:
         public response range ``(lower, upper)`` (default ``(μ − 1, μ + 1)``) and prior mean
         ``μ``; full privacy clips the residuals ``y − μ`` to ``±R_y`` with
@@ -265,6 +301,12 @@ def dp_thompson_sampling_tree(
         guarantee: nothing is promised about the inputs; the ledger records
         ``privacy_model="label"`` and refuses to mix it with full-privacy entries.  The
         deprecated ``inputs_public=True`` / ``False`` means ``"label"`` / ``"full"``.
+    counter:
+        the continual counter of the prefix sums: ``"tree"`` (default; the binary mechanism,
+        ``pm_dpgp.mechanisms.full.tree_aggregation``) or ``"sqrt"`` (the square-root
+        factorisation of the counting matrix, ``pm_dpgp.mechanisms.full.sqrt_counter``:
+        same privacy model and charge, about half the prefix noise sd at T = 100;
+        ``docs/thompson_tree.md`` §11).
     rng:
         ``None`` (default): secure discrete Gaussian node noise (OpenDP, OS entropy) and an
         OS-entropy Generator for the posterior samples and candidates.  A Generator: the
@@ -279,6 +321,8 @@ def dp_thompson_sampling_tree(
     func = "dp_thompson_sampling_tree"
     y_bounds = bounds_from_centred("y_bound", deprecated, y_bounds, prior_mean, func=func)
     privacy_model = _privacy_model_argument(privacy_model, deprecated, func)
+    if counter not in COUNTER_NAMES:
+        raise ValueError(f"counter must be one of {tuple(COUNTER_NAMES)}, got {counter!r}.")
     reject_unexpected(deprecated, func=func)
     if y_bounds is None:
         y_bounds = (prior_mean - 1.0, prior_mean + 1.0)
@@ -296,13 +340,9 @@ def dp_thompson_sampling_tree(
         epsilon = float(remaining)  # 0 when the budget is used up: the run stops at once
     else:
         epsilon = check_epsilon(epsilon)
-    if isinstance(inducing, int | np.integer):
-        Z = grid_inducing_points(lower, upper, int(inducing))
-    else:
-        Z = np.asarray(inducing, dtype=np.float64)
-        if Z.ndim != 2 or Z.shape[1] != d or not np.all(np.isfinite(Z)):
-            raise ValueError(f"inducing must be a finite (M, {d}) array or a grid size.")
-    feats = NystromFeatures(cov_func, Z, noise_sd, prior_mean, feature_norm)
+    feats = _feature_basis(
+        cov_func, features, inducing, feature_norm, lower, upper, noise_sd, prior_mean
+    )
     M = feats.M
     scale = 1.0 / noise_sd**2
 
@@ -317,17 +357,17 @@ def dp_thompson_sampling_tree(
     else:
         Delta, dim = l2_sensitivity(R_y, feats.R, c), M + M * (M + 1) // 2
         model_name, relation = PRIVACY_MODEL, NEIGHBOURING_RELATION
-    plan: TreePlan | None = None
+    plan: TreePlan | SqrtCounterPlan | None = None
     stop: StopReason = "completed"
     if T > 0 and epsilon > 0.0:
-        plan = plan_tree(
+        plan = _counter(counter)[0](
             epsilon,
             delta,
             Delta,
             T,
             dim,
             secure=noise_rng is None,
-            label=f"Thompson tree aggregation ({T} rounds)",
+            label=f"Thompson {COUNTER_NAMES[counter]} ({T} rounds)",
         )
         if not ledger.can_afford(plan.event):
             plan, stop = None, "budget"
@@ -342,11 +382,19 @@ def dp_thompson_sampling_tree(
         stop = "budget"
 
     rows: dict[str, list[Any]] = {
-        k: [] for k in ("x_chosen", "f_path_at_chosen", "n_data", "nodes_in_prefix", "lambda_used")
+        k: []
+        for k in (
+            "x_chosen",
+            "f_path_at_chosen",
+            "n_data",
+            "prefix_noise_sd",
+            *(("nodes_in_prefix",) if counter == "tree" else ()),
+            "lambda_used",
+        )
     }
     X_all = X0.copy()
     if plan is not None:
-        tree = TreeAggregator(plan, noise_rng)
+        tree = _counter(counter)[1](plan, noise_rng)
         leaf = (X0, y_all)
         B_public = np.zeros((M, M))  # exact B from the published queries (label only)
         with progress_bar(T, "DP Thompson sampling (tree)", enabled=progressbar) as bar:
@@ -357,9 +405,8 @@ def dp_thompson_sampling_tree(
                         # the A-stream only; B from the published inputs (no y enters it)
                         est, k = tree.add(label_statistics(Phi, leaf[1], y_bounds, prior_mean))
                         B_public += Phi.T @ Phi
-                        m_v, S_v = public_inputs_posterior(
-                            B_public, est, noise_sd**2, plan.sigma * math.sqrt(k)
-                        )
+                        sa = plan.sigma * math.sqrt(k)
+                        m_v, S_v = public_inputs_posterior(B_public, est, noise_sd**2, sa)
                         lam_used = 0.0
                     else:
                         r = np.clip(leaf[1] - prior_mean, -R_y, R_y)
@@ -394,7 +441,9 @@ def dp_thompson_sampling_tree(
                     rows["x_chosen"].append(x_new)
                     rows["f_path_at_chosen"].append(f_new)
                     rows["n_data"].append(len(X_all))
-                    rows["nodes_in_prefix"].append(k)
+                    rows["prefix_noise_sd"].append(sa)
+                    if counter == "tree":
+                        rows["nodes_in_prefix"].append(k)
                     rows["lambda_used"].append(lam_used)
                     X_all = np.vstack([X_all, x_new[None, :]])
                     y_all = np.concatenate([y_all, y_new])
@@ -403,7 +452,11 @@ def dp_thompson_sampling_tree(
             except KeyboardInterrupt:
                 stop = "interrupted"
     attrs: dict[str, Any] = {
-        "mechanism": "sufficient-statistics Thompson sampling (tree aggregation, Nystrom features)",
+        "mechanism": (
+            f"sufficient-statistics Thompson sampling ({COUNTER_NAMES[counter]}, "
+            f"{feats.name} features)"
+        ),
+        "counter": counter,
         "privacy_model": privacy_model,
         "privacy_model_description": (
             "label (one round's observed value private; queried inputs are published)"
@@ -419,11 +472,12 @@ def dp_thompson_sampling_tree(
         "R_y": R_y,
         "prior_mean": float(prior_mean),
         "feature_norm": feats.R,
-        "n_inducing": M,
+        "n_features": M,
         "ratio_c": c,
         "rho": float(rho),
         "variant": variant,
-        "kernel": feats.public.description,
+        "kernel": feats.description,
+        **feats.metadata(),
         "leaf_sensitivity": Delta,
         "sensitivity_equation": (
             "docs/thompson_tree.md §9: sqrt(L) * R_phi * (upper - lower)"
@@ -442,12 +496,7 @@ def dp_thompson_sampling_tree(
         )
     idata = trace_inference_data(
         rows,
-        {
-            "f_path_at_chosen": float,
-            "n_data": np.int64,
-            "nodes_in_prefix": np.int64,
-            "lambda_used": float,
-        },
+        {k: v for k, v in _TRACE_DTYPES.items() if k in rows},
         X0,
         lower,
         upper,
@@ -461,6 +510,61 @@ def dp_thompson_sampling_tree(
         events=[plan.event] if plan is not None else [],
         stop_reason=stop,
     )
+
+
+def _counter(counter: str) -> tuple[Any, Any]:
+    """(planner, streaming class) of the continual counter ``counter`` (looked up per call)."""
+    if counter == "tree":
+        return plan_tree, TreeAggregator
+    return plan_sqrt_counter, SqrtCounter
+
+
+def _feature_basis(
+    cov_func: Any,
+    features: DyadicPartitionFeatures | None,
+    inducing: ArrayLike | int | None,
+    feature_norm: float | None,
+    lower: NDArray[np.float64],
+    upper: NDArray[np.float64],
+    noise_sd: float,
+    prior_mean: float,
+) -> NystromFeatures | DyadicPartitionFeatures:
+    """The loop's public feature basis: the given partition, or Nyström features of the kernel.
+
+    Checked before any spend: exactly one basis, and a partition on the loop's own box (its
+    cells must cover the domain the candidates are drawn from).
+    """
+    if features is None:
+        if cov_func is None:
+            raise ValueError("pass a PyMC covariance function, or features= (a public basis).")
+        if inducing is None:
+            inducing = 8
+        if isinstance(inducing, int | np.integer):
+            Z = grid_inducing_points(lower, upper, int(inducing))
+        else:
+            Z = np.asarray(inducing, dtype=np.float64)
+            d = len(lower)
+            if Z.ndim != 2 or Z.shape[1] != d or not np.all(np.isfinite(Z)):
+                raise ValueError(f"inducing must be a finite (M, {d}) array or a grid size.")
+        return NystromFeatures(cov_func, Z, noise_sd, prior_mean, feature_norm)
+    if not isinstance(features, DyadicPartitionFeatures):
+        raise TypeError(
+            "features must be a pm_dpgp DyadicPartitionFeatures (its norm bound is proved); "
+            f"got {type(features).__name__}."
+        )
+    given = [n for n, v in (("cov_func", cov_func), ("inducing", inducing)) if v is not None]
+    if feature_norm is not None:
+        given.append("feature_norm")
+    if given:
+        raise ValueError(
+            f"features= replaces the Nyström basis: pass {', '.join(given)} as None "
+            "(the partition's kernel and norm bound are its own)."
+        )
+    if features.d != len(lower) or not (
+        np.array_equal(features.lower, lower) and np.array_equal(features.upper, upper)
+    ):
+        raise ValueError("features= must partition the loop's domain (same lower and upper).")
+    return features
 
 
 def _privacy_model_argument(

@@ -42,10 +42,8 @@ from pm_dpgp._validation import check_delta, check_epsilon, check_positive
 from pm_dpgp.accounting import GaussianEvent, PrivacyEvent
 from pm_dpgp.mechanisms.gaussian import gaussian_sigma, zcdp_rho
 from pm_dpgp.mechanisms.noise import (
-    SEED_POLICY_SECURE,
-    SEED_POLICY_SIMULATION,
-    SIMULATION,
     DiscreteGaussianPlan,
+    noise_source_metadata,
     plan_discrete_gaussian,
 )
 
@@ -114,11 +112,7 @@ class TreePlan:
             "tree_node_sigma": self.sigma,
             "privacy_event": self.event.to_metadata(),
         }
-        if self.plan is None:
-            md.update(noise_source=SIMULATION, seed_policy=SEED_POLICY_SIMULATION)
-        else:
-            md.update(self.plan.metadata(), seed_policy=SEED_POLICY_SECURE)
-        return md
+        return {**md, **noise_source_metadata(self.plan)}
 
 
 def plan_tree(

@@ -374,6 +374,14 @@ def _column_space(
     ``C`` is ``≤ rank_tol σ_1(C)`` (up to ``ρ_round``).  A full thin SVD of ``C`` is used once
     ``ℓ`` would exceed half of ``min(m, n)``.
 
+    The sketch blocks apply ``op.range_matmat``, a factor ``R`` of ``C = R F`` with ``F``
+    invertible, so ``range(R) = range(C)`` exactly: for the exact GP ``R = K_sf`` (``2mn``
+    flops per column instead of ``2mn + 2n²``; ``C = K_sf A⁻¹``).  The probes and ``QᵀC``
+    still go through ``C`` itself (the probes as ``R (F Ω)`` in the first product), so the
+    acceptance test and the SVD are those of ``C``; only the test matrix of the sketch
+    changes, to ``F⁻¹ G`` in effect, and with it ``U_k`` within the accuracy to which the
+    weakest retained directions are determined (docs/cloaking.md §4).
+
     **Privacy does not depend on this test** (docs/cloaking.md §4): the release is
     ``U_k (U_kᵀ C r) + U_k L_k ξ`` for the basis returned here, and its sensitivity is
     computed from ``U_kᵀ c_i``, the exact change of that release, for whatever orthonormal
@@ -398,9 +406,9 @@ def _column_space(
     while 2 * (ell + new) <= min(m, n):
         G = rng.standard_normal((n, new))
         if exact or left is not None:
-            Y = op.matmat(G)
-        else:  # first block and the probes in one product (the columns are independent)
-            Y = op.matmat(np.hstack((G, probes)))
+            Y = op.range_matmat(G)
+        else:  # first block and the probes in one product: [R G, R F Ω] = [R G, C Ω]
+            Y = op.range_matmat(np.hstack((G, op.range_factor(probes))))
             Y, left = np.ascontiguousarray(Y[:, :new]), Y[:, new:]
         Qn = _orthonormal_block(Y, Q)
         Q = np.hstack((Q, Qn))
