@@ -16,7 +16,11 @@ Ratios are printed in wall-clock time (``perf_counter``) and in the CPU time of 
 (``process_time``, less sensitive to the other jobs on a shared machine), against both
 references; the load average is printed before and after.
 
-Run: ``python benchmarks/bench_selection.py`` (from the repository root).
+Run: ``OPENBLAS_NUM_THREADS=1 python benchmarks/bench_selection.py`` (from the repository root).
+With one BLAS thread the short release is timed stably (≈ 10 ms); with the default two threads
+on this 2-core machine its time varies 2–5× between runs (and its CPU time counts the second
+thread's spinning), which makes every ratio look better than it is.  The BLAS threading in
+effect is printed.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ BOUNDS = (50.0, 170.0)
 
 def main() -> None:
     print("load average at start: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
+    print(f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', '(unset)')}")
     age, height = load_kung_women()
     model = gp_regression(
         age,
@@ -135,6 +140,13 @@ def main() -> None:
         f"(index {choice.index}: {choice.hyperparameters}); "
         f"utilities fast vs reference: max relative difference "
         f"{float(np.max(np.abs(u_new - u_old) / np.abs(u_old))):.2g} (owner's view, not printed)"
+    )
+    p_old = choices["reference"].owner_report()["probabilities"]
+    p_new = choice.owner_report()["probabilities"]
+    print(
+        "selection probabilities fast vs reference: max relative difference "
+        f"{float(np.max(np.abs(p_new - p_old)[p_old > 0] / p_old[p_old > 0])):.2g}; most probable "
+        f"configuration {int(np.argmax(p_old))} / {int(np.argmax(p_new))}"
     )
     print(ledger.summary())
     print("load average at end: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))

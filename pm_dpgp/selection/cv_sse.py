@@ -220,14 +220,14 @@ def _fold_cloaking_matrices(
 
     ``"reference"``: one Cholesky factor of ``K_tr,tr + σ² I`` per fold
     (``_fold_cloaking_matrix``).  ``"fast"``, the block inverse (``docs/selection.md`` §9): with
-    ``P = (K + σ² I)⁻¹`` on all points, the block-inverse identity (Rasmussen & Williams 2006,
-    §5.4.2, eq. 5.12 with ``A⁻¹`` partitioned) gives ``C_k = −P_te,te⁻¹ P_te,tr``: one
+    ``P = (K + σ² I)⁻¹`` on all points, the partitioned inverse (Rasmussen & Williams 2006,
+    §A.3; their §5.4.2 uses it for leave-out predictions) gives ``C_k = −P_te,te⁻¹ P_te,tr``: one
     Cholesky factor and inverse of the ``n × n`` matrix per configuration (LAPACK ``dpotrf``,
     ``dpotri``) and one ``|te| × |te|`` Cholesky solve per fold, instead of one factor of
     ``n − |te|`` per fold.  Equal in exact arithmetic; in floating point both are
     backward-stable solves with ``K + σ² I`` or a principal block of it, and they differ by
-    ``O(κ(K + σ² I)·u)`` normwise (measured ≤ 2.3 κu on Table 2's grid,
-    ``tests/tolerances.py::fold_map_rtol``).  Whichever maps are returned, the utility and
+    ``O(κ(K + σ² I)·u)`` normwise (measured ≤ 1.9 κu on Table 2's grid; tested against
+    ``tests/tolerances.py::cond_rtol``).  Whichever maps are returned, the utility and
     Δ(θ) are computed from the same ``C̃_k`` (the theorem of §2 holds for any linear maps).
     A factorisation that fails (numerically indefinite) takes the direct path.
     """
@@ -450,7 +450,7 @@ def plan_cv_sse(
     bases from R-SVDs (``cloaking_batch._left_svd``).  ``"reference"``: one Cholesky factor per
     fold and LAPACK ``gesdd`` per fold matrix, bitwise the previous path and the serial
     solver's reduction.  The two differ by ``O(κ(K + σ² I)·u)`` in ``C_k``, amplified in the
-    utilities by the rank cut (≤ 5.6·10⁻⁶ relative on the benchmark).  Δ(θ) and the utility
+    utilities by the rank cut (≤ 7.2·10⁻⁶ relative on the benchmark).  Δ(θ) and the utility
     always use the same maps, whichever is chosen.
     """
     if noise_solver not in ("batched", "per_fold"):
