@@ -191,3 +191,74 @@ def test_batched_lower_inverse_is_a_backward_stable_inverse(k: int) -> None:
     with pytest.raises(AssertionError):
         for p in range(q):
             assert_normwise_close(wrong[p], np.linalg.inv(L[p]), cond_rtol(L[p]), "perturbed")
+
+
+# ---------------------------------------------------------------- R-SVD reduction (svd="r_svd")
+def _r_svd_cases() -> list[np.ndarray]:
+    rng = np.random.default_rng(21)
+    Cs = _gp_fold_matrices(0) + _gp_fold_matrices(3)
+    Cs += [rng.standard_normal((m, n)) for m, n in [(3, 20), (7, 40), (12, 15)]]
+    return Cs + _degenerate(rng)
+
+
+def test_r_svd_reduction_agrees_with_gesdd_within_wedin() -> None:
+    """``_left_svd(exact=False)`` (QR of ``Cᵀ``, then the SVD of ``R``) against the serial
+    ``gesdd`` reduction: both backward stable (error ``ρ = cond_rtol(1, max(m, n))``), so the
+    singular values agree within ``ρ‖C‖_F`` (Weyl), the numerical rank is the same wherever the
+    cut's margin exceeds that, and ``C̃ = U_k U_kᵀ C`` agrees within ``projected_map_rtol``
+    (Wedin).  The stacked post-processing keeps exactly one representative per column class
+    (equal up to sign) of its own projected columns.  A map moved by 10⁻³ fails (the largest
+    tolerance here is 1.2·10⁻⁵, at a fold whose 10th singular value is near the cut)."""
+    from tests.tolerances import projected_map_rtol
+
+    Cs = _r_svd_cases()
+    compared = 0
+    for C, red in zip(Cs, cb._reduce_many(Cs, RANK_TOL, exact=False), strict=True):
+        ref = _reduce(C, RANK_TOL)
+        sing = np.linalg.svd(C, compute_uv=False)
+        rho = cond_rtol(1.0, max(C.shape))
+        assert np.all(np.abs(red.sing[: ref.sing.size] - ref.sing) <= 2 * rho * np.linalg.norm(C))
+        tol = projected_map_rtol(rho, sing, ref.sing.size)
+        if not np.isfinite(tol):  # a singular value within rounding of the cut
+            continue
+        compared += 1
+        assert red.sing.size == ref.sing.size
+        assert_normwise_close(red.basis @ red.proj, ref.basis @ ref.proj, tol, "C̃")
+        with pytest.raises(AssertionError):
+            assert_normwise_close(red.basis @ red.proj * (1 + 1e-3), ref.basis @ ref.proj, tol)
+        # representatives: non-zero, pairwise distinct up to sign, and covering every column
+        P = red.proj
+        reps = red.reps
+        assert np.all(np.any(P[:, reps] != 0.0, axis=0))
+        canon = P * np.where(P[np.abs(P).argmax(axis=0), np.arange(P.shape[1])] < 0, -1.0, 1.0)
+        classes = {canon[:, j].tobytes() for j in range(P.shape[1]) if np.any(P[:, j])}
+        assert len({canon[:, j].tobytes() for j in reps}) == reps.size == len(classes)
+    assert compared >= len(Cs) - 2
+
+
+def test_r_svd_solutions_agree_with_the_serial_solver() -> None:
+    """``solve_noise_covariances(svd="r_svd")``: certified optima of their own reduced problems,
+    whose noise variances agree with the serial solver's within ``design_rtol`` of the two
+    certificates plus ``4 κ(M_w) ρ_w``, ``ρ_w`` the measured normwise change of the whitened
+    columns between the two reductions (to first order ``M_w`` moves by ``2κρ_w`` relative
+    when its points move by ``ρ_w``; factor 2 for safety).  A variance moved by 10⁻³ fails."""
+    Cs = _r_svd_cases()
+    fast = solve_noise_covariances(Cs, rank_tol=RANK_TOL, svd="r_svd")
+    for C, b in zip(Cs, fast, strict=True):
+        a = solve_noise_covariance(C, rank_tol=RANK_TOL)
+        assert b.converged and b.gap_bound <= b.rank * 1e-9
+        assert abs(b.max_mahalanobis - 1.0) <= 1e-9
+        if a.rank != b.rank:  # pragma: no cover - excluded by the reduction test's margins
+            continue
+        ra, rb = _reduce(C, RANK_TOL), cb._reduce_many([C], RANK_TOL, exact=False)[0]
+        rho_w = np.linalg.norm(rb.white - ra.white) / np.linalg.norm(ra.white)
+        kappa = _whitened_kappa(C, a.M_k)
+        rtol = design_rtol(max(a.gap_bound, b.gap_bound), kappa, a.rank) + 4.0 * kappa * rho_w
+        va, vb = _variances(a), _variances(b)
+        assert np.all(np.abs(vb - va) <= rtol * va), "noise variances"
+        assert not np.all(np.abs(vb * (1.0 + 1e-3) - va) <= rtol * va)
+
+
+def test_svd_option_is_checked() -> None:
+    with pytest.raises(ValueError, match="svd"):
+        solve_noise_covariances([np.eye(3)], svd="eigh")

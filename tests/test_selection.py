@@ -203,9 +203,11 @@ def test_change_bound_is_attained_and_respected():
     j=st.integers(0, 13),
     adversarial=st.sampled_from(["extreme", "boundary", "random"]),
     noise=st.booleans(),
+    fold_linalg=st.sampled_from(["fast", "reference"]),
 )
-def test_sensitivity_property(seed, cfg, j, adversarial, noise):
-    """Changing one clipped label by ≤ d changes every utility by ≤ Δ(θ) (docs §2)."""
+def test_sensitivity_property(seed, cfg, j, adversarial, noise, fold_linalg):
+    """Changing one clipped label by ≤ d changes every utility by ≤ Δ(θ) (docs §2), with the
+    fold maps of either linear algebra: Δ(θ) is computed from the very maps the utility uses."""
     gpr = _model(seed % 5)
     eps = (1.0, 1e-3) if noise else (None, None)
     plan = plan_cv_sse(
@@ -216,6 +218,7 @@ def test_sensitivity_property(seed, cfg, j, adversarial, noise):
         release_epsilon=eps[0],
         release_delta=eps[1],
         error_clip=1.0,
+        fold_linalg=fold_linalg,
     )
     rng = np.random.default_rng(seed)
     if adversarial == "boundary":  # labels that put errors near the clip, where g is largest
@@ -468,8 +471,10 @@ def test_sensitivity_allowance_and_charge_cover_rounding():
 
 # ---------------------------------------------------------------- batched noise solves (issue 9)
 def test_batched_noise_solver_matches_per_fold_and_chooses_identically():
-    """``noise_solver="batched"`` (default) vs ``"per_fold"``: the release maps ``C̃_k`` and hence
-    Δ(θ), Δu and the charge are bitwise equal (the reduction is the serial one); each fold's
+    """``noise_solver="batched"`` (default) vs ``"per_fold"``, both with
+    ``fold_linalg="reference"`` (the batched solver's ``gesdd`` reduction is the serial one;
+    the ``"fast"`` R-SVD is compared in ``test_fast_and_reference_linear_algebra_…``): the
+    release maps ``C̃_k`` and hence Δ(θ), Δu and the charge are bitwise equal; each fold's
     noise variances agree within ``design_rtol`` of the two certificates (re-solved here from
     the fold's own matrix); the utilities move by at most ``Σ_i |Δvar_i|`` (the expected
     clipped square is 1-Lipschitz in the variance); and the same seed draws the same choice."""
@@ -479,7 +484,7 @@ def test_batched_noise_solver_matches_per_fold_and_chooses_identically():
     gpr = _model(5, n=24)
     split = kfold_splits(24, 4)
     grid = GRID[::2]  # the three lengthscales, both noise levels
-    kw = dict(y_bounds=BOUNDS, release_epsilon=1.0, release_delta=1e-3)
+    kw = dict(y_bounds=BOUNDS, release_epsilon=1.0, release_delta=1e-3, fold_linalg="reference")
     batched = plan_cv_sse(gpr, grid, split, **kw)
     per_fold = plan_cv_sse(gpr, grid, split, noise_solver="per_fold", **kw)
     assert np.array_equal(batched.sensitivities, per_fold.sensitivities)
@@ -515,7 +520,144 @@ def test_noise_solver_option_is_checked_before_anything_is_spent():
         select_by_cross_validated_sse(
             _model(0), GRID, epsilon=1.0, y_bounds=BOUNDS, ledger=ledger, noise_solver="fast"
         )
+    with pytest.raises(ValueError, match="fold_linalg"):
+        select_by_cross_validated_sse(
+            _model(0), GRID, epsilon=1.0, y_bounds=BOUNDS, ledger=ledger, fold_linalg="direct"
+        )
     assert ledger.history == []
+
+
+# ---------------------------------------------------------------- fast linear algebra (issue 9)
+@pytest.mark.parametrize(
+    ("ell", "noise_var"), [(25.0, 5.0), (25.0, 0.2), (125.0, 0.008), (625.0, 0.0016)]
+)
+def test_block_inverse_fold_maps_agree_with_direct_within_conditioning(ell, noise_var) -> None:
+    """``C_k = −P_te,te⁻¹ P_te,tr`` from ``P = (K + σ²I)⁻¹`` (``fold_linalg="fast"``) against
+    the per-fold Cholesky solve, normwise within ``cond_rtol(κ(K + σ²I), n)``: both are
+    backward-stable solves with ``K + σ²I`` or a principal block of it.  Includes Table 2's
+    most ill-conditioned pairs (κ ≈ 3.5·10⁴ and 1.8·10⁵ at the !Kung ages); a map moved by
+    10⁻³ fails the same check."""
+    from pm_dpgp.selection.cv_sse import _fold_cloaking_matrices
+    from tests.tolerances import assert_normwise_close, cond_rtol
+
+    rng = np.random.default_rng(11)
+    x = np.sort(rng.uniform(0.0, 90.0, 140))
+    K = np.exp(-0.5 * (x[:, None] - x[None, :]) ** 2 / ell**2)
+    n = x.size
+    folds = kfold_splits(n, 7)
+    trains = [np.setdiff1d(np.arange(n), te) for te in folds]
+    fast = _fold_cloaking_matrices(K, noise_var, folds, trains, "fast")
+    ref = _fold_cloaking_matrices(K, noise_var, folds, trains, "reference")
+    tol = cond_rtol(K + noise_var * np.eye(n))
+    for a, b in zip(fast, ref, strict=True):
+        assert_normwise_close(a, b, tol, "block inverse vs direct")
+    with pytest.raises(AssertionError):
+        assert_normwise_close(fast[0] * (1.0 + 1e-3), ref[0], tol)
+
+
+def test_block_inverse_falls_back_to_the_direct_path_when_a_factor_fails() -> None:
+    """A kernel matrix whose ``K + σ²I`` has no Cholesky factor (rank one, σ² = 0): the block
+    path hands every fold to the direct one (whose jittered Cholesky copes), bitwise the
+    reference maps."""
+    from pm_dpgp.selection.cv_sse import _fold_cloaking_matrices
+
+    K = np.ones((30, 30))  # rank one: no Cholesky factor without jitter, in any block
+    folds = kfold_splits(30, 3)
+    trains = [np.setdiff1d(np.arange(30), te) for te in folds]
+    fast = _fold_cloaking_matrices(K, 0.0, folds, trains, "fast")
+    ref = _fold_cloaking_matrices(K, 0.0, folds, trains, "reference")
+    for a, b in zip(fast, ref, strict=True):
+        assert np.array_equal(a, b)
+
+
+def test_fast_and_reference_linear_algebra_plan_and_choose_alike() -> None:
+    """``fold_linalg="fast"`` (block inverse, R-SVD) vs ``"reference"`` on a grid with long
+    lengthscales and small noise (ill-conditioned, rank cuts close to the data):
+
+    * each fold's release map ``C̃_k`` within ``projected_map_rtol`` (Wedin) of the rounding
+      ``cond_rtol(κ(K + σ²I))`` of ``C_k``, at the same numerical rank;
+    * Δ(θ) within its Lipschitz bound in the maps, ``2cd Σ_k Σ_i |ΔC̃_k[i, j]|`` at the worst j
+      (``g(t) = 2ct − t²`` has slope ≤ 2c; t = d|C̃[i, j]|);
+    * each utility within ``Σ_k Σ_i (2c |Δf_ki| + |Δvar_ki|)`` from the measured changes of the
+      predictions and noise variances (the expected clipped square is 2c-Lipschitz in the
+      mean and 1-Lipschitz in the variance), which a utility moved by 10⁻³ relative breaks;
+    * the same seed draws the same configuration."""
+    from pm_dpgp.mechanisms.label.cloaking import _reduce
+    from pm_dpgp.selection.cv_sse import _fold_cloaking_matrix
+    from tests.tolerances import assert_normwise_close, cond_rtol, projected_map_rtol
+
+    gpr = _model(5, n=30)
+    split = kfold_splits(30, 5)
+    grid = product_grid({"eta": [1.0, 2.0], "ell": [0.5, 3.0, 20.0], "noise": [0.05, 0.5]})
+    kw = dict(y_bounds=BOUNDS, release_epsilon=1.0, release_delta=1e-3)
+    fast = plan_cv_sse(gpr, grid, split, **kw)
+    ref = plan_cv_sse(gpr, grid, split, fold_linalg="reference", **kw)
+    d, clip = fast.data_sensitivity, fast.error_clip
+    X = np.asarray(gpr.X, dtype=np.float64)
+    y = np.clip(np.asarray(gpr.y), *BOUNDS)
+    bound = np.zeros(len(grid))
+    for t, cfg in enumerate(grid):
+        pub = gpr.public_gp(cfg)
+        K = pub.kernel(X)
+        rho = cond_rtol(K + pub.noise_var * np.eye(X.shape[0]))
+        per_label = np.zeros(X.shape[0])
+        for ff, fr in zip(fast.fold_plans[t], ref.fold_plans[t], strict=True):
+            C = _fold_cloaking_matrix(K, pub.noise_var, fr.test, fr.train)
+            sing = np.linalg.svd(C, compute_uv=False)
+            k = _reduce(C, 1e-8).sing.size
+            assert_normwise_close(ff.C, fr.C, projected_map_rtol(rho, sing, k), "C̃_k")
+            dC = np.abs(ff.C - fr.C)
+            per_label[fr.train] += 2.0 * clip * d * dC.sum(axis=0)
+            df = dC @ np.abs(y[fr.train] - fast.prior_mean)
+            bound[t] += np.sum(2.0 * clip * df + np.abs(ff.noise_var - fr.noise_var))
+        assert (
+            abs(fast.sensitivities[t] - ref.sensitivities[t])
+            <= per_label.max() + 1e-12 * (ref.sensitivities[t])
+        )
+    u_f, u_r = cv_sse_utilities(fast, gpr.y), cv_sse_utilities(ref, gpr.y)
+    slack = bound + 1e-12 * np.abs(u_r)  # the utilities' own summation round-off
+    assert np.all(np.abs(u_f - u_r) <= slack)
+    assert np.any(np.abs(u_f * (1.0 + 1e-3) - u_r) > slack)
+    picks = [
+        sample_exponential_mechanism(u, plan.sensitivity, 1.0, rng=np.random.default_rng(9))
+        for u, plan in ((u_f, fast), (u_r, ref))
+    ]
+    assert picks[0] == picks[1]
+
+
+def test_kernel_matrices_evaluated_once_per_kernel_hyperparameters(monkeypatch) -> None:
+    """The noise sd does not enter ``k``: ``kernel_hyperparameter_names`` says so (from the
+    graph), and the plan evaluates ``K`` once per (η, ℓ), with bitwise the plan that evaluates
+    it for every configuration."""
+    from pm_dpgp.models import _common
+    from pm_dpgp.models.exact import GPRegression
+
+    gpr = _model(2)
+    assert gpr.kernel_hyperparameter_names() == ("eta", "ell")
+    fixed = gp_regression(
+        np.arange(5.0),
+        np.zeros(5),
+        lambda: pm.gp.cov.ExpQuad(1, ls=pm.Gamma("ls", 2, 1)),
+        noise_sd=lambda: pm.HalfNormal("sd", 1.0),
+    )
+    assert fixed.kernel_hyperparameter_names() == ("ls",)
+    calls = []
+    kernel = _common.PublicInputsView.kernel
+
+    def counted(self, Xa, Xb=None):
+        calls.append(np.shape(Xa)[0])
+        return kernel(self, Xa, Xb)
+
+    monkeypatch.setattr(_common.PublicInputsView, "kernel", counted)
+    kw = dict(y_bounds=BOUNDS, release_epsilon=1.0, release_delta=1e-3, share_plans=False)
+    cached = plan_cv_sse(gpr, GRID, kfold_splits(14, 4), **kw)
+    assert sum(c == 14 for c in calls) == 6  # 2 η × 3 ℓ, not 12 configurations
+    calls.clear()
+    monkeypatch.setattr(GPRegression, "kernel_hyperparameter_names", None)
+    every = plan_cv_sse(gpr, GRID, kfold_splits(14, 4), **kw)
+    assert sum(c == 14 for c in calls) == 12
+    assert np.array_equal(cached.sensitivities, every.sensitivities)
+    assert np.array_equal(cv_sse_utilities(cached, gpr.y), cv_sse_utilities(every, gpr.y))
 
 
 def _gp_kernel_and_folds(seed: int, n: int = 90, n_folds: int = 7):

@@ -82,3 +82,29 @@ def test_design_rtol_accepts_two_certified_optima_and_rejects_an_unconverged_one
     early = solve_noise_covariance(C, tol=1e-1, max_iter=1)
     assert early.gap_bound > 1e-4
     assert normwise_error(early.M_k, a.M_k) > design_rtol(a.gap_bound, kappa, a.rank)
+
+
+def test_projected_map_rtol_covers_a_perturbation_and_rejects_a_larger_one() -> None:
+    """Wedin's bound for ``U_k U_kᵀ C``: a perturbation of size ρ stays within the tolerance, the
+    same tolerance rejects a map moved by 10³ times it, and a gap the perturbation can close
+    gives no bound."""
+    from tests.tolerances import projected_map_rtol
+
+    rng = np.random.default_rng(3)
+    U, _ = np.linalg.qr(rng.standard_normal((20, 20)))
+    V, _ = np.linalg.qr(rng.standard_normal((80, 20)))
+    s = np.geomspace(1.0, 1e-6, 20)
+    s[12:] *= 1e-6  # numerical rank 12 at a cut of 1e-8
+    C = (U * s) @ V.T
+
+    def cut(A: np.ndarray, k: int) -> np.ndarray:
+        Uk = np.linalg.svd(A, full_matrices=False)[0][:, :k]
+        return Uk @ (Uk.T @ A)
+
+    E = rng.standard_normal(C.shape)
+    E *= 1e-12 * np.linalg.norm(C) / np.linalg.norm(E)
+    tol = projected_map_rtol(1e-12, s, 12)
+    assert_normwise_close(cut(C + E, 12), cut(C, 12), tol)
+    with pytest.raises(AssertionError):
+        assert_normwise_close(cut(C, 12) * (1.0 + 1e3 * tol), cut(C, 12), tol)
+    assert projected_map_rtol(1.0, s, 12) == float("inf")

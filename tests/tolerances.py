@@ -114,3 +114,26 @@ def design_rtol(gap: float, kappa: float, k: int) -> float:
     """
     floor = k * scalar_rtol(k)
     return 2.0 * float(kappa) * float(np.sqrt(2.0 * max(float(gap), floor)))
+
+
+def projected_map_rtol(rho: float, sing: ArrayLike, k: int) -> float:
+    """Normwise relative change of the rank-cut map ``C̃ = U_k U_kᵀ C`` when ``C`` moves by ``E``.
+
+    ``rho = ‖E‖_F / ‖C‖_F`` and ``sing`` are the singular values of ``C`` (descending; those
+    beyond the numerical rank may be omitted, which counts them as 0).  With ``P``, ``P'`` the
+    projectors on the top-``k`` left singular spaces of ``C`` and ``C + E``,
+    ``C̃' − C̃ = P'E + (P' − P)C`` and Wedin's sinΘ theorem (Wedin 1972; Stewart & Sun 1990,
+    Thm. V.4.4) gives ``‖P' − P‖₂ ≤ ‖E‖₂ / δ`` with ``δ = σ_k − σ_{k+1} − ‖E‖₂``; ``P' − P`` has
+    rank ≤ 2k.  So ``‖C̃' − C̃‖_F ≤ ‖E‖_F (1 + √(2k) σ_1 / δ)``, divided here by ``‖C̃‖_F``, times
+    a safety factor 2.  This is the rank cut's amplification of round-off: ``σ_1/δ`` reaches
+    ``1/rank_tol`` when a retained singular value sits just above the cut.  Infinite (no
+    bound) when ``δ ≤ 0``, i.e. the perturbation can move a singular value across the cut.
+    """
+    s = np.asarray(sing, dtype=np.float64)
+    norm_c = float(np.sqrt(np.sum(s * s)))
+    norm_ct = float(np.sqrt(np.sum(s[:k] ** 2)))
+    e = float(rho) * norm_c
+    delta = s[k - 1] - (s[k] if k < s.size else 0.0) - e
+    if not delta > 0.0:
+        return float("inf")
+    return 2.0 * e * (1.0 + np.sqrt(2.0 * k) * s[0] / delta) / norm_ct

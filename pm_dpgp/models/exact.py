@@ -325,6 +325,23 @@ class GPRegression:
         self._hyper_inputs = tuple(rv.type(name=rv.name) for rv in self._hyper_rvs)
         self._support = {rv.name: _support_bounds(self.model, rv) for rv in self._hyper_rvs}
 
+    def kernel_hyperparameter_names(self) -> tuple[str, ...]:
+        """The hyperparameters the kernel ``k(·, ·)`` depends on, in ``hyperparameter_names`` order.
+
+        Read from the symbolic graph of the covariance (the hyperparameters among its
+        ancestors); the others (e.g. a free noise sd) do not enter ``k``, so two
+        configurations that agree on these give the same kernel matrix, bit for bit (the same
+        compiled function on the same inputs).  Public: depends on the model only.
+        """
+        Xa = pt.matrix("Xa", dtype="float64")
+        [out] = self._replace([pt.as_tensor_variable(self.cov_func(Xa, Xa))])
+        used = set(ancestors([out]))
+        return tuple(
+            nm
+            for nm, var in zip(self.hyperparameter_names, self._hyper_inputs, strict=True)
+            if var in used
+        )
+
     # ------------------------------------------------------------ compilation
     def _replace(self, outputs: Sequence[Variable]) -> list[Variable]:
         mapping = dict(zip(self._hyper_rvs, self._hyper_inputs, strict=True))

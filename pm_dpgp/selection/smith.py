@@ -59,6 +59,7 @@ def select_by_cross_validated_sse(
     event_kind: EventKind = "auto",
     rng: np.random.Generator | None = None,
     noise_solver: Literal["batched", "per_fold"] = "batched",
+    fold_linalg: Literal["fast", "reference"] = "fast",
     progressbar: bool = False,
 ) -> SelectionResult:
     """ε-DP choice of public hyperparameters for a cloaked release (Smith et al. 2021, Alg. 1).
@@ -101,6 +102,10 @@ def select_by_cross_validated_sse(
         how the release-noise covariances of the folds are solved (public; the same optimum
         either way, ``docs/selection.md`` §9): ``"batched"`` per configuration, or
         ``"per_fold"``.
+    fold_linalg:
+        the linear algebra of the fold cloaking matrices (public; equal in exact arithmetic,
+        ``docs/selection.md`` §9): ``"fast"`` (one inverse per configuration, R-SVD bases) or
+        ``"reference"`` (one Cholesky factor per fold, LAPACK ``gesdd``: the previous path).
     progressbar:
         show a progress bar over the configurations while their sensitivities are planned
         (one noise covariance per configuration and fold), as PyMC's samplers do.
@@ -142,6 +147,7 @@ def select_by_cross_validated_sse(
         max_sensitivity=max_sensitivity,
         calibration=calibration,
         noise_solver=noise_solver,
+        fold_linalg=fold_linalg,
         progressbar=progressbar,
     )
     # 3. charge before the labels are read

@@ -46,6 +46,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import scipy.linalg as sla
@@ -87,6 +88,7 @@ def solve_noise_covariances(
     tol: float = 1e-9,
     rank_tol: float = 1e-10,
     max_iter: int = 100_000,
+    svd: Literal["gesdd", "r_svd"] = "gesdd",
 ) -> list[NoiseCovariance]:
     """``[solve_noise_covariance(C) for C in Cs]``, batched over the matrices.
 
@@ -96,12 +98,20 @@ def solve_noise_covariances(
     iterations are run in lockstep over the batch (module docstring).  ``iterations`` counts
     the Newton steps of the batched phase (plus the serial solver's steps for a problem handed
     to it).  Every matrix is validated before any is solved.
+
+    ``svd``: ``"gesdd"`` (default) reduces every matrix bitwise as the serial solver does;
+    ``"r_svd"`` takes the left singular vectors of a wide ``C`` from a QR factor of ``Cᵀ``
+    (``_left_svd``: equal up to round-off, ``≈ 2×`` cheaper; ``docs/selection.md`` §9).
+    Privacy does not depend on it: each result's ``max_mahalanobis`` is computed from its
+    own basis and projected columns.
     """
+    if svd not in ("gesdd", "r_svd"):
+        raise ValueError(f"svd must be 'gesdd' or 'r_svd', got {svd!r}.")
     tol = _check_positive(tol, "tol")
     rank_tol = _check_positive(rank_tol, "rank_tol", upper=1.0)
     max_iter = _check_max_iter(max_iter)
     mats = [_validate_matrix(C) for C in Cs]
-    reds = _reduce_many(mats, rank_tol)
+    reds = _reduce_many(mats, rank_tol, exact=svd == "gesdd")
     for red in reds:
         if not np.all(np.isfinite(red.proj)) or not np.any(red.proj):
             raise ValueError("C is zero or not finite: there is nothing to cloak.")
@@ -189,13 +199,36 @@ def _assemble_group(
 # ----------------------------------------------------------------------------------------------
 
 
-def _reduce_many(mats: list[FloatArray], rank_tol: float) -> list[_Reduced]:
+def _left_svd(stack: FloatArray, *, exact: bool) -> tuple[FloatArray, FloatArray]:
+    """Left singular vectors and singular values of a stack of ``m × n`` matrices.
+
+    ``exact=True``: NumPy's batched thin ``svd`` (LAPACK ``gesdd`` per matrix, bitwise the
+    serial solver's call).  ``exact=False`` and ``m < n``: ``Cᵀ = QR`` (Householder, ``Q``
+    never formed) and the SVD of the ``m × m`` factor, ``C = Rᵀ Qᵀ = U Σ (QV)ᵀ``, which skips
+    the right singular vectors that the reduction does not use (Golub & Van Loan 2013,
+    §8.6.3, "R-SVD").  Both are backward stable: the singular values agree within
+    ``O(u σ_1)`` and the retained subspaces within ``O(u σ_1 / gap)`` (Weyl; Davis–Kahan),
+    so only a singular value within that distance of the rank cut can be kept by one and
+    dropped by the other.
+    """
+    m, n = stack.shape[1:]
+    if exact or m >= n:
+        U, s, _ = np.linalg.svd(stack, full_matrices=False)
+        return U, s
+    R = np.linalg.qr(stack.transpose(0, 2, 1), mode="r")
+    U, s, _ = np.linalg.svd(R.transpose(0, 2, 1))
+    return U, s
+
+
+def _reduce_many(mats: list[FloatArray], rank_tol: float, exact: bool = True) -> list[_Reduced]:
     """``[cloaking._reduce(C, rank_tol) for C in mats]`` with one SVD call per shape.
 
     ``cloaking._column_space`` computes a thin SVD of ``C`` directly when its range finder
     would not start (``2·_SKETCH_START > min(m, n)``); those matrices are stacked by shape
-    (NumPy's batched ``svd`` runs the same LAPACK ``gesdd`` on each) and post-processed with
-    the serial code's operations; the others take ``_reduce`` itself.
+    (NumPy's batched ``svd`` runs the same LAPACK ``gesdd`` on each; with ``exact=False``
+    the cheaper R-SVD of ``_left_svd``) and post-processed with the serial code's operations;
+    the others take ``_reduce`` itself.  With ``exact=True`` the reduction is bitwise the
+    serial one.
     """
     out: list[_Reduced | None] = [None] * len(mats)
     by_shape: dict[tuple[int, int], list[int]] = {}
@@ -205,8 +238,15 @@ def _reduce_many(mats: list[FloatArray], rank_tol: float) -> list[_Reduced]:
         else:
             by_shape.setdefault(C.shape, []).append(i)
     for (m, _), members in by_shape.items():
-        U_all, s_all, _ = np.linalg.svd(np.stack([mats[i] for i in members]), full_matrices=False)
+        stack = np.stack([mats[i] for i in members])
+        U_all, s_all = _left_svd(stack, exact=exact)
         w = np.random.default_rng(20180409).standard_normal(m)  # cloaking._canonical_signs
+        if not exact:
+            for i, red in zip(
+                members, _post_process(stack, U_all, s_all, w, rank_tol), strict=True
+            ):
+                out[i] = red
+            continue
         for i, U, s in zip(members, U_all, s_all, strict=True):
             k = int(np.count_nonzero(s > rank_tol * s[0]))
             Uk = U[:, :k]
@@ -217,6 +257,59 @@ def _reduce_many(mats: list[FloatArray], rank_tol: float) -> list[_Reduced]:
                 basis, sing, proj, proj / sing[:, None], _distinct_columns(proj), rank_tol
             )
     return out  # type: ignore[return-value]
+
+
+def _post_process(
+    stack: FloatArray, U: FloatArray, s: FloatArray, w: FloatArray, rank_tol: float
+) -> list[_Reduced]:
+    """The serial reduction's steps after the SVD, stacked over ``q`` matrices ``m × n``.
+
+    Rank ``k = #{σ_j > rank_tol σ_1}``, canonical signs (``w`` of ``cloaking._canonical_signs``),
+    ``proj = U_kᵀ C``, ``white = proj / σ`` and the distinct columns of ``proj`` up to sign
+    (``cloaking._distinct_columns``: canonical sign at the largest entry, a linear key, exact
+    comparison of neighbours in key order), on ``m``-row arrays whose rows ``k, …, m − 1``
+    are zero (they change no pivot, key or comparison).  Equal to the serial steps up to the
+    summation order of the sort key, which decides only which exact duplicates are found.
+    """
+    q, m, n = stack.shape
+    kk = np.count_nonzero(s > rank_tol * s[:, :1], axis=1)
+    live = np.arange(m)[None, :] < kk[:, None]  # (q, m): retained directions
+    signs = np.where(np.einsum("m,qmj->qj", w, U) < 0.0, -1.0, 1.0) * live
+    basis = U * signs[:, None, :]
+    proj = basis.transpose(0, 2, 1) @ stack  # rows ≥ k are zero
+    white = proj / np.where(live, s, 1.0)[:, :, None]
+    # distinct columns up to sign, all matrices at once
+    pivot = np.abs(proj).argmax(axis=1)
+    peak = np.take_along_axis(proj, pivot[:, None, :], axis=1)[:, 0, :]
+    valid = peak != 0.0
+    sgn = np.sign(peak)
+    key = np.where(
+        valid, sgn * np.einsum("qmn,m->qn", proj, np.sqrt(np.arange(2.0, m + 2.0))), np.inf
+    )
+    order = np.argsort(key, axis=1, kind="stable")
+    sorted_key = np.take_along_axis(key, order, axis=1)
+    keep = np.take_along_axis(valid, order, axis=1)
+    qi, ti = np.nonzero((sorted_key[:, 1:] == sorted_key[:, :-1]) & keep[:, 1:])
+    if qi.size:
+        a, b = order[qi, ti], order[qi, ti + 1]
+        same = np.all(
+            proj[qi, :, b] * sgn[qi, b][:, None] == proj[qi, :, a] * sgn[qi, a][:, None], axis=1
+        )
+        keep[qi[same], ti[same] + 1] = False
+    out = []
+    for p in range(q):
+        k = int(kk[p])
+        out.append(
+            _Reduced(
+                np.ascontiguousarray(basis[p, :, :k]),
+                s[p, :k].copy(),
+                np.ascontiguousarray(proj[p, :k]),
+                np.ascontiguousarray(white[p, :k]),
+                np.sort(order[p][keep[p]]),
+                rank_tol,
+            )
+        )
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
