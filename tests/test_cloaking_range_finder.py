@@ -97,8 +97,29 @@ def test_range_factorisation_reproduces_C():
         np.testing.assert_array_equal(other.range_matmat(H), other.matmat(H))
 
 
+def test_count_sketch_product_equals_the_dense_product():
+    """The CountSketch has one ``±1`` per row, and ``K_sf S`` through ``(Sᵀ K_fs)ᵀ`` is the
+    dense product (sums of ≤ n terms: rounding of order n u) for either memory order."""
+    op, _ = _exact_operator()
+    n = op.shape[1]
+    S = cloaking._count_sketch(np.random.default_rng(3), n, 17)
+    dense = S.toarray()
+    assert S.shape == (n, 17)
+    np.testing.assert_array_equal(np.count_nonzero(dense, axis=1), np.ones(n))
+    assert set(np.unique(dense[dense != 0])) <= {-1.0, 1.0}
+    ref = op.K_sf @ dense
+    tol = cond_rtol(1.0, n)
+    assert_normwise_close(op.range_matmat(S), ref, tol, "K_sf S")
+    fortran = cloaking.CloakingOperator(np.asfortranarray(op.K_sf), op.L)
+    assert_normwise_close(fortran.range_matmat(S), ref, tol, "K_sf S (Fortran order)")
+    # a wrong sign or column in the sparse path would be an O(1) error
+    assert np.linalg.norm(ref) > 1e3 * tol * np.linalg.norm(op.K_sf)
+
+
 class _SketchThroughC(cloaking.CloakingOperator):
-    """The range finder as before: the sketch ``C G`` through the triangular solves."""
+    """The range finder as before: a Gaussian sketch ``C G`` through the triangular solves."""
+
+    sparse_sketch = False
 
     def range_matmat(self, G):
         return self.matmat(G)

@@ -21,6 +21,7 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 import scipy.linalg as sla
+import scipy.sparse as sp
 from numpy.typing import NDArray
 
 __all__ = ["CloakingOperator", "LinearCloakingOperator", "LowRankOperator"]
@@ -61,6 +62,11 @@ class LinearCloakingOperator(ABC):
         """``F G`` for the same factorisation, so that ``C G = R (F G)`` (default ``G``)."""
         return G
 
+    #: ``True`` if ``range_matmat`` accepts a SciPy sparse test matrix and is then much
+    #: cheaper than with a dense one: the range finder sketches with a CountSketch
+    #: (``docs/cloaking.md`` §4).
+    sparse_sketch: bool = False
+
 
 class CloakingOperator(LinearCloakingOperator):
     r"""The cloaking matrix ``C = K_sf (K_ff + σ_n² I)⁻¹`` as a linear operator, never formed.
@@ -69,7 +75,12 @@ class CloakingOperator(LinearCloakingOperator):
     columns with the Cholesky factor ``L`` of ``A = K_ff + σ_n² I``, against ``O(n² m)`` to
     form the ``m × n`` matrix ``C``.  ``solve_noise_covariance`` accepts it in place of
     ``C`` (only public quantities: inputs and hyperparameters).
+
+    ``K_sf`` is best given in Fortran order (``k(X, X*).T``): the sparse sketch of the range
+    finder then reads ``K_fs`` row by row.
     """
+
+    sparse_sketch = True
 
     def __init__(self, K_sf: FloatArray, L: FloatArray) -> None:
         self.K_sf = np.asarray(K_sf, dtype=np.float64)
@@ -91,12 +102,16 @@ class CloakingOperator(LinearCloakingOperator):
         """``C`` itself (``O(n² m)``): only for the fallback of slowly decaying spectra."""
         return self._solve(self.K_sf.T).T
 
-    def range_matmat(self, G: FloatArray) -> FloatArray:
+    def range_matmat(self, G: FloatArray | sp.sparray | sp.spmatrix) -> FloatArray:
         """``K_sf G``: ``C = K_sf A⁻¹`` with ``A`` invertible, so ``range(K_sf) = range(C)``.
 
         ``2 m n`` flops per column instead of ``2 m n + 2 n²`` for ``C G`` (no triangular
-        solves): the sketch of the range finder (``docs/cloaking.md`` §4).
+        solves): the sketch of the range finder (``docs/cloaking.md`` §4).  A sparse ``G``
+        (a CountSketch: one ``±1`` per row) costs ``m n`` additions, computed as
+        ``(Gᵀ K_fs)ᵀ``, which reads ``K_fs`` row by row once (``K_sf`` in Fortran order).
         """
+        if sp.issparse(G):
+            return np.asarray((sp.csr_matrix(G.T) @ self.K_sf.T).T)
         return self.K_sf @ G
 
     def range_factor(self, G: FloatArray) -> FloatArray:

@@ -196,7 +196,9 @@ class PublicGP(PublicInputsView):
     def cloaking_operator(self, X_star: ArrayLike) -> CloakingOperator:
         """``C = k(X*, X)(k(X, X) + σ_n² I)⁻¹`` as an operator (one ``n × n`` Cholesky factor)."""
         Xs = _as_2d_inputs(X_star, "X_star", self.input_dim)
-        return CloakingOperator(self.kernel(Xs, self.X), self.posterior().L)
+        # K_sf in Fortran order (the transpose of k(X, X*)): the range finder's sparse sketch
+        # reads K_fs row by row
+        return CloakingOperator(self.kernel(self.X, Xs).T, self.posterior().L)
 
     def cloaking_metadata(self) -> dict[str, Any]:
         """Extra public facts for a cloaked release of the exact GP (none)."""

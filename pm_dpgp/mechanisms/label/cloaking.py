@@ -78,6 +78,7 @@ from typing import Literal
 
 import numpy as np
 import scipy.linalg as sla
+import scipy.sparse as sp
 from numpy.typing import ArrayLike, NDArray
 
 from pm_dpgp.gp.operators import CloakingOperator, LinearCloakingOperator, LowRankOperator
@@ -380,7 +381,10 @@ def _column_space(
     still go through ``C`` itself (the probes as ``R (F Ω)`` in the first product), so the
     acceptance test and the SVD are those of ``C``; only the test matrix of the sketch
     changes, to ``F⁻¹ G`` in effect, and with it ``U_k`` within the accuracy to which the
-    weakest retained directions are determined (docs/cloaking.md §4).
+    weakest retained directions are determined (docs/cloaking.md §4).  Operators with
+    ``sparse_sketch`` (the exact GP) take CountSketch blocks (``_count_sketch``) instead of
+    Gaussian ones: ``m n`` additions per block instead of ``2 m n ℓ`` flops; the probes are
+    then applied on their own.
 
     **Privacy does not depend on this test** (docs/cloaking.md §4): the release is
     ``U_k (U_kᵀ C r) + U_k L_k ξ`` for the basis returned here, and its sensitivity is
@@ -404,12 +408,17 @@ def _column_space(
     frob2 = 0.0  # ‖QᵀC‖_F²
     history: list[tuple[int, float]] = []
     while 2 * (ell + new) <= min(m, n):
-        G = rng.standard_normal((n, new))
-        if exact or left is not None:
-            Y = op.range_matmat(G)
-        else:  # first block and the probes in one product: [R G, R F Ω] = [R G, C Ω]
-            Y = op.range_matmat(np.hstack((G, op.range_factor(probes))))
-            Y, left = np.ascontiguousarray(Y[:, :new]), Y[:, new:]
+        if op.sparse_sketch:
+            Y = np.ascontiguousarray(op.range_matmat(_count_sketch(rng, n, new)))
+            if left is None:
+                left = op.range_matmat(op.range_factor(probes))  # C Ω
+        else:
+            G = rng.standard_normal((n, new))
+            if exact or left is not None:
+                Y = op.range_matmat(G)
+            else:  # first block and the probes in one product: [R G, R F Ω] = [R G, C Ω]
+                Y = op.range_matmat(np.hstack((G, op.range_factor(probes))))
+                Y, left = np.ascontiguousarray(Y[:, :new]), Y[:, new:]
         Qn = _orthonormal_block(Y, Q)
         Q = np.hstack((Q, Qn))
         rows.append(op.rmatmat(Qn))
@@ -443,6 +452,19 @@ def _column_space(
     k = int(np.count_nonzero(s > rank_tol * s[0]))
     basis = _canonical_signs(U[:, :k])
     return np.ascontiguousarray(basis), s[:k].copy(), basis.T @ C
+
+
+def _count_sketch(rng: np.random.Generator, n: int, ell: int) -> sp.csr_matrix:
+    """``n × ℓ`` CountSketch test matrix: one ``±1`` per row, in a uniformly random column.
+
+    The sparse sign embedding of Clarkson & Woodruff (2013) and Tropp, Yurtsever, Udell &
+    Cevher (2019, §3.3) with one non-zero per row *per block*; the blocks of the range finder
+    together give several per row.  ``K_sf G`` then costs ``m n`` additions that read
+    ``K_sf`` once, against ``2 m n ℓ`` flops for a Gaussian ``G``.
+    """
+    cols = rng.integers(0, ell, size=n)
+    signs = rng.choice(np.array([-1.0, 1.0]), size=n)
+    return sp.csr_matrix((signs, cols, np.arange(n + 1)), shape=(n, ell))
 
 
 def _orthonormal_block(Y: FloatArray, Q: FloatArray) -> FloatArray:
