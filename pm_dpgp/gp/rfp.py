@@ -29,6 +29,7 @@ no RFP ``trmm``).  No privacy logic lives here.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -94,12 +95,7 @@ class RFPTriangle:
 
     def _diagonal_index(self) -> NDArray[np.intp]:
         """Positions of ``A[j, j]`` in ``data``."""
-        n, n1, off = self.n, self._n1, self._off
-        lda = n + off
-        j = np.arange(n)
-        first = (off + j) + j * lda
-        second = (j - n1) + (j - n1 + 1 - off) * lda
-        return np.where(j < n1, first, second)
+        return _diagonal_positions(self.n, self._n1, self._off)
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -123,7 +119,7 @@ class RFPTriangle:
         for c0, c1, D, R in out._strips():
             strip = columns(c0, c1)
             w = c1 - c0
-            low = np.tril_indices(w)
+            low = _lower_indices(w)
             D[low] = strip[:w][low]
             R[...] = strip[w:]
         return out
@@ -225,6 +221,28 @@ class RFPTriangle:
             out[c0:c1] += np.tril(D) @ Zs
             out[c1:] += R @ Zs
         return out
+
+
+@functools.lru_cache(maxsize=64)
+def _diagonal_positions(n: int, n1: int, off: int) -> NDArray[np.intp]:
+    """Positions of ``A[j, j]`` in the RFP array of order ``n`` (read-only, memoised: a
+    DP Thompson loop factorises matrices of the same few orders every round)."""
+    lda = n + off
+    j = np.arange(n)
+    first = (off + j) + j * lda
+    second = (j - n1) + (j - n1 + 1 - off) * lda
+    out = np.where(j < n1, first, second)
+    out.flags.writeable = False
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def _lower_indices(w: int) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
+    """``np.tril_indices(w)``, read-only and memoised (one per strip width)."""
+    rows, cols = np.tril_indices(w)
+    rows.flags.writeable = False
+    cols.flags.writeable = False
+    return rows, cols
 
 
 def jittered_rfp_cholesky(

@@ -348,7 +348,8 @@ def _public_probes(
     """Public points at which the kernel is checked: ``X_star`` and a grid over the domain.
 
     Never the private training inputs (``docs/errors.md``): a check on them would answer a
-    question about the private data.
+    question about the private data.  Repeated points are kept (every check is a maximum or
+    holds pointwise; ``_check_kernel_class`` removes them itself).
     """
     pts = [X_star]
     if domain is not None:
@@ -357,12 +358,12 @@ def _public_probes(
         per_dim = max(2, int(round(n_grid ** (1.0 / d)))) if d > 1 else n_grid
         axes = [np.linspace(lo, hi, per_dim) for lo, hi in zip(lower, upper, strict=True)]
         pts.append(np.stack(np.meshgrid(*axes, indexing="ij"), -1).reshape(-1, d))
-    return np.unique(np.vstack(pts), axis=0)
+    return np.vstack(pts)
 
 
 def _check_public_kernel(
     public_gp: PublicGP, kernel_scale: float, kernel_class: str, probes: NDArray[np.float64]
-) -> None:
+) -> float:
     """The release's checks of its public kernel setting, at the PUBLIC ``probes`` only.
 
     ``k(x, x) = kernel(x, x)/kernel_scale² ≤ 1`` (up to 1e-9 relative, ``docs/sample_paths.md``
@@ -370,8 +371,11 @@ def _check_public_kernel(
     before its spend, and ``pm_dpgp.selection.plan_sample_path_selection`` for every candidate
     before the selection's spend, so a public setting the release would refuse is never
     charged (audit D2).  ``public_gp`` may hold no inputs (``public_gp_without_data``).
+    Returns ``max kernel(x, x)`` over the probes (the prior variance the release's warning
+    on the public range uses).
     """
-    ratio = public_gp.kernel_diag(probes) / kernel_scale**2
+    diag = public_gp.kernel_diag(probes)
+    ratio = diag / kernel_scale**2
     if np.any(ratio > 1 + 1e-9):
         raise ValueError(
             f"k(x, x) = kernel(x, x) / kernel_scale² reaches {ratio.max():.4g} > 1 at public "
@@ -379,6 +383,7 @@ def _check_public_kernel(
             "amplitude sd (k(x, x) <= 1, docs/sample_paths.md §1)."
         )
     _check_kernel_class(public_gp, kernel_class, kernel_scale, probes)
+    return float(np.max(diag))
 
 
 def _check_kernel_class(
@@ -661,7 +666,7 @@ def sample_path_release(
             "from public information alone; give the public input domain (domain=(low, high))."
         )
     probes = _public_probes(X_star, domain)
-    _check_public_kernel(public_gp, kernel_scale, kernel_class, probes)
+    prior_var = _check_public_kernel(public_gp, kernel_scale, kernel_class, probes)
     if kappa is None:
         if domain is None:
             raise ValueError(
@@ -700,7 +705,7 @@ def sample_path_release(
         delta=delta,
         n_records=X.shape[0],
         range_width=upper - lower,
-        prior_sd=float(np.sqrt(np.max(public_gp.kernel_diag(probes)) + public_gp.noise_var)),
+        prior_sd=float(np.sqrt(prior_var + public_gp.noise_var)),
         range_name="y_bounds",
     )
     if ledger is not None:  # refuses before any path is drawn (and a reused Generator state)

@@ -102,6 +102,12 @@ _SENSITIVITIES = ("paper", "coupled")
 _COUPLED_GRID = 4096
 #: dp_accounting's conversion returns +inf at orders ≤ 1.01 (numerical stability).
 _MIN_USEFUL_ORDER = 1.01
+#: Relative positions ``s ∈ (0, 1)`` of ``SamplePathBound.orders`` inside ``(1, α_max)``:
+#: geometric towards both ends (computed once; the grid is ``1 + (α_max − 1) s``).
+_ORDER_PATTERN = np.concatenate(
+    [np.geomspace(1e-6, 0.5, 90), 1.0 - np.geomspace(1e-6, 0.5, 90)[1:]]
+)
+_ORDER_PATTERN.flags.writeable = False
 
 
 # --------------------------------------------------------------------------------------------
@@ -477,19 +483,10 @@ class SamplePathBound:
         c = 2.0 if self.constant == "proved" else math.sqrt(2.0)
         return c * self.B * math.sqrt(self.Phi)
 
-    @functools.cached_property
+    @property
     def Delta_coupled(self) -> float:
         """``min(Δ_cpl, Δ_op)`` of eq. (SP11) (docs §3.11); ``2M_Y√Φ`` for the constant kernel."""
-        if self.kernel_class == "constant":
-            return 2.0 * self.M_Y * math.sqrt(self.Phi)
-        cpl = coupled_sensitivity(
-            self.n,
-            self.r2,
-            self.V,
-            self.M_Y,
-            mean_bounded=self.kernel_class == "exponential_1d",
-        )
-        return min(cpl, operator_sensitivity(self.n, self.r2, self.V, self.M_Y))
+        return _coupled_delta(self)
 
     @property
     def Delta(self) -> float:
@@ -559,8 +556,7 @@ class SamplePathBound:
     # -- accounting -----------------------------------------------------------------------------
     def orders(self) -> NDArray[np.float64]:
         """An order grid adapted to (1, α_max): dense near both ends, plus the default grid."""
-        s = np.concatenate([np.geomspace(1e-6, 0.5, 90), 1.0 - np.geomspace(1e-6, 0.5, 90)[1:]])
-        grid = np.concatenate([1.0 + (self.alpha_max - 1.0) * s, DEFAULT_ORDERS])
+        grid = np.concatenate([1.0 + (self.alpha_max - 1.0) * _ORDER_PATTERN, DEFAULT_ORDERS])
         keep = (grid > 1.0) & (grid < self.alpha_max) & ((grid - 1.0) * self.tau < 1.0)
         grid = np.unique(grid[keep])
         return grid
@@ -783,6 +779,22 @@ def paths_affordable(
         else:
             hi = mid
     return lo
+
+
+@functools.lru_cache(maxsize=32)
+def _coupled_delta(bound: SamplePathBound) -> float:
+    """``SamplePathBound.Delta_coupled``, memoised per bound (equal public numbers, equal
+    bound: a DP Thompson round builds the same bound twice, as for ``_default_curve``)."""
+    if bound.kernel_class == "constant":
+        return 2.0 * bound.M_Y * math.sqrt(bound.Phi)
+    cpl = coupled_sensitivity(
+        bound.n,
+        bound.r2,
+        bound.V,
+        bound.M_Y,
+        mean_bounded=bound.kernel_class == "exponential_1d",
+    )
+    return min(cpl, operator_sensitivity(bound.n, bound.r2, bound.V, bound.M_Y))
 
 
 @functools.lru_cache(maxsize=32)
