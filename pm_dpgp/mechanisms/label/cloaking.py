@@ -908,15 +908,23 @@ def _gains_low(
     ``g_j = ‖W_j‖²`` in float64.  Computed in the precision of ``Bs`` and ``columns`` (float32
     where an error ``~10⁻⁶`` in ``g`` is harmless: rankings and the interior point's large-
     ``μ`` phase); ``None`` if ``A(λ)`` is not numerically positive definite.
+
+    ``W`` is ``L⁻¹`` (LAPACK ``trtri``, ``k³/3`` flops) times ``columns`` (BLAS ``trmm``)
+    rather than a triangular solve: the same ``k²·s`` flops, but ``trmm`` runs 1.5–1.8× faster
+    than ``trsm`` here (OpenBLAS, one thread, ``k = 313``, ``s`` = 1,300–3,000).  ``A(λ)`` is a
+    weighted sum of whitened columns (``Σ_i b_i b_iᵀ = I``), well conditioned, so the explicit
+    inverse costs no accuracy that matters: on the ``k = 313`` benchmark problem the design has
+    the same support and ``A(u)`` to ``1.1·10⁻¹⁵`` relative (docs/cloaking.md §5).
     """
     potrf = sla.lapack.spotrf if Bs.dtype == np.float32 else sla.lapack.dpotrf
     A = sla.blas.get_blas_funcs("syrk", (Bs,))(1.0, Bs * np.sqrt(lam).astype(Bs.dtype), lower=1)
     L, info = potrf(A, lower=1, clean=1)
     if info != 0 or not np.all(np.isfinite(L.diagonal())):
         return None
-    W, info = sla.lapack.get_lapack_funcs("trtrs", (L,))(L, columns, lower=1)
+    Linv, info = sla.lapack.get_lapack_funcs("trtri", (L,))(L, lower=1)
     if info != 0:
         return None
+    W = sla.blas.get_blas_funcs("trmm", (Linv,))(1.0, Linv, columns, lower=1)
     return W, np.einsum("ij,ij->j", W, W).astype(np.float64)
 
 
