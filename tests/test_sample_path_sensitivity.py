@@ -44,6 +44,39 @@ def _author_generic_delta(n, r2, V, M=1.0):
     return min(coupled, operator)
 
 
+def _direct_coupled_delta(b: SamplePathBound) -> float:
+    """``Delta_coupled`` from its formula (eq. SP11), without the per-bound memo."""
+    if b.kernel_class == "constant":
+        return 2.0 * b.M_Y * math.sqrt(b.Phi)
+    cpl = coupled_sensitivity(
+        b.n, b.r2, b.V, b.M_Y, mean_bounded=b.kernel_class == "exponential_1d"
+    )
+    return min(cpl, operator_sensitivity(b.n, b.r2, b.V, b.M_Y))
+
+
+def test_memoised_coupled_delta_follows_every_public_number():
+    """``Delta_coupled`` is memoised per bound; a memo that ignored any public number the
+    bound depends on would return a neighbour's Δ.  Bounds that differ in one number at a
+    time, asked in sequence (each after its neighbour is cached), must each give the formula's
+    value, and the value must change where the formula does."""
+    base = dict(n=40, kernel_scale=1.0, r2=2.0, M_Y=1.0, kappa=0.3, kernel_class="generic")
+    variants = [
+        {},
+        {"n": 41},
+        {"r2": 2.5},
+        {"M_Y": 1.5},
+        {"kappa": 0.4},
+        {"kernel_class": "exponential_1d"},
+        {"kernel_class": "constant"},
+    ]
+    seen = set()
+    for change in variants + variants[::-1]:
+        b = SamplePathBound(**{**base, **change}, sensitivity="coupled")
+        assert b.Delta_coupled == _direct_coupled_delta(b)
+        seen.add(b.Delta_coupled)
+    assert len(seen) == len(variants)  # every change moves Δ, so a wrong hit would show
+
+
 # --------------------------------------------------------------------------------------------
 # closed forms
 # --------------------------------------------------------------------------------------------

@@ -911,10 +911,12 @@ def _gains_low(
 
     ``W`` is ``L⁻¹`` (LAPACK ``trtri``, ``k³/3`` flops) times ``columns`` (BLAS ``trmm``)
     rather than a triangular solve: the same ``k²·s`` flops, but ``trmm`` runs 1.5–1.8× faster
-    than ``trsm`` here (OpenBLAS, one thread, ``k = 313``, ``s`` = 1,300–3,000).  ``A(λ)`` is a
-    weighted sum of whitened columns (``Σ_i b_i b_iᵀ = I``), well conditioned, so the explicit
-    inverse costs no accuracy that matters: on the ``k = 313`` benchmark problem the design has
-    the same support and ``A(u)`` to ``1.1·10⁻¹⁵`` relative (docs/cloaking.md §5).
+    than ``trsm`` here (OpenBLAS, one thread, ``k = 313``, ``s`` = 1,300–3,000).  Both have a
+    forward error of order ``u·κ(L)`` (Higham 2002, §8.1 and §14.2); on the ``k = 313``
+    benchmark problem the design has the same support and ``A(u)`` to ``1.1·10⁻¹⁵`` relative
+    (docs/cloaking.md §6, stop 24).  Only the solver's path uses these gains: the released
+    ``M`` is scaled and certified by ``_assemble`` from ``_gains`` (triangular solves), so
+    privacy never depends on this function's accuracy.
     """
     potrf = sla.lapack.spotrf if Bs.dtype == np.float32 else sla.lapack.dpotrf
     A = sla.blas.get_blas_funcs("syrk", (Bs,))(1.0, Bs * np.sqrt(lam).astype(Bs.dtype), lower=1)
