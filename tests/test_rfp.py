@@ -45,6 +45,22 @@ def test_strip_filling_is_lapacks_layout(n):
         assert not np.array_equal(bad.data, T.data)
 
 
+def test_a_triangle_within_one_strip_is_one_call():
+    """Up to the strip width the whole triangle comes from one ``columns(0, n)`` call (the
+    RFP layout alone would ask for two half-width strips); beyond it, strip by strip."""
+    for n, calls_expected in ((3, 1), (7, 3)):  # strips of width 3 (fixture): 7 → 2 + 2 cols
+        A = _spd(n)
+        calls: list[tuple[int, int]] = []
+
+        def columns(c0: int, c1: int, A: np.ndarray = A, calls: list = calls) -> np.ndarray:
+            calls.append((c0, c1))
+            return A[c0:, c0:c1]
+
+        T = RFPTriangle.from_columns(n, columns)
+        np.testing.assert_array_equal(T.data, RFPTriangle.from_dense(A).data)
+        assert len(calls) == calls_expected, calls
+
+
 @pytest.mark.parametrize("n", [n for n in ORDERS if n])
 def test_cholesky_solves_and_products_match_dense(n):
     """``dpftrf`` / ``dtfsm`` / ``dpftrs`` / strip products against ``cholesky`` /

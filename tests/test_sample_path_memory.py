@@ -135,12 +135,14 @@ def test_traced_memory_held_and_peak(model, monkeypatch):
     assert peak <= peak_bound, (peak, peak_bound)
 
 
-def test_same_seed_same_values_as_the_dense_joint(model):
-    """Same seed, same released values: the first release and two lazy rounds equal
-    ``μ + chol(Σ + jI) W`` with ``Σ`` the exact posterior joint covariance of every input
-    released (dense, R&W eq. 2.24), ``j`` the nugget and ``W`` the Generator's normals in
-    call order (what the earlier dense implementation computed; block Cholesky factors are
-    the Cholesky factor of the joint by uniqueness).
+@pytest.mark.parametrize("one_call", [True, False], ids=["one-kernel-call", "row-blocks"])
+def test_same_seed_same_values_as_the_dense_joint(model, monkeypatch, one_call):
+    """Same seed, same released values, whether a small set of new inputs is evaluated in one
+    kernel call ``k(X_new, [X; X_new])`` or in row blocks and strips: the first release and two
+    lazy rounds equal ``μ + chol(Σ + jI) W`` with ``Σ`` the exact posterior joint covariance of
+    every input released (dense, R&W eq. 2.24), ``j`` the nugget and ``W`` the Generator's
+    normals in call order (what the earlier dense implementation computed; block Cholesky
+    factors are the Cholesky factor of the joint by uniqueness).
 
     Tolerance: ``Σ`` carries a normwise error ``≤ cond_rtol(K + r²I)`` from the solves, and
     a Cholesky factor's relative perturbation is at most ``κ(Σ + jI)`` times its matrix's
@@ -148,6 +150,9 @@ def test_same_seed_same_values_as_the_dense_joint(model):
     conditioned set of inputs keeps that small; a 1e-6 relative error in one round, or a
     draw with another seed, fails it.
     """
+    if not one_call:
+        monkeypatch.setattr(sp, "_ONE_CALL_POINTS", 0)
+        monkeypatch.setattr(rfp, "_STRIP", 2)  # several strips even for 3 new inputs
     X_star = np.linspace(0.02, 0.98, 12)[:, None]
     lazy = [np.array([[0.13], [0.61], [0.9]]), np.array([[0.37], [0.02], [0.77]])]
     rel = _release(model, X_star, seed=11, n_draws=50)
@@ -202,3 +207,21 @@ def test_nugget_fallback_rebuilds_the_destroyed_covariance():
     assert_normwise_close(Lf @ Lf.T, target, cond_rtol(target), "L Lᵀ")
     with pytest.raises(AssertionError):  # the unclipped S is not what was factorised
         assert_normwise_close(Lf @ Lf.T, S + nugget * np.eye(6), cond_rtol(target), "L Lᵀ")
+
+
+def test_distinct_rows_keeps_first_occurrences_in_order():
+    """``_distinct_rows`` equals the ``np.unique(axis=0, return_index=True)`` construction it
+    replaces (first occurrences, original order), including ``-0.0 == 0.0`` and ties in the
+    first column; a version that kept the last occurrence or sorted the rows fails."""
+    rng = np.random.default_rng(5)
+    for k, d in ((1, 1), (2, 2), (64, 1), (64, 2), (300, 3)):
+        X = rng.integers(0, 4, size=(k, d)).astype(float)  # many exact repeats and ties
+        X[rng.random((k, d)) < 0.1] *= -1.0  # -0.0 appears where a 0 is flipped
+        _, first = np.unique(X, axis=0, return_index=True)
+        expected = X[np.sort(first)]
+        got = sp._distinct_rows(X)
+        np.testing.assert_array_equal(got, expected)
+    # first occurrences in query order, not sorted: [2, 1, 2, 0] -> [2, 1, 0]
+    np.testing.assert_array_equal(
+        sp._distinct_rows(np.array([[2.0], [1.0], [2.0], [0.0]])), [[2.0], [1.0], [0.0]]
+    )

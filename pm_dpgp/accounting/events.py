@@ -590,7 +590,10 @@ class RdpCurveEvent(PrivacyEvent):
     def _parameters(self) -> dict[str, Any]:
         return {
             "orders": list(self.orders),
-            "values": [json_float(v) for v in self.values],
+            # values are validated >= 0 and not NaN, so only +inf needs the JSON spelling
+            "values": list(self.values)
+            if math.isfinite(max(self.values))
+            else [json_float(v) for v in self.values],
             "alpha_min": self.alpha_min,
             "alpha_max": json_float(self.alpha_max),
         }

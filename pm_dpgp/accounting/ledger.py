@@ -292,6 +292,22 @@ class _Totals:
         )
 
     # -- the three bounds ---------------------------------------------------------------------
+    def best(self, delta: float, orders: NDArray[np.float64]) -> tuple[float, str]:
+        """The smallest valid bound at ``delta`` and its name (``bounds(best_only=True)``).
+
+        Memoised per ``(delta, orders)`` in the instance: the totals are immutable, so the
+        value never changes, and a ledger asks for the total it has just decided on again
+        (``spend`` computes it, ``Ledger.epsilon`` reads it back; once per DP Thompson round).
+        """
+        cache = self.__dict__.setdefault("_best_at", {})
+        key = (delta, orders.tobytes())
+        value = cache.get(key)
+        if value is None:
+            if len(cache) >= 8:
+                cache.clear()
+            value = cache[key] = _best(self.bounds(delta, orders, best_only=True))
+        return value
+
     def bounds(
         self, delta: float, orders: NDArray[np.float64], best_only: bool = False
     ) -> dict[str, float]:
@@ -416,7 +432,7 @@ def filter_epsilon(
             return math.inf
         return rdp_to_epsilon(orders, totals.rdp, delta / orders.size)
     if family == "fixed":
-        return _best(totals.bounds(delta, orders, best_only=True))[0]
+        return totals.best(delta, orders)[0]
     raise ValueError(f"unknown privacy filter {family!r}; expected one of {FILTERS}.")
 
 
@@ -648,7 +664,7 @@ class Ledger:
         """
         d = self._delta if delta is None else check_delta(delta)
         self._refresh()
-        return _best(self._totals.bounds(d, self._orders, best_only=True))[0]
+        return self._totals.best(d, self._orders)[0]
 
     def _check_event(self, event: PrivacyEvent) -> PrivacyEvent:
         if not isinstance(event, PrivacyEvent):
@@ -665,7 +681,7 @@ class Ledger:
         """Composition total ε at the ledger's δ if ``event`` were spent now.  Records nothing."""
         self._refresh()
         new = self._totals.add(self._check_event(event), self._orders)
-        return _best(new.bounds(self._delta, self._orders, best_only=True))[0]
+        return new.best(self._delta, self._orders)[0]
 
     def preview_filter(self, event: PrivacyEvent) -> float:
         """The filter's ε at the ledger's δ if ``event`` were spent now.  Records nothing."""
@@ -722,7 +738,7 @@ class Ledger:
         """
         self._check_provenance(label, privacy_model, fingerprint)
         new = self._totals.add(event, self._orders)
-        total, bound = _best(new.bounds(self._delta, self._orders, best_only=True))
+        total, bound = new.best(self._delta, self._orders)
         f_eps = self._filter_epsilon(new)
         if not self._within_budget(f_eps):
             own = event.epsilon(self._delta)

@@ -114,7 +114,13 @@ class RFPTriangle:
 
         Only one strip (``(n − c0) × 256`` doubles) exists besides the packed result, so a
         kernel matrix is evaluated into ``n(n + 1)/2`` doubles without an ``n × n`` array.
+        For ``n ≤ 256`` the whole ``A[:, :n]`` is one call of ``columns`` (no larger than one
+        strip) packed by ``dtrttf``: the RFP layout would otherwise split it into two
+        half-width strips, i.e. two kernel calls where one suffices (a DP Thompson round
+        builds two such small triangles).
         """
+        if n <= _STRIP:
+            return cls.from_dense(columns(0, n))
         out = cls(np.empty(n * (n + 1) // 2), n)
         for c0, c1, D, R in out._strips():
             strip = columns(c0, c1)
@@ -215,6 +221,8 @@ class RFPTriangle:
         of the triangle), ``n² k`` flops as a triangular product."""
         if Z.ndim != 2 or Z.shape[0] != self.n:
             raise ValueError(f"Z must have shape ({self.n}, k), got {Z.shape}")
+        if self.n <= _STRIP:  # within one strip: unpack (dtfttr) and one product
+            return self.to_dense() @ Z
         out = np.zeros((self.n, Z.shape[1]))
         for c0, c1, D, R in self._strips():
             Zs = Z[c0:c1]
