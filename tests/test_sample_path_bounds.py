@@ -30,6 +30,7 @@ from pm_dpgp.audit.renyi import (
 from pm_dpgp.mechanisms.full.sample_path_bounds import (
     SamplePathBound,
     check_kappa,
+    coupled_sensitivity,
     feasible_configurations,
     kernel_lower_bound,
     path_costs,
@@ -685,3 +686,41 @@ def test_metadata_is_json():
     meta = json.loads(json.dumps(b.to_metadata()))
     assert meta["alpha_max"] == pytest.approx(b.alpha_max)
     assert meta["constant"] == "proved" and meta["privacy_model"].startswith("full")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    n=st.integers(1, 10_000),
+    r2=st.floats(1e-4, 1e4),
+    kappa=st.floats(0.0, 1.0),
+    eta=st.one_of(st.just(0.0), st.floats(1e-3, 3.0)),
+    kernel_class=st.sampled_from(["generic", "exponential_1d", "constant"]),
+)
+def test_order_grid_and_coupled_delta_equal_their_defining_formulas(
+    n, r2, kappa, eta, kernel_class
+):
+    """The order grid is ``np.unique`` of the adapted pattern and the default orders inside
+    (1, α_max) (computed by a merge of presorted parts), and ``Δ_cpl`` is the cell maximum of
+    eq. (SP11) on the grid ``V (i/G)²`` (with the squared unit grid computed once): both
+    bitwise, so the curves the ledger charges are the ones the docs define."""
+    from pm_dpgp.mechanisms.full import sample_path_bounds as spb
+
+    b = SamplePathBound(
+        n=n, kernel_scale=1.0, r2=r2, M_Y=1.0, kappa=kappa, eta=eta, kernel_class=kernel_class
+    )
+    grid = np.concatenate([1.0 + (b.alpha_max - 1.0) * spb._ORDER_PATTERN, DEFAULT_ORDERS])
+    keep = (grid > 1.0) & (grid < b.alpha_max) & ((grid - 1.0) * b.tau < 1.0)
+    np.testing.assert_array_equal(b.orders(), np.unique(grid[keep]))
+    V = b.V
+    if V == 0.0:
+        return
+    edges = V * np.linspace(0.0, 1.0, spb._COUPLED_GRID + 1) ** 2
+    lo, hi = edges[:-1], edges[1:]
+    c = np.clip(r2, lo, hi)
+    s = math.sqrt((n - 1) / r2)
+    h = s * np.sqrt(hi * np.minimum(1.0 - lo, (n - 1) / (n - 1 + r2)))
+    for bounded in (False, True):
+        hb = np.minimum(h, 1.0) if bounded else h
+        expected = 2.0 * np.max(np.sqrt(c) / (c + r2) * (1.0 + hb))
+        expected *= 1.0 + 16.0 * np.finfo(float).eps
+        assert coupled_sensitivity(n, r2, V, 1.0, mean_bounded=bounded) == float(expected)

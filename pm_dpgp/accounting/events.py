@@ -516,10 +516,11 @@ class RdpCurveEvent(PrivacyEvent):
                 f"({alpha_min}, {alpha_max}) of this RDP bound, e.g. α={orders[outside][0]}. "
                 "Give values only at orders where the bound is proved to hold."
             )
-        idx = np.argsort(orders, kind="stable")
-        orders, values = orders[idx], values[idx]
-        if np.any(np.diff(orders) == 0.0):
-            raise ValueError("orders must not contain duplicates.")
+        if not np.all(np.diff(orders) > 0.0):  # not already strictly increasing
+            idx = np.argsort(orders, kind="stable")
+            orders, values = orders[idx], values[idx]
+            if np.any(np.diff(orders) == 0.0):
+                raise ValueError("orders must not contain duplicates.")
         object.__setattr__(self, "orders", tuple(orders.tolist()))
         object.__setattr__(self, "values", tuple(values.tolist()))
         object.__setattr__(self, "alpha_min", alpha_min)
@@ -580,7 +581,9 @@ class RdpCurveEvent(PrivacyEvent):
         ledger's basic bound converts every recorded event again whenever δ's share changes
         (stored in the instance ``__dict__``, so neither compared, hashed nor serialised)."""
         grid = np.asarray(self.orders, dtype=np.float64)
-        return grid, self.rdp(grid)
+        # ``rdp(grid)`` at the event's own orders: each is its own first grid order >= α, and
+        # all lie inside (alpha_min, alpha_max) (checked at construction)
+        return grid, self._envelope() * self.count
 
     def epsilon(self, delta: float) -> float:
         # cached per δ in the instance __dict__ (like _own_curve): a Thompson round asks for

@@ -278,7 +278,7 @@ class _Totals:
         if isinstance(event, ApproxDpEvent):
             approx_eps += event.total_epsilon
             approx_delta += event.total_delta
-        return _Totals(
+        new = _Totals(
             self.events + (event,),
             rdp,
             n_rdp,
@@ -290,6 +290,14 @@ class _Totals:
             approx_eps,
             approx_delta,
         )
+        if len(new.events) <= _BASIC_MAX_EVENTS and not isinstance(event, ApproxDpEvent):
+            # ``_basic_lower`` extends this one's sum by the new event (same summation order)
+            new.__dict__["_lower_parent"] = self
+        return new
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle the fields only (not the memo caches or the link to the previous totals)."""
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
 
     # -- the three bounds ---------------------------------------------------------------------
     def best(self, delta: float, orders: NDArray[np.float64]) -> tuple[float, str]:
@@ -346,14 +354,33 @@ class _Totals:
         return out
 
     def _basic_lower(self, delta: float) -> float:
-        """``Σ ε_i(rest) + Σ approx ε ≤`` the basic bound (each ``ε_i(rest)`` cached)."""
+        """``Σ ε_i(rest) + Σ approx ε ≤`` the basic bound (each ``ε_i(rest)`` cached).
+
+        Memoised per ``delta``; totals made by ``add`` from totals with the same approximate
+        events extend the previous sum by the new event's term, which adds the terms in the
+        same order as the loop below (bitwise the same value), once per event, not once
+        per event and round.
+        """
+        cache = self.__dict__.setdefault("_lower_at", {})
+        value = cache.get(delta)
+        if value is not None:
+            return value
         rest = delta - self.approx_delta
         if rest <= 0.0:
             return math.inf
-        total = self.approx_eps
-        for event in self.events:
-            if not isinstance(event, ApproxDpEvent):
-                total += memo_epsilon(event, rest, functools.partial(event.epsilon, rest))
+        parent = self.__dict__.get("_lower_parent")
+        if parent is not None and parent.events:
+            event = self.events[-1]
+            total = parent._basic_lower(delta)
+            total += memo_epsilon(event, rest, functools.partial(event.epsilon, rest))
+        else:
+            total = self.approx_eps
+            for event in self.events:
+                if not isinstance(event, ApproxDpEvent):
+                    total += memo_epsilon(event, rest, functools.partial(event.epsilon, rest))
+        if len(cache) >= 8:
+            cache.clear()
+        cache[delta] = total
         return total
 
     def _basic(self, delta: float) -> float:

@@ -265,12 +265,13 @@ def jittered_rfp_cholesky(
     small next to the ``O(n³)`` factorisation).  Returns the factor and the jitter used.
     """
     A = build()
-    schedule = jitter_schedule(A.diagonal(), 0.0, max_tries)
-    for attempt, jitter in enumerate(schedule):
-        if attempt:
-            A = build()
-        if jitter > 0.0:
-            A.add_to_diagonal(jitter)
+    diagonal = A.diagonal()  # kept: a failed attempt destroys A
+    if A.cholesky():  # the schedule's first jitter is 0
+        return A, 0.0
+    schedule = jitter_schedule(diagonal, 0.0, max_tries)
+    for jitter in schedule[1:]:
+        A = build()
+        A.add_to_diagonal(jitter)
         if A.cholesky():
             return A, float(jitter)
     raise CholeskyError(

@@ -33,6 +33,7 @@ that law.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -364,14 +365,23 @@ def _public_probes(
     question about the private data.  Repeated points are kept (every check is a maximum or
     holds pointwise; ``_check_kernel_class`` removes them itself).
     """
-    pts = [X_star]
-    if domain is not None:
-        lower, upper = parse_domain(domain)
-        d = lower.size
-        per_dim = max(2, int(round(n_grid ** (1.0 / d)))) if d > 1 else n_grid
-        axes = [np.linspace(lo, hi, per_dim) for lo, hi in zip(lower, upper, strict=True)]
-        pts.append(np.stack(np.meshgrid(*axes, indexing="ij"), -1).reshape(-1, d))
-    return np.vstack(pts)
+    if domain is None:
+        return X_star
+    lower, upper = parse_domain(domain)
+    return np.vstack([X_star, _domain_grid(lower.tobytes(), upper.tobytes(), n_grid)])
+
+
+@functools.lru_cache(maxsize=16)
+def _domain_grid(lower: bytes, upper: bytes, n_grid: int) -> NDArray[np.float64]:
+    """About ``n_grid`` points on a regular grid over the box (read-only, memoised per box: a
+    DP Thompson loop checks the same public domain every round)."""
+    lo_arr, hi_arr = np.frombuffer(lower), np.frombuffer(upper)
+    d = lo_arr.size
+    per_dim = max(2, int(round(n_grid ** (1.0 / d)))) if d > 1 else n_grid
+    axes = [np.linspace(lo, hi, per_dim) for lo, hi in zip(lo_arr, hi_arr, strict=True)]
+    grid = np.stack(np.meshgrid(*axes, indexing="ij"), -1).reshape(-1, d)
+    grid.flags.writeable = False
+    return grid
 
 
 def _check_public_kernel(

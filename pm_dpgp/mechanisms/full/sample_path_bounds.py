@@ -100,6 +100,9 @@ _COV_BOUNDS = ("paper", "inertia")
 _SENSITIVITIES = ("paper", "coupled")
 #: intervals of the certified maximisation in ``coupled_sensitivity``
 _COUPLED_GRID = 4096
+#: The cell edges of ``coupled_sensitivity`` divided by ``V``: ``(i/G)²``, computed once.
+_COUPLED_UNIT_EDGES = np.linspace(0.0, 1.0, _COUPLED_GRID + 1) ** 2
+_COUPLED_UNIT_EDGES.flags.writeable = False
 #: dp_accounting's conversion returns +inf at orders ≤ 1.01 (numerical stability).
 _MIN_USEFUL_ORDER = 1.01
 #: Relative positions ``s ∈ (0, 1)`` of ``SamplePathBound.orders`` inside ``(1, α_max)``:
@@ -108,6 +111,9 @@ _ORDER_PATTERN = np.concatenate(
     [np.geomspace(1e-6, 0.5, 90), 1.0 - np.geomspace(1e-6, 0.5, 90)[1:]]
 )
 _ORDER_PATTERN.flags.writeable = False
+#: ``_ORDER_PATTERN`` sorted, without its repeated 0.5 (an increasing affine image stays sorted).
+_ORDER_PATTERN_SORTED = np.unique(_ORDER_PATTERN)
+_ORDER_PATTERN_SORTED.flags.writeable = False
 
 
 # --------------------------------------------------------------------------------------------
@@ -333,7 +339,7 @@ def coupled_sensitivity(
         return 0.0
     s = math.sqrt((n - 1) / r2)
     lam = _lambda_max(n, r2)
-    edges = V * np.linspace(0.0, 1.0, _COUPLED_GRID + 1) ** 2
+    edges = V * _COUPLED_UNIT_EDGES
     lo, hi = edges[:-1], edges[1:]
     c = np.clip(r2, lo, hi)
     f1 = np.sqrt(c) / (c + r2)
@@ -536,30 +542,39 @@ class SamplePathBound:
 
     def cov_term(self, alpha: float | ArrayLike) -> float | NDArray[np.float64]:
         """Covariance (determinant) part: ``2ψ_α(τ)`` (SP7) or ``g(1+τ) + g(1/(1+τ))`` (SP10)."""
-        a = self._alpha(alpha)
-        hi, lo = psi_parts(a, self.tau)
-        out = 2.0 * np.maximum(hi, lo) if self.cov_bound == "paper" else hi + lo
-        return self._out(out)
+        return self._out(self._cov_term(self._alpha(alpha)))
 
     def mean_term(self, alpha: float | ArrayLike) -> float | NDArray[np.float64]:
         """Mean part ``(α/2)(V+r²)/(A(1−β)) Δ²`` of eq. (SP7)."""
-        a = self._alpha(alpha)
-        beta = (a - 1.0) * self.tau
-        return self._out(0.5 * a * (self.V + self.r2) / (self.A * (1.0 - beta)) * self.Delta**2)
+        return self._out(self._mean_term(self._alpha(alpha)))
 
     def rdp(self, alpha: float | ArrayLike) -> float | NDArray[np.float64]:
         """One-path RDP bound ε(α) = cov_term + mean_term (eq. SP7); ``ValueError`` outside
         (1, α_max)."""
-        a = self._alpha(alpha)
-        return self._out(np.asarray(self.cov_term(a)) + np.asarray(self.mean_term(a)))
+        a = self._alpha(alpha)  # validated once for both terms
+        return self._out(self._cov_term(a) + self._mean_term(a))
+
+    def _cov_term(self, a: NDArray[np.float64]) -> NDArray[np.float64]:
+        """``cov_term`` at validated orders ``a``."""
+        hi, lo = psi_parts(a, self.tau)
+        return 2.0 * np.maximum(hi, lo) if self.cov_bound == "paper" else hi + lo
+
+    def _mean_term(self, a: NDArray[np.float64]) -> NDArray[np.float64]:
+        """``mean_term`` at validated orders ``a``."""
+        beta = (a - 1.0) * self.tau
+        return 0.5 * a * (self.V + self.r2) / (self.A * (1.0 - beta)) * self.Delta**2
 
     # -- accounting -----------------------------------------------------------------------------
     def orders(self) -> NDArray[np.float64]:
         """An order grid adapted to (1, α_max): dense near both ends, plus the default grid."""
-        grid = np.concatenate([1.0 + (self.alpha_max - 1.0) * _ORDER_PATTERN, DEFAULT_ORDERS])
+        # the sorted union of two sorted grids (what np.unique of the concatenation returns)
+        grid = np.concatenate(
+            [1.0 + (self.alpha_max - 1.0) * _ORDER_PATTERN_SORTED, DEFAULT_ORDERS]
+        )
+        grid.sort(kind="stable")
         keep = (grid > 1.0) & (grid < self.alpha_max) & ((grid - 1.0) * self.tau < 1.0)
-        grid = np.unique(grid[keep])
-        return grid
+        keep[1:] &= grid[1:] != grid[:-1]
+        return grid[keep]
 
     def event(self, L: int = 1, label: str = "", orders: ArrayLike | None = None) -> RdpCurveEvent:
         """Ledger event for ``L`` released paths (``count = L``: L-fold, possibly adaptive).
