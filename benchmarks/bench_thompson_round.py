@@ -1,14 +1,14 @@
 """Benchmark: cost of a DP Thompson-sampling round against a non-private round.
 
-Run ``OPENBLAS_NUM_THREADS=1 python benchmarks/bench_thompson_round.py``.  In ONE process,
-for 64 and 512 candidate points per round, it runs :func:`pm_dpgp.workflow.thompson.
-dp_thompson_sampling` for 30 rounds privately (one sample-path release per round, charged
-to a ledger) and non-privately (``private=False``: an exact posterior draw at the
-candidates), after a full-length warm-up run of each, three interleaved times, and prints
-the time per round and the ratio
-private / non-private (issue 13's target: at most 1.5×), in wall-clock and in process CPU time
-(with one BLAS thread they agree on an idle machine; on a shared, overloaded one the CPU-time
-ratio is the fair comparison).
+Run ``OPENBLAS_NUM_THREADS=1 python benchmarks/bench_thompson_round.py [--rounds 100]``.  In
+ONE process, for 64 and 512 candidate points per round, it runs
+:func:`pm_dpgp.workflow.thompson.dp_thompson_sampling` for 30 rounds (or ``--rounds``)
+privately (one sample-path release per round, charged to a ledger) and non-privately
+(``private=False``: an exact posterior draw at the candidates), after a full-length warm-up
+run of each, three interleaved times, and prints the time per round and the ratio private /
+non-private (issue 13's target: at most 1.5×), in wall-clock and in process CPU time (with one
+BLAS thread they agree on an idle machine; on a shared, overloaded one the CPU-time ratio is
+the fair comparison).
 
 The memo caches of the sample-path event curves are cleared before each private run (a
 repeated run would otherwise find the previous run's curves there, which flattered the
@@ -85,18 +85,18 @@ def seconds_per_round(
     return wall / res.n_rounds, cpu / res.n_rounds
 
 
-def main() -> None:
+def main(rounds: int = 30) -> None:
     for candidates in (64, 512):
         seconds_per_round(True, 30, candidates)  # warm-up (kernel compilation, caches)
         seconds_per_round(False, 30, candidates)
         ratios = []
-        rounds: dict[bool, list[float]] = {True: [], False: []}
+        per_round: dict[bool, list[float]] = {True: [], False: []}
         for rep in range(3):  # interleaved repetitions: the machine's load drifts
             stamps: dict[bool, list[float]] = {True: [], False: []}
-            private = seconds_per_round(True, 30, candidates, stamps[True])
-            public = seconds_per_round(False, 30, candidates, stamps[False])
+            private = seconds_per_round(True, rounds, candidates, stamps[True])
+            public = seconds_per_round(False, rounds, candidates, stamps[False])
             for key in (True, False):
-                rounds[key].extend(np.diff(stamps[key]))
+                per_round[key].extend(np.diff(stamps[key]))
             ratios.append((private[0] / public[0], private[1] / public[1]))
             print(
                 f"{candidates:4d} candidates, run {rep + 1}: DP round {1e3 * private[0]:6.1f} ms, "
@@ -110,9 +110,9 @@ def main() -> None:
             f"{candidates:4d} candidates: run average (incl. the model build), median ratio "
             f"DP / non-private {wall:5.2f}x wall, {cpu:5.2f}x CPU"
         )
-        dp, plain = float(np.median(rounds[True])), float(np.median(rounds[False]))
+        dp, plain = float(np.median(per_round[True])), float(np.median(per_round[False]))
         print(
-            f"{candidates:4d} candidates: per round (median CPU of {len(rounds[True])} rounds, "
+            f"{candidates:4d} candidates: per round (median CPU of {len(per_round[True])} rounds, "
             f"setup excluded): DP {1e3 * dp:6.2f} ms, non-private {1e3 * plain:6.2f} ms, "
             f"ratio {dp / plain:5.2f}x (target <= 1.5x)",
             flush=True,
@@ -120,4 +120,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=30, help="rounds per run (30)")
+    main(parser.parse_args().rounds)
