@@ -31,6 +31,7 @@ import pymc as pm
 
 from pm_dpgp.accounting import Ledger
 from pm_dpgp.accounting.events import _conversion_terms
+from pm_dpgp.mechanisms.full.sample_path import sample_path_event
 from pm_dpgp.mechanisms.full.sample_path_bounds import _coupled_delta, _default_curve
 from pm_dpgp.workflow.thompson import dp_thompson_sampling
 
@@ -62,7 +63,7 @@ def seconds_per_round(
         # bounds: a 30-round run repeated with the same settings would find every curve of
         # the previous run there.  Clear them, so each run pays for its curves as a first
         # run in a fresh process does.
-        for memo in (_default_curve, _coupled_delta, _conversion_terms):
+        for memo in (_default_curve, _coupled_delta, _conversion_terms, sample_path_event):
             memo.cache_clear()
         kw = dict(ledger=Ledger(epsilon=1e6, delta=1e-5), y_bounds=(-1.0, 1.0), noise_sd=2.0)
     else:

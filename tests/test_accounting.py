@@ -789,3 +789,75 @@ def test_basic_bound_skipped_only_where_rdp_wins():
     assert "basic" in full and "basic" not in fast  # the skip is exercised
     assert _best(fast) == _best(full)
     assert ledger.epsilon() == _best(full)[0]
+
+
+def _random_event(rng: np.random.Generator):
+    from pm_dpgp.accounting import ZCDPEvent
+
+    kind = rng.integers(5)
+    if kind == 0:
+        return GaussianEvent(float(rng.uniform(0.5, 5.0)), count=int(rng.integers(1, 4)))
+    if kind == 1:
+        return ZCDPEvent(rho=float(rng.uniform(0.001, 0.5)))
+    if kind == 2:
+        return PureDpEvent(float(rng.uniform(0.01, 1.0)))
+    if kind == 3:
+        return ApproxDpEvent(float(rng.uniform(0.01, 1.0)), float(rng.uniform(0, 1e-7)))
+    orders = np.sort(rng.uniform(1.05, 60.0, size=int(rng.integers(3, 30))))
+    return RdpCurveEvent(tuple(orders), tuple(rng.uniform(0.0, 2.0, orders.size)), label="c")
+
+
+def test_memoised_totals_equal_a_fresh_computation():
+    """The ledger's memos (best total per totals and δ, the basic-composition lower bound
+    extended event by event, the filter's ε, the composition reused from ``can_afford`` to
+    ``spend``) return bitwise what the same totals computed afresh give, for random mixtures
+    of every event type, previews interleaved, several δ and across a pickle round trip."""
+    from pm_dpgp.accounting.ledger import _best, _Totals
+
+    rng = np.random.default_rng(2025)
+    for trial in range(40):
+        filt = ("auto", "renyi", "basic", "fixed")[trial % 4]
+        led = Ledger(delta=1e-5, filter=filt)
+        for _ in range(int(rng.integers(1, 80))):
+            event = _random_event(rng)
+            if rng.random() < 0.5:
+                led.can_afford(event)
+            if rng.random() < 0.2:
+                led.can_afford(_random_event(rng))  # a preview of another event
+            try:
+                led.spend(event)
+            except BudgetExceededError:
+                continue  # a filter that cannot account for this event type
+            fresh = _Totals.empty(led.orders.size)
+            for e in led._totals.events:
+                fresh = fresh.add(e, led.orders)
+            fresh.__dict__.pop("_lower_parent", None)  # the plain loop of _basic_lower
+            for d in (1e-5, 1e-3, 1e-5):
+                assert led._totals.best(d, led.orders) == _best(
+                    fresh.bounds(d, led.orders, best_only=True)
+                )
+                assert led._totals._basic_lower(d) == fresh._basic_lower(d)
+            assert led.filter_epsilon == led._filter_epsilon(fresh)
+        again = pickle.loads(pickle.dumps(led))
+        assert "_lower_at" not in again._totals.__dict__ and "_last_added" not in vars(again)
+        assert again.epsilon() == led.epsilon() and again.filter_epsilon == led.filter_epsilon
+
+
+def test_relabelled_curve_event_and_own_curve():
+    """``with_label`` keeps the validated curve and changes only the label (so it compares
+    unequal); the event's own curve is its ``rdp`` at its own orders."""
+    ev = RdpCurveEvent((1.5, 2.0, 8.0), (0.3, 0.2, 0.9), alpha_max=10.0, label="a", count=3)
+    other = ev.with_label("b")
+    assert other.label == "b" and other != ev
+    assert (other.orders, other.values, other.alpha_max, other.count) == (
+        ev.orders,
+        ev.values,
+        ev.alpha_max,
+        ev.count,
+    )
+    assert other.epsilon(1e-5) == ev.epsilon(1e-5)
+    with pytest.raises(ValueError):
+        ev.with_label(3)  # type: ignore[arg-type]
+    grid, values = ev._own_curve
+    np.testing.assert_array_equal(values, ev.rdp(grid))
+    np.testing.assert_array_equal(values, 3 * np.array([0.2, 0.2, 0.9]))  # envelope × count

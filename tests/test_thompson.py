@@ -238,3 +238,53 @@ def test_regret_ordering_over_seeds():
             )
     mean_np, mean_dp, mean_rs = np.mean(regrets, axis=0)
     assert mean_np < mean_dp < mean_rs
+
+
+def test_round_events_are_labelled_per_round_and_charged_once(run):
+    """``ThompsonResult.events`` carry the round's label; the ledger holds the release's event
+    with the same curve.  The round's budget check and the release's spend compose one
+    shared event object once (the ledger reuses the check's composition)."""
+    for k, (ev, entry) in enumerate(zip(run.events, run.ledger.history, strict=True)):
+        assert ev.label == f"Thompson round path (n={3 + k})"
+        assert entry.event.label == "1 GP posterior sample path(s) (Maciazek)"
+        assert (ev.orders, ev.values, ev.alpha_max) == (
+            entry.event.orders,
+            entry.event.values,
+            entry.event.alpha_max,
+        )
+
+
+def test_a_refused_round_stops_before_the_release_checks_or_warns():
+    """A round the budget cannot afford stops the loop before the release runs: no
+    ``PrivacyWarning`` for a release that never happens (the first round's ε is in the
+    hundreds here, above the warning threshold), even with warnings turned into errors."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = _run(seed=0, budget=5.0, n_rounds=3, noise_sd=0.2)
+    assert res.stop_reason == "budget" and res.n_rounds == 0 and res.ledger.history == []
+
+
+def test_composition_is_reused_from_can_afford_to_spend(monkeypatch):
+    """``can_afford(e)`` then ``spend(e)`` on unchanged totals add ``e`` once; any other
+    event, or totals that changed in between, are composed afresh (same totals as a fresh
+    ledger)."""
+    from pm_dpgp.accounting import ledger as ledger_module
+    from pm_dpgp.mechanisms.full.sample_path import sample_path_event
+
+    calls = []
+    add = ledger_module._Totals.add
+    monkeypatch.setattr(
+        ledger_module._Totals, "add", lambda self, e, o: calls.append(e) or add(self, e, o)
+    )
+    e1, e2 = (sample_path_event(_round_bound(n, 0.3), 1) for n in (5, 6))
+    led = Ledger(delta=DELTA)
+    assert led.can_afford(e1)
+    led.spend(e1)
+    assert len(calls) == 1  # composed once for the check and the spend
+    assert led.can_afford(e2)
+    led.spend(e1)  # another event than the one checked: composed afresh
+    assert len(calls) == 3
+    fresh = Ledger(delta=DELTA)
+    fresh.spend(e1)
+    fresh.spend(e1)
+    assert led.epsilon() == fresh.epsilon() and led.filter_epsilon == fresh.filter_epsilon

@@ -37,6 +37,7 @@ References
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import math
 import numbers
@@ -560,6 +561,15 @@ class RdpCurveEvent(PrivacyEvent):
             label=label,
             count=count,
         )
+
+    def with_label(self, label: str) -> RdpCurveEvent:
+        """The same curve under another ``label`` (a new event; the curve, validated when this
+        one was made, is shared rather than validated again)."""
+        new = object.__new__(type(self))
+        for f in dataclasses.fields(self):
+            object.__setattr__(new, f.name, getattr(self, f.name))
+        object.__setattr__(new, "label", _check_label(label))
+        return new
 
     def _envelope(self) -> NDArray[np.float64]:
         """min over grid orders β ≥ orders[i] of values(β): the best valid bound at orders[i]."""

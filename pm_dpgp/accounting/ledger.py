@@ -558,6 +558,8 @@ class Ledger:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         del state["_lock"]
+        state.pop("_last_added", None)  # memos, not state
+        state.pop("_prov_index", None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -628,7 +630,26 @@ class Ledger:
         family = self._family(totals)
         if family is None:
             return 0.0
-        return filter_epsilon(family, totals, self._delta, self._orders)
+        # memoised in the (immutable) totals: ``can_afford`` then ``spend`` of one event ask
+        # for the same value
+        cache = totals.__dict__.setdefault("_filter_at", {})
+        key = (family, self._delta, self._orders.tobytes())
+        value = cache.get(key)
+        if value is None:
+            if len(cache) >= 8:
+                cache.clear()
+            value = cache[key] = filter_epsilon(family, totals, self._delta, self._orders)
+        return value
+
+    def _added(self, event: PrivacyEvent) -> _Totals:
+        """``self._totals.add(event)``; the last result is reused for the same event object on
+        unchanged totals (``can_afford(event)`` and then ``spend(event)``: one composition)."""
+        memo = self.__dict__.get("_last_added")
+        if memo is not None and memo[0] is self._totals and memo[1] is event:
+            return memo[2]
+        new = self._totals.add(event, self._orders)
+        self._last_added = (self._totals, event, new)
+        return new
 
     @property
     def filter_epsilon(self) -> float:
@@ -707,25 +728,44 @@ class Ledger:
     def preview(self, event: PrivacyEvent) -> float:
         """Composition total ε at the ledger's δ if ``event`` were spent now.  Records nothing."""
         self._refresh()
-        new = self._totals.add(self._check_event(event), self._orders)
+        new = self._added(self._check_event(event))
         return new.best(self._delta, self._orders)[0]
 
     def preview_filter(self, event: PrivacyEvent) -> float:
         """The filter's ε at the ledger's δ if ``event`` were spent now.  Records nothing."""
         self._refresh()
-        return self._filter_epsilon(self._totals.add(self._check_event(event), self._orders))
+        return self._filter_epsilon(self._added(self._check_event(event)))
 
     def can_afford(self, event: PrivacyEvent) -> bool:
         """Whether ``spend`` would accept ``event`` now (the filter's ε within budget)."""
         return self._within_budget(self.preview_filter(event))
 
+    def _provenance_index(self) -> tuple[set[str], set[str]]:
+        """Generator fingerprints and privacy models of the recorded entries.
+
+        Kept per entry list and extended by the entries appended since the last call (the
+        list only grows in place; a persistent ledger's refresh replaces it), so a check is
+        O(1) per new entry instead of a pass over the whole history on every spend.
+        """
+        entries = self._entries
+        index = self.__dict__.get("_prov_index")
+        if index is None or index[0] is not entries or index[1] > len(entries):
+            index = (entries, 0, set(), set())
+        _, done, fingerprints, models = index
+        for e in entries[done:]:
+            if e.generator_fingerprint is not None:
+                fingerprints.add(e.generator_fingerprint)
+            if e.privacy_model is not None:
+                models.add(e.privacy_model)
+        self._prov_index = (entries, len(entries), fingerprints, models)
+        return fingerprints, models
+
     def _check_provenance(
         self, label: str, privacy_model: str | None, fingerprint: str | None
     ) -> None:
         """Refuse a reused Generator state or a second privacy model (public checks only)."""
-        if fingerprint is not None and any(
-            e.generator_fingerprint == fingerprint for e in self._entries
-        ):
+        fingerprints, recorded = self._provenance_index()
+        if fingerprint is not None and fingerprint in fingerprints:
             raise ReusedGeneratorError(
                 f"this release ({label!r}) uses a numpy Generator whose state was already used "
                 "for a release on this ledger (e.g. np.random.default_rng(seed) with the same "
@@ -736,7 +776,6 @@ class Ledger:
             )
         if privacy_model is None or self._allow_mixed:
             return
-        recorded = {e.privacy_model for e in self._entries if e.privacy_model is not None}
         if recorded and privacy_model not in recorded:
             raise PrivacyModelMismatchError(
                 f"this release ({label!r}) is {privacy_model!r}-private but the ledger holds "
@@ -764,7 +803,7 @@ class Ledger:
             If the filter's ε at the ledger's δ would exceed the budget.
         """
         self._check_provenance(label, privacy_model, fingerprint)
-        new = self._totals.add(event, self._orders)
+        new = self._added(event)
         total, bound = new.best(self._delta, self._orders)
         f_eps = self._filter_epsilon(new)
         if not self._within_budget(f_eps):

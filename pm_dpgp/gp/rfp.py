@@ -143,7 +143,8 @@ class RFPTriangle:
         return self.data[self._diagonal_index()]
 
     def to_dense(self) -> NDArray[np.float64]:
-        """The triangle as a dense lower-triangular ``n × n`` array (``dtfttr``; for tests)."""
+        """The triangle as a dense lower-triangular ``n × n`` array (``dtfttr``; used by tests
+        and by ``matmul`` for triangles within one strip)."""
         if self.n == 0:
             return np.zeros((0, 0))
         A, info = lapack.dtfttr(self.n, self.data, **_RFP)
@@ -218,7 +219,9 @@ class RFPTriangle:
 
     def matmul(self, Z: NDArray[np.float64]) -> NDArray[np.float64]:
         """``L Z`` for ``Z`` of shape ``(n, k)``: one GEMM per column strip (views, no copy
-        of the triangle), ``n² k`` flops as a triangular product."""
+        of the triangle), ``n² k`` flops as a triangular product.  A triangle within one
+        strip (``n ≤ 256``) is unpacked instead (``to_dense``, at most 512 KiB) and
+        multiplied once."""
         if Z.ndim != 2 or Z.shape[0] != self.n:
             raise ValueError(f"Z must have shape ({self.n}, k), got {Z.shape}")
         if self.n <= _STRIP:  # within one strip: unpack (dtfttr) and one product

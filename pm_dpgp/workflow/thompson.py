@@ -5,15 +5,18 @@ Each round ``t`` (Thompson 1933; Russo & Van Roy 2014 for GP posterior sampling)
 1. the curator's private dataset is ``D_t`` = every input queried so far and the
    objective values observed there (full privacy: inputs *and* outputs private,
    neighbours replace one ``(x, y)``);
-2. one posterior sample path of ``D_t`` is released with ``sample_path_release``
-   (``n_draws=1``, same ledger: adaptive RDP composition, Mironov 2017 Prop. 1).  Its
-   privacy event (``SamplePathBound`` with ``n = |D_t|``; the bound grows with ``n``) is
-   offered to the ledger **before** any sampling; when the ledger refuses it
-   (``BudgetExceededError``: nothing recorded, nothing drawn) the loop stops cleanly;
-3. the next query is the maximiser of the released path over candidates: a public
+2. the privacy event of releasing **one** posterior sample path of ``D_t`` is computed
+   (``SamplePathBound`` with ``n = |D_t|``;
+   the bound grows with ``n``) and the ledger is asked ``can_afford`` **before** any
+   sampling; the loop stops cleanly when it cannot;
+3. the path is released with ``sample_path_release``
+   (``n_draws=1``, same ledger: adaptive RDP composition, Mironov 2017 Prop. 1); should
+   the ledger still refuse it there (a persistent ledger that another process spent from
+   in between), nothing is recorded or drawn and the loop stops the same way;
+4. the next query is the maximiser of the released path over candidates: a public
    candidate set, or random candidates in the public box followed by local refinement,
    evaluating the lazy path at new points (post-processing: free);
-4. the objective is observed there (private) and appended to ``D_{t+1}``.
+5. the objective is observed there (private) and appended to ``D_{t+1}``.
 
 What is published and what is not.  The chosen inputs, the released path values at
 them, the per-round events and the cumulative ε are DP outputs (post-processing of
@@ -53,8 +56,9 @@ from pm_dpgp._validation import (
 )
 from pm_dpgp.accounting import BudgetExceededError, Ledger, PrivacyEvent
 from pm_dpgp.compat import get_group
-from pm_dpgp.mechanisms.full.sample_path import sample_path_release
+from pm_dpgp.mechanisms.full.sample_path import sample_path_event, sample_path_release
 from pm_dpgp.mechanisms.full.sample_path_bounds import (
+    SamplePathBound,
     Sensitivity,
     kernel_lower_bound,
 )
@@ -413,7 +417,7 @@ def dp_thompson_sampling(
     y_bounds = bounds_from_centred("y_bound", deprecated, y_bounds, prior_mean, func=func)
     reject_unexpected(deprecated, func=func)
     y_bounds = (prior_mean - 1.0, prior_mean + 1.0) if y_bounds is None else y_bounds
-    y_lower, y_upper, _ = centred_bound(y_bounds, prior_mean)
+    y_lower, y_upper, M_Y = centred_bound(y_bounds, prior_mean)
     rng = check_rng(rng)
     X0, lower, upper, fixed_cand, n_cand = check_loop_inputs(X_init, domain, n_rounds, candidates)
     d = X0.shape[1]
@@ -462,11 +466,26 @@ def dp_thompson_sampling(
                 )
                 if private:
                     assert ledger is not None and delta is not None and kappa is not None
+                    bound = SamplePathBound(
+                        n=n,
+                        kernel_scale=kernel_scale,
+                        r2=r2,
+                        M_Y=M_Y,
+                        kappa=float(kappa),
+                        eta=eta,
+                        kernel_class=kernel_class,
+                        sensitivity=sensitivity,
+                    )
+                    # the budget first: a round the ledger cannot afford stops the loop before
+                    # the release's own checks and warnings.  ``sample_path_event`` is memoised
+                    # per bound, so the release spends this same object: one composition and
+                    # one ε conversion for both the check and the spend.
+                    charged = sample_path_event(bound, 1)
+                    if not ledger.can_afford(charged):
+                        stop = "budget"
+                        break
                     data = cast(GPRegression, _Dataset(base, X_all, y_all))
                     try:
-                        # the ledger accepts or refuses the round's event before any sampling
-                        # (a refusal records nothing and draws nothing): the same decision as
-                        # ``ledger.can_afford(event)`` first, without computing it twice
                         release = sample_path_release(
                             data,
                             X_c,
@@ -483,23 +502,22 @@ def dp_thompson_sampling(
                             rng=rng,
                             clip="warn",
                         )
-                    except BudgetExceededError:
+                    except BudgetExceededError:  # spent from elsewhere since can_afford
                         stop = "budget"
                         break
-                    bound, event = release.bound, release.event
-                    assert event is not None and bound.n == n
                     path = release.evaluate
                     f_c = path(X_c)[0]
 
                     def evaluate(Xn: NDArray[np.float64], _p: Any = path) -> NDArray[np.float64]:
                         return _p(Xn)[0]
 
+                    event = charged.with_label(f"Thompson round path (n={n})")
                     events.append(event)
-                    eps_round = release.epsilon
+                    eps_round = release.epsilon  # = event.epsilon(delta): the same curve
                     eps_cum = ledger.epsilon()
                     meta = json.dumps(
                         {
-                            "label": f"Thompson round path (n={n})",
+                            "label": event.label,
                             "n": n,
                             "r2": r2,
                             "V": bound.V,

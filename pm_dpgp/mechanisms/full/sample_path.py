@@ -77,7 +77,7 @@ from pm_dpgp.models.sparse import is_stationary_decreasing
 #: ``noise_source`` of a sample-path release drawn without a caller's Generator.
 SAMPLE_PATH_OS_ENTROPY = "numpy_os_entropy"
 
-__all__ = ["SamplePathRelease", "sample_path_release"]
+__all__ = ["SamplePathRelease", "sample_path_event", "sample_path_release"]
 
 KernelClass = Literal["generic", "exponential_1d", "constant"]
 
@@ -727,7 +727,7 @@ def sample_path_release(
         cov_bound=cov_bound,
         sensitivity=sensitivity,
     )
-    event = bound.event(n_draws, label=f"{n_draws} GP posterior sample path(s) (Maciazek)")
+    event = sample_path_event(bound, n_draws)
     cost = event.epsilon(delta)
     if target is not None and cost > target * (1.0 + BUDGET_RTOL):
         raise ValueError(
@@ -782,6 +782,17 @@ def sample_path_release(
         release.evaluate(X_star)
         bar.advance(f"drew {n_draws} path(s)")
     return release
+
+
+@functools.lru_cache(maxsize=32)
+def sample_path_event(bound: SamplePathBound, n_draws: int = 1) -> RdpCurveEvent:
+    """The privacy event ``sample_path_release`` charges for ``n_draws`` paths under ``bound``.
+
+    Memoised per (immutable, hashable) bound: a DP Thompson round asks the ledger whether it
+    can afford this very object before the release spends it, so the ledger composes it
+    once (``Ledger.can_afford`` then ``Ledger.spend``) and its ε is converted once.
+    """
+    return bound.event(n_draws, label=f"{n_draws} GP posterior sample path(s) (Maciazek)")
 
 
 def _training_factor(public_gp: PublicGP) -> RFPTriangle:
