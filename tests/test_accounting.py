@@ -861,3 +861,73 @@ def test_relabelled_curve_event_and_own_curve():
     grid, values = ev._own_curve
     np.testing.assert_array_equal(values, ev.rdp(grid))
     np.testing.assert_array_equal(values, 3 * np.array([0.2, 0.2, 0.9]))  # envelope × count
+
+
+def test_repeat_does_not_inherit_the_one_fold_memos():
+    """``event * k`` is a new event: the ε memo and the cached own curve of the 1-fold event
+    must not travel with the copy (they once did, and ``(e * 3).epsilon(δ)`` returned the
+    1-fold ε, which the basic bound and ``filter="fixed"`` then under-counted)."""
+    curve = RdpCurveEvent((1.5, 2.0, 8.0), (0.3, 0.2, 0.9), alpha_max=10.0)
+    pairs = [
+        (curve, RdpCurveEvent((1.5, 2.0, 8.0), (0.3, 0.2, 0.9), alpha_max=10.0, count=3)),
+        (GaussianEvent(3.0), GaussianEvent(3.0, count=3)),
+        (PureDpEvent(0.4), PureDpEvent(0.4, count=3)),
+        (ApproxDpEvent(0.3, 1e-7), ApproxDpEvent(0.3, 1e-7, count=3)),
+    ]
+    for event, fresh in pairs:
+        event.epsilon(1e-5)  # fill the memo
+        if isinstance(event, RdpCurveEvent):
+            event._own_curve  # noqa: B018 - fill the cached property
+        tripled = event * 3
+        assert tripled == fresh
+        assert tripled.epsilon(1e-5) == fresh.epsilon(1e-5) > event.epsilon(1e-5)
+        np.testing.assert_array_equal(tripled.rdp(DEFAULT_ORDERS), fresh.rdp(DEFAULT_ORDERS))
+    led = Ledger(epsilon=1.2, delta=1e-5, filter="fixed")
+    with pytest.raises(BudgetExceededError):  # 3 × the curve costs more than 1.2
+        led.spend(curve * 3)
+
+
+def test_a_preview_racing_a_spend_cannot_corrupt_the_totals():
+    """``can_afford(E)`` on one thread while another thread spends ``F``: the composition the
+    preview memoises is paired with the totals it was composed from, so the later
+    ``spend(E)`` composes ``E`` onto ``T + F`` (and is refused here: E and F each fit the
+    budget, both do not), never onto the stale ``T``."""
+    import threading
+
+    armed, inside, spent = threading.Event(), threading.Event(), threading.Event()
+
+    class SlowGaussian(GaussianEvent):  # forces the interleaving: waits inside the preview
+        def rdp(self, orders=DEFAULT_ORDERS):
+            out = super().rdp(orders)
+            if armed.is_set():
+                armed.clear()
+                inside.set()
+                spent.wait(5)
+            return out
+
+    led = Ledger(epsilon=1.0, delta=1e-5, filter="renyi")
+    E, F = SlowGaussian(6.0, label="E"), GaussianEvent(6.0, label="F")
+    assert led.can_afford(GaussianEvent(6.0)) and not led.can_afford(GaussianEvent(6.0, count=2))
+    result = {}
+
+    def first():
+        result["afford"] = led.can_afford(E)
+        try:
+            led.spend(E)
+            result["spend"] = "accepted"
+        except BudgetExceededError:
+            result["spend"] = "refused"
+
+    def second():
+        inside.wait(5)
+        led.spend(F)
+        spent.set()
+
+    armed.set()
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert result == {"afford": True, "spend": "refused"}
+    assert [e.label for e in led.history] == ["F"] and len(led._totals.events) == 1

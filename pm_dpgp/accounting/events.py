@@ -362,6 +362,11 @@ class PrivacyEvent(ABC):
         """The k-fold (possibly adaptive) self-composition of this event."""
         k = _check_count(k, "k")
         new = copy.copy(self)
+        # the memos in the instance __dict__ (ε per δ, the own curve) belong to the 1-fold
+        # count: a copy that kept them would report the k-fold event's ε as the 1-fold one
+        fields = {f.name for f in dataclasses.fields(self)}
+        for key in [key for key in new.__dict__ if key not in fields]:
+            del new.__dict__[key]
         object.__setattr__(new, "count", self.count * k)
         return new
 

@@ -644,11 +644,12 @@ class Ledger:
     def _added(self, event: PrivacyEvent) -> _Totals:
         """``self._totals.add(event)``; the last result is reused for the same event object on
         unchanged totals (``can_afford(event)`` and then ``spend(event)``: one composition)."""
+        totals = self._totals  # read once: another thread may spend (or refresh) meanwhile
         memo = self.__dict__.get("_last_added")
-        if memo is not None and memo[0] is self._totals and memo[1] is event:
+        if memo is not None and memo[0] is totals and memo[1] is event:
             return memo[2]
-        new = self._totals.add(event, self._orders)
-        self._last_added = (self._totals, event, new)
+        new = totals.add(event, self._orders)
+        self._last_added = (totals, event, new)
         return new
 
     @property

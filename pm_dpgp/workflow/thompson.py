@@ -502,7 +502,11 @@ def dp_thompson_sampling(
                             rng=rng,
                             clip="warn",
                         )
-                    except BudgetExceededError:  # spent from elsewhere since can_afford
+                    except BudgetExceededError:
+                        # only a budget spent from elsewhere since can_afford (a persistent
+                        # ledger) is a clean stop; a refusal of anything else is a bug
+                        if ledger.can_afford(charged):
+                            raise
                         stop = "budget"
                         break
                     path = release.evaluate
