@@ -346,6 +346,41 @@ def test_kernel_compiled_once_per_model(monkeypatch: pytest.MonkeyPatch) -> None
     assert not np.allclose(pubs[0].kernel(X1), pubs[1].kernel(X1))
 
 
+def test_models_sharing_a_compiled_kernel_are_safe_across_threads() -> None:
+    """Two models of one kernel structure share one compiled function (the structural cache);
+    used from two threads at once, each still gets its own kernel matrices.  Before the
+    shared function was made thread-safe, 2,000 calls per thread returned 2–4 wrong matrices
+    (some built from the other thread's inputs and lengthscale) and raised 1–10 times."""
+    import threading
+
+    rng = np.random.default_rng(0)
+    XA, XB = rng.uniform(0, 1, (60, 1)), rng.uniform(5, 6, (60, 1))
+    pubs = [
+        gp_regression(
+            X, rng.normal(size=60), pm.gp.cov.ExpQuad(1, ls=ls), noise_sd=0.5, mean_is_public=True
+        ).public_gp()
+        for X, ls in ((XA, 0.3), (XB, 0.7))
+    ]
+    assert pubs[0]._kernel.fn.fn is pubs[1]._kernel.fn.fn  # one shared compiled function
+    refs = [p._kernel(X, X).copy() for p, X in zip(pubs, (XA, XB), strict=True)]
+    bad = [0, 0]
+
+    def run(i: int, X: np.ndarray) -> None:
+        for _ in range(1500):
+            try:
+                if not np.array_equal(pubs[i]._kernel(X, X), refs[i]):
+                    bad[i] += 1
+            except Exception:  # noqa: BLE001 - a race shows as an exception too
+                bad[i] += 1
+
+    threads = [threading.Thread(target=run, args=(i, X)) for i, X in enumerate((XA, XB))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert bad == [0, 0]
+
+
 # ------------------------------------------------------------------ input validation
 @pytest.mark.parametrize(
     ("X", "y", "match"),

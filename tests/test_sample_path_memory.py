@@ -225,3 +225,17 @@ def test_distinct_rows_keeps_first_occurrences_in_order():
     np.testing.assert_array_equal(
         sp._distinct_rows(np.array([[2.0], [1.0], [2.0], [0.0]])), [[2.0], [1.0], [0.0]]
     )
+
+
+def test_a_release_cannot_be_copied_or_pickled(model):
+    """Two copies of a release would continue the one charged path with the same Generator
+    state at different inputs, cancelling its noise (an audit combined three such values into
+    a noise-free function of the private responses); copying and pickling are refused."""
+    import copy
+    import pickle
+
+    rel = _release(model, np.linspace(0, 1, 5)[:, None])
+    for dup in (copy.copy, copy.deepcopy, pickle.dumps):
+        with pytest.raises(TypeError, match="cannot be copied or pickled"):
+            dup(rel)
+    assert rel.evaluate(np.array([[0.33]])).shape == (L, 1)  # the original still works

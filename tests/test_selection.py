@@ -739,3 +739,41 @@ def test_kernel_cache_keeps_a_noise_sd_that_enters_the_kernel(monkeypatch) -> No
     # the same compiled kernel on the same inputs: bitwise
     assert np.array_equal(cached.sensitivities, every.sensitivities)
     assert np.array_equal(cv_sse_utilities(cached, gpr.y), cv_sse_utilities(every, gpr.y))
+
+
+@pytest.mark.parametrize("fold_linalg", ["reference", "fast"])
+def test_folds_with_equal_matrices_keep_their_own_indices(fold_linalg):
+    """A replicated design (every input measured twice) with the interleaved 2-fold split has
+    byte-identical fold matrices under ``fold_linalg="reference"``.  The batched noise solve
+    shares the solution, not the plan: each fold keeps its own test and training indices, and
+    a single-label change moves the utility by no more than the calibrated Δu (it once moved
+    it by 1.9991 against Δu = 1.0557: fold 0's labels were scored twice, fold 1's never)."""
+    X = np.repeat(np.linspace(0.0, 1.0, 10), 2)[:, None]
+    n = len(X)
+    gpr = gp_regression(
+        X,
+        np.zeros(n),
+        lambda: pm.gp.cov.ExpQuad(1, ls=pm.Gamma("ell", 2, 4)),
+        noise_sd=30.0,
+        mean_is_public=True,
+    )
+    folds = kfold_splits(n, 2)
+    plan = plan_cv_sse(
+        gpr,
+        [{"ell": 0.3}],
+        folds,
+        y_bounds=(-1.0, 1.0),
+        release_epsilon=50.0,
+        release_delta=1e-5,
+        error_clip=0.5,
+        fold_linalg=fold_linalg,
+    )
+    for fold, test in zip(plan.fold_plans[0], folds, strict=True):
+        np.testing.assert_array_equal(fold.test, test)
+        np.testing.assert_array_equal(fold.train, np.setdiff1d(np.arange(n), test))
+    y0 = np.zeros(n)
+    for i in (0, 1):  # a label of each fold
+        y1 = y0.copy()
+        y1[i] = 1.0
+        du = abs(cv_sse_utilities(plan, y1)[0] - cv_sse_utilities(plan, y0)[0])
+        assert 0.5 < du <= plan.sensitivity

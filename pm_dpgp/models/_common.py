@@ -135,10 +135,12 @@ def _load_thread_safe(blob: bytes) -> ThreadSafeFunction:
 class ThreadSafeFunction:
     """A compiled PyTensor function that threads and processes can share.
 
-    * **Threads** (Dask's threaded scheduler): a compiled ``pytensor`` function keeps its
-      input/output storage inside the function object, so two threads calling it at once
-      would race.  Each thread calls its own ``fn.copy()`` (no recompilation), held in a
-      ``threading.local``.
+    * **Threads** (Dask's threaded scheduler, or two models used from two threads: models of
+      one kernel structure share one compiled function, ``pm_dpgp.models.exact._COMPILED``):
+      a compiled ``pytensor`` function keeps its input/output storage inside the function
+      object, so two threads calling it at once would race (wrong kernel matrices, from the
+      other thread's inputs).  The thread that made the object calls ``fn``; every other
+      thread calls its own ``fn.copy()`` (no recompilation), held in a ``threading.local``.
     * **Processes** (``dask.distributed`` workers, the multiprocessing scheduler): the object
       pickles as the pickle of ``fn`` (a compiled PyTensor function pickles and gives the same
       values; the ``threading.local`` is not pickled).  The pickle is made once and reused,
@@ -149,14 +151,21 @@ class ThreadSafeFunction:
 
     def __init__(self, fn: Any) -> None:
         self.fn = fn
+        self._owner = threading.get_ident()  # the thread that made it calls ``fn`` itself
         self._local = threading.local()
         self._blob: bytes | None = None
 
     def __call__(self, *args: Any) -> Any:
+        if threading.get_ident() == self._owner:
+            return self.fn(*args)
         own = getattr(self._local, "fn", None)
-        if own is None:
+        if own is None:  # ≈ 20 ms once per thread and function (storage, not a recompile)
             own = self._local.fn = self.fn.copy()
         return own(*args)
+
+    def copy(self) -> ThreadSafeFunction:
+        """Itself: calls from any thread are already safe (``BoundFunction.copy``)."""
+        return self
 
     def __reduce__(self) -> tuple[Callable[[bytes], ThreadSafeFunction], tuple[bytes]]:
         if self._blob is None:

@@ -63,6 +63,7 @@ from pm_dpgp.models._common import (
     NoiseSpec,
     PublicInputsView,
     PublicKernel,
+    ThreadSafeFunction,
     _as_2d_inputs,
     _builder_inputs,
     _check_name_and_mean,
@@ -378,8 +379,12 @@ class GPRegression:
         all_inputs = [*inputs, *self._hyper_inputs, *const_inputs]
         compiled = _compiled_like(all_inputs, out)
         if compiled is None:
-            compiled = pytensor.function(
-                all_inputs, out, on_unused_input="ignore", allow_input_downcast=True
+            # shared by every model of this structure, so calls from several threads must
+            # not share the function's storage: ThreadSafeFunction gives each thread its own
+            compiled = ThreadSafeFunction(
+                pytensor.function(
+                    all_inputs, out, on_unused_input="ignore", allow_input_downcast=True
+                )
             )
             _COMPILED.append((all_inputs, out, compiled))
             del _COMPILED[:-_COMPILED_MAX]

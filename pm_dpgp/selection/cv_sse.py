@@ -263,17 +263,15 @@ def _fold_cloaking_matrices(
     ]
 
 
-def _fold_plan(
-    test: NDArray[np.intp],
-    train: NDArray[np.intp],
-    noise: NoiseCovariance,
-    unit_scale: float,
-) -> CvFold:
-    """One fold's plan from its noise covariance: ``C̃_k = U_k U_kᵀ C_k`` and the noise variance."""
+def _fold_release(
+    noise: NoiseCovariance, unit_scale: float
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """What a release of a fold with this noise covariance would use: ``C̃_k = U_k U_kᵀ C_k``
+    and the release noise variance per test point (functions of the fold matrix only)."""
     Cp = noise.basis @ noise.projected  # what a release of this fold would compute
     sigma = unit_scale * float(np.sqrt(noise.max_mahalanobis)) * SENSITIVITY_SAFETY
     var = sigma * sigma * np.einsum("ij,jk,ik->i", noise.basis, noise.M_k, noise.basis)
-    return CvFold(test, train, Cp, var)
+    return Cp, var
 
 
 #: Fold matrices held back for one batched noise solve, at most this many bytes at a time.
@@ -287,7 +285,9 @@ class _NoiseQueue:
     ``noise_solver="batched"`` solves the noise covariances of every queued fold of every queued
     configuration in one ``solve_noise_covariances`` call (lockstep over all of them);
     ``"per_fold"`` calls ``solve_noise_covariance`` matrix by matrix.  A fold matrix equal, byte
-    for byte, to one solved before reuses that solution (the solve is a function of the matrix).
+    for byte, to one solved before reuses that solution (the solve is a function of the matrix);
+    only the solution is shared, each fold's plan keeps its own test and training indices (two
+    folds of a replicated design can have the same matrix).
     """
 
     folds: Sequence[NDArray[np.intp]]
@@ -297,7 +297,8 @@ class _NoiseQueue:
     noise_solver: NoiseSolver
     svd: Literal["gesdd", "r_svd"]
     finish: Any  # callable(entry) computing Δ(θ) and eq. (13) once its fold plans are set
-    seen: dict[bytes, list[tuple[NDArray[np.float64], CvFold]]]  # solved matrices, shared
+    # solved matrices → (C̃_k, release noise variance), shared by every queue of one plan
+    seen: dict[bytes, list[tuple[NDArray[np.float64], tuple[NDArray, NDArray]]]]
     before: _NoiseQueue | None = None  # flushed before this one
     # (configuration, its fold matrices, their SHA-256 digests: each matrix is hashed once)
     items: list[tuple[_SharedPlan, list[NDArray[np.float64]], list[bytes]]] = field(
@@ -311,10 +312,12 @@ class _NoiseQueue:
         if self.nbytes > _BATCH_BYTES:
             self.flush()
 
-    def _known(self, C: NDArray[np.float64], key: bytes) -> CvFold | None:
-        for C_old, fold in self.seen.get(key, []):
+    def _known(
+        self, C: NDArray[np.float64], key: bytes
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]] | None:
+        for C_old, solved in self.seen.get(key, []):
             if C_old.shape == C.shape and np.array_equal(C_old, C):
-                return fold
+                return solved
         return None
 
     def flush(self) -> None:
@@ -333,11 +336,16 @@ class _NoiseQueue:
             )
         else:
             noises = [solve_noise_covariance(C, rank_tol=self.rank_tol) for C in mats]
-        for (f, C, key), noise in zip(todo, noises, strict=True):
-            fold = _fold_plan(self.folds[f], self.trains[f], noise, self.unit_scale)
-            self.seen.setdefault(key, []).append((C, fold))
+        for (_, C, key), noise in zip(todo, noises, strict=True):
+            if self._known(C, key) is None:  # two folds of this flush may share a matrix
+                self.seen.setdefault(key, []).append((C, _fold_release(noise, self.unit_scale)))
         for entry, Cs, keys in self.items:
-            entry.fold_plans = [self._known(C, key) for C, key in zip(Cs, keys, strict=True)]  # type: ignore[misc]
+            plans = []
+            for f, (C, key) in enumerate(zip(Cs, keys, strict=True)):
+                solved = self._known(C, key)
+                assert solved is not None  # every matrix of the queue was solved above
+                plans.append(CvFold(self.folds[f], self.trains[f], *solved))
+            entry.fold_plans = plans
             self.finish(entry)
         self.items, self.nbytes = [], 0
 
@@ -488,7 +496,7 @@ def plan_cv_sse(
     # only) the others.  The first queue then holds the same matrices in the same order with
     # or without sharing, so a shared plan is bitwise its recomputation (a batched solve is
     # not independent of the other problems in its batch at the last bit).
-    seen: dict[bytes, list[tuple[NDArray[np.float64], CvFold]]] = {}
+    seen: dict[bytes, list[tuple[NDArray[np.float64], tuple[NDArray, NDArray]]]] = {}
     first_queue = _NoiseQueue(
         folds, trains, unit_scale or 0.0, rank_tol, noise_solver, svd, finish, seen
     )

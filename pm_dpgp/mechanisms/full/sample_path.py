@@ -189,6 +189,19 @@ class SamplePathRelease:
     metadata: dict[str, Any] = field(default_factory=dict)
     event: RdpCurveEvent | None = field(default=None, repr=False)
 
+    # ------------------------------------------------------------------ no copies
+    def _refuse_copy(self, *_: Any) -> Any:
+        raise TypeError(
+            "a SamplePathRelease cannot be copied or pickled: it holds the state of the one "
+            "charged path (the values released so far and the Generator that continues them), "
+            "and two copies would extend that path with the same noise at different inputs, "
+            "which cancels it (a noise-free function of the private data). Evaluate the path "
+            "at every input you need (evaluate(X_new), free), and publish or store those values "
+            "(released_values, to_inference_data) instead of the object."
+        )
+
+    __copy__ = __deepcopy__ = __reduce_ex__ = __reduce__ = _refuse_copy
+
     @property
     def n_paths(self) -> int:
         """Deprecated alias of ``n_draws`` (removed in the next release)."""
