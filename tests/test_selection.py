@@ -777,3 +777,71 @@ def test_folds_with_equal_matrices_keep_their_own_indices(fold_linalg):
         y1[i] = 1.0
         du = abs(cv_sse_utilities(plan, y1)[0] - cv_sse_utilities(plan, y0)[0])
         assert 0.5 < du <= plan.sensitivity
+
+
+def test_a_non_finite_label_is_mapped_after_the_spend_not_refused():
+    """The labels are private: a NaN label (a ``pm.Data`` container set after the model was
+    built) must not make the selection raise after the ledger was charged (the refusal would
+    depend on one label and spend for nothing).  It is read unchecked and mapped to the
+    midpoint of ``y_bounds`` like a label at the midpoint; a wrong schema is still refused
+    before the spend."""
+    X = np.linspace(0, 5, 12)[:, None]
+    y = np.sin(X[:, 0])
+    with pm.Model() as m:
+        yd = pm.Data("y", y)
+        gpr = gp_regression(
+            X, yd, lambda: pm.gp.cov.ExpQuad(1, ls=pm.Gamma("ell", 2, 1)), noise_sd=0.3, model=m
+        )
+    results = []
+    for yy in (np.where(np.arange(12) == 7, np.nan, y), np.where(np.arange(12) == 7, 0.0, y)):
+        with m:
+            pm.set_data({"y": yy})
+        ledger = Ledger(epsilon=5.0, delta=1e-5)
+        res = select_by_cross_validated_sse(
+            gpr,
+            product_grid({"ell": [0.5, 2.0]}),
+            epsilon=1.0,
+            y_bounds=(-1.5, 1.5),
+            ledger=ledger,
+            n_folds=3,
+            rng=np.random.default_rng(0),
+        )
+        assert len(ledger.history) == 1
+        results.append(res.owner_report()["utilities"])
+    np.testing.assert_array_equal(results[0], results[1])  # NaN ≡ the midpoint 0.0
+    with m:
+        pm.set_data({"y": y[:-1]})  # one label short: a schema error, before any spend
+    ledger = Ledger(epsilon=5.0, delta=1e-5)
+    with pytest.raises(ValueError):
+        select_by_cross_validated_sse(
+            gpr, product_grid({"ell": [0.5]}), epsilon=1.0, y_bounds=(-1.5, 1.5), ledger=ledger
+        )
+    assert ledger.history == []
+
+
+def test_batched_fast_reduction_of_tall_fold_matrices():
+    """``n`` not divisible by the folds gives fold matrices of both orientations (3 × 2 and
+    2 × 3 here); the default fast batched reduction used to fail on the tall one (its thin SVD
+    has ``min(m, n)`` singular vectors, not ``m``).  All four solver paths agree."""
+    X = np.array([0.0, 0.0, 1.0, 1.0, 2.0])[:, None]
+    gpr = gp_regression(
+        X,
+        np.zeros(5),
+        lambda: pm.gp.cov.ExpQuad(1, ls=pm.Gamma("ell", 2, 1)),
+        noise_sd=lambda: pm.HalfNormal("noise", 5.0),
+    )
+    sens = [
+        plan_cv_sse(
+            gpr,
+            product_grid({"ell": [0.5], "noise": [0.1]}),
+            kfold_splits(5, 2),
+            y_bounds=(-1, 2),
+            release_epsilon=1.0,
+            release_delta=1e-2,
+            fold_linalg=lin,
+            noise_solver=solver,
+        ).sensitivity
+        for lin in ("fast", "reference")
+        for solver in ("batched", "per_fold")
+    ]
+    np.testing.assert_allclose(sens, sens[-1], rtol=1e-9)

@@ -35,6 +35,7 @@ from pm_dpgp.selection.exponential import (
     sample_exponential_mechanism,
 )
 from pm_dpgp.selection.grids import check_folds, check_grid, kfold_splits, prior_quantile_grid
+from pm_dpgp.selection.private_data import check_data_schema
 from pm_dpgp.selection.result import SelectionResult
 
 __all__ = ["select_by_cross_validated_sse"]
@@ -135,6 +136,14 @@ def select_by_cross_validated_sse(
     configs = check_grid(prior_quantile_grid(gpr) if grid is None else grid, names)
     n = int(np.asarray(gpr.X).shape[0])  # type: ignore[attr-defined]
     split = kfold_splits(n, n_folds) if folds is None else check_folds(folds, n)
+    # the labels as stored, NOT checked finite: a refusal after the spend would depend on one
+    # private label (and spend for nothing); only their schema is checked here, and a
+    # non-finite label is mapped to the midpoint of y_bounds after the spend
+    # (``cv_sse_utilities``), record by record
+    stored = gpr.unchecked_data() if hasattr(gpr, "unchecked_data") else (gpr.X, gpr.y)
+    _, y_private, n_y = check_data_schema(np.asarray(gpr.X), stored[1], np.shape(gpr.X)[1])
+    if n_y != n:  # pragma: no cover - the schema check compares the rows of X and y
+        raise ValueError("y must have one label per row of X; nothing was spent.")
     # 2. plan from public information only
     plan = plan_cv_sse(
         gpr,
@@ -162,7 +171,7 @@ def select_by_cross_validated_sse(
             neighbouring_relation=LABEL_RELATION,
         )
     # 4. private utilities (the owner's view)
-    utilities = cv_sse_utilities(plan, gpr.y)  # type: ignore[attr-defined]
+    utilities = cv_sse_utilities(plan, np.asarray(y_private, dtype=np.float64).reshape(-1))
     kept = np.flatnonzero(plan.kept)
     # 5. draw
     pick = sample_exponential_mechanism(utilities[kept], plan.sensitivity, epsilon, rng=rng)

@@ -267,13 +267,15 @@ def _post_process(
     Rank ``k = #{σ_j > rank_tol σ_1}``, canonical signs (``w`` of ``cloaking._canonical_signs``),
     ``proj = U_kᵀ C``, ``white = proj / σ`` and the distinct columns of ``proj`` up to sign
     (``cloaking._distinct_columns``: canonical sign at the largest entry, a linear key, exact
-    comparison of neighbours in key order), on ``m``-row arrays whose rows ``k, …, m − 1``
-    are zero (they change no pivot, key or comparison).  Equal to the serial steps up to the
-    summation order of the sort key, which decides only which exact duplicates are found.
+    comparison of neighbours in key order), on ``r``-row arrays (``r = min(m, n)`` singular
+    vectors) whose rows ``k, …, r − 1`` are zero (they change no pivot, key or comparison).
+    Equal to the serial steps up to the summation order of the sort key, which decides only
+    which exact duplicates are found.
     """
     q, m, n = stack.shape
+    r = U.shape[2]  # singular vectors per matrix: min(m, n) (a thin SVD of a tall C has n)
     kk = np.count_nonzero(s > rank_tol * s[:, :1], axis=1)
-    live = np.arange(m)[None, :] < kk[:, None]  # (q, m): retained directions
+    live = np.arange(r)[None, :] < kk[:, None]  # (q, r): retained directions
     signs = np.where(np.einsum("m,qmj->qj", w, U) < 0.0, -1.0, 1.0) * live
     basis = U * signs[:, None, :]
     proj = basis.transpose(0, 2, 1) @ stack  # rows ≥ k are zero
@@ -284,7 +286,7 @@ def _post_process(
     valid = peak != 0.0
     sgn = np.sign(peak)
     key = np.where(
-        valid, sgn * np.einsum("qmn,m->qn", proj, np.sqrt(np.arange(2.0, m + 2.0))), np.inf
+        valid, sgn * np.einsum("qmn,m->qn", proj, np.sqrt(np.arange(2.0, r + 2.0))), np.inf
     )
     order = np.argsort(key, axis=1, kind="stable")
     sorted_key = np.take_along_axis(key, order, axis=1)
