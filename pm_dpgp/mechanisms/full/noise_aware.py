@@ -776,8 +776,12 @@ def _as_public(model: SparseGPRegression | PublicSparseGP, hyperparameters: Any)
 def _default_data(model: Any, data: Any) -> Any:
     if data is not None:
         return data
-    if isinstance(model, SparseGPRegression) and model.X.shape[0]:
-        return (model.X, model.y)
+    if isinstance(model, SparseGPRegression):
+        # as stored, unchecked: a refusal on a non-finite record would depend on it (the
+        # release maps bad records record by record); the number of rows is the schema
+        X, y = model.unchecked_data()
+        if np.shape(X)[0]:
+            return (X, y)
     raise ValueError(
         "no data: pass data=(X, y), an iterable of chunks, or Dask arrays (the model holds none)."
     )

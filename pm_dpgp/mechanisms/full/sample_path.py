@@ -55,6 +55,7 @@ from pm_dpgp._validation import (
     check_finite_array,
     check_positive,
     check_rng,
+    private_array,
     reject_unexpected,
     renamed,
     require,
@@ -622,8 +623,9 @@ def sample_path_release(
     kappa, domain:
         lower bound ``κ`` of ``k`` on the public input domain, or the domain from which
         it is computed: an interval ``(low, high)`` or one ``(low, high)`` pair per input
-        dimension; private inputs outside the box are clipped into it, silently (how many
-        depends on the private data, ``docs/errors.md``), so that the bound holds.  For a
+        dimension; private inputs outside the box are clipped into it and NaN coordinates
+        set to its centre, silently (how many depends on the private data,
+        ``docs/errors.md``), so that the bound holds.  For a
         kernel not recognised as stationary the domain is required: ``k(x, x) ≤ 1`` is
         checked on it, never at the private inputs.
     eta:
@@ -692,7 +694,23 @@ def sample_path_release(
     n_draws = check_count(1 if n_draws is None else n_draws, "n_draws")
     X_star = check_finite_array(X_star, "X_star", ndim=2)
     check_clip_option(clip)
-    public_gp = gpr.public_gp(hyperparameters)
+    if hasattr(gpr, "unchecked_data") and hasattr(gpr, "public_gp_without_data"):
+        # full privacy: the inputs and outputs are read as stored, unchecked (a refusal on a
+        # non-finite value, before or after the spend, would depend on one private record);
+        # only their shapes are checked here, and bad records are mapped record by record
+        X_raw, y_raw = gpr.unchecked_data()
+        X_raw = private_array(X_raw, "X", ndim=2)
+        y_raw = private_array(y_raw, "y", ndim=1)
+        if X_raw.shape[0] != y_raw.shape[0]:
+            raise ValueError(
+                f"X has {X_raw.shape[0]} rows but y has {y_raw.shape[0]}; nothing was spent."
+            )
+        public_gp = dataclasses.replace(
+            gpr.public_gp_without_data(hyperparameters), X=_mapped_inputs(X_raw, domain)
+        )
+    else:  # a GPRegression-like view (the Thompson loop's rows: public box, finite)
+        public_gp = gpr.public_gp(hyperparameters)
+        y_raw = gpr.y
     X = public_gp.X
     if X_star.shape[1] != X.shape[1]:
         raise ValueError(
@@ -766,7 +784,7 @@ def sample_path_release(
         )
     # responses are clipped to the public range, silently (non-finite ones to the prior mean,
     # then into the range), so |y − μ₀| <= M_Y holds for every record
-    y = np.asarray(gpr.y, dtype=np.float64)
+    y = np.asarray(y_raw, dtype=np.float64)
     y = np.clip(np.where(np.isfinite(y), y, mu0), lower, upper)
     with progress_bar(3, "Sample paths", enabled=progressbar) as bar:
         factor = _training_factor(public_gp)  # the O(n³) factorisation
@@ -795,6 +813,29 @@ def sample_path_release(
         release.evaluate(X_star)
         bar.advance(f"drew {n_draws} path(s)")
     return release
+
+
+#: Without a domain, input coordinates are clipped to ``±_UNBOXED`` (squared distances stay
+#: finite in the kernel; any real data lie far inside).
+_UNBOXED = 1e100
+
+
+def _mapped_inputs(X: NDArray[np.float64], domain: ArrayLike | None) -> NDArray[np.float64]:
+    """The private inputs after the release's record-wise map (``docs/errors.md``).
+
+    With a public ``domain``: a NaN coordinate becomes the box's centre, then every coordinate
+    is clipped into the box (±inf to its faces).  Without one (a stationary kernel and a given
+    ``kappa``): NaN becomes 0 and coordinates are clipped to ``±1e100``.  A record-wise map
+    keeps neighbouring datasets neighbours, so the guarantee is unchanged; with ``kappa > 0``
+    and no domain it still rests on the caller's claim that ``k ≥ κ`` between the (mapped)
+    records, which is why a domain is the recommended input.  Never reported.
+    """
+    if domain is None:
+        return np.clip(np.where(np.isnan(X), 0.0, X), -_UNBOXED, _UNBOXED)
+    lower, upper = parse_domain(domain)
+    if lower.size != X.shape[1]:  # reported, with the same message, by the caller's check
+        return X
+    return np.clip(np.where(np.isnan(X), 0.5 * (lower + upper), X), lower, upper)
 
 
 @functools.lru_cache(maxsize=32)

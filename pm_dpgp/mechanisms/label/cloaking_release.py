@@ -208,7 +208,11 @@ def cloaked_release(
     """
     public_gp = gpr.public_cloaking(hyperparameters)
     X_star = check_finite_array(X_star, "X_star", ndim=2)
-    labels = prepare_labels(gpr.y, y_bounds, clip=clip, bounds_are_public=bounds_are_public)
+    # the labels as stored, unchecked (prepare_labels checks their shape and maps a non-finite
+    # one to the midpoint of y_bounds; a refusal would depend on one private label)
+    labels = prepare_labels(
+        gpr.unchecked_data()[1], y_bounds, clip=clip, bounds_are_public=bounds_are_public
+    )
     with progress_bar(2, "Cloaked release", enabled=progressbar) as bar:
         parts = public_cloaking(
             public_gp, X_star, labels.y_bounds, tol=tol, rank_tol=rank_tol, design=design

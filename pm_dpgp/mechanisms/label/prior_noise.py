@@ -151,7 +151,11 @@ def prior_noise_release(
     """
     public_gp = gpr.public_gp(hyperparameters)
     X_star = check_finite_array(X_star, "X_star", ndim=2)
-    labels = prepare_labels(gpr.y, y_bounds, clip=clip, bounds_are_public=bounds_are_public)
+    # the labels as stored, unchecked (prepare_labels checks their shape and maps a non-finite
+    # one to the midpoint of y_bounds; a refusal would depend on one private label)
+    labels = prepare_labels(
+        gpr.unchecked_data()[1], y_bounds, clip=clip, bounds_are_public=bounds_are_public
+    )
     parts = public_prior_noise(public_gp, X_star, bound)
     whitening = centred_whitening(parts.W, labels.y, labels.y_bounds, public_gp.mean)
     shape, unit = parts.shape_factor, parts.unit_sensitivity
