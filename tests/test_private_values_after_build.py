@@ -145,3 +145,33 @@ def test_ppc_identity_check_reads_no_training_value():
         with m.model:
             pm.set_data({"yd": np.where(np.arange(10) == 3, np.nan, Y0)})
         dp_ppc(rel, XS, np.zeros(3), noise_sd=0.3, training=m, rng=np.random.default_rng(1))
+
+
+@pytest.mark.parametrize("builder", ["fitc", "nonstationary"])
+def test_cloaking_other_model_families_map_a_non_finite_label(builder):
+    """The same for the FITC and non-stationary (Gibbs) families on the label path."""
+    from pm_dpgp.models import fitc_gp_regression, nonstationary_gp_regression
+
+    outs = []
+    for value in (np.nan, 0.0):
+        with pm.Model():
+            yd = pm.Data("yd", Y0.copy())
+            if builder == "fitc":
+                m = fitc_gp_regression(
+                    X0, yd, pm.gp.cov.ExpQuad(1, ls=0.3), noise_sd=0.3, n_inducing=4, seed=0
+                )
+            else:
+                m = nonstationary_gp_regression(
+                    X0, yd, lambda x: 0.3 + 0.0 * x, kernel_scale=1.0, noise_sd=0.3
+                )
+            pm.set_data({"yd": np.where(np.arange(10) == 3, value, Y0)})
+        ledger = Ledger(epsilon=100.0, delta=1e-3)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            rel = cloaked_release(
+                m, XS, epsilon=1.0, delta=1e-4, y_bounds=(-2.0, 2.0), ledger=ledger,
+                rng=np.random.default_rng(0),
+            )  # fmt: skip
+        assert len(ledger.history) == 1
+        outs.append(rel.draws)
+    np.testing.assert_array_equal(outs[0], outs[1])
