@@ -30,8 +30,10 @@ from pm_dpgp.accounting import (
     LedgerIntegrityError,
     LedgerMismatchError,
     PersistentLedger,
+    PrivacyModelMismatchError,
     PureDpEvent,
     RdpCurveEvent,
+    ReusedGeneratorError,
     dataset_fingerprint,
     event_from_metadata,
     gdp_epsilon,
@@ -443,3 +445,19 @@ def test_bad_arguments_raise_clear_errors_and_store_nothing(tmp_path, kw, match)
         with sqlite3.connect(path) as conn:
             tables = conn.execute("SELECT name FROM sqlite_master").fetchall()
         assert tables == []
+
+
+def test_provenance_checks_see_spends_made_through_another_handle(tmp_path):
+    """The reused-Generator and privacy-model checks keep an index of the recorded entries;
+    a handle whose index was built before another handle spent must still see that spend
+    (the index follows the refreshed entry list), or a repeated noise stream would pass."""
+    path = tmp_path / "ledger.db"
+    a, b = PersistentLedger(path, FP, 10.0, 1e-3), PersistentLedger(path, FP)
+    event = GaussianEvent(5.0)
+    b.spend(event, privacy_model="label", rng=np.random.default_rng(1))  # b builds its index
+    a.spend(event, privacy_model="label", rng=np.random.default_rng(7))  # through the other
+    with pytest.raises(ReusedGeneratorError):
+        b.spend(event, privacy_model="label", rng=np.random.default_rng(7))
+    with pytest.raises(PrivacyModelMismatchError):
+        b.spend(event, privacy_model="full", rng=np.random.default_rng(8))
+    assert len(b.history) == 2

@@ -74,24 +74,25 @@ def test_sample_paths_without_domain_survive_an_extreme_input():
     assert np.all(np.isfinite(_paths(_model(X, Y0), domain=None)))
 
 
+def _label_draws(release, model) -> np.ndarray:
+    """The draws of a label-private release of ``model`` (seeded), charged exactly once."""
+    ledger = Ledger(epsilon=100.0, delta=1e-3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rel = release(
+            model, XS, epsilon=1.0, delta=1e-4, y_bounds=(-2.0, 2.0), ledger=ledger,
+            rng=np.random.default_rng(0),
+        )  # fmt: skip
+    assert len(ledger.history) == 1
+    return rel.draws
+
+
 @pytest.mark.parametrize("release", [cloaked_release, prior_noise_release])
 def test_label_releases_map_a_non_finite_label_to_the_midpoint(release):
-    outs = []
-    for value in (np.nan, 0.0):  # the midpoint of y_bounds = (-2, 2)
-        ledger = Ledger(epsilon=100.0, delta=1e-3)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            rel = release(
-                _model(X0, np.where(np.arange(10) == 3, value, Y0)),
-                XS,
-                epsilon=1.0,
-                delta=1e-4,
-                y_bounds=(-2.0, 2.0),
-                ledger=ledger,
-                rng=np.random.default_rng(0),
-            )
-        assert len(ledger.history) == 1
-        outs.append(rel.draws)
+    outs = [
+        _label_draws(release, _model(X0, np.where(np.arange(10) == 3, value, Y0)))
+        for value in (np.nan, 0.0)  # the midpoint of y_bounds = (-2, 2)
+    ]
     np.testing.assert_array_equal(outs[0], outs[1])
 
 
@@ -165,13 +166,5 @@ def test_cloaking_other_model_families_map_a_non_finite_label(builder):
                     X0, yd, lambda x: 0.3 + 0.0 * x, kernel_scale=1.0, noise_sd=0.3
                 )
             pm.set_data({"yd": np.where(np.arange(10) == 3, value, Y0)})
-        ledger = Ledger(epsilon=100.0, delta=1e-3)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            rel = cloaked_release(
-                m, XS, epsilon=1.0, delta=1e-4, y_bounds=(-2.0, 2.0), ledger=ledger,
-                rng=np.random.default_rng(0),
-            )  # fmt: skip
-        assert len(ledger.history) == 1
-        outs.append(rel.draws)
+        outs.append(_label_draws(cloaked_release, m))
     np.testing.assert_array_equal(outs[0], outs[1])

@@ -845,3 +845,30 @@ def test_batched_fast_reduction_of_tall_fold_matrices():
         for solver in ("batched", "per_fold")
     ]
     np.testing.assert_allclose(sens, sens[-1], rtol=1e-9)
+
+
+def test_equal_fold_matrices_are_solved_once(monkeypatch):
+    """The two byte-identical fold matrices of a replicated design (``fold_linalg=
+    "reference"``) are solved once within one batch, not once each, and both folds still
+    get that one solution with their own indices."""
+    from pm_dpgp.selection import cv_sse as cv_module
+
+    calls = []
+    real = cv_module.solve_noise_covariance
+    monkeypatch.setattr(
+        cv_module, "solve_noise_covariance", lambda C, **kw: calls.append(C) or real(C, **kw)
+    )
+    X = np.repeat(np.linspace(0.0, 1.0, 10), 2)[:, None]
+    gpr = gp_regression(
+        X, np.zeros(20), lambda: pm.gp.cov.ExpQuad(1, ls=pm.Gamma("ell", 2, 4)),
+        noise_sd=30.0, mean_is_public=True,
+    )  # fmt: skip
+    folds = kfold_splits(20, 2)
+    plan = plan_cv_sse(
+        gpr, [{"ell": 0.3}], folds, y_bounds=(-1.0, 1.0), release_epsilon=50.0,
+        release_delta=1e-5, error_clip=0.5, fold_linalg="reference", noise_solver="per_fold",
+    )  # fmt: skip
+    assert len(calls) == 1
+    f0, f1 = plan.fold_plans[0]
+    assert f0.C is f1.C and f0.noise_var is f1.noise_var  # one shared solution
+    np.testing.assert_array_equal(f1.test, folds[1])

@@ -23,6 +23,7 @@ from pm_dpgp.accounting import (
     Ledger,
     event_from_metadata,
 )
+from pm_dpgp.mechanisms.full.sample_path import PrivateRows
 from pm_dpgp.mechanisms.full.sample_path_bounds import SamplePathBound
 from pm_dpgp.mechanisms.gaussian import zcdp_rho
 from pm_dpgp.models import InducingFromDataError, gp_regression
@@ -330,7 +331,7 @@ def test_owner_path_score_is_the_expected_score_of_a_released_path(model):
         public, 0.0, KERNEL_SD, X[train], y[train], X[val], usable, y[val], 2.0
     )
     release = sample_path_release(
-        sp_module._TrainingRows(public, X[train], y[train]), X_STAR, n_draws=4000,
+        PrivateRows(public, X[train], y[train]), X_STAR, n_draws=4000,
         kernel_scale=KERNEL_SD, y_bounds=Y_BOUNDS, delta=1e-3, domain=DOMAIN,
         ledger=Ledger(epsilon=None, delta=1e-3, filter="renyi"), rng=np.random.default_rng(2),
     )  # fmt: skip

@@ -278,6 +278,16 @@ def _fold_release(
 _BATCH_BYTES = 64 * 2**20
 
 
+def _lookup(
+    store: dict[bytes, list[tuple[NDArray[np.float64], Any]]], C: NDArray[np.float64], key: bytes
+) -> Any:
+    """The value stored with a matrix equal to ``C`` (``key`` its digest), or ``None``."""
+    for C_old, value in store.get(key, []):
+        if C_old.shape == C.shape and np.array_equal(C_old, C):
+            return value
+    return None
+
+
 @dataclass(eq=False)
 class _NoiseQueue:
     """Configurations whose fold matrices wait for one batched noise solve (docs §9).
@@ -315,30 +325,28 @@ class _NoiseQueue:
     def _known(
         self, C: NDArray[np.float64], key: bytes
     ) -> tuple[NDArray[np.float64], NDArray[np.float64]] | None:
-        for C_old, solved in self.seen.get(key, []):
-            if C_old.shape == C.shape and np.array_equal(C_old, C):
-                return solved
-        return None
+        return _lookup(self.seen, C, key)
 
     def flush(self) -> None:
         if self.before is not None:
             self.before.flush()
-        todo = [
-            (f, C, key)
-            for _, Cs, keys in self.items
-            for f, (C, key) in enumerate(zip(Cs, keys, strict=True))
-            if self._known(C, key) is None
-        ]
-        mats = [C for _, C, _ in todo]
+        # each distinct matrix once: not solved before, nor earlier in this flush
+        todo: list[tuple[NDArray[np.float64], bytes]] = []
+        pending: dict[bytes, list[tuple[NDArray[np.float64], bool]]] = {}
+        for _, Cs, keys in self.items:
+            for C, key in zip(Cs, keys, strict=True):
+                if self._known(C, key) is None and _lookup(pending, C, key) is None:
+                    pending.setdefault(key, []).append((C, True))
+                    todo.append((C, key))
+        mats = [C for C, _ in todo]
         if self.noise_solver == "batched":
             noises = (
                 solve_noise_covariances(mats, rank_tol=self.rank_tol, svd=self.svd) if mats else []
             )
         else:
             noises = [solve_noise_covariance(C, rank_tol=self.rank_tol) for C in mats]
-        for (_, C, key), noise in zip(todo, noises, strict=True):
-            if self._known(C, key) is None:  # two folds of this flush may share a matrix
-                self.seen.setdefault(key, []).append((C, _fold_release(noise, self.unit_scale)))
+        for (C, key), noise in zip(todo, noises, strict=True):
+            self.seen.setdefault(key, []).append((C, _fold_release(noise, self.unit_scale)))
         for entry, Cs, keys in self.items:
             plans = []
             for f, (C, key) in enumerate(zip(Cs, keys, strict=True)):

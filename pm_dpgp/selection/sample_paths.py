@@ -62,6 +62,7 @@ from pm_dpgp.mechanisms.full.sample_path import (
     PRIVACY_MODEL,
     SAMPLE_PATH_OS_ENTROPY,
     KernelClass,
+    PrivateRows,
     _check_public_kernel,
     _public_probes,
     sample_path_release,
@@ -310,19 +311,6 @@ def plan_sample_path_selection(
     return SamplePathSelectionPlan(bounds, G, curves, rho_cp, base, event, setup)
 
 
-class _TrainingRows:
-    """``GPRegression``-like view of the training rows D₁ for ``sample_path_release``."""
-
-    def __init__(self, public: PublicGP, X: NDArray[np.float64], y: NDArray[np.float64]) -> None:
-        self._public = dataclasses.replace(public, X=X)
-        self.X = X
-        self.y = y
-        self.cov_func = None  # the domain is always given: stationarity is not consulted
-
-    def public_gp(self, hyperparameters: dict[str, float] | None = None) -> PublicGP:
-        return self._public
-
-
 def _owner_scores(
     public: PublicGP,
     eta: float,
@@ -485,7 +473,7 @@ def select_by_sample_paths(
     def run(i: int) -> tuple[float, float]:
         try:
             release = sample_path_release(
-                _TrainingRows(publics[i], X1, y1),  # type: ignore[arg-type]
+                PrivateRows(publics[i], X1, y1),  # type: ignore[arg-type]
                 X_star,
                 n_draws=1,
                 kernel_scale=sigmas[i],

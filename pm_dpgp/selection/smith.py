@@ -35,7 +35,7 @@ from pm_dpgp.selection.exponential import (
     sample_exponential_mechanism,
 )
 from pm_dpgp.selection.grids import check_folds, check_grid, kfold_splits, prior_quantile_grid
-from pm_dpgp.selection.private_data import check_data_schema
+from pm_dpgp.selection.private_data import check_data_schema, private_data
 from pm_dpgp.selection.result import SelectionResult
 
 __all__ = ["select_by_cross_validated_sse"]
@@ -140,10 +140,7 @@ def select_by_cross_validated_sse(
     # private label (and spend for nothing); only their schema is checked here, and a
     # non-finite label is mapped to the midpoint of y_bounds after the spend
     # (``cv_sse_utilities``), record by record
-    stored = gpr.unchecked_data() if hasattr(gpr, "unchecked_data") else (gpr.X, gpr.y)
-    _, y_private, n_y = check_data_schema(np.asarray(gpr.X), stored[1], np.shape(gpr.X)[1])
-    if n_y != n:  # pragma: no cover - the schema check compares the rows of X and y
-        raise ValueError("y must have one label per row of X; nothing was spent.")
+    _, y_private, _ = check_data_schema(gpr.X, private_data(gpr, None)[1], gpr.input_dim)
     # 2. plan from public information only
     plan = plan_cv_sse(
         gpr,

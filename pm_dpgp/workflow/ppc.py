@@ -79,12 +79,8 @@ def _refuse_private(
         # are never compared with the private training values: a refusal that did would be a
         # membership oracle (docs/errors.md); the data owner can run
         # pm_dpgp.audit.check_public_choices(X, y, holdout=(X_h, y_h)) on their own data.
-        if isinstance(training, tuple):
-            y_tr_raw = training[1]
-        elif hasattr(training, "unchecked_data"):  # the stored object: no value is checked
-            y_tr_raw = training.unchecked_data()[1]
-        else:
-            y_tr_raw = getattr(training, "y", None)
+        # the stored object (``unchecked_data``): no value is read or checked
+        y_tr_raw = training[1] if isinstance(training, tuple) else training.unchecked_data()[1]
         if y_raw is y_tr_raw or (
             isinstance(y_raw, np.ndarray)
             and isinstance(y_tr_raw, np.ndarray)

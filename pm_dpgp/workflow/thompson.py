@@ -56,7 +56,11 @@ from pm_dpgp._validation import (
 )
 from pm_dpgp.accounting import BudgetExceededError, Ledger, PrivacyEvent
 from pm_dpgp.compat import get_group
-from pm_dpgp.mechanisms.full.sample_path import sample_path_event, sample_path_release
+from pm_dpgp.mechanisms.full.sample_path import (
+    PrivateRows,
+    sample_path_event,
+    sample_path_release,
+)
 from pm_dpgp.mechanisms.full.sample_path_bounds import (
     SamplePathBound,
     Sensitivity,
@@ -167,23 +171,6 @@ def _thompson_idata(
         dims=dims,
         coords=coords,
     )
-
-
-class _Dataset:
-    """``GPRegression``-like view of the growing dataset, reusing one compiled kernel.
-
-    ``sample_path_release`` needs ``public_gp(hyperparameters)`` and ``y``.  The
-    PublicGP of the first model holds the kernel compiled once by PyTensor (it depends
-    on the public hyperparameters only), so each round only swaps the inputs.
-    """
-
-    def __init__(self, base: PublicGP, X: NDArray[np.float64], y: NDArray[np.float64]) -> None:
-        self._public = dataclasses.replace(base, X=X)
-        self.y = y
-        self.X = X
-
-    def public_gp(self, hyperparameters: dict[str, float] | None = None) -> PublicGP:
-        return self._public
 
 
 def _box(domain: tuple[ArrayLike, ArrayLike], d: int) -> tuple[NDArray, NDArray]:
@@ -484,7 +471,8 @@ def dp_thompson_sampling(
                     if not ledger.can_afford(charged):
                         stop = "budget"
                         break
-                    data = cast(GPRegression, _Dataset(base, X_all, y_all))
+                    # the rows so far with the first model's public GP (kernel compiled once)
+                    data = cast(GPRegression, PrivateRows(base, X_all, y_all))
                     try:
                         release = sample_path_release(
                             data,

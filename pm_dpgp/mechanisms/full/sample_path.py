@@ -78,7 +78,7 @@ from pm_dpgp.models.sparse import is_stationary_decreasing
 #: ``noise_source`` of a sample-path release drawn without a caller's Generator.
 SAMPLE_PATH_OS_ENTROPY = "numpy_os_entropy"
 
-__all__ = ["SamplePathRelease", "sample_path_event", "sample_path_release"]
+__all__ = ["PrivateRows", "SamplePathRelease", "sample_path_event", "sample_path_release"]
 
 KernelClass = Literal["generic", "exponential_1d", "constant"]
 
@@ -86,6 +86,30 @@ KernelClass = Literal["generic", "exponential_1d", "constant"]
 _BLOCK_DOUBLES = 2**20
 #: Up to this many new inputs, ``k(X_new, [X; X_new])`` is one kernel call (if it fits a block).
 _ONE_CALL_POINTS = 256
+
+
+class PrivateRows:
+    """Private rows ``(X, y)`` and the public GP they enter, read by ``sample_path_release``
+    as it reads a ``GPRegression`` (``unchecked_data``, ``public_gp_without_data``), without
+    a PyMC model or a compilation: the DP Thompson loop's growing dataset and a selection's
+    training rows.  ``public`` holds the kernel (its own inputs are replaced by the rows)."""
+
+    cov_func = None  # not a PyMC covariance: give the release a domain
+
+    def __init__(self, public: PublicGP, X: ArrayLike, y: ArrayLike) -> None:
+        self._public = public
+        self._X = X
+        self._y = y
+
+    def unchecked_data(self) -> tuple[ArrayLike, ArrayLike]:
+        """The rows as given (the release checks their shapes and maps bad records)."""
+        return self._X, self._y
+
+    def public_gp_without_data(self, hyperparameters: Mapping[str, Any] | None = None) -> PublicGP:
+        """The public GP; its hyperparameters are fixed, so none may be given."""
+        if hyperparameters:
+            raise ValueError("PrivateRows holds a public GP with fixed hyperparameters.")
+        return self._public
 
 
 class _PathState:
@@ -694,23 +718,19 @@ def sample_path_release(
     n_draws = check_count(1 if n_draws is None else n_draws, "n_draws")
     X_star = check_finite_array(X_star, "X_star", ndim=2)
     check_clip_option(clip)
-    if hasattr(gpr, "unchecked_data") and hasattr(gpr, "public_gp_without_data"):
-        # full privacy: the inputs and outputs are read as stored, unchecked (a refusal on a
-        # non-finite value, before or after the spend, would depend on one private record);
-        # only their shapes are checked here, and bad records are mapped record by record
-        X_raw, y_raw = gpr.unchecked_data()
-        X_raw = private_array(X_raw, "X", ndim=2)
-        y_raw = private_array(y_raw, "y", ndim=1)
-        if X_raw.shape[0] != y_raw.shape[0]:
-            raise ValueError(
-                f"X has {X_raw.shape[0]} rows but y has {y_raw.shape[0]}; nothing was spent."
-            )
-        public_gp = dataclasses.replace(
-            gpr.public_gp_without_data(hyperparameters), X=_mapped_inputs(X_raw, domain)
+    # full privacy: the inputs and outputs are read as stored, unchecked (a refusal on a
+    # non-finite value, before or after the spend, would depend on one private record); only
+    # their shapes are checked here, and bad records are mapped record by record
+    X_raw, y_raw = gpr.unchecked_data()
+    X_raw = private_array(X_raw, "X", ndim=2)
+    y_raw = private_array(y_raw, "y", ndim=1)
+    if X_raw.shape[0] != y_raw.shape[0]:
+        raise ValueError(
+            f"X has {X_raw.shape[0]} rows but y has {y_raw.shape[0]}; nothing was spent."
         )
-    else:  # a GPRegression-like view (the Thompson loop's rows: public box, finite)
-        public_gp = gpr.public_gp(hyperparameters)
-        y_raw = gpr.y
+    public_gp = dataclasses.replace(
+        gpr.public_gp_without_data(hyperparameters), X=_mapped_inputs(X_raw, domain)
+    )
     X = public_gp.X
     if X_star.shape[1] != X.shape[1]:
         raise ValueError(
