@@ -162,7 +162,7 @@ def _leaves(res, feats, X, y, model):
     groups = [(X[:n0], y[:n0])] + [(X[i : i + 1], y[i : i + 1]) for i in range(n0, len(y) - 1)]
     lo, hi = res.idata.thompson.attrs["y_bounds"]
     if model == "label":
-        return np.stack([label_statistics(feats(Xg), yg, (lo, hi), 0.0) for Xg, yg in groups])
+        return np.stack([label_statistics(feats(Xg), yg, (lo, hi)) for Xg, yg in groups])
     R_y = res.idata.thompson.attrs["R_y"]
     return np.stack(
         [record_statistics(feats(Xg), np.clip(yg, -R_y, R_y), 1.0) for Xg, yg in groups]
@@ -249,3 +249,15 @@ def test_partition_arguments_are_checked_before_any_spend():
             )  # fmt: skip
     assert ledger.history == [] and rng.bit_generator.state == state
     assert math.isfinite(feats.R)
+
+
+def test_weights_are_copied_so_the_charged_norm_bound_stays_true():
+    """Stop-26 audit: the basis kept the caller's weights array, so ``w *= 10`` afterwards
+    made ‖φ‖ = 10 R_φ while the loop charged R_φ."""
+    w = np.array([0.5, 0.5, 0.5])
+    feats = DyadicPartitionFeatures(0.0, 1.0, 3, weights=w)
+    R = feats.R
+    w *= 10.0
+    X = np.linspace(0.0, 1.0, 101)[:, None]
+    np.testing.assert_allclose(np.linalg.norm(feats(X), axis=1), R, rtol=1e-14)
+    assert feats.R == R and not feats.weights.flags.writeable

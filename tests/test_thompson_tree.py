@@ -177,19 +177,19 @@ def test_features_norm_bound_holds_and_is_nearly_attained():
 
 
 # ------------------------------------------------------------------ the loop
-def _run(seed=3, budget=3.0, n_rounds=12, ledger=None, **kw):
+def _run(seed=3, budget=3.0, n_rounds=12, ledger=None, objective_fn=None, X_init=None, **kw):
     kw.setdefault("rng", np.random.default_rng(seed))
+    kw.setdefault("candidates", 64)
+    kw.setdefault("refine_steps", 1)
     return dp_thompson_sampling_tree(
-        objective(seed + 1000),
+        objective(seed + 1000) if objective_fn is None else objective_fn,
         COV,
         domain=(0.0, 1.0),
-        X_init=X0,
+        X_init=X0 if X_init is None else X_init,
         n_rounds=n_rounds,
         noise_sd=0.05,
         inducing=6,
         ledger=Ledger(epsilon=budget, delta=DELTA) if ledger is None else ledger,
-        candidates=64,
-        refine_steps=1,
         progressbar=False,
         **kw,
     )
@@ -360,7 +360,7 @@ def _leaves_of(run, feats, y):
     groups = [(run.owner.X[:n0], y[:n0])] + [
         (run.owner.X[i : i + 1], y[i : i + 1]) for i in range(n0, len(y) - 1)
     ]
-    return np.stack([label_statistics(feats(Xg), yg, bounds, 0.0) for Xg, yg in groups])
+    return np.stack([label_statistics(feats(Xg), yg, bounds) for Xg, yg in groups])
 
 
 @pytest.fixture(scope="module")
@@ -375,7 +375,8 @@ def label_run():
 
 
 def test_label_leaves_are_the_A_stream_of_the_published_inputs(label_run):
-    """The loop's leaves are exactly Φᵀ(clip(y) − μ) at the published inputs (no B, no x)."""
+    """The loop's leaves are exactly Φᵀ(clip(y) − c), c the midpoint of y_bounds, at the
+    published inputs (no B, no x)."""
     res, tree, feats = label_run
     assert res.n_rounds == 13 and len(tree.leaves) == 13 and tree.plan.dim == feats.M
     # same operations in the same order: equal up to the last bit of the matrix product
@@ -386,6 +387,71 @@ def test_label_leaves_are_the_A_stream_of_the_published_inputs(label_run):
     # Δ = R_φ (b − a): 2.5 for y_bounds (-1, 1.5), not 2 max|b − μ| R_φ = 3
     assert attrs["tree_leaf_sensitivity"] == pytest.approx(feats.R * 2.5, rel=1e-15)
     assert attrs["privacy_model"] == "label" and res.ledger.privacy_model == "label"
+
+
+def test_label_leaves_are_centred_so_round_off_stays_below_the_sensitivity():
+    """Stop-26 audit: with y_bounds far from the prior mean (μ = 0, [a, b] = [10¹⁵, 10¹⁵ + 1])
+    μ-centred leaves of size ~10¹⁵ R_φ made the counter's float sums of worst neighbours move
+    by 1.63× the charged sensitivity.  The loop's leaves are centred at the midpoint, so they
+    are O(b − a), and the worst neighbour (one design value a ↔ b, other values adversarial)
+    moves the stacked releases by at most the sensitivity, up to relative round-off."""
+    a, b = 1e15, 1e15 + 1.0
+    rng = np.random.default_rng(11)
+    with warnings.catch_warnings(), pytest.MonkeyPatch.context() as mp:
+        warnings.simplefilter("ignore")
+        mp.setattr("pm_dpgp.workflow.thompson_tree.TreeAggregator", _RecordingTree)
+        res = dp_thompson_sampling_tree(
+            lambda X: a + rng.uniform(size=len(X)),
+            COV,
+            domain=(0.0, 1.0),
+            X_init=X0,
+            n_rounds=8,
+            noise_sd=0.05,
+            inducing=6,
+            y_bounds=(a, b),
+            prior_mean=0.0,
+            privacy_model="label",
+            ledger=Ledger(epsilon=3.0, delta=DELTA),
+            candidates=32,
+            progressbar=False,
+            rng=np.random.default_rng(5),
+        )
+    tree = _RecordingTree.last
+    feats = NystromFeatures(COV, np.linspace(0, 1, 6)[:, None], 0.05, 0.0)
+    leaves = np.stack(tree.leaves)
+    assert res.n_rounds == 8
+    # centred: |leaf| ≤ n_records · R_φ (b − a)/2 (was ~10¹⁵ with μ-centring)
+    assert np.abs(leaves).max() <= len(X0) * feats.R * 0.5 * (b - a) * (1 + 1e-12)
+    attrs = res.idata.thompson.attrs
+    worst = 0.0
+    for _ in range(200):
+        y = a + rng.uniform(size=len(res.owner.y))
+        y_a, y_b = y.copy(), y.copy()
+        y_a[0], y_b[0] = a, b
+        n1 = _replay_nodes(tree, _leaves_of(res, feats, y_a))
+        n2 = _replay_nodes(tree, _leaves_of(res, feats, y_b))
+        worst = max(worst, np.linalg.norm(n1 - n2) / attrs["tree_stacked_sensitivity"])
+    assert worst <= 1 + 1e-12
+
+
+def test_objective_cannot_change_the_published_queries():
+    """Stop-26 audit: the objective got a writable view of the chosen candidate (and of
+    X_init), so writing into it changed the published x_chosen and the caller's arrays."""
+    cand = np.linspace(0.0, 1.0, 17)[:, None]
+    X_init = X0.copy()
+    f = objective(1003)
+
+    def meddling(X):
+        y = f(np.array(X))
+        X[:, 0] = 0.123456789  # a read-only argument refuses this
+        return y
+
+    with pytest.raises(ValueError, match="read-only"):
+        _run(
+            n_rounds=3, privacy_model="label", candidates=cand, X_init=X_init, objective_fn=meddling
+        )
+    np.testing.assert_array_equal(cand, np.linspace(0.0, 1.0, 17)[:, None])
+    np.testing.assert_array_equal(X_init, X0)
 
 
 @settings(max_examples=80, deadline=None)
@@ -528,3 +594,53 @@ def test_privacy_model_argument_is_checked_before_any_spend():
     with pytest.warns(DeprecationWarning, match="privacy_model"):
         res = _run(n_rounds=2, inputs_public=True)
     assert res.ledger.privacy_model == "label"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{"rho": 0.0}, {"rho": 1.5}, {"variant": "bogus"}, {"refine_points": 0}, {"refine_steps": -1}],
+)
+def test_posterior_and_search_settings_are_checked_before_the_charge(bad):
+    """Stop-26 audit: ρ, the variant and the local search's settings were first checked in
+    round 1, after the whole run had been charged (and, secure, one node drawn)."""
+    ledger = Ledger(epsilon=3.0, delta=DELTA)
+    rng = np.random.default_rng(0)
+    state = rng.bit_generator.state
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        _run(ledger=ledger, rng=rng, **bad)
+    assert ledger.epsilon() == 0.0 and len(ledger.history) == 0
+    assert rng.bit_generator.state == state
+
+
+@pytest.mark.parametrize("filt", ["gdp", "renyi", "zcdp"])
+def test_default_epsilon_is_the_largest_the_ledger_accepts(filt):
+    """Stop-26 audit: the default run ε was the remaining budget, which a Rényi or zCDP
+    filter charges more than its own ε (the run silently did nothing) and a GDP ledger with
+    an earlier event charges less (part of the budget was left unused)."""
+    from pm_dpgp.mechanisms.gaussian import gaussian_sigma
+
+    ledger = Ledger(epsilon=3.0, delta=DELTA, filter=filt)
+    ledger.spend(
+        GaussianEvent(noise_multiplier=gaussian_sigma(1.0, DELTA, 1.0)), privacy_model="full"
+    )
+    res = _run(ledger=ledger, n_rounds=6)
+    assert res.stop_reason == "completed" and res.n_rounds == 6
+    budget_used = ledger.preview_filter(
+        GaussianEvent(noise_multiplier=1e12)
+    )  # ≈ the filter's total
+    assert 3.0 * (1 - 1e-6) <= budget_used <= 3.0 * (1 + BUDGET_RTOL)
+
+
+def test_a_filter_that_cannot_account_for_the_run_says_so():
+    """A secure run (a zCDP event) on a GDP ledger holding a Gaussian event: the ledger's own
+    error names the filter to use, instead of a silent ``stop_reason="budget"``."""
+    from pm_dpgp.accounting import BudgetExceededError
+    from pm_dpgp.mechanisms.gaussian import gaussian_sigma
+
+    ledger = Ledger(epsilon=3.0, delta=DELTA)
+    ledger.spend(
+        GaussianEvent(noise_multiplier=gaussian_sigma(1.0, DELTA, 1.0)), privacy_model="full"
+    )
+    with pytest.raises(BudgetExceededError, match="filter='renyi'"):
+        _run(ledger=ledger, rng=None, n_rounds=4)
+    assert len(ledger.history) == 1

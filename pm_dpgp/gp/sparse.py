@@ -161,9 +161,14 @@ def _chunk_pack(
     extras = np.asarray(extras, dtype=np.float64).ravel()
     if extras.size != n_extras:
         raise ValueError(f"preprocess returned {extras.size} extras, expected {n_extras}.")
-    R = np.asarray(R, dtype=np.float64).reshape(X.shape[0], -1)
-    if R.shape[1] != n_targets:
-        raise ValueError(f"preprocess returned {R.shape[1]} targets, expected {n_targets}.")
+    # reshape to the expected width (a "-1" cannot be inferred for zero rows, and whether
+    # every record was dropped depends on the private data: it must not raise)
+    R = np.asarray(R, dtype=np.float64)
+    if R.size != X.shape[0] * n_targets:
+        raise ValueError(
+            f"preprocess returned {R.size} target values, expected {n_targets} per row."
+        )
+    R = R.reshape(X.shape[0], n_targets)
     if X.shape[0] == 0:
         M = Z.shape[0]
         return np.zeros((M, n_targets)), np.zeros((n_targets, M, M)), 0, extras

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 import pymc as pm
+import pytensor.tensor as pt
 from numpy.typing import ArrayLike, NDArray
 
 from pm_dpgp.gp.laplace import LaplaceState, laplace_mode
@@ -155,19 +156,24 @@ def gp_classification(
         Existing model to add to; default the model of the enclosing ``with pm.Model():``
         block, else a new ``pm.Model()`` (never a silently nested child model).
     """
-    # pm.Data containers: their current values (the Bernoulli likelihood needs the clipped,
-    # rounded labels, so rebuild the classifier after pm.set_data)
+    # pm.Data containers enter the graph and the model object as containers, so pm.set_data
+    # reaches the PyMC model and later releases alike (as for gp_regression); the Bernoulli
+    # needs 0/1 values: the clipped, rounded labels (a graph expression for a container)
     data = _builder_inputs(X, y, per_row="label")
-    X_arr, y_arr = data.X, data.y
     mean_f = _check_name_and_mean(name, mean)
     ctx = resolve_model(model, None)
     with ctx:
         cov = _resolve_cov(cov_func)
-        _check_input_dim(cov, X_arr.shape[1], "X")
+        _check_input_dim(cov, data.X.shape[1], "X")
         gp = pm.gp.Latent(mean_func=pm.gp.mean.Constant(mean_f), cov_func=cov)
-        f = gp.prior(name, X=X_arr)
-        # observed values must be integers for Bernoulli; clipped + rounded copy for the model
-        pm.Bernoulli(f"{name}_obs", logit_p=f, observed=np.rint(np.clip(y_arr, 0, 1)))
+        f = gp.prior(name, X=data.X_graph)
+        if data.y_graph is data.y:
+            observed = np.rint(np.clip(data.y, 0, 1))
+        else:
+            observed = pt.round(pt.clip(data.y_graph, 0, 1))
+        pm.Bernoulli(f"{name}_obs", logit_p=f, observed=observed)
     return GPClassification(
-        **_model_fields(ctx, gp, X_arr, y_arr, name=name, mean=mean_f, cov=cov, noise_sd=None)
+        **_model_fields(
+            ctx, gp, data.X_stored, data.y_stored, name=name, mean=mean_f, cov=cov, noise_sd=None
+        )
     )

@@ -88,9 +88,14 @@ class DyadicPartitionFeatures:
         else:
             if kernel_scale is not None and kernel_scale != 1.0:
                 raise ValueError("give kernel_scale or weights, not both.")
-            w = np.atleast_1d(np.asarray(weights, dtype=np.float64))
+            # a private read-only copy: R_φ below is charged for these weights, so a later
+            # change to the caller's array must not change the features (stop-26 audit)
+            w = np.array(np.atleast_1d(np.asarray(weights, dtype=np.float64)), copy=True)
             if w.shape != (J,) or not np.all(np.isfinite(w)) or np.any(w < 0) or not np.any(w):
                 raise ValueError(f"weights must be {J} finite non-negative values, not all 0.")
+        lo, hi = np.array(lo, copy=True), np.array(hi, copy=True)
+        for arr in (w, lo, hi):
+            arr.flags.writeable = False
         self.lower, self.upper, self.levels, self.weights = lo, hi, J, w
         self.d = d
         self.offsets = np.concatenate([[0], np.cumsum(cells)]).astype(np.intp)

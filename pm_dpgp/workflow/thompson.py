@@ -76,11 +76,21 @@ StopReason = Literal["completed", "budget", "interrupted"]
 
 @dataclass
 class OwnerRecord:
-    """The curator's private record: **never publish** (holds the observed values)."""
+    """The curator's private record: **never publish** (holds the observed values).
 
-    X: NDArray[np.float64]  # (n, d) all queried inputs, initial design first
-    y: NDArray[np.float64]  # (n,) observed objective values (private)
+    Its ``repr`` shows the shapes only, so printing a result in a notebook does not put the
+    observed values on screen (the package's convention for private arrays).
+    """
+
+    X: NDArray[np.float64] = field(repr=False)  # (n, d) all queried inputs, design first
+    y: NDArray[np.float64] = field(repr=False)  # (n,) observed objective values (private)
     n_init: int
+
+    def __repr__(self) -> str:
+        return (
+            f"OwnerRecord(X=<private {self.X.shape} array>, y=<private {self.y.shape} array>, "
+            f"n_init={self.n_init})"
+        )
 
     @property
     def best_observed(self) -> NDArray[np.float64]:
@@ -189,7 +199,11 @@ def _observe(
     instead of raising: whether the private objective returned one is never reported
     (``docs/errors.md``).  Without it (non-private runs) they are refused.
     """
-    y = np.asarray(objective(X), dtype=np.float64).reshape(-1)
+    # the objective gets a read-only copy: what it does to its argument cannot change the
+    # published query (which must be a function of the transcript alone)
+    query = np.array(X, dtype=np.float64, copy=True)
+    query.flags.writeable = False
+    y = np.asarray(objective(query), dtype=np.float64).reshape(-1)
     if y.shape != (len(X),):
         raise ValueError(
             f"objective(X) must return {len(X)} values for X of shape {X.shape}; return one "
@@ -211,8 +225,12 @@ def check_loop_inputs(
     n_rounds: int,
     candidates: ArrayLike | int,
 ) -> tuple[NDArray[np.float64], NDArray, NDArray, NDArray[np.float64] | None, int]:
-    """Public inputs of a Thompson loop: ``(X0, lower, upper, fixed candidates or None, k)``."""
-    X0 = check_finite_array(X_init, "X_init", ndim=2)
+    """Public inputs of a Thompson loop: ``(X0, lower, upper, fixed candidates or None, k)``.
+
+    ``X0`` and the fixed candidates are read-only copies: the loop publishes them, so nothing
+    the objective (or the caller) later does to the given arrays may change them.
+    """
+    X0 = _frozen_copy(check_finite_array(X_init, "X_init", ndim=2))
     d = X0.shape[1]
     lower, upper = _box(domain, d)
     if len(X0) < 1:
@@ -225,10 +243,26 @@ def check_loop_inputs(
         if candidates < 1:
             raise ValueError("candidates must be a positive number or a (k, d) array.")
         return X0, lower, upper, None, int(candidates)
-    fixed = check_finite_array(candidates, "candidates", ndim=2)
+    fixed = _frozen_copy(check_finite_array(candidates, "candidates", ndim=2))
     if fixed.shape[1] != d:
         raise ValueError(f"candidates must have {d} column(s).")
     return X0, lower, upper, fixed, len(fixed)
+
+
+def check_refine(refine_steps: int, refine_points: int) -> None:
+    """The local search's public settings, checked before any spend."""
+    for name, value, least in (
+        ("refine_steps", refine_steps, 0),
+        ("refine_points", refine_points, 1),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < least:
+            raise ValueError(f"{name} must be an integer >= {least}, got {value!r}.")
+
+
+def _frozen_copy(a: NDArray[np.float64]) -> NDArray[np.float64]:
+    out = np.array(a, dtype=np.float64, copy=True)
+    out.flags.writeable = False
+    return out
 
 
 def _exact_path(
@@ -289,7 +323,7 @@ def _maximise(
         if fn[j] > f_best:
             x_best, f_best = Xn[j], float(fn[j])
         scale = 0.5 * scale
-    return x_best, f_best
+    return x_best.copy(), f_best  # a copy: never a view into the candidates
 
 
 def trace_inference_data(
@@ -407,6 +441,7 @@ def dp_thompson_sampling(
     y_lower, y_upper, M_Y = centred_bound(y_bounds, prior_mean)
     rng = check_rng(rng)
     X0, lower, upper, fixed_cand, n_cand = check_loop_inputs(X_init, domain, n_rounds, candidates)
+    check_refine(refine_steps, refine_points)
     d = X0.shape[1]
     noise_sd = check_positive(noise_sd, "noise_sd")
     kernel_scale = check_positive(kernel_scale, "kernel_scale")

@@ -49,6 +49,7 @@ from __future__ import annotations
 import json
 import math
 import warnings
+from collections.abc import Callable
 from typing import Any, Literal
 
 import numpy as np
@@ -89,6 +90,7 @@ from pm_dpgp.workflow.thompson import (
     _maximise,
     _observe,
     check_loop_inputs,
+    check_refine,
     trace_inference_data,
 )
 
@@ -200,17 +202,21 @@ def label_statistics(
     Phi: NDArray[np.float64],
     y: NDArray[np.float64],
     y_bounds: tuple[float, float],
-    prior_mean: float,
 ) -> NDArray[np.float64]:
-    r"""Leaf of the ``A``-stream under label privacy: ``Φᵀ (clip(y, a, b) − μ)``.
+    r"""Leaf of the ``A``-stream under label privacy: ``Φᵀ (clip(y, a, b) − c)``, ``c = (a + b)/2``.
 
-    ``Φ`` holds clipped features (``‖φᵢ‖ ≤ R_φ``), ``[a, b]`` is the public response range and
-    ``μ`` the public prior mean.  Replacing one observed value at a fixed (published) input
-    changes this vector by ``φ(x)(y' − y)`` with ``y, y' ∈ [a, b]``: at most ``R_φ (b − a)``
-    (``docs/thompson_tree.md`` §9; the label sensitivity of Smith et al. 2018 with ``d = b − a``).
+    ``Φ`` holds clipped features (``‖φᵢ‖ ≤ R_φ``) and ``[a, b]`` is the public response range.
+    Replacing one observed value at a fixed (published) input changes this vector by
+    ``φ(x)(y' − y)`` with ``y, y' ∈ [a, b]``: at most ``R_φ (b − a)`` (``docs/thompson_tree.md``
+    §9; the label sensitivity of Smith et al. 2018 with ``d = b − a``).  Centring at the
+    midpoint keeps every residual within ``±(b − a)/2``, so the floating-point sums of the
+    counter carry round-off relative to ``b − a`` only (centring at a prior mean far outside
+    ``[a, b]`` would let round-off of order ``|μ|·u`` exceed the charged sensitivity).  The
+    loop adds the public ``(c − μ) Σ φ(xᵢ)`` after the noise (post-processing: the inputs are
+    published).
     """
     lo, hi = y_bounds
-    return Phi.T @ (np.clip(y, lo, hi) - prior_mean)
+    return Phi.T @ (np.clip(y, lo, hi) - 0.5 * (lo + hi))
 
 
 def public_inputs_posterior(
@@ -282,9 +288,12 @@ def dp_thompson_sampling_tree(
         ``R_y = max(|lower − μ|, |upper − μ|)`` (the deprecated centred ``y_bound=R_y`` works);
         label privacy clips ``y`` to ``[lower, upper]`` (sensitivity ``R_φ (upper − lower)``).
     ledger, epsilon, delta:
-        the run's (ε, δ) (``epsilon`` defaults to the ledger's remaining budget, ``delta`` to
-        its δ) is charged once, before the first round; if the ledger cannot afford it the run
-        returns with no rounds (``stop_reason="budget"``) and no noise drawn.
+        the run's (ε, δ) is charged once, before the first round; if the ledger cannot afford
+        it the run returns with no rounds (``stop_reason="budget"``) and no noise drawn.
+        ``epsilon`` defaults to the largest run ε the ledger accepts (its whole remaining
+        budget under the ledger's own composition and filter, found by bisection), ``delta``
+        to the ledger's δ.  A ledger whose filter cannot account for the run's event type at
+        all raises its ``BudgetExceededError`` (which names the filter to use) instead.
     feature_norm:
         public ``R_φ`` (default ``√k(x, x)`` for stationary kernels).
     ratio, rho, variant:
@@ -315,6 +324,7 @@ def dp_thompson_sampling_tree(
     noise_rng = simulation_rng(rng)
     rng = check_rng(rng)
     X0, lower, upper, fixed_cand, n_cand = check_loop_inputs(X_init, domain, n_rounds, candidates)
+    check_refine(refine_steps, refine_points)
     d = X0.shape[1]
     T = int(n_rounds)
     noise_sd = check_positive(noise_sd, "noise_sd")
@@ -330,9 +340,20 @@ def dp_thompson_sampling_tree(
     y_bounds = (y_lo, y_hi)
     label = privacy_model == LABEL_PRIVACY_MODEL
     c = check_positive(ratio, "ratio")
+    # the full-privacy posterior's settings (eq. 10's ρ, the variant): checked here, before
+    # the charge, not first in round 1
+    if (
+        isinstance(rho, bool)
+        or not isinstance(rho, int | float | np.floating)
+        or not 0.0 < rho < 1.0
+    ):
+        raise ValueError(f"rho must lie in (0, 1), got {rho!r}; pass e.g. rho=0.01.")
+    if variant not in ("noise_aware", "naive"):
+        raise ValueError(f"variant must be 'noise_aware' or 'naive', got {variant!r}; use one.")
     if not isinstance(ledger, Ledger):
         raise ValueError("ledger must be a pm_dpgp Ledger holding the privacy budget.")
     delta = check_delta(ledger.delta if delta is None else delta)
+    remaining = None
     if epsilon is None:
         remaining = ledger.remaining_epsilon
         if remaining is None:
@@ -359,9 +380,10 @@ def dp_thompson_sampling_tree(
         model_name, relation = PRIVACY_MODEL, NEIGHBOURING_RELATION
     plan: TreePlan | SqrtCounterPlan | None = None
     stop: StopReason = "completed"
-    if T > 0 and epsilon > 0.0:
-        plan = _counter(counter)[0](
-            epsilon,
+
+    def make_plan(eps: float) -> TreePlan | SqrtCounterPlan:
+        return _counter(counter)[0](
+            eps,
             delta,
             Delta,
             T,
@@ -369,7 +391,22 @@ def dp_thompson_sampling_tree(
             secure=noise_rng is None,
             label=f"Thompson {COUNTER_NAMES[counter]} ({T} rounds)",
         )
-        if not ledger.can_afford(plan.event):
+
+    if T > 0 and epsilon > 0.0:
+        plan = make_plan(epsilon)
+        if ledger.epsilon_budget is not None and math.isinf(ledger.preview_filter(plan.event)):
+            # the ledger's filter cannot account for this event type at all: a setting
+            # error, not an exhausted budget; spend raises the ledger's explanation (nothing
+            # is recorded and no noise is drawn)
+            ledger.spend(plan.event, privacy_model=model_name, neighbouring_relation=relation)
+        if remaining is not None:
+            # default: the largest run ε the ledger accepts.  Its composition can charge the
+            # event more than its own ε (another filter's conversion) or less than the
+            # remaining budget suggests (sub-additive composition with earlier events), so
+            # search (0, budget] by bisection on public quantities only
+            epsilon = _largest_affordable(make_plan, ledger, float(ledger.epsilon_budget))
+            plan = make_plan(epsilon) if epsilon > 0.0 else None
+        if plan is None or not ledger.can_afford(plan.event):
             plan, stop = None, "budget"
         else:
             ledger.spend(
@@ -397,16 +434,21 @@ def dp_thompson_sampling_tree(
         tree = _counter(counter)[1](plan, noise_rng)
         leaf = (X0, y_all)
         B_public = np.zeros((M, M))  # exact B from the published queries (label only)
+        phi_sum = np.zeros(M)  # Σ φ(x) over the published queries (label only)
+        shift = 0.5 * (y_bounds[0] + y_bounds[1]) - prior_mean  # leaves centred at c, not μ
         with progress_bar(T, "DP Thompson sampling (tree)", enabled=progressbar) as bar:
             try:
                 for _ in range(T):
                     Phi = feats(leaf[0])
                     if label:
                         # the A-stream only; B from the published inputs (no y enters it)
-                        est, k = tree.add(label_statistics(Phi, leaf[1], y_bounds, prior_mean))
+                        est, k = tree.add(label_statistics(Phi, leaf[1], y_bounds))
                         B_public += Phi.T @ Phi
+                        phi_sum += Phi.sum(axis=0)
                         sa = plan.sigma * math.sqrt(k)
-                        m_v, S_v = public_inputs_posterior(B_public, est, noise_sd**2, sa)
+                        # Ã relative to μ: Σφ(y − μ) = Σφ(y − c) + (c − μ)Σφ, public shift
+                        a_mu = est + shift * phi_sum if shift != 0.0 else est
+                        m_v, S_v = public_inputs_posterior(B_public, a_mu, noise_sd**2, sa)
                         lam_used = 0.0
                     else:
                         r = np.clip(leaf[1] - prior_mean, -R_y, R_y)
@@ -510,6 +552,24 @@ def dp_thompson_sampling_tree(
         events=[plan.event] if plan is not None else [],
         stop_reason=stop,
     )
+
+
+def _largest_affordable(
+    make_plan: Callable[[float], Any], ledger: Ledger, epsilon: float, steps: int = 40
+) -> float:
+    """Largest run ε in ``(0, epsilon]`` whose planned event ``ledger`` accepts (0 if none).
+
+    Bisection to ``2⁻⁴⁰`` relative: the filter's charge increases with the run's ε.  Reads the
+    ledger's totals and public settings only.
+    """
+    lo, hi = 0.0, epsilon
+    for _ in range(steps):
+        mid = 0.5 * (lo + hi)
+        if ledger.can_afford(make_plan(mid).event):
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 def _counter(counter: str) -> tuple[Any, Any]:

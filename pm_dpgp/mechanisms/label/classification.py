@@ -216,7 +216,11 @@ def classification_release(
     public, Xs, Z, (C, offset, latent_var, jitter) = public_one_step(
         gpc, X_star, hyperparameters, f0, inducing_points, kmeans_seed
     )
-    labels = prepare_labels(gpc.y, LABEL_BOUNDS, bounds_are_public=True)
+    # the labels as stored, unchecked: a non-finite one maps to the midpoint, as in
+    # cloaked_release (a refusal would depend on one private label)
+    labels = prepare_labels(
+        gpc.unchecked_data()[1], LABEL_BOUNDS, bounds_are_public=True, n_inputs=public.n
+    )
     with progress_bar(2, "Classification release", enabled=progressbar) as bar:
         parts = cloaking_parts(C, LABEL_BOUNDS, tol=tol, rank_tol=rank_tol, design=design)
         noise, F = parts.noise, parts.shape_factor

@@ -211,7 +211,11 @@ def cloaked_release(
     # the labels as stored, unchecked (prepare_labels checks their shape and maps a non-finite
     # one to the midpoint of y_bounds; a refusal would depend on one private label)
     labels = prepare_labels(
-        gpr.unchecked_data()[1], y_bounds, clip=clip, bounds_are_public=bounds_are_public
+        gpr.unchecked_data()[1],
+        y_bounds,
+        clip=clip,
+        bounds_are_public=bounds_are_public,
+        n_inputs=public_gp.n,
     )
     with progress_bar(2, "Cloaked release", enabled=progressbar) as bar:
         parts = public_cloaking(

@@ -83,6 +83,7 @@ def prepare_labels(
     *,
     clip: Literal["warn", "raise"] = "warn",
     bounds_are_public: bool = False,
+    n_inputs: int | None = None,
 ) -> LabelData:
     """Check the private outputs' shape and clip them to the public range, silently.
 
@@ -92,10 +93,16 @@ def prepare_labels(
     without reporting how many.  The data sensitivity is the width of the range: neighbouring
     datasets differ in one label by at most ``d = upper − lower`` (label privacy,
     ``docs/privacy_model.md``).  ``n_clipped`` is kept for compatibility and is always 0 (never
-    computed).
+    computed).  ``n_inputs``, if given, is the number of public input rows the labels must
+    match (a shape, so the error quotes only the two counts).
     """
     check_clip_option(clip)
     y = private_array(y, "y", ndim=1)
+    if n_inputs is not None and y.shape[0] != n_inputs:
+        raise ValueError(
+            f"the model has {n_inputs} input rows but {y.shape[0]} labels; give one label per "
+            "input row (e.g. pm.set_data both containers together)."
+        )
     bounds = check_public_bounds(y_bounds, name="y_bounds", bounds_are_public=bounds_are_public)
     return LabelData(clip_to_bounds(y, bounds), bounds, bounds[1] - bounds[0], 0)
 
