@@ -931,3 +931,32 @@ def test_a_preview_racing_a_spend_cannot_corrupt_the_totals():
         t.join(10)
     assert result == {"afford": True, "spend": "refused"}
     assert [e.label for e in led.history] == ["F"] and len(led._totals.events) == 1
+
+
+def test_gdp_bound_never_leaves_out_a_repeat_and_select_event():
+    """Stop-26 audit: the GDP bound was used whenever no curve or zCDP event was present, and
+    it composes only Gaussian, pure and approximate events, so a ``RepeatAndSelectEvent`` was
+    left out: a Gaussian(z=20) plus a repeat-and-select of a Gaussian(z=1) reported 0.16, and
+    ``filter="fixed"`` accepted it on a budget of 1.  The total must match ``dp_accounting``'s
+    RDP accountant (4.7458) and never be below the repeat-and-select event's own bound."""
+    from dp_accounting import dp_event as E
+    from dp_accounting.rdp import RdpAccountant
+
+    from pm_dpgp.accounting.events import DEFAULT_ORDERS, RepeatAndSelectEvent
+
+    delta = 1e-5
+    rs = RepeatAndSelectEvent(GaussianEvent(1.0), gamma=1 - 1e-9)
+    for filt in ("fixed", "renyi"):
+        ledger = Ledger(epsilon=None, delta=delta, filter=filt)
+        ledger.spend(GaussianEvent(20.0))
+        ledger.spend(rs)
+        assert ledger.bound_used != "gdp"
+        acc = RdpAccountant(list(DEFAULT_ORDERS))
+        acc.compose(E.GaussianDpEvent(20.0))
+        acc.compose(E.RepeatAndSelectDpEvent(E.GaussianDpEvent(1.0), mean=rs.mean, shape=1.0))
+        assert ledger.spent_epsilon == pytest.approx(acc.get_epsilon(delta), rel=1e-9)
+        assert ledger.spent_epsilon >= 4.097  # a rigorous lower bound (mixture argument)
+        limited = Ledger(epsilon=1.0, delta=delta, filter=filt)
+        limited.spend(GaussianEvent(20.0))
+        with pytest.raises(BudgetExceededError):
+            limited.spend(rs)

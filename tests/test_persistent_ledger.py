@@ -461,3 +461,62 @@ def test_provenance_checks_see_spends_made_through_another_handle(tmp_path):
     with pytest.raises(PrivacyModelMismatchError):
         b.spend(event, privacy_model="full", rng=np.random.default_rng(8))
     assert len(b.history) == 2
+
+
+# ============================================================================================
+# Stop-26 audit: a handle never forgets what it has read
+# ============================================================================================
+def test_a_relative_path_stays_the_same_file_after_chdir(tmp_path, monkeypatch):
+    """The path was re-resolved at every spend: after ``os.chdir`` the next spend went into a
+    new file elsewhere, and a restart in the first directory saw one release fewer."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    led = PersistentLedger("ledger.db", FP, 10.0, 1e-5)
+    led.spend(GaussianEvent(3.0))
+    monkeypatch.chdir(tmp_path / "b")
+    led.spend(GaussianEvent(4.0))
+    assert not (tmp_path / "b" / "ledger.db").exists()
+    assert len(PersistentLedger(tmp_path / "a" / "ledger.db", FP).history) == 2
+
+
+def test_rows_deleted_under_a_live_handle_are_detected_by_spend_and_verify(tmp_path):
+    """Deleting trailing rows left a valid chain prefix that ``verify()`` (and
+    ``export_json``) adopted, so the live handle then accepted spends beyond the budget."""
+    path = tmp_path / "ledger.db"
+    led = _make(path)
+    _edit(path, "DELETE FROM entries WHERE idx >= 1")
+    with pytest.raises(LedgerIntegrityError):
+        led.verify()
+    with pytest.raises(LedgerIntegrityError):  # the handle refuses to read on, ...
+        led.history
+    with pytest.raises(LedgerIntegrityError):  # ... and to spend
+        led.spend(GaussianEvent(5.0))
+    assert "integrity check failed" in repr(led)
+    with pytest.raises(LedgerIntegrityError):
+        led.export_json()
+    assert _rows(path) == 1
+
+
+def test_a_replaced_file_is_detected_by_a_live_handle(tmp_path):
+    path = tmp_path / "ledger.db"
+    led = _make(path)
+    path.unlink()
+    with pytest.raises(LedgerIntegrityError):
+        led.spend(GaussianEvent(5.0))
+
+
+def test_an_event_that_cannot_be_read_back_is_refused_before_it_is_stored(tmp_path):
+    """A user subclass of a built-in event was committed, after which the file could not be
+    opened again ("unknown event type")."""
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class CalibratedGaussian(GaussianEvent):
+        pass
+
+    path = tmp_path / "ledger.db"
+    led = PersistentLedger(path, FP, 10.0, 1e-5)
+    with pytest.raises(TypeError, match="cannot be stored"):
+        led.spend(CalibratedGaussian(3.0))
+    assert len(PersistentLedger(path, FP).history) == 0

@@ -17,8 +17,8 @@ the mechanism is (ε₁, δ)-DP and (ε₂, δ)-DP, so it is (min(ε₁, ε₂),
     ``ApproxDpEvent``s (basic composition; see ``docs/accounting.md`` for why interleaving
     is allowed).
 ``"gdp"``
-    Only when there is at least one ``GaussianEvent`` and no ``RdpCurveEvent`` or
-    ``ZCDPEvent``: the
+    Only when there is at least one ``GaussianEvent`` and every event is a Gaussian, pure
+    or approximate one (no curve, zCDP or repeat-and-select event): the
     Gaussian events compose exactly to μ-GDP with μ = √(Σ count_i / z_i²) (Dong, Roth & Su 2019,
     Cor. 3.3), converted exactly at δ′ = δ − Σδ_approx (Balle & Wang 2018, Thm. 8); pure and
     approximate events are added by basic composition.  With only Gaussian events this is the
@@ -253,7 +253,9 @@ class _Totals:
     n_rdp: int  # number of RDP-capable events
     gauss_mu2: float  # Σ μ_i² of Gaussian events
     n_gauss: int
-    n_curve: int  # number of RdpCurveEvents and ZCDPEvents (they exclude the GDP bound)
+    # number of events that are not Gaussian, pure or approximate (curves, zCDP, repeat-and-
+    # select, ...): any of them excludes the GDP bound, which composes only those three
+    n_curve: int
     pure_eps: float  # Σ count·ε of pure events
     approx_eps: float  # Σ count·ε of approximate events
     approx_delta: float  # Σ count·δ of approximate events
@@ -284,8 +286,10 @@ class _Totals:
             n_rdp,
             gauss_mu2,
             n_gauss,
-            # a zCDP event is not known to be GDP, so it excludes the GDP bound like a curve
-            self.n_curve + isinstance(event, (RdpCurveEvent, ZCDPEvent)),
+            # only Gaussian, pure and approximate events enter the GDP bound; any other event
+            # (a curve, zCDP, repeat-and-select) excludes it (stop-26 audit: a repeat-and-select
+            # event was left out of the GDP total, reporting 0.16 for a true ε ≥ 4.1)
+            self.n_curve + (not isinstance(event, (GaussianEvent, PureDpEvent, ApproxDpEvent))),
             pure_eps,
             approx_eps,
             approx_delta,

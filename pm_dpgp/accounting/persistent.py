@@ -156,7 +156,9 @@ class PersistentLedger(Ledger):
         timeout: float = 60.0,
         allow_mixed_privacy_models: bool = False,
     ) -> None:
-        self._path = Path(path)
+        # absolute: a relative path re-resolved after os.chdir would write the next spend
+        # into another file (stop-26 audit)
+        self._path = Path(path).absolute()
         if not self._path.parent.is_dir() or self._path.is_dir():
             raise ValueError(
                 f"path must be a database file in an existing directory, got {str(path)!r}."
@@ -342,7 +344,47 @@ class PersistentLedger(Ledger):
         )
 
     def _sync(self, conn: sqlite3.Connection) -> None:
-        """Append the rows committed since the last read, verifying their chain links."""
+        """Append the rows committed since the last read, verifying their chain links.
+
+        Also checks that the file still holds this ledger (its parameters row with the same
+        genesis hash, and the row this handle read last with the hash it read), and that the
+        index scan returned every stored row of the dataset (a full-table count): a replaced,
+        truncated or index-damaged file raises instead of showing a shorter history.  Once a
+        check has failed, the handle refuses every later read or spend (no release from a
+        history found damaged, even if a later read would pass).
+        """
+        failed = self.__dict__.get("_integrity_failure")
+        if failed is not None:
+            raise LedgerIntegrityError(failed)
+        try:
+            self._sync_checked(conn)
+        except LedgerIntegrityError as err:
+            self._integrity_failure = f"{err} (detected earlier by this handle)"
+            raise
+
+    def _sync_checked(self, conn: sqlite3.Connection) -> None:
+        stored = conn.execute(
+            "SELECT genesis FROM ledgers WHERE fingerprint = ?", (self._fingerprint,)
+        ).fetchone()
+        if stored is None or stored[0] != self._genesis:
+            raise LedgerIntegrityError(
+                "the database file no longer holds this ledger's parameters (deleted, replaced "
+                "or a different file): do not release from it; restore it from a trusted copy."
+            )
+        if self._entries:
+            last = conn.execute(
+                "SELECT hash FROM entries WHERE fingerprint = ? AND idx = ?",
+                (self._fingerprint, len(self._entries) - 1),
+            ).fetchone()
+            if last is None or last[0] != self._head:
+                raise LedgerIntegrityError(
+                    "rows this handle has already read are missing or changed in the file "
+                    "(truncated or replaced): do not release from it; restore it from a "
+                    "trusted copy."
+                )
+        n_stored = conn.execute(
+            "SELECT COUNT(*) FROM entries NOT INDEXED WHERE fingerprint = ?", (self._fingerprint,)
+        ).fetchone()[0]
         rows = conn.execute(
             "SELECT idx, record, hash FROM entries WHERE fingerprint = ? AND idx >= ? ORDER BY idx",
             (self._fingerprint, len(self._entries)),
@@ -364,6 +406,11 @@ class PersistentLedger(Ledger):
             totals = totals.add(entry.event, self._orders)
             entries.append(entry)
             head = stored_hash
+        if len(entries) != n_stored:
+            raise LedgerIntegrityError(
+                f"the file stores {n_stored} rows for this dataset but its index returned "
+                f"{len(entries)}: the database is damaged; restore it from a trusted copy."
+            )
         self._totals, self._entries, self._head = totals, entries, head
 
     def _refresh(self) -> None:
@@ -382,25 +429,60 @@ class PersistentLedger(Ledger):
             reordered.
         """
         with self._lock:
+            known = (self._totals, self._entries, self._head)
             self._totals = _Totals.empty(self._orders.size)
             self._entries, self._head = [], self._genesis
-            with self._transaction(write=False) as conn:
-                row = conn.execute(
-                    "SELECT epsilon, delta, orders, filter FROM ledgers WHERE fingerprint = ?",
-                    (self._fingerprint,),
-                ).fetchone()
-                stored = {
-                    "schema": _SCHEMA_VERSION,
-                    "fingerprint": self._fingerprint,
-                    "epsilon": row[0],
-                    "delta": row[1],
-                    "orders": json.loads(row[2]),
-                    "filter": row[3],
-                }
-                if self._hash(b"", _canonical(stored)) != self._genesis:
-                    raise LedgerIntegrityError("the stored ledger parameters were edited.")
-                self._sync(conn)
+            try:
+                self._verify_from_genesis(known)
+            except BaseException:
+                # keep what this handle already knew: a shorter stored chain must not make
+                # it forget spends it has read (stop-26 audit)
+                self._totals, self._entries, self._head = known
+                raise
             return len(self._entries)
+
+    def _verify_from_genesis(self, known: tuple[_Totals, list[LedgerEntry], str]) -> None:
+        """``verify``'s re-read; the chain must pass through the head this handle knew."""
+        _, known_entries, known_head = known
+        with self._transaction(write=False) as conn:
+            row = conn.execute(
+                "SELECT epsilon, delta, orders, filter FROM ledgers WHERE fingerprint = ?",
+                (self._fingerprint,),
+            ).fetchone()
+            if row is None:
+                raise LedgerIntegrityError(
+                    "the database file no longer holds this ledger's parameters."
+                )
+            stored = {
+                "schema": _SCHEMA_VERSION,
+                "fingerprint": self._fingerprint,
+                "epsilon": row[0],
+                "delta": row[1],
+                "orders": json.loads(row[2]),
+                "filter": row[3],
+            }
+            if self._hash(b"", _canonical(stored)) != self._genesis:
+                self._integrity_failure = "the stored ledger parameters were edited."
+                raise LedgerIntegrityError(self._integrity_failure)
+            self._sync(conn)
+        n_known = len(known_entries)
+        if n_known and (
+            len(self._entries) < n_known or self._entry_hash(n_known - 1) != known_head
+        ):
+            self._integrity_failure = (
+                f"the stored chain ({len(self._entries)} rows) does not contain the {n_known} "
+                "rows this handle has read (truncated or replaced): do not release from it; "
+                "restore the database from a trusted copy."
+            )
+            raise LedgerIntegrityError(self._integrity_failure)
+
+    def _entry_hash(self, idx: int) -> str | None:
+        with self._transaction(write=False) as conn:
+            row = conn.execute(
+                "SELECT hash FROM entries WHERE fingerprint = ? AND idx = ?",
+                (self._fingerprint, idx),
+            ).fetchone()
+        return None if row is None else str(row[0])
 
     # -- spending -----------------------------------------------------------------------------
     def spend(
@@ -422,6 +504,7 @@ class PersistentLedger(Ledger):
         """
         event = self._check_event(event)
         label = self._label(event, label)
+        _check_storable(event)
         fingerprint = self._provenance(privacy_model, neighbouring_relation, rng)
         with self._lock:
             with self._transaction(write=True) as conn:
@@ -476,4 +559,29 @@ class PersistentLedger(Ledger):
         return text
 
     def __repr__(self) -> str:
+        if self.__dict__.get("_integrity_failure") is not None:
+            return f"PersistentLedger(<integrity check failed>, path={str(self._path)!r})"
         return f"Persistent{super().__repr__()[:-1]}, path={str(self._path)!r})"
+
+
+def _check_storable(event: PrivacyEvent) -> None:
+    """Refuse an event that could be committed but not read back (before anything is stored).
+
+    A row that ``event_from_metadata`` cannot rebuild would make every later open of the
+    ledger fail (stop-26 audit: a user subclass of ``GaussianEvent`` was committed, then the
+    file could not be opened).  The rebuilt event must be of the same type and charge the same
+    ε at a reference δ.
+    """
+    try:
+        rebuilt = event_from_metadata(event.to_metadata())
+    except (ValueError, KeyError, TypeError) as err:
+        raise TypeError(
+            f"a PersistentLedger stores only the package's own event types; "
+            f"{type(event).__name__} cannot be stored and read back ({err}). Nothing was "
+            "recorded; spend the built-in event it is made of."
+        ) from None
+    if type(rebuilt) is not type(event) or rebuilt.epsilon(1e-5) != event.epsilon(1e-5):
+        raise TypeError(
+            f"a PersistentLedger stores only the package's own event types; "
+            f"{type(event).__name__} does not read back as itself. Nothing was recorded."
+        )
