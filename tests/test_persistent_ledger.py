@@ -489,7 +489,7 @@ def test_rows_deleted_under_a_live_handle_are_detected_by_spend_and_verify(tmp_p
     with pytest.raises(LedgerIntegrityError):
         led.verify()
     with pytest.raises(LedgerIntegrityError):  # the handle refuses to read on, ...
-        led.history
+        _ = led.history
     with pytest.raises(LedgerIntegrityError):  # ... and to spend
         led.spend(GaussianEvent(5.0))
     assert "integrity check failed" in repr(led)

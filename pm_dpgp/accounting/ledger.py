@@ -127,7 +127,6 @@ from pm_dpgp.accounting.events import (
     GaussianEvent,
     PrivacyEvent,
     PureDpEvent,
-    RdpCurveEvent,
     ZCDPEvent,
     _check_orders,
     gdp_epsilon,
