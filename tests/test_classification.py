@@ -398,3 +398,32 @@ def test_hmeq_loader_and_regression_mechanisms_refuse_classification_models():
     model = gp_classification(X[:20, :1], bad[:20], pm.gp.cov.ExpQuad(1, ls=4.0))
     with pytest.raises(AttributeError, match="classification_release"):
         cloaked_release(model, X[:3, :1], epsilon=1.0, delta=1e-3, y_bounds=(0.0, 1.0))
+
+
+def test_pm_set_data_reaches_the_release_and_the_pymc_model():
+    """Stop-26 audit: ``gp_classification`` snapshotted ``pm.Data`` containers, so a release
+    after ``pm.set_data`` used the old labels (and the PyMC likelihood stayed constant).  Now
+    a release after ``pm.set_data`` equals one of a model built with the new labels, a
+    non-finite new label is mapped record-wise (no refusal), and a wrong label count is a
+    clear error before any spend."""
+    X = np.linspace(0.0, 5.0, 12)[:, None]
+    new = (np.arange(12) % 3 == 0).astype(float)
+    cov = pm.gp.cov.ExpQuad(1, ls=1.5)
+    X_star = np.linspace(0.0, 5.0, 7)[:, None]
+    with pm.Model() as m:
+        model = gp_classification(pm.Data("X", X), pm.Data("t", np.zeros(12)), cov)
+    pm.set_data({"t": new}, model=m)
+    fresh = gp_classification(X, new, cov)
+    kw = dict(epsilon=1.0, delta=1e-5)
+    a = classification_release(model, X_star, rng=np.random.default_rng(3), **kw)
+    b = classification_release(fresh, X_star, rng=np.random.default_rng(3), **kw)
+    np.testing.assert_allclose(a.draws, b.draws, rtol=0, atol=1e-12)
+    logp = m.compile_logp()(m.initial_point())
+    assert np.isclose(logp, fresh.model.compile_logp()(fresh.model.initial_point()))
+    pm.set_data({"t": np.where(np.arange(12) == 4, np.nan, new)}, model=m)
+    classification_release(model, X_star, rng=np.random.default_rng(4), **kw)  # no refusal
+    pm.set_data({"t": np.zeros(10)}, model=m)
+    ledger = Ledger(epsilon=3.0, delta=1e-5)
+    with pytest.raises(ValueError, match="12 input rows but 10 labels"):
+        classification_release(model, X_star, rng=np.random.default_rng(5), ledger=ledger, **kw)
+    assert ledger.history == []

@@ -416,3 +416,74 @@ def test_warnings_do_not_reveal_the_number_of_runs():
         runs.add(res.owner_report()["n_runs"])
         counts.add(sum(issubclass(w.category, PrivacyWarning) for w in caught))
     assert len(runs) == 2 and counts == {2}
+
+
+@pytest.mark.parametrize("owner_scores", [True, False])
+def test_every_training_record_dropped_is_not_a_data_dependent_failure(owner_scores):
+    """Stop-26 audit: with n = 2 and validation = [0], one training input NaN (so no usable
+    training record) made the run fail after its spend, while 0.5 succeeded: an outcome
+    decided by one private value.  Both must succeed, each charged once."""
+    with pm.Model():
+        Xd, yd = pm.Data("Xd", np.zeros((2, 1))), pm.Data("yd", np.zeros(2))
+        model = sparse_gp_regression(
+            Xd,
+            yd,
+            lambda: pm.gp.cov.ExpQuad(1, ls=pm.Gamma("ell", 2, 2)),
+            Z=grid_inducing_points(-3.5, 3.5, 5),
+            noise_sd=0.5,
+        )
+    for x1 in (0.5, np.nan, np.inf):
+        with model.model:
+            pm.set_data({"Xd": np.array([[0.0], [x1]]), "yd": np.array([0.1, 0.2])})
+        ledger = Ledger(100.0, 1e-3, filter="renyi")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            select_by_random_stopping(
+                model,
+                product_grid({"ell": [1.0]}),
+                epsilon=1.0,
+                delta=1e-4,
+                y_bounds=(-2, 2),
+                gamma=0.5,
+                ledger=ledger,
+                rng=np.random.default_rng(0),
+                n_steps=2,
+                validation=[0],
+                owner_scores=owner_scores,
+            )
+        assert len(ledger.history) == 1
+
+
+@pytest.mark.parametrize("bound", [1e100, 1e150, 1e153, 1e160])
+def test_absurd_public_bounds_are_refused_before_the_spend_or_run(bound):
+    """Stop-26 audit: y_bounds of ±1e100–1e153 were charged, then overflowed (eq. 6's R_y⁴ in
+    the metadata; the S₂ correction's σ_a²); larger ones raised OverflowError.  Now either
+    the run completes or a ValueError comes before anything is charged."""
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-3, 3, (40, 1))
+    model = sparse_gp_regression(
+        X,
+        np.sin(2 * X[:, 0]),
+        lambda: pm.gp.cov.ExpQuad(1, ls=pm.Gamma("ell", 2, 2)),
+        Z=grid_inducing_points(-3.5, 3.5, 6),
+        noise_sd=0.3,
+    )
+    ledger = Ledger(1e300, 1e-3, filter="renyi")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            select_by_random_stopping(
+                model,
+                product_grid({"ell": [1.0]}),
+                epsilon=1.0,
+                delta=1e-4,
+                y_bounds=(-bound, bound),
+                gamma=0.5,
+                ledger=ledger,
+                rng=np.random.default_rng(1),
+                n_steps=2,
+            )
+    except ValueError:
+        assert ledger.history == []
+    else:
+        assert len(ledger.history) == 1

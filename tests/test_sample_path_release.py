@@ -298,3 +298,67 @@ def test_release_selects_the_bound_by_name(model):
         with pytest.raises(ValueError, match="must be one of"):
             sample_path_release(model, X, n_paths=1, ledger=ledger, rng=rng, **bad, **KW)
     assert ledger.history == [] and rng.bit_generator.state == state
+
+
+def test_a_kernel_peaking_between_the_probes_is_capped_so_the_charge_holds():
+    """Stop-26 audit: ``k(x, x) ≤ kernel_scale²`` was checked only at public probes, so a
+    scaled kernel with ``k(c, c) = 1.6·10⁵`` between them (1 at every probe) passed, and one
+    record moved onto ``c`` collapsed the released variance: exact Rényi divergence ∞ against
+    a charged 0.116 at α = 2.  The release caps the diagonal at ``kernel_scale²``
+    (``capped_public_gp``, the identity where the bound holds), and its default κ for a kernel
+    not recognised as stationary is 0 (``certified_kappa``)."""
+    import dataclasses
+    import math
+
+    import pytensor.tensor as pt
+
+    from pm_dpgp.accounting import event_from_metadata
+    from pm_dpgp.mechanisms.full.sample_path import capped_public_gp
+
+    c, w, amp = 0.015625 + 1e-4, 1e-3, 400.0  # midway between two probes of the grid
+
+    def scale(X, *args):
+        return 1.0 + amp * pt.exp(-((X[:, 0] - c) ** 2) / (2 * w * w))
+
+    rng = np.random.default_rng(0)
+    X1 = rng.uniform(0.2, 1.0, (24, 1))
+    Y1 = np.clip(np.sin(3 * X1[:, 0]), -1, 1)
+    X_star = np.linspace(0, 1, 9)[:, None]
+    cov = pm.gp.cov.ScaledCov(1, pm.gp.cov.ExpQuad(1, ls=5.0), scale)
+    with pm.Model():
+        model = gp_regression(X1, Y1, cov, noise_sd=4.0)
+    kw = dict(n_draws=1, kernel_scale=1.0, y_bounds=(-2, 2), delta=1e-5, domain=(0, 1))
+    rel = sample_path_release(
+        model, X_star, ledger=Ledger(1e6, 1e-3, filter="renyi"), rng=np.random.default_rng(1), **kw
+    )
+    assert rel.metadata["kappa"] == 0.0  # no certified lower bound for this kernel
+    charged = event_from_metadata(rel.metadata["privacy_event"])
+    pub = model.public_gp()
+    capped = capped_public_gp(pub, 1.0)
+    grid = np.linspace(0, 1, 20001)[:, None]
+    assert capped.kernel_diag(grid).max() <= 1.0 and pub.kernel_diag(np.array([[c]]))[0] > 1e5
+    away = np.linspace(0.2, 1.0, 50)[:, None]  # the identity where k(x, x) <= 1
+    np.testing.assert_array_equal(capped.kernel(away, X_star), pub.kernel(away, X_star))
+
+    def law(X, Y):
+        g = dataclasses.replace(capped, X=X)
+        mu, S = g.predict(np.clip(Y, -2, 2), X_star, full_cov=True)
+        return mu, S + 1e-10 * np.eye(len(X_star))
+
+    def renyi(a, P, Q):
+        (m1, S1), (m2, S2) = P, Q
+        Sa = a * S2 + (1 - a) * S1
+        if np.linalg.eigvalsh(Sa).min() <= 0:
+            return math.inf
+        d = m1 - m2
+        logdets = [np.linalg.slogdet(S)[1] for S in (Sa, S1, S2)]
+        return 0.5 * a * d @ np.linalg.solve(Sa, d) - (
+            logdets[0] - (1 - a) * logdets[1] - a * logdets[2]
+        ) / (2 * (a - 1))
+
+    Xn, Yn = X1.copy(), Y1.copy()
+    Xn[0, 0], Yn[0] = c, 2.0  # one record moved onto the peak
+    P, Q = law(X1, Y1), law(Xn, Yn)
+    for a in (1.5, 2.0, 4.0):
+        bound = float(charged.rdp([a])[0])
+        assert max(renyi(a, P, Q), renyi(a, Q, P)) <= bound

@@ -23,6 +23,7 @@ from pm_dpgp.accounting import (
     Ledger,
     PureDpEvent,
     RdpCurveEvent,
+    ReusedGeneratorError,
     ZCDPEvent,
 )
 from pm_dpgp.mechanisms.gaussian import gaussian_sigma
@@ -337,6 +338,9 @@ def test_refusal_before_reading_labels_or_drawing(monkeypatch):
         {"folds": [np.arange(7), np.arange(7)]},
         {"max_sensitivity": 1e-9},
         {"release_epsilon": 1.0},  # without release_delta
+        {"y_bounds": (-1e160, 1e160)},  # Δu overflows float64 (stop-26 audit)
+        {"y_bounds": (-2e153, 2e153)},  # finite Δu, utilities overflow: was label-dependent
+        {"calibration": "bogus"},
     ],
 )
 def test_bad_input_refused_without_spending(kwargs):
@@ -872,3 +876,36 @@ def test_equal_fold_matrices_are_solved_once(monkeypatch):
     f0, f1 = plan.fold_plans[0]
     assert f0.C is f1.C and f0.noise_var is f1.noise_var  # one shared solution
     np.testing.assert_array_equal(f1.test, folds[1])
+
+
+@pytest.mark.parametrize("bad_rng", [0, np.random.RandomState(0)])
+def test_a_bad_rng_is_refused_before_the_spend(bad_rng):
+    """Stop-26 audit: the Generator was first checked when the Gumbel noise was drawn, after
+    the ledger had been charged."""
+    ledger = Ledger(epsilon=3.0, delta=1e-5)
+    with pytest.raises(TypeError):
+        select_by_cross_validated_sse(
+            _model(), GRID, epsilon=0.5, y_bounds=BOUNDS, ledger=ledger, n_folds=4, rng=bad_rng
+        )
+    assert ledger.history == []
+
+
+def test_the_selection_generator_is_registered_with_the_ledger():
+    """Stop-26 audit: Smith's spend did not pass its Generator to the ledger, so one seeded
+    state could feed the selection's Gumbel noise and a release's Gaussian noise."""
+    ledger = Ledger(epsilon=10.0, delta=1e-5)
+    _select(_model(), ledger, seed=7)
+    with pytest.raises(ReusedGeneratorError):
+        _select(_model(), ledger, seed=7)
+    with pytest.raises(ReusedGeneratorError):
+        cloaked_release(
+            _model(),
+            np.linspace(0, 6, 5)[:, None],
+            epsilon=1.0,
+            delta=1e-5,
+            y_bounds=BOUNDS,
+            hyperparameters=dict(GRID[0]),
+            ledger=ledger,
+            rng=np.random.default_rng(7),
+        )
+    assert len(ledger.history) == 1

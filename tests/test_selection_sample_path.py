@@ -342,3 +342,34 @@ def test_owner_path_score_is_the_expected_score_of_a_released_path(model):
     se = per_path.std() / np.sqrt(per_path.size)
     assert abs(per_path.mean() - path) < 4 * se
     assert abs(pred - path) > 20 * se  # eq. 18 ranks by something else
+
+
+def test_a_candidate_whose_path_costs_zero_epsilon_runs():
+    """Stop-26 audit: a candidate so private that its planned path ε rounds to 0 (noise sd
+    1000) was given to its release as the target ε = 0, which is refused: a RuntimeError after
+    the selection's spend, in a mixed grid only when the secret loop drew that candidate."""
+    X = np.linspace(-3, 3, 25)[:, None]
+    model = gp_regression(
+        X,
+        np.sin(X[:, 0]),
+        lambda: 25.0 * pm.gp.cov.ExpQuad(1, ls=pm.Gamma("ell", 2, 0.5)),
+        noise_sd=lambda: pm.HalfNormal("noise", 20.0),
+    )
+    grid = [{"ell": 1.0, "noise": 20.0}, {"ell": 1.0, "noise": 1e3}]
+    kw = dict(X_star=np.linspace(-3, 3, 7)[:, None], domain=(-3, 3), y_bounds=(-2, 2))
+    plan = plan_sample_path_selection(model, grid[1:], n=25, epsilon=1.0, delta=1e-4, **kw)
+    assert plan.path_epsilons(1e-4)[0] == 0.0
+    for seed in range(6):
+        ledger = Ledger(1e9, 1e-3, filter="renyi")
+        select_by_sample_paths(
+            model,
+            grid,
+            epsilon=1.0,
+            delta=1e-4,
+            gamma=0.5,
+            ledger=ledger,
+            rng=np.random.default_rng(seed),
+            n_steps=2,
+            **kw,
+        )
+        assert len(ledger.history) == 1

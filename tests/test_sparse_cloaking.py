@@ -423,3 +423,40 @@ def test_low_rank_operator_gives_the_dense_solution(shape):
     assert np.max(np.sum(W**2, 0)) <= 1.0 + 1e-9  # every column inside the ellipsoid
     with pytest.raises(ValueError, match="nothing to cloak"):
         solve_noise_covariance(LowRankOperator(np.zeros((m, r)), B))
+
+
+def test_a_vfe_model_has_no_cloaked_release_and_smith_refuses_approximate_models():
+    """Stop-26 audit: ``cloaked_release`` accepted a VFE ``sparse_gp_regression`` model and
+    released exact-GP cloaking for it; Smith's CV-SSE selection scored a FITC model with
+    exact-GP fold matrices (bitwise the exact GP's utilities)."""
+    from pm_dpgp.models import fitc_gp_regression, sparse_gp_regression
+    from pm_dpgp.selection import select_by_cross_validated_sse
+
+    X = np.linspace(0.0, 10.0, 30)[:, None]
+    y = np.sin(X[:, 0])
+    vfe = sparse_gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=2.0), Z=X[::6], noise_sd=0.3)
+    ledger = Ledger(epsilon=3.0, delta=1e-5)
+    with pytest.raises(TypeError, match="VFE"):
+        cloaked_release(
+            vfe,
+            X[:5],
+            epsilon=1.0,
+            delta=1e-5,
+            y_bounds=(-2, 2),
+            ledger=ledger,
+            rng=np.random.default_rng(0),
+        )
+    fitc = fitc_gp_regression(
+        X, y, lambda: pm.gp.cov.ExpQuad(1, ls=pm.Gamma("ell", 2, 1)), Z=X[::6], noise_sd=0.3
+    )
+    with pytest.raises(TypeError, match="exact-GP cloaking"):
+        select_by_cross_validated_sse(
+            fitc,
+            [{"ell": 1.0}, {"ell": 3.0}],
+            epsilon=0.5,
+            y_bounds=(-2, 2),
+            ledger=ledger,
+            n_folds=3,
+            rng=np.random.default_rng(1),
+        )
+    assert ledger.history == []

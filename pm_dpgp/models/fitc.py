@@ -249,7 +249,12 @@ def fitc_gp_regression(
                 "public inputs X (Smith et al. 2021, §3.2)."
             )
         Z_arr = kmeans_public_inducing(X_arr, n_inducing, seed=seed)
-        inducing: dict[str, Any] = {"method": "kmeans2 on the public inputs", "seed": int(seed)}
+        # placed once, on the inputs given at build time: a later pm.set_data(X=...) keeps Z
+        # (the model's inducing inputs), and the metadata says so
+        inducing: dict[str, Any] = {
+            "method": "kmeans2 on the public inputs at build time",
+            "seed": int(seed),
+        }
     else:
         if n_inducing is not None or seed is not None:
             raise ValueError("give either Z or (n_inducing, seed), not both.")

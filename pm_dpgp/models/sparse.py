@@ -278,6 +278,20 @@ class SparseGPRegression(GPRegression):
     (private) may be empty when the data are streamed to the mechanism instead.
     """
 
+    def public_cloaking(self, hyperparameters: Mapping[str, ArrayLike] | None = None) -> Any:
+        """Refused: a VFE model has no cloaked release here.
+
+        ``cloaked_release`` would otherwise inherit the exact GP's cloaking matrix and release
+        exact-GP predictions for a model built as sparse, possibly for full privacy (stop-26
+        audit).  Smith et al.'s (2021) sparse cloaking is FITC (``fitc_gp_regression``); a VFE
+        model's release is ``noise_aware_release``.
+        """
+        raise TypeError(
+            "a sparse (VFE) model has no cloaked release: build the model with "
+            "pm_dpgp.models.fitc_gp_regression for sparse cloaking (Smith et al. 2021), or use "
+            "pm_dpgp.mechanisms.noise_aware_release for this model. Nothing was spent."
+        )
+
     Z: NDArray[np.float64] = field(default_factory=lambda: np.zeros((0, 1)), repr=False)
     z_is_public: bool = False
     jitter: float = JITTER_DEFAULT

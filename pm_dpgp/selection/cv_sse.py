@@ -48,6 +48,7 @@ from pm_dpgp.mechanisms.gaussian import gaussian_sigma
 from pm_dpgp.mechanisms.label.cloaking import NoiseCovariance, solve_noise_covariance
 from pm_dpgp.mechanisms.label.cloaking_batch import solve_noise_covariances
 from pm_dpgp.mechanisms.label.cloaking_release import SENSITIVITY_SAFETY
+from pm_dpgp.models.exact import GPRegression
 
 __all__ = [
     "CvFold",
@@ -469,6 +470,15 @@ def plan_cv_sse(
     utilities by the rank cut (≤ 7.2·10⁻⁶ relative on the benchmark).  Δ(θ) and the utility
     always use the same maps, whichever is chosen.
     """
+    cloaking = getattr(type(gpr), "public_cloaking", GPRegression.public_cloaking)
+    if cloaking is not GPRegression.public_cloaking:
+        # the utilities are built from exact-GP fold cloaking matrices: they would score a
+        # different mechanism than the model's own cloaked release (stop-26 audit: FITC)
+        raise TypeError(
+            f"the CV-SSE selection scores exact-GP cloaking; a {type(gpr).__name__} releases "
+            "through another cloaking matrix. Select with an exact gp_regression model of the "
+            "same kernel, or choose the hyperparameters publicly."
+        )
     if noise_solver not in ("batched", "per_fold"):
         raise ValueError(f"noise_solver must be 'batched' or 'per_fold', got {noise_solver!r}.")
     if fold_linalg not in ("fast", "reference"):
@@ -484,8 +494,18 @@ def plan_cv_sse(
         release_epsilon = check_epsilon(release_epsilon, "release_epsilon")
         release_delta = check_delta(release_delta, "release_delta")
         unit_scale = gaussian_sigma(release_epsilon, release_delta, d, method=calibration)
+    if calibration not in ("analytic", "classic"):
+        raise ValueError(f"calibration must be 'analytic' or 'classic', got {calibration!r}.")
     X = np.asarray(gpr.X, dtype=np.float64)
     n = X.shape[0]
+    # float64 range, from public values only: a utility is a sum of ≤ n clipped squares
+    # (each ≤ c²) and Δu ≤ (n + 1)c²; an overflow after the spend would fail there, in some
+    # cases depending on the labels (stop-26 audit: y_bounds = ±2e153)
+    if not math.isfinite(4.0 * (n + 1) * clip * clip):
+        raise ValueError(
+            f"y_bounds width {d:.3g} with error_clip={error_clip} is too large for float64 "
+            f"utilities over {n} records; rescale the outputs (nothing was spent)."
+        )
     plans: list[list[CvFold] | None] = []
     sens = np.empty(len(configs))
     paper = np.empty(len(configs))

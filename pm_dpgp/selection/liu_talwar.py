@@ -237,7 +237,10 @@ def _owner_score(
     X1, ok1 = _usable_rows(public, X1)
     X1, r1 = X1[ok1], r1[ok1]  # dropped as the DP statistics drop them
     X2, finite2 = _usable_rows(public, X2)
-    Kzx = public.kernel(public.Z, X1)
+    # every training record may have been dropped (that depends on the private data): then
+    # the statistics are zero, as in the DP path, and nothing may raise
+    M = public.Z.shape[0]
+    Kzx = public.kernel(public.Z, X1) if len(X1) else np.zeros((M, 0))
     m, S = titsias_qu(public.kzz(), Kzx @ r1, Kzx @ Kzx.T, 1.0 / public.noise_var)
     mu, var = predict_from_qu(
         public.kzz(), m[None], S[None], public.kernel(public.Z, X2), public.kernel_diag(X2)

@@ -65,12 +65,12 @@ from pm_dpgp.mechanisms.full.sample_path import (
     PrivateRows,
     _check_public_kernel,
     _public_probes,
+    certified_kappa,
     sample_path_release,
 )
 from pm_dpgp.mechanisms.full.sample_path_bounds import (
     SamplePathBound,
     check_kappa,
-    kernel_lower_bound,
     parse_domain,
 )
 from pm_dpgp.mechanisms.gaussian import zcdp_rho
@@ -87,6 +87,8 @@ from pm_dpgp.selection.private_data import (
     usable_rows,
 )
 from pm_dpgp.selection.result import SelectionResult
+
+_SMALLEST_EPSILON = float(np.finfo(np.float64).smallest_subnormal)
 
 __all__ = [
     "SamplePathSelectionPlan",
@@ -189,9 +191,9 @@ def _candidate_set_up(
         _check_public_kernel(p, float(s), kernel_class, probes)
         sigmas.append(float(s))
     etas = [float(e) for e in _per_candidate(eta, configs, "eta", allow_zero=True)]  # type: ignore[arg-type]
-    if kappa is None:
+    if kappa is None:  # proved for decreasing stationary kernels, else 0 (certified_kappa)
         kappas = [
-            kernel_lower_bound(lambda A, B, p=p, s=s: p.kernel(A, B) / s**2, domain)
+            certified_kappa(lambda A, B, p=p, s=s: p.kernel(A, B) / s**2, domain, model.cov_func)
             for p, s in zip(publics, sigmas, strict=True)
         ]
     else:
@@ -403,8 +405,9 @@ def select_by_sample_paths(
     eta
         extra prior-GP noise of the path (a number, grid name or one per candidate).
     kappa
-        public kernel lower bound for every candidate; ``None``: ``kernel_lower_bound`` of each
-        candidate's kernel on ``domain`` (as the release computes it).
+        public kernel lower bound for every candidate; ``None``: ``certified_kappa`` of each
+        candidate's kernel on ``domain`` (the corner bound for decreasing stationary kernels,
+        else 0; passed to each candidate's release).
     kernel_class
         which residual bound (``sample_path_release``).
     n_steps, spread
@@ -479,8 +482,11 @@ def select_by_sample_paths(
                 kernel_scale=sigmas[i],
                 y_bounds=s["y_bounds"],
                 delta=delta,
-                epsilon=path_eps[i],  # the planned cost: a release above it is refused
-                kappa=kappa,
+                # the planned cost: a release above it is refused.  A planned ε that rounds
+                # to 0 (a very private candidate) is passed as the smallest positive double,
+                # since a target must be > 0 (stop-26 audit: it failed after the spend)
+                epsilon=max(float(path_eps[i]), _SMALLEST_EPSILON),
+                kappa=s["kappas"][i],  # the plan's κ (the rows carry no PyMC covariance)
                 domain=domain,
                 eta=etas[i],
                 kernel_class=kernel_class,

@@ -25,7 +25,7 @@ from typing import Literal
 import numpy as np
 from numpy.typing import ArrayLike
 
-from pm_dpgp._validation import check_epsilon, check_public_bounds
+from pm_dpgp._validation import check_epsilon, check_public_bounds, check_rng
 from pm_dpgp.accounting import Ledger
 from pm_dpgp.selection.cv_sse import cv_sse_utilities, plan_cv_sse
 from pm_dpgp.selection.exponential import (
@@ -132,6 +132,8 @@ def select_by_cross_validated_sse(
     y_bounds = check_public_bounds(y_bounds)
     if ledger is not None and not isinstance(ledger, Ledger):
         raise TypeError(f"ledger must be a pm_dpgp Ledger or None, got {type(ledger).__name__}.")
+    if rng is not None:  # None: OpenDP's noisy max; checked here, before the spend
+        rng = check_rng(rng)
     names = tuple(gpr.hyperparameter_names)  # type: ignore[attr-defined]
     configs = check_grid(prior_quantile_grid(gpr) if grid is None else grid, names)
     n = int(np.asarray(gpr.X).shape[0])  # type: ignore[attr-defined]
@@ -166,6 +168,9 @@ def select_by_cross_validated_sse(
             label="DP hyperparameter selection (Smith et al. 2021, Alg. 1)",
             privacy_model="label",
             neighbouring_relation=LABEL_RELATION,
+            # registered like every release's Generator: a state reused for another release on
+            # this ledger is refused (its Gumbel and Gaussian noise would share one stream)
+            rng=rng,
         )
     # 4. private utilities (the owner's view)
     utilities = cv_sse_utilities(plan, np.asarray(y_private, dtype=np.float64).reshape(-1))

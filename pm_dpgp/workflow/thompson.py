@@ -58,13 +58,13 @@ from pm_dpgp.accounting import BudgetExceededError, Ledger, PrivacyEvent
 from pm_dpgp.compat import get_group
 from pm_dpgp.mechanisms.full.sample_path import (
     PrivateRows,
+    certified_kappa,
     sample_path_event,
     sample_path_release,
 )
 from pm_dpgp.mechanisms.full.sample_path_bounds import (
     SamplePathBound,
     Sensitivity,
-    kernel_lower_bound,
 )
 from pm_dpgp.models import GPRegression, PublicGP, gp_regression
 
@@ -410,7 +410,8 @@ def dp_thompson_sampling(
         public parameters of the sample-path mechanism, as in
         ``sample_path_release`` (``kernel_scale``
         defaults to 1, ``y_bounds`` to ``(prior_mean − 1, prior_mean + 1)``; ``kappa`` to the
-        kernel's lower bound on ``domain``).  Formerly ``sigma`` and the centred ``y_bound=M``
+        kernel's proved lower bound on ``domain``, ``certified_kappa``: 0 for a kernel not
+        recognised as stationary).  Formerly ``sigma`` and the centred ``y_bound=M``
         (``y_bounds=(prior_mean − M, prior_mean + M)``).
     sensitivity:
         the sample-path mean sensitivity, ``"coupled"`` (default; eq. SP11,
@@ -456,8 +457,11 @@ def dp_thompson_sampling(
     base = model.public_gp()
     r2 = base.noise_var / kernel_scale**2
     if private and kappa is None:
-        kappa = kernel_lower_bound(
-            lambda A, B: base.kernel(A, B) / kernel_scale**2, np.column_stack([lower, upper])
+        # proved for decreasing stationary kernels; 0 (always valid) for any other kernel
+        kappa = certified_kappa(
+            lambda A, B: base.kernel(A, B) / kernel_scale**2,
+            np.column_stack([lower, upper]),
+            model.cov_func,
         )
     X_all, y_all = X0.copy(), y0.copy()
     domain_box = np.column_stack([lower, upper])

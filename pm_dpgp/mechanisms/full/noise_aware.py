@@ -270,7 +270,11 @@ def eq6_sensitivity(
     """
     R_y = _centred_bound_argument(R_y, deprecated, "eq6_sensitivity")
     Ry, Rk, c = (check_positive(v, n) for v, n in ((R_y, "R_y"), (R_k, "R_k"), (ratio, "ratio")))
-    return math.sqrt(Ry**4 / (2 * c * c) + 2 * Ry**2 * Rk**2 + 2 * c * c * Rk**4)
+    # NumPy float64 (inf on overflow, never OverflowError): this informational value is
+    # computed for the metadata after the spend (stop-26 audit: R_y ≳ 1e77 raised there)
+    Ry, Rk, c = np.float64(Ry), np.float64(Rk), np.float64(c)
+    with np.errstate(over="ignore"):
+        return float(np.sqrt(Ry**4 / (2 * c * c) + 2 * Ry**2 * Rk**2 + 2 * c * c * Rk**4))
 
 
 def worst_case_sensitivity(
@@ -326,8 +330,13 @@ def l2_sensitivity(
     Ry = check_positive(_centred_bound_argument(R_y, deprecated, "l2_sensitivity"), "R_y")
     Rk = check_positive(R_k, "R_k")
     c = check_positive(ratio, "ratio")
-    s = min(Ry * Ry / (2.0 * c * c), Rk * Rk)
-    return math.sqrt(2 * Ry**2 * Rk**2 + 2 * c * c * Rk**4 + 2 * Ry**2 * s - 2 * c * c * s * s)
+    # float64 arithmetic: an absurd public bound gives inf (refused by the calibration, before
+    # any spend), never Python's OverflowError
+    Ry, Rk, c = np.float64(Ry), np.float64(Rk), np.float64(c)
+    with np.errstate(over="ignore", invalid="ignore"):
+        s = min(Ry * Ry / (2.0 * c * c), Rk * Rk)
+        value = np.sqrt(2 * Ry**2 * Rk**2 + 2 * c * c * Rk**4 + 2 * Ry**2 * s - 2 * c * c * s * s)
+    return float(value) if np.isfinite(value) else math.inf
 
 
 def regularisation_lambda(
@@ -1041,10 +1050,22 @@ def calibrate_statistics_noise(
     discrete Gaussian plan of ``secure_plan``, σ_a = its σ.
     """
     if not secure:
-        return gaussian_sigma(epsilon, delta, Delta, method=calibration), None
-    dim = n_outputs * (n_inducing + n_inducing * (n_inducing + 1) // 2)
-    plan = secure_plan(epsilon, delta, Delta, dim, calibration)
-    return plan.sigma, plan
+        sigma, plan = gaussian_sigma(epsilon, delta, Delta, method=calibration), None
+    else:
+        dim = n_outputs * (n_inducing + n_inducing * (n_inducing + 1) // 2)
+        plan = secure_plan(epsilon, delta, Delta, dim, calibration)
+        sigma = plan.sigma
+    # the posterior's S₂ correction works with σ_a⁴; it must stay finite in float64, or the
+    # release would fail after its spend (stop-26 audit: y_bounds = ±1e153)
+    with np.errstate(over="ignore"):
+        fourth = np.float64(sigma) ** 4
+    if not np.isfinite(fourth):
+        raise ValueError(
+            f"the statistics' noise sd {sigma:.3g} is too large for the posterior's float64 "
+            "arithmetic; rescale the outputs (narrower y_bounds) or the kernel. Nothing was "
+            "spent."
+        )
+    return sigma, plan
 
 
 def _privatise(

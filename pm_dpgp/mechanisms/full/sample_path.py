@@ -78,7 +78,14 @@ from pm_dpgp.models.sparse import is_stationary_decreasing
 #: ``noise_source`` of a sample-path release drawn without a caller's Generator.
 SAMPLE_PATH_OS_ENTROPY = "numpy_os_entropy"
 
-__all__ = ["PrivateRows", "SamplePathRelease", "sample_path_event", "sample_path_release"]
+__all__ = [
+    "PrivateRows",
+    "SamplePathRelease",
+    "capped_public_gp",
+    "certified_kappa",
+    "sample_path_event",
+    "sample_path_release",
+]
 
 KernelClass = Literal["generic", "exponential_1d", "constant"]
 
@@ -392,6 +399,74 @@ class SamplePathRelease:
             rng=rng,
             legacy_predictive=(variable_name,),
         )
+
+
+def certified_kappa(
+    kernel_fn: Callable[[NDArray[np.float64], NDArray[np.float64]], NDArray[np.float64]],
+    domain: ArrayLike,
+    cov_func: Any,
+) -> float:
+    """The default κ of a sample-path release: a *proved* lower bound of ``k`` on the box.
+
+    For a kernel recognised as built from decreasing stationary kernels
+    (``is_stationary_decreasing``: EQ, Matérn, exponential, rational quadratic, their sums,
+    products and scalings) ``k₀`` is non-increasing in every ``|h_j|`` and the minimum over
+    the box is at the corner difference (``kernel_lower_bound``, ``docs/sample_paths.md`` §1).
+    For any other kernel a grid check is evidence, not a proof (stop-26 audit: a scaled kernel
+    peaking between the grid points), so the default is ``κ = 0``, which is always valid.  A
+    caller who knows a better bound passes ``kappa=`` (a public statement they vouch for).
+    """
+    if is_stationary_decreasing(cov_func):
+        return kernel_lower_bound(kernel_fn, domain)
+    return 0.0
+
+
+class _CappedKernel:
+    """``k̃(x, x') = k(x, x') s(x) s(x')``, ``s(x) = min(1, σ/√k(x, x))``: ``k̃(x, x) ≤ σ²``.
+
+    The sample-path bounds need ``k(x, x) ≤ kernel_scale²`` at every input, the private ones
+    included, but a general kernel can only be checked at public probes (stop-26 audit: a
+    scaled kernel with ``k(x, x) = 1.6·10⁵`` between probes where it is 1 gave an infinite
+    Rényi divergence).  The rescaling by a positive diagonal keeps ``k̃`` positive semi-
+    definite, does not depend on the data, and is the identity wherever ``k(x, x) ≤ σ²``:
+    for every kernel that satisfies the bound (all stationary ones that pass the probe
+    check) the values are bitwise unchanged.  ``diag=True`` gives ``min(k(x, x), σ²)``.
+    """
+
+    def __init__(self, kernel: Any, kernel_diag: Any, sigma2: float, *, diag: bool = False):
+        self.kernel, self.kernel_diag, self.sigma2, self.diag = kernel, kernel_diag, sigma2, diag
+
+    def _scale(self, X: NDArray[np.float64]) -> NDArray[np.float64] | None:
+        d = np.asarray(self.kernel_diag(X), dtype=np.float64)
+        over = d > self.sigma2
+        if not over.any():
+            return None
+        out = np.ones_like(d)
+        out[over] = np.sqrt(self.sigma2 / d[over])
+        return out
+
+    def __call__(self, Xa: NDArray[np.float64], *Xb: NDArray[np.float64]) -> NDArray[np.float64]:
+        if self.diag:
+            return np.minimum(np.asarray(self.kernel_diag(Xa), dtype=np.float64), self.sigma2)
+        K = np.asarray(self.kernel(Xa, *Xb), dtype=np.float64)
+        sa = self._scale(Xa)
+        sb = sa if not Xb or Xb[0] is Xa else self._scale(Xb[0])
+        if sa is None and sb is None:
+            return K
+        ones_a = np.ones(K.shape[0]) if sa is None else sa
+        ones_b = np.ones(K.shape[1]) if sb is None else sb
+        return K * ones_a[:, None] * ones_b[None, :]
+
+
+def capped_public_gp(public_gp: PublicGP, kernel_scale: float) -> PublicGP:
+    """``public_gp`` with its kernel capped at ``kernel_scale²`` on the diagonal
+    (``_CappedKernel``)."""
+    s2 = float(kernel_scale) ** 2
+    return dataclasses.replace(
+        public_gp,
+        _kernel=_CappedKernel(public_gp._kernel, public_gp._kernel_diag, s2),
+        _kernel_diag=_CappedKernel(public_gp._kernel, public_gp._kernel_diag, s2, diag=True),
+    )
 
 
 def _public_probes(
@@ -754,13 +829,19 @@ def sample_path_release(
         )
     probes = _public_probes(X_star, domain)
     prior_var = _check_public_kernel(public_gp, kernel_scale, kernel_class, probes)
+    # k(x, x) <= kernel_scale² at every input, not only at the probes (identity when it holds)
+    public_gp = capped_public_gp(public_gp, kernel_scale)
     if kappa is None:
         if domain is None:
             raise ValueError(
                 "Give the public input domain (domain=(lower, upper)) or a kernel lower bound "
                 "kappa in [0, 1] (kappa=0 is always valid but gives a weaker bound)."
             )
-        kappa = kernel_lower_bound(lambda A, B: public_gp.kernel(A, B) / kernel_scale**2, domain)
+        kappa = certified_kappa(
+            lambda A, B: public_gp.kernel(A, B) / kernel_scale**2,
+            domain,
+            getattr(gpr, "cov_func", None),
+        )
     r2 = public_gp.noise_var / kernel_scale**2
     mu0 = public_gp.mean
     if y_bound_old is not None:  # deprecated centred bound M: the interval (μ₀ − M, μ₀ + M)

@@ -562,7 +562,9 @@ class SamplePathBound:
     def _mean_term(self, a: NDArray[np.float64]) -> NDArray[np.float64]:
         """``mean_term`` at validated orders ``a``."""
         beta = (a - 1.0) * self.tau
-        return 0.5 * a * (self.V + self.r2) / (self.A * (1.0 - beta)) * self.Delta**2
+        # a float product, not ``**``: an absurd public bound gives inf (refused), never
+        # Python's OverflowError (stop-26 audit)
+        return 0.5 * a * (self.V + self.r2) / (self.A * (1.0 - beta)) * (self.Delta * self.Delta)
 
     # -- accounting -----------------------------------------------------------------------------
     def orders(self) -> NDArray[np.float64]:

@@ -154,7 +154,11 @@ def prior_noise_release(
     # the labels as stored, unchecked (prepare_labels checks their shape and maps a non-finite
     # one to the midpoint of y_bounds; a refusal would depend on one private label)
     labels = prepare_labels(
-        gpr.unchecked_data()[1], y_bounds, clip=clip, bounds_are_public=bounds_are_public
+        gpr.unchecked_data()[1],
+        y_bounds,
+        clip=clip,
+        bounds_are_public=bounds_are_public,
+        n_inputs=public_gp.n,
     )
     parts = public_prior_noise(public_gp, X_star, bound)
     whitening = centred_whitening(parts.W, labels.y, labels.y_bounds, public_gp.mean)
