@@ -436,22 +436,28 @@ def test_every_training_record_dropped_is_not_a_data_dependent_failure(owner_sco
         with model.model:
             pm.set_data({"Xd": np.array([[0.0], [x1]]), "yd": np.array([0.1, 0.2])})
         ledger = Ledger(100.0, 1e-3, filter="renyi")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            select_by_random_stopping(
-                model,
-                product_grid({"ell": [1.0]}),
-                epsilon=1.0,
-                delta=1e-4,
-                y_bounds=(-2, 2),
-                gamma=0.5,
-                ledger=ledger,
-                rng=np.random.default_rng(0),
-                n_steps=2,
-                validation=[0],
-                owner_scores=owner_scores,
-            )
+        _one_candidate_stopping(
+            model, ledger, (-2, 2), seed=0, validation=[0], owner_scores=owner_scores
+        )
         assert len(ledger.history) == 1
+
+
+def _one_candidate_stopping(model, ledger, y_bounds, seed, **kw):
+    """Random stopping over the single candidate ℓ = 1 (ε = 1, δ = 1e-4, γ = 0.5, 2 steps)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return select_by_random_stopping(
+            model,
+            product_grid({"ell": [1.0]}),
+            epsilon=1.0,
+            delta=1e-4,
+            y_bounds=y_bounds,
+            gamma=0.5,
+            ledger=ledger,
+            rng=np.random.default_rng(seed),
+            n_steps=2,
+            **kw,
+        )
 
 
 @pytest.mark.parametrize("bound", [1e100, 1e150, 1e153, 1e160])
@@ -470,19 +476,7 @@ def test_absurd_public_bounds_are_refused_before_the_spend_or_run(bound):
     )
     ledger = Ledger(1e300, 1e-3, filter="renyi")
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            select_by_random_stopping(
-                model,
-                product_grid({"ell": [1.0]}),
-                epsilon=1.0,
-                delta=1e-4,
-                y_bounds=(-bound, bound),
-                gamma=0.5,
-                ledger=ledger,
-                rng=np.random.default_rng(1),
-                n_steps=2,
-            )
+        _one_candidate_stopping(model, ledger, (-bound, bound), seed=1)
     except ValueError:
         assert ledger.history == []
     else:
