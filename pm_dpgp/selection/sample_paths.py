@@ -476,7 +476,7 @@ def select_by_sample_paths(
     def run(i: int) -> tuple[float, float]:
         try:
             release = sample_path_release(
-                PrivateRows(publics[i], X1, y1),  # type: ignore[arg-type]
+                PrivateRows(publics[i], X1, y1, model.cov_func),  # type: ignore[arg-type]
                 X_star,
                 n_draws=1,
                 kernel_scale=sigmas[i],

@@ -511,7 +511,7 @@ def dp_thompson_sampling(
                         stop = "budget"
                         break
                     # the rows so far with the first model's public GP (kernel compiled once)
-                    data = cast(GPRegression, PrivateRows(base, X_all, y_all))
+                    data = cast(GPRegression, PrivateRows(base, X_all, y_all, model.cov_func))
                     try:
                         release = sample_path_release(
                             data,

@@ -101,12 +101,14 @@ class PrivateRows:
     a PyMC model or a compilation: the DP Thompson loop's growing dataset and a selection's
     training rows.  ``public`` holds the kernel (its own inputs are replaced by the rows)."""
 
-    cov_func = None  # not a PyMC covariance: give the release a domain
-
-    def __init__(self, public: PublicGP, X: ArrayLike, y: ArrayLike) -> None:
+    def __init__(self, public: PublicGP, X: ArrayLike, y: ArrayLike, cov_func: Any = None) -> None:
         self._public = public
         self._X = X
         self._y = y
+        # the PyMC covariance ``public`` was compiled from, if the caller has it: the release
+        # then knows a decreasing stationary kernel (constant diagonal, proved κ); without it
+        # the release treats the kernel as general (diagonal cap, κ = 0 by default)
+        self.cov_func = cov_func
 
     def unchecked_data(self) -> tuple[ArrayLike, ArrayLike]:
         """The rows as given (the release checks their shapes and maps bad records)."""
@@ -829,8 +831,11 @@ def sample_path_release(
         )
     probes = _public_probes(X_star, domain)
     prior_var = _check_public_kernel(public_gp, kernel_scale, kernel_class, probes)
-    # k(x, x) <= kernel_scale² at every input, not only at the probes (identity when it holds)
-    public_gp = capped_public_gp(public_gp, kernel_scale)
+    # k(x, x) <= kernel_scale² at every input, not only at the probes.  A decreasing
+    # stationary kernel has a constant diagonal, so the probe check above proves it; any
+    # other kernel is capped (the identity wherever the bound holds)
+    if not is_stationary_decreasing(getattr(gpr, "cov_func", None)):
+        public_gp = capped_public_gp(public_gp, kernel_scale)
     if kappa is None:
         if domain is None:
             raise ValueError(
