@@ -960,3 +960,30 @@ def test_gdp_bound_never_leaves_out_a_repeat_and_select_event():
         limited.spend(GaussianEvent(20.0))
         with pytest.raises(BudgetExceededError):
             limited.spend(rs)
+
+
+def test_gdp_epsilon_is_never_below_the_exact_root_for_small_mu():
+    """Stop-26 audit: the fixed 1e-12 log margin did not cover the cancellation in
+    ``Φ(μ/2 − ε/μ) − e^ε Φ(−μ/2 − ε/μ)`` for small μ: 14 of 2,000 random (μ, δ) had the exact
+    δ(ε) (50-digit mpmath) up to 4.4e-12 relative above δ.  The margin now scales with the
+    cancellation; every returned ε must satisfy δ(ε) ≤ δ exactly."""
+    import random
+
+    import mpmath
+
+    from pm_dpgp.mechanisms.gaussian import gaussian_sigma
+
+    mpmath.mp.dps = 50
+
+    def exact_delta(mu, eps):
+        mu, eps = mpmath.mpf(mu), mpmath.mpf(eps)
+        return mpmath.ncdf(mu / 2 - eps / mu) - mpmath.e**eps * mpmath.ncdf(-mu / 2 - eps / mu)
+
+    r = random.Random(3)
+    for _ in range(400):
+        mu, delta = 10 ** r.uniform(-2.5, -1.0), 10 ** r.uniform(-12, -1.5)
+        eps = gdp_epsilon(mu, delta)
+        if eps > 0.0:
+            assert exact_delta(mu, eps) <= delta
+        sigma = gaussian_sigma(max(eps, 1e-3), delta)  # the calibration uses the same margin
+        assert exact_delta(1.0 / sigma, max(eps, 1e-3)) <= delta

@@ -8,6 +8,7 @@ distribution tests are random: each states its false-failure probability.
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pymc as pm
@@ -457,3 +458,18 @@ def test_labels_far_from_the_prior_mean_stay_within_integer_sensitivity(
         assert gap <= d_int
         worst = max(worst, gap / d_int)
     assert worst > 0.5  # the check is not vacuous: the neighbours come close to the bound
+
+
+def test_a_scale_too_large_for_int64_safety_is_refused_and_huge_values_do_not_warn():
+    """Stop-26 audit: the docs claimed scale < 2^22 always; ε = 0.001 with 10⁶ coordinates
+    gave 6.6·10⁶.  Scales above 2^40 (where int64 overflow would stop being astronomically
+    unlikely) are refused from the public settings; below it the plan is as before.  A huge
+    whitened value is clamped without a RuntimeWarning (a warning would depend on it)."""
+    with pytest.raises(ValueError, match="2\\^40"):
+        plan_discrete_gaussian(1.0, 10**6, 1e-19)
+    plan = plan_discrete_gaussian(1.0, 10**6, 1e-12)
+    assert plan.scale <= 2.0**40
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = discretise(np.array([1e308, -np.inf, np.nan, 0.3]), 2.0**-30)
+    assert out.tolist() == [INT_LIMIT, -INT_LIMIT, 0, round(0.3 * 2**30)]

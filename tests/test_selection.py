@@ -909,3 +909,39 @@ def test_the_selection_generator_is_registered_with_the_ledger():
             rng=np.random.default_rng(7),
         )
     assert len(ledger.history) == 1
+
+
+@pytest.mark.parametrize("noise_solver", ["batched", "per_fold"])
+def test_a_candidate_whose_fold_maps_vanish_is_kept_with_release_noise(noise_solver):
+    """Stop-26 audit: a lengthscale so short that every fold's cloaking matrix underflows to 0
+    made the noise solver refuse ("C is all zero"), so with release noise in the utility the
+    whole grid was refused.  §2 treats C_k = 0 as a normal case (the bound is attained): its
+    folds predict the prior mean with no release noise."""
+    X = np.linspace(0, 20, 21)
+    model = gp_regression(
+        X, np.sin(X), lambda: pm.gp.cov.ExpQuad(1, ls=pm.Gamma("ell", 2, 1)), noise_sd=0.3
+    )
+    grid = product_grid({"ell": [1e-3, 1.0, 3.0]})
+    kw = dict(
+        epsilon=1.0,
+        y_bounds=(-1, 1),
+        n_folds=4,
+        release_epsilon=1.0,
+        release_delta=1e-5,
+        noise_solver=noise_solver,
+    )
+    res = select_by_cross_validated_sse(
+        model, grid, ledger=Ledger(10, 1e-5), rng=np.random.default_rng(0), **kw
+    )
+    plan = plan_cv_sse(
+        model,
+        grid,
+        kfold_splits(21, 4),
+        y_bounds=(-1, 1),
+        release_epsilon=1.0,
+        release_delta=1e-5,
+        noise_solver=noise_solver,
+    )
+    zero = plan.fold_plans[0]
+    assert all(not f.C.any() and not np.any(f.noise_var) for f in zero)
+    assert res.index in range(3)

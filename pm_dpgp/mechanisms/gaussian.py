@@ -36,6 +36,7 @@ from pm_dpgp.accounting.events import (
     DEFAULT_ORDERS,
     ZCDPEvent,
     _gdp_log_delta,
+    _gdp_log_delta_margin,
     _log_delta_ok,
     _nudge_up,
     gdp_epsilon,
@@ -100,7 +101,12 @@ def gaussian_sigma(
 
     sigma = float(get_sigma_gaussian(epsilon, delta)) * sensitivity
     return _nudge_up(
-        sigma, lambda sig: _log_delta_ok(_gdp_log_delta(sensitivity / sig, epsilon), delta)
+        sigma,
+        lambda sig: _log_delta_ok(
+            _gdp_log_delta(sensitivity / sig, epsilon),
+            delta,
+            _gdp_log_delta_margin(sensitivity / sig, epsilon),
+        ),
     )
 
 

@@ -22,8 +22,9 @@ coordinate by at most γ/2, so two neighbours' integer vectors differ by at most
 ``d_in`` and is non-decreasing in it, so its value at the ceiling is a valid ρ.
 
 Overflow of int64 is impossible by construction: ``|n_i| ≤ 2^61`` after the clamp, and the noise
-would need to exceed 2^61 ≥ 2^39 · scale (scale < 2^22 by the choice of γ), an event of
-probability below exp(−2^77).  The clamp changes the release only when a whitened coordinate
+would need to exceed 2^62 ≥ 2^22 · scale (``plan_discrete_gaussian`` refuses scale > 2^40; the
+scale is below 2^21 + (√k + 1)/√(2ρ), which is below 2^22 unless k is huge or ρ tiny), an event
+of probability below exp(−2^43).  The clamp changes the release only when a whitened coordinate
 exceeds 2^61·γ ≥ 2^40·σ, i.e. a signal-to-noise ratio above 10^12; it is silent because whether
 it acts depends on private values.
 
@@ -92,6 +93,10 @@ def simulation_rng(rng: np.random.Generator | None) -> np.random.Generator | Non
     return None if rng is None else check_rng(rng)
 
 
+#: Largest discrete-Gaussian scale (grid units) accepted: int64 overflow then needs > 2^22 sd.
+_MAX_SCALE = float(2**40)
+
+
 def grid_for(sigma: float) -> float:
     """The power of two γ = 2^(⌊log₂ σ⌋ − GRID_BITS), so σ·2^-21 < γ ≤ σ·2^-20.
 
@@ -127,9 +132,10 @@ def discretise(w: NDArray[np.float64], gamma: float) -> NDArray[np.int64]:
     increase L2 distances), and ``rint`` moves each coordinate by at most ½.  NaN (impossible
     for finite clipped data) maps to 0 silently: a message would depend on private values.
     """
-    x = np.asarray(w, dtype=np.float64) / gamma
-    x = np.where(np.isnan(x), 0.0, x)
-    return np.rint(np.clip(x, -INT_LIMIT, INT_LIMIT)).astype(np.int64)
+    with np.errstate(over="ignore", invalid="ignore"):  # no warning that depends on w
+        x = np.asarray(w, dtype=np.float64) / gamma
+        x = np.where(np.isnan(x), 0.0, x)
+        return np.rint(np.clip(x, -INT_LIMIT, INT_LIMIT)).astype(np.int64)
 
 
 def _measurement(dim: int, scale: float) -> Any:
@@ -227,6 +233,12 @@ def plan_discrete_gaussian(sensitivity: float, dim: int, rho: float) -> Discrete
     gamma = grid_for(sensitivity / math.sqrt(2.0 * rho))
     d_int = integer_sensitivity(sensitivity, gamma, dim)
     scale = d_int / math.sqrt(2.0 * rho)
+    if scale > _MAX_SCALE:  # public settings only: ρ and k
+        raise ValueError(
+            f"the discrete Gaussian's scale {scale:.3g} grid units exceeds 2^40 (ρ = {rho:.3g}, "
+            f"{dim} coordinates): int64 arithmetic would no longer be safe. Use a larger "
+            "epsilon or fewer released values. Nothing was spent."
+        )
     step = 1e-12
     for _ in range(80):
         rho_map = float(_measurement(dim, scale).map(d_int))

@@ -336,7 +336,14 @@ class _NoiseQueue:
         pending: dict[bytes, list[tuple[NDArray[np.float64], bool]]] = {}
         for _, Cs, keys in self.items:
             for C, key in zip(Cs, keys, strict=True):
-                if self._known(C, key) is None and _lookup(pending, C, key) is None:
+                if not C.any() and self._known(C, key) is None:
+                    # C_k = 0 (e.g. a kernel that underflows between folds): the fold's
+                    # prediction is the prior mean and its release would need no noise;
+                    # the solver refuses an all-zero matrix, so record that case directly
+                    # (stop-26 audit: one such candidate refused the whole grid)
+                    zero = (np.zeros_like(C), np.zeros(C.shape[0]))
+                    self.seen.setdefault(key, []).append((C, zero))
+                elif self._known(C, key) is None and _lookup(pending, C, key) is None:
                     pending.setdefault(key, []).append((C, True))
                     todo.append((C, key))
         mats = [C for C, _ in todo]

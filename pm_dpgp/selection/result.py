@@ -32,12 +32,14 @@ class SelectionResult:
         the chosen configuration, public: pass it to any release
         (``cloaked_release(..., hyperparameters=result.hyperparameters)``).
     index:
-        its position in ``grid``.
+        its position in ``grid``; ``-1`` when no candidate was valid (a full-privacy selection
+        can end so; ``hyperparameters`` is then empty, and ``grid[index]`` is not a choice).
     grid:
         the candidate configurations (public).
     event:
-        the privacy event charged to the ledger (``None`` if no ledger was given: then the caller
-        must charge it).
+        the privacy event of the selection: charged to the ledger if one was given, otherwise
+        the caller must charge it (with ``privacy_model`` and ``neighbouring_relation``, so
+        that the ledger records what the guarantee protects).
     privacy_model, neighbouring_relation:
         what the guarantee protects.
     public_details:
