@@ -393,7 +393,8 @@ def dp_thompson_sampling(
     ----------
     objective:
         ``objective(X) -> y`` for ``X`` of shape ``(k, d)``: the curator's (noisy)
-        observations, the private data.
+        observations, the private data.  ``X`` is a read-only copy of the queried inputs
+        (what the objective does cannot change the published queries; copy it to modify it).
     cov_func:
         PyMC covariance with public, fixed hyperparameters; ``cov_func / kernel_scale²`` must
         satisfy ``k(x, x) ≤ 1``.
