@@ -45,9 +45,9 @@ from pm_dpgp._validation import (
     check_public_bounds,
 )
 from pm_dpgp.accounting import BUDGET_RTOL, GaussianEvent, Ledger, PrivacyEvent
+from pm_dpgp.mechanisms.full.sample_path import certified_kappa
 from pm_dpgp.mechanisms.full.sample_path_bounds import (
     SamplePathBound,
-    kernel_lower_bound,
     paths_affordable,
 )
 from pm_dpgp.mechanisms.gaussian import gaussian_sigma
@@ -534,7 +534,8 @@ def sample_path(
     Public quantities only: ``n`` (public under replace-one neighbours), the kernel scale,
     ``y_bounds`` with the model's public ``prior_mean`` (default: the midpoint, where ``M_Y``
     is the half-width), and ``kappa`` (or the public ``domain`` and ``cov_func`` to compute it
-    as the release does, ``kernel_lower_bound``).
+    as the release does, ``certified_kappa``: the corner bound for decreasing stationary
+    kernels, 0 for any other kernel).
     The cost decreases as the noise grows (``docs/sample_paths.md``, monotonicity in r²), which
     the bisection relies on; the returned value is checked to fit.
     """
@@ -555,7 +556,7 @@ def sample_path(
         def k(A: NDArray[np.float64], B: NDArray[np.float64]) -> NDArray[np.float64]:
             return np.asarray(cov_func(A, B).eval(), dtype=np.float64) / kernel_scale**2
 
-        kappa = kernel_lower_bound(k, domain)
+        kappa = certified_kappa(k, domain, cov_func)  # the release's default (proved) κ
 
     def bound_for(sd: float) -> SamplePathBound:
         return SamplePathBound(

@@ -362,3 +362,46 @@ def test_a_kernel_peaking_between_the_probes_is_capped_so_the_charge_holds():
     for a in (1.5, 2.0, 4.0):
         bound = float(charged.rdp([a])[0])
         assert max(renyi(a, P, Q), renyi(a, Q, P)) <= bound
+
+
+def test_a_given_kappa_must_be_proved_for_the_kernel_the_release_uses():
+    """Stop-26 review: with the diagonal cap, a caller's κ that bounds ``k`` need not bound the
+    capped ``k̃`` (κ = 0.98 with a bump gave exact divergence 818 against a charge of 3.5 at
+    α = 2).  κ > 0 is accepted only up to ``certified_kappa`` on a given domain: the corner
+    value for a decreasing stationary kernel, 0 for any other kernel; and the planner uses
+    the same κ as the release (Periodic: the plan said κ = 0.607, the release used 0)."""
+    from pm_dpgp import plan as planner
+
+    rng = np.random.default_rng(0)
+    X = rng.uniform(0, 1, 30)
+    y = np.clip(np.sin(4 * X), -1, 1)
+    kw = dict(kernel_scale=1.0, y_bounds=(-1, 1), delta=1e-5, epsilon=500.0)
+    periodic = pm.gp.cov.Periodic(1, period=2.0, ls=1.0)
+    eq = pm.gp.cov.ExpQuad(1, ls=0.5)
+    corner = float(np.exp(-0.5 / 0.5**2))  # k(1) on [0, 1]
+    for cov, ok, bad in ((periodic, 0.0, 0.5), (eq, corner, corner * 1.001)):
+        with pm.Model():
+            model = gp_regression(X, y, cov, noise_sd=1.0)
+        ledger = Ledger(100.0, 1e-5)
+        with pytest.raises(ValueError, match="proved lower bound"):
+            sample_path_release(model, [[0.5]], domain=(0, 1), kappa=bad, ledger=ledger, **kw)
+        with pytest.raises(ValueError, match="domain"):
+            sample_path_release(model, [[0.5]], kappa=0.1, ledger=ledger, **kw)
+        assert ledger.history == []
+        rel = sample_path_release(
+            model, [[0.5]], domain=(0, 1), kappa=ok, rng=np.random.default_rng(1), **kw
+        )
+        default = sample_path_release(
+            model, [[0.5]], domain=(0, 1), rng=np.random.default_rng(1), **kw
+        )
+        assert rel.metadata["kappa"] == pytest.approx(default.metadata["kappa"], rel=1e-12)
+        plan = planner.sample_path(
+            30,
+            kernel_scale=1.0,
+            y_bounds=(-1, 1),
+            delta=1e-5,
+            noise_sd=1.0,
+            cov_func=cov,
+            domain=(0, 1),
+        )
+        assert plan.kappa == pytest.approx(default.metadata["kappa"], rel=1e-12, abs=0.0)

@@ -373,3 +373,37 @@ def test_a_candidate_whose_path_costs_zero_epsilon_runs():
             **kw,
         )
         assert len(ledger.history) == 1
+
+
+def test_a_coinpress_step_too_small_for_secure_noise_is_refused_before_the_spend():
+    """Stop-26 review: with ε = 1e-11, δ = 1e-13 a COINPRESS step's ρ_t (2e-28) made the secure
+    noise's scale exceed 2^40 grid units, refused by the planner *after* the selection's spend
+    (with a message saying nothing was spent)."""
+    from pm_dpgp.selection.coinpress import MIN_STEP_RHO, check_coinpress_settings
+
+    with pytest.raises(ValueError, match="rho_t"):
+        check_coinpress_settings(MIN_STEP_RHO / 2.0, n_steps=1)
+    rng = np.random.default_rng(0)
+    X = rng.uniform(0, 1, (40, 1))
+    with pm.Model():
+        model = gp_regression(
+            X,
+            np.clip(np.sin(4 * X[:, 0]), -1, 1),
+            lambda: pm.gp.cov.ExpQuad(1, ls=pm.Gamma("ell", 2, 2)),
+            noise_sd=5.0,
+        )
+    ledger = Ledger(1e6, 1e-2, filter="renyi")
+    with pytest.raises(ValueError, match="rho_t"):
+        select_by_sample_paths(
+            model,
+            product_grid({"ell": [0.3, 0.6]}),
+            X_star=np.linspace(0, 1, 9)[:, None],
+            domain=(0, 1),
+            y_bounds=(-1, 1),
+            epsilon=1e-11,
+            delta=1e-13,
+            ledger=ledger,
+            gamma=0.5,
+            rng=None,
+        )
+    assert ledger.history == []

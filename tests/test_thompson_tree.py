@@ -644,3 +644,24 @@ def test_a_filter_that_cannot_account_for_the_run_says_so():
     with pytest.raises(BudgetExceededError, match="filter='renyi'"):
         _run(ledger=ledger, rng=None, n_rounds=4)
     assert len(ledger.history) == 1
+
+
+def test_an_infinite_filter_total_is_a_budget_stop_and_a_huge_budget_never_records_twice():
+    """Stop-26 review: (a) with δ used up by an approximate event, the fixed filter's total
+    is inf: that is an exhausted budget (``stop_reason="budget"``), not a filter that cannot
+    account for the event; (b) a budget within 1e-9 of the largest double made the allowance
+    overflow to inf, so a spend meant to raise the filter's message was recorded, then the
+    run recorded itself a second time."""
+    from pm_dpgp.accounting import ApproxDpEvent, BudgetExceededError
+
+    ledger = Ledger(epsilon=3.0, delta=1e-5, filter="fixed")
+    ledger.spend(ApproxDpEvent(0.5, 1e-5))
+    res = _run(ledger=ledger, epsilon=1.0, n_rounds=4)
+    assert res.stop_reason == "budget" and len(ledger.history) == 1
+    from pm_dpgp.mechanisms.gaussian import gaussian_sigma
+
+    huge = Ledger(epsilon=1.7976931348623157e308, delta=DELTA)
+    huge.spend(GaussianEvent(noise_multiplier=gaussian_sigma(1.0, DELTA, 1.0)))
+    with pytest.raises(BudgetExceededError, match="cannot account"):
+        _run(ledger=huge, rng=None, epsilon=1.0, n_rounds=4)
+    assert len(huge.history) == 1

@@ -727,7 +727,10 @@ class Ledger:
         return event
 
     def _within_budget(self, total: float) -> bool:
-        return self._budget is None or total <= self._budget * (1.0 + BUDGET_RTOL)
+        # an infinite total is never within a budget (even one whose allowance overflows)
+        return self._budget is None or (
+            math.isfinite(total) and total <= self._budget * (1.0 + BUDGET_RTOL)
+        )
 
     def preview(self, event: PrivacyEvent) -> float:
         """Composition total ε at the ledger's δ if ``event`` were spent now.  Records nothing."""
@@ -739,6 +742,13 @@ class Ledger:
         """The filter's ε at the ledger's δ if ``event`` were spent now.  Records nothing."""
         self._refresh()
         return self._filter_epsilon(self._added(self._check_event(event)))
+
+    def filter_accepts(self, event: PrivacyEvent) -> bool:
+        """Whether the privacy filter in force can account for ``event``'s type at all (budget
+        aside): e.g. a "gdp" filter cannot take a zCDP event.  Records nothing."""
+        self._refresh()
+        family = self._family(self._added(self._check_event(event)))
+        return family is None or _family_accepts(family, event)
 
     def can_afford(self, event: PrivacyEvent) -> bool:
         """Whether ``spend`` would accept ``event`` now (the filter's ε within budget)."""

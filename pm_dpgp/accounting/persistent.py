@@ -227,7 +227,7 @@ class PersistentLedger(Ledger):
             else:
                 self._salt = bytes(salt[0])
         self._head = self._genesis
-        self._refresh()  # reads and verifies the stored history
+        self._refresh(full_count=True)  # reads and verifies the stored history
 
     # -- parameters ---------------------------------------------------------------------------
     def _params(self) -> dict[str, Any]:
@@ -343,13 +343,16 @@ class PersistentLedger(Ledger):
             generator_fingerprint=_optional_str(record.get("generator_fingerprint")),
         )
 
-    def _sync(self, conn: sqlite3.Connection) -> None:
+    def _sync(self, conn: sqlite3.Connection, full_count: bool = True) -> None:
         """Append the rows committed since the last read, verifying their chain links.
 
         Also checks that the file still holds this ledger (its parameters row with the same
-        genesis hash, and the row this handle read last with the hash it read), and that the
-        index scan returned every stored row of the dataset (a full-table count): a replaced,
-        truncated or index-damaged file raises instead of showing a shorter history.  Once a
+        genesis hash, and the row this handle read last with the hash it read), and, with
+        ``full_count``, that the index scan returned every stored row of the dataset (a
+        full-table count, O(rows in the file): done on open, by ``verify`` and inside every
+        spend's write transaction, not on read-only refreshes such as ``can_afford``): a
+        replaced, truncated or index-damaged file raises instead of showing a shorter history.
+        Once a
         check has failed, the handle refuses every later read or spend (no release from a
         history found damaged, even if a later read would pass).
         """
@@ -357,12 +360,12 @@ class PersistentLedger(Ledger):
         if failed is not None:
             raise LedgerIntegrityError(failed)
         try:
-            self._sync_checked(conn)
+            self._sync_checked(conn, full_count)
         except LedgerIntegrityError as err:
             self._integrity_failure = f"{err} (detected earlier by this handle)"
             raise
 
-    def _sync_checked(self, conn: sqlite3.Connection) -> None:
+    def _sync_checked(self, conn: sqlite3.Connection, full_count: bool) -> None:
         stored = conn.execute(
             "SELECT genesis FROM ledgers WHERE fingerprint = ?", (self._fingerprint,)
         ).fetchone()
@@ -382,9 +385,14 @@ class PersistentLedger(Ledger):
                     "(truncated or replaced): do not release from it; restore it from a "
                     "trusted copy."
                 )
-        n_stored = conn.execute(
-            "SELECT COUNT(*) FROM entries NOT INDEXED WHERE fingerprint = ?", (self._fingerprint,)
-        ).fetchone()[0]
+        n_stored = (
+            conn.execute(
+                "SELECT COUNT(*) FROM entries NOT INDEXED WHERE fingerprint = ?",
+                (self._fingerprint,),
+            ).fetchone()[0]
+            if full_count
+            else None
+        )
         rows = conn.execute(
             "SELECT idx, record, hash FROM entries WHERE fingerprint = ? AND idx >= ? ORDER BY idx",
             (self._fingerprint, len(self._entries)),
@@ -406,18 +414,18 @@ class PersistentLedger(Ledger):
             totals = totals.add(entry.event, self._orders)
             entries.append(entry)
             head = stored_hash
-        if len(entries) != n_stored:
+        if n_stored is not None and len(entries) != n_stored:
             raise LedgerIntegrityError(
                 f"the file stores {n_stored} rows for this dataset but its index returned "
                 f"{len(entries)}: the database is damaged; restore it from a trusted copy."
             )
         self._totals, self._entries, self._head = totals, entries, head
 
-    def _refresh(self) -> None:
+    def _refresh(self, full_count: bool = False) -> None:
         if not hasattr(self, "_head"):  # during Ledger.__init__
             return
         with self._lock, self._transaction(write=False) as conn:
-            self._sync(conn)
+            self._sync(conn, full_count)
 
     def verify(self) -> int:
         """Re-verify the whole stored chain from the parameters' hash; return the row count.
@@ -450,9 +458,10 @@ class PersistentLedger(Ledger):
                 (self._fingerprint,),
             ).fetchone()
             if row is None:
-                raise LedgerIntegrityError(
+                self._integrity_failure = (
                     "the database file no longer holds this ledger's parameters."
                 )
+                raise LedgerIntegrityError(self._integrity_failure)
             stored = {
                 "schema": _SCHEMA_VERSION,
                 "fingerprint": self._fingerprint,

@@ -59,6 +59,9 @@ __all__ = [
 #: Relative allowance on Δ_t for the round-off of the changed term (an absolute 3u(h − l) is added).
 COINPRESS_SENSITIVITY_RTOL = 1e-9
 _U = 2.0**-53  # unit round-off of float64
+#: Smallest ρ_t of one step: a 1-D discrete Gaussian plan then has scale
+#: ≈ 2^20.5 + 2/√(2ρ_t) < 2^40 grid units (``plan_discrete_gaussian``'s limit).
+MIN_STEP_RHO = 1e-20
 
 
 def coinpress_rho_schedule(
@@ -107,6 +110,13 @@ def check_coinpress_settings(
         if isinstance(rho, int | float)
         else tuple(check_positive(r, "rho_t") for r in rho)
     )
+    if min(rhos) < MIN_STEP_RHO:
+        # the secure discrete Gaussian of one step would need a scale above 2^40 grid units
+        # (refused by plan_discrete_gaussian, after the selection's spend: stop-26 review)
+        raise ValueError(
+            f"a COINPRESS step gets rho_t = {min(rhos):.3g} < {MIN_STEP_RHO:g}: too small for "
+            "the secure noise; use a larger epsilon or fewer n_steps. Nothing was spent."
+        )
     return rhos, spread
 
 

@@ -63,6 +63,7 @@ from pm_dpgp.mechanisms.full.sample_path import (
     SAMPLE_PATH_OS_ENTROPY,
     KernelClass,
     PrivateRows,
+    _check_given_kappa,
     _check_public_kernel,
     _public_probes,
     certified_kappa,
@@ -70,7 +71,6 @@ from pm_dpgp.mechanisms.full.sample_path import (
 )
 from pm_dpgp.mechanisms.full.sample_path_bounds import (
     SamplePathBound,
-    check_kappa,
     parse_domain,
 )
 from pm_dpgp.mechanisms.gaussian import zcdp_rho
@@ -196,8 +196,11 @@ def _candidate_set_up(
             certified_kappa(lambda A, B, p=p, s=s: p.kernel(A, B) / s**2, domain, model.cov_func)
             for p, s in zip(publics, sigmas, strict=True)
         ]
-    else:
-        kappas = [check_kappa(kappa)] * len(configs)
+    else:  # checked as each candidate's release will check it, before the spend
+        kappas = [
+            _check_given_kappa(kappa, p, s, domain, model.cov_func)
+            for p, s in zip(publics, sigmas, strict=True)
+        ]
     return publics, sigmas, etas, kappas
 
 
@@ -486,7 +489,7 @@ def select_by_sample_paths(
                 # to 0 (a very private candidate) is passed as the smallest positive double,
                 # since a target must be > 0 (stop-26 audit: it failed after the spend)
                 epsilon=max(float(path_eps[i]), _SMALLEST_EPSILON),
-                kappa=s["kappas"][i],  # the plan's κ (the rows carry no PyMC covariance)
+                kappa=s["kappas"][i],  # the plan's κ, so the release charges its planned curve
                 domain=domain,
                 eta=etas[i],
                 kernel_class=kernel_class,

@@ -203,7 +203,16 @@ def _observe(
     # published query (which must be a function of the transcript alone)
     query = np.array(X, dtype=np.float64, copy=True)
     query.flags.writeable = False
-    y = np.asarray(objective(query), dtype=np.float64).reshape(-1)
+    try:
+        raw = objective(query)
+    except ValueError as err:
+        if "read-only" in str(err):  # the curator's own code; says why, quotes no value
+            raise ValueError(
+                "objective(X) tried to modify X: the loop passes a read-only copy of the "
+                "queried inputs (they are published); copy it first (X = X.copy())."
+            ) from err
+        raise
+    y = np.asarray(raw, dtype=np.float64).reshape(-1)
     if y.shape != (len(X),):
         raise ValueError(
             f"objective(X) must return {len(X)} values for X of shape {X.shape}; return one "

@@ -65,7 +65,7 @@ from pm_dpgp._validation import (
     check_rng,
     reject_unexpected,
 )
-from pm_dpgp.accounting import Ledger
+from pm_dpgp.accounting import BudgetExceededError, Ledger
 from pm_dpgp.mechanisms.full.noise_aware import (
     NEIGHBOURING_RELATION,
     PRIVACY_MODEL,
@@ -394,11 +394,16 @@ def dp_thompson_sampling_tree(
 
     if T > 0 and epsilon > 0.0:
         plan = make_plan(epsilon)
-        if ledger.epsilon_budget is not None and math.isinf(ledger.preview_filter(plan.event)):
+        if not ledger.filter_accepts(plan.event):
             # the ledger's filter cannot account for this event type at all: a setting
-            # error, not an exhausted budget; spend raises the ledger's explanation (nothing
-            # is recorded and no noise is drawn)
-            ledger.spend(plan.event, privacy_model=model_name, neighbouring_relation=relation)
+            # error, not an exhausted budget (nothing is recorded and no noise is drawn)
+            source = "secure" if noise_rng is None else "simulation"
+            raise BudgetExceededError(
+                f"the ledger's {ledger.filter_family!r} privacy filter cannot account for "
+                f"this run's {type(plan.event).__name__} ({source} noise): create the ledger "
+                "with filter='renyi' (or 'zcdp'), or use the other noise source. Nothing was "
+                "recorded and no noise was drawn."
+            )
         if remaining is not None:
             # default: the largest run ε the ledger accepts.  Its composition can charge the
             # event more than its own ε (another filter's conversion) or less than the

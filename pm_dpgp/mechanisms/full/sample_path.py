@@ -67,6 +67,7 @@ from pm_dpgp.mechanisms.full.sample_path_bounds import (
     CovBound,
     SamplePathBound,
     Sensitivity,
+    check_kappa,
     kernel_lower_bound,
     parse_domain,
     paths_affordable,
@@ -419,8 +420,67 @@ def certified_kappa(
     caller who knows a better bound passes ``kappa=`` (a public statement they vouch for).
     """
     if is_stationary_decreasing(cov_func):
-        return kernel_lower_bound(kernel_fn, domain)
+        # the structure proves monotonicity; the corner-and-grid check is kept as evidence up
+        # to d = 12 (same value, bit for bit) and skipped beyond (too many corners)
+        d = parse_domain(domain)[0].size
+        return kernel_lower_bound(kernel_fn, domain, assume_monotone=d > 12)
     return 0.0
+
+
+@functools.lru_cache(maxsize=32)
+def _certified_kappa_memo(
+    kernel: Any, kernel_scale: float, lower: bytes, upper: bytes, cov: Any
+) -> float:
+    """``certified_kappa`` per (kernel object, scale, box, covariance): a Thompson loop asks for
+    the same public kernel every round."""
+    box = np.column_stack([np.frombuffer(lower), np.frombuffer(upper)])
+    return certified_kappa(
+        lambda A, B: np.asarray(kernel(A, B), dtype=np.float64) / kernel_scale**2, box, cov
+    )
+
+
+def _check_given_kappa(
+    kappa: float, public_gp: PublicGP, kernel_scale: float, domain: ArrayLike | None, cov: Any
+) -> float:
+    """A caller's κ must not exceed what can be proved for the kernel the release uses.
+
+    κ > 0 needs the public domain (without one, private inputs are not confined and a
+    decreasing kernel has no positive lower bound) and must be ``≤ certified_kappa`` on it:
+    the corner value for a decreasing stationary kernel (the exact minimum, so a larger κ is
+    wrong), and 0 for any other kernel, whose diagonal is capped (stop-26 review: a true
+    bound of ``k`` is not a bound of the capped ``k̃``; a caller's κ = 0.98 with a bump
+    gave exact divergence 818 against a charge of 3.5 at α = 2).
+    """
+    kappa = check_kappa(kappa)
+    if kappa == 0.0:
+        return kappa
+    if domain is None:
+        raise ValueError(
+            f"kappa={kappa} > 0 needs the public input domain (domain=(low, high)): without it "
+            "private inputs are not confined and no positive lower bound of the kernel holds. "
+            "Nothing was spent."
+        )
+    lower, upper = parse_domain(domain)
+    cert = (
+        _certified_kappa_memo(
+            public_gp._kernel, float(kernel_scale), lower.tobytes(), upper.tobytes(), cov
+        )
+        if is_stationary_decreasing(cov)
+        else 0.0
+    )
+    if kappa > cert * (1.0 + 1e-12):
+        why = (
+            "the kernel's minimum over the domain (corner of the difference box)"
+            if is_stationary_decreasing(cov)
+            else "0: the kernel is not recognised as decreasing-stationary, so no positive "
+            "lower bound is proved (and its diagonal is capped at kernel_scale²)"
+        )
+        raise ValueError(
+            f"kappa={kappa:.6g} exceeds the proved lower bound {cert:.6g} of the normalised "
+            f"kernel on the domain ({why}); pass kappa <= {cert:.6g} or None. Nothing was "
+            "spent."
+        )
+    return kappa
 
 
 class _CappedKernel:
@@ -834,19 +894,19 @@ def sample_path_release(
     # k(x, x) <= kernel_scale² at every input, not only at the probes.  A decreasing
     # stationary kernel has a constant diagonal, so the probe check above proves it; any
     # other kernel is capped (the identity wherever the bound holds)
+    uncapped = public_gp
     if not is_stationary_decreasing(getattr(gpr, "cov_func", None)):
         public_gp = capped_public_gp(public_gp, kernel_scale)
+    cov = getattr(gpr, "cov_func", None)
     if kappa is None:
         if domain is None:
             raise ValueError(
                 "Give the public input domain (domain=(lower, upper)) or a kernel lower bound "
                 "kappa in [0, 1] (kappa=0 is always valid but gives a weaker bound)."
             )
-        kappa = certified_kappa(
-            lambda A, B: public_gp.kernel(A, B) / kernel_scale**2,
-            domain,
-            getattr(gpr, "cov_func", None),
-        )
+        kappa = certified_kappa(lambda A, B: public_gp.kernel(A, B) / kernel_scale**2, domain, cov)
+    else:
+        kappa = _check_given_kappa(kappa, uncapped, kernel_scale, domain, cov)
     r2 = public_gp.noise_var / kernel_scale**2
     mu0 = public_gp.mean
     if y_bound_old is not None:  # deprecated centred bound M: the interval (μ₀ − M, μ₀ + M)
