@@ -535,7 +535,8 @@ def sample_path(
     ``y_bounds`` with the model's public ``prior_mean`` (default: the midpoint, where ``M_Y``
     is the half-width), and ``kappa`` (or the public ``domain`` and ``cov_func`` to compute it
     as the release does, ``certified_kappa``: the corner bound for decreasing stationary
-    kernels, 0 for any other kernel).
+    kernels, 0 for any other kernel).  A given ``kappa`` is used as is here; the release
+    refuses one above that proved value.
     The cost decreases as the noise grows (``docs/sample_paths.md``, monotonicity in r²), which
     the bisection relies on; the returned value is checked to fit.
     """

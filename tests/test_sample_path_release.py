@@ -405,3 +405,47 @@ def test_a_given_kappa_must_be_proved_for_the_kernel_the_release_uses():
             domain=(0, 1),
         )
         assert plan.kappa == pytest.approx(default.metadata["kappa"], rel=1e-12, abs=0.0)
+
+
+def test_the_given_kappa_check_uses_the_kernel_as_it_is_now():
+    """Stop-26 review of the κ check: (a) a memo keyed on the kernel object went stale after
+    ``pm.set_data`` changed a lengthscale, accepting κ = 0.6 where the minimum had become
+    3.7e-6; (b) a closed-form κ (Matérn-1/2, ℓ = 5) was refused by a 1e-12 tolerance against
+    PyMC's rounded distances; (c) a box far from the origin made the grid check raise, so no
+    κ > 0 could be given at all."""
+    X = np.linspace(0.0, 1.0, 20)[:, None]
+    y = np.sin(3 * X[:, 0])
+    kw = dict(kernel_scale=1.0, y_bounds=(-1, 1), delta=1e-5, epsilon=1e4)
+    with pm.Model() as m:
+        ls = pm.Data("ls", 1.0)
+        model = gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=ls), noise_sd=1.0)
+    sample_path_release(
+        model, [[0.5]], domain=(0, 1), kappa=0.6, rng=np.random.default_rng(0), **kw
+    )
+    pm.set_data({"ls": 0.2}, model=m)
+    with pytest.raises(ValueError, match="proved lower bound"):
+        sample_path_release(model, [[0.5]], domain=(0, 1), kappa=0.6, **kw)
+    with pm.Model():
+        m12 = gp_regression(X, y, pm.gp.cov.Matern12(1, ls=5.0), noise_sd=1.0)
+    rel = sample_path_release(
+        m12,
+        [[0.5]],
+        domain=(0, 1),
+        kappa=float(np.exp(-1.0 / 5.0)),
+        rng=np.random.default_rng(1),
+        **kw,
+    )
+    assert rel.metadata["kappa"] <= float(np.exp(-1.0 / 5.0))
+    far = 3.3e5 + X
+    with pm.Model():
+        eq = gp_regression(far, y, pm.gp.cov.ExpQuad(1, ls=0.31), noise_sd=1.0)
+    true_min = float(np.exp(-0.5 / 0.31**2))
+    rel = sample_path_release(
+        eq,
+        [[3.3e5 + 0.5]],
+        domain=(3.3e5, 3.3e5 + 1),
+        kappa=0.5 * true_min,
+        rng=np.random.default_rng(2),
+        **kw,
+    )
+    assert rel.metadata["kappa"] == 0.5 * true_min

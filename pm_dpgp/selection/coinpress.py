@@ -59,9 +59,10 @@ __all__ = [
 #: Relative allowance on Δ_t for the round-off of the changed term (an absolute 3u(h − l) is added).
 COINPRESS_SENSITIVITY_RTOL = 1e-9
 _U = 2.0**-53  # unit round-off of float64
-#: Smallest ρ_t of one step: a 1-D discrete Gaussian plan then has scale
-#: ≈ 2^20.5 + 2/√(2ρ_t) < 2^40 grid units (``plan_discrete_gaussian``'s limit).
-MIN_STEP_RHO = 1e-20
+#: Smallest ρ_t of one step: a 1-D discrete Gaussian plan has scale ≈ 2^20.5 + 2/√(2ρ_t)
+#: grid units, and ``plan_discrete_gaussian`` refuses above 2^40, i.e. below ρ_t ≈ 1.65e-24;
+#: at 4e-24 the scale is 7.1e11 < 2^40 = 1.1e12 for every sensitivity (measured).
+MIN_STEP_RHO = 4e-24
 
 
 def coinpress_rho_schedule(

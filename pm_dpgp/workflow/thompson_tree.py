@@ -394,7 +394,7 @@ def dp_thompson_sampling_tree(
 
     if T > 0 and epsilon > 0.0:
         plan = make_plan(epsilon)
-        if not ledger.filter_accepts(plan.event):
+        if ledger.epsilon_budget is not None and not ledger.filter_accepts(plan.event):
             # the ledger's filter cannot account for this event type at all: a setting
             # error, not an exhausted budget (nothing is recorded and no noise is drawn)
             source = "secure" if noise_rng is None else "simulation"

@@ -417,7 +417,7 @@ def certified_kappa(
     the box is at the corner difference (``kernel_lower_bound``, ``docs/sample_paths.md`` §1).
     For any other kernel a grid check is evidence, not a proof (stop-26 audit: a scaled kernel
     peaking between the grid points), so the default is ``κ = 0``, which is always valid.  A
-    caller who knows a better bound passes ``kappa=`` (a public statement they vouch for).
+    caller's ``kappa=`` is checked against the same proved bound (``_check_given_kappa``).
     """
     if is_stationary_decreasing(cov_func):
         # the structure proves monotonicity; the corner-and-grid check is kept as evidence up
@@ -427,29 +427,20 @@ def certified_kappa(
     return 0.0
 
 
-@functools.lru_cache(maxsize=32)
-def _certified_kappa_memo(
-    kernel: Any, kernel_scale: float, lower: bytes, upper: bytes, cov: Any
-) -> float:
-    """``certified_kappa`` per (kernel object, scale, box, covariance): a Thompson loop asks for
-    the same public kernel every round."""
-    box = np.column_stack([np.frombuffer(lower), np.frombuffer(upper)])
-    return certified_kappa(
-        lambda A, B: np.asarray(kernel(A, B), dtype=np.float64) / kernel_scale**2, box, cov
-    )
-
-
 def _check_given_kappa(
     kappa: float, public_gp: PublicGP, kernel_scale: float, domain: ArrayLike | None, cov: Any
 ) -> float:
-    """A caller's κ must not exceed what can be proved for the kernel the release uses.
+    """A caller's κ, checked against what can be proved for the kernel the release uses.
 
     κ > 0 needs the public domain (without one, private inputs are not confined and a
-    decreasing kernel has no positive lower bound) and must be ``≤ certified_kappa`` on it:
-    the corner value for a decreasing stationary kernel (the exact minimum, so a larger κ is
-    wrong), and 0 for any other kernel, whose diagonal is capped (stop-26 review: a true
-    bound of ``k`` is not a bound of the capped ``k̃``; a caller's κ = 0.98 with a bump
-    gave exact divergence 818 against a charge of 3.5 at α = 2).
+    decreasing kernel has no positive lower bound) and must not exceed the proved bound on it:
+    for a decreasing stationary kernel the value at the corner difference, ``k(lower, upper)``
+    (its exact minimum over the box, evaluated now, at the kernel's current hyperparameters);
+    for any other kernel 0, since its diagonal is capped and a true bound of ``k`` is not one
+    of the capped ``k̃`` (stop-26 review: κ = 0.98 with a bump gave exact divergence 818 against
+    a charge of 3.5 at α = 2).  A κ within 1e-9 relative above the proved value (a closed form
+    against PyMC's rounded distances) is accepted, and the smaller of the two is used, so the
+    bound never rests on more than the proved value.
     """
     kappa = check_kappa(kappa)
     if kappa == 0.0:
@@ -460,27 +451,26 @@ def _check_given_kappa(
             "private inputs are not confined and no positive lower bound of the kernel holds. "
             "Nothing was spent."
         )
-    lower, upper = parse_domain(domain)
-    cert = (
-        _certified_kappa_memo(
-            public_gp._kernel, float(kernel_scale), lower.tobytes(), upper.tobytes(), cov
-        )
-        if is_stationary_decreasing(cov)
-        else 0.0
-    )
-    if kappa > cert * (1.0 + 1e-12):
+    stationary = is_stationary_decreasing(cov)
+    if stationary:
+        lower, upper = parse_domain(domain)
+        corner = np.asarray(public_gp._kernel(lower[None, :], upper[None, :]), dtype=np.float64)
+        proved = min(1.0, max(0.0, float(corner[0, 0]) / kernel_scale**2))
+    else:
+        proved = 0.0
+    if kappa > proved * (1.0 + 1e-9):
         why = (
-            "the kernel's minimum over the domain (corner of the difference box)"
-            if is_stationary_decreasing(cov)
+            "the kernel's value at the corner difference of the domain, its minimum"
+            if stationary
             else "0: the kernel is not recognised as decreasing-stationary, so no positive "
             "lower bound is proved (and its diagonal is capped at kernel_scale²)"
         )
         raise ValueError(
-            f"kappa={kappa:.6g} exceeds the proved lower bound {cert:.6g} of the normalised "
-            f"kernel on the domain ({why}); pass kappa <= {cert:.6g} or None. Nothing was "
+            f"kappa={kappa:.6g} exceeds the proved lower bound {proved:.6g} of the normalised "
+            f"kernel on the domain ({why}); pass kappa <= {proved:.6g} or None. Nothing was "
             "spent."
         )
-    return kappa
+    return min(kappa, proved)
 
 
 class _CappedKernel:
@@ -788,7 +778,10 @@ def sample_path_release(
         set to its centre, silently (how many depends on the private data,
         ``docs/errors.md``), so that the bound holds.  For a
         kernel not recognised as stationary the domain is required: ``k(x, x) ≤ 1`` is
-        checked on it, never at the private inputs.
+        checked on it, never at the private inputs, and the diagonal is capped at
+        ``kernel_scale²`` everywhere (``capped_public_gp``).  Default κ: ``certified_kappa``
+        (the corner value for a decreasing stationary kernel, else 0).  A given κ > 0 needs
+        the domain and must not exceed that proved value (``ValueError`` before any spend).
     eta:
         extra prior-GP noise scale ``η`` (0 for none).
     kernel_class:
