@@ -288,3 +288,16 @@ def test_composition_is_reused_from_can_afford_to_spend(monkeypatch):
     fresh.spend(e1)
     fresh.spend(e1)
     assert led.epsilon() == fresh.epsilon() and led.filter_epsilon == fresh.filter_epsilon
+
+
+def test_a_given_kappa_is_checked_once_before_any_spend(run):
+    """Stop-26 review: the loop's κ is checked against the proved value once, before the first
+    round (each round's release then trusts it instead of re-evaluating the kernel); a κ above
+    the proved minimum of the kernel on the box is refused before anything is spent."""
+    kappa = run.idata.thompson.attrs["kappa"]
+    with pytest.raises(ValueError, match="proved lower bound"):
+        _run(kappa=min(1.0, kappa * 1.01 + 1e-6))
+    res = _run(seed=3, n_rounds=8, refine_steps=2, kappa=kappa)
+    np.testing.assert_array_equal(
+        res.idata.thompson["x_chosen"].values, run.idata.thompson["x_chosen"].values
+    )

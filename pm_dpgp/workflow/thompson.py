@@ -58,6 +58,7 @@ from pm_dpgp.accounting import BudgetExceededError, Ledger, PrivacyEvent
 from pm_dpgp.compat import get_group
 from pm_dpgp.mechanisms.full.sample_path import (
     PrivateRows,
+    _check_given_kappa,
     certified_kappa,
     sample_path_event,
     sample_path_release,
@@ -473,6 +474,10 @@ def dp_thompson_sampling(
             np.column_stack([lower, upper]),
             model.cov_func,
         )
+    elif private:  # a given κ, checked once here (before any spend) instead of every round
+        kappa = _check_given_kappa(
+            kappa, base, kernel_scale, np.column_stack([lower, upper]), model.cov_func
+        )
     X_all, y_all = X0.copy(), y0.copy()
     domain_box = np.column_stack([lower, upper])
 
@@ -521,7 +526,10 @@ def dp_thompson_sampling(
                         stop = "budget"
                         break
                     # the rows so far with the first model's public GP (kernel compiled once)
-                    data = cast(GPRegression, PrivateRows(base, X_all, y_all, model.cov_func))
+                    data = cast(
+                        GPRegression,
+                        PrivateRows(base, X_all, y_all, model.cov_func, proved_kappa=kappa),
+                    )
                     try:
                         release = sample_path_release(
                             data,

@@ -102,10 +102,21 @@ class PrivateRows:
     a PyMC model or a compilation: the DP Thompson loop's growing dataset and a selection's
     training rows.  ``public`` holds the kernel (its own inputs are replaced by the rows)."""
 
-    def __init__(self, public: PublicGP, X: ArrayLike, y: ArrayLike, cov_func: Any = None) -> None:
+    def __init__(
+        self,
+        public: PublicGP,
+        X: ArrayLike,
+        y: ArrayLike,
+        cov_func: Any = None,
+        *,
+        proved_kappa: float | None = None,
+    ) -> None:
         self._public = public
         self._X = X
         self._y = y
+        # a κ the caller has already checked for this public GP (``_check_given_kappa``): the
+        # Thompson loop checks its κ once, not once per round (one kernel call each)
+        self._proved_kappa = proved_kappa
         # the PyMC covariance ``public`` was compiled from, if the caller has it: the release
         # then knows a decreasing stationary kernel (constant diagonal, proved κ); without it
         # the release treats the kernel as general (diagonal cap, κ = 0 by default)
@@ -899,7 +910,11 @@ def sample_path_release(
             )
         kappa = certified_kappa(lambda A, B: public_gp.kernel(A, B) / kernel_scale**2, domain, cov)
     else:
-        kappa = _check_given_kappa(kappa, uncapped, kernel_scale, domain, cov)
+        proved = getattr(gpr, "_proved_kappa", None)
+        if proved is not None and check_kappa(kappa) <= proved:
+            kappa = check_kappa(kappa)  # checked by the caller for this public GP
+        else:
+            kappa = _check_given_kappa(kappa, uncapped, kernel_scale, domain, cov)
     r2 = public_gp.noise_var / kernel_scale**2
     mu0 = public_gp.mean
     if y_bound_old is not None:  # deprecated centred bound M: the interval (μ₀ − M, μ₀ + M)
