@@ -157,3 +157,21 @@ def test_plot_shows_bands(split, release):
     public_only = plot_dp_release(release)
     assert not any("non-DP" in t.get_text() for t in public_only.get_legend().get_texts())
     matplotlib.pyplot.close("all")
+
+
+def test_identity_checks_come_first_and_cover_private_inputs(split):
+    """Stop-26 audit: (a) for a fully private release the training *inputs* are private, yet
+    ``X_holdout`` = the training input array went into ``constant_data``; (b) the identity
+    check ran after the value checks, so passing the training outputs with one NaN raised a
+    ``ValueError`` instead of ``PrivateDataError``: the error type told whether the private
+    array held a non-finite value."""
+    model, X_hold, y_hold = split
+    rel = _sample_path_release(model, n_draws=2, seed=4)
+    X_tr, y_tr = model.unchecked_data()
+    with pytest.raises(PrivateDataError, match="input array"):
+        dp_ppc(rel, X_tr, np.zeros(len(X_tr)), noise_sd=0.3, training=model)
+    y_bad = np.array(y_tr, dtype=float)
+    y_bad[3] = np.nan
+    for y_arr in (np.asarray(y_tr, dtype=float), y_bad):
+        with pytest.raises(PrivateDataError, match="output array"):
+            dp_ppc(rel, X_hold[:3], y_arr, noise_sd=0.3, training=(X_tr, y_arr))

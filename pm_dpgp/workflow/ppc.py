@@ -60,33 +60,48 @@ class PrivateDataError(ValueError):
 
 
 # ---------------------------------------------------------------------------------- checks
+def _same_object(a: Any, b: Any) -> bool:
+    """Whether ``a`` is ``b`` or shares its memory (identity only: no value is read)."""
+    return a is b or (
+        isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and np.shares_memory(a, b)
+    )
+
+
 def _refuse_private(
     release: AnyRelease,
-    X_hold: NDArray[np.float64],
-    y_hold: NDArray[np.float64],
+    X_raw: Any,
     y_raw: Any,
     training: GPRegression | tuple[ArrayLike, ArrayLike] | None,
 ) -> None:
-    """Raise ``PrivateDataError`` when the 'hold-out' set is (part of) the training set."""
+    """Raise ``PrivateDataError`` when the 'hold-out' set is (part of) the training set.
+
+    Runs on the objects as passed, before any check that reads their values: otherwise a
+    bad value in the private array would turn the refusal into a different error, telling
+    whether it holds one (stop-26 audit).  For a full-privacy release (noise-aware,
+    Dirichlet, sample paths) the training *inputs* are private too, so ``X_holdout`` is
+    checked as well (they would be published in ``constant_data``).
+    """
     why = (
         "The DP guarantee covers the released draws, not the data: attaching the private "
-        "training outputs to the InferenceData (as observed_data / log_likelihood) would "
-        "publish them unprotected. Compare the DP draws with a public hold-out set that "
-        "was not used to fit the released model."
+        "training data to the InferenceData (as observed_data / constant_data / "
+        "log_likelihood) would publish them unprotected. Compare the DP draws with a public "
+        "hold-out set that was not used to fit the released model."
     )
-    if training is not None:
-        # Identity only (which object was passed: public to the caller).  The hold-out values
-        # are never compared with the private training values: a refusal that did would be a
-        # membership oracle (docs/errors.md); the data owner can run
-        # pm_dpgp.audit.check_public_choices(X, y, holdout=(X_h, y_h)) on their own data.
-        # the stored object (``unchecked_data``): no value is read or checked
-        y_tr_raw = training[1] if isinstance(training, tuple) else training.unchecked_data()[1]
-        if y_raw is y_tr_raw or (
-            isinstance(y_raw, np.ndarray)
-            and isinstance(y_tr_raw, np.ndarray)
-            and np.shares_memory(y_raw, y_tr_raw)
-        ):
-            raise PrivateDataError(f"y_holdout is the private training output array. {why}")
+    if training is None:
+        return
+    # Identity only (which object was passed: public to the caller).  The hold-out values
+    # are never compared with the private training values: a refusal that did would be a
+    # membership oracle (docs/errors.md); the data owner can run
+    # pm_dpgp.audit.check_public_choices(X, y, holdout=(X_h, y_h)) on their own data.
+    # The stored objects (``unchecked_data``): no value is read or checked.
+    X_tr_raw, y_tr_raw = training if isinstance(training, tuple) else training.unchecked_data()
+    if _same_object(y_raw, y_tr_raw):
+        raise PrivateDataError(f"y_holdout is the private training output array. {why}")
+    full = isinstance(release, SparseQuRelease | DirichletRelease | SamplePathRelease)
+    if full and _same_object(X_raw, X_tr_raw):
+        raise PrivateDataError(
+            f"X_holdout is the private training input array of a fully private release. {why}"
+        )
 
 
 # --------------------------------------------------------------------------- DP values
@@ -202,6 +217,8 @@ def dp_ppc(
         ``y_holdout`` is the private training output array (same object or memory).
     """
     rng = check_rng(rng)
+    if not holdout_is_public:  # identity only, before any check reads a value
+        _refuse_private(release, X_holdout, y_holdout, training)
     X_hold = check_finite_array(X_holdout, "X_holdout", ndim=2)
     y_hold = check_finite_array(y_holdout, "y_holdout", ndim=1)
     if len(X_hold) != len(y_hold):
@@ -226,8 +243,6 @@ def dp_ppc(
         noise_sd = math.sqrt(release.noise_var)
     else:
         noise_sd = check_positive(noise_sd, "noise_sd")
-    if not holdout_is_public:
-        _refuse_private(release, X_hold, y_hold, y_holdout, training)
     f, attrs = _dp_values(release, X_hold, interpolate, n_draws, rng)
     n_dp = f.shape[0]
     if n_replicates is None:
