@@ -400,21 +400,15 @@ def test_label_leaves_are_centred_so_round_off_stays_below_the_sensitivity():
     with warnings.catch_warnings(), pytest.MonkeyPatch.context() as mp:
         warnings.simplefilter("ignore")
         mp.setattr("pm_dpgp.workflow.thompson_tree.TreeAggregator", _RecordingTree)
-        res = dp_thompson_sampling_tree(
-            lambda X: a + rng.uniform(size=len(X)),
-            COV,
-            domain=(0.0, 1.0),
-            X_init=X0,
+        res = _run(
+            seed=5,
             n_rounds=8,
-            noise_sd=0.05,
-            inducing=6,
+            objective_fn=lambda X: a + rng.uniform(size=len(X)),
             y_bounds=(a, b),
             prior_mean=0.0,
             privacy_model="label",
-            ledger=Ledger(epsilon=3.0, delta=DELTA),
             candidates=32,
-            progressbar=False,
-            rng=np.random.default_rng(5),
+            refine_steps=0,
         )
     tree = _RecordingTree.last
     feats = NystromFeatures(COV, np.linspace(0, 1, 6)[:, None], 0.05, 0.0)

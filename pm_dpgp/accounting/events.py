@@ -258,22 +258,23 @@ def _log_delta_ok(log_delta: float, delta: float, margin: float = 1e-12) -> bool
     return log_delta <= math.log(delta) + math.log1p(-margin)
 
 
-def _gdp_log_delta_margin(mu: float, epsilon: float) -> float:
-    """A bound on the relative error of ``exp(_gdp_log_delta(mu, epsilon))``.
+def _gdp_delta_certified(mu: float, epsilon: float, delta: float) -> bool:
+    """Whether δ(ε) ≤ ``delta`` for μ-GDP holds despite rounding (``_gdp_log_delta``, exact path).
 
-    ``ln δ = a + ln(1 − e^{b−a})`` with ``a, b`` the two ``log_ndtr`` terms (each accurate to a
-    few ulp of its magnitude).  An absolute error ``η`` in ``b − a`` moves ``ln(1 − e^{b−a})`` by
-    about ``η e^{b−a}/(1 − e^{b−a})``: for small μ the two terms nearly cancel and this grows
-    as ``1/(1 − e^{b−a})``.  A fixed 1e-12 margin was too small there (stop-26 audit: 14 of
-    2,000 cases with μ < 0.02 had the exact δ(ε) up to 4.4e-12 relative above δ).
+    ``ln δ = a + ln(1 − e^{b−a})`` with ``a, b`` the two ``log_ndtr`` terms, each accurate to a
+    few ulp of its magnitude.  An absolute error ``η`` in ``b − a`` moves ``ln(1 − e^{b−a})``
+    by about ``η e^{b−a}/(1 − e^{b−a})``: for small μ the terms nearly cancel and this grows as
+    ``1/(1 − e^{b−a})``, so the margin is ``1e-12 + 8u(1 + |a| + |b|)/(1 − e^{b−a})``.  A
+    fixed 1e-12 margin was too small there (stop-26 audit: 14 of 2,000 cases with μ < 0.02
+    had the exact δ(ε) up to 4.4e-12 relative above δ).
     """
     a = float(log_ndtr(mu / 2.0 - epsilon / mu))
     b = epsilon + float(log_ndtr(-mu / 2.0 - epsilon / mu))
-    r = -math.expm1(b - a) if b < a else 0.0
-    if r <= 0.0:
-        return 1e-12
-    eta = 8.0 * np.finfo(float).eps * (1.0 + abs(a) + abs(b))
-    return min(0.5, 1e-12 + eta / r)
+    if b >= a:  # rounding at extreme ε; the true δ is 0 there
+        return True
+    r = -math.expm1(b - a)
+    margin = min(0.5, 1e-12 + 8.0 * np.finfo(float).eps * (1.0 + abs(a) + abs(b)) / r)
+    return _log_delta_ok(a + math.log1p(-math.exp(b - a)), delta, margin)
 
 
 def gdp_epsilon(mu: float, delta: float) -> float:
@@ -313,10 +314,7 @@ def _gdp_epsilon(mu: float, delta: float) -> float:
         while excess(hi) > 0.0:
             lo, hi = hi, 2.0 * hi
         eps = float(brentq(excess, lo, hi, xtol=1e-15, rtol=4.0 * np.finfo(float).eps))
-    return _nudge_up(
-        eps,
-        lambda e: _log_delta_ok(_gdp_log_delta(mu, e), delta, _gdp_log_delta_margin(mu, e)),
-    )
+    return _nudge_up(eps, lambda e: _gdp_delta_certified(mu, e, delta))
 
 
 # --------------------------------------------------------------------------------------------

@@ -442,10 +442,12 @@ class PersistentLedger(Ledger):
             self._entries, self._head = [], self._genesis
             try:
                 self._verify_from_genesis(known)
-            except BaseException:
+            except BaseException as err:
                 # keep what this handle already knew: a shorter stored chain must not make
-                # it forget spends it has read (stop-26 audit)
+                # it forget spends it has read (stop-26 audit); a failed check poisons it
                 self._totals, self._entries, self._head = known
+                if isinstance(err, LedgerIntegrityError):
+                    self._integrity_failure = f"{err} (detected earlier by this handle)"
                 raise
             return len(self._entries)
 
@@ -458,10 +460,9 @@ class PersistentLedger(Ledger):
                 (self._fingerprint,),
             ).fetchone()
             if row is None:
-                self._integrity_failure = (
+                raise LedgerIntegrityError(
                     "the database file no longer holds this ledger's parameters."
                 )
-                raise LedgerIntegrityError(self._integrity_failure)
             stored = {
                 "schema": _SCHEMA_VERSION,
                 "fingerprint": self._fingerprint,
@@ -471,27 +472,20 @@ class PersistentLedger(Ledger):
                 "filter": row[3],
             }
             if self._hash(b"", _canonical(stored)) != self._genesis:
-                self._integrity_failure = "the stored ledger parameters were edited."
-                raise LedgerIntegrityError(self._integrity_failure)
+                raise LedgerIntegrityError("the stored ledger parameters were edited.")
             self._sync(conn)
-        n_known = len(known_entries)
-        if n_known and (
-            len(self._entries) < n_known or self._entry_hash(n_known - 1) != known_head
-        ):
-            self._integrity_failure = (
-                f"the stored chain ({len(self._entries)} rows) does not contain the {n_known} "
-                "rows this handle has read (truncated or replaced): do not release from it; "
-                "restore the database from a trusted copy."
-            )
-            raise LedgerIntegrityError(self._integrity_failure)
-
-    def _entry_hash(self, idx: int) -> str | None:
-        with self._transaction(write=False) as conn:
-            row = conn.execute(
-                "SELECT hash FROM entries WHERE fingerprint = ? AND idx = ?",
-                (self._fingerprint, idx),
-            ).fetchone()
-        return None if row is None else str(row[0])
+            n_known = len(known_entries)
+            if n_known:  # the re-read chain must pass through the head this handle knew
+                at = conn.execute(
+                    "SELECT hash FROM entries WHERE fingerprint = ? AND idx = ?",
+                    (self._fingerprint, n_known - 1),
+                ).fetchone()
+                if at is None or at[0] != known_head:
+                    raise LedgerIntegrityError(
+                        f"the stored chain ({len(self._entries)} rows) does not contain the "
+                        f"{n_known} rows this handle has read (truncated or replaced): do not "
+                        "release from it; restore the database from a trusted copy."
+                    )
 
     # -- spending -----------------------------------------------------------------------------
     def spend(
@@ -578,8 +572,8 @@ def _check_storable(event: PrivacyEvent) -> None:
 
     A row that ``event_from_metadata`` cannot rebuild would make every later open of the
     ledger fail (stop-26 audit: a user subclass of ``GaussianEvent`` was committed, then the
-    file could not be opened).  The rebuilt event must be of the same type and charge the same
-    ε at a reference δ.
+    file could not be opened).  The rebuilt event must be of the same type with the same
+    metadata (what the row stores).
     """
     try:
         rebuilt = event_from_metadata(event.to_metadata())
@@ -589,7 +583,7 @@ def _check_storable(event: PrivacyEvent) -> None:
             f"{type(event).__name__} cannot be stored and read back ({err}). Nothing was "
             "recorded; spend the built-in event it is made of."
         ) from None
-    if type(rebuilt) is not type(event) or rebuilt.epsilon(1e-5) != event.epsilon(1e-5):
+    if type(rebuilt) is not type(event) or rebuilt.to_metadata() != event.to_metadata():
         raise TypeError(
             f"a PersistentLedger stores only the package's own event types; "
             f"{type(event).__name__} does not read back as itself. Nothing was recorded."

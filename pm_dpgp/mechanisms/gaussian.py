@@ -35,9 +35,7 @@ from pm_dpgp._validation import check_delta, check_epsilon, check_positive
 from pm_dpgp.accounting.events import (
     DEFAULT_ORDERS,
     ZCDPEvent,
-    _gdp_log_delta,
-    _gdp_log_delta_margin,
-    _log_delta_ok,
+    _gdp_delta_certified,
     _nudge_up,
     gdp_epsilon,
 )
@@ -100,14 +98,7 @@ def gaussian_sigma(
         )
 
     sigma = float(get_sigma_gaussian(epsilon, delta)) * sensitivity
-    return _nudge_up(
-        sigma,
-        lambda sig: _log_delta_ok(
-            _gdp_log_delta(sensitivity / sig, epsilon),
-            delta,
-            _gdp_log_delta_margin(sensitivity / sig, epsilon),
-        ),
-    )
+    return _nudge_up(sigma, lambda sig: _gdp_delta_certified(sensitivity / sig, epsilon, delta))
 
 
 def gaussian_epsilon(sigma: float, delta: float, sensitivity: float = 1.0) -> float:

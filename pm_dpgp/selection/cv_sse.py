@@ -336,14 +336,16 @@ class _NoiseQueue:
         pending: dict[bytes, list[tuple[NDArray[np.float64], bool]]] = {}
         for _, Cs, keys in self.items:
             for C, key in zip(Cs, keys, strict=True):
-                if not C.any() and self._known(C, key) is None:
+                if self._known(C, key) is not None:
+                    continue
+                if not C.any():
                     # C_k = 0 (e.g. a kernel that underflows between folds): the fold's
                     # prediction is the prior mean and its release would need no noise;
                     # the solver refuses an all-zero matrix, so record that case directly
                     # (stop-26 audit: one such candidate refused the whole grid)
                     zero = (np.zeros_like(C), np.zeros(C.shape[0]))
                     self.seen.setdefault(key, []).append((C, zero))
-                elif self._known(C, key) is None and _lookup(pending, C, key) is None:
+                elif _lookup(pending, C, key) is None:
                     pending.setdefault(key, []).append((C, True))
                     todo.append((C, key))
         mats = [C for C, _ in todo]
@@ -494,6 +496,8 @@ def plan_cv_sse(
     lo, hi = (float(b) for b in y_bounds)
     d = hi - lo
     clip = check_positive(error_clip, "error_clip") * d
+    if calibration not in ("analytic", "classic"):
+        raise ValueError(f"calibration must be 'analytic' or 'classic', got {calibration!r}.")
     unit_scale = None
     if release_epsilon is not None or release_delta is not None:
         if release_epsilon is None or release_delta is None:
@@ -501,8 +505,6 @@ def plan_cv_sse(
         release_epsilon = check_epsilon(release_epsilon, "release_epsilon")
         release_delta = check_delta(release_delta, "release_delta")
         unit_scale = gaussian_sigma(release_epsilon, release_delta, d, method=calibration)
-    if calibration not in ("analytic", "classic"):
-        raise ValueError(f"calibration must be 'analytic' or 'classic', got {calibration!r}.")
     X = np.asarray(gpr.X, dtype=np.float64)
     n = X.shape[0]
     # float64 range, from public values only: a utility is a sum of ≤ n clipped squares

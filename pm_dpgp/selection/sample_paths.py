@@ -63,10 +63,9 @@ from pm_dpgp.mechanisms.full.sample_path import (
     SAMPLE_PATH_OS_ENTROPY,
     KernelClass,
     PrivateRows,
-    _check_given_kappa,
     _check_public_kernel,
     _public_probes,
-    certified_kappa,
+    resolve_kappa,
     sample_path_release,
 )
 from pm_dpgp.mechanisms.full.sample_path_bounds import (
@@ -191,16 +190,11 @@ def _candidate_set_up(
         _check_public_kernel(p, float(s), kernel_class, probes)
         sigmas.append(float(s))
     etas = [float(e) for e in _per_candidate(eta, configs, "eta", allow_zero=True)]  # type: ignore[arg-type]
-    if kappa is None:  # proved for decreasing stationary kernels, else 0 (certified_kappa)
-        kappas = [
-            certified_kappa(lambda A, B, p=p, s=s: p.kernel(A, B) / s**2, domain, model.cov_func)
-            for p, s in zip(publics, sigmas, strict=True)
-        ]
-    else:  # checked as each candidate's release will check it, before the spend
-        kappas = [
-            _check_given_kappa(kappa, p, s, domain, model.cov_func)
-            for p, s in zip(publics, sigmas, strict=True)
-        ]
+    # the proved default, or the given κ checked, as each candidate's release will check it
+    kappas = [
+        resolve_kappa(kappa, p, s, domain, model.cov_func)
+        for p, s in zip(publics, sigmas, strict=True)
+    ]
     return publics, sigmas, etas, kappas
 
 

@@ -58,8 +58,7 @@ from pm_dpgp.accounting import BudgetExceededError, Ledger, PrivacyEvent
 from pm_dpgp.compat import get_group
 from pm_dpgp.mechanisms.full.sample_path import (
     PrivateRows,
-    _check_given_kappa,
-    certified_kappa,
+    resolve_kappa,
     sample_path_event,
     sample_path_release,
 )
@@ -467,15 +466,8 @@ def dp_thompson_sampling(
     model = gp_regression(X0, y0, cov_func, noise_sd=noise_sd, mean=prior_mean, mean_is_public=True)
     base = model.public_gp()
     r2 = base.noise_var / kernel_scale**2
-    if private and kappa is None:
-        # proved for decreasing stationary kernels; 0 (always valid) for any other kernel
-        kappa = certified_kappa(
-            lambda A, B: base.kernel(A, B) / kernel_scale**2,
-            np.column_stack([lower, upper]),
-            model.cov_func,
-        )
-    elif private:  # a given κ, checked once here (before any spend) instead of every round
-        kappa = _check_given_kappa(
+    if private:  # proved default or the caller's κ checked: once here, not every round
+        kappa = resolve_kappa(
             kappa, base, kernel_scale, np.column_stack([lower, upper]), model.cov_func
         )
     X_all, y_all = X0.copy(), y0.copy()

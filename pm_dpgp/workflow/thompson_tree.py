@@ -69,6 +69,8 @@ from pm_dpgp.accounting import BudgetExceededError, Ledger
 from pm_dpgp.mechanisms.full.noise_aware import (
     NEIGHBOURING_RELATION,
     PRIVACY_MODEL,
+    check_rho,
+    check_variant,
     dp_qu,
     l2_sensitivity,
     regularisation_lambda,
@@ -342,14 +344,8 @@ def dp_thompson_sampling_tree(
     c = check_positive(ratio, "ratio")
     # the full-privacy posterior's settings (eq. 10's ρ, the variant): checked here, before
     # the charge, not first in round 1
-    if (
-        isinstance(rho, bool)
-        or not isinstance(rho, int | float | np.floating)
-        or not 0.0 < rho < 1.0
-    ):
-        raise ValueError(f"rho must lie in (0, 1), got {rho!r}; pass e.g. rho=0.01.")
-    if variant not in ("noise_aware", "naive"):
-        raise ValueError(f"variant must be 'noise_aware' or 'naive', got {variant!r}; use one.")
+    check_rho(rho)
+    check_variant(variant)
     if not isinstance(ledger, Ledger):
         raise ValueError("ledger must be a pm_dpgp Ledger holding the privacy budget.")
     delta = check_delta(ledger.delta if delta is None else delta)
@@ -567,6 +563,8 @@ def _largest_affordable(
     Bisection to ``2⁻⁴⁰`` relative: the filter's charge increases with the run's ε.  Reads the
     ledger's totals and public settings only.
     """
+    if ledger.can_afford(make_plan(epsilon).event):  # e.g. a fresh ledger: the whole budget
+        return epsilon
     lo, hi = 0.0, epsilon
     for _ in range(steps):
         mid = 0.5 * (lo + hi)

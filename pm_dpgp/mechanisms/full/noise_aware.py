@@ -339,6 +339,20 @@ def l2_sensitivity(
     return float(value) if np.isfinite(value) else math.inf
 
 
+def check_rho(rho: Any) -> float:
+    """ρ of eq. (10), the failure probability of the regulariser λ: a number in (0, 1)."""
+    if isinstance(rho, bool) or not isinstance(rho, int | float | np.floating) or not 0 < rho < 1:
+        raise ValueError(f"rho must lie in (0, 1), got {rho!r}; pass e.g. rho=0.01.")
+    return float(rho)
+
+
+def check_variant(variant: Any) -> str:
+    """The posterior variant of ``dp_qu``: ``"noise_aware"`` (with S₂) or ``"naive"``."""
+    if variant not in ("noise_aware", "naive"):
+        raise ValueError(f"variant must be 'noise_aware' or 'naive', got {variant!r}; use one.")
+    return str(variant)
+
+
 def regularisation_lambda(
     sigma_b: float, scale: float, n_inducing: int, rho: float = 0.01
 ) -> float:
@@ -353,8 +367,7 @@ def regularisation_lambda(
     """
     sigma_b = check_positive(sigma_b, "sigma_b", allow_zero=True)
     scale = check_positive(scale, "scale")
-    if not (0.0 < rho < 1.0):
-        raise ValueError(f"rho must lie in (0, 1), got {rho!r}; pass e.g. rho=0.01.")
+    rho = check_rho(rho)
     M = int(n_inducing)
     if M < 1:
         raise ValueError(f"n_inducing must be >= 1, got {n_inducing!r}.")
@@ -506,8 +519,7 @@ def dp_qu(
     a = np.asarray(a_noisy, dtype=np.float64)
     Bn = np.asarray(B_noisy, dtype=np.float64)
     M = K.shape[0]
-    if variant not in ("noise_aware", "naive"):
-        raise ValueError(f"variant must be 'noise_aware' or 'naive', got {variant!r}; use one.")
+    check_variant(variant)
     sB = scale * 0.5 * (Bn + Bn.T)
     lam_used = float(lam)
     eig_min = float(np.linalg.eigvalsh(K + sB)[0])
@@ -920,10 +932,8 @@ def noise_aware_release(
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta)
     c = check_positive(ratio, "ratio")
-    if not (0.0 < float(rho) < 1.0):
-        raise ValueError(f"rho must lie in (0, 1), got {rho!r}; pass e.g. rho=0.01.")
-    if variant not in ("noise_aware", "naive"):
-        raise ValueError(f"variant must be 'noise_aware' or 'naive', got {variant!r}; use one.")
+    check_rho(rho)
+    check_variant(variant)
     if s22_form not in ("linearised", "eq14"):
         raise ValueError(f"s22_form must be 'linearised' or 'eq14', got {s22_form!r}; use one.")
     check_clip_option(clip)

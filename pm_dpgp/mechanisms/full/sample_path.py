@@ -84,6 +84,7 @@ __all__ = [
     "SamplePathRelease",
     "capped_public_gp",
     "certified_kappa",
+    "resolve_kappa",
     "sample_path_event",
     "sample_path_release",
 ]
@@ -482,6 +483,26 @@ def _check_given_kappa(
             "spent."
         )
     return min(kappa, proved)
+
+
+def resolve_kappa(
+    kappa: float | None,
+    public_gp: PublicGP,
+    kernel_scale: float,
+    domain: ArrayLike | None,
+    cov: Any,
+) -> float:
+    """The κ a sample-path bound may use: ``certified_kappa`` when none is given (needs the
+    domain), else the caller's κ checked by ``_check_given_kappa``.  One rule for the release,
+    the Thompson loop and the selection.  ``public_gp`` is the uncapped public GP."""
+    if kappa is not None:
+        return _check_given_kappa(kappa, public_gp, kernel_scale, domain, cov)
+    if domain is None:
+        raise ValueError(
+            "Give the public input domain (domain=(lower, upper)) or a kernel lower bound "
+            "kappa in [0, 1] (kappa=0 is always valid but gives a weaker bound)."
+        )
+    return certified_kappa(lambda A, B: public_gp.kernel(A, B) / kernel_scale**2, domain, cov)
 
 
 class _CappedKernel:
@@ -898,23 +919,14 @@ def sample_path_release(
     # k(x, x) <= kernel_scale² at every input, not only at the probes.  A decreasing
     # stationary kernel has a constant diagonal, so the probe check above proves it; any
     # other kernel is capped (the identity wherever the bound holds)
-    uncapped = public_gp
-    if not is_stationary_decreasing(getattr(gpr, "cov_func", None)):
-        public_gp = capped_public_gp(public_gp, kernel_scale)
     cov = getattr(gpr, "cov_func", None)
-    if kappa is None:
-        if domain is None:
-            raise ValueError(
-                "Give the public input domain (domain=(lower, upper)) or a kernel lower bound "
-                "kappa in [0, 1] (kappa=0 is always valid but gives a weaker bound)."
-            )
-        kappa = certified_kappa(lambda A, B: public_gp.kernel(A, B) / kernel_scale**2, domain, cov)
+    proved = getattr(gpr, "_proved_kappa", None)
+    if kappa is not None and proved is not None and check_kappa(kappa) <= proved:
+        kappa = float(kappa)  # checked by the caller (the Thompson loop) for this public GP
     else:
-        proved = getattr(gpr, "_proved_kappa", None)
-        if proved is not None and check_kappa(kappa) <= proved:
-            kappa = check_kappa(kappa)  # checked by the caller for this public GP
-        else:
-            kappa = _check_given_kappa(kappa, uncapped, kernel_scale, domain, cov)
+        kappa = resolve_kappa(kappa, public_gp, kernel_scale, domain, cov)
+    if not is_stationary_decreasing(cov):
+        public_gp = capped_public_gp(public_gp, kernel_scale)
     r2 = public_gp.noise_var / kernel_scale**2
     mu0 = public_gp.mean
     if y_bound_old is not None:  # deprecated centred bound M: the interval (μ₀ − M, μ₀ + M)

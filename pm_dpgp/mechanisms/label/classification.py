@@ -64,8 +64,8 @@ from pm_dpgp.mechanisms.label.cloaking_release import cloaking_parts
 from pm_dpgp.mechanisms.label.output_perturbation import (
     LABEL_PRIVACY_MODEL,
     charged_unit_sensitivity,
+    model_labels,
     perturb,
-    prepare_labels,
 )
 from pm_dpgp.mechanisms.whitening import centred_whitening
 from pm_dpgp.models._common import _as_2d_inputs
@@ -216,11 +216,7 @@ def classification_release(
     public, Xs, Z, (C, offset, latent_var, jitter) = public_one_step(
         gpc, X_star, hyperparameters, f0, inducing_points, kmeans_seed
     )
-    # the labels as stored, unchecked: a non-finite one maps to the midpoint, as in
-    # cloaked_release (a refusal would depend on one private label)
-    labels = prepare_labels(
-        gpc.unchecked_data()[1], LABEL_BOUNDS, bounds_are_public=True, n_inputs=public.n
-    )
+    labels = model_labels(gpc, public, LABEL_BOUNDS, bounds_are_public=True)
     with progress_bar(2, "Classification release", enabled=progressbar) as bar:
         parts = cloaking_parts(C, LABEL_BOUNDS, tol=tol, rank_tol=rank_tol, design=design)
         noise, F = parts.noise, parts.shape_factor

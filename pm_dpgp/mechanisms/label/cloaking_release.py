@@ -34,8 +34,8 @@ from pm_dpgp.mechanisms.label.cloaking import (
 )
 from pm_dpgp.mechanisms.label.output_perturbation import (
     label_gaussian_release,
+    model_labels,
     planned_l2_sensitivity,
-    prepare_labels,
 )
 from pm_dpgp.mechanisms.whitening import centred_whitening
 from pm_dpgp.models import GPRegression, PublicGP
@@ -213,15 +213,7 @@ def cloaked_release(
     """
     public_gp = gpr.public_cloaking(hyperparameters)
     X_star = check_finite_array(X_star, "X_star", ndim=2)
-    # the labels as stored, unchecked (prepare_labels checks their shape and maps a non-finite
-    # one to the midpoint of y_bounds; a refusal would depend on one private label)
-    labels = prepare_labels(
-        gpr.unchecked_data()[1],
-        y_bounds,
-        clip=clip,
-        bounds_are_public=bounds_are_public,
-        n_inputs=public_gp.n,
-    )
+    labels = model_labels(gpr, public_gp, y_bounds, clip=clip, bounds_are_public=bounds_are_public)
     with progress_bar(2, "Cloaked release", enabled=progressbar) as bar:
         parts = public_cloaking(
             public_gp, X_star, labels.y_bounds, tol=tol, rank_tol=rank_tol, design=design

@@ -22,7 +22,7 @@ NumPy Generator it is the continuous simulation ``mean + σ F z`` and a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -105,6 +105,26 @@ def prepare_labels(
         )
     bounds = check_public_bounds(y_bounds, name="y_bounds", bounds_are_public=bounds_are_public)
     return LabelData(clip_to_bounds(y, bounds), bounds, bounds[1] - bounds[0], 0)
+
+
+def model_labels(
+    model: Any,
+    public: Any,
+    y_bounds: tuple[float, float],
+    *,
+    clip: Literal["warn", "raise"] = "warn",
+    bounds_are_public: bool = False,
+) -> LabelData:
+    """``prepare_labels`` of a model's labels as stored (``unchecked_data``), one per row of
+    its public view ``public``: a non-finite label maps to the midpoint of ``y_bounds``, never
+    a refusal (that would depend on one private label; ``docs/errors.md``)."""
+    return prepare_labels(
+        model.unchecked_data()[1],
+        y_bounds,
+        clip=clip,
+        bounds_are_public=bounds_are_public,
+        n_inputs=public.n,
+    )
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from scipy.linalg import cho_solve, eigh
 
 from pm_dpgp._validation import check_finite_array
 from pm_dpgp.accounting import Ledger
-from pm_dpgp.mechanisms.label.output_perturbation import label_gaussian_release, prepare_labels
+from pm_dpgp.mechanisms.label.output_perturbation import label_gaussian_release, model_labels
 from pm_dpgp.mechanisms.whitening import centred_whitening
 from pm_dpgp.models import GPRegression, PublicGP
 from pm_dpgp.release import Release
@@ -151,15 +151,7 @@ def prior_noise_release(
     """
     public_gp = gpr.public_gp(hyperparameters)
     X_star = check_finite_array(X_star, "X_star", ndim=2)
-    # the labels as stored, unchecked (prepare_labels checks their shape and maps a non-finite
-    # one to the midpoint of y_bounds; a refusal would depend on one private label)
-    labels = prepare_labels(
-        gpr.unchecked_data()[1],
-        y_bounds,
-        clip=clip,
-        bounds_are_public=bounds_are_public,
-        n_inputs=public_gp.n,
-    )
+    labels = model_labels(gpr, public_gp, y_bounds, clip=clip, bounds_are_public=bounds_are_public)
     parts = public_prior_noise(public_gp, X_star, bound)
     whitening = centred_whitening(parts.W, labels.y, labels.y_bounds, public_gp.mean)
     shape, unit = parts.shape_factor, parts.unit_sensitivity
