@@ -75,15 +75,47 @@ SAMPLE_PATH_VARIANTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
 #: level weights; docs/thompson_tree.md §10).
 #: The third entry is the continual counter: "tree" (binary mechanism) or "sqrt" (square-root
 #: factorisation, docs/thompson_tree.md §11).
-TREE_VARIANTS: dict[str, tuple[str, str, str]] = {
-    "suff.-stat. DP-TS": ("full", "nystrom", "tree"),
-    "suff.-stat. DP-TS (label privacy)": ("label", "nystrom", "tree"),
-    "suff.-stat. DP-TS (partition)": ("full", "partition", "tree"),
-    "suff.-stat. DP-TS (partition, label privacy)": ("label", "partition", "tree"),
-    "suff.-stat. DP-TS (sqrt counter)": ("full", "nystrom", "sqrt"),
-    "suff.-stat. DP-TS (sqrt counter, label privacy)": ("label", "nystrom", "sqrt"),
-    "suff.-stat. DP-TS (partition, sqrt counter)": ("full", "partition", "sqrt"),
-    "suff.-stat. DP-TS (partition, sqrt counter, label privacy)": ("label", "partition", "sqrt"),
+#: The fourth is the loop's ``posterior``: "prefix" (the prefix estimate alone: §6 under full
+#: privacy, §9.4 under label privacy; every column measured before stop 27) or
+#: "all_releases" (every release of the counter, §13; the library default since stop 27).
+TREE_VARIANTS: dict[str, tuple[str, str, str, str]] = {
+    "suff.-stat. DP-TS": ("full", "nystrom", "tree", "prefix"),
+    "suff.-stat. DP-TS (label privacy)": ("label", "nystrom", "tree", "prefix"),
+    "suff.-stat. DP-TS (partition)": ("full", "partition", "tree", "prefix"),
+    "suff.-stat. DP-TS (partition, label privacy)": ("label", "partition", "tree", "prefix"),
+    "suff.-stat. DP-TS (sqrt counter)": ("full", "nystrom", "sqrt", "prefix"),
+    "suff.-stat. DP-TS (sqrt counter, label privacy)": ("label", "nystrom", "sqrt", "prefix"),
+    "suff.-stat. DP-TS (partition, sqrt counter)": ("full", "partition", "sqrt", "prefix"),
+    "suff.-stat. DP-TS (partition, sqrt counter, label privacy)": (
+        "label",
+        "partition",
+        "sqrt",
+        "prefix",
+    ),
+    "suff.-stat. DP-TS (partition, sqrt counter, label, all releases)": (
+        "label",
+        "partition",
+        "sqrt",
+        "all_releases",
+    ),
+    "suff.-stat. DP-TS (partition, tree, label, all releases)": (
+        "label",
+        "partition",
+        "tree",
+        "all_releases",
+    ),
+    "suff.-stat. DP-TS (sqrt counter, label, all releases)": (
+        "label",
+        "nystrom",
+        "sqrt",
+        "all_releases",
+    ),
+    "suff.-stat. DP-TS (partition, sqrt counter, all releases)": (
+        "full",
+        "partition",
+        "sqrt",
+        "all_releases",
+    ),
 }
 
 
@@ -228,7 +260,7 @@ def run_cell(
         if res.n_rounds != rounds:
             raise RuntimeError(f"{name}: planned noise did not fit the budget ({res.n_rounds}).")
         out[name] = (*_regrets(problem, res.owner.X, len(problem.X0)), time.perf_counter() - t0)
-    for name, (privacy_model, basis, counter) in TREE_VARIANTS.items():
+    for name, (privacy_model, basis, counter, posterior) in TREE_VARIANTS.items():
         if name not in methods:
             continue
         if basis == "partition":
@@ -245,6 +277,7 @@ def run_cell(
             ledger=Ledger(epsilon=epsilon, delta=DELTA),
             privacy_model=privacy_model,
             counter=counter,
+            posterior=posterior,
             rng=np.random.default_rng(seed),
             **common,
         )

@@ -102,6 +102,7 @@ __all__ = [
     "dp_thompson_sampling_tree",
     "label_statistics",
     "public_inputs_posterior",
+    "all_releases_posterior",
     "record_statistics",
 ]
 
@@ -239,6 +240,54 @@ def public_inputs_posterior(
     return m, (U / prec) @ U.T
 
 
+def all_releases_posterior(
+    W: NDArray[np.float64],
+    Y: NDArray[np.float64],
+    Phi: NDArray[np.float64],
+    leaf: NDArray[np.intp],
+    sigma: float,
+    noise_var: float,
+    offset: float,
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    r"""Exact posterior of ``v`` given **every** release of the counter's ``A``-stream.
+
+    The counter released ``Y = W L + Z`` (``Z`` i.i.d. ``N(0, σ²)``), where row ``j`` of
+    ``L`` is the leaf ``ℓ_j = Σ_{i ∈ j} φᵢ ξᵢ`` with ``ξᵢ = clip(yᵢ, a, b) − c`` (label
+    privacy) or ``clip(yᵢ − μ, ±R_y)`` (full privacy, ``offset = 0``).  The loop's records lie
+    at the public initial design and the published queries, so every ``φᵢ`` and leaf index
+    is public and ``Y`` is linear in the ``n`` scalars ``ξ``: with ``H = W[:, leaf]``,
+
+        ``log p(Y | ξ) = −½ ξᵀ J ξ + bᵀ ξ + const``,
+        ``J = (HᵀH) ∘ (ΦΦᵀ) / σ²``,  ``bᵢ = φᵢᵀ (HᵀY)ᵢ / σ²``.
+
+    The model ``ξ = Φ v + (μ − c) 1 + e`` (``v ~ N(0, I)``, ``e ~ N(0, σ_o² I)``, clipping
+    ignored as in ``public_inputs_posterior``) gives, after integrating out ``e``, a Gaussian
+    likelihood of ``u = Φ v + (μ − c) 1`` with precision ``J' = J (I + σ_o² J)⁻¹`` and linear
+    term ``b' = (I + σ_o² J)⁻¹ b``; hence
+
+        ``Λ = I + Φᵀ J' Φ``,  ``m = Λ⁻¹ Φᵀ (b' − (μ − c) J' 1)``,  ``S = Λ⁻¹``
+
+    (``docs/thompson_tree.md`` §13).  The prefix estimate ``Ŝ_t`` is a linear function of ``Y``,
+    so this posterior is at least as concentrated as ``public_inputs_posterior`` (data
+    processing); with one release of weight 1 on every leaf the two coincide.
+    Post-processing of released values: no privacy cost.
+    """
+    H = W[:, leaf]
+    inv_var = 1.0 / sigma**2
+    J = (H.T @ H) * (Phi @ Phi.T) * inv_var
+    b = np.einsum("im,im->i", H.T @ Y, Phi) * inv_var
+    n = len(b)
+    G = sla.cho_factor(np.eye(n) + noise_var * J, lower=True)
+    Jp = sla.cho_solve(G, J)  # (I + σ_o² J)⁻¹ J = J (I + σ_o² J)⁻¹ (they commute)
+    Jp = 0.5 * (Jp + Jp.T)
+    r = sla.cho_solve(G, b) - offset * Jp.sum(axis=1)
+    Lam = np.eye(Phi.shape[1]) + Phi.T @ Jp @ Phi
+    L_lam = sla.cho_factor(0.5 * (Lam + Lam.T), lower=True)
+    m = sla.cho_solve(L_lam, Phi.T @ r)
+    S = sla.cho_solve(L_lam, np.eye(Phi.shape[1]))
+    return m, 0.5 * (S + S.T)
+
+
 def dp_thompson_sampling_tree(
     objective: Objective,
     cov_func: Any,
@@ -260,6 +309,7 @@ def dp_thompson_sampling_tree(
     variant: Literal["noise_aware", "naive"] = "noise_aware",
     privacy_model: Literal["full", "label"] | None = None,
     counter: Literal["tree", "sqrt"] = "tree",
+    posterior: Literal["all_releases", "prefix"] = "all_releases",
     candidates: ArrayLike | int = 256,
     refine_steps: int = 0,
     refine_points: int = 32,
@@ -318,6 +368,15 @@ def dp_thompson_sampling_tree(
         factorisation of the counting matrix, ``pm_dpgp.mechanisms.full.sqrt_counter``:
         same privacy model and charge, about half the prefix noise sd at T = 100;
         ``docs/thompson_tree.md`` §11).
+    posterior:
+        ``"all_releases"`` (default): exact linear-Gaussian conditioning on every value the
+        counter has released in the ``A``-stream, with ``B`` and the features computed from
+        the loop's own records, whose inputs are the public initial design and the published
+        queries (``all_releases_posterior``; ``docs/thompson_tree.md`` §13).  ``"prefix"``:
+        the posterior of the prefix estimate alone, as before stop 27 (label privacy:
+        ``public_inputs_posterior``, §9.4; full privacy: the noise-aware ``dp_qu`` of
+        ``(Ã, B̃)`` with the regulariser λ of eq. 10, §6).  Both are post-processing of the
+        same releases: the charge is the same.
     rng:
         ``None`` (default): secure discrete Gaussian node noise (OpenDP, OS entropy) and an
         OS-entropy Generator for the posterior samples and candidates.  A Generator: the
@@ -336,6 +395,8 @@ def dp_thompson_sampling_tree(
     if counter not in COUNTER_NAMES:
         raise ValueError(f"counter must be one of {tuple(COUNTER_NAMES)}, got {counter!r}.")
     reject_unexpected(deprecated, func=func)
+    if posterior not in ("all_releases", "prefix"):
+        raise ValueError(f"posterior must be 'all_releases' or 'prefix', got {posterior!r}.")
     if y_bounds is None:
         y_bounds = (prior_mean - 1.0, prior_mean + 1.0)
     y_lo, y_hi, R_y = centred_bound(y_bounds, prior_mean)
@@ -437,35 +498,67 @@ def dp_thompson_sampling_tree(
         B_public = np.zeros((M, M))  # exact B from the published queries (label only)
         phi_sum = np.zeros(M)  # Σ φ(x) over the published queries (label only)
         shift = 0.5 * (y_bounds[0] + y_bounds[1]) - prior_mean  # leaves centred at c, not μ
+        # public features and leaf index of every record: the inputs are X_init and x_chosen
+        Phi_records: list[NDArray[np.float64]] = []
+        leaf_of: list[NDArray[np.intp]] = []
         with progress_bar(T, "DP Thompson sampling (tree)", enabled=progressbar) as bar:
             try:
                 for _ in range(T):
                     Phi = feats(leaf[0])
+                    Phi_records.append(Phi)
+                    leaf_of.append(np.full(len(Phi), len(leaf_of), dtype=np.intp))
                     if label:
                         # the A-stream only; B from the published inputs (no y enters it)
                         est, k = tree.add(label_statistics(Phi, leaf[1], y_bounds))
                         B_public += Phi.T @ Phi
                         phi_sum += Phi.sum(axis=0)
                         sa = plan.sigma * math.sqrt(k)
-                        # Ã relative to μ: Σφ(y − μ) = Σφ(y − c) + (c − μ)Σφ, public shift
-                        a_mu = est + shift * phi_sum if shift != 0.0 else est
-                        m_v, S_v = public_inputs_posterior(B_public, a_mu, noise_sd**2, sa)
+                        if posterior == "all_releases":
+                            W_rel, Y_rel = tree.release_weights()
+                            m_v, S_v = all_releases_posterior(
+                                W_rel,
+                                Y_rel,
+                                np.vstack(Phi_records),
+                                np.concatenate(leaf_of),
+                                plan.sigma,
+                                noise_sd**2,
+                                -shift,
+                            )
+                        else:
+                            # Ã relative to μ: Σφ(y − μ) = Σφ(y − c) + (c − μ)Σφ, public shift
+                            a_mu = est + shift * phi_sum if shift != 0.0 else est
+                            m_v, S_v = public_inputs_posterior(B_public, a_mu, noise_sd**2, sa)
                         lam_used = 0.0
                     else:
                         r = np.clip(leaf[1] - prior_mean, -R_y, R_y)
                         est, k = tree.add(record_statistics(Phi, r, c))
                         sa = plan.sigma * math.sqrt(k)
-                        q = dp_qu(
-                            np.eye(M),
-                            est[:M],
-                            symmetric_from_upper(est[M:] / c, M),
-                            scale=scale,
-                            sigma_a=sa,
-                            sigma_b=sa / c,
-                            lam=regularisation_lambda(sa / c, scale, M, rho),
-                            variant=variant,
-                        )
-                        m_v, S_v, lam_used = q.m, q.S, q.lam_used
+                        if posterior == "all_releases":
+                            # the A-stream's releases; B is known from the loop's own records,
+                            # whose inputs are public (X_init, x_chosen): §13
+                            W_rel, Y_rel = tree.release_weights()
+                            m_v, S_v = all_releases_posterior(
+                                W_rel,
+                                Y_rel[:, :M],
+                                np.vstack(Phi_records),
+                                np.concatenate(leaf_of),
+                                plan.sigma,
+                                noise_sd**2,
+                                0.0,
+                            )
+                            lam_used = 0.0
+                        else:
+                            q = dp_qu(
+                                np.eye(M),
+                                est[:M],
+                                symmetric_from_upper(est[M:] / c, M),
+                                scale=scale,
+                                sigma_a=sa,
+                                sigma_b=sa / c,
+                                lam=regularisation_lambda(sa / c, scale, M, rho),
+                                variant=variant,
+                            )
+                            m_v, S_v, lam_used = q.m, q.S, q.lam_used
                     w, V = np.linalg.eigh(0.5 * (S_v + S_v.T))
                     v = m_v + V @ (np.sqrt(np.clip(w, 0.0, None)) * rng.standard_normal(M))
 
@@ -519,6 +612,7 @@ def dp_thompson_sampling_tree(
         "ratio_c": c,
         "rho": float(rho),
         "variant": variant,
+        "posterior": posterior,
         "kernel": feats.description,
         **feats.metadata(),
         "leaf_sensitivity": Delta,

@@ -183,3 +183,15 @@ class SqrtCounter:
         self.released.append(self._noisy(weights @ self._leaves[:t]))
         estimate = weights @ np.asarray(self.released)
         return estimate, float(self._c[:t] @ self._c[:t])
+
+    def release_weights(self) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """``(W, Y)``: release ``y_s = Σ_j W[s, j] v_j + N(0, σ² I)`` (public).
+
+        ``W = R`` restricted to the first ``t`` steps (``W[s, j] = c_{s−j}``, ``j ≤ s``), ``Y``
+        (``t × dim``) the released values.  For the posterior that conditions on every
+        release (``docs/thompson_tree.md`` §13).
+        """
+        t = self.t
+        k = np.subtract.outer(np.arange(t), np.arange(t))
+        W = np.where(k >= 0, self._c[np.clip(k, 0, None)], 0.0)
+        return W, np.asarray(self.released).reshape(t, self.plan.dim)

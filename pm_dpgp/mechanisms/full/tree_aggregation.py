@@ -204,3 +204,15 @@ class TreeAggregator:
         self.node_values.append(self._alpha_hat[i].copy())
         bits = [j for j in range(len(self._alpha_hat)) if (t >> j) & 1]
         return self._alpha_hat[bits].sum(axis=0), len(bits)
+
+    def release_weights(self) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """``(W, Y)``: released node ``p`` is ``Σ_j W[p, j] v_j + N(0, σ² I)`` (public).
+
+        ``W`` (``t × t``) holds 1 on the leaves of node ``p``'s dyadic interval, ``Y``
+        (``t × dim``) the released node values, in release order.  For the posterior that
+        conditions on every release (``docs/thompson_tree.md`` §13).
+        """
+        W = np.zeros((self.t, self.t))
+        for p, (_, first, last) in enumerate(self.released):
+            W[p, first - 1 : last] = 1.0
+        return W, np.asarray(self.node_values).reshape(self.t, self.plan.dim)
