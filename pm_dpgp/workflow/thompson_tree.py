@@ -21,8 +21,11 @@ features) ``A = Σᵢ rᵢ φ(xᵢ)`` and ``B = Σᵢ φ(xᵢ)φ(xᵢ)ᵀ`` with
    observation afterwards) enters the binary mechanism
    (``pm_dpgp.mechanisms.full.tree_aggregation.TreeAggregator``) on the whitened vector
    ``(A, c B̂)``; the prefix estimate ``(Ã, B̃)`` has noise ``N(0, popcount(t) σ² I)``;
-2. the noise-aware posterior (Honkela eq. 9 with ``K = I``, S₂ of eqs. 11–14,
-   ``pm_dpgp.mechanisms.full.noise_aware.dp_qu``) is computed with that noise level;
+2. the posterior of ``v`` is computed from the released values: by default exactly, given
+   every value the counter has released and the public features of the loop's records
+   (``all_releases_posterior``, ``docs/thompson_tree.md`` §13); with
+   ``posterior="prefix"`` from the prefix estimate alone (the noise-aware posterior, Honkela
+   eq. 9 with ``K = I``, S₂ of eqs. 11–14, ``pm_dpgp.mechanisms.full.noise_aware.dp_qu``);
 3. one ``v`` is sampled and ``f(x) = μ + φ(x)ᵀv`` maximised over candidates (free);
 4. the objective is observed at the maximiser (private).
 
@@ -35,9 +38,9 @@ values there, the per-round noise level; the observed values stay in the
 (``docs/thompson_tree.md`` §9): neighbouring runs differ in one round's observed value, the
 queried inputs are post-processing of the transcript, ``B`` is computed exactly from them and
 only the ``A``-stream goes through the tree (per-leaf sensitivity ``R_φ (b − a)`` for the
-public response range ``[a, b]``); the posterior is exact linear-Gaussian conditioning on
-``Ã`` (``public_inputs_posterior``).  The default ``privacy_model="full"`` protects one
-observation's ``(x, y)``.
+public response range ``[a, b]``); the ``"prefix"`` posterior is exact linear-Gaussian
+conditioning on ``Ã`` (``public_inputs_posterior``).  The default ``privacy_model="full"``
+protects one observation's ``(x, y)``.
 
 ``features=DyadicPartitionFeatures(...)`` replaces the Nyström features by the indicators of
 nested dyadic partitions of the box (``pm_dpgp.workflow.partition_features``,
@@ -350,7 +353,8 @@ def dp_thompson_sampling_tree(
         public ``R_φ`` (default ``√k(x, x)`` for stationary kernels).
     ratio, rho, variant:
         ``c = σ_a/σ_b``, the failure probability of λ (eq. 10) and ``"noise_aware"`` (with S₂)
-        or ``"naive"`` posterior (``pm_dpgp.mechanisms.full.noise_aware.dp_qu``).
+        or ``"naive"`` posterior (``pm_dpgp.mechanisms.full.noise_aware.dp_qu``); ρ and the
+        variant are used by ``posterior="prefix"`` under full privacy only (always checked).
     privacy_model:
         ``"full"`` (default): neighbouring runs replace one observation ``(x, y)``; the tree
         releases ``(A, c B̂)`` (``docs/thompson_tree.md`` §2–4).  ``"label"``: the privacy
