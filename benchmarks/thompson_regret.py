@@ -17,22 +17,28 @@ Run ``python benchmarks/thompson_regret.py [--quick] [--seeds 10 --rounds 25 100
 * **suff.-stat. DP-TS (label privacy)**: the same loop with ``privacy_model="label"``, the
   privacy model of DP bandits (one round's observed value private; the queried inputs are
   post-processing of the transcript, so ``B`` is exact and only the ``A``-stream is released,
-  leaf sensitivity ``R_φ (b − a)``; ``docs/thompson_tree.md`` §9).  A weaker guarantee than
-  the other DP columns: compare it with them knowing that;
+  leaf sensitivity ``R_φ (b − a)``; ``docs/thompson_tree.md`` §9).  A weaker guarantee in
+  general; for runs of this loop the two models protect the same environments (§13.1);
 * **suff.-stat. DP-TS (partition[, label privacy])**: the same two loops on the dyadic
   partition basis (``DyadicPartitionFeatures.from_lengthscale``: finest cells at most half the
   lengthscale wide, equal level weights, prior sd 1 as the kernel's; ``docs/thompson_tree.md``
   §10) instead of the Nyström features;
 * **… sqrt counter …**: the same loops with the prefix sums released by the square-root
   factorisation of the counting matrix instead of the binary tree (``counter="sqrt"``,
-  ``docs/thompson_tree.md`` §11; same privacy model and charge).
+  ``docs/thompson_tree.md`` §11; same privacy model and charge);
+* **… all releases …** (stop 27, the library default ``posterior="all_releases"``): each
+  round conditions exactly on every value the counter released, with ``B`` from the loop's
+  public inputs; under full privacy the loop then releases the ``A``-stream alone, leaf
+  sensitivity ``2 R_y R_φ`` (``docs/thompson_tree.md`` §13).  Every other tree column passes
+  ``posterior="prefix"`` (the behaviour they were measured with).
 
-δ = 1e-5 everywhere.  All methods use the same initial design, kernel (fixed, public
-hyperparameters), candidate scheme (128 random candidates + 2 refinement steps) and
-observation-noise streams.  Reported per cell (mean ± standard error over seeds): simple
-regret after T rounds (gap of the best true value queried) and mean instantaneous regret
-(cumulative regret / T).  Writes ``thompson_regret.csv`` (summary), ``thompson_regret_curves.csv``
-(per-round means) and ``thompson_regret.png``.
+``--first-seed`` shifts the seeds (``--first-seed 100 --seeds 100``: the robustness run of
+``docs/thompson_tree.md`` §13.4). δ = 1e-5 everywhere. All methods use the same initial design,
+kernel (fixed, public hyperparameters), candidate scheme (128 random candidates + 2 refinement
+steps) and observation-noise streams. Reported per cell (mean ± standard error over seeds):
+simple regret after T rounds (gap of the best true value queried) and mean instantaneous regret
+(cumulative regret / T). Writes ``thompson_regret.csv`` (summary),
+``thompson_regret_curves.csv`` (per-round means) and ``thompson_regret.png``.
 """
 
 from __future__ import annotations
@@ -334,6 +340,12 @@ def _mean_se(x: np.ndarray) -> tuple[float, float]:
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument(
+        "--first-seed",
+        type=int,
+        default=0,
+        help="seeds are first-seed, ..., first-seed + seeds - 1 (default 0: the stored runs)",
+    )
     parser.add_argument("--rounds", type=int, nargs="+", default=[25, 100])
     parser.add_argument("--epsilons", type=float, nargs="+", default=[1.0, 3.0, 10.0])
     parser.add_argument("--problems", nargs="+", default=list(PROBLEMS))
@@ -379,7 +391,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     out.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
     curves: list[dict[str, Any]] = []
-    print(f"delta = {DELTA}, {args.seeds} seeds; regret = mean ± s.e.")
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
+    print(f"delta = {DELTA}, seeds {seeds.start}..{seeds.stop - 1}; regret = mean ± s.e.")
     header = (
         f"{'problem':11s} {'T':>4s} {'eps':>5s} {'method':34s} {'noise sd':>8s} "
         f"{'simple regret':>16s} {'mean inst. regret':>18s} {'time s':>7s}"
@@ -389,9 +402,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         problem = PROBLEMS[pname]
         kappa = kappa_of(problem)
         for T in args.rounds:
-            base = [
-                run_baselines(problem, T, s, not args.no_non_private) for s in range(args.seeds)
-            ]
+            base = [run_baselines(problem, T, s, not args.no_non_private) for s in seeds]
             for eps in args.epsilons:
                 sp_noise = {
                     name: plan_sample_path_noise_sd(len(problem.X0), T, eps, kappa, bkw)
@@ -399,8 +410,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                     if name in methods
                 }
                 cells = [
-                    {**base[s], **run_cell(problem, T, eps, s, sp_noise, kappa, methods)}
-                    for s in range(args.seeds)
+                    {**base[i], **run_cell(problem, T, eps, s, sp_noise, kappa, methods)}
+                    for i, s in enumerate(seeds)
                 ]
                 for method in cells[0]:
                     simple = np.stack([c[method][0] for c in cells])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -165,3 +166,23 @@ def test_both_posteriors_cost_the_same_and_are_recorded(counter, model):
         again = _run(n_rounds=8, privacy_model=model, counter=counter)  # default: all releases
     np.testing.assert_array_equal(again.idata.thompson.x_chosen, a.idata.thompson.x_chosen)
     assert scan_for_values(a.idata, a.owner.y, rtol=1e-9) == []
+
+
+def test_full_privacy_all_releases_releases_the_A_stream_alone():
+    """Under full privacy the default posterior takes B from the published inputs, so the
+    counter releases the M-dimensional A-stream with leaf sensitivity 2 R_y R_φ (§13.5);
+    posterior="prefix" keeps the (A, c B̂) stream of eq. (6)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        a = _run(n_rounds=5, privacy_model="full", y_bounds=(-1.0, 1.0))
+        p = _run(n_rounds=5, privacy_model="full", y_bounds=(-1.0, 1.0), posterior="prefix")
+    M = a.idata.thompson.attrs["n_features"]
+    R_phi = a.idata.thompson.attrs["feature_norm"]
+    assert a.idata.thompson.attrs["tree_leaf_sensitivity"] == pytest.approx(2 * 1.0 * R_phi)
+    assert "A-stream only" in a.idata.thompson.attrs["sensitivity_equation"]
+    assert a.idata.thompson.attrs["released_dim"] == M
+    assert p.idata.thompson.attrs["released_dim"] == M + M * (M + 1) // 2
+    # eq. (6) at R_y = c = R_φ = 1: √4.5 > 2
+    assert p.idata.thompson.attrs["tree_leaf_sensitivity"] == pytest.approx(math.sqrt(4.5) * R_phi)
+    assert a.ledger.privacy_model == p.ledger.privacy_model == "full"
+    assert set(a.idata.thompson["lambda_used"].values) == {0.0}

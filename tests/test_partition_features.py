@@ -132,7 +132,17 @@ def _objective(seed):
     return lambda X: np.exp(-0.5 * ((X[:, 0] - 0.7) / 0.15) ** 2) + 0.05 * rng.normal(size=len(X))
 
 
-def _run(privacy_model, n_rounds=13, ledger=None, rng=3, **kw):
+#: test models: name -> (privacy_model, posterior).  "full" is the default full-privacy loop
+#: (the A-stream alone, docs/thompson_tree.md §13.5), "full-prefix" the (A, cB̂) stream of §3.
+MODELS = {
+    "label": ("label", "all_releases"),
+    "full": ("full", "all_releases"),
+    "full-prefix": ("full", "prefix"),
+}
+
+
+def _run(model, n_rounds=13, ledger=None, rng=3, **kw):
+    privacy_model, posterior = MODELS[model]
     feats = DyadicPartitionFeatures.from_lengthscale(0.0, 1.0, 0.2)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -147,6 +157,7 @@ def _run(privacy_model, n_rounds=13, ledger=None, rng=3, **kw):
             y_bounds=(-1.0, 1.5),
             ledger=Ledger(epsilon=3.0, delta=DELTA) if ledger is None else ledger,
             privacy_model=privacy_model,
+            posterior=posterior,
             candidates=64,
             refine_steps=1,
             progressbar=False,
@@ -164,12 +175,14 @@ def _leaves(res, feats, X, y, model):
     if model == "label":
         return np.stack([label_statistics(feats(Xg), yg, (lo, hi)) for Xg, yg in groups])
     R_y = res.idata.thompson.attrs["R_y"]
+    if model == "full":  # the A-stream alone (§13.5)
+        return np.stack([feats(Xg).T @ np.clip(yg, -R_y, R_y) for Xg, yg in groups])
     return np.stack(
         [record_statistics(feats(Xg), np.clip(yg, -R_y, R_y), 1.0) for Xg, yg in groups]
     )
 
 
-@pytest.mark.parametrize("model", ["label", "full"])
+@pytest.mark.parametrize("model", list(MODELS))
 def test_loop_on_partition_is_one_charged_event_with_its_exact_sensitivity(model):
     """Leaves = the statistics of the published run, the charged Δ the partition's own bound,
     and on adversarial neighbours of every record the exact Gaussian δ stays within the
@@ -185,7 +198,11 @@ def test_loop_on_partition_is_one_charged_event_with_its_exact_sensitivity(model
     np.testing.assert_allclose(
         np.stack(tree.leaves), _leaves(res, feats, X, y, model), rtol=0, atol=1e-13
     )
-    expected = 2.5 * feats.R if model == "label" else l2_sensitivity(1.5, feats.R, 1.0)
+    expected = {
+        "label": 2.5 * feats.R,  # R_φ (b − a)
+        "full": 2 * 1.5 * feats.R,  # 2 R_y R_φ, the A-stream alone
+        "full-prefix": l2_sensitivity(1.5, feats.R, 1.0),  # eq. (6), (A, c B̂)
+    }[model]
     assert attrs["tree_leaf_sensitivity"] == pytest.approx(expected, rel=1e-15)
     eps, sigma = res.ledger.epsilon(), attrs["tree_node_sigma"]
     assert eps <= 3.0 * (1 + BUDGET_RTOL) and eps > 2.9
@@ -194,7 +211,7 @@ def test_loop_on_partition_is_one_charged_event_with_its_exact_sensitivity(model
     for record in range(len(y) - 1):  # the last observation enters no release
         X2, y1, y2 = X.copy(), y.copy(), y.copy()
         y1[record], y2[record] = hi, lo
-        if model == "full":  # the neighbour also moves the input to another finest cell
+        if model != "label":  # the neighbour also moves the input to another finest cell
             X2[record] = 1.0 - X[record]
         s = np.linalg.norm(
             _replay_nodes(tree, _leaves(res, feats, X, y1, model))

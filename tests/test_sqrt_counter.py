@@ -145,7 +145,7 @@ def _run(model, **kw):
     return _partition_run(model, counter="sqrt", **kw)
 
 
-@pytest.mark.parametrize("model", ["label", "full"])
+@pytest.mark.parametrize("model", ["label", "full", "full-prefix"])
 def test_loop_with_sqrt_counter_exact_divergence_on_adversarial_neighbours(model):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr("pm_dpgp.workflow.thompson_tree.SqrtCounter", _RecordingCounter)
@@ -167,7 +167,7 @@ def test_loop_with_sqrt_counter_exact_divergence_on_adversarial_neighbours(model
     for record in range(len(y) - 1):
         X2, y1, y2 = X.copy(), y.copy(), y.copy()
         y1[record], y2[record] = hi, lo
-        if model == "full":
+        if model != "label":
             X2[record] = 1.0 - X[record]
         s = np.linalg.norm(
             R @ _leaves(res, feats, X, y1, model) - R @ _leaves(res, feats, X2, y2, model)

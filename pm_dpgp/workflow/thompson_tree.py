@@ -353,8 +353,8 @@ def dp_thompson_sampling_tree(
         public ``R_φ`` (default ``√k(x, x)`` for stationary kernels).
     ratio, rho, variant:
         ``c = σ_a/σ_b``, the failure probability of λ (eq. 10) and ``"noise_aware"`` (with S₂)
-        or ``"naive"`` posterior (``pm_dpgp.mechanisms.full.noise_aware.dp_qu``); ρ and the
-        variant are used by ``posterior="prefix"`` under full privacy only (always checked).
+        or ``"naive"`` posterior (``pm_dpgp.mechanisms.full.noise_aware.dp_qu``); all three
+        are used by ``posterior="prefix"`` under full privacy only (always checked).
     privacy_model:
         ``"full"`` (default): neighbouring runs replace one observation ``(x, y)``; the tree
         releases ``(A, c B̂)`` (``docs/thompson_tree.md`` §2–4).  ``"label"``: the privacy
@@ -379,8 +379,11 @@ def dp_thompson_sampling_tree(
         queries (``all_releases_posterior``; ``docs/thompson_tree.md`` §13).  ``"prefix"``:
         the posterior of the prefix estimate alone, as before stop 27 (label privacy:
         ``public_inputs_posterior``, §9.4; full privacy: the noise-aware ``dp_qu`` of
-        ``(Ã, B̃)`` with the regulariser λ of eq. 10, §6).  Both are post-processing of the
-        same releases: the charge is the same.
+        ``(Ã, B̃)`` with the regulariser λ of eq. 10, §6).  Under label privacy both are
+        post-processing of the same releases.  Under full privacy ``"all_releases"`` needs
+        no ``B̃``, so the counter releases the ``A``-stream alone, with leaf sensitivity
+        ``2 R_y R_φ`` instead of eq. (6) (§13.5); ``"prefix"`` releases ``(A, c B̂)`` as in §3.
+        The charge is the run's (ε, δ) either way.
     rng:
         ``None`` (default): secure discrete Gaussian node noise (OpenDP, OS entropy) and an
         OS-entropy Generator for the posterior samples and candidates.  A Generator: the
@@ -433,10 +436,16 @@ def dp_thompson_sampling_tree(
     y_all = _observe(objective, X0, float(prior_mean))
 
     # --- public plan and the one charge, before any noise ----------------------------------
+    # the all-releases posterior takes B from the loop's own (public) inputs, so the
+    # full-privacy loop then releases the A-stream only (§13.5)
+    a_stream_only = posterior == "all_releases"
     if label:  # §9: one observed value at a published input, y, y' in [a, b]
         Delta, dim = (y_hi - y_lo) * feats.R, M
         model_name, relation = LABEL_PRIVACY_MODEL, LABEL_RELATION
-    else:
+    elif a_stream_only:  # §13.5: replace-one (x, y), the A-stream alone; B from public inputs
+        Delta, dim = 2.0 * R_y * feats.R, M
+        model_name, relation = PRIVACY_MODEL, NEIGHBOURING_RELATION
+    else:  # §3: replace-one (x, y), the stacked (A, c B̂)
         Delta, dim = l2_sensitivity(R_y, feats.R, c), M + M * (M + 1) // 2
         model_name, relation = PRIVACY_MODEL, NEIGHBOURING_RELATION
     plan: TreePlan | SqrtCounterPlan | None = None
@@ -535,15 +544,17 @@ def dp_thompson_sampling_tree(
                         lam_used = 0.0
                     else:
                         r = np.clip(leaf[1] - prior_mean, -R_y, R_y)
-                        est, k = tree.add(record_statistics(Phi, r, c))
+                        est, k = tree.add(
+                            Phi.T @ r if a_stream_only else record_statistics(Phi, r, c)
+                        )
                         sa = plan.sigma * math.sqrt(k)
-                        if posterior == "all_releases":
+                        if a_stream_only:
                             # the A-stream's releases; B is known from the loop's own records,
                             # whose inputs are public (X_init, x_chosen): §13
                             W_rel, Y_rel = tree.release_weights()
                             m_v, S_v = all_releases_posterior(
                                 W_rel,
-                                Y_rel[:, :M],
+                                Y_rel,
                                 np.vstack(Phi_records),
                                 np.concatenate(leaf_of),
                                 plan.sigma,
@@ -620,10 +631,15 @@ def dp_thompson_sampling_tree(
         "kernel": feats.description,
         **feats.metadata(),
         "leaf_sensitivity": Delta,
+        "released_dim": dim,  # coordinates released per step: M (A-stream) or M + M(M+1)/2
         "sensitivity_equation": (
             "docs/thompson_tree.md §9: sqrt(L) * R_phi * (upper - lower)"
             if label
-            else "docs/thompson_tree.md §3: sqrt(L) * eq. (6) with R_k = R_phi"
+            else (
+                "docs/thompson_tree.md §13.5: sqrt(L) * 2 R_y R_phi (A-stream only)"
+                if a_stream_only
+                else "docs/thompson_tree.md §3: sqrt(L) * eq. (6) with R_k = R_phi"
+            )
         ),
         "delta": float(delta),
         "epsilon_run": float(epsilon),
