@@ -34,8 +34,8 @@ from pm_dpgp._validation import check_finite_array, check_positive
 
 __all__ = ["DyadicPartitionFeatures", "MAX_PARTITION_FEATURES"]
 
-#: Largest number of features (cells over all levels) accepted: the full-privacy loop releases
-#: ``M (M + 3) / 2`` numbers per tree node.
+#: Largest number of features (cells over all levels) accepted: the full-privacy loop with
+#: ``posterior="prefix"`` releases ``M (M + 3) / 2`` numbers per step (``M`` by default).
 MAX_PARTITION_FEATURES = 4096
 
 
@@ -100,6 +100,17 @@ class DyadicPartitionFeatures:
         self.d = d
         self.offsets = np.concatenate([[0], np.cumsum(cells)]).astype(np.intp)
         self.R = float(math.sqrt(float(w @ w)))
+        self._frozen = True
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # immutable once built: the loop charges R_φ for these weights and cells, so a later
+        # assignment (``f.weights = …``) must not change the features (stop-27 audit)
+        if getattr(self, "_frozen", False):
+            raise AttributeError(
+                f"DyadicPartitionFeatures is immutable (the charged norm bound depends on it); "
+                f"build a new one instead of setting {name!r}."
+            )
+        object.__setattr__(self, name, value)
 
     @classmethod
     def from_lengthscale(

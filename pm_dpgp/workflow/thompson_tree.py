@@ -18,9 +18,12 @@ features) ``A = Σᵢ rᵢ φ(xᵢ)`` and ``B = Σᵢ φ(xᵢ)φ(xᵢ)ᵀ`` with
 ``rᵢ = clip(yᵢ − μ, ±R_y)``.  Each round ``t``:
 
 1. the leaf of step ``t`` (the initial design's records at ``t = 1``, the previous round's
-   observation afterwards) enters the binary mechanism
-   (``pm_dpgp.mechanisms.full.tree_aggregation.TreeAggregator``) on the whitened vector
-   ``(A, c B̂)``; the prefix estimate ``(Ã, B̃)`` has noise ``N(0, popcount(t) σ² I)``;
+   observation afterwards) enters the continual counter (the binary mechanism
+   ``pm_dpgp.mechanisms.full.tree_aggregation.TreeAggregator``, or the square-root
+   factorisation): by default the centred ``A``-stream ``Σ φ(xᵢ)(clip(yᵢ, a, b) − c)``
+   (``docs/thompson_tree.md`` §13.5); with ``posterior="prefix"`` under full privacy the
+   whitened ``(A, c B̂)`` of the residuals, whose prefix estimate ``(Ã, B̃)`` has noise
+   ``N(0, popcount(t) σ² I)`` (§3);
 2. the posterior of ``v`` is computed from the released values: by default exactly, given
    every value the counter has released and the public features of the loop's records
    (``all_releases_posterior``, ``docs/thompson_tree.md`` §13); with
@@ -106,6 +109,7 @@ __all__ = [
     "label_statistics",
     "public_inputs_posterior",
     "all_releases_posterior",
+    "compress_leaf",
     "record_statistics",
 ]
 
@@ -243,6 +247,24 @@ def public_inputs_posterior(
     return m, (U / prec) @ U.T
 
 
+def compress_leaf(
+    Phi: NDArray[np.float64], offset: float
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    r"""Pseudo-records of one leaf: at most ``M`` rows, the same likelihood for every release.
+
+    A leaf enters the releases only through ``ℓ = Φᵀξ``.  With the thin QR ``Φ = Q R``
+    (``Q`` n × r orthonormal, ``r = min(n, M)``), ``Φᵀξ = Rᵀη`` with ``η = Qᵀξ`` and, under
+    ``ξ = Φv + o 1 + e``, ``η = R v + o Qᵀ1 + Qᵀe`` with ``Qᵀe ~ N(0, σ_o² I_r)``: ``r``
+    records with features the rows of ``R`` and offsets ``o Qᵀ1`` (``docs/thompson_tree.md``
+    §13.1).  Leaves of at most ``M`` records are returned unchanged.
+    """
+    n, M = Phi.shape
+    if n <= M:
+        return Phi, np.full(n, float(offset))
+    Q, R = np.linalg.qr(Phi, mode="reduced")
+    return R, float(offset) * Q.sum(axis=0)
+
+
 def all_releases_posterior(
     W: NDArray[np.float64],
     Y: NDArray[np.float64],
@@ -250,7 +272,7 @@ def all_releases_posterior(
     leaf: NDArray[np.intp],
     sigma: float,
     noise_var: float,
-    offset: float,
+    offset: float | NDArray[np.float64],
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     r"""Exact posterior of ``v`` given **every** release of the counter's ``A``-stream.
 
@@ -263,31 +285,52 @@ def all_releases_posterior(
         ``log p(Y | ξ) = −½ ξᵀ J ξ + bᵀ ξ + const``,
         ``J = (HᵀH) ∘ (ΦΦᵀ) / σ²``,  ``bᵢ = φᵢᵀ (HᵀY)ᵢ / σ²``.
 
-    The model ``ξ = Φ v + (μ − c) 1 + e`` (``v ~ N(0, I)``, ``e ~ N(0, σ_o² I)``, clipping
-    ignored as in ``public_inputs_posterior``) gives, after integrating out ``e``, a Gaussian
-    likelihood of ``u = Φ v + (μ − c) 1`` with precision ``J' = J (I + σ_o² J)⁻¹`` and linear
-    term ``b' = (I + σ_o² J)⁻¹ b``; hence
+    The model ``ξ = Φ v + o + e`` (``v ~ N(0, I)``, ``e ~ N(0, σ_o² I)``, ``o`` the public
+    offsets, ``(μ − c) 1`` or their ``compress_leaf`` images; clipping ignored as in
+    ``public_inputs_posterior``) gives, after integrating out ``e``, a Gaussian likelihood of
+    ``u = Φ v + o`` with precision ``J' = J (I + σ_o² J)⁻¹`` and linear term
+    ``b' = (I + σ_o² J)⁻¹ b``; hence
 
-        ``Λ = I + Φᵀ J' Φ``,  ``m = Λ⁻¹ Φᵀ (b' − (μ − c) J' 1)``,  ``S = Λ⁻¹``
+        ``Λ = I + Φᵀ J' Φ``,  ``m = Λ⁻¹ Φᵀ (b' − J' o)``,  ``S = Λ⁻¹``
 
-    (``docs/thompson_tree.md`` §13).  The prefix estimate ``Ŝ_t`` is a linear function of ``Y``,
-    so this posterior is at least as concentrated as ``public_inputs_posterior`` (data
-    processing); with one release of weight 1 on every leaf the two coincide.
-    Post-processing of released values: no privacy cost.
+    (``docs/thompson_tree.md`` §13.1).  The prefix estimate ``Ŝ_t`` is a linear function of
+    ``Y``, so this posterior is at least as concentrated as ``public_inputs_posterior`` (data
+    processing); with one release of weight 1 on every leaf the two coincide.  ``J`` is PSD
+    but can be numerically indefinite (a leaf of more than ``M`` records: pass it through
+    ``compress_leaf``); if a Cholesky factorisation fails, the same formulas are evaluated in
+    the eigenbasis with eigenvalues clipped at their exact lower bounds (0 for ``J``, 1 for
+    ``Λ``).  Post-processing of released values: no privacy cost.
     """
     H = W[:, leaf]
     inv_var = 1.0 / sigma**2
     J = (H.T @ H) * (Phi @ Phi.T) * inv_var
+    J = 0.5 * (J + J.T)
     b = np.einsum("im,im->i", H.T @ Y, Phi) * inv_var
-    n = len(b)
-    G = sla.cho_factor(np.eye(n) + noise_var * J, lower=True)
-    Jp = sla.cho_solve(G, J)  # (I + σ_o² J)⁻¹ J = J (I + σ_o² J)⁻¹ (they commute)
+    n, M = Phi.shape
+    o = np.broadcast_to(np.asarray(offset, dtype=np.float64), (n,))
+    try:
+        G = sla.cho_factor(np.eye(n) + noise_var * J, lower=True)
+        Jp = sla.cho_solve(G, J)  # (I + σ_o² J)⁻¹ J = J (I + σ_o² J)⁻¹ (they commute)
+        bp = sla.cho_solve(G, b)
+    except np.linalg.LinAlgError:
+        lam, U = np.linalg.eigh(J)
+        lam = np.clip(lam, 0.0, None)
+        shrink = 1.0 / (1.0 + noise_var * lam)
+        Jp = (U * (lam * shrink)) @ U.T
+        bp = U @ (shrink * (U.T @ b))
     Jp = 0.5 * (Jp + Jp.T)
-    r = sla.cho_solve(G, b) - offset * Jp.sum(axis=1)
-    Lam = np.eye(Phi.shape[1]) + Phi.T @ Jp @ Phi
-    L_lam = sla.cho_factor(0.5 * (Lam + Lam.T), lower=True)
-    m = sla.cho_solve(L_lam, Phi.T @ r)
-    S = sla.cho_solve(L_lam, np.eye(Phi.shape[1]))
+    r = bp - Jp @ o
+    Lam = np.eye(M) + Phi.T @ Jp @ Phi
+    Lam = 0.5 * (Lam + Lam.T)
+    try:
+        L_lam = sla.cho_factor(Lam, lower=True)
+        m = sla.cho_solve(L_lam, Phi.T @ r)
+        S = sla.cho_solve(L_lam, np.eye(M))
+    except np.linalg.LinAlgError:
+        w, V = np.linalg.eigh(Lam)
+        w = np.clip(w, 1.0, None)  # Λ ⪰ I exactly
+        S = (V / w) @ V.T
+        m = S @ (Phi.T @ r)
     return m, 0.5 * (S + S.T)
 
 
@@ -356,14 +399,17 @@ def dp_thompson_sampling_tree(
         or ``"naive"`` posterior (``pm_dpgp.mechanisms.full.noise_aware.dp_qu``); all three
         are used by ``posterior="prefix"`` under full privacy only (always checked).
     privacy_model:
-        ``"full"`` (default): neighbouring runs replace one observation ``(x, y)``; the tree
-        releases ``(A, c B̂)`` (``docs/thompson_tree.md`` §2–4).  ``"label"``: the privacy
+        ``"full"`` (default): neighbouring runs replace one observation ``(x, y)``; the
+        counter releases the centred ``A``-stream (§13.5; ``(A, c B̂)`` with
+        ``posterior="prefix"``, ``docs/thompson_tree.md`` §2–4).  ``"label"``: the privacy
         model of DP bandits — neighbouring runs differ in **one round's observed value**; the
         queried inputs are chosen by the algorithm from earlier releases and fresh randomness,
         so they are post-processing of the transcript (published as ``x_chosen``), ``B`` is
         computed exactly from them and the tree releases the ``A``-stream alone, with
         per-leaf sensitivity ``R_φ (b − a)`` for ``y_bounds = (a, b)`` (§9).  A weaker
-        guarantee: nothing is promised about the inputs; the ledger records
+        guarantee in general (nothing is promised about the inputs; for runs of this loop,
+        which publishes its queries under both models, the two coincide, §13.1); the ledger
+        records
         ``privacy_model="label"`` and refuses to mix it with full-privacy entries.  The
         deprecated ``inputs_public=True`` / ``False`` means ``"label"`` / ``"full"``.
     counter:
@@ -381,9 +427,10 @@ def dp_thompson_sampling_tree(
         ``public_inputs_posterior``, §9.4; full privacy: the noise-aware ``dp_qu`` of
         ``(Ã, B̃)`` with the regulariser λ of eq. 10, §6).  Under label privacy both are
         post-processing of the same releases.  Under full privacy ``"all_releases"`` needs
-        no ``B̃``, so the counter releases the ``A``-stream alone, with leaf sensitivity
-        ``2 R_y R_φ`` instead of eq. (6) (§13.5); ``"prefix"`` releases ``(A, c B̂)`` as in §3.
-        The charge is the run's (ε, δ) either way.
+        no ``B̃``, so the counter releases the centred ``A``-stream of label privacy, with
+        leaf sensitivity ``R_φ (b − a)`` (§13.5; the runs are those of label privacy);
+        ``"prefix"`` releases ``(A, c B̂)`` of the residuals ``y − μ`` as in §3.  The charge
+        is the run's (ε, δ) either way.
     rng:
         ``None`` (default): secure discrete Gaussian node noise (OpenDP, OS entropy) and an
         OS-entropy Generator for the posterior samples and candidates.  A Generator: the
@@ -438,12 +485,13 @@ def dp_thompson_sampling_tree(
     # --- public plan and the one charge, before any noise ----------------------------------
     # the all-releases posterior takes B from the loop's own (public) inputs, so the
     # full-privacy loop then releases the A-stream only (§13.5)
-    a_stream_only = posterior == "all_releases"
+    all_releases = posterior == "all_releases"
     if label:  # §9: one observed value at a published input, y, y' in [a, b]
         Delta, dim = (y_hi - y_lo) * feats.R, M
         model_name, relation = LABEL_PRIVACY_MODEL, LABEL_RELATION
-    elif a_stream_only:  # §13.5: replace-one (x, y), the A-stream alone; B from public inputs
-        Delta, dim = 2.0 * R_y * feats.R, M
+    elif all_releases:  # §13.5: replace-one (x, y); the centred A-stream alone, B from the
+        # public inputs: ‖φ(x)ξ − φ(x')ξ'‖ ≤ R_φ (b − a) for |ξ|, |ξ'| ≤ (b − a)/2
+        Delta, dim = (y_hi - y_lo) * feats.R, M
         model_name, relation = PRIVACY_MODEL, NEIGHBOURING_RELATION
     else:  # §3: replace-one (x, y), the stacked (A, c B̂)
         Delta, dim = l2_sensitivity(R_y, feats.R, c), M + M * (M + 1) // 2
@@ -481,6 +529,8 @@ def dp_thompson_sampling_tree(
             # search (0, budget] by bisection on public quantities only
             epsilon = _largest_affordable(make_plan, ledger, float(ledger.epsilon_budget))
             plan = make_plan(epsilon) if epsilon > 0.0 else None
+        if plan is not None and all_releases:
+            _check_posterior_scale(plan.sigma, noise_sd)
         if plan is None or not ledger.can_afford(plan.event):
             plan, stop = None, "budget"
         else:
@@ -511,69 +561,60 @@ def dp_thompson_sampling_tree(
         B_public = np.zeros((M, M))  # exact B from the published queries (label only)
         phi_sum = np.zeros(M)  # Σ φ(x) over the published queries (label only)
         shift = 0.5 * (y_bounds[0] + y_bounds[1]) - prior_mean  # leaves centred at c, not μ
-        # public features and leaf index of every record: the inputs are X_init and x_chosen
+        # public features, leaf index and offset μ − c of every (pseudo-)record: the inputs
+        # are X_init and x_chosen (all-releases posterior, §13)
         Phi_records: list[NDArray[np.float64]] = []
         leaf_of: list[NDArray[np.intp]] = []
+        off_records: list[NDArray[np.float64]] = []
         with progress_bar(T, "DP Thompson sampling (tree)", enabled=progressbar) as bar:
             try:
                 for _ in range(T):
                     Phi = feats(leaf[0])
-                    Phi_records.append(Phi)
-                    leaf_of.append(np.full(len(Phi), len(leaf_of), dtype=np.intp))
-                    if label:
-                        # the A-stream only; B from the published inputs (no y enters it)
+                    lam_used = 0.0
+                    if all_releases:
+                        # §13: the centred A-stream (both models); the leaf's pseudo-records
+                        # (at most M, public features and offsets μ − c) enter the posterior
+                        est, k = tree.add(label_statistics(Phi, leaf[1], y_bounds))
+                        sa = plan.sigma * math.sqrt(k)
+                        Phi_c, off_c = compress_leaf(Phi, -shift)
+                        Phi_records.append(Phi_c)
+                        off_records.append(off_c)
+                        leaf_of.append(np.full(len(Phi_c), len(leaf_of), dtype=np.intp))
+                        W_rel, Y_rel = tree.release_weights()
+                        m_v, S_v = all_releases_posterior(
+                            W_rel,
+                            Y_rel,
+                            np.vstack(Phi_records),
+                            np.concatenate(leaf_of),
+                            plan.sigma,
+                            noise_sd**2,
+                            np.concatenate(off_records),
+                        )
+                    elif label:
+                        # §9.4: the A-stream only; B from the published inputs (no y enters it)
                         est, k = tree.add(label_statistics(Phi, leaf[1], y_bounds))
                         B_public += Phi.T @ Phi
                         phi_sum += Phi.sum(axis=0)
                         sa = plan.sigma * math.sqrt(k)
-                        if posterior == "all_releases":
-                            W_rel, Y_rel = tree.release_weights()
-                            m_v, S_v = all_releases_posterior(
-                                W_rel,
-                                Y_rel,
-                                np.vstack(Phi_records),
-                                np.concatenate(leaf_of),
-                                plan.sigma,
-                                noise_sd**2,
-                                -shift,
-                            )
-                        else:
-                            # Ã relative to μ: Σφ(y − μ) = Σφ(y − c) + (c − μ)Σφ, public shift
-                            a_mu = est + shift * phi_sum if shift != 0.0 else est
-                            m_v, S_v = public_inputs_posterior(B_public, a_mu, noise_sd**2, sa)
-                        lam_used = 0.0
+                        # Ã relative to μ: Σφ(y − μ) = Σφ(y − c) + (c − μ)Σφ, public shift
+                        a_mu = est + shift * phi_sum if shift != 0.0 else est
+                        m_v, S_v = public_inputs_posterior(B_public, a_mu, noise_sd**2, sa)
                     else:
+                        # §3, §6: (A, c B̂) of the residuals y − μ, Honkela's noise-aware posterior
                         r = np.clip(leaf[1] - prior_mean, -R_y, R_y)
-                        est, k = tree.add(
-                            Phi.T @ r if a_stream_only else record_statistics(Phi, r, c)
-                        )
+                        est, k = tree.add(record_statistics(Phi, r, c))
                         sa = plan.sigma * math.sqrt(k)
-                        if a_stream_only:
-                            # the A-stream's releases; B is known from the loop's own records,
-                            # whose inputs are public (X_init, x_chosen): §13
-                            W_rel, Y_rel = tree.release_weights()
-                            m_v, S_v = all_releases_posterior(
-                                W_rel,
-                                Y_rel,
-                                np.vstack(Phi_records),
-                                np.concatenate(leaf_of),
-                                plan.sigma,
-                                noise_sd**2,
-                                0.0,
-                            )
-                            lam_used = 0.0
-                        else:
-                            q = dp_qu(
-                                np.eye(M),
-                                est[:M],
-                                symmetric_from_upper(est[M:] / c, M),
-                                scale=scale,
-                                sigma_a=sa,
-                                sigma_b=sa / c,
-                                lam=regularisation_lambda(sa / c, scale, M, rho),
-                                variant=variant,
-                            )
-                            m_v, S_v, lam_used = q.m, q.S, q.lam_used
+                        q = dp_qu(
+                            np.eye(M),
+                            est[:M],
+                            symmetric_from_upper(est[M:] / c, M),
+                            scale=scale,
+                            sigma_a=sa,
+                            sigma_b=sa / c,
+                            lam=regularisation_lambda(sa / c, scale, M, rho),
+                            variant=variant,
+                        )
+                        m_v, S_v, lam_used = q.m, q.S, q.lam_used
                     w, V = np.linalg.eigh(0.5 * (S_v + S_v.T))
                     v = m_v + V @ (np.sqrt(np.clip(w, 0.0, None)) * rng.standard_normal(M))
 
@@ -612,7 +653,10 @@ def dp_thompson_sampling_tree(
         "privacy_model_description": (
             "label (one round's observed value private; queried inputs are published)"
             if label
-            else "full (queried inputs and observed values private)"
+            else (
+                "full (neighbouring runs replace one observation (x, y); the queried inputs "
+                "are published as x_chosen)"
+            )
         ),
         "neighbouring_relation": relation,
         "stop_reason": stop,
@@ -636,8 +680,9 @@ def dp_thompson_sampling_tree(
             "docs/thompson_tree.md §9: sqrt(L) * R_phi * (upper - lower)"
             if label
             else (
-                "docs/thompson_tree.md §13.5: sqrt(L) * 2 R_y R_phi (A-stream only)"
-                if a_stream_only
+                "docs/thompson_tree.md §13.5: sqrt(L) * R_phi * (upper - lower) "
+                "(centred A-stream only)"
+                if all_releases
                 else "docs/thompson_tree.md §3: sqrt(L) * eq. (6) with R_k = R_phi"
             )
         ),
@@ -667,6 +712,28 @@ def dp_thompson_sampling_tree(
         events=[plan.event] if plan is not None else [],
         stop_reason=stop,
     )
+
+
+#: the release σ and model noise sd the all-releases posterior handles: their squares and
+#: inverse squares stay normal floats (σ⁻² enters J, σ_o² multiplies it)
+POSTERIOR_SCALE_RANGE = (1e-100, 1e100)
+
+
+def _check_posterior_scale(sigma: float, noise_sd: float) -> None:
+    """Refuse, before the charge, a release σ or model noise sd outside ``POSTERIOR_SCALE_RANGE``.
+
+    Public quantities only (the plan's σ follows from ε, δ, ``y_bounds`` and the basis): at
+    ``y_bounds = ±10²⁰⁰`` the posterior's ``σ⁻²`` overflowed after the run was charged
+    (stop-27 audit).
+    """
+    lo, hi = POSTERIOR_SCALE_RANGE
+    for name, value in (("the release noise sd", sigma), ("noise_sd", noise_sd)):
+        if not lo <= value <= hi:
+            raise ValueError(
+                f"{name} would be {value:.3g}, outside [{lo:g}, {hi:g}] where the posterior's "
+                "arithmetic is safe: rescale the response (y_bounds, noise_sd) towards unit "
+                "scale. Nothing was recorded and no noise was drawn."
+            )
 
 
 def _largest_affordable(
@@ -724,7 +791,9 @@ def _feature_basis(
             if Z.ndim != 2 or Z.shape[1] != d or not np.all(np.isfinite(Z)):
                 raise ValueError(f"inducing must be a finite (M, {d}) array or a grid size.")
         return NystromFeatures(cov_func, Z, noise_sd, prior_mean, feature_norm)
-    if not isinstance(features, DyadicPartitionFeatures):
+    if type(features) is not DyadicPartitionFeatures:
+        # the exact class only: its norm bound R_φ is proved; a subclass could return other
+        # features (stop-27 audit)
         raise TypeError(
             "features must be a pm_dpgp DyadicPartitionFeatures (its norm bound is proved); "
             f"got {type(features).__name__}."
