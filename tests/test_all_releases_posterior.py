@@ -394,7 +394,13 @@ def test_full_and_label_runs_coincide_for_any_prior_mean(counter, mu, bounds):
 
 
 def test_posterior_scale_outside_the_safe_range_is_refused_before_the_charge():
-    for bounds, sd in (((-1e200, 1e200), 0.05), ((-1e-160, 1e-160), 0.05), ((-1.0, 1.0), 1e-120)):
+    cases = (
+        ((-1e200, 1e200), 0.05),  # σ⁻² underflows
+        ((-1e-160, 1e-160), 0.05),  # σ⁻² overflows
+        ((-1.0, 1.0), 1e-120),  # noise_sd out of range
+        ((-1e-80, 1e-80), 1e80),  # σ_o² J overflows though σ and σ_o are in range
+    )
+    for bounds, sd in cases:
         ledger = Ledger(epsilon=3.0, delta=1e-5)
         rng = np.random.default_rng(0)
         state = rng.bit_generator.state
@@ -424,3 +430,43 @@ def test_partition_features_are_immutable_and_subclasses_are_refused():
             progressbar=False, rng=np.random.default_rng(0),
         )  # fmt: skip
     assert ledger.history == []
+
+
+def test_copies_of_the_partition_basis_stay_immutable_and_the_loop_uses_its_own():
+    """Stop-27 review: a pickled or deep-copied basis had writable weights, and the loop
+    charged the old R_φ for them.  Copies now go through __init__ (read-only arrays), and the
+    loop rebuilds the basis from its public parameters, so R_φ is that of the weights used."""
+    import copy
+    import pickle
+
+    from pm_dpgp.workflow import DyadicPartitionFeatures
+
+    feats = DyadicPartitionFeatures(0.0, 1.0, 2)
+    for other in (copy.deepcopy(feats), pickle.loads(pickle.dumps(feats)), copy.copy(feats)):
+        with pytest.raises(ValueError, match="read-only"):
+            other.weights[:] = [6.0, 6.0]
+        with pytest.raises(ValueError, match="read-only"):
+            other.offsets[-1] = 3
+        with pytest.raises(AttributeError, match="immutable"):
+            del other.weights
+        X = np.linspace(0, 1, 7)[:, None]
+        np.testing.assert_array_equal(other(X), feats(X))
+        assert other.R == feats.R
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = dp_thompson_sampling_tree(
+            objective(0), None, features=feats, domain=(0.0, 1.0),
+            X_init=np.array([[0.5]]), n_rounds=3, noise_sd=0.05,
+            ledger=Ledger(epsilon=3.0, delta=1e-5), progressbar=False,
+            rng=np.random.default_rng(0),
+        )  # fmt: skip
+    assert res.idata.thompson.attrs["leaf_sensitivity"] == pytest.approx(2.0 * feats.R)
+
+
+@pytest.mark.parametrize("counter", ["tree", "sqrt"])
+def test_sensitivity_equation_names_the_counter(counter):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = _loop(n_rounds=3, counter=counter)
+    eq = res.idata.thompson.attrs["sensitivity_equation"]
+    assert eq.startswith("sqrt(L)" if counter == "tree" else "column_norm")

@@ -98,7 +98,9 @@ class DyadicPartitionFeatures:
             arr.flags.writeable = False
         self.lower, self.upper, self.levels, self.weights = lo, hi, J, w
         self.d = d
-        self.offsets = np.concatenate([[0], np.cumsum(cells)]).astype(np.intp)
+        offsets = np.concatenate([[0], np.cumsum(cells)]).astype(np.intp)
+        offsets.flags.writeable = False
+        self.offsets = offsets
         self.R = float(math.sqrt(float(w @ w)))
         self._frozen = True
 
@@ -111,6 +113,16 @@ class DyadicPartitionFeatures:
                 f"build a new one instead of setting {name!r}."
             )
         object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"DyadicPartitionFeatures is immutable; cannot delete {name!r}.")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # copies and pickles go through __init__: read-only arrays and R recomputed
+        return (
+            DyadicPartitionFeatures,
+            (self.lower, self.upper, self.levels, None, np.array(self.weights)),
+        )
 
     @classmethod
     def from_lengthscale(

@@ -530,7 +530,7 @@ def dp_thompson_sampling_tree(
             epsilon = _largest_affordable(make_plan, ledger, float(ledger.epsilon_budget))
             plan = make_plan(epsilon) if epsilon > 0.0 else None
         if plan is not None and all_releases:
-            _check_posterior_scale(plan.sigma, noise_sd)
+            _check_posterior_scale(plan.sigma, noise_sd, feats.R, T, len(X0))
         if plan is None or not ledger.can_afford(plan.event):
             plan, stop = None, "budget"
         else:
@@ -677,13 +677,17 @@ def dp_thompson_sampling_tree(
         "leaf_sensitivity": Delta,
         "released_dim": dim,  # coordinates released per step: M (A-stream) or M + M(M+1)/2
         "sensitivity_equation": (
-            "docs/thompson_tree.md §9: sqrt(L) * R_phi * (upper - lower)"
-            if label
-            else (
-                "docs/thompson_tree.md §13.5: sqrt(L) * R_phi * (upper - lower) "
-                "(centred A-stream only)"
-                if all_releases
-                else "docs/thompson_tree.md §3: sqrt(L) * eq. (6) with R_k = R_phi"
+            # stacked sensitivity = (nodes per leaf √L, or the column norm ‖R_{:,1}‖ of §11)
+            # times the leaf sensitivity
+            ("sqrt(L)" if counter == "tree" else "column_norm ||R[:, 1]|| (§11)")
+            + (
+                " * R_phi * (upper - lower), docs/thompson_tree.md §9"
+                if label
+                else (
+                    " * R_phi * (upper - lower), centred A-stream only, docs/thompson_tree.md §13.5"
+                    if all_releases
+                    else " * eq. (6) with R_k = R_phi, docs/thompson_tree.md §3"
+                )
             )
         ),
         "delta": float(delta),
@@ -714,17 +718,24 @@ def dp_thompson_sampling_tree(
     )
 
 
-#: the release σ and model noise sd the all-releases posterior handles: their squares and
-#: inverse squares stay normal floats (σ⁻² enters J, σ_o² multiplies it)
+#: the release σ and model noise sd the all-releases posterior handles (their squares and
+#: inverse squares stay normal floats), and the largest bound accepted for the entries of
+#: ``J`` and ``σ_o² J`` (far below the float64 maximum 1.8·10³⁰⁸)
 POSTERIOR_SCALE_RANGE = (1e-100, 1e100)
+POSTERIOR_ENTRY_BOUND = 1e200
 
 
-def _check_posterior_scale(sigma: float, noise_sd: float) -> None:
-    """Refuse, before the charge, a release σ or model noise sd outside ``POSTERIOR_SCALE_RANGE``.
+def _check_posterior_scale(
+    sigma: float, noise_sd: float, feature_norm: float, n_leaves: int, n_init: int
+) -> None:
+    """Refuse, before the charge, settings whose posterior arithmetic could overflow.
 
-    Public quantities only (the plan's σ follows from ε, δ, ``y_bounds`` and the basis): at
-    ``y_bounds = ±10²⁰⁰`` the posterior's ``σ⁻²`` overflowed after the run was charged
-    (stop-27 audit).
+    Public quantities only (the plan's σ follows from ε, δ, ``y_bounds`` and the basis).
+    Every (pseudo-)record's features have norm ``≤ √n₀ R_φ`` and every weight of ``W`` lies
+    in ``[0, 1]``, so ``|J_ik| ≤ T n₀ R_φ² / σ²``: both that bound and its ``σ_o²`` multiple
+    must stay below ``POSTERIOR_ENTRY_BOUND``, and σ and σ_o within ``POSTERIOR_SCALE_RANGE``
+    (stop-27 audit and review: ``y_bounds = ±10²⁰⁰`` overflowed ``σ⁻²``, and
+    ``noise_sd/σ = 10¹⁶⁰`` overflowed ``σ_o² J``, after the run was charged).
     """
     lo, hi = POSTERIOR_SCALE_RANGE
     for name, value in (("the release noise sd", sigma), ("noise_sd", noise_sd)):
@@ -734,6 +745,17 @@ def _check_posterior_scale(sigma: float, noise_sd: float) -> None:
                 "arithmetic is safe: rescale the response (y_bounds, noise_sd) towards unit "
                 "scale. Nothing was recorded and no noise was drawn."
             )
+    log_j = 2.0 * (math.log10(feature_norm) - math.log10(sigma)) + math.log10(
+        max(n_leaves, 1) * max(n_init, 1)
+    )
+    log_bound = math.log10(POSTERIOR_ENTRY_BOUND)
+    if log_j > log_bound or log_j + 2.0 * math.log10(noise_sd) > log_bound:
+        raise ValueError(
+            f"the posterior's precision entries could reach 1e{log_j:.0f} (noise_sd "
+            f"{noise_sd:.3g} against a release noise sd {sigma:.3g}): outside the range where "
+            "its arithmetic is safe; rescale the response (y_bounds, noise_sd). Nothing was "
+            "recorded and no noise was drawn."
+        )
 
 
 def _largest_affordable(
@@ -810,7 +832,11 @@ def _feature_basis(
         np.array_equal(features.lower, lower) and np.array_equal(features.upper, upper)
     ):
         raise ValueError("features= must partition the loop's domain (same lower and upper).")
-    return features
+    # the loop's own copy, rebuilt from the public parameters: R_φ is recomputed from the
+    # weights the features will use, whatever happens to the caller's object (stop-27 review)
+    return DyadicPartitionFeatures(
+        features.lower, features.upper, features.levels, None, np.array(features.weights)
+    )
 
 
 def _privacy_model_argument(
