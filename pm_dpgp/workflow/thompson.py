@@ -594,7 +594,13 @@ def dp_thompson_sampling(
 
     attrs: dict[str, Any] = {
         "mechanism": "sample_path Thompson sampling" if private else "non-private Thompson",
-        "privacy_model": "full (queried inputs and observed values private)" if private else "none",
+        "privacy_model": "full" if private else "none",
+        "privacy_model_description": (
+            "full (neighbouring runs replace one observation (x, y); the initial design and "
+            "the queried inputs are published)"
+            if private
+            else "none"
+        ),
         "stop_reason": stop,
         "n_rounds_requested": int(n_rounds),
         "n_rounds_completed": len(rows["x_chosen"]),
