@@ -382,9 +382,11 @@ def dp_thompson_sampling_tree(
         must be ``None`` (its norm bound ``R_φ = √Σ w_j²`` is exact).
     y_bounds, prior_mean:
         public response range ``(lower, upper)`` (default ``(μ − 1, μ + 1)``) and prior mean
-        ``μ``; full privacy clips the residuals ``y − μ`` to ``±R_y`` with
-        ``R_y = max(|lower − μ|, |upper − μ|)`` (the deprecated centred ``y_bound=R_y`` works);
-        label privacy clips ``y`` to ``[lower, upper]`` (sensitivity ``R_φ (upper − lower)``).
+        ``μ``.  By default (both models) ``y`` is clipped to ``[lower, upper]`` and centred at
+        the midpoint (leaf sensitivity ``R_φ (upper − lower)``); full privacy with
+        ``posterior="prefix"`` clips the residuals ``y − μ`` to ``±R_y`` with
+        ``R_y = max(|lower − μ|, |upper − μ|)`` (the deprecated centred ``y_bound=R_y``
+        works).
     ledger, epsilon, delta:
         the run's (ε, δ) is charged once, before the first round; if the ledger cannot afford
         it the run returns with no rounds (``stop_reason="budget"``) and no noise drawn.
