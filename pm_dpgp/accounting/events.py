@@ -218,12 +218,17 @@ def _gdp_log_delta(mu: float, epsilon: float, *, fast: bool = False) -> float:
     ``_log_phi`` (relative error ≲ 2·10⁻¹³, for the root search only); the safety check
     of every reported ε uses ``scipy.special.log_ndtr``.
     """
-    log_phi = _log_phi if fast else (lambda x: float(log_ndtr(x)))
-    a = log_phi(mu / 2.0 - epsilon / mu)
-    b = epsilon + log_phi(-mu / 2.0 - epsilon / mu)
+    a, b = _gdp_log_terms(mu, epsilon, fast=fast)
     if b >= a:  # rounding at extreme ε; the true δ is 0 there
         return -math.inf
     return a + math.log1p(-math.exp(b - a))
+
+
+def _gdp_log_terms(mu: float, epsilon: float, *, fast: bool = False) -> tuple[float, float]:
+    """``(a, b)`` with ``ln δ(ε) = a + ln(1 − e^{b−a})``: ``a = ln Φ(μ/2 − ε/μ)``,
+    ``b = ε + ln Φ(−μ/2 − ε/μ)`` (``_gdp_log_delta``)."""
+    log_phi = _log_phi if fast else (lambda x: float(log_ndtr(x)))
+    return log_phi(mu / 2.0 - epsilon / mu), epsilon + log_phi(-mu / 2.0 - epsilon / mu)
 
 
 def gdp_delta(mu: float, epsilon: float) -> float:
@@ -268,8 +273,7 @@ def _gdp_delta_certified(mu: float, epsilon: float, delta: float) -> bool:
     fixed 1e-12 margin was too small there (stop-26 audit: 14 of 2,000 cases with μ < 0.02
     had the exact δ(ε) up to 4.4e-12 relative above δ).
     """
-    a = float(log_ndtr(mu / 2.0 - epsilon / mu))
-    b = epsilon + float(log_ndtr(-mu / 2.0 - epsilon / mu))
+    a, b = _gdp_log_terms(mu, epsilon)
     if b >= a:  # rounding at extreme ε; the true δ is 0 there
         return True
     r = -math.expm1(b - a)

@@ -466,12 +466,10 @@ def dp_thompson_sampling(
     model = gp_regression(X0, y0, cov_func, noise_sd=noise_sd, mean=prior_mean, mean_is_public=True)
     base = model.public_gp()
     r2 = base.noise_var / kernel_scale**2
-    if private:  # proved default or the caller's κ checked: once here, not every round
-        kappa = resolve_kappa(
-            kappa, base, kernel_scale, np.column_stack([lower, upper]), model.cov_func
-        )
-    X_all, y_all = X0.copy(), y0.copy()
     domain_box = np.column_stack([lower, upper])
+    if private:  # proved default or the caller's κ checked: once here, not every round
+        kappa = resolve_kappa(kappa, base, kernel_scale, domain_box, model.cov_func)
+    X_all, y_all = X0.copy(), y0.copy()
 
     rows: dict[str, list[Any]] = {
         k: []

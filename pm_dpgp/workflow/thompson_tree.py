@@ -277,10 +277,10 @@ def all_releases_posterior(
     r"""Exact posterior of ``v`` given **every** release of the counter's ``A``-stream.
 
     The counter released ``Y = W L + Z`` (``Z`` i.i.d. ``N(0, σ²)``), where row ``j`` of
-    ``L`` is the leaf ``ℓ_j = Σ_{i ∈ j} φᵢ ξᵢ`` with ``ξᵢ = clip(yᵢ, a, b) − c`` (label
-    privacy) or ``clip(yᵢ − μ, ±R_y)`` (full privacy, ``offset = 0``).  The loop's records lie
-    at the public initial design and the published queries, so every ``φᵢ`` and leaf index
-    is public and ``Y`` is linear in the ``n`` scalars ``ξ``: with ``H = W[:, leaf]``,
+    ``L`` is the leaf ``ℓ_j = Σ_{i ∈ j} φᵢ ξᵢ`` with ``ξᵢ = clip(yᵢ, a, b) − c`` (both privacy
+    models, ``docs/thompson_tree.md`` §13.5).  The loop's records lie at the public initial
+    design and the published queries, so every ``φᵢ`` and leaf index is public and ``Y`` is
+    linear in the ``n`` scalars ``ξ``: with ``H = W[:, leaf]``,
 
         ``log p(Y | ξ) = −½ ξᵀ J ξ + bᵀ ξ + const``,
         ``J = (HᵀH) ∘ (ΦΦᵀ) / σ²``,  ``bᵢ = φᵢᵀ (HᵀY)ᵢ / σ²``.
@@ -293,13 +293,16 @@ def all_releases_posterior(
 
         ``Λ = I + Φᵀ J' Φ``,  ``m = Λ⁻¹ Φᵀ (b' − J' o)``,  ``S = Λ⁻¹``
 
-    (``docs/thompson_tree.md`` §13.1).  The prefix estimate ``Ŝ_t`` is a linear function of
-    ``Y``, so this posterior is at least as concentrated as ``public_inputs_posterior`` (data
-    processing); with one release of weight 1 on every leaf the two coincide.  ``J`` is PSD
-    but can be numerically indefinite (a leaf of more than ``M`` records: pass it through
-    ``compress_leaf``); if a Cholesky factorisation fails, the same formulas are evaluated in
-    the eigenbasis with eigenvalues clipped at their exact lower bounds (0 for ``J``, 1 for
-    ``Λ``).  Post-processing of released values: no privacy cost.
+    (``docs/thompson_tree.md`` §13.1).  ``J'`` itself is never formed: with
+    ``G = I + σ_o² J``, ``J'Φ = G⁻¹(JΦ)`` and ``ΦᵀJ'o = (J'Φ)ᵀo``, one n × n factorisation
+    and ``M + 1`` right-hand sides, ``O(n²M)`` beyond the factorisation.  The prefix estimate
+    ``Ŝ_t`` is a linear function of ``Y``, so this posterior is at least as concentrated as
+    ``public_inputs_posterior`` (data processing); with one release of weight 1 on every leaf
+    the two coincide.  ``J`` is PSD but can be numerically indefinite (a leaf of more than
+    ``M`` records: pass it through ``compress_leaf``); if a Cholesky factorisation fails, the
+    same formulas are evaluated in the eigenbasis with eigenvalues clipped at their exact
+    lower bounds (0 for ``J``, 1 for ``Λ``).  Post-processing of released values: no privacy
+    cost.
     """
     H = W[:, leaf]
     inv_var = 1.0 / sigma**2
@@ -310,27 +313,26 @@ def all_releases_posterior(
     o = np.broadcast_to(np.asarray(offset, dtype=np.float64), (n,))
     try:
         G = sla.cho_factor(np.eye(n) + noise_var * J, lower=True)
-        Jp = sla.cho_solve(G, J)  # (I + σ_o² J)⁻¹ J = J (I + σ_o² J)⁻¹ (they commute)
+        JpPhi = sla.cho_solve(G, J @ Phi)  # J'Φ = (I + σ_o² J)⁻¹ JΦ (J and G commute)
         bp = sla.cho_solve(G, b)
     except np.linalg.LinAlgError:
         lam, U = np.linalg.eigh(J)
         lam = np.clip(lam, 0.0, None)
         shrink = 1.0 / (1.0 + noise_var * lam)
-        Jp = (U * (lam * shrink)) @ U.T
+        JpPhi = U @ ((lam * shrink)[:, None] * (U.T @ Phi))
         bp = U @ (shrink * (U.T @ b))
-    Jp = 0.5 * (Jp + Jp.T)
-    r = bp - Jp @ o
-    Lam = np.eye(M) + Phi.T @ Jp @ Phi
+    Lam = np.eye(M) + Phi.T @ JpPhi
     Lam = 0.5 * (Lam + Lam.T)
+    rhs = Phi.T @ bp - JpPhi.T @ o  # Φᵀ(b' − J'o), J' symmetric
     try:
         L_lam = sla.cho_factor(Lam, lower=True)
-        m = sla.cho_solve(L_lam, Phi.T @ r)
+        m = sla.cho_solve(L_lam, rhs)
         S = sla.cho_solve(L_lam, np.eye(M))
     except np.linalg.LinAlgError:
         w, V = np.linalg.eigh(Lam)
         w = np.clip(w, 1.0, None)  # Λ ⪰ I exactly
         S = (V / w) @ V.T
-        m = S @ (Phi.T @ r)
+        m = S @ rhs
     return m, 0.5 * (S + S.T)
 
 
@@ -489,15 +491,16 @@ def dp_thompson_sampling_tree(
     # full-privacy loop then releases the A-stream only (§13.5)
     all_releases = posterior == "all_releases"
     if label:  # §9: one observed value at a published input, y, y' in [a, b]
-        Delta, dim = (y_hi - y_lo) * feats.R, M
         model_name, relation = LABEL_PRIVACY_MODEL, LABEL_RELATION
-    elif all_releases:  # §13.5: replace-one (x, y); the centred A-stream alone, B from the
-        # public inputs: ‖φ(x)ξ − φ(x')ξ'‖ ≤ R_φ (b − a) for |ξ|, |ξ'| ≤ (b − a)/2
-        Delta, dim = (y_hi - y_lo) * feats.R, M
+    else:
         model_name, relation = PRIVACY_MODEL, NEIGHBOURING_RELATION
+    if label or all_releases:
+        # the centred A-stream alone: R_φ (b − a) under label privacy (§9.3) and under
+        # replace-one (x, y) too, ‖φ(x)ξ − φ(x')ξ'‖ ≤ R_φ (b − a) for |ξ|, |ξ'| ≤ (b − a)/2
+        # (§13.5; B from the public inputs)
+        Delta, dim = (y_hi - y_lo) * feats.R, M
     else:  # §3: replace-one (x, y), the stacked (A, c B̂)
         Delta, dim = l2_sensitivity(R_y, feats.R, c), M + M * (M + 1) // 2
-        model_name, relation = PRIVACY_MODEL, NEIGHBOURING_RELATION
     plan: TreePlan | SqrtCounterPlan | None = None
     stop: StopReason = "completed"
 
