@@ -18,6 +18,7 @@ from pm_dpgp.workflow.thompson_tree import (
     all_releases_posterior,
     compress_leaf,
     dp_thompson_sampling_tree,
+    posterior_root,
     public_inputs_posterior,
 )
 from tests.test_thompson import objective
@@ -464,3 +465,33 @@ def test_sensitivity_equation_names_the_counter(counter):
         res = _loop(n_rounds=3, counter=counter)
     eq = res.idata.thompson.attrs["sensitivity_equation"]
     assert eq.startswith("sqrt(L)" if counter == "tree" else "column_norm")
+
+
+def test_posterior_root_is_a_root_and_continuous_under_round_off():
+    """The draw ``m + R z`` must not jump when ``S`` changes by round-off (repeated eigenvalues).
+
+    The eigenvector root of a covariance with a repeated eigenvalue rotates under a 1e-15
+    perturbation (the draw moves by O(1)); the Cholesky root moves by O(1e-15).
+    """
+    rng = np.random.default_rng(3)
+    M = 24
+    U, _ = np.linalg.qr(rng.standard_normal((M, M)))
+    S = (U * np.repeat([1.0, 0.3, 0.02], 8)) @ U.T
+    E = 1e-15 * rng.standard_normal((M, M))
+    z = rng.standard_normal(M)
+    R = posterior_root(S)
+    np.testing.assert_allclose(R @ R.T, S, atol=1e-13)
+    assert np.max(np.abs(R @ z - posterior_root(S + E + E.T) @ z)) < 1e-12
+    # the eigenvector root is not continuous here: the test can tell the two apart
+    w, V = np.linalg.eigh(S + E + E.T)
+    w0, V0 = np.linalg.eigh(S)
+    eig_move = np.max(np.abs((V0 * np.sqrt(w0)) @ z - (V * np.sqrt(np.clip(w, 0, None))) @ z))
+    assert eig_move > 1e-6
+
+
+def test_posterior_root_falls_back_on_a_singular_covariance():
+    rng = np.random.default_rng(4)
+    A = rng.standard_normal((10, 4))
+    S = A @ A.T  # rank 4: Cholesky fails
+    R = posterior_root(S)
+    np.testing.assert_allclose(R @ R.T, S, atol=1e-10)

@@ -336,6 +336,24 @@ def all_releases_posterior(
     return m, 0.5 * (S + S.T)
 
 
+def posterior_root(S: NDArray[np.float64]) -> NDArray[np.float64]:
+    r"""A square root ``R`` of the posterior covariance (``S = R Rᵀ``), continuous in ``S``.
+
+    The Cholesky factor, so that the draw ``v = m + R z`` depends continuously on ``S``: the
+    eigenvectors of a covariance with repeated eigenvalues (the partition basis gives many)
+    are not, and a round-off change of ``S`` (another BLAS, another summation order) would
+    rotate them and change the draw of the same seed.  A covariance that is only
+    numerically positive semi-definite falls back to the eigenvector root with eigenvalues
+    clipped at 0.
+    """
+    S = 0.5 * (S + S.T)
+    try:
+        return np.asarray(sla.cholesky(S, lower=True), dtype=np.float64)
+    except np.linalg.LinAlgError:
+        w, V = np.linalg.eigh(S)
+        return np.asarray(V * np.sqrt(np.clip(w, 0.0, None)), dtype=np.float64)
+
+
 def dp_thompson_sampling_tree(
     objective: Objective,
     cov_func: Any,
@@ -620,8 +638,7 @@ def dp_thompson_sampling_tree(
                             variant=variant,
                         )
                         m_v, S_v, lam_used = q.m, q.S, q.lam_used
-                    w, V = np.linalg.eigh(0.5 * (S_v + S_v.T))
-                    v = m_v + V @ (np.sqrt(np.clip(w, 0.0, None)) * rng.standard_normal(M))
+                    v = m_v + posterior_root(S_v) @ rng.standard_normal(M)
 
                     def path(Xn: NDArray[np.float64], _v: Any = v) -> NDArray[np.float64]:
                         return prior_mean + feats(Xn) @ _v
