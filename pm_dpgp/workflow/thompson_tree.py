@@ -111,6 +111,7 @@ __all__ = [
     "all_releases_posterior",
     "compress_leaf",
     "record_statistics",
+    "posterior_root",
 ]
 
 LABEL_RELATION = (
