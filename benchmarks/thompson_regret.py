@@ -34,11 +34,18 @@ Run ``python benchmarks/thompson_regret.py [--quick] [--seeds 10 --rounds 25 100
 
 ``--first-seed`` shifts the seeds (``--first-seed 100 --seeds 100``: the robustness run of
 ``docs/thompson_tree.md`` §13.4). δ = 1e-5 everywhere. All methods use the same initial design,
-kernel (fixed, public hyperparameters), candidate scheme (128 random candidates + 2 refinement
-steps) and observation-noise streams. Reported per cell (mean ± standard error over seeds):
+kernel (fixed, public hyperparameters) and candidate scheme (128 random candidates + 2
+refinement steps). For a seed ``s`` every method draws its own randomness from
+``default_rng(s)``; the observation noise comes from a stream per method family
+(``10_000 + s`` sample-path, ``20_000 + s`` non-private, ``30_000 + s`` random search,
+``40_000 + s`` tree loop), so the methods see the same noise level, not the same noise.
+Reported per cell (mean ± standard error over seeds):
 simple regret after T rounds (gap of the best true value queried) and mean instantaneous regret
 (cumulative regret / T). Writes ``thompson_regret.csv`` (summary),
-``thompson_regret_curves.csv`` (per-round means) and ``thompson_regret.png``.
+``thompson_regret_curves.csv`` (per-round means) and ``thompson_regret.png``. Stored runs of
+the current code: ``benchmarks/results/cholesky/`` (every tree column since the loop draws
+through a Cholesky root, ``docs/thompson_tree.md`` §13.7); the other folders of
+``benchmarks/results/`` hold the earlier, eigenvector-root realisation.
 """
 
 from __future__ import annotations
