@@ -154,6 +154,14 @@ def analyse(
                 f"means at or below it: random search {(arr[idx, 2].mean(1) <= rs0).mean():.4f}, "
                 f"DP {(arr[idx, 0].mean(1) <= rs0).mean():.4f}"
             )
+    order = np.argsort(seeds)
+    blocks = order[: len(order) // k * k].reshape(-1, k)  # disjoint blocks of consecutive seeds
+    _, b_cum, b_simple, b_target = _pass_rates(pooled, blocks)
+    meets = [int(seeds[b[0]]) for b in blocks if _pass_rates(pooled, b[None, :])[3] == 1.0]
+    print(
+        f"{len(blocks)} disjoint blocks of {k} consecutive seeds: cum {b_cum:.2f}, simple "
+        f"{b_simple:.2f}, target {b_target:.2f}; blocks meeting it start at seeds {meets}"
+    )
     boot = []
     for _ in range(outer):
         pick = rng.integers(0, n, n)  # a bootstrap pool of the seeds (with replacement)
