@@ -1,4 +1,4 @@
-"""Experiment (not a library feature): the default tree loop on shifted copies of the partition.
+"""Experiment (not a library feature): the default tree loop on two modified partition bases.
 
 ``docs/thompson_tree.md`` §13.7.  A posterior sample of the partition basis is constant on a
 finest cell, so the query inside the chosen cell is uniform.  To test whether that cell width
@@ -9,8 +9,14 @@ limits simple regret, this script replaces, **in this process only**, the featur
 so ``‖φ(x)‖² = Σ_p Σ_j w_j²/P = R_φ²`` and the loop's sensitivity is unchanged; a sample is
 constant on cells ``P`` times narrower.  ``--shifts 1`` is the unpatched default.
 
+``--root`` instead adds a level 0, one cell covering the whole box (an unknown constant level of
+``f`` shared by all cells, the root of the Pólya-tree-like prior), with the ``J + 1`` levels at
+equal weight ``R_φ/√(J + 1)``: unexplored cells are then predicted at the learned overall
+level rather than at the prior mean.  ``‖φ(x)‖ = R_φ`` again.
+
     python benchmarks/shifted_partition_trial.py --shifts 1 --first-seed 10 --seeds 50
     python benchmarks/shifted_partition_trial.py --shifts 2 --first-seed 10 --seeds 50
+    python benchmarks/shifted_partition_trial.py --root --first-seed 10 --seeds 50
 """
 
 from __future__ import annotations
@@ -59,9 +65,28 @@ def patch_shifted(P: int) -> None:
     DyadicPartitionFeatures.__call__ = features  # type: ignore[method-assign]
 
 
+def patch_root() -> None:
+    """Prepend the level-0 feature (constant on the box); all ``J + 1`` levels equally weighted."""
+    features_of = DyadicPartitionFeatures.__call__
+    n_levels = DyadicPartitionFeatures.M.fget  # type: ignore[attr-defined]
+
+    def n_features(self: DyadicPartitionFeatures) -> int:
+        return int(n_levels(self)) + 1
+
+    def features(self: DyadicPartitionFeatures, X: ArrayLike) -> NDArray[np.float64]:
+        Phi = features_of(self, X)[:, :-1]  # sized by the patched M: drop its spare column
+        J = self.levels
+        root = np.full((len(Phi), 1), self.R / np.sqrt(J + 1))
+        return np.hstack([root, Phi * np.sqrt(J / (J + 1))])
+
+    DyadicPartitionFeatures.M = property(n_features)  # type: ignore[assignment,method-assign]
+    DyadicPartitionFeatures.__call__ = features  # type: ignore[method-assign]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shifts", type=int, default=2)
+    parser.add_argument("--root", action="store_true", help="add a level-0 cell instead")
     parser.add_argument("--first-seed", type=int, default=10)
     parser.add_argument("--seeds", type=int, default=50)
     args = parser.parse_args(argv)
@@ -72,13 +97,16 @@ def main(argv: list[str] | None = None) -> None:
     except ImportError:  # pragma: no cover
         pass
     warnings.simplefilter("ignore")
-    if args.shifts > 1:
+    if args.root:
+        patch_root()
+    elif args.shifts > 1:
         patch_shifted(args.shifts)
     feats = DyadicPartitionFeatures.from_lengthscale([0.0, 0.0], [1.0, 1.0], 0.25)
     X = np.random.default_rng(0).uniform(size=(1000, 2))
     norms = np.linalg.norm(feats(X), axis=1)
+    label = "root level" if args.root else f"shifts {args.shifts}"
     print(
-        f"shifts {args.shifts}: 2-D features M = {feats.M}, max |‖φ‖ − R| = "
+        f"{label}: 2-D features M = {feats.M}, max |‖φ‖ − R| = "
         f"{np.max(np.abs(norms - feats.R)):.1e}; seeds {args.first_seed}.."
         f"{args.first_seed + args.seeds - 1}, eps 3, T 100"
     )
