@@ -72,6 +72,7 @@ from pm_dpgp._validation import (
     reject_unexpected,
 )
 from pm_dpgp.accounting import BudgetExceededError, Ledger
+from pm_dpgp.gp.linalg import jittered_cholesky
 from pm_dpgp.mechanisms.full.noise_aware import (
     NEIGHBOURING_RELATION,
     PRIVACY_MODEL,
@@ -343,16 +344,17 @@ def posterior_root(S: NDArray[np.float64]) -> NDArray[np.float64]:
     The Cholesky factor, so that the draw ``v = m + R z`` depends continuously on ``S``: the
     eigenvectors of a covariance with repeated eigenvalues (the partition basis gives many)
     are not, and a round-off change of ``S`` (another BLAS, another summation order) would
-    rotate them and change the draw of the same seed.  A covariance that is only
-    numerically positive semi-definite falls back to the eigenvector root with eigenvalues
-    clipped at 0.
+    rotate them and change the draw of the same seed.  The factor is the package's
+    ``jittered_cholesky`` with one attempt and no jitter (an exact root, never an inflated
+    covariance); a covariance that is only numerically positive semi-definite falls back to
+    the eigenvector root with eigenvalues clipped at 0.
     """
     S = 0.5 * (S + S.T)
     try:
-        return np.asarray(sla.cholesky(S, lower=True), dtype=np.float64)
-    except np.linalg.LinAlgError:
+        return jittered_cholesky(S, max_tries=1, check=False)[0]
+    except np.linalg.LinAlgError:  # CholeskyError
         w, V = np.linalg.eigh(S)
-        return np.asarray(V * np.sqrt(np.clip(w, 0.0, None)), dtype=np.float64)
+        return V * np.sqrt(np.clip(w, 0.0, None))
 
 
 def dp_thompson_sampling_tree(

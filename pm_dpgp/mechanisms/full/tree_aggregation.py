@@ -212,7 +212,7 @@ class TreeAggregator:
         (``t × dim``) the released node values, in release order.  For the posterior that
         conditions on every release (``docs/thompson_tree.md`` §13).
         """
-        W = np.zeros((self.t, self.t))
-        for p, (_, first, last) in enumerate(self.released):
-            W[p, first - 1 : last] = 1.0
+        spans = np.asarray(self.released, dtype=np.intp).reshape(-1, 3)[:, 1:]  # (first, last)
+        leaf = np.arange(1, self.t + 1)
+        W = ((leaf >= spans[:, :1]) & (leaf <= spans[:, 1:])).astype(np.float64)
         return W, np.asarray(self.node_values).reshape(self.t, self.plan.dim)
