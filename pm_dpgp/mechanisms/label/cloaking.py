@@ -1390,7 +1390,9 @@ def solve_noise_covariance(
     tol:
         Relative Kiefer–Wolfowitz tolerance: stop when ``max_i g_i / k − 1 ≤ tol``; the
         returned ``gap_bound = k log(max g / k) ≤ k · tol`` then bounds the excess of ``log|M|``
-        over the optimum.
+        over the optimum.  For ``k ≥ 64`` the interior-point rounds solve to round-off
+        whatever ``tol`` is (their intermediate optima have gaps of ``10⁻³`` to ``1``), so a
+        larger ``tol`` does not make them faster (docs/cloaking.md §6, stop 29).
     rank_tol:
         Singular values of ``C`` ``≤ rank_tol · σ_max`` are treated as zero (default 1e-10
         here; ``cloaked_release`` and ``cloaking_noise`` pass their own default, 1e-8).  The noise
