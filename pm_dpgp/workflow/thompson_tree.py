@@ -520,8 +520,14 @@ def dp_thompson_sampling_tree(
         # replace-one (x, y) too, ‖φ(x)ξ − φ(x')ξ'‖ ≤ R_φ (b − a) for |ξ|, |ξ'| ≤ (b − a)/2
         # (§13.5; B from the public inputs)
         Delta, dim = (y_hi - y_lo) * feats.R, M
+        leaf_equation = " * R_phi * (upper - lower), " + (
+            "docs/thompson_tree.md §9"
+            if label
+            else "centred A-stream only, docs/thompson_tree.md §13.5"
+        )
     else:  # §3: replace-one (x, y), the stacked (A, c B̂)
         Delta, dim = l2_sensitivity(R_y, feats.R, c), M + M * (M + 1) // 2
+        leaf_equation = " * eq. (6) with R_k = R_phi, docs/thompson_tree.md §3"
     plan: TreePlan | SqrtCounterPlan | None = None
     stop: StopReason = "completed"
 
@@ -701,19 +707,10 @@ def dp_thompson_sampling_tree(
         **feats.metadata(),
         "leaf_sensitivity": Delta,
         "released_dim": dim,  # coordinates released per step: M (A-stream) or M + M(M+1)/2
+        # stacked sensitivity = (nodes per leaf √L, or the column norm ‖R_{:,1}‖ of §11)
+        # times the leaf sensitivity
         "sensitivity_equation": (
-            # stacked sensitivity = (nodes per leaf √L, or the column norm ‖R_{:,1}‖ of §11)
-            # times the leaf sensitivity
-            ("sqrt(L)" if counter == "tree" else "column_norm ||R[:, 1]|| (§11)")
-            + (
-                " * R_phi * (upper - lower), docs/thompson_tree.md §9"
-                if label
-                else (
-                    " * R_phi * (upper - lower), centred A-stream only, docs/thompson_tree.md §13.5"
-                    if all_releases
-                    else " * eq. (6) with R_k = R_phi, docs/thompson_tree.md §3"
-                )
-            )
+            ("sqrt(L)" if counter == "tree" else "column_norm ||R[:, 1]|| (§11)") + leaf_equation
         ),
         "delta": float(delta),
         "epsilon_run": float(epsilon),
