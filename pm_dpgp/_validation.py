@@ -34,6 +34,7 @@ __all__ = [
     "clip_to_bounds",
     "finite_rows",
     "private_array",
+    "refuse_text",
     "EPSILON_WARN_THRESHOLD",
     "WIDE_RANGE_FACTOR",
     "warn_public_settings",
@@ -54,8 +55,15 @@ class PrivacyWarning(UserWarning):
     """
 
 
+def _refuse_bool(value: Any, name: str) -> None:
+    """A ``bool`` is not a privacy parameter (``epsilon=True`` would silently mean ε = 1)."""
+    if isinstance(value, bool | np.bool_):
+        raise ValueError(f"{name} must be a number, got the boolean {value!r}; pass a float.")
+
+
 def check_epsilon(epsilon: float, name: str = "epsilon") -> float:
     """Return ``epsilon`` as a float, raising ``ValueError`` unless 0 < ε < ∞."""
+    _refuse_bool(epsilon, name)
     try:
         value = float(epsilon)
     except (TypeError, ValueError) as err:
@@ -72,6 +80,7 @@ def check_epsilon(epsilon: float, name: str = "epsilon") -> float:
 
 def check_delta(delta: float, name: str = "delta") -> float:
     """Return ``delta`` as a float, raising ``ValueError`` unless 0 < δ < 1."""
+    _refuse_bool(delta, name)
     try:
         value = float(delta)
     except (TypeError, ValueError) as err:
@@ -88,6 +97,7 @@ def check_delta(delta: float, name: str = "delta") -> float:
 
 def check_positive(value: float, name: str, *, allow_zero: bool = False) -> float:
     """Return ``value`` as a finite float that is > 0 (or >= 0 with ``allow_zero``)."""
+    _refuse_bool(value, name)
     try:
         v = float(value)
     except (TypeError, ValueError) as err:
@@ -113,12 +123,17 @@ def _float_array(x: ArrayLike, name: str, ndim: int | None) -> NDArray[np.float6
     """``x`` as float64 of rank ``ndim`` (1-D becomes one column for ``ndim == 2``).
 
     Non-numeric content is refused with ``TypeError`` whose message names no value
-    (NumPy's own message would quote the offending entry).
+    (NumPy's own message would quote the offending entry); text and complex numbers are
+    refused by their type (``refuse_text``), even when they would parse.
     """
+    refuse_text(x, name)
     try:
-        arr = np.asarray(x, dtype=np.float64)
+        arr: NDArray[np.float64] | None = np.asarray(x, dtype=np.float64)
     except (TypeError, ValueError):
-        raise TypeError(f"{name} must be an array of numbers; convert it to float64.") from None
+        arr = None  # raised outside the handler: NumPy's message (which quotes the
+        # offending entry) must not even stay attached as the error's __context__
+    if arr is None:
+        raise TypeError(f"{name} must be an array of numbers; convert it to float64.")
     if ndim == 2 and arr.ndim == 1:
         arr = arr[:, None]
     if ndim is not None and arr.ndim != ndim:
@@ -142,6 +157,36 @@ def check_finite_array(x: ArrayLike, name: str, *, ndim: int | None = None) -> N
             "Remove or impute them with a public rule before a private release."
         )
     return arr
+
+
+def refuse_text(x: Any, name: str, *, note: str = " (nothing was spent or drawn)") -> None:
+    """Refuse text (``str``/``bytes`` entries) or complex numbers by their TYPE alone.
+
+    Whether every entry of a text array parses as a number is a property of the values: for
+    private data, accepting text that parses and refusing text that does not would make the
+    refusal depend on one record's content (audit of stop 30; ``docs/errors.md``).  So text
+    is refused whatever it says, with a ``TypeError`` that quotes no entry, and complex
+    numbers likewise (NumPy would drop their imaginary parts with only a warning).  Reads the
+    dtype of an array, and for lists and object arrays the entries' Python types only.
+    ``note`` ends the message (say nothing about the budget where a charge has been made).
+    """
+    dtype = getattr(x, "dtype", None)
+    try:
+        kind = dtype.kind if isinstance(dtype, np.dtype) else np.asarray(x).dtype.kind
+    except ValueError:  # ragged: the float conversion that follows refuses it
+        kind = "O"
+    if kind == "O":  # a list with None, an object array, pandas ``object``: the entry types
+        try:
+            entries = np.asarray(x, dtype=object).ravel()
+        except ValueError:
+            entries = np.empty(0, dtype=object)
+        if any(isinstance(v, str | bytes | complex | np.complexfloating) for v in entries):
+            kind = "U"
+    if kind in ("U", "S", "c"):
+        raise TypeError(
+            f"{name} holds text or complex numbers, not real numbers; convert it to float64 "
+            f"with a public rule first{note}."
+        )
 
 
 def private_array(x: ArrayLike, name: str, *, ndim: int) -> NDArray[np.float64]:
@@ -228,6 +273,11 @@ def check_public_bounds(
         raise ValueError(
             f"{name} must be finite with lower < upper, got {bounds!r}; choose the range from "
             "public knowledge."
+        )
+    if not math.isfinite(upper - lower):  # the width is every mechanism's sensitivity scale
+        raise ValueError(
+            f"{name} = {bounds!r} is so wide that upper - lower overflows; choose a range "
+            "from public knowledge (the noise scales with its width)."
         )
     return lower, upper
 

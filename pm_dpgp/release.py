@@ -218,21 +218,37 @@ def draws_to_inference_data(
                 f"{tuple(post[first].shape[2:])}: release at the hold-out inputs (they are public)."
             )
         groups["observed_data"] = xr.Dataset({obs_name: (fdims, obs)})
+    # every public argument is checked before the predictive noise is drawn, so a failed
+    # call leaves the caller's Generator untouched (stop-30 audit)
+    rename = _dims_rename(draws, dims)
+    user_coords = {k: np.asarray(v) for k, v in (coords or {}).items()}
+    for ds in (post, constant_data, *(extra_groups or {}).values(), *groups.values()):
+        for dim, size in getattr(ds, "sizes", {}).items():
+            new_name = rename.get(dim, dim)
+            if new_name in user_coords:
+                _check_coord_length(new_name, user_coords[new_name], size)
     pp_vars: dict[str, Any] = {k: post[k] for k in legacy_predictive}
     if predictive_sd is not None:
         sd = np.asarray(predictive_sd, dtype=np.float64)
         if np.any(~np.isfinite(sd)) or np.any(sd < 0):
             raise ValueError("predictive_sd must be finite and non-negative (a public noise sd).")
         f = post[first]
-        pp_vars[obs_name] = f + sd * check_rng(rng).standard_normal(f.shape)
+        try:
+            np.broadcast_shapes(sd.shape, f.shape)
+        except ValueError:
+            raise ValueError(
+                f"predictive_sd has shape {sd.shape}, which does not broadcast against the "
+                f"draws of {first!r} (one value per point: shape {tuple(f.shape[2:])}); pass a "
+                "scalar or one sd per point."
+            ) from None
+        rng = check_rng(rng)
+        pp_vars[obs_name] = f + sd * rng.standard_normal(f.shape)
         pp_vars[obs_name].attrs["predictive_sd"] = json.dumps(_jsonable(sd))
     if pp_vars:
         groups["posterior_predictive"] = xr.Dataset(pp_vars)
     if constant_data is not None:
         groups["constant_data"] = constant_data
     groups.update(extra_groups or {})
-    rename = _dims_rename(draws, dims)
-    user_coords = {k: np.asarray(v) for k, v in (coords or {}).items()}
     out: dict[str, Any] = {}
     for gname, ds in groups.items():
         ds = ds.rename_dims({a: b for a, b in rename.items() if a in ds.dims})
@@ -244,15 +260,17 @@ def draws_to_inference_data(
             if value is None:
                 continue
             value = np.asarray(value)
-            if len(value) != size:
-                raise ValueError(
-                    f"coords[{dim!r}] has {len(value)} value(s) but the dim has {size}."
-                )
+            _check_coord_length(dim, value, size)
             cds[dim] = value
         ds = ds.assign_coords(cds)
         ds.attrs.update(attrs)
         out[gname] = ds
     return make_inference_data(out)
+
+
+def _check_coord_length(dim: str, value: NDArray[Any], size: int) -> None:
+    if len(value) != size:
+        raise ValueError(f"coords[{dim!r}] has {len(value)} value(s) but the dim has {size}.")
 
 
 def _dims_rename(

@@ -179,7 +179,11 @@ def check_folds(folds: Sequence[ArrayLike], n: int) -> list[NDArray[np.intp]]:
     """Validate a public split: test index arrays that partition ``range(n)``, at least two."""
     if isinstance(folds, np.ndarray) or not isinstance(folds, Sequence) or len(folds) < 2:
         raise ValueError("folds must be a list of at least two arrays of test indices.")
-    out = [np.asarray(f, dtype=np.intp).ravel() for f in folds]
+    given = [np.asarray(f) for f in folds]
+    if any(g.dtype.kind not in "iu" and g.size for g in given):
+        # floats would be truncated to integers (0.7 → 0) and booleans read as 0/1: refuse
+        raise ValueError("folds must hold integer row indices (not floats, masks or text).")
+    out = [g.astype(np.intp).ravel() for g in given]
     allidx = np.concatenate(out)
     if allidx.size != n or not np.array_equal(np.sort(allidx), np.arange(n)):
         raise ValueError(f"folds must partition the row indices 0..{n - 1} (each row in one fold).")

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from pm_dpgp._validation import refuse_text
 from pm_dpgp.selection.grids import kfold_splits
 
 __all__ = ["as_private_arrays", "check_data_schema", "private_data", "public_split", "usable_rows"]
@@ -103,31 +104,20 @@ def _declared_or_converted(x: Any, name: str) -> tuple[Any, tuple[int, ...]]:
 
 
 def _numeric(x: Any, name: str) -> NDArray[np.float64]:
-    """``x`` as a float64 array (its schema only): text or non-numeric entries are refused
-    with a ``TypeError`` quoting no value (NumPy's own message quotes the entry)."""
+    """``x`` as a float64 array (its schema only): text or complex entries are refused by
+    their type (``refuse_text``), ragged or non-numeric ones with a ``TypeError`` quoting no
+    value (NumPy's own message quotes the entry, so it is not kept as the context either)."""
+    refuse_text(x, name)
     try:
-        kind = x.dtype.kind if isinstance(getattr(x, "dtype", None), np.dtype) else None
-        kind = kind or np.asarray(x).dtype.kind
-    except ValueError:  # ragged: refused by the conversion below
-        kind = "O"
-    if kind == "O":  # e.g. a list with None, or an object array: look at the entries' types
-        try:
-            entries = np.asarray(x, dtype=object).ravel()
-        except ValueError:
-            entries = np.empty(0, dtype=object)
-        kind = "U" if any(isinstance(v, str | bytes) for v in entries) else kind
-    if kind in ("U", "S", "c"):
-        raise TypeError(
-            f"{name} holds text or complex numbers, not real numbers; convert it to float64 "
-            "with a public rule first (nothing was spent or drawn)."
-        )
-    try:
-        return np.asarray(x, dtype=np.float64)
+        arr: NDArray[np.float64] | None = np.asarray(x, dtype=np.float64)
     except (TypeError, ValueError):
+        arr = None
+    if arr is None:
         raise TypeError(
             f"{name} must be a rectangular array of numbers (float64); some entry is not a "
             "number or the rows differ in length (nothing was spent or drawn)."
-        ) from None
+        )
+    return arr
 
 
 def usable_rows(

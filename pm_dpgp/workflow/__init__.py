@@ -16,6 +16,7 @@ from pm_dpgp.workflow.partition_features import DyadicPartitionFeatures
 from pm_dpgp.workflow.ppc import PrivateDataError, dp_ppc, holdout_elpd, plot_dp_release
 from pm_dpgp.workflow.summary import dp_summary, spread_meaning
 from pm_dpgp.workflow.thompson import (
+    ObjectiveError,
     OwnerRecord,
     ThompsonResult,
     dp_thompson_sampling,
@@ -25,6 +26,7 @@ from pm_dpgp.workflow.thompson_tree import dp_thompson_sampling_tree
 
 __all__ = [
     "DyadicPartitionFeatures",
+    "ObjectiveError",
     "OwnerRecord",
     "PrivateDataError",
     "ThompsonResult",

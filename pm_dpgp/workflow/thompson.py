@@ -33,6 +33,7 @@ no ledger and no clipping; ``random_search`` is the other baseline.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -51,6 +52,7 @@ from pm_dpgp._validation import (
     check_finite_array,
     check_positive,
     check_rng,
+    refuse_text,
     reject_unexpected,
     renamed,
 )
@@ -58,6 +60,8 @@ from pm_dpgp.accounting import BudgetExceededError, Ledger, PrivacyEvent
 from pm_dpgp.compat import get_group
 from pm_dpgp.mechanisms.full.sample_path import (
     PrivateRows,
+    _check_public_kernel,
+    _public_probes,
     resolve_kappa,
     sample_path_event,
     sample_path_release,
@@ -68,10 +72,16 @@ from pm_dpgp.mechanisms.full.sample_path_bounds import (
 )
 from pm_dpgp.models import GPRegression, PublicGP, gp_regression
 
-__all__ = ["OwnerRecord", "ThompsonResult", "dp_thompson_sampling", "random_search"]
+__all__ = [
+    "ObjectiveError",
+    "OwnerRecord",
+    "ThompsonResult",
+    "dp_thompson_sampling",
+    "random_search",
+]
 
 Objective = Callable[[NDArray[np.float64]], ArrayLike]
-StopReason = Literal["completed", "budget", "interrupted"]
+StopReason = Literal["completed", "budget", "interrupted", "objective_error"]
 
 
 @dataclass
@@ -114,7 +124,8 @@ class ThompsonResult:
     events:
         the privacy event of each completed round (empty for non-private runs).
     stop_reason:
-        ``"completed"``, ``"budget"`` (the next round would overspend) or ``"interrupted"``.
+        ``"completed"``, ``"budget"`` (the next round would overspend), ``"interrupted"``
+        or ``"objective_error"`` (only on ``ObjectiveError.result``).
     """
 
     idata: Any
@@ -151,6 +162,37 @@ class ThompsonResult:
         )
 
 
+class ObjectiveError(RuntimeError):
+    """The objective failed during a round, after that round's privacy charge.
+
+    The charges already made stand (their noise was drawn: a path released, or the whole
+    run's tree charged before its first round), so the loop does not discard what they
+    paid for: ``result`` is the run up to the last completed round, as a ``ThompsonResult``
+    with ``stop_reason="objective_error"``.  The message holds counts only; the objective's
+    own exception is chained as ``__cause__`` (the curator's code: what it says is its own).
+    """
+
+    def __init__(self, message: str, result: ThompsonResult) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+def objective_failure(result: ThompsonResult) -> ObjectiveError:
+    """The ``ObjectiveError`` of a loop whose objective failed after ``result``'s rounds."""
+    done = result.n_rounds
+    return ObjectiveError(
+        f"objective(X) failed in round {done + 1}, after the run's privacy charges so far "
+        f"(ledger total epsilon {_spent(result):.6g}); the {done} completed round(s) are in "
+        "err.result (stop_reason='objective_error') and stay charged. The objective's own "
+        "error is chained below.",
+        result,
+    )
+
+
+def _spent(result: ThompsonResult) -> float:
+    return math.nan if result.ledger is None else float(result.ledger.epsilon())
+
+
 def _thompson_idata(
     trace: Any,
     const: Any,
@@ -184,7 +226,13 @@ def _thompson_idata(
 
 
 def _box(domain: tuple[ArrayLike, ArrayLike], d: int) -> tuple[NDArray, NDArray]:
-    lower, upper = (np.broadcast_to(np.asarray(b, float), (d,)).copy() for b in domain)
+    try:
+        lower, upper = (np.broadcast_to(np.asarray(b, float), (d,)).copy() for b in domain)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"domain must be a pair (lower, upper) of numbers or of length-{d} arrays (the "
+            f"inputs have {d} column(s)), got {domain!r}."
+        ) from None
     if not (np.all(np.isfinite(lower)) and np.all(np.isfinite(upper)) and np.all(lower < upper)):
         raise ValueError(f"domain must be a finite box with lower < upper, got {domain!r}.")
     return lower, upper
@@ -212,7 +260,18 @@ def _observe(
                 "queried inputs (they are published); copy it first (X = X.copy())."
             ) from err
         raise
-    y = np.asarray(raw, dtype=np.float64).reshape(-1)
+    # the observed values are private: text is refused by its type, and a failed conversion
+    # does not keep NumPy's message (which quotes the entry) even as the error's context
+    refuse_text(raw, "objective(X)", note="")
+    try:
+        y: NDArray[np.float64] | None = np.asarray(raw, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        y = None
+    if y is None:
+        raise TypeError(
+            "objective(X) must return real numbers, one per row of X (a float array); "
+            "some value is not a number."
+        )
     if y.shape != (len(X),):
         raise ValueError(
             f"objective(X) must return {len(X)} values for X of shape {X.shape}; return one "
@@ -246,7 +305,11 @@ def check_loop_inputs(
         raise ValueError("X_init needs at least one public initial input.")
     if np.any(X0 < lower) or np.any(X0 > upper):
         raise ValueError("X_init must lie inside the public domain.")
-    if int(n_rounds) != n_rounds or n_rounds < 0:
+    try:
+        whole = not isinstance(n_rounds, bool) and int(n_rounds) == n_rounds and n_rounds >= 0
+    except (TypeError, ValueError, OverflowError):  # None, NaN, ±inf, text
+        whole = False
+    if not whole:
         raise ValueError(f"n_rounds must be a non-negative integer, got {n_rounds!r}.")
     if isinstance(candidates, int | np.integer):
         if candidates < 1:
@@ -469,7 +532,24 @@ def dp_thompson_sampling(
     domain_box = np.column_stack([lower, upper])
     if private:  # proved default or the caller's κ checked: once here, not every round
         kappa = resolve_kappa(kappa, base, kernel_scale, domain_box, model.cov_func)
+        # the rounds' public settings, checked before the first random number is drawn (a
+        # refusal inside round 1 came after its candidates were drawn: stop-30 audit); the
+        # kernel at the design, the fixed candidates and the domain grid
+        round_bound = functools.partial(
+            SamplePathBound,
+            kernel_scale=kernel_scale,
+            r2=r2,
+            M_Y=M_Y,
+            kappa=float(kappa),
+            eta=eta,
+            kernel_class=kernel_class,
+            sensitivity=sensitivity,
+        )
+        round_bound(n=len(X0))  # validates eta, kernel_class, sensitivity
+        shown = X0 if fixed_cand is None else np.vstack([X0, fixed_cand])
+        _check_public_kernel(base, kernel_scale, kernel_class, _public_probes(shown, domain_box))
     X_all, y_all = X0.copy(), y0.copy()
+    failure: Exception | None = None
 
     rows: dict[str, list[Any]] = {
         k: []
@@ -497,16 +577,7 @@ def dp_thompson_sampling(
                 )
                 if private:
                     assert ledger is not None and delta is not None and kappa is not None
-                    bound = SamplePathBound(
-                        n=n,
-                        kernel_scale=kernel_scale,
-                        r2=r2,
-                        M_Y=M_Y,
-                        kappa=float(kappa),
-                        eta=eta,
-                        kernel_class=kernel_class,
-                        sensitivity=sensitivity,
-                    )
+                    bound = round_bound(n=n)
                     # the budget first: a round the ledger cannot afford stops the loop before
                     # the release's own checks and warnings.  ``sample_path_event`` is memoised
                     # per bound, so the release spends this same object: one composition and
@@ -576,7 +647,11 @@ def dp_thompson_sampling(
                 x_new, f_new = _maximise(
                     evaluate, (X_c, f_c), lower, upper, refine_steps, refine_points, rng
                 )
-                y_new = _observe(objective, x_new[None, :], fill)
+                try:
+                    y_new = _observe(objective, x_new[None, :], fill)
+                except Exception as err:  # re-raised below, with the completed rounds
+                    failure, stop = err, "objective_error"
+                    break
                 X_all = np.vstack([X_all, x_new[None, :]])
                 y_all = np.concatenate([y_all, y_new])
                 rows["x_chosen"].append(x_new)
@@ -638,13 +713,16 @@ def dp_thompson_sampling(
         attrs,
     )
     owner = OwnerRecord(X=X_all, y=y_all, n_init=len(X0))
-    return ThompsonResult(
+    result = ThompsonResult(
         idata=idata,
         owner=owner,
         ledger=ledger if private else None,
         events=events,
         stop_reason=stop,
     )
+    if failure is not None:
+        raise objective_failure(result) from failure
+    return result
 
 
 def random_search(

@@ -100,6 +100,7 @@ from pm_dpgp.workflow.thompson import (
     _observe,
     check_loop_inputs,
     check_refine,
+    objective_failure,
     trace_inference_data,
 )
 
@@ -587,6 +588,7 @@ def dp_thompson_sampling_tree(
         )
     }
     X_all = X0.copy()
+    failure: Exception | None = None
     if plan is not None:
         tree = _counter(counter)[1](plan, noise_rng)
         leaf = (X0, y_all)
@@ -660,7 +662,11 @@ def dp_thompson_sampling_tree(
                     x_new, f_new = _maximise(
                         path, (X_c, path(X_c)), lower, upper, refine_steps, refine_points, rng
                     )
-                    y_new = _observe(objective, x_new[None, :], float(prior_mean))
+                    try:
+                        y_new = _observe(objective, x_new[None, :], float(prior_mean))
+                    except Exception as err:  # re-raised below, with the completed rounds
+                        failure, stop = err, "objective_error"
+                        break
                     rows["x_chosen"].append(x_new)
                     rows["f_path_at_chosen"].append(f_new)
                     rows["n_data"].append(len(X_all))
@@ -731,13 +737,16 @@ def dp_thompson_sampling_tree(
         attrs,
     )
     owner = OwnerRecord(X=X_all, y=y_all, n_init=len(X0))
-    return ThompsonResult(
+    result = ThompsonResult(
         idata=idata,
         owner=owner,
         ledger=ledger,
         events=[plan.event] if plan is not None else [],
         stop_reason=stop,
     )
+    if failure is not None:
+        raise objective_failure(result) from failure
+    return result
 
 
 #: the release σ and model noise sd the all-releases posterior handles (their squares and

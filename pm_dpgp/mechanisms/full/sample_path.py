@@ -591,9 +591,24 @@ def _check_public_kernel(
     before its spend, and ``pm_dpgp.selection.plan_sample_path_selection`` for every candidate
     before the selection's spend, so a public setting the release would refuse is never
     charged (audit D2).  ``public_gp`` may hold no inputs (``public_gp_without_data``).
+    The kernel matrix among the probes must also be finite (checked in strips, one
+    ``O(p²)`` kernel evaluation, no ``p × p`` array): the release evaluates it at ``X_star``
+    after its spend, so an input such as ``X_star = [[1e308]]``, whose squared distances
+    overflow, is refused here instead (stop-30 audit).
     Returns ``max kernel(x, x)`` over the probes (the prior variance the release's warning
     on the public range uses).
     """
+    distinct = _distinct_rows(probes)
+    step = max(1, _BLOCK_DOUBLES // len(distinct))
+    for i in range(0, len(distinct), step):
+        try:
+            public_gp.kernel(distinct[i : i + step], distinct)
+        except ValueError as err:  # NaN/inf (the probes are public: so is the message)
+            raise ValueError(
+                "the kernel is NaN or infinite between public points (X_star and the domain "
+                "grid): check X_star (e.g. coordinates so large that squared distances "
+                "overflow) and the hyperparameters; nothing was spent or drawn."
+            ) from err
     diag = public_gp.kernel_diag(probes)
     ratio = diag / kernel_scale**2
     if np.any(ratio > 1 + 1e-9):
@@ -878,6 +893,7 @@ def sample_path_release(
     kernel_scale = check_positive(kernel_scale, "kernel_scale")
     eta = check_positive(eta, "eta", allow_zero=True)
     n_draws = check_count(1 if n_draws is None else n_draws, "n_draws")
+    nugget = check_positive(nugget, "nugget", allow_zero=True)
     X_star = check_finite_array(X_star, "X_star", ndim=2)
     check_clip_option(clip)
     # full privacy: the inputs and outputs are read as stored, unchecked (a refusal on a

@@ -200,6 +200,11 @@ class BinningNoise:
     grid: float  # the discrete Laplace's grid γ (secure mode), 0.0 in simulation
 
 
+#: The largest integer sensitivity handed to OpenDP's i64 discrete Laplace (below 2⁶³, where
+#: its conversion fails with a raw "not representable by i64").
+_I64_SAFE = 2**62
+
+
 def _secure_laplace(
     size: int, epsilon: float, rounding: float
 ) -> tuple[object, float, float, float, dict[str, object]]:
@@ -210,6 +215,13 @@ def _secure_laplace(
     gamma = 2.0 ** (math.frexp(1.0 / epsilon)[1] - 1 - GRID_BITS)
     # 1 + 4u: the computed width d may round below hi − lo (relative u)
     d_int = math.ceil((1.0 + 4.0 * _U + 2.0 * rounding) / gamma) + 1
+    if d_int > _I64_SAFE:  # OpenDP's i64 vectors: a public setting, refused before any charge
+        raise ValueError(
+            f"epsilon={epsilon!r} is too large for the secure discrete Laplace: its integer "
+            "sensitivity on the grid would not fit OpenDP's 64-bit integers. Use a smaller "
+            "epsilon (the noise is then already far below the grid's resolution) or the "
+            "simulation mode (rng=np.random.default_rng(seed)); nothing was spent or drawn."
+        )
     scale = d_int / epsilon
     meas = None
     for _ in range(80):
@@ -319,10 +331,15 @@ def binned_release(
         )
     draws = np.full((n_draws, bins.n_bins), fill)
     if rng is not None:
-        means = centre + d * s / counts[occupied]
-        draws[:, occupied] = means[None, :] + rng.laplace(
-            0.0, scale[occupied], (n_draws, int(occupied.sum()))
+        # the noise is added to the centred normalised means s_j/n_j (sensitivity 1/n_j,
+        # Laplace scale b_j/d) and the public centre and width last: the rounding of
+        # ``c + d·(…)`` is then post-processing.  Adding the noise after the centre rounded
+        # the private mean at the centre's magnitude first (stop-30 audit: 12.5× the
+        # sensitivity at y_bounds = (1e15, 1e15 + 1))
+        noisy = s / counts[occupied] + rng.laplace(
+            0.0, scale[occupied] / d, (n_draws, int(occupied.sum()))
         )
+        draws[:, occupied] = centre + d * noisy
     else:
         ints = discretise(s, noise.grid).tolist()
         meas = noise.measurement
@@ -404,6 +421,8 @@ def binned_gp(
     md = release.metadata
     lo, hi = md["clipping_bounds"]  # type: ignore[misc]
     mu = 0.5 * (lo + hi) if mean is None else float(mean)
+    if not math.isfinite(mu):
+        raise ValueError(f"mean must be a finite number (the public prior mean), got {mean!r}.")
     counts = np.asarray(md["bin_counts"])
     occ = counts > 0
     b = np.asarray(md["laplace_scale"], dtype=np.float64)[occ]

@@ -560,6 +560,12 @@ def _reduce(C: FloatArray | LinearCloakingOperator, rank_tol: float) -> _Reduced
     """Basis of the numerical column space of ``C`` and the projected / whitened columns."""
     op = C if isinstance(C, LinearCloakingOperator) else _DenseOperator(C)
     basis, sing, proj = _column_space(op, rank_tol)
+    if sing.size == 0:  # e.g. test points so far from the data that every kernel value is 0
+        raise ValueError(
+            "C is zero at this precision (numerical rank 0): the release does not depend on "
+            "the training labels at these test points, so there is nothing to cloak; move the "
+            "test points nearer the data (or use the prior, which needs no privacy)."
+        )
     white = proj / sing[:, None]
     return _Reduced(basis, sing, proj, white, _distinct_columns(proj), rank_tol)
 

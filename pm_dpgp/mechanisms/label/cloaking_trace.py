@@ -344,15 +344,21 @@ def solve_trace_design(
         if iterations >= max_iter:
             return lam, iterations, False
         if warm:
-            lam = lam + 1e-3 * float(np.mean(lam))
+            # multiplicative steps from λ mixed with a little of the uniform design; a step
+            # whose design is numerically singular (a weight underflowed: stop-30 audit, a
+            # public near-duplicate input) is not taken, so λ stays a nonsingular design
+            mixed = lam + 1e-3 * float(np.mean(lam))
+            mixed_point = trace_point(At, mixed)
+            if mixed_point is not None:
+                lam, point = mixed, mixed_point
             for _ in range(min(warm, max_iter - iterations)):
-                point = trace_point(At, lam)
-                if point is None:
-                    break
-                lam = lam * point[2] * point[2]
                 iterations += 1
-            continue_newton = point is not None and iterations < max_iter
-            if not continue_newton:
+                stepped = lam * point[2] * point[2]
+                stepped_point = trace_point(At, stepped)
+                if stepped_point is None:
+                    break
+                lam, point = stepped, stepped_point
+            if iterations >= max_iter:
                 continue
             r, _, h = point
         value = 2.0 * float(np.sum(r)) - float(np.sum(lam))
