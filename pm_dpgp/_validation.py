@@ -166,7 +166,8 @@ def refuse_text(x: Any, name: str, *, note: str = " (nothing was spent or drawn)
     private data, accepting text that parses and refusing text that does not would make the
     refusal depend on one record's content (audit of stop 30; ``docs/errors.md``).  So text
     is refused whatever it says, with a ``TypeError`` that quotes no entry, and complex
-    numbers likewise (NumPy would drop their imaginary parts with only a warning).  Reads the
+    numbers likewise (NumPy would drop their imaginary parts with only a warning), and
+    dates/durations (read as raw integers otherwise).  Reads the
     dtype of an array, and for lists and object arrays the entries' Python types only.
     ``note`` ends the message (say nothing about the budget where a charge has been made).
     """
@@ -182,9 +183,9 @@ def refuse_text(x: Any, name: str, *, note: str = " (nothing was spent or drawn)
             entries = np.empty(0, dtype=object)
         if any(isinstance(v, str | bytes | complex | np.complexfloating) for v in entries):
             kind = "U"
-    if kind in ("U", "S", "c"):
+    if kind in ("U", "S", "c", "M", "m"):
         raise TypeError(
-            f"{name} holds text or complex numbers, not real numbers; convert it to float64 "
+            f"{name} holds text, complex numbers or dates, not real numbers; convert it to float64 "
             f"with a public rule first{note}."
         )
 

@@ -218,37 +218,35 @@ def draws_to_inference_data(
                 f"{tuple(post[first].shape[2:])}: release at the hold-out inputs (they are public)."
             )
         groups["observed_data"] = xr.Dataset({obs_name: (fdims, obs)})
-    # every public argument is checked before the predictive noise is drawn, so a failed
-    # call leaves the caller's Generator untouched (stop-30 audit)
-    rename = _dims_rename(draws, dims)
-    user_coords = {k: np.asarray(v) for k, v in (coords or {}).items()}
-    for ds in (post, constant_data, *(extra_groups or {}).values(), *groups.values()):
-        for dim, size in getattr(ds, "sizes", {}).items():
-            new_name = rename.get(dim, dim)
-            if new_name in user_coords:
-                _check_coord_length(new_name, user_coords[new_name], size)
+    # The whole object is built with the predictive noise as a placeholder (zeros) and the
+    # noise is drawn last, so every failure on a public argument (dims, coords, the shape of
+    # predictive_sd, in NumPy or xarray) leaves the caller's Generator untouched (stop-30 audit)
     pp_vars: dict[str, Any] = {k: post[k] for k in legacy_predictive}
+    sd = None
     if predictive_sd is not None:
         sd = np.asarray(predictive_sd, dtype=np.float64)
         if np.any(~np.isfinite(sd)) or np.any(sd < 0):
             raise ValueError("predictive_sd must be finite and non-negative (a public noise sd).")
         f = post[first]
-        try:
-            np.broadcast_shapes(sd.shape, f.shape)
+        try:  # a scalar or one sd per point: broadcast to the point dims, no more
+            per_point = np.broadcast_shapes(sd.shape, f.shape[2:]) == f.shape[2:]
         except ValueError:
+            per_point = False
+        if not per_point:
             raise ValueError(
-                f"predictive_sd has shape {sd.shape}, which does not broadcast against the "
-                f"draws of {first!r} (one value per point: shape {tuple(f.shape[2:])}); pass a "
-                "scalar or one sd per point."
-            ) from None
+                f"predictive_sd has shape {sd.shape}; pass a scalar or one sd per point of "
+                f"{first!r} (shape {tuple(f.shape[2:])})."
+            )
         rng = check_rng(rng)
-        pp_vars[obs_name] = f + sd * rng.standard_normal(f.shape)
+        pp_vars[obs_name] = f + sd * np.zeros(f.shape)
         pp_vars[obs_name].attrs["predictive_sd"] = json.dumps(_jsonable(sd))
     if pp_vars:
         groups["posterior_predictive"] = xr.Dataset(pp_vars)
     if constant_data is not None:
         groups["constant_data"] = constant_data
     groups.update(extra_groups or {})
+    rename = _dims_rename(draws, dims)
+    user_coords = {k: np.asarray(v) for k, v in (coords or {}).items()}
     out: dict[str, Any] = {}
     for gname, ds in groups.items():
         ds = ds.rename_dims({a: b for a, b in rename.items() if a in ds.dims})
@@ -265,10 +263,17 @@ def draws_to_inference_data(
         ds = ds.assign_coords(cds)
         ds.attrs.update(attrs)
         out[gname] = ds
+    if sd is not None:  # every check passed: now the noise (same shape and order as f)
+        f_values = np.asarray(post[first].values)
+        out["posterior_predictive"][obs_name].values = f_values + sd * rng.standard_normal(
+            f_values.shape
+        )
     return make_inference_data(out)
 
 
 def _check_coord_length(dim: str, value: NDArray[Any], size: int) -> None:
+    if value.ndim != 1:
+        raise ValueError(f"coords[{dim!r}] must be one-dimensional, got shape {value.shape}.")
     if len(value) != size:
         raise ValueError(f"coords[{dim!r}] has {len(value)} value(s) but the dim has {size}.")
 
@@ -287,6 +292,11 @@ def _dims_rename(
                 f"dims[{var!r}] must list {len(default)} dim name(s) (for {default}), got {user!r}."
             )
         for a, b in zip(default, user, strict=True):
+            if b in ("chain", "draw"):
+                raise ValueError(
+                    f"dims[{var!r}] names a dim {b!r}, which ArviZ reserves for the draws; "
+                    "choose another name."
+                )
             if rename.get(a, b) != b:
                 raise ValueError(f"dim {a!r} is renamed both {rename[a]!r} and {b!r}.")
             rename[a] = str(b)

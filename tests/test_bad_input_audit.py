@@ -16,7 +16,7 @@ import numpy as np
 import pymc as pm
 import pytest
 
-from pm_dpgp.accounting import Ledger
+from pm_dpgp.accounting import Ledger, PrivacyModelMismatchError
 from pm_dpgp.mechanisms import (
     binned_gp,
     binned_release,
@@ -247,6 +247,7 @@ def test_thompson_settings_are_checked_before_the_first_random_number(setting):
         {"n_rounds": float("nan")},
         {"n_rounds": None},
         {"n_rounds": True},
+        {"n_rounds": np.True_},
         {"domain": ((0.0, 0.0), (1.0, 1.0))},  # a 2-D box for 1-D inputs
     ],
 )
@@ -265,6 +266,11 @@ def test_thompson_loop_arguments_get_clear_errors(setting):
         {"dims": {"f_dp": ["a", "b"]}},
         {"dims": {"f_dp": ["age"]}, "coords": {"age": [1, 2]}},
         {"predictive_sd": np.ones(3)},
+        # the review's cases that NumPy's broadcasting or xarray refused after the draw
+        {"dims": {"f_dp": ["draw"]}},
+        {"dims": {"f_dp": ["age"]}, "coords": {"age": np.ones((5, 2))}},
+        {"predictive_sd": np.full((2, 1, 1, 1), 0.3)},
+        {"predictive_sd": np.full((3, 1, 5), 0.3)},
     ],
 )
 def test_export_checks_its_arguments_before_drawing_predictive_noise(bad):
@@ -362,3 +368,52 @@ def test_the_trace_design_survives_a_public_near_duplicate_input():
     gap = release.metadata["solver_gap_bound"]
     assert np.isfinite(gap) and gap >= 0.0
     assert np.all(np.isfinite(release.draws))
+
+
+def test_the_trace_design_survives_a_singular_initial_rescale():
+    """The stop-30 review's seed 11 of a fuzz over public near-duplicate inputs: the first
+    rescale ``λ ← start ⊙ h²`` of the trace solver underflowed a weight (``h² ≈ 1e-14``)."""
+    rng = np.random.default_rng(11)
+    n0 = int(rng.integers(10, 50))
+    ls = float(rng.choice([0.05, 0.1, 0.3, 1.0]))
+    base = np.sort(rng.uniform(0, 10, n0))
+    far = float(rng.uniform(12, 100))
+    spacing = float(rng.choice([1e-12, 1e-10, 1e-9, 1e-7, 1e-5]))
+    n_dup = int(rng.integers(2, 6))
+    X = np.r_[base, far + spacing * np.arange(n_dup), base[: int(rng.integers(0, 3))] + spacing]
+    noise_sd = float(rng.choice([0.01, 0.1, 0.3]))
+    model = gp_regression(
+        X, rng.uniform(-2, 5, len(X)), pm.gp.cov.ExpQuad(1, ls=ls), noise_sd=noise_sd, mean=0.0
+    )
+    X_star = np.r_[np.linspace(-2, 12, int(rng.integers(5, 30))), [far, far + 1e-3, 1e3]]
+    release = cloaked_release(model, X_star, epsilon=1.0, delta=1e-5, y_bounds=(-2, 5),
+                              design="trace", rng=np.random.default_rng(0))  # fmt: skip
+    gap = release.metadata["solver_gap_bound"]
+    assert np.isfinite(gap) and gap >= 0.0
+
+
+def test_thompson_refuses_a_ledger_of_the_other_privacy_model_before_drawing():
+    """A ledger holding label-private releases: the refusal came inside round 1, after its
+    candidates were drawn (stop-30 review); now before the first random number."""
+    X = np.linspace(0, 1, 20)
+    model = gp_regression(X, np.sin(X), pm.gp.cov.ExpQuad(1, ls=0.3), noise_sd=0.3)
+    ledger = Ledger(epsilon=200.0, delta=1e-3, filter="renyi")
+    cloaked_release(model, [[0.5]], epsilon=1.0, delta=1e-4, y_bounds=(-2, 2), ledger=ledger,
+                    rng=np.random.default_rng(99))  # fmt: skip
+    entries = len(ledger.history)
+    rng = np.random.default_rng(0)
+    state = rng.bit_generator.state
+    with pytest.raises(PrivacyModelMismatchError):
+        LOOPS["sample_path"](lambda X: np.sin(6 * X[:, 0]), ledger, rng)
+    assert len(ledger.history) == entries and rng.bit_generator.state == state
+
+
+def test_secure_binning_refuses_bin_sums_beyond_its_integer_range(binned):
+    """200 labels at the upper bound, ε = 1e12: the sums on the grid were clamped silently
+    and the bin mean 2 released as 0.04 (stop-30 review); refused before the charge now."""
+    bins = make_bins(np.array([0.0, 1.0]))
+    ledger = Ledger(epsilon=1e13, delta=1e-3)
+    with pytest.raises(ValueError, match="64-bit"):
+        binned_release(np.full((200, 1), 0.5), np.full(200, 2.0), bins, epsilon=1e12,
+                       y_bounds=(-2, 2), ledger=ledger)  # fmt: skip
+    assert len(ledger.history) == 0

@@ -255,10 +255,10 @@ def test_lazy_rounds_build_the_cholesky_factor_of_the_joint(model):
         L_bad = L.copy()
         L_bad[8:] *= 1 + 1e-4
         assert_normwise_close(L_bad @ L_bad.T, joint, tol, "L Lᵀ")
-    # the released values are μ + L W row by row
+    # the released values are μ₀ + (m + L W) row by row (m = μ − μ₀, centred)
     np.testing.assert_allclose(
         rel.released_values,
-        (state.mean[:, None] + L @ state.W).T,
+        (state.offset + (state.mean[:, None] + L @ state.W)).T,
         rtol=0,
         atol=scalar_rtol(len(X_all))
         * float(np.max(np.abs(state.mean)[:, None] + np.abs(L) @ np.abs(state.W))),

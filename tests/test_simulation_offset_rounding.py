@@ -18,7 +18,7 @@ import math
 import numpy as np
 import pymc as pm
 
-from pm_dpgp.mechanisms import binned_release, cloaked_release, make_bins
+from pm_dpgp.mechanisms import binned_release, cloaked_release, make_bins, sample_path_release
 from pm_dpgp.models import gp_regression
 
 LO = 1e15  # ulp(LO) = 0.125
@@ -75,3 +75,27 @@ def test_laplace_bin_means_in_simulation_mode_round_the_centre_after_the_noise()
     # Laplace scale d/(n ε) = 0.01, the means 0.06125 and 0.07125 above LO: the outputs are
     # LO or LO + 0.125 with P 0.559 / 0.208, a ratio e^0.99 (pure ε-DP allows e^1)
     assert _hockey_stick(*outputs, epsilon) < TOLERANCE
+
+
+def test_sample_paths_add_the_prior_mean_after_the_path_noise():
+    """The same defect in ``sample_path_release`` (stop-30 review), whose default noise source
+    is this float code too: the posterior mean ``μ₀ + k α`` was rounded at ``μ₀ = 10¹⁵ + ½``
+    before the path noise, so flipping label 40 → 41 moved it by 0.125 instead of 0.00625
+    (mean sensitivity 0.0112): hockey-stick 0.030 at the claimed per-path ε 0.096, where 10⁻⁵
+    was charged (0.0002 for two runs on the same data)."""
+    n, noise_sd = 60, 10.0
+
+    def release(k: int, seed: int, draws: int):
+        y = np.full(n, LO)
+        y[:k] = HI
+        model = gp_regression(
+            np.full(n, 0.5), y, pm.gp.cov.ExpQuad(1, ls=1.0), noise_sd=noise_sd, mean=LO + 0.5
+        )
+        return sample_path_release(
+            model, [[0.5]], n_draws=draws, kernel_scale=1.0, y_bounds=(LO, HI), delta=1e-5,
+            epsilon=1e12, domain=(0.0, 1.0), rng=np.random.default_rng(seed),
+        )  # fmt: skip
+
+    per_path = release(40, 0, 1).metadata["epsilon"]  # each draw is one path's mechanism
+    outputs = [release(k, seed, 400_000).released_values[:, 0] for k, seed in ((40, 1), (41, 2))]
+    assert _hockey_stick(*outputs, per_path) < 0.01

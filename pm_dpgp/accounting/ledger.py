@@ -750,6 +750,16 @@ class Ledger:
         family = self._family(self._added(self._check_event(event)))
         return family is None or _family_accepts(family, event)
 
+    def check_privacy_model(self, privacy_model: str, label: str = "") -> None:
+        """Raise ``PrivacyModelMismatchError`` now if ``spend`` would refuse a release under
+        ``privacy_model`` for mixing models; records nothing (public: the ledger's entries).
+
+        For loops that draw random numbers before their first spend (a Thompson round draws
+        its candidates first), so that a refusal leaves the caller's Generator untouched.
+        """
+        self._refresh()
+        self._check_provenance(label or f"a {privacy_model}-private release", privacy_model, None)
+
     def can_afford(self, event: PrivacyEvent) -> bool:
         """Whether ``spend`` would accept ``event`` now (the filter's ε within budget)."""
         return self._within_budget(self.preview_filter(event))

@@ -59,6 +59,7 @@ from pm_dpgp._validation import (
 from pm_dpgp.accounting import BudgetExceededError, Ledger, PrivacyEvent
 from pm_dpgp.compat import get_group
 from pm_dpgp.mechanisms.full.sample_path import (
+    PRIVACY_MODEL,
     PrivateRows,
     _check_public_kernel,
     _public_probes,
@@ -122,7 +123,8 @@ class ThompsonResult:
     ledger:
         the ledger charged by the run (``None`` for non-private runs).
     events:
-        the privacy event of each completed round (empty for non-private runs).
+        the privacy event of each charged round (empty for non-private runs); on
+        ``ObjectiveError.result`` it includes the failed round's, which was charged.
     stop_reason:
         ``"completed"``, ``"budget"`` (the next round would overspend), ``"interrupted"``
         or ``"objective_error"`` (only on ``ObjectiveError.result``).
@@ -180,17 +182,18 @@ class ObjectiveError(RuntimeError):
 def objective_failure(result: ThompsonResult) -> ObjectiveError:
     """The ``ObjectiveError`` of a loop whose objective failed after ``result``'s rounds."""
     done = result.n_rounds
+    charged = (
+        "(a non-private run: nothing was charged)"
+        if result.ledger is None
+        else f"after the run's privacy charges so far (ledger total epsilon "
+        f"{float(result.ledger.epsilon()):.6g}), which stay charged"
+    )
     return ObjectiveError(
-        f"objective(X) failed in round {done + 1}, after the run's privacy charges so far "
-        f"(ledger total epsilon {_spent(result):.6g}); the {done} completed round(s) are in "
-        "err.result (stop_reason='objective_error') and stay charged. The objective's own "
-        "error is chained below.",
+        f"objective(X) failed in round {done + 1} {charged}; the {done} completed round(s) "
+        "are in err.result (stop_reason='objective_error'). The objective's own error is "
+        "chained below.",
         result,
     )
-
-
-def _spent(result: ThompsonResult) -> float:
-    return math.nan if result.ledger is None else float(result.ledger.epsilon())
 
 
 def _thompson_idata(
@@ -306,7 +309,11 @@ def check_loop_inputs(
     if np.any(X0 < lower) or np.any(X0 > upper):
         raise ValueError("X_init must lie inside the public domain.")
     try:
-        whole = not isinstance(n_rounds, bool) and int(n_rounds) == n_rounds and n_rounds >= 0
+        whole = (
+            not isinstance(n_rounds, bool | np.bool_)
+            and int(n_rounds) == n_rounds
+            and n_rounds >= 0
+        )
     except (TypeError, ValueError, OverflowError):  # None, NaN, ±inf, text
         whole = False
     if not whole:
@@ -546,6 +553,7 @@ def dp_thompson_sampling(
             sensitivity=sensitivity,
         )
         round_bound(n=len(X0))  # validates eta, kernel_class, sensitivity
+        ledger.check_privacy_model(PRIVACY_MODEL, "DP Thompson sampling")
         shown = X0 if fixed_cand is None else np.vstack([X0, fixed_cand])
         _check_public_kernel(base, kernel_scale, kernel_class, _public_probes(shown, domain_box))
     X_all, y_all = X0.copy(), y0.copy()

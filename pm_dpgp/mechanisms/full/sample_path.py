@@ -135,7 +135,14 @@ class PrivateRows:
 
 
 class _PathState:
-    """All values released so far: ``F = μ + L W`` with ``L`` their joint lower factor.
+    """All values released so far: ``μ₀ + F``, ``F = m + L W`` with ``L`` their joint lower
+    factor and ``m`` the posterior mean minus the public prior mean ``μ₀`` (``offset``).
+
+    The noise ``L W`` is added to the centred mean ``m`` and ``μ₀`` last, so the rounding of
+    ``μ₀ + …`` is post-processing of the noisy value.  Adding the noise to ``μ₀ + m`` instead
+    rounded the private mean at ``μ₀``'s magnitude first (stop-30 review: with
+    ``μ₀ = 10¹⁵ + ½`` a one-label neighbour moved it by 20 times the mean sensitivity, an
+    empirical hockey-stick δ of 0.03 where 10⁻⁵ was charged).
 
     ``L`` (``q × q``, lower triangular) is stored as block rows, one per call that
     released new inputs: block ``b`` holds ``L[r_b, :s_b]`` (``off``) and the diagonal
@@ -147,11 +154,12 @@ class _PathState:
     nothing; the standard normals ``W`` behind them are kept for the next conditional draw.
     """
 
-    def __init__(self, input_dim: int, n_draws: int) -> None:
+    def __init__(self, input_dim: int, n_draws: int, offset: float) -> None:
+        self.offset = offset  # μ₀, the public prior mean
         self.X = np.empty((0, input_dim))  # (q, d) released inputs
-        self.mean = np.empty(0)  # (q,) posterior mean there (private; never published)
+        self.mean = np.empty(0)  # (q,) posterior mean − μ₀ there (private; never published)
         self.W = np.empty((0, n_draws))  # (q, L) standard normals behind the values
-        self.F = np.empty((0, n_draws))  # (q, L) the released values μ + L W
+        self.F = np.empty((0, n_draws))  # (q, L) the released values minus μ₀: m + L W
         self.blocks: list[tuple[NDArray[np.float64], RFPTriangle]] = []
 
     @property
@@ -189,8 +197,8 @@ class _PathState:
         return out
 
     def values(self, rows: NDArray[np.intp] | None = None) -> NDArray[np.float64]:
-        """``(μ + L W)[rows]``, shape ``(len(rows), L)`` (all rows when ``rows`` is None)."""
-        return self.F.copy() if rows is None else self.F[rows]
+        """``μ₀ + (m + L W)[rows]``, shape ``(len(rows), L)`` (all rows when ``rows`` is None)."""
+        return self.offset + (self.F if rows is None else self.F[rows])
 
     @property
     def L(self) -> NDArray[np.float64]:
@@ -274,7 +282,7 @@ class SamplePathRelease:
         self, X_new: NDArray[np.float64]
     ) -> tuple[RFPTriangle, NDArray[np.float64], NDArray[np.float64]]:
         """Covariance at ``X_new`` given every value released so far, the new block row, and
-        the posterior mean at ``X_new``.
+        the posterior mean at ``X_new`` minus the prior mean ``μ₀`` (``k(X_new, X) α``).
 
         With ``V = L_K⁻¹ k(X, X_new)`` (``L_K`` the factor of ``K + r²I``, kernel ``σ² k``),
         the posterior covariance is ``s·k(X_new, X_new) − VᵀV`` with ``s = 1 + η²/σ²``
@@ -302,7 +310,7 @@ class SamplePathRelease:
         else:
             V = self._cross_kernel(X_new)
             S = RFPTriangle.from_columns(k, lambda c0, c1: gp.kernel(X_new[c0:], X_new[c0:c1]))
-        mean = gp.mean + V.T @ self._alpha
+        mean = V.T @ self._alpha  # centred: μ₀ is added to the noisy values (_PathState)
         V = self._factor.solve(V, overwrite_b=True)
         S.rank_update(V, -1.0, beta=scale)
         state = self._state
@@ -353,7 +361,7 @@ class SamplePathRelease:
         )
         Z = self._rng.standard_normal((len(X_new), self.n_draws))
         if self._state is None:
-            self._state = _PathState(X_new.shape[1], self.n_draws)
+            self._state = _PathState(X_new.shape[1], self.n_draws, self.public_gp.mean)
         self._state.append(X_new, mean, off, diag, Z)
 
     @property

@@ -65,6 +65,7 @@ from pm_dpgp.gp.linalg import cho_solve_lower, jittered_cholesky
 from pm_dpgp.mechanisms.label.output_perturbation import LABEL_PRIVACY_MODEL, LABEL_RELATION
 from pm_dpgp.mechanisms.noise import (
     GRID_BITS,
+    INT_LIMIT,
     SEED_POLICY_SECURE,
     SEED_POLICY_SIMULATION,
     SIMULATION,
@@ -206,13 +207,26 @@ _I64_SAFE = 2**62
 
 
 def _secure_laplace(
-    size: int, epsilon: float, rounding: float
+    size: int, epsilon: float, rounding: float, n_max: int
 ) -> tuple[object, float, float, float, dict[str, object]]:
-    """The discrete Laplace on the grid (module docstring): measurement, γ, ε, unit scale."""
+    """The discrete Laplace on the grid (module docstring): measurement, γ, ε, unit scale.
+
+    The centred sums ``|s_j| ≤ n_j/2`` on the grid must stay below ``INT_LIMIT``, where
+    ``discretise`` clamps them (a projection: private, but a silently wrong mean; the
+    stop-30 review released 0.04 for a bin whose labels all sat at the upper bound 2):
+    with ``n_max/(2γ)`` above it the setting is refused before any charge (public counts).
+    """
     import opendp.prelude as dp
 
     dp.enable_features("contrib")
     gamma = 2.0 ** (math.frexp(1.0 / epsilon)[1] - 1 - GRID_BITS)
+    if (0.5 * n_max + 1.0) / gamma > INT_LIMIT:
+        raise ValueError(
+            f"epsilon={epsilon!r} with {n_max} records in a bin is too large for the secure "
+            "discrete Laplace: the bin sums on its grid (step ~ 2^-20 / epsilon) would not fit "
+            "64-bit integers. Use a smaller epsilon or the simulation mode "
+            "(rng=np.random.default_rng(seed)); nothing was spent or drawn."
+        )
     # 1 + 4u: the computed width d may round below hi − lo (relative u)
     d_int = math.ceil((1.0 + 4.0 * _U + 2.0 * rounding) / gamma) + 1
     if d_int > _I64_SAFE:  # OpenDP's i64 vectors: a public setting, refused before any charge
@@ -268,7 +282,9 @@ def binning_noise(
         )
     n_max = int(counts.max())
     rounding = 2.0 * (n_max + 3) * _U / (1.0 - (n_max + 3) * _U) * (0.5 * n_max + 1.0)
-    meas, gamma, eps_map, unit_scale, info = _secure_laplace(int(occupied.sum()), epsilon, rounding)
+    meas, gamma, eps_map, unit_scale, info = _secure_laplace(
+        int(occupied.sum()), epsilon, rounding, n_max
+    )
     return BinningNoise(
         PureDpEvent(eps_map, label, count=n_draws), sens, sens * unit_scale, info, meas, gamma
     )

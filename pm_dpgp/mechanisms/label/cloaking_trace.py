@@ -332,7 +332,10 @@ def solve_trace_design(
         point = trace_point(At, start)
         if point is None:
             raise np.linalg.LinAlgError("singular initial trace design in the cloaking solver")
-        lam = start * point[2] * point[2]  # rescale: with all h_i = c, λ h² is dual-optimal
+        # rescale: with all h_i = c, λ h² is dual-optimal; not if a weight underflows and the
+        # design turns singular (stop-30 review: public inputs 1e-9 apart), then λ = start
+        scaled = start * point[2] * point[2]
+        lam = scaled if trace_point(At, scaled) is not None else start
     warm = 0
     while True:
         point = trace_point(At, lam)
