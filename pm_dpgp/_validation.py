@@ -14,6 +14,7 @@ their values are sanitised to the declared public bounds instead (``clip_to_boun
 
 from __future__ import annotations
 
+import datetime
 import math
 import warnings
 from typing import Any
@@ -159,6 +160,20 @@ def check_finite_array(x: ArrayLike, name: str, *, ndim: int | None = None) -> N
     return arr
 
 
+#: Python / NumPy scalar types that are not real numbers, though NumPy converts some of them
+#: to floats (text that parses, the real part of a complex, a date's raw integer).
+_NOT_REAL = (
+    str,
+    bytes,
+    complex,
+    np.complexfloating,
+    np.datetime64,
+    np.timedelta64,
+    datetime.date,
+    datetime.timedelta,
+)
+
+
 def refuse_text(x: Any, name: str, *, note: str = " (nothing was spent or drawn)") -> None:
     """Refuse text (``str``/``bytes`` entries) or complex numbers by their TYPE alone.
 
@@ -181,7 +196,7 @@ def refuse_text(x: Any, name: str, *, note: str = " (nothing was spent or drawn)
             entries = np.asarray(x, dtype=object).ravel()
         except ValueError:
             entries = np.empty(0, dtype=object)
-        if any(isinstance(v, str | bytes | complex | np.complexfloating) for v in entries):
+        if any(isinstance(v, _NOT_REAL) for v in entries):
             kind = "U"
     if kind in ("U", "S", "c", "M", "m"):
         raise TypeError(

@@ -176,6 +176,7 @@ def draws_to_inference_data(
 
     if not draws:
         raise ValueError("nothing to store: the release holds no draws yet.")
+    _check_names(draws, observed_data, dims, X_star, constant_data, extra_groups)
     n_draws = {int(arr.shape[0]) for _, arr in draws.values()}
     if len(n_draws) != 1:  # pragma: no cover - internal misuse
         raise ValueError(f"draws of different counts {sorted(n_draws)} in one posterior.")
@@ -269,6 +270,44 @@ def draws_to_inference_data(
             f_values.shape
         )
     return make_inference_data(out)
+
+
+def _check_names(
+    draws: Mapping[str, tuple[tuple[str, ...], Any]],
+    observed_data: Any,
+    dims: Mapping[str, Sequence[str]] | None,
+    X_star: NDArray[np.float64] | None,
+    constant_data: Any,
+    extra_groups: Mapping[str, Any] | None,
+) -> None:
+    """Refuse variable and dim names that ArviZ / xarray would reject or silently drop.
+
+    A variable named like a dim (``"chain"``, ``"draw"``, ``"x_star"`` …) became a coordinate:
+    the DP draws were silently lost (ArviZ 0.x) or refused by xarray after the predictive noise
+    was drawn; ArviZ 1's ``DataTree`` refuses names containing ``"/"`` (stop-30 review).
+    Public arguments only, checked before anything is drawn.
+    """
+    dim_names = {"chain", "draw"} | {d for dd, _ in draws.values() for d in dd}
+    if X_star is not None:
+        dim_names |= {"x_star", "input_dim"}
+    for ds in (constant_data, *(extra_groups or {}).values()):
+        dim_names |= set(getattr(ds, "dims", ()))
+    user_dims = [str(b) for spec in (dims or {}).values() for b in spec]
+    variables = list(draws)
+    if isinstance(observed_data, Mapping):
+        variables += [str(k) for k in observed_data]
+    for name in variables + user_dims:
+        if "/" in name:
+            raise ValueError(
+                f"the name {name!r} contains '/', which ArviZ 1 (DataTree) reserves for group "
+                "paths; choose another name."
+            )
+    for name in variables:
+        if name in dim_names or name in user_dims:
+            raise ValueError(
+                f"the variable name {name!r} is also a dimension name; choose another name "
+                "(e.g. variable_name='f_dp')."
+            )
 
 
 def _check_coord_length(dim: str, value: NDArray[Any], size: int) -> None:

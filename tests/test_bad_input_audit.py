@@ -274,13 +274,18 @@ def test_thompson_loop_arguments_get_clear_errors(setting):
     ],
 )
 def test_export_checks_its_arguments_before_drawing_predictive_noise(bad):
+    _export_refused(bad, "dims|coords|predictive_sd")
+
+
+def _export_refused(bad: dict, match: str) -> None:
+    """``to_inference_data`` of a small cloaked release refuses ``bad`` before any draw."""
     X = np.linspace(0, 5, 30)
     model = gp_regression(X, np.sin(X), pm.gp.cov.ExpQuad(1, ls=1.0), noise_sd=0.3)
     release = cloaked_release(model, np.linspace(0, 5, 5)[:, None], epsilon=1.0, delta=1e-3,
                               y_bounds=(-2, 2), rng=np.random.default_rng(0))  # fmt: skip
     g = np.random.default_rng(7)
     state = g.bit_generator.state
-    with pytest.raises(ValueError, match="dims|coords|predictive_sd"):
+    with pytest.raises(ValueError, match=match):
         release.to_inference_data(**{"predictive_sd": 0.3, **bad}, rng=g)
     assert g.bit_generator.state == state
 
@@ -417,3 +422,48 @@ def test_secure_binning_refuses_bin_sums_beyond_its_integer_range(binned):
         binned_release(np.full((200, 1), 0.5), np.full(200, 2.0), bins, epsilon=1e12,
                        y_bounds=(-2, 2), ledger=ledger)  # fmt: skip
     assert len(ledger.history) == 0
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"observed_data": {"x_star": np.zeros(5)}, "observed_is_public": True},  # a dim's name
+        {"observed_data": {"a/b": np.zeros(5)}, "observed_is_public": True},  # DataTree path
+        {"dims": {"f_dp": ["a/b"]}},
+    ],
+)
+def test_export_refuses_names_arviz_would_drop_or_reject(bad):
+    """A variable named like a dim silently lost the DP draws (ArviZ 0.x) or failed in xarray
+    after the noise was drawn; '/' fails in ArviZ 1's DataTree (stop-30 review)."""
+    _export_refused(bad, "name")
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"dims": {"f": ["draw"]}},
+        {"predictive_sd": np.ones(3)},
+        {"dims": {"f": ["x"]}, "coords": {"x": [1, 2]}},
+    ],
+)
+def test_noise_aware_export_checks_its_arguments_before_sampling(bad):
+    """``SparseQuRelease.to_inference_data`` sampled ``f`` from the caller's Generator before
+    any check of dims, coords or predictive_sd (stop-30 review)."""
+    from tests import releases
+
+    release = releases.noise_aware()
+    g = np.random.default_rng(5)
+    state = g.bit_generator.state
+    with pytest.raises(ValueError):
+        release.to_inference_data(np.linspace(-3, 3, 11), n_draws=10, rng=g, **bad)
+    assert g.bit_generator.state == state
+
+
+def test_dates_mixed_into_numbers_are_refused():
+    from pm_dpgp._validation import check_finite_array, private_array
+
+    mixed = [np.datetime64("2020-01-01"), 1.0]  # NumPy read the date as its raw day count
+    with pytest.raises(TypeError, match="dates"):
+        check_finite_array(mixed, "X_star")
+    with pytest.raises(TypeError, match="dates"):
+        private_array(mixed, "y", ndim=1)

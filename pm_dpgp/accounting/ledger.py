@@ -757,6 +757,7 @@ class Ledger:
         For loops that draw random numbers before their first spend (a Thompson round draws
         its candidates first), so that a refusal leaves the caller's Generator untouched.
         """
+        _check_privacy_model(privacy_model, None)
         self._refresh()
         self._check_provenance(label or f"a {privacy_model}-private release", privacy_model, None)
 

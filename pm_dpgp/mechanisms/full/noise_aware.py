@@ -694,10 +694,6 @@ class SparseQuRelease:
         * ``constant_data``: the public ``Z`` (dims ``inducing, input_dim``) and ``X_star``.
         * attrs of every group: the privacy metadata (nested values as JSON strings).
         """
-        import xarray as xr
-
-        from pm_dpgp.release import draws_to_inference_data
-
         Z = self.Z
         M, d = Z.shape
         multi = self.n_outputs > 1
@@ -709,7 +705,49 @@ class SparseQuRelease:
         if multi:
             default_coords["output"] = list(self.output_names)
         Xs = None if X_star is None else _as_inputs(X_star, d)
+        n_draws = _check_n_draws(n_draws)
+        rng = check_rng(rng)
+
+        def build(u: Any, f: Any, generator: np.random.Generator) -> Any:
+            return self._inference_data(
+                Xs, u, f, od, default_coords, var_name, dims, coords, observed_data,
+                observed_is_public, predictive_sd, generator,
+            )  # fmt: skip
+
+        # a dry run on zeros of the draws' shapes (its predictive noise from a throwaway
+        # Generator) refuses every bad public argument before the caller's Generator is used
+        # (stop-30 review: dims, coords and predictive_sd were checked after the sampling)
+        T = (self.n_outputs,) if multi else ()
+        build(
+            np.zeros((n_draws, *T, M)),
+            None if Xs is None else np.zeros((n_draws, *T, len(Xs))),
+            np.random.default_rng(0),
+        )
         u, f = self.sample_f(Xs, n_draws, rng)
+        return build(u, f, rng)
+
+    def _inference_data(
+        self,
+        Xs: NDArray[np.float64] | None,
+        u: NDArray[np.float64],
+        f: NDArray[np.float64] | None,
+        od: tuple[str, ...],
+        default_coords: dict[str, Any],
+        var_name: str,
+        dims: Mapping[str, Sequence[str]] | None,
+        coords: Mapping[str, ArrayLike] | None,
+        observed_data: Mapping[str, ArrayLike] | None,
+        observed_is_public: bool,
+        predictive_sd: float | None,
+        rng: np.random.Generator,
+    ) -> Any:
+        """``to_inference_data`` for given draws ``u`` (and ``f`` at ``Xs``)."""
+        import xarray as xr
+
+        from pm_dpgp.release import draws_to_inference_data
+
+        Z = self.Z
+        multi = self.n_outputs > 1
         draws: dict[str, Any] = {"u": ((*od, "inducing"), u)}
         params: dict[str, Any] = {
             "u_mean": ((*od, "inducing"), self.u_mean if multi else self.u_mean[0]),
