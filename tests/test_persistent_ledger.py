@@ -520,3 +520,31 @@ def test_an_event_that_cannot_be_read_back_is_refused_before_it_is_stored(tmp_pa
     with pytest.raises(TypeError, match="cannot be stored"):
         led.spend(CalibratedGaussian(3.0))
     assert len(PersistentLedger(path, FP).history) == 0
+
+
+# ---------------------------------------------------------------- stop-30 ledger audit
+def test_a_fingerprint_with_a_trailing_newline_is_refused(tmp_path):
+    """``re.match`` with ``$`` accepted ``digest + "\\n"``, which opened a second, fresh
+    budget for the same dataset (a fingerprint read with ``readline()``)."""
+    path = tmp_path / "ledger.db"
+    ledger = PersistentLedger(path, FP, epsilon=1.0, delta=1e-5)
+    ledger.spend(PureDpEvent(1.0), label="all of it")
+    with pytest.raises(ValueError, match="SHA-256"):
+        PersistentLedger(path, FP + "\n", epsilon=1.0, delta=1e-5)
+
+
+def test_a_spend_that_the_file_does_not_store_is_not_reported_as_charged(tmp_path):
+    """A trigger added to the file dropped every new entry, and ``spend`` returned as if the
+    charge were committed (the caller would draw noise): 5 releases of ε 0.5 on a budget of
+    1 across processes.  The entry is now read back inside the transaction."""
+    path = tmp_path / "ledger.db"
+    PersistentLedger(path, FP, epsilon=1.0, delta=1e-5).spend(PureDpEvent(0.5), label="ok")
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "CREATE TRIGGER drop_new BEFORE INSERT ON entries WHEN NEW.idx >= 1 "
+            "BEGIN SELECT RAISE(IGNORE); END"
+        )
+    reopened = PersistentLedger(path, FP, epsilon=1.0, delta=1e-5)
+    with pytest.raises(LedgerIntegrityError, match="did not store"):
+        reopened.spend(PureDpEvent(0.5), label="dropped")
+    assert len(PersistentLedger(path, FP, epsilon=1.0, delta=1e-5).history) == 1

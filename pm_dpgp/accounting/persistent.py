@@ -93,7 +93,9 @@ def dataset_fingerprint(identifier: str | bytes) -> str:
 
 
 def _check_fingerprint(fingerprint: Any) -> str:
-    if not isinstance(fingerprint, str) or not _HEX64.match(fingerprint):
+    # fullmatch: ``$`` in ``match`` also accepts a trailing newline, which opened a second,
+    # fresh budget for the same dataset (stop-30 ledger audit)
+    if not isinstance(fingerprint, str) or not _HEX64.fullmatch(fingerprint):
         raise ValueError(
             "dataset_fingerprint must be a SHA-256 hex digest (64 lowercase hex characters); "
             "compute one with pm_dpgp.accounting.dataset_fingerprint('<dataset name>')."
@@ -521,6 +523,17 @@ class PersistentLedger(Ledger):
                     "INSERT INTO entries (fingerprint, idx, record, hash) VALUES (?, ?, ?, ?)",
                     (self._fingerprint, entry.index, record, digest),
                 )
+                # read the row back inside the transaction: a file altered to drop the insert
+                # (e.g. a trigger) must not report a charge that is not stored (stop-30 audit)
+                stored = conn.execute(
+                    "SELECT hash FROM entries WHERE fingerprint = ? AND idx = ?",
+                    (self._fingerprint, entry.index),
+                ).fetchall()
+                if stored != [(digest,)]:
+                    raise LedgerIntegrityError(
+                        "the ledger file did not store this entry (it was altered outside "
+                        "pm_dpgp); nothing was recorded and no noise may be drawn."
+                    )
             # committed when the transaction block exited; only now update the memory state
             self._totals, self._head = new, digest
             self._entries = [*self._entries, entry]
