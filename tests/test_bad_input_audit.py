@@ -467,3 +467,26 @@ def test_dates_mixed_into_numbers_are_refused():
         check_finite_array(mixed, "X_star")
     with pytest.raises(TypeError, match="dates"):
         private_array(mixed, "y", ndim=1)
+
+
+def test_label_release_metadata_is_json_serialisable(binned):
+    """``Release.metadata`` holds JSON-serialisable values only (its docstring); binning and
+    classification stored NumPy arrays, and ``json.dumps`` raised (stop-30 serialisation
+    audit, which found no private value in any release)."""
+    import json
+
+    from pm_dpgp.mechanisms import classification_release
+    from pm_dpgp.models import gp_classification
+
+    X, y, bins = binned
+    release = binned_release(X, y, bins, epsilon=1.0, y_bounds=(-2, 2),
+                             rng=np.random.default_rng(0))  # fmt: skip
+    gp = binned_gp(release, [[0.5]], lengthscale=0.3, kernel_scale=1.0, noise_sd=0.3)
+    Xc = np.linspace(0, 10, 30)[:, None]
+    labels = (np.sin(Xc[:, 0]) > 0).astype(float)
+    clf = classification_release(
+        gp_classification(Xc, labels, pm.gp.cov.ExpQuad(1, ls=1.0)), Xc[::3], epsilon=1.0,
+        delta=1e-3, rng=np.random.default_rng(0),
+    )  # fmt: skip
+    for r in (release, gp, clf):
+        json.dumps(r.metadata)

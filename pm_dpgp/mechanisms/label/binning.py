@@ -369,10 +369,12 @@ def binned_release(
         "epsilon_total": event.count * event.eps,  # type: ignore[attr-defined]
         "data_sensitivity": d,
         "clipping_bounds": [lo, hi],
-        "bin_edges": [e for e in bins.edges],
-        "bin_counts": counts,
-        "bin_sensitivity": noise.sensitivity,
-        "laplace_scale": scale,
+        "bin_edges": [np.asarray(e).tolist() for e in bins.edges],
+        # lists, not arrays: metadata holds JSON-serialisable values only (Release docstring;
+        # stop-30 serialisation audit: json.dumps(release.metadata) raised TypeError)
+        "bin_counts": counts.tolist(),
+        "bin_sensitivity": noise.sensitivity.tolist(),
+        "laplace_scale": scale.tolist(),
         "empty_value": fill,
         "out_of_range": out_of_range,
         "privacy_event": event.to_metadata(),
@@ -459,7 +461,9 @@ def binned_gp(
     metadata.update(
         {
             "post_processing": f"GP on DP bin means ({method} EQ kernel)",
-            "gp_lengthscale": np.broadcast_to(np.asarray(lengthscale, dtype=float), (bins.dim,)),
+            "gp_lengthscale": np.broadcast_to(
+                np.asarray(lengthscale, dtype=float), (bins.dim,)
+            ).tolist(),
             "gp_kernel_scale": kernel_scale,
             "gp_noise_sd": noise_sd,
             "gp_mean": mu,

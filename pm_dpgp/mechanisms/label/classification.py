@@ -265,7 +265,7 @@ def classification_release(
         "inducing_points": None if Z is None else Z,
         "kmeans_seed": kmeans_seed if isinstance(inducing_points, numbers.Integral) else None,
         "kmm_jitter": jitter,
-        "latent_var": latent_var,
+        "latent_var": np.asarray(latent_var, dtype=np.float64).tolist(),  # JSON-serialisable
         "max_mahalanobis": noise.max_mahalanobis,
         "noise_rank": noise.rank,
         "rank_tol": noise.rank_tol,
