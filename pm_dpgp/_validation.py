@@ -24,6 +24,7 @@ from numpy.typing import ArrayLike, NDArray
 
 __all__ = [
     "PrivacyWarning",
+    "ConvergenceWarning",
     "check_epsilon",
     "check_delta",
     "check_positive",
@@ -53,6 +54,16 @@ class PrivacyWarning(UserWarning):
 
     Decided from public information only (arguments, model structure): a warning whose
     emission depended on the private data would leak it (``docs/errors.md``).
+    """
+
+
+class ConvergenceWarning(UserWarning):
+    """An optimiser stopped before its tolerance; the result is valid but may be worse.
+
+    Emitted by ``solve_noise_covariance`` (hence every cloaked release) when the noise design
+    stops at ``max_iter`` (or the trace design's step cap): the returned ``M`` is scaled to be
+    feasible, so privacy holds, but its certified gap (``gap_bound``) exceeds ``tol``, i.e. the
+    noise may be larger than the optimum.  Decided from the public cloaking matrix only.
     """
 
 
@@ -120,7 +131,7 @@ def check_count(value: int, name: str) -> int:
     return int(value)
 
 
-def _float_array(x: ArrayLike, name: str, ndim: int | None) -> NDArray[np.float64]:
+def float_array(x: ArrayLike, name: str, ndim: int | None) -> NDArray[np.float64]:
     """``x`` as float64 of rank ``ndim`` (1-D becomes one column for ``ndim == 2``).
 
     Non-numeric content is refused with ``TypeError`` whose message names no value
@@ -134,7 +145,10 @@ def _float_array(x: ArrayLike, name: str, ndim: int | None) -> NDArray[np.float6
         arr = None  # raised outside the handler: NumPy's message (which quotes the
         # offending entry) must not even stay attached as the error's __context__
     if arr is None:
-        raise TypeError(f"{name} must be an array of numbers; convert it to float64.")
+        raise TypeError(
+            f"{name} must be a rectangular array of numbers; some entry is not a number or the "
+            "rows differ in length (convert it to float64)."
+        )
     if ndim == 2 and arr.ndim == 1:
         arr = arr[:, None]
     if ndim is not None and arr.ndim != ndim:
@@ -147,7 +161,7 @@ def _float_array(x: ArrayLike, name: str, ndim: int | None) -> NDArray[np.float6
 
 def check_finite_array(x: ArrayLike, name: str, *, ndim: int | None = None) -> NDArray[np.float64]:
     """Return ``x`` as a float64 array, raising ``ValueError`` on NaN/inf or wrong rank."""
-    arr = _float_array(x, name, ndim)
+    arr = float_array(x, name, ndim)
     if arr.size == 0:
         raise ValueError(f"{name} is empty; pass at least one value.")
     if not np.all(np.isfinite(arr)):
@@ -212,7 +226,7 @@ def private_array(x: ArrayLike, name: str, *, ndim: int) -> NDArray[np.float64]:
     inspected, so nothing here depends on them.  A 1-D input becomes one column when
     ``ndim == 2``; non-numeric content is a ``TypeError`` that quotes no value.
     """
-    return _float_array(x, name, ndim)
+    return float_array(x, name, ndim)
 
 
 def finite_rows(*arrays: NDArray[np.float64]) -> NDArray[np.bool_]:

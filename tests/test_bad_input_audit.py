@@ -11,11 +11,13 @@ reveal private values.
 from __future__ import annotations
 
 import traceback
+import warnings
 
 import numpy as np
 import pymc as pm
 import pytest
 
+from pm_dpgp import ConvergenceWarning
 from pm_dpgp.accounting import Ledger, PrivacyModelMismatchError
 from pm_dpgp.mechanisms import (
     binned_gp,
@@ -368,10 +370,15 @@ def test_the_trace_design_survives_a_public_near_duplicate_input():
         X, rng.uniform(-2, 5, 40), pm.gp.cov.ExpQuad(1, ls=0.1), noise_sd=0.3, mean=0.0
     )
     X_star = np.r_[np.linspace(-2, 12, 20), [30.0, 1e3]]
-    release = cloaked_release(model, X_star, epsilon=1.0, delta=1e-5, y_bounds=(-2, 5),
-                              design="trace", rng=np.random.default_rng(0))  # fmt: skip
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        release = cloaked_release(model, X_star, epsilon=1.0, delta=1e-5, y_bounds=(-2, 5),
+                                  design="trace", rng=np.random.default_rng(0))  # fmt: skip
     gap = release.metadata["solver_gap_bound"]
     assert np.isfinite(gap) and gap >= 0.0
+    # an early stop is never silent (stop 31): the ConvergenceWarning iff not converged
+    warned = any(issubclass(w.category, ConvergenceWarning) for w in rec)
+    assert warned == (not release.metadata["solver_converged"])
     assert np.all(np.isfinite(release.draws))
 
 
@@ -391,10 +398,15 @@ def test_the_trace_design_survives_a_singular_initial_rescale():
         X, rng.uniform(-2, 5, len(X)), pm.gp.cov.ExpQuad(1, ls=ls), noise_sd=noise_sd, mean=0.0
     )
     X_star = np.r_[np.linspace(-2, 12, int(rng.integers(5, 30))), [far, far + 1e-3, 1e3]]
-    release = cloaked_release(model, X_star, epsilon=1.0, delta=1e-5, y_bounds=(-2, 5),
-                              design="trace", rng=np.random.default_rng(0))  # fmt: skip
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        release = cloaked_release(model, X_star, epsilon=1.0, delta=1e-5, y_bounds=(-2, 5),
+                                  design="trace", rng=np.random.default_rng(0))  # fmt: skip
     gap = release.metadata["solver_gap_bound"]
     assert np.isfinite(gap) and gap >= 0.0
+    # an early stop is never silent (stop 31): the ConvergenceWarning iff not converged
+    warned = any(issubclass(w.category, ConvergenceWarning) for w in rec)
+    assert warned == (not release.metadata["solver_converged"])
 
 
 def test_thompson_refuses_a_ledger_of_the_other_privacy_model_before_drawing():

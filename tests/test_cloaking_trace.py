@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy.optimize import minimize
 
-from pm_dpgp import plan
+from pm_dpgp import ConvergenceWarning, plan
 from pm_dpgp._validation import PrivacyWarning
 from pm_dpgp.accounting import Ledger
 from pm_dpgp.datasets import load_howell1
@@ -231,7 +231,8 @@ def test_bad_design_raises() -> None:
 
 def test_max_iter_is_feasible_and_honest() -> None:
     C = gp_cloaking_matrix(np.linspace(0.0, 100.0, 80), np.linspace(0.0, 110.0, 90))
-    res = solve_noise_covariance(C, design="trace", rank_tol=1e-8, max_iter=3)
+    with pytest.warns(ConvergenceWarning, match="trace noise design"):
+        res = solve_noise_covariance(C, design="trace", rank_tol=1e-8, max_iter=3)
     assert not res.converged
     assert res.max_mahalanobis <= 1.0 + 1e-6
     full = solve_noise_covariance(C, design="trace", rank_tol=1e-8)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from pm_dpgp._validation import refuse_text
+from pm_dpgp._validation import float_array
 from pm_dpgp.selection.grids import kfold_splits
 
 __all__ = ["as_private_arrays", "check_data_schema", "private_data", "public_split", "usable_rows"]
@@ -99,25 +99,8 @@ def _declared_or_converted(x: Any, name: str) -> tuple[Any, tuple[int, ...]]:
     dtype, shape = getattr(x, "dtype", None), getattr(x, "shape", None)
     if isinstance(dtype, np.dtype) and dtype.kind in "biuf" and shape is not None:
         return x, tuple(int(k) for k in shape)
-    arr = _numeric(x, name)
+    arr = float_array(x, name, None)
     return arr, arr.shape
-
-
-def _numeric(x: Any, name: str) -> NDArray[np.float64]:
-    """``x`` as a float64 array (its schema only): text or complex entries are refused by
-    their type (``refuse_text``), ragged or non-numeric ones with a ``TypeError`` quoting no
-    value (NumPy's own message quotes the entry, so it is not kept as the context either)."""
-    refuse_text(x, name)
-    try:
-        arr: NDArray[np.float64] | None = np.asarray(x, dtype=np.float64)
-    except (TypeError, ValueError):
-        arr = None
-    if arr is None:
-        raise TypeError(
-            f"{name} must be a rectangular array of numbers (float64); some entry is not a "
-            "number or the rows differ in length (nothing was spent or drawn)."
-        )
-    return arr
 
 
 def usable_rows(

@@ -708,19 +708,22 @@ class SparseQuRelease:
         n_draws = _check_n_draws(n_draws)
         rng = check_rng(rng)
 
+        predictive = None if Xs is None else self.predict(Xs)  # eq. 17, once
+
         def build(u: Any, f: Any, generator: np.random.Generator) -> Any:
             return self._inference_data(
-                Xs, u, f, od, default_coords, var_name, dims, coords, observed_data,
-                observed_is_public, predictive_sd, generator,
+                Xs, predictive, u, f, od, default_coords, var_name, dims, coords,
+                observed_data, observed_is_public, predictive_sd, generator,
             )  # fmt: skip
 
-        # a dry run on zeros of the draws' shapes (its predictive noise from a throwaway
-        # Generator) refuses every bad public argument before the caller's Generator is used
-        # (stop-30 review: dims, coords and predictive_sd were checked after the sampling)
+        # a dry run on zero-stride zeros of the draws' shapes (no memory; its predictive noise
+        # from a throwaway Generator) refuses every bad public argument before the caller's
+        # Generator is used (stop-30 review: dims, coords and predictive_sd were checked after
+        # the sampling)
         T = (self.n_outputs,) if multi else ()
         build(
-            np.zeros((n_draws, *T, M)),
-            None if Xs is None else np.zeros((n_draws, *T, len(Xs))),
+            np.broadcast_to(0.0, (n_draws, *T, M)),
+            None if Xs is None else np.broadcast_to(0.0, (n_draws, *T, len(Xs))),
             np.random.default_rng(0),
         )
         u, f = self.sample_f(Xs, n_draws, rng)
@@ -729,6 +732,7 @@ class SparseQuRelease:
     def _inference_data(
         self,
         Xs: NDArray[np.float64] | None,
+        predictive: tuple[NDArray[np.float64], NDArray[np.float64]] | None,
         u: NDArray[np.float64],
         f: NDArray[np.float64] | None,
         od: tuple[str, ...],
@@ -741,7 +745,8 @@ class SparseQuRelease:
         predictive_sd: float | None,
         rng: np.random.Generator,
     ) -> Any:
-        """``to_inference_data`` for given draws ``u`` (and ``f`` at ``Xs``)."""
+        """``to_inference_data`` for given draws ``u`` (and ``f`` at ``Xs``, where
+        ``predictive = self.predict(Xs)``)."""
         import xarray as xr
 
         from pm_dpgp.release import draws_to_inference_data
@@ -756,12 +761,12 @@ class SparseQuRelease:
         const: dict[str, Any] = {"Z": (("inducing", "input_dim"), Z)}
         sd = predictive_sd
         if Xs is not None:
-            assert f is not None
+            assert f is not None and predictive is not None
             draws = {var_name: ((*od, "x_star"), f), **draws}
             if multi:
                 e = np.exp(f - f.max(axis=1, keepdims=True))
                 draws["p"] = ((*od, "x_star"), e / e.sum(axis=1, keepdims=True))
-            mu, var = self.predict(Xs)
+            mu, var = predictive
             params["f_mean"] = ((*od, "x_star"), mu)
             params["f_var"] = ((*od, "x_star"), var)
             const["X_star"] = (("x_star", "input_dim"), Xs)

@@ -72,6 +72,7 @@ from __future__ import annotations
 import functools
 import math
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal
@@ -81,6 +82,7 @@ import scipy.linalg as sla
 import scipy.sparse as sp
 from numpy.typing import ArrayLike, NDArray
 
+from pm_dpgp._validation import ConvergenceWarning
 from pm_dpgp.gp.operators import CloakingOperator, LinearCloakingOperator, LowRankOperator
 
 __all__ = [
@@ -1428,6 +1430,12 @@ def solve_noise_covariance(
         If ``C`` is not a finite, non-empty, not-all-zero real 2-D array, or a parameter is out
         of range.
 
+    Warns
+    -----
+    pm_dpgp.ConvergenceWarning
+        If the design stops before ``tol`` (``converged`` is ``False``): the result is
+        feasible (privacy holds), but its noise may exceed the optimum by ``gap_bound``.
+
     Notes
     -----
     Cost: a randomised range finder with an exact residual check (``O(m n ℓ)``, ``ℓ ≈ 2k``) or,
@@ -1448,12 +1456,23 @@ def solve_noise_covariance(
     if design == "trace":
         from pm_dpgp.mechanisms.label.cloaking_trace import trace_covariance
 
-        return trace_covariance(red, tol, max_iter)
-    Bt = np.ascontiguousarray(red.white[:, red.reps].T)
-    u_reps, iterations, converged = _solve_design(Bt, tol, max_iter)
-    weights = np.zeros(arr.shape[1])
-    weights[red.reps] = u_reps
-    return _assemble(red, weights, iterations, converged, tol=tol)
+        result = trace_covariance(red, tol, max_iter)
+    else:
+        Bt = np.ascontiguousarray(red.white[:, red.reps].T)
+        u_reps, iterations, converged = _solve_design(Bt, tol, max_iter)
+        weights = np.zeros(arr.shape[1])
+        weights[red.reps] = u_reps
+        result = _assemble(red, weights, iterations, converged, tol=tol)
+    if not result.converged:
+        warnings.warn(
+            f"The {design} noise design stopped after {result.iterations} steps with certified "
+            f"gap {result.gap_bound:.3g} (tol {tol:g}): the noise covariance is feasible, so "
+            "privacy holds, but it may be larger than the optimum. Pass a larger max_iter or "
+            "tol to solve_noise_covariance.",
+            ConvergenceWarning,
+            stacklevel=2,
+        )
+    return result
 
 
 def gradient_ascent_reference(
