@@ -436,3 +436,25 @@ def test_small_model_release_runs():
         rng=np.random.default_rng(0),
     )
     assert np.all(np.isfinite(r.draws))
+
+
+def test_the_factorisation_jitter_is_recorded_in_the_release():
+    """Stop-31 audit: a noise variance below round-off made the exact posterior add jitter
+    (1e-10 = 10⁶ σ_n² here) and the release is the posterior for ``σ_n² + jitter``, but its
+    metadata did not say so.  Both exact label-private releases record it now."""
+    from pm_dpgp.mechanisms import prior_noise_release
+
+    X = np.linspace(0.0, 10.0, 40)
+    y = np.clip(np.sin(X), -1.9, 1.9)
+    for noise_sd, jittered in ((1e-8, True), (0.3, False)):
+        model = gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=3.0), noise_sd=noise_sd, mean=0.0)
+        jitter = model.public_gp().posterior().jitter
+        assert (jitter > 0.0) == jittered
+        for release_fn in (cloaked_release, prior_noise_release):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", PrivacyWarning)
+                release = release_fn(
+                    model, np.linspace(0.0, 10.0, 5), epsilon=1.0, delta=1e-5,
+                    y_bounds=(-2.0, 2.0), rng=np.random.default_rng(0),
+                )  # fmt: skip
+            assert release.metadata["jitter"] == jitter

@@ -31,6 +31,7 @@ from pm_dpgp.accounting import (
     ReusedGeneratorError,
     dataset_fingerprint,
 )
+from pm_dpgp.accounting.persistent import _canonical
 from pm_dpgp.audit import DataDerivedChoiceError, check_public_choices
 from pm_dpgp.mechanisms import (
     cloaked_release,
@@ -333,9 +334,13 @@ def test_persistent_ledger_stores_the_model_and_reads_old_rows(models, tmp_path)
             if k not in ("privacy_model", "neighbouring_relation", "generator_fingerprint")
         }
         text = json.dumps(old, sort_keys=True, separators=(",", ":"))
+        # and its parameters as hashed before stop 31 (no salt_id in the genesis)
+        params = {k: v for k, v in led._params().items() if k != "salt_id"}
+        genesis = led._hash(b"", _canonical(params))
+        conn.execute("UPDATE ledgers SET genesis = ?", (genesis,))
         conn.execute(
             "UPDATE entries SET record = ?, hash = ?",
-            (text, led._hash(led._genesis, text.encode())),
+            (text, led._hash(genesis, text.encode())),
         )
         conn.execute("DROP TABLE salts")
     reopened = PersistentLedger(path, fp)

@@ -8,6 +8,7 @@ order go through the same arithmetic.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import multiprocessing as mp
@@ -37,6 +38,7 @@ from pm_dpgp.accounting import (
     dataset_fingerprint,
     event_from_metadata,
     gdp_epsilon,
+    persistent,
 )
 from pm_dpgp.mechanisms.label.output_perturbation import perturb
 
@@ -548,3 +550,61 @@ def test_a_spend_that_the_file_does_not_store_is_not_reported_as_charged(tmp_pat
     with pytest.raises(LedgerIntegrityError, match="did not store"):
         reopened.spend(PureDpEvent(0.5), label="dropped")
     assert len(PersistentLedger(path, FP, epsilon=1.0, delta=1e-5).history) == 1
+
+
+# ---------------------------------------------------------------- stop 31: the salt is bound
+@pytest.mark.parametrize("key", [None, b"secret"])
+@pytest.mark.parametrize("edit", ["DELETE FROM salts", "UPDATE salts SET salt = randomblob(32)"])
+def test_deleting_or_replacing_the_salt_is_detected(tmp_path, key, edit):
+    """The salt of the Generator fingerprints lived outside the hash chain: deleting (or
+    replacing) its row made a reopened ledger draw a fresh salt, and a reused seed passed as
+    new.  The genesis hash now covers a one-way id of the salt."""
+    path = tmp_path / "ledger.db"
+    live = PersistentLedger(path, FP, 10.0, 1e-5, key=key)
+    live.spend(GaussianEvent(5.0), privacy_model="label", rng=np.random.default_rng(7))
+    with sqlite3.connect(path) as conn:
+        conn.execute(edit)
+    with pytest.raises(LedgerIntegrityError, match="salt"):
+        PersistentLedger(path, FP, key=key)
+    with pytest.raises(LedgerIntegrityError, match="salt"):
+        live.verify()
+    with pytest.raises(LedgerIntegrityError):  # the handle is poisoned from then on
+        live.spend(GaussianEvent(5.0), privacy_model="label", rng=np.random.default_rng(8))
+
+
+def test_the_salt_id_is_exported_and_the_salt_is_not(tmp_path):
+    path = tmp_path / "ledger.db"
+    led = PersistentLedger(path, FP, 10.0, 1e-5)
+    led.spend(GaussianEvent(5.0), privacy_model="label", rng=np.random.default_rng(7))
+    doc = json.loads(led.export_json())
+    assert doc["parameters"]["salt_id"] == persistent._salt_id(led._salt)
+    assert led._salt.hex() not in led.export_json()
+    assert PersistentLedger(path, FP).history == led.history  # a bound ledger reopens
+
+
+def _legacy(path: Path) -> None:
+    """Rewrite an empty, unkeyed ledger's genesis as ledgers created before stop 31 had it
+    (parameters without ``salt_id``)."""
+    led = PersistentLedger(path, FP, 10.0, 1e-5)
+    params = {k: v for k, v in led._params().items() if k != "salt_id"}
+    legacy = hashlib.sha256(b"\x00" + persistent._canonical(params)).hexdigest()
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE ledgers SET genesis = ?", (legacy,))
+
+
+def test_an_earlier_ledger_refuses_a_missing_salt_once_a_row_holds_a_fingerprint(tmp_path):
+    path = tmp_path / "ledger.db"
+    _legacy(path)
+    with sqlite3.connect(path) as conn:  # no salted fingerprint yet: a new salt is harmless
+        conn.execute("DELETE FROM salts")
+    led = PersistentLedger(path, FP)
+    assert not led._salt_bound
+    led.spend(GaussianEvent(5.0), privacy_model="label", rng=np.random.default_rng(7))
+    with pytest.raises(ReusedGeneratorError):
+        PersistentLedger(path, FP).spend(
+            GaussianEvent(5.0), privacy_model="label", rng=np.random.default_rng(7)
+        )
+    with sqlite3.connect(path) as conn:
+        conn.execute("DELETE FROM salts")
+    with pytest.raises(LedgerIntegrityError, match="salts row of this ledger is missing"):
+        PersistentLedger(path, FP)

@@ -449,3 +449,31 @@ def test_the_given_kappa_check_uses_the_kernel_as_it_is_now():
         **kw,
     )
     assert rel.metadata["kappa"] == 0.5 * true_min
+
+
+def test_training_factor_adds_no_trial_jitter():
+    """Stop-31 audit: the training factor of the PRIVATE inputs was retried with a jitter
+    schedule (10⁻¹⁰ × mean diagonal first) when round-off made ``K + σ_n² I`` indefinite, a
+    ridge that depended on the private inputs.  Now the computed ``K``'s negative eigenvalues
+    are clipped and only the public ``σ_n²`` is added: ``L Lᵀ`` is ``K + σ_n² I`` to round-off
+    (the jitter would leave 10⁻¹⁰ on the diagonal), and an input set the packed factorisation
+    handles is factorised exactly as before (same bits as a plain Cholesky)."""
+    from pm_dpgp.mechanisms.full.sample_path import _training_factor
+
+    X = np.r_[np.zeros(6), np.linspace(0.0, 1e-6, 6)]  # duplicated and nearly so: rank ≈ 3
+    noise_var = 1e-20
+    gp = gp_regression(X, np.zeros(12), pm.gp.cov.ExpQuad(1, ls=1.0), noise_sd=1e-10, mean=0.0)
+    pub = gp.public_gp()
+    K = pub.kernel(pub.X, pub.X)
+    assert np.linalg.eigvalsh(K + noise_var * np.eye(12))[0] < 1e-15  # the failing regime
+    L = _training_factor(pub).to_dense()
+    err = np.max(np.abs(L @ L.T - (K + noise_var * np.eye(12))))
+    assert err < 1e-13, err  # a jitter of 10⁻¹⁰ × mean diagonal (1) would give ≥ 1e-10
+
+    X2 = np.linspace(0.0, 5.0, 12)
+    pub2 = gp_regression(
+        X2, np.zeros(12), pm.gp.cov.ExpQuad(1, ls=1.0), noise_sd=0.3, mean=0.0
+    ).public_gp()
+    A = pub2.kernel(pub2.X, pub2.X) + pub2.noise_var * np.eye(12)
+    L2 = _training_factor(pub2).to_dense()
+    assert_normwise_close(L2, np.linalg.cholesky(A), cond_rtol(A), "training factor")

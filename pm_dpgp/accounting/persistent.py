@@ -28,8 +28,11 @@ What it guarantees (tested in ``tests/test_persistent_ledger.py``; design in
 * **Privacy model and Generator fingerprints** (issue 15).  Each row records the entry's privacy
   model, neighbouring relation and, for simulation-mode releases, the salted fingerprint of the
   Generator state (``generator_fingerprint``).  The salt (32
-  random bytes per dataset) is kept in the database's ``salts`` table, outside the hash chain
-  and never exported, so a fingerprint in an export cannot be tested against guessed seeds.
+  random bytes per dataset) is kept in the database's ``salts`` table and never exported, so a
+  fingerprint in an export cannot be tested against guessed seeds.  Since stop 31 the genesis
+  hash covers a one-way id of the salt (``salt_id``), so deleting or replacing the salt is
+  detected like an edit of the budget; for ledgers created earlier, a missing salt is refused
+  when any row holds a salted fingerprint (a replaced one is not detected there).
   Rows written before these fields existed read as ``None`` (no model, no fingerprint).
 """
 
@@ -66,6 +69,14 @@ __all__ = [
 ]
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _salt_id(salt: bytes) -> str:
+    """One-way id of the Generator-fingerprint salt, covered by the genesis hash (stop 31): an
+    edit or deletion of the ``salts`` row is then detected like an edit of the budget."""
+    return hashlib.sha256(b"pm_dpgp salt id v1\x00" + salt).hexdigest()
+
+
 _SCHEMA_VERSION = 1
 _UNSET: Any = object()
 
@@ -145,6 +156,9 @@ class PersistentLedger(Ledger):
         See the module docstring.
     """
 
+    #: whether the genesis hash covers ``salt_id`` (ledgers created since stop 31)
+    _salt_bound: bool = False
+
     def __init__(
         self,
         path: str | PathLike[str],
@@ -176,6 +190,9 @@ class PersistentLedger(Ledger):
                 "SELECT epsilon, delta, orders, filter, genesis FROM ledgers WHERE fingerprint = ?",
                 (self._fingerprint,),
             ).fetchone()
+            salt_row = conn.execute(
+                "SELECT salt FROM salts WHERE fingerprint = ?", (self._fingerprint,)
+            ).fetchone()
             if row is None:
                 if epsilon is _UNSET:
                     raise ValueError(
@@ -189,6 +206,9 @@ class PersistentLedger(Ledger):
                     filter="auto" if filter is _UNSET else filter,
                     allow_mixed_privacy_models=allow_mixed_privacy_models,
                 )
+                if salt_row is not None:  # left by a deleted ledger row: reuse, bind below
+                    self._salt = bytes(salt_row[0])
+                self._salt_bound = True  # the genesis hash covers the salt's id (stop 31)
                 self._genesis = self._hash(b"", _canonical(self._params()))
                 conn.execute(
                     "INSERT INTO ledgers (fingerprint, epsilon, delta, orders, filter, genesis) "
@@ -212,28 +232,21 @@ class PersistentLedger(Ledger):
                     allow_mixed_privacy_models=allow_mixed_privacy_models,
                 )
                 self._genesis = genesis
-                if self._hash(b"", _canonical(self._params())) != genesis:
-                    raise LedgerIntegrityError(
-                        "the stored ledger parameters do not match their hash (edited outside "
-                        "the ledger, or opened with a different key)."
-                    )
+                if salt_row is not None:
+                    self._salt = bytes(salt_row[0])
+                self._salt_bound = self._bind_salt(conn, genesis, salt_row is not None)
                 self._check_same(given)
-            salt = conn.execute(
-                "SELECT salt FROM salts WHERE fingerprint = ?", (self._fingerprint,)
-            ).fetchone()
-            if salt is None:  # a new ledger, or one stored before issue 15
+            if salt_row is None:  # a new ledger, or one stored before issue 15
                 conn.execute(
                     "INSERT INTO salts (fingerprint, salt) VALUES (?, ?)",
                     (self._fingerprint, self._salt),
                 )
-            else:
-                self._salt = bytes(salt[0])
         self._head = self._genesis
         self._refresh(full_count=True)  # reads and verifies the stored history
 
     # -- parameters ---------------------------------------------------------------------------
     def _params(self) -> dict[str, Any]:
-        return {
+        params = {
             "schema": _SCHEMA_VERSION,
             "fingerprint": self._fingerprint,
             "epsilon": self._budget,
@@ -241,6 +254,37 @@ class PersistentLedger(Ledger):
             "orders": self._orders.tolist(),
             "filter": self._filter,
         }
+        if self._salt_bound:
+            params["salt_id"] = _salt_id(self._salt)
+        return params
+
+    def _bind_salt(self, conn: sqlite3.Connection, genesis: str, salt_stored: bool) -> bool:
+        """Whether the stored ``genesis`` covers the Generator-fingerprint salt (ledgers created
+        since stop 31) or not (earlier ones); raise ``LedgerIntegrityError`` if it matches
+        neither, or if an earlier ledger's salt is gone though its rows hold salted
+        fingerprints (deleting the salt would re-arm every reused seed)."""
+        for bound in (True, False):
+            self._salt_bound = bound
+            if self._hash(b"", _canonical(self._params())) == genesis:
+                break
+        else:
+            raise LedgerIntegrityError(
+                "the stored ledger parameters, or the Generator-fingerprint salt bound to them, "
+                "do not match their hash (edited outside the ledger, the salts row deleted or "
+                "replaced, or opened with a different key): do not release from it; restore "
+                "the database from a trusted copy."
+            )
+        if not bound and not salt_stored:
+            records = conn.execute(
+                "SELECT record FROM entries WHERE fingerprint = ?", (self._fingerprint,)
+            ).fetchall()
+            if any(json.loads(r).get("generator_fingerprint") for (r,) in records):
+                raise LedgerIntegrityError(
+                    "the salts row of this ledger is missing, but its rows hold salted "
+                    "Generator fingerprints: without the salt a reused seed would go unnoticed. "
+                    "Restore the database from a trusted copy."
+                )
+        return bound
 
     def _check_same(self, given: dict[str, Any]) -> None:
         stored: dict[str, Any] = {
@@ -473,8 +517,20 @@ class PersistentLedger(Ledger):
                 "orders": json.loads(row[2]),
                 "filter": row[3],
             }
+            salt = conn.execute(
+                "SELECT salt FROM salts WHERE fingerprint = ?", (self._fingerprint,)
+            ).fetchone()
+            if self._salt_bound:
+                stored["salt_id"] = _salt_id(bytes(salt[0])) if salt is not None else None
             if self._hash(b"", _canonical(stored)) != self._genesis:
-                raise LedgerIntegrityError("the stored ledger parameters were edited.")
+                raise LedgerIntegrityError(
+                    "the stored ledger parameters (or the salt bound to them) were edited."
+                )
+            if salt is None or bytes(salt[0]) != self._salt:
+                raise LedgerIntegrityError(
+                    "the Generator-fingerprint salt of this ledger was deleted or replaced in "
+                    "the database file: do not release from it; restore it from a trusted copy."
+                )
             self._sync(conn)
             n_known = len(known_entries)
             if n_known:  # the re-read chain must pass through the head this handle knew

@@ -36,9 +36,7 @@ import numpy as np
 import scipy.linalg.lapack as lapack
 from numpy.typing import NDArray
 
-from pm_dpgp.gp.linalg import CholeskyError, jitter_schedule
-
-__all__ = ["RFPTriangle", "jittered_rfp_cholesky"]
+__all__ = ["RFPTriangle"]
 
 #: Columns per strip when filling or multiplying a triangle strip by strip.
 _STRIP = 256
@@ -254,31 +252,3 @@ def _lower_indices(w: int) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
     rows.flags.writeable = False
     cols.flags.writeable = False
     return rows, cols
-
-
-def jittered_rfp_cholesky(
-    build: Callable[[], RFPTriangle], *, max_tries: int = 6
-) -> tuple[RFPTriangle, float]:
-    """Lower Cholesky factor, in RFP format, of the symmetric matrix ``build()`` returns.
-
-    The same jitter schedule as ``pm_dpgp.gp.linalg.jittered_cholesky`` (``jitter_schedule``
-    from 0): no jitter first, then ``s·10^k`` with ``s = 1e-10 · mean diagonal``.  A failed
-    ``dpftrf`` destroys the packed matrix and RFP keeps no second triangle to restore it
-    from, so each retry calls ``build`` again (for a kernel matrix an ``O(n² d)`` evaluation,
-    small next to the ``O(n³)`` factorisation).  Returns the factor and the jitter used.
-    """
-    A = build()
-    diagonal = A.diagonal()  # kept: a failed attempt destroys A
-    if A.cholesky():  # the schedule's first jitter is 0
-        return A, 0.0
-    schedule = jitter_schedule(diagonal, 0.0, max_tries)
-    for jitter in schedule[1:]:
-        A = build()
-        A.add_to_diagonal(jitter)
-        if A.cholesky():
-            return A, float(jitter)
-    raise CholeskyError(
-        f"Cholesky factorisation failed for a {A.n}x{A.n} matrix even with jitter up to "
-        f"{schedule[-1]:.3g}. The matrix is not positive semi-definite: check the kernel and "
-        "its hyperparameters, remove duplicated inputs, or increase the noise variance."
-    )

@@ -202,8 +202,10 @@ class PublicGP(PublicInputsView):
         return CloakingOperator(self.kernel(self.X, Xs).T, self.posterior().L)
 
     def cloaking_metadata(self) -> dict[str, Any]:
-        """Extra public facts for a cloaked release of the exact GP (none)."""
-        return {}
+        """Extra public facts for a cloaked release of the exact GP: the jitter added to
+        ``k(X, X) + σ_n² I`` by its factorisation (0.0 unless it failed; public under label
+        privacy, where ``X`` is public)."""
+        return {"jitter": float(self.posterior().jitter)}
 
     def predict(
         self, y: ArrayLike, X_star: ArrayLike, *, full_cov: bool = True
@@ -244,6 +246,35 @@ def _compiled_like(inputs: list[Variable], out: Variable) -> Any | None:
             if equal_computations([out], [cached_out], in_xs=inputs, in_ys=cached_inputs):
                 return compiled
     return None
+
+
+def require_exact_regression(gpr: Any, mechanism: str) -> None:
+    """Refuse a model whose own posterior is not the exact GP regression posterior.
+
+    FITC, sparse (VFE), Dirichlet and binary-classification models subclass ``GPRegression``,
+    and ``public_gp`` gives their exact-GP view; a mechanism that releases the exact posterior
+    (prior noise, sample paths) would release another model's posterior than the one built,
+    with nothing in the release saying so (stop-31 audit: 19 % off the FITC mean).  Public
+    (the model's type); call before anything is spent or drawn.
+    """
+    from pm_dpgp.models.classification import GPClassification
+    from pm_dpgp.models.fitc import FITCRegression
+    from pm_dpgp.models.sparse import DirichletGPClassification, SparseGPRegression
+
+    use = (
+        (DirichletGPClassification, "pm_dpgp.mechanisms.dirichlet_release"),
+        (SparseGPRegression, "pm_dpgp.mechanisms.noise_aware_release (Honkela's sparse q(u))"),
+        (FITCRegression, "pm_dpgp.mechanisms.cloaked_release (FITC cloaking)"),
+        (GPClassification, "pm_dpgp.mechanisms.classification_release"),
+    )
+    for cls, alternative in use:
+        if isinstance(gpr, cls):
+            raise TypeError(
+                f"{mechanism} releases the exact GP regression posterior, but this "
+                f"{type(gpr).__name__}'s own posterior is another one. Use {alternative}, or "
+                "build an exact pm_dpgp.models.gp_regression of the same kernel; nothing was "
+                "spent or drawn."
+            )
 
 
 # --------------------------------------------------------------------------- GPRegression

@@ -74,7 +74,8 @@ from pm_dpgp.mechanisms.full.sample_path_bounds import (
 )
 from pm_dpgp.mechanisms.gaussian import zcdp_rho
 from pm_dpgp.mechanisms.noise import SIMULATION
-from pm_dpgp.models import GPRegression, PublicGP
+from pm_dpgp.models import GPRegression
+from pm_dpgp.models.exact import PublicGP, require_exact_regression
 from pm_dpgp.selection.coinpress import check_coinpress_settings, coinpress_mean
 from pm_dpgp.selection.grids import check_grid, prior_quantile_grid
 from pm_dpgp.selection.liu_talwar import loglik_bounds, random_stopping, validation_loglik
@@ -201,6 +202,7 @@ def _candidate_set_up(
 def _check_model(model: Any) -> None:
     if not isinstance(model, GPRegression):
         raise TypeError("model must be a pm_dpgp.models.gp_regression model (exact GP).")
+    require_exact_regression(model, "select_by_sample_paths")
 
 
 def plan_sample_path_selection(

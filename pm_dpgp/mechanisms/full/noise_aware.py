@@ -86,7 +86,7 @@ from pm_dpgp.mechanisms.noise import (
     secure_plan,
     simulation_rng,
 )
-from pm_dpgp.models.sparse import PublicSparseGP, SparseGPRegression
+from pm_dpgp.models.sparse import DirichletGPClassification, PublicSparseGP, SparseGPRegression
 from pm_dpgp.release import flat_attrs
 
 __all__ = [
@@ -967,6 +967,12 @@ def noise_aware_release(
     func = "noise_aware_release"
     renamed("bound_is_public", "bounds_are_public", deprecated, None, func=func)
     del bounds_are_public, z_is_public  # compatibility only: never compared with private data
+    if isinstance(model, DirichletGPClassification):  # stop-31 audit: its raw class indices
+        raise TypeError(
+            "noise_aware_release would regress the raw class indices of a "
+            "DirichletGPClassification; use pm_dpgp.mechanisms.dirichlet_release (Milios et "
+            "al. 2018 targets) instead; nothing was spent or drawn."
+        )
     public = _as_public(model, hyperparameters)
     y_bounds = bounds_from_centred("y_bound", deprecated, y_bounds, public.mean, func=func)
     reject_unexpected(deprecated, func=func)

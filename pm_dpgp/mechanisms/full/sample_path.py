@@ -62,7 +62,7 @@ from pm_dpgp._validation import (
     warn_public_settings,
 )
 from pm_dpgp.accounting import BUDGET_RTOL, Ledger, RdpCurveEvent
-from pm_dpgp.gp.rfp import RFPTriangle, jittered_rfp_cholesky
+from pm_dpgp.gp.rfp import RFPTriangle
 from pm_dpgp.mechanisms.full.sample_path_bounds import (
     CovBound,
     SamplePathBound,
@@ -74,6 +74,7 @@ from pm_dpgp.mechanisms.full.sample_path_bounds import (
 )
 from pm_dpgp.mechanisms.noise import SEED_POLICY_SIMULATION, SIMULATION
 from pm_dpgp.models import GPRegression, PublicGP
+from pm_dpgp.models.exact import require_exact_regression
 from pm_dpgp.models.sparse import is_stationary_decreasing
 
 #: ``noise_source`` of a sample-path release drawn without a caller's Generator.
@@ -883,6 +884,7 @@ def sample_path_release(
             "it, docs/sample_paths.md section 6), so it cannot be used for a release; nothing "
             "was spent or drawn. For comparison use SamplePathBound(..., constant='author')."
         )
+    require_exact_regression(gpr, "sample_path_release")
     if epsilon is None and ledger is None:
         raise ValueError(
             "sample_path_release needs a target epsilon= or a ledger=: its cost is an output of "
@@ -1063,17 +1065,20 @@ def _training_factor(public_gp: PublicGP) -> RFPTriangle:
     """Lower Cholesky factor of ``k(X, X) + σ_n² I`` in RFP format (``n(n + 1)/2`` doubles).
 
     The kernel matrix's lower triangle is evaluated strip by strip straight into the packed
-    array and factorised there (``dpftrf``), so no ``n × n`` array exists at any time; jitter
-    as in ``PublicGP.posterior`` (none unless the factorisation fails).
+    array and factorised there (``dpftrf``), so no ``n × n`` array exists unless the
+    factorisation fails.  The inputs ``X`` are private here, so no jitter is chosen by trial
+    (stop-31 audit: the retry schedule of ``PublicGP.posterior`` added ``10⁻¹⁰·mean diag ·
+    10ᵏ`` depending on whether the private inputs made the computed matrix indefinite, i.e. a
+    data-dependent ridge); as for the nugget (``_nugget_cholesky``), a failure means round-off
+    made the computed ``K`` slightly indefinite, and its negative eigenvalues (zero in exact
+    arithmetic) are clipped before the fixed, public ``σ_n²`` is added.
     """
     X = public_gp.X
 
     def build() -> RFPTriangle:
-        K = RFPTriangle.from_columns(len(X), lambda c0, c1: public_gp.kernel(X[c0:], X[c0:c1]))
-        K.add_to_diagonal(public_gp.noise_var)
-        return K
+        return RFPTriangle.from_columns(len(X), lambda c0, c1: public_gp.kernel(X[c0:], X[c0:c1]))
 
-    return jittered_rfp_cholesky(build)[0]
+    return _nugget_cholesky(build(), public_gp.noise_var, build)
 
 
 def _finish_sample_path_release(

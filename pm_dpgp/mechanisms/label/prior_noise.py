@@ -41,6 +41,7 @@ from pm_dpgp.accounting import Ledger
 from pm_dpgp.mechanisms.label.output_perturbation import label_gaussian_release, model_labels
 from pm_dpgp.mechanisms.whitening import centred_whitening
 from pm_dpgp.models import GPRegression, PublicGP
+from pm_dpgp.models.exact import require_exact_regression
 from pm_dpgp.release import Release
 
 __all__ = [
@@ -149,6 +150,7 @@ def prior_noise_release(
     ``rng=None`` (default) draws secure discrete Gaussian noise (OpenDP, OS entropy;
     ``docs/secure_noise.md``); a NumPy Generator selects the simulation mode.
     """
+    require_exact_regression(gpr, "prior_noise_release")
     public_gp = gpr.public_gp(hyperparameters)
     X_star = check_finite_array(X_star, "X_star", ndim=2)
     labels = model_labels(gpr, public_gp, y_bounds, clip=clip, bounds_are_public=bounds_are_public)
@@ -171,4 +173,5 @@ def prior_noise_release(
         X_star=X_star,
         whitening=whitening,
         sensitivity_bound=bound,
+        jitter=float(public_gp.posterior().jitter),  # public: X is public (label privacy)
     )
