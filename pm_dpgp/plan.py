@@ -47,11 +47,14 @@ from pm_dpgp._validation import (
 from pm_dpgp.accounting import BUDGET_RTOL, GaussianEvent, Ledger, PrivacyEvent
 from pm_dpgp.mechanisms.full.sample_path import certified_kappa
 from pm_dpgp.mechanisms.full.sample_path_bounds import (
+    CovBound,
     SamplePathBound,
+    Sensitivity,
     paths_affordable,
 )
 from pm_dpgp.mechanisms.gaussian import gaussian_sigma
 from pm_dpgp.mechanisms.noise import secure_plan
+from pm_dpgp.models.exact import require_exact_regression
 
 __all__ = [
     "BinnedPlan",
@@ -212,6 +215,7 @@ def prior_noise(
     delta = check_delta(delta)
     n_draws = check_count(n_draws, "n_draws")
     lower, upper = check_public_bounds(y_bounds)
+    require_exact_regression(model, "prior_noise_release (planned here)")
     public_gp = model.public_gp(hyperparameters)
     X_star = check_finite_array(X_star, "X_star", ndim=2)
     parts = public_prior_noise(public_gp, X_star, bound)
@@ -356,11 +360,13 @@ def noise_aware(
         calibrate_statistics_noise,
         kernel_norm_bound,
         l2_sensitivity,
+        refuse_dirichlet_model,
         regularisation_lambda,
     )
 
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta)
+    refuse_dirichlet_model(model, "plan.noise_aware")
     public = _as_public(model, hyperparameters)
     R_y = centred_bound(y_bounds, public.mean)[2]
     c = check_positive(ratio, "ratio")
@@ -467,6 +473,7 @@ class SamplePathPlan:
     noise_sd: float
     r2: float
     M_Y: float
+    prior_mean: float  # the centre of M_Y: build the model with ``mean=plan.prior_mean``
     kappa: float
     eta: float
     n_draws: int
@@ -520,6 +527,8 @@ def sample_path(
     domain: ArrayLike | None = None,
     eta: float = 0.0,
     kernel_class: KernelClass = "generic",
+    sensitivity: Sensitivity = "coupled",
+    cov_bound: CovBound = "inertia",
 ) -> SamplePathPlan:
     """ε of a ``sample_path_release`` setting, or the noise it needs.
 
@@ -527,7 +536,10 @@ def sample_path(
       (and, with ``epsilon=`` as a target, ``max_n_draws`` is the most that fit);
     * ``noise_sd`` omitted, ``epsilon`` given: the smallest observation noise sd (to 1e-4
       relative, rounded up) whose ``n_draws`` draws cost at most ``epsilon``; build the model
-      with ``noise_sd=plan.noise_sd`` and the release reports exactly ``plan.epsilon``; a
+      with ``noise_sd=plan.noise_sd`` and ``mean=plan.prior_mean`` (the builders' default mean
+      is 0, the plan's the midpoint of ``y_bounds``: another mean changes ``M_Y``), release
+      with the same ``eta``, ``kernel_class``, ``sensitivity`` and ``cov_bound``, and the
+      release reports exactly ``plan.epsilon``; a
       ledger shows ``plan.ledger_epsilon``, and one whose budget is the target accepts it
       (its privacy filter counts ``plan.filter_epsilon``, ``docs/accounting.md``).
 
@@ -568,6 +580,8 @@ def sample_path(
             kappa=float(kappa),
             eta=eta,
             kernel_class=kernel_class,
+            sensitivity=sensitivity,
+            cov_bound=cov_bound,
         )
 
     if noise_sd is None:
@@ -591,6 +605,7 @@ def sample_path(
         noise_sd=noise_sd,
         r2=bound.r2,
         M_Y=M_Y,
+        prior_mean=centre,
         kappa=float(kappa),
         eta=float(eta),
         n_draws=n_draws,

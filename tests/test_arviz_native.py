@@ -197,11 +197,24 @@ def test_arviz_calls_on_every_release(kind, small_gp, noise_aware, dirichlet) ->
     matplotlib.pyplot.close("all")
 
 
-def test_spread_is_described_per_mechanism(small_gp, noise_aware) -> None:
+def test_spread_is_described_per_mechanism(small_gp, noise_aware, dirichlet) -> None:
     cloak = dp_summary(label_release("cloaking", small_gp))
     assert cloak.attrs["spread"].startswith("DP noise") and "NOT posterior" in cloak.attrs["spread"]
     na = dp_summary(noise_aware.to_inference_data(X_NA, n_draws=20))
     assert "q(f)" in na.attrs["spread"]
+    # stop-31 audit: a Thompson run (its mechanism name contains "sample_path") was described
+    # as posterior draws; classification and binning fell through to the generic text
+    expected = {
+        "thompson": "the draw axis is the round",
+        "classification": "Laplace/Newton step",
+        "binning": "bin means",
+    }
+    for kind, text in expected.items():
+        idata = _idata(kind, small_gp, noise_aware, dirichlet)[0]
+        spread = dp_summary(idata).attrs["spread"]
+        assert text in spread and "NOT posterior uncertainty" in spread, (kind, spread)
+        if kind != "thompson":  # the text points at a variable that exists
+            assert "dp_noise_sd" in compat.get_group(idata, "constant_data")
 
 
 def test_label_release_keeps_the_legacy_copy_and_adds_predictive(small_gp) -> None:

@@ -14,6 +14,7 @@ import numpy as np
 import pymc as pm
 import pytest
 
+from pm_dpgp import plan
 from pm_dpgp.accounting import Ledger
 from pm_dpgp.mechanisms import noise_aware_release, prior_noise_release
 from pm_dpgp.mechanisms.full.sample_path import sample_path_release
@@ -94,3 +95,17 @@ def test_exact_and_gibbs_models_are_still_released():
     ):
         release = _prior_noise(model, Ledger(1e6, 1e-3), np.random.default_rng(5))
         assert np.all(np.isfinite(release.draws))
+
+
+@pytest.mark.parametrize("family", ["FITCRegression", "SparseGPRegression", "GPClassification"])
+def test_the_prior_noise_plan_refuses_what_its_release_refuses(family):
+    """Stop-31 audit: a plan was returned for a release that can never run."""
+    with pytest.raises(TypeError, match=f"this {family}'s own posterior"):
+        plan.prior_noise(_families()[family], X_STAR, epsilon=1.0, delta=1e-3, y_bounds=(-3.0, 3.0))
+
+
+def test_the_noise_aware_plan_refuses_a_dirichlet_model():
+    with pytest.raises(TypeError, match="dirichlet_release"):
+        plan.noise_aware(
+            _families()["DirichletGPClassification"], epsilon=1.0, delta=1e-3, y_bounds=(0, 1)
+        )

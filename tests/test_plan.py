@@ -17,11 +17,12 @@ from pm_dpgp.models import gp_regression, grid_inducing_points, sparse_gp_regres
 X_STAR = np.linspace(0.0, 2.0, 7)[:, None]
 
 
-def _path_model(noise_sd: float, n: int = 30, seed: int = 0):
+def _path_model(noise_sd: float, n: int = 30, seed: int = 0, mean: float = 0.0):
     rng = np.random.default_rng(seed)
     X = rng.uniform(0.0, 2.0, n)
     y = np.sin(3 * X) + 0.3 * rng.standard_normal(n)
-    return gp_regression(X, y, 1.5**2 * pm.gp.cov.Exponential(1, ls=0.5), noise_sd=noise_sd)
+    cov = 1.5**2 * pm.gp.cov.Exponential(1, ls=0.5)
+    return gp_regression(X, y, cov, noise_sd=noise_sd, mean=mean)
 
 
 def test_sample_path_plan_gives_the_noise_for_a_target_and_the_ledger_charges_it():
@@ -72,6 +73,27 @@ def test_sample_path_plan_uses_the_prior_mean_like_the_release():
     assert centred.M_Y == 2.0 and off.M_Y == 3.0 and off.epsilon > centred.epsilon
     with pytest.raises(ValueError, match="kappa"):
         plan.sample_path(30, kernel_scale=1.0, y_bounds=(0, 4), delta=1e-5, noise_sd=3.0)
+
+
+@pytest.mark.parametrize(
+    "options", [{}, {"sensitivity": "paper"}, {"cov_bound": "paper"}, {"eta": 0.5}]
+)
+def test_a_plan_off_centre_with_any_bound_option_is_what_the_release_charges(options):
+    """Stop-31 audit: with ``y_bounds = (0, 4)`` the plan centres ``M_Y`` at the midpoint while
+    the builders default to ``mean=0`` (ε 2.507 charged against 1.468 planned), and the plan
+    could not express ``sensitivity``/``cov_bound`` (6.83 charged against 4.19 planned).  The
+    plan now reports ``prior_mean`` and takes both options; built and released as the
+    docstring says, the release reports exactly the plan's ε."""
+    common = dict(kernel_scale=1.5, y_bounds=(0.0, 4.0), delta=1e-5, kappa=0.0, **options)
+    p = plan.sample_path(30, epsilon=2.0, **common)
+    assert p.prior_mean == 2.0 and p.fits
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyWarning)
+        rel = sample_path_release(
+            _path_model(p.noise_sd, mean=p.prior_mean), X_STAR, epsilon=2.0,
+            rng=np.random.default_rng(0), **common,
+        )  # fmt: skip
+    assert rel.epsilon == p.epsilon
 
 
 @pytest.mark.parametrize("secure", [False, True])

@@ -175,3 +175,27 @@ def test_identity_checks_come_first_and_cover_private_inputs(split):
     for y_arr in (np.asarray(y_tr, dtype=float), y_bad):
         with pytest.raises(PrivateDataError, match="output array"):
             dp_ppc(rel, X_hold[:3], y_arr, noise_sd=0.3, training=(X_tr, y_arr))
+
+
+def test_refuses_the_pandas_series_the_model_was_built_from(split, release):
+    """Stop-31 audit: a model built from a pandas Series stores a view of the Series' buffer;
+    passing the Series again as the 'hold-out' set was missed (only ndarrays were compared by
+    memory) and ``observed_data`` held the private training outputs."""
+    import pandas as pd
+
+    model, _, _ = split
+    df = pd.DataFrame({"x": np.asarray(model.X)[:, 0].copy(), "y": np.asarray(model.y).copy()})
+    built = gp_regression(df["x"], df["y"], pm.gp.cov.ExpQuad(1, ls=1.5), noise_sd=0.3, mean=0.0)
+    with pytest.raises(PrivateDataError, match="publish them unprotected"):
+        dp_ppc(release, df["x"], df["y"], noise_sd=0.3, training=built, interpolate=True)
+
+
+def test_a_tiny_noise_sd_does_not_underflow(split, release):
+    """``sqrt(noise_sd² + extra²)`` underflowed to 0 at noise_sd = 1e-165 (NaN log-likelihood);
+    ``hypot`` keeps it."""
+    X_hold = np.linspace(0.5, 5.5, 7)
+    idata = dp_ppc(
+        release, X_hold, np.sin(X_hold), noise_sd=1e-165, training=split[0], interpolate=True
+    )
+    loglik = np.asarray(get_group(idata, "log_likelihood")["y"].values)
+    assert not np.any(np.isnan(loglik))

@@ -60,11 +60,30 @@ class PrivateDataError(ValueError):
 
 
 # ---------------------------------------------------------------------------------- checks
+def _buffer(x: Any) -> np.ndarray | None:
+    """The NumPy view of an array-like that exposes one (an ndarray, a pandas Series or
+    column, an xarray DataArray: ``__array__`` without a copy for numeric data), else
+    ``None``.  Lists are not converted (they own no buffer a model could share).  A failed
+    conversion counts as "no buffer": it must not turn the refusal into another error."""
+    if isinstance(x, np.ndarray):
+        return x
+    if not (hasattr(x, "__array__") or hasattr(x, "__array_interface__")):
+        return None
+    try:
+        return np.asarray(x)
+    except Exception:  # noqa: BLE001 - any conversion failure: treated as no shared buffer
+        return None
+
+
 def _same_object(a: Any, b: Any) -> bool:
-    """Whether ``a`` is ``b`` or shares its memory (identity only: no value is read)."""
-    return a is b or (
-        isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and np.shares_memory(a, b)
-    )
+    """Whether ``a`` is ``b`` or shares its memory (identity and memory only: no value is
+    compared).  Array-likes are compared through their NumPy views: a model built from a
+    pandas Series stores a view of the Series' buffer, and passing the Series again was
+    missed (stop-31 audit)."""
+    if a is b:
+        return True
+    va, vb = _buffer(a), _buffer(b)
+    return va is not None and vb is not None and bool(np.shares_memory(va, vb))
 
 
 def _refuse_private(
@@ -265,7 +284,7 @@ def dp_ppc(
     extra = np.broadcast_to(np.asarray(extra_sd, float), y_hold.shape)
     if np.any(extra < 0) or not np.all(np.isfinite(extra)):
         raise ValueError("extra_sd must be finite and non-negative; pass e.g. extra_sd=0.")
-    sd = np.sqrt(noise_sd**2 + extra**2)
+    sd = np.hypot(noise_sd, extra)  # no underflow of the squares (noise_sd = 1e-165)
     y_rep = f_rep + sd * rng.standard_normal(f_rep.shape)
     loglik = -0.5 * ((y_hold - f_rep) / sd) ** 2 - np.log(sd) - 0.5 * np.log(2 * np.pi)
     return _ppc_groups(

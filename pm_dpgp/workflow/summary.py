@@ -26,12 +26,34 @@ _LABEL = ("cloaking", "prior_noise", "output_perturbation")
 
 
 def spread_meaning(mechanism: str) -> str:
-    """What the spread of a release's draws measures, by mechanism name (``attrs["mechanism"]``)."""
+    """What the spread of a release's draws measures, by mechanism name (``attrs["mechanism"]``).
+
+    Matched by name, Thompson runs first: their mechanism names contain ``sample_path`` too,
+    but their ``draw`` axis is the round (stop-31 audit: they were described as posterior
+    draws, and classification and binning releases fell through to the generic text).
+    """
+    noise_sd = "the public noise sd is constant_data['dp_noise_sd']"
+    if "thompson" in mechanism.lower():
+        return (
+            "the draw axis is the round of the search: the spread is that of the queried "
+            "points and observed values over the run, NOT posterior uncertainty (az.plot_trace "
+            "shows the search, not mixing)"
+        )
     if mechanism.startswith(_LABEL):
         return (
-            "DP noise around the (private) posterior mean: NOT posterior uncertainty; the "
-            "public noise sd is constant_data['dp_noise_sd'], the posterior sd is public "
-            "under label privacy (PublicGP.predict variance)"
+            f"DP noise around the (private) posterior mean: NOT posterior uncertainty; {noise_sd}"
+            ", the posterior sd is public under label privacy (PublicGP.predict variance)"
+        )
+    if mechanism.startswith("laplace_classification"):
+        return (
+            "DP noise around the (private) latent mean of one cloaked Laplace/Newton step: NOT "
+            f"posterior uncertainty; {noise_sd}, the latent posterior variance is public "
+            "(metadata 'latent_var')"
+        )
+    if mechanism.startswith("laplace_binning"):
+        return (
+            "Laplace noise on the (private) bin means, or on the GP fitted to them: NOT "
+            f"posterior uncertainty; {noise_sd} (sqrt(2) x the Laplace scale)"
         )
     if mechanism.startswith("sample_path"):
         return "posterior uncertainty of the clipped-data GP, widened by the privacy term eta"

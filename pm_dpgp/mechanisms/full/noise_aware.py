@@ -824,6 +824,17 @@ def sparse_qu_to_inference_data(
 
 
 # =========================================================================== the mechanism
+def refuse_dirichlet_model(model: Any, func: str) -> None:
+    """A ``DirichletGPClassification`` is released by ``dirichlet_release``; the regression
+    release (or its plan) would regress its raw class indices (stop-31 audit)."""
+    if isinstance(model, DirichletGPClassification):
+        raise TypeError(
+            f"{func} would regress the raw class indices of a DirichletGPClassification; use "
+            "pm_dpgp.mechanisms.dirichlet_release (or plan.dirichlet; Milios et al. 2018 "
+            "targets) instead; nothing was spent or drawn."
+        )
+
+
 def _as_public(model: SparseGPRegression | PublicSparseGP, hyperparameters: Any) -> PublicSparseGP:
     if isinstance(model, SparseGPRegression):
         return model.public_sparse_gp(hyperparameters)
@@ -967,12 +978,7 @@ def noise_aware_release(
     func = "noise_aware_release"
     renamed("bound_is_public", "bounds_are_public", deprecated, None, func=func)
     del bounds_are_public, z_is_public  # compatibility only: never compared with private data
-    if isinstance(model, DirichletGPClassification):  # stop-31 audit: its raw class indices
-        raise TypeError(
-            "noise_aware_release would regress the raw class indices of a "
-            "DirichletGPClassification; use pm_dpgp.mechanisms.dirichlet_release (Milios et "
-            "al. 2018 targets) instead; nothing was spent or drawn."
-        )
+    refuse_dirichlet_model(model, func)
     public = _as_public(model, hyperparameters)
     y_bounds = bounds_from_centred("y_bound", deprecated, y_bounds, public.mean, func=func)
     reject_unexpected(deprecated, func=func)
