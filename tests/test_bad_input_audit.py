@@ -502,3 +502,21 @@ def test_label_release_metadata_is_json_serialisable(binned):
     )  # fmt: skip
     for r in (release, gp, clf):
         json.dumps(r.metadata)
+
+
+def test_noise_aware_export_refuses_a_var_name_that_is_taken():
+    """Stop-31 review: ``var_name="u"`` made the ``u`` draws silently replace ``f``."""
+    from pm_dpgp.mechanisms import noise_aware_release
+    from pm_dpgp.models import grid_inducing_points, sparse_gp_regression
+
+    X = np.linspace(-3.0, 3.0, 40)
+    model = sparse_gp_regression(
+        X, np.sin(X), pm.gp.cov.ExpQuad(1, ls=1.0), Z=grid_inducing_points(-3, 3, 5), noise_sd=0.1
+    )
+    rel = noise_aware_release(model, epsilon=1.0, delta=1e-5, y_bounds=(-2, 2),
+                              rng=np.random.default_rng(0))  # fmt: skip
+    rng = np.random.default_rng(1)
+    state = rng.bit_generator.state
+    with pytest.raises(ValueError, match="already a variable"):
+        rel.to_inference_data(np.linspace(-2, 2, 3), n_draws=5, rng=rng, var_name="u")
+    assert rng.bit_generator.state == state

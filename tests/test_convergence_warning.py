@@ -58,3 +58,18 @@ def test_release_warning_is_public(monkeypatch: pytest.MonkeyPatch) -> None:
         messages.append(text)
     assert messages[0] == messages[1]
     assert "solve_noise_covariance" in messages[0]
+
+
+def test_the_batched_solver_warns_too() -> None:
+    """Stop-31 review: ``solve_noise_covariances`` (the CV-SSE selection's default) returned
+    unconverged designs silently while the serial solver warned."""
+    from pm_dpgp.mechanisms.label.cloaking_batch import solve_noise_covariances
+
+    Cs = [np.random.default_rng(s).standard_normal((10, 120)) for s in (8, 9)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert all(r.converged for r in solve_noise_covariances(Cs))
+    with pytest.warns(pm_dpgp.ConvergenceWarning, match="2 of 2 logdet noise designs") as rec:
+        early = solve_noise_covariances(Cs, max_iter=1)
+    assert not any(r.converged for r in early)
+    assert len(rec) == 1 and "larger tol" in str(rec[0].message)

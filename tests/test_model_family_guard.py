@@ -109,3 +109,18 @@ def test_the_noise_aware_plan_refuses_a_dirichlet_model():
         plan.noise_aware(
             _families()["DirichletGPClassification"], epsilon=1.0, delta=1e-3, y_bounds=(0, 1)
         )
+
+
+def test_random_stopping_selection_refuses_a_dirichlet_model():
+    """Stop-31 review: it spent ε 2.93 scoring hyperparameters by the Gaussian likelihood of
+    the raw class indices (a Dirichlet model is a SparseGPRegression)."""
+    from pm_dpgp.selection import select_by_random_stopping
+
+    ledger, rng = Ledger(1e6, 1e-3), np.random.default_rng(5)
+    state = rng.bit_generator.state
+    with pytest.raises(TypeError, match="dirichlet_release"):
+        select_by_random_stopping(
+            _families()["DirichletGPClassification"], [{}], None, epsilon=1.0, delta=1e-5,
+            y_bounds=(0.0, 1.0), ledger=ledger, rng=rng,
+        )  # fmt: skip
+    assert ledger.history == [] and rng.bit_generator.state == state

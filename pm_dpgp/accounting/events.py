@@ -269,7 +269,8 @@ def _gdp_delta_certified(mu: float, epsilon: float, delta: float) -> bool:
     ``ln δ = a + ln(1 − e^{b−a})`` with ``a, b`` the two ``log_ndtr`` terms, each accurate to a
     few ulp of its magnitude.  An absolute error ``η`` in ``b − a`` moves ``ln(1 − e^{b−a})``
     by about ``η e^{b−a}/(1 − e^{b−a})``: for small μ the terms nearly cancel and this grows as
-    ``1/(1 − e^{b−a})``, so the margin is ``1e-12 + 8u(1 + |a| + |b|)/(1 − e^{b−a})``.  A
+    ``1/(1 − e^{b−a})``, so the margin is ``1e-12 + 16u(1 + |a| + |b|)/(1 − e^{b−a})`` (twice
+    the estimate of ``η``; ``8·ε_mach`` in the code, ``u = ε_mach/2``).  A
     fixed 1e-12 margin was too small there (stop-26 audit: 14 of 2,000 cases with μ < 0.02
     had the exact δ(ε) up to 4.4e-12 relative above δ).
     """

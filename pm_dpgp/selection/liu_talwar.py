@@ -72,6 +72,7 @@ from pm_dpgp.mechanisms.full.noise_aware import (
     kernel_norm_bound,
     l2_sensitivity,
     noise_aware_release,
+    refuse_dirichlet_model,
 )
 from pm_dpgp.mechanisms.gaussian import zcdp_rho
 from pm_dpgp.mechanisms.noise import SIMULATION
@@ -320,6 +321,7 @@ def select_by_random_stopping(
     stopping_mean(gamma, 1.0)
     if not isinstance(model, SparseGPRegression):
         raise TypeError("model must be a sparse_gp_regression model (public inducing inputs).")
+    refuse_dirichlet_model(model, func)  # stop-31 review: it scored the raw class indices
     if ledger is not None and not isinstance(ledger, Ledger):
         raise TypeError(f"ledger must be a pm_dpgp Ledger or None, got {type(ledger).__name__}.")
     if rng is not None:

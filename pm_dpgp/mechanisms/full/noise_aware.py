@@ -183,7 +183,7 @@ def kernel_norm_bound(
     * ``"eq7"`` (1-D inputs): with ``d_z`` the minimum spacing of ``Z``, the j-th nearest
       inducing point to any ``x`` is at distance ≥ ``⌊(j−1)/2⌋ d_z``, so
       ``R_k² = σ_f⁴ Σ_{j=1}^{|Z|} k_r(⌊(j−1)/2⌋ d_z)²``.  This is eq. (7) with exactly
-      ``|Z|`` terms; eq. (7) as printed sums ``|Z| + 1`` or ``|Z| + 2`` terms (a looser but
+      ``|Z|`` terms; eq. (7) as printed sums ``|Z| + 2`` terms for every ``|Z|`` (a looser but
       also valid bound) — see ``docs/noise_aware.md``.
     * ``"eq8"`` (any dimension): at most one inducing point lies within ``d_z/2`` of ``x``:
       ``R_k² = σ_f⁴ (1 + (|Z| − 1) k_r(d_z/2)²)``.
@@ -707,6 +707,12 @@ class SparseQuRelease:
         Xs = None if X_star is None else _as_inputs(X_star, d)
         n_draws = _check_n_draws(n_draws)
         rng = check_rng(rng)
+        taken = ("u", "p") if multi else ("u",)
+        if Xs is not None and var_name in taken:  # the dict of draws would keep one of the two
+            raise ValueError(
+                f"var_name={var_name!r} is already a variable of this release ({taken}); pass "
+                "another name, e.g. var_name='f' (stop-31 review: the u draws replaced f)."
+            )
 
         predictive = None if Xs is None else self.predict(Xs)  # eq. 17, once
 

@@ -1463,16 +1463,34 @@ def solve_noise_covariance(
         weights = np.zeros(arr.shape[1])
         weights[red.reps] = u_reps
         result = _assemble(red, weights, iterations, converged, tol=tol)
-    if not result.converged:
-        warnings.warn(
-            f"The {design} noise design stopped after {result.iterations} steps with certified "
-            f"gap {result.gap_bound:.3g} (tol {tol:g}): the noise covariance is feasible, so "
-            "privacy holds, but it may be larger than the optimum. Pass a larger max_iter or "
-            "tol to solve_noise_covariance.",
-            ConvergenceWarning,
-            stacklevel=2,
-        )
+    warn_unconverged([result], design, tol, stacklevel=3)
     return result
+
+
+def warn_unconverged(
+    results: list[NoiseCovariance], design: str, tol: float, *, stacklevel: int
+) -> None:
+    """One ``ConvergenceWarning`` if any design in ``results`` stopped before ``tol``.
+
+    Public (the designs depend on the public cloaking matrices only).  The trace design also
+    stops at its own step cap (``cloaking_trace._MAX_STEPS``) whatever ``max_iter`` is, so
+    the advice names ``tol`` first (the only setting ``cloaked_release`` takes).
+    """
+    stopped = [r for r in results if not r.converged]
+    if not stopped:
+        return
+    worst = max(stopped, key=lambda r: r.gap_bound)
+    which = "" if len(results) == 1 else f"{len(stopped)} of {len(results)} "
+    warnings.warn(
+        f"{which.capitalize() if which else 'The '}{design} noise design"
+        f"{'s' if which else ''} stopped after {worst.iterations} steps with certified gap "
+        f"{worst.gap_bound:.3g} (tol {tol:g}): the noise covariance is feasible, so privacy "
+        "holds, but it may be larger than the optimum. Pass a larger tol (cloaked_release, "
+        "solve_noise_covariance) or, to solve_noise_covariance, a larger max_iter (the trace "
+        "design stops at its own step cap whatever max_iter is).",
+        ConvergenceWarning,
+        stacklevel=stacklevel,
+    )
 
 
 def gradient_ascent_reference(

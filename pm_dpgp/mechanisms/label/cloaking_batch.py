@@ -66,6 +66,7 @@ from pm_dpgp.mechanisms.label.cloaking import (
     _Reduced,
     _solve_design,
     _validate_matrix,
+    warn_unconverged,
 )
 
 __all__ = ["solve_noise_covariances"]
@@ -127,6 +128,7 @@ def solve_noise_covariances(
             members.append((reds[i], weights, iterations, converged))
         for i, nc in zip(group, _assemble_group(members, tol), strict=True):
             out[i] = nc
+    warn_unconverged(out, "logdet", tol, stacklevel=3)  # type: ignore[arg-type]
     return out  # type: ignore[return-value]
 
 
