@@ -238,6 +238,8 @@ def finite_rows(*arrays: NDArray[np.float64]) -> NDArray[np.bool_]:
     """
     n = arrays[0].shape[0]
     ok = np.ones(n, dtype=bool)
+    if n == 0:  # an empty chunk (e.g. an empty Dask block): "-1" cannot be inferred
+        return ok
     for arr in arrays:
         ok &= np.all(np.isfinite(arr.reshape(n, -1)), axis=1)
     return ok
@@ -376,7 +378,8 @@ def warn_public_settings(
         messages.append(
             f"delta={delta:.3g} exceeds 1/n = {1.0 / n_records:.3g} (n = {n_records} records): "
             "a mechanism that publishes a random record in the clear satisfies this "
-            "guarantee. Choose delta much smaller than 1/n, e.g. delta=1e-5 or 1/n**1.1."
+            f"guarantee. Choose delta much smaller than 1/n, e.g. delta={n_records**-1.1:.1e} "
+            "(1/n**1.1)."
         )
     if epsilon is not None and epsilon > EPSILON_WARN_THRESHOLD:
         messages.append(

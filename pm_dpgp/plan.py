@@ -334,6 +334,7 @@ class NoiseAwarePlan(_LedgerEpsilon):
     R_y: float
     R_k: float
     event: PrivacyEvent
+    ratio_c: float  # c = sigma_a / sigma_b as the release uses it (ratio, or "auto": R_y / R_k)
 
 
 def noise_aware(
@@ -343,7 +344,7 @@ def noise_aware(
     delta: float,
     y_bounds: tuple[float, float],
     hyperparameters: dict[str, Any] | None = None,
-    ratio: float = 1.0,
+    ratio: float | Literal["auto"] = 1.0,
     kernel_norm: Any = "auto",
     rho: float = 0.01,
     calibration: Literal["analytic", "classic"] = "analytic",
@@ -362,6 +363,7 @@ def noise_aware(
         l2_sensitivity,
         refuse_dirichlet_model,
         regularisation_lambda,
+        resolve_ratio,
     )
 
     epsilon = check_epsilon(epsilon)
@@ -369,8 +371,8 @@ def noise_aware(
     refuse_dirichlet_model(model, "plan.noise_aware")
     public = _as_public(model, hyperparameters)
     R_y = centred_bound(y_bounds, public.mean)[2]
-    c = check_positive(ratio, "ratio")
     bound = kernel_norm_bound(public, kernel_norm)
+    c = resolve_ratio(ratio, R_y, bound.R_k)
     Delta = l2_sensitivity(R_y, bound.R_k, c)
     M = public.n_inducing
     sigma_a, dplan = calibrate_statistics_noise(
@@ -379,7 +381,7 @@ def noise_aware(
     event = _statistics_event(sigma_a, Delta, dplan, "noise-aware DP sparse GP (Honkela)")
     sigma_b = sigma_a / c
     lam = regularisation_lambda(sigma_b, 1.0 / public.noise_var, M, rho)
-    return NoiseAwarePlan(epsilon, delta, Delta, sigma_a, sigma_b, lam, R_y, bound.R_k, event)
+    return NoiseAwarePlan(epsilon, delta, Delta, sigma_a, sigma_b, lam, R_y, bound.R_k, event, c)
 
 
 def _statistics_event(sigma_a: float, Delta: float, dplan: Any, label: str) -> PrivacyEvent:

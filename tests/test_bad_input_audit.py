@@ -520,3 +520,19 @@ def test_noise_aware_export_refuses_a_var_name_that_is_taken():
     with pytest.raises(ValueError, match="already a variable"):
         rel.to_inference_data(np.linspace(-2, 2, 3), n_draws=5, rng=rng, var_name="u")
     assert rng.bit_generator.state == state
+
+
+def test_sample_path_export_says_to_pass_the_inputs_by_keyword():
+    """Stop-31 walkthrough: ``rel.to_inference_data(X_new)``, as written for the noise-aware
+    release, raised "unhashable type: 'numpy.ndarray'" on a sample-path release."""
+    from pm_dpgp.mechanisms.full.sample_path import sample_path_release
+
+    X = np.linspace(0.0, 6.0, 20)
+    model = gp_regression(X, np.sin(X), pm.gp.cov.ExpQuad(1, ls=1.0), noise_sd=0.3, mean=0.0)
+    rel = sample_path_release(
+        model, X[:3, None], kernel_scale=1.0, y_bounds=(-2, 2), delta=1e-5, eta=1.0,
+        domain=(0.0, 6.0), epsilon=1e6, rng=np.random.default_rng(0),
+    )  # fmt: skip
+    with pytest.raises(TypeError, match=r"to_inference_data\(X_star=X_new\)"):
+        rel.to_inference_data(np.linspace(0.0, 6.0, 4)[:, None])
+    assert "f_path" in rel.to_inference_data(X_star=np.linspace(0.0, 6.0, 4)[:, None]).posterior

@@ -672,3 +672,35 @@ def test_calibration_small_fig2() -> None:
     cov = _coverage(sigma=0.03, eps=1.0, reps=4, alpha=0.9)
     assert abs(cov["noise_aware"] - 0.9) < abs(cov["naive"] - 0.9)
     assert cov["noise_aware"] > 2 * cov["naive"]
+
+
+def test_ratio_auto_makes_the_release_unit_free_and_a_far_ratio_warns():
+    """Stop-31 walkthrough: with the paper's ``ratio=1`` the release depends on the units of
+    y (!Kung heights in cm: hold-out RMSE 85 cm, against 19 cm in 30-cm units).  With
+    ``ratio="auto"`` (``c = R_y/R_k``) the noisy statistics scale exactly with the units, so
+    the same seed gives the same release in any units; a ratio 10× away from ``R_y/R_k``
+    warns (public: both bounds are public)."""
+    rng = np.random.default_rng(4)
+    X = rng.uniform(-3.0, 3.0, 200)
+    y = np.sin(X) + 0.1 * rng.standard_normal(200)
+    Xs = np.linspace(-3.0, 3.0, 7)
+
+    def predict(a: float, ratio):
+        model = sparse_gp_regression(
+            X, a * y, a**2 * pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z15, noise_sd=0.3 * a
+        )
+        with warnings.catch_warnings(record=True) as rec:
+            warnings.simplefilter("always")
+            rel = noise_aware_release(model, epsilon=1.0, delta=1e-4, y_bounds=(-2 * a, 2 * a),
+                                      ratio=ratio, rng=np.random.default_rng(0))  # fmt: skip
+        far = [w for w in rec if "far from R_y/R_k" in str(w.message)]
+        return rel.predict(Xs)[0] / a, rel.metadata["ratio_c"], far
+
+    unit, c_unit, _ = predict(1.0, "auto")
+    cm, c_cm, far_auto = predict(100.0, "auto")
+    assert c_cm == pytest.approx(c_unit / 100.0, rel=1e-12) and not far_auto
+    np.testing.assert_allclose(cm, unit, rtol=1e-7, atol=1e-9 * np.abs(unit).max())
+    paper_unit, _, _ = predict(1.0, 1.0)
+    paper_cm, _, far_paper = predict(100.0, 1.0)
+    assert far_paper and "ratio='auto'" in str(far_paper[0].message)
+    assert np.max(np.abs(paper_cm - paper_unit)) > 1e-3  # the paper's c = 1 is not unit-free

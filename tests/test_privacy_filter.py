@@ -174,9 +174,13 @@ def test_auto_filter_is_the_family_of_the_first_event(first, family, refused):
     ledger.spend(first)
     assert ledger.filter_family == family
     assert not ledger.can_afford(refused)
-    with pytest.raises(BudgetExceededError, match="cannot account for"):
+    with pytest.raises(BudgetExceededError, match="cannot account for") as err:
         ledger.spend(refused)
     assert len(ledger.history) == 1
+    # not an overspend (9+ of 10 left): the advice is another filter, not a larger budget
+    # (stop-31 walkthrough)
+    assert "more budget would not help" in str(err.value)
+    assert "larger budget" not in str(err.value)
 
 
 def test_renyi_filter_mixes_gaussian_curve_and_pure_events():

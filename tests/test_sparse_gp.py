@@ -270,3 +270,40 @@ def test_predict_full_cov_and_multi_output(pub: PublicSparseGP) -> None:
     # dot products (≲ 1e-15 relative); the default rtol = 1e-5 only has to catch a mix-up.
     assert muT.shape == (2, 7) and np.allclose(varT[0], var) and np.allclose(muT[0], mu0)
     assert np.allclose(muT[1], -mu0)
+
+
+def test_dask_containers_stay_lazy_and_empty_blocks_count_zero(pub, monkeypatch) -> None:
+    """Stop-31 audit of the Dask path: (a) a Dask-backed ``xarray.DataArray`` was not
+    recognised (module-name test) and ``np.asarray`` gathered all of X and y on the client;
+    (b) an empty block crashed (``finite_rows`` reshaped 0 rows to ``(0, -1)``); (c) unknown
+    chunk sizes got "must have the same number of rows" for arrays of equal length; (d) an
+    ``(n, 1, 1)`` X was reshaped silently where the in-memory path refuses it."""
+    import pm_dpgp.gp.sparse as sparse_module
+
+    da = pytest.importorskip("dask.array")
+    xr = pytest.importorskip("xarray")
+    X, y = _data(5, 100)
+    ref = sufficient_statistics(pub.kernel, Z15, (X, y))
+    calls = []
+    real = sparse_module._dask_statistics
+    monkeypatch.setattr(
+        sparse_module, "_dask_statistics", lambda *a, **k: calls.append(1) or real(*a, **k)
+    )
+    wrapped = (
+        xr.DataArray(da.from_array(X, chunks=30), dims=("obs",)),
+        xr.DataArray(da.from_array(y, chunks=30), dims=("obs",)),
+    )
+    lazy = sufficient_statistics(pub.kernel, Z15, wrapped)
+    assert calls == [1]  # the Dask path (reduced on the workers), not np.asarray
+    assert lazy.n == 100 and np.allclose(lazy.A, ref.A, rtol=1e-12, atol=1e-12)
+    empty = sufficient_statistics(
+        pub.kernel,
+        Z15,
+        (da.from_array(X, chunks=((50, 0, 50),)), da.from_array(y, chunks=((50, 0, 50),))),
+    )
+    assert empty.n == 100 and np.allclose(empty.B, ref.B, rtol=1e-12, atol=1e-12)
+    unknown = da.from_array(X, chunks=50)[da.from_array(y, chunks=50) > -np.inf]
+    with pytest.raises(ValueError, match="unknown chunk sizes"):
+        sufficient_statistics(pub.kernel, Z15, (unknown, da.from_array(y, chunks=50)))
+    with pytest.raises(ValueError, match="1- or 2-dimensional"):
+        sufficient_statistics(pub.kernel, Z15, (da.from_array(X[:, None, None]), da.from_array(y)))

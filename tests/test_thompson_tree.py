@@ -222,7 +222,8 @@ def test_refuses_before_any_noise_when_budget_is_short():
     ledger = Ledger(epsilon=1.0, delta=DELTA)
     rng = np.random.default_rng(0)
     state = rng.bit_generator.state
-    res = _run(ledger=ledger, epsilon=2.0, rng=rng)
+    with pytest.warns(UserWarning, match="cannot afford the first round"):
+        res = _run(ledger=ledger, epsilon=2.0, rng=rng)
     assert res.stop_reason == "budget" and res.n_rounds == 0
     assert ledger.epsilon() == 0.0 and rng.bit_generator.state == state
 

@@ -834,7 +834,13 @@ class Ledger:
         if not self._within_budget(f_eps):
             own = event.epsilon(self._delta)
             family = self._family(new)
+            fix = "use more noise, fewer releases, or a larger budget decided in advance"
+            head = "privacy budget exceeded"
             if family is not None and not _family_accepts(family, event):
+                head = "the ledger's privacy filter refuses this release"
+                # not an overspend: the filter's family cannot hold this event at all (stop-31
+                # walkthrough: the advice named a larger budget though 10 of 10 were left)
+                fix = "more budget would not help: use a ledger whose filter accepts both kinds"
                 hint = (
                     "approximate events compose only under filter='basic' (with pure events) "
                     "or 'fixed' (all parameters fixed in advance)"
@@ -850,10 +856,9 @@ class Ledger:
                     f"{self._budget:.6g} at delta={self._delta:.3g}"
                 )
             raise BudgetExceededError(
-                f"privacy budget exceeded: spent epsilon={self._filter_epsilon(self._totals):.6g} "
+                f"{head}: spent epsilon={self._filter_epsilon(self._totals):.6g} "
                 f"({family} filter), this release ({label!r}, {event.describe()}) alone costs "
-                f"epsilon={own:.6g}; {why}. Nothing was recorded and no noise was drawn; use "
-                "more noise, fewer releases, or a larger budget decided in advance."
+                f"epsilon={own:.6g}; {why}. Nothing was recorded and no noise was drawn; {fix}."
             )
         entry = LedgerEntry(
             index=len(self._entries),

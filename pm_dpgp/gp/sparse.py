@@ -23,6 +23,7 @@ Cholesky factorisations and triangular solves only; no explicit inverse.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -123,13 +124,40 @@ def _default_preprocess(X: Any, y: Any, w: Any = None) -> tuple[Any, Any, Any, A
     X = np.asarray(X, dtype=np.float64)
     if X.ndim == 1:
         X = X[:, None]
-    y = np.asarray(y, dtype=np.float64).reshape(X.shape[0], -1)
-    W = None if w is None else np.asarray(w, dtype=np.float64).reshape(X.shape[0], -1)
+    y = np.asarray(y, dtype=np.float64)
+    y = y.reshape(X.shape[0], -1) if X.shape[0] else y.reshape(0, max(y.size, 1))
+    W = None if w is None else np.asarray(w, dtype=np.float64)
+    if W is not None:  # an empty chunk keeps its width; "-1" cannot be inferred for 0 rows
+        W = W.reshape(X.shape[0], -1) if X.shape[0] else W.reshape(0, max(W.size, 1))
     return X, y, W, np.zeros(0)
 
 
 def _is_dask(obj: Any) -> bool:
-    return type(obj).__module__.split(".")[0] == "dask"
+    """Whether ``obj`` is a lazy Dask collection: a Dask array, DataFrame or Series, or any
+    container of one (an ``xarray.DataArray`` on Dask; stop-31 audit: tested by module name,
+    a Dask-backed DataArray took the in-memory path and ``np.asarray`` gathered all of X and
+    y on the client)."""
+    if type(obj).__module__.split(".")[0] == "dask":
+        return True
+    try:
+        from dask import is_dask_collection
+    except ImportError:  # no Dask installed: nothing can be a Dask collection
+        return False
+    return bool(is_dask_collection(obj))
+
+
+def _as_dask_array(obj: Any) -> Any:
+    """A Dask array of ``obj`` without computing it on the client: an xarray object's
+    ``.data``, a Dask DataFrame/Series' ``to_dask_array(lengths=True)`` (the partition
+    lengths are computed on the workers; only the counts come back)."""
+    import dask.array as da
+
+    data = getattr(obj, "data", None)
+    if isinstance(data, da.Array):  # xarray.DataArray / Variable on Dask
+        return data
+    if hasattr(obj, "to_dask_array"):  # dask.dataframe DataFrame / Series
+        return obj.to_dask_array(lengths=True)
+    return da.asarray(obj)
 
 
 class _Accumulator:
@@ -308,14 +336,26 @@ def _dask_statistics(
 ) -> SufficientStatistics:
     import dask.array as da
 
-    arrays = [da.asarray(a) for a in data]
+    arrays = [_as_dask_array(a) for a in data]
+    if any(math.isnan(c) for a in arrays for c in a.chunks[0]):
+        raise ValueError(
+            "the Dask arrays have unknown chunk sizes (e.g. a Dask DataFrame's .values or "
+            ".to_dask_array()), so their rows cannot be matched: call .compute_chunk_sizes() "
+            "on each array, or use .to_dask_array(lengths=True) (or pass the Dask DataFrame "
+            "columns themselves)."
+        )
     n = arrays[0].shape[0]
     if any(a.shape[0] != n for a in arrays):
         raise ValueError(
             f"Dask arrays must have the same number of rows, got {[a.shape for a in arrays]}."
         )
+    if any(a.ndim not in (1, 2) for a in arrays):  # as the in-memory path's schema check
+        raise ValueError(
+            f"Dask arrays must be 1- or 2-dimensional (one row per record), got shapes "
+            f"{[a.shape for a in arrays]}; reshape them."
+        )
     ndims = [a.ndim for a in arrays]
-    as2d = [a if a.ndim == 2 else a.reshape((n, -1)) for a in arrays]
+    as2d = [a if a.ndim == 2 else a[:, None] for a in arrays]  # no reshape: n may be 0
     rows: Any = chunk if explicit else as2d[0].chunks[0]
     as2d = [a.rechunk({0: rows, 1: -1}) for a in as2d]
     M = Z.shape[0]

@@ -280,7 +280,8 @@ def select_by_random_stopping(
     model
         ``pm_dpgp.models.sparse_gp_regression`` model with PUBLIC inducing inputs.
     grid
-        candidate configurations; ``None``: prior quartiles
+        candidate configurations;
+        ``None``: the prior 0.1/0.5/0.9 quantiles
         (``pm_dpgp.selection.grids.prior_quantile_grid``, no data touched).
     data
         private ``(X, y)``; ``None``: the model's own.

@@ -374,7 +374,8 @@ def select_by_sample_paths(
         ``pm_dpgp.models.gp_regression`` model: kernel ``σ² k`` with ``k(x, x) ≤ 1``, noise sd
         ``σ r``, public prior mean ``μ₀``.
     grid
-        candidate configurations (the model's hyperparameter names); ``None``: prior quartiles.
+        candidate configurations (the model's hyperparameter names);
+        ``None``: the prior 0.1/0.5/0.9 quantiles (``prior_quantile_grid``).
     data
         private ``(X, y)``; ``None``: the model's own.
     X_star

@@ -75,7 +75,8 @@ def select_by_cross_validated_sse(
     gpr:
         a model from ``pm_dpgp.models.gp_regression`` (X public, y private).
     grid:
-        candidate configurations ``[{name: value}, ...]``; ``None``: prior quartiles
+        candidate configurations ``[{name: value}, ...]``;
+        ``None``: the prior 0.1/0.5/0.9 quantiles
         (``prior_quantile_grid``, public).
     epsilon:
         the selection's own ε.

@@ -36,6 +36,7 @@ import dataclasses
 import functools
 import json
 import math
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
@@ -177,6 +178,18 @@ class ObjectiveError(RuntimeError):
     def __init__(self, message: str, result: ThompsonResult) -> None:
         super().__init__(message)
         self.result = result
+
+
+def warn_no_round(loop: str, advice: str) -> None:
+    """A run that the budget stopped before its first round says so (stop-31 walkthrough: an
+    empty result with ``stop_reason="budget"`` came back silently).  Public: the refusal
+    depends on the ledger and the public settings only."""
+    warnings.warn(
+        f"{loop}: the ledger cannot afford the first round, so no round ran (nothing was "
+        f"spent or drawn; stop_reason='budget'). {advice}",
+        UserWarning,
+        stacklevel=3,
+    )
 
 
 def objective_failure(result: ThompsonResult) -> ObjectiveError:
@@ -728,6 +741,13 @@ def dp_thompson_sampling(
         events=events,
         stop_reason=stop,
     )
+    if stop == "budget" and not events:
+        warn_no_round(
+            "dp_thompson_sampling",
+            "A round is one sample-path release on the data so far: raise noise_sd (plan it "
+            "with pm_dpgp.plan.sample_path for n = the initial design + 1, and more rounds "
+            "cost more) or eta, or give the ledger a larger budget.",
+        )
     if failure is not None:
         raise objective_failure(result) from failure
     return result

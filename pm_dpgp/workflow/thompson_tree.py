@@ -102,6 +102,7 @@ from pm_dpgp.workflow.thompson import (
     check_refine,
     objective_failure,
     trace_inference_data,
+    warn_no_round,
 )
 
 __all__ = [
@@ -566,6 +567,12 @@ def dp_thompson_sampling_tree(
             _check_posterior_scale(plan.sigma, noise_sd, feats.R, T, len(X0))
         if plan is None or not ledger.can_afford(plan.event):
             plan, stop = None, "budget"
+            warn_no_round(
+                "dp_thompson_sampling_tree",
+                "The run is charged once, up front: plan it with "
+                "pm_dpgp.mechanisms.full.tree_aggregation.plan_tree (fewer rounds, more noise) or "
+                "give the ledger a larger budget.",
+            )
         else:
             ledger.spend(
                 plan.event,

@@ -404,6 +404,12 @@ class SamplePathRelease:
 
         from pm_dpgp.release import draws_to_inference_data, flat_attrs
 
+        if not isinstance(variable_name, str):  # e.g. to_inference_data(X_new), as for q(u)
+            raise TypeError(
+                "the first argument of SamplePathRelease.to_inference_data is the variable "
+                f"name (a str), got {type(variable_name).__name__}; pass the inputs by "
+                "keyword: to_inference_data(X_star=X_new)."
+            )
         if X_star is None:
             X, values = self.released_inputs, self.released_values
         else:
