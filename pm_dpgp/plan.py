@@ -45,7 +45,8 @@ from pm_dpgp._validation import (
     check_public_bounds,
 )
 from pm_dpgp.accounting import BUDGET_RTOL, GaussianEvent, Ledger, PrivacyEvent
-from pm_dpgp.mechanisms.full.sample_path import certified_kappa
+from pm_dpgp.accounting.ledger import FilterName
+from pm_dpgp.mechanisms.full.sample_path import certified_kappa, sample_path_event
 from pm_dpgp.mechanisms.full.sample_path_bounds import (
     CovBound,
     SamplePathBound,
@@ -63,6 +64,7 @@ __all__ = [
     "GaussianReleasePlan",
     "NoiseAwarePlan",
     "SamplePathPlan",
+    "ThompsonPlan",
     "binned",
     "classification",
     "cloaked",
@@ -70,6 +72,7 @@ __all__ = [
     "noise_aware",
     "prior_noise",
     "sample_path",
+    "thompson",
 ]
 
 KernelClass = Literal["generic", "exponential_1d", "constant"]
@@ -561,17 +564,7 @@ def sample_path(
     lower, upper = check_public_bounds(y_bounds)
     centre = 0.5 * (lower + upper) if prior_mean is None else float(prior_mean)
     M_Y = centred_bound((lower, upper), centre)[2]
-    if kappa is None:
-        if cov_func is None or domain is None:
-            raise ValueError(
-                "give kappa (a public lower bound of the normalised kernel, 0 is always valid) "
-                "or the public domain= and cov_func= to compute it."
-            )
-
-        def k(A: NDArray[np.float64], B: NDArray[np.float64]) -> NDArray[np.float64]:
-            return np.asarray(cov_func(A, B).eval(), dtype=np.float64) / kernel_scale**2
-
-        kappa = certified_kappa(k, domain, cov_func)  # the release's default (proved) κ
+    kappa = _planned_kappa(kappa, cov_func, domain, kernel_scale)
 
     def bound_for(sd: float) -> SamplePathBound:
         return SamplePathBound(
@@ -621,6 +614,134 @@ def sample_path(
     )
 
 
+def _planned_kappa(
+    kappa: float | None, cov_func: Any, domain: ArrayLike | None, kernel_scale: float
+) -> float:
+    """The given κ, or the proved one the release computes from the public domain and
+    kernel (``certified_kappa``: the corner bound for decreasing stationary kernels, else 0)."""
+    if kappa is not None:
+        return float(kappa)
+    if cov_func is None or domain is None:
+        raise ValueError(
+            "give kappa (a public lower bound of the normalised kernel, 0 is always valid) "
+            "or the public domain= and cov_func= to compute it."
+        )
+
+    def k(A: NDArray[np.float64], B: NDArray[np.float64]) -> NDArray[np.float64]:
+        return np.asarray(cov_func(A, B).eval(), dtype=np.float64) / kernel_scale**2
+
+    return float(certified_kappa(k, domain, cov_func))  # the release's default (proved) κ
+
+
+# ------------------------------------------------------------------- DP Thompson sampling
+@dataclass(frozen=True)
+class ThompsonPlan:
+    """The observation noise of a ``dp_thompson_sampling`` run, and how many rounds fit."""
+
+    noise_sd: float  # pass as dp_thompson_sampling(noise_sd=...)
+    r2: float
+    M_Y: float
+    prior_mean: float
+    kappa: float
+    n_init: int
+    n_rounds: int
+    rounds_that_fit: int  # rounds a fresh Ledger(epsilon=target, delta) accepts at noise_sd
+    delta: float
+    epsilon: float  # the ledger's ε after the rounds that fit
+    filter_epsilon: float  # what its privacy filter counts (≤ the target)
+    target_epsilon: float
+
+    @property
+    def fits(self) -> bool:
+        """Whether all ``n_rounds`` rounds fit the target."""
+        return self.rounds_that_fit >= self.n_rounds
+
+
+def thompson(
+    n_init: int,
+    n_rounds: int,
+    *,
+    epsilon: float,
+    delta: float,
+    kernel_scale: float = 1.0,
+    y_bounds: tuple[float, float] | None = None,
+    prior_mean: float = 0.0,
+    noise_sd: float | None = None,
+    kappa: float | None = None,
+    cov_func: Any = None,
+    domain: ArrayLike | None = None,
+    eta: float = 0.0,
+    kernel_class: KernelClass = "generic",
+    sensitivity: Sensitivity = "coupled",
+    filter: FilterName = "auto",  # noqa: A002 - the Ledger's own argument name
+) -> ThompsonPlan:
+    """Plan a ``dp_thompson_sampling`` run: the observation noise sd for ``n_rounds`` rounds
+    within ``epsilon``, or (with ``noise_sd=``) how many rounds fit.
+
+    Round ``t`` releases one posterior sample path on ``n_init + t − 1`` points (Maciazek's
+    bound, ``SamplePathBound`` with ``r² = noise_sd²/kernel_scale²``), so later rounds cost
+    more.  The plan replays the rounds' events on a fresh ``Ledger(epsilon, delta,
+    filter=filter)`` exactly as the loop charges them (``can_afford`` then ``spend``), so the
+    loop run with ``noise_sd=plan.noise_sd``, the same public settings (``kernel_scale``,
+    ``y_bounds``, ``prior_mean``, ``kappa`` or ``domain``/``cov_func``, ``eta``,
+    ``kernel_class``, ``sensitivity``) and such a ledger completes ``plan.rounds_that_fit``
+    rounds.  Without ``noise_sd``: the smallest sd (geometric bisection, 1e-4 relative,
+    rounded up) whose ``n_rounds`` rounds all fit.  Public quantities only.  The loop's
+    defaults apply: ``y_bounds = prior_mean ± 1``.
+    """
+    n_init = check_count(n_init, "n_init")
+    n_rounds = check_count(n_rounds, "n_rounds")
+    target = check_epsilon(epsilon)
+    delta = check_delta(delta)
+    kernel_scale = check_positive(kernel_scale, "kernel_scale")
+    y_bounds = (prior_mean - 1.0, prior_mean + 1.0) if y_bounds is None else y_bounds
+    lower, upper = check_public_bounds(y_bounds)
+    M_Y = centred_bound((lower, upper), float(prior_mean))[2]
+    kappa = _planned_kappa(kappa, cov_func, domain, kernel_scale)
+    Ledger(target, delta, filter=filter)  # validates the filter name before any search
+
+    def rounds_for(sd: float) -> tuple[int, Ledger]:
+        ledger = Ledger(target, delta, filter=filter)
+        for t in range(n_rounds):
+            bound = SamplePathBound(
+                n=n_init + t, kernel_scale=kernel_scale, r2=sd**2 / kernel_scale**2, M_Y=M_Y,
+                kappa=kappa, eta=eta, kernel_class=kernel_class, sensitivity=sensitivity,
+            )  # fmt: skip
+            event = sample_path_event(bound, 1)
+            if not ledger.can_afford(event):
+                return t, ledger
+            ledger.spend(event)
+        return n_rounds, ledger
+
+    if noise_sd is None:
+
+        def all_fit(sd: float) -> bool:
+            try:
+                return rounds_for(sd)[0] == n_rounds
+            except ValueError:  # no valid Rényi order: far too little noise
+                return False
+
+        noise_sd = _bisect_noise_sd(
+            all_fit, kernel_scale, f"epsilon={target:g} for {n_rounds} Thompson round(s)"
+        )
+    noise_sd = check_positive(noise_sd, "noise_sd")
+    fit, ledger = rounds_for(noise_sd)
+    return ThompsonPlan(
+        noise_sd=noise_sd,
+        r2=noise_sd**2 / kernel_scale**2,
+        M_Y=M_Y,
+        prior_mean=float(prior_mean),
+        kappa=kappa,
+        n_init=n_init,
+        n_rounds=n_rounds,
+        rounds_that_fit=fit,
+        delta=delta,
+        epsilon=float(ledger.epsilon()),
+        filter_epsilon=float(ledger.filter_epsilon),
+        target_epsilon=target,
+    )
+
+
 def _noise_sd_for(
     bound_for: Any, n_draws: int, delta: float, target: float, kernel_scale: float
 ) -> float:
@@ -632,14 +753,19 @@ def _noise_sd_for(
         except ValueError:  # no valid Rényi order: far too little noise
             return False
 
+    return _bisect_noise_sd(fits, kernel_scale, f"epsilon={target:g} for {n_draws} draw(s)")
+
+
+def _bisect_noise_sd(fits: Any, kernel_scale: float, what: str = "the target") -> float:
+    """Smallest sd with ``fits(sd)`` (geometric bisection to 1e-4 relative, rounded up); the
+    cost decreases as the noise grows (``docs/sample_paths.md``, monotonicity in r²)."""
     lo, hi = kernel_scale * 1e-6, kernel_scale
     while not fits(hi):
         lo, hi = hi, hi * 4.0
         if hi > kernel_scale * 1e12:
             raise ValueError(
-                f"no noise_sd up to {hi:.3g} meets epsilon={target:g} for {n_draws} draw(s): the "
-                "mean term does not vanish with more noise at this M_Y; narrow y_bounds, add "
-                "eta, or choose a larger epsilon."
+                f"no noise_sd up to {hi:.3g} meets {what}: the mean term does not vanish with "
+                "more noise at this M_Y; narrow y_bounds, add eta, or choose a larger epsilon."
             )
     if fits(lo):
         return lo

@@ -249,3 +249,27 @@ def test_binned_plan_matches_the_release(secure):
         )
     with pytest.raises(ValueError, match="no input"):
         plan.binned(X + 10.0, bins, out_of_range="drop", secure=secure, **kw)
+
+
+def test_thompson_plan_gives_the_noise_for_all_rounds_and_the_loop_runs_them():
+    """``plan.thompson`` replays the loop's per-round events on a fresh ledger: at the planned
+    noise the loop completes every round within the budget, with the plan's ε; 0.1 % less
+    noise no longer fits them all (the answer is the smallest to 1e-4)."""
+    from pm_dpgp.workflow import dp_thompson_sampling
+
+    cov = pm.gp.cov.ExpQuad(1, ls=0.2)
+    kw = dict(y_bounds=(-1.0, 1.0))
+    p = plan.thompson(3, 6, epsilon=3.0, delta=1e-5, cov_func=cov, domain=(0.0, 1.0), **kw)
+    assert p.fits and p.filter_epsilon <= 3.0 * (1 + 1e-9)
+    less = plan.thompson(3, 6, epsilon=3.0, delta=1e-5, noise_sd=p.noise_sd / 1.001,
+                         kappa=p.kappa, **kw)  # fmt: skip
+    assert less.rounds_that_fit == 5 and not less.fits
+    for sd, rounds in ((p.noise_sd, 6), (less.noise_sd, 5)):
+        ledger = Ledger(epsilon=3.0, delta=1e-5)
+        res = dp_thompson_sampling(
+            lambda X: np.sin(6 * X[:, 0]), cov, domain=(np.zeros(1), np.ones(1)),
+            X_init=np.array([[0.1], [0.5], [0.9]]), n_rounds=6, noise_sd=sd, ledger=ledger,
+            rng=np.random.default_rng(0), progressbar=False, **kw,
+        )  # fmt: skip
+        assert res.n_rounds == rounds
+    assert ledger.epsilon() == pytest.approx(less.epsilon, rel=1e-12)

@@ -111,7 +111,7 @@ def test_budget_too_small_for_one_round_returns_empty_trace():
     """An empty run says so (stop-31 walkthrough: it came back silently)."""
     with pytest.warns(UserWarning, match="cannot afford the first round") as rec:
         res = _run(seed=0, budget=0.5, n_rounds=5)
-    assert "raise noise_sd" in str(rec[0].message)
+    assert "plan.thompson" in str(rec[0].message)
     assert res.stop_reason == "budget" and res.n_rounds == 0
     assert res.ledger.epsilon() == 0.0
 

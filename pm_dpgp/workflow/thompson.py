@@ -745,8 +745,7 @@ def dp_thompson_sampling(
         warn_no_round(
             "dp_thompson_sampling",
             "A round is one sample-path release on the data so far: raise noise_sd (plan it "
-            "with pm_dpgp.plan.sample_path for n = the initial design + 1, and more rounds "
-            "cost more) or eta, or give the ledger a larger budget.",
+            "with pm_dpgp.plan.thompson) or eta, or give the ledger a larger budget.",
         )
     if failure is not None:
         raise objective_failure(result) from failure
