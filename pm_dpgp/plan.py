@@ -697,8 +697,33 @@ def thompson(
     y_bounds = (prior_mean - 1.0, prior_mean + 1.0) if y_bounds is None else y_bounds
     lower, upper = check_public_bounds(y_bounds)
     M_Y = centred_bound((lower, upper), float(prior_mean))[2]
-    kappa = _planned_kappa(kappa, cov_func, domain, kernel_scale)
-    Ledger(target, delta, filter=filter)  # validates the filter name before any search
+    box = None
+    if domain is not None:  # the loop's form (lower, upper), one entry per input dimension
+        lo, hi = (np.atleast_1d(np.asarray(b, dtype=np.float64)) for b in domain)
+        box = np.column_stack([lo, hi])
+    proved = None
+    if cov_func is not None and box is not None:  # what the loop computes (certified_kappa)
+        proved = _planned_kappa(None, cov_func, box, kernel_scale)
+    if kappa is None:
+        kappa = _planned_kappa(None, cov_func, box, kernel_scale) if proved is None else proved
+    elif proved is not None:  # the loop's check of a given κ (1e-9 slack, the smaller used)
+        if float(kappa) > proved * (1.0 + 1e-9):
+            raise ValueError(
+                f"kappa={kappa!r} exceeds the proved lower bound {proved:.6g} of this kernel "
+                "on this domain, so the loop would refuse it; omit kappa or lower it."
+            )
+        kappa = min(float(kappa), proved)
+    kappa = float(kappa)
+    probe = Ledger(target, delta, filter=filter)  # validates the filter name before any search
+    first = sample_path_event(
+        SamplePathBound(n=n_init, kernel_scale=kernel_scale, r2=1.0, M_Y=M_Y, kappa=kappa,
+                        eta=eta, kernel_class=kernel_class, sensitivity=sensitivity), 1
+    )  # fmt: skip
+    if not probe.accounts_for(first):
+        raise ValueError(
+            f"a ledger with filter={filter!r} cannot account for the rounds' Renyi-DP curve "
+            "events at any noise; plan (and run) with filter='auto', 'renyi' or 'fixed'."
+        )
 
     def rounds_for(sd: float) -> tuple[int, Ledger]:
         ledger = Ledger(target, delta, filter=filter)

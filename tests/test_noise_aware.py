@@ -703,4 +703,5 @@ def test_ratio_auto_makes_the_release_unit_free_and_a_far_ratio_warns():
     paper_unit, _, _ = predict(1.0, 1.0)
     paper_cm, _, far_paper = predict(100.0, 1.0)
     assert far_paper and "ratio='auto'" in str(far_paper[0].message)
+    assert "noise on A" in str(far_paper[0].message)  # c ≫ R_y/R_k: σ_a is the inflated one
     assert np.max(np.abs(paper_cm - paper_unit)) > 1e-3  # the paper's c = 1 is not unit-free

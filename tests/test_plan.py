@@ -10,7 +10,7 @@ import pytest
 
 from pm_dpgp import plan
 from pm_dpgp._validation import PrivacyWarning
-from pm_dpgp.accounting import Ledger
+from pm_dpgp.accounting import BudgetExceededError, Ledger
 from pm_dpgp.mechanisms import cloaked_release, noise_aware_release, sample_path_release
 from pm_dpgp.models import gp_regression, grid_inducing_points, sparse_gp_regression
 
@@ -273,3 +273,35 @@ def test_thompson_plan_gives_the_noise_for_all_rounds_and_the_loop_runs_them():
         )  # fmt: skip
         assert res.n_rounds == rounds
     assert ledger.epsilon() == pytest.approx(less.epsilon, rel=1e-12)
+
+
+def test_thompson_plan_reads_the_loop_domain_checks_kappa_and_the_filter():
+    """Stop-31 review: a 2-D ``domain=(lower, upper)`` (the loop's form) was read as two
+    (low, high) pairs, so the plan used κ = 1 (6 of 6 rounds planned, 3 run); a κ above the
+    proved one was planned though the loop refuses it; a filter that cannot hold the rounds'
+    curve events was answered with noise advice."""
+    from pm_dpgp.workflow import dp_thompson_sampling
+
+    cov = pm.gp.cov.ExpQuad(2, ls=0.3)
+    domain = (np.zeros(2), np.ones(2))
+    kw = dict(epsilon=3.0, delta=1e-5, cov_func=cov, domain=domain, y_bounds=(-1.0, 1.0))
+    p = plan.thompson(3, 4, **kw)
+    assert 0.0 < p.kappa < 1e-3  # the corner value exp(-1/0.09), not 1
+    ledger = Ledger(epsilon=3.0, delta=1e-5)
+    res = dp_thompson_sampling(
+        lambda X: np.sin(3 * X[:, 0]) * X[:, 1], cov, domain=domain,
+        X_init=np.array([[0.1, 0.2], [0.5, 0.5], [0.9, 0.7]]), n_rounds=4, noise_sd=p.noise_sd,
+        y_bounds=(-1.0, 1.0), ledger=ledger, rng=np.random.default_rng(0), progressbar=False,
+        candidates=32,
+    )  # fmt: skip
+    assert res.n_rounds == 4 and ledger.epsilon() == pytest.approx(p.epsilon, rel=1e-12)
+    with pytest.raises(ValueError, match="exceeds the proved lower bound"):
+        plan.thompson(3, 4, kappa=0.5, **kw)
+    with pytest.raises(ValueError, match="cannot account for the rounds"):
+        plan.thompson(3, 4, filter="basic", **kw)
+    with pytest.raises(BudgetExceededError, match="cannot account for the rounds"):
+        dp_thompson_sampling(
+            lambda X: X[:, 0], cov, domain=domain, X_init=np.array([[0.1, 0.2]]), n_rounds=2,
+            noise_sd=1e3, y_bounds=(-1.0, 1.0), ledger=Ledger(10.0, 1e-5, filter="basic"),
+            rng=np.random.default_rng(0), progressbar=False,
+        )  # fmt: skip

@@ -624,6 +624,13 @@ class Ledger:
         self._refresh()
         return self._family(self._totals)
 
+    def accounts_for(self, event: PrivacyEvent) -> bool:
+        """Whether this ledger's privacy filter can account for ``event``'s type at all (an
+        empty "auto" ledger accepts any type; its first event then picks the filter).  A
+        ``False`` is not about the budget: no amount of it would let the event through."""
+        family = self.filter_family
+        return family is None or _family_accepts(family, event)
+
     def _family(self, totals: _Totals) -> str | None:
         if self._filter != "auto":
             return self._filter
@@ -840,7 +847,10 @@ class Ledger:
                 head = "the ledger's privacy filter refuses this release"
                 # not an overspend: the filter's family cannot hold this event at all (stop-31
                 # walkthrough: the advice named a larger budget though 10 of 10 were left)
-                fix = "more budget would not help: use a ledger whose filter accepts both kinds"
+                fix = (
+                    "more budget would not help: use a ledger whose filter accepts this kind of "
+                    "event (hint above)"
+                )
                 hint = (
                     "approximate events compose only under filter='basic' (with pure events) "
                     "or 'fixed' (all parameters fixed in advance)"

@@ -35,9 +35,9 @@ def spread_meaning(mechanism: str) -> str:
     noise_sd = "the public noise sd is constant_data['dp_noise_sd']"
     if "thompson" in mechanism.lower():
         return (
-            "the draw axis is the round of the search: the spread is that of the queried "
-            "points and observed values over the run, NOT posterior uncertainty (az.plot_trace "
-            "shows the search, not mixing)"
+            "the draw axis is the round of the search: the spread is that of the chosen "
+            "points and the released path values at them over the run, NOT posterior "
+            "uncertainty (az.plot_trace shows the search, not mixing)"
         )
     if mechanism.startswith(_LABEL):
         return (

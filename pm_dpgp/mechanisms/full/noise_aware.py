@@ -857,7 +857,7 @@ def resolve_ratio(ratio: float | Literal["auto"], R_y: float, R_k: float) -> flo
         warnings.warn(
             f"ratio={c:.3g} (c = sigma_a/sigma_b; the paper's 1 assumes standardised data) is "
             f"far from R_y/R_k = {balanced:.3g} in these units, so the noise on "
-            f"{'B' if c > balanced else 'A'} is much larger than it needs to be; pass "
+            f"{'A' if c > balanced else 'B'} is much larger than it needs to be; pass "
             "ratio='auto' (= R_y/R_k, unit-free) or standardise y and the kernel amplitude.",
             UserWarning,
             stacklevel=3,
