@@ -30,7 +30,9 @@ are rounded to the grid γ = 2^(⌊log₂(1/ε)⌋ − 20), OpenDP's discrete La
 (Canonne, Kamath & Steinke 2020) is added with its privacy map at the integer L1 sensitivity
 ``⌈(1 + 2r)/γ⌉ + 1``, and ``m̃_j = c + d γ ñ_j / n_j``.  The event is then a
 ``pm_dpgp.accounting.PureDpEvent`` at the map's ε (≤ the requested ε); the Laplace scale
-actually used exceeds ``d/(n_j ε)`` by a relative ``O(2^-20)``.
+actually used exceeds ``d/(n_j ε)`` by a relative ``≈ 2γ = 2^(⌊log₂(1/ε)⌋ − 19)``: ``≤ 2^-18``
+for ε > 1/4, ``1.2·10⁻⁴`` at ε = 10⁻², but 1.6 % at 10⁻⁴ and a factor 2 at 10⁻⁶ (the grid
+follows ``1/ε``, not the unit sensitivity; ``docs/binning.md``; stop-31 audit).
 
 **GP on the DP bin means** (``binned_gp``): post-processing.  ``method="integral"`` models
 ``m̃_j`` as the average of ``f`` over ``B_j`` (``pm_dpgp.gp.integral``), ``"point"`` as
