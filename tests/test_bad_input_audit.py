@@ -522,17 +522,33 @@ def test_noise_aware_export_refuses_a_var_name_that_is_taken():
     assert rng.bit_generator.state == state
 
 
-def test_sample_path_export_says_to_pass_the_inputs_by_keyword():
-    """Stop-31 walkthrough: ``rel.to_inference_data(X_new)``, as written for the noise-aware
-    release, raised "unhashable type: 'numpy.ndarray'" on a sample-path release."""
+def _small_path_release():
+    """Three released path values of a small exact GP (the exports are under test)."""
     from pm_dpgp.mechanisms.full.sample_path import sample_path_release
 
     X = np.linspace(0.0, 6.0, 20)
     model = gp_regression(X, np.sin(X), pm.gp.cov.ExpQuad(1, ls=1.0), noise_sd=0.3, mean=0.0)
-    rel = sample_path_release(
+    return sample_path_release(
         model, X[:3, None], kernel_scale=1.0, y_bounds=(-2, 2), delta=1e-5, eta=1.0,
         domain=(0.0, 6.0), epsilon=1e6, rng=np.random.default_rng(0),
     )  # fmt: skip
+
+
+def test_sample_path_export_says_to_pass_the_inputs_by_keyword():
+    """Stop-31 walkthrough: ``rel.to_inference_data(X_new)``, as written for the noise-aware
+    release, raised "unhashable type: 'numpy.ndarray'" on a sample-path release."""
+    rel = _small_path_release()
     with pytest.raises(TypeError, match=r"to_inference_data\(X_star=X_new\)"):
         rel.to_inference_data(np.linspace(0.0, 6.0, 4)[:, None])
     assert "f_path" in rel.to_inference_data(X_star=np.linspace(0.0, 6.0, 4)[:, None]).posterior
+
+
+def test_sample_path_export_takes_var_name_like_the_other_exports():
+    """Stop-31 walkthrough: the q(u) export and dp_ppc take ``var_name=``, the sample-path
+    export only ``variable_name``; both names now work there, and two different ones are
+    refused."""
+    rel = _small_path_release()
+    assert "g" in rel.to_inference_data(var_name="g").posterior
+    assert "g" in rel.to_inference_data("g").posterior
+    with pytest.raises(TypeError, match="pass one of them"):
+        rel.to_inference_data("g", var_name="h")

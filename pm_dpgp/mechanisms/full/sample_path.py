@@ -382,6 +382,7 @@ class SamplePathRelease:
         variable_name: str = "f_path",
         *,
         X_star: ArrayLike | None = None,
+        var_name: str | None = None,
         dims: Mapping[str, Sequence[str]] | None = None,
         coords: Mapping[str, ArrayLike] | None = None,
         observed_data: Mapping[str, ArrayLike] | None = None,
@@ -398,12 +399,21 @@ class SamplePathRelease:
         location).  ``dims``/``coords``, ``observed_data`` (public hold-out at ``X_star``,
         ``observed_is_public=True``) and ``predictive_sd`` (``y = f + e`` in
         ``posterior_predictive``) as in ``pm_dpgp.release.release_to_inference_data``.
-        The public query inputs are in ``constant_data``.
+        The public query inputs are in ``constant_data``.  ``var_name=`` is the keyword the
+        other exports (``SparseQuRelease.to_inference_data``, ``dp_ppc``) use for the same
+        thing; either name works.
         """
         import xarray as xr
 
         from pm_dpgp.release import draws_to_inference_data, flat_attrs
 
+        if var_name is not None:  # the keyword of the other exports
+            if variable_name not in ("f_path", var_name):
+                raise TypeError(
+                    f"got both variable_name={variable_name!r} and var_name={var_name!r}; "
+                    "pass one of them."
+                )
+            variable_name = var_name
         if not isinstance(variable_name, str):  # e.g. to_inference_data(X_new), as for q(u)
             raise TypeError(
                 "the first argument of SamplePathRelease.to_inference_data is the variable "
