@@ -55,7 +55,7 @@ from pm_dpgp.mechanisms.full.sample_path_bounds import (
 )
 from pm_dpgp.mechanisms.gaussian import gaussian_sigma
 from pm_dpgp.mechanisms.noise import secure_plan
-from pm_dpgp.models.exact import require_exact_regression
+from pm_dpgp.models.guards import refuse_dirichlet_model, require_exact_regression
 
 __all__ = [
     "BinnedPlan",
@@ -364,7 +364,6 @@ def noise_aware(
         calibrate_statistics_noise,
         kernel_norm_bound,
         l2_sensitivity,
-        refuse_dirichlet_model,
         regularisation_lambda,
         resolve_ratio,
     )
@@ -552,8 +551,9 @@ def sample_path(
     ``y_bounds`` with the model's public ``prior_mean`` (default: the midpoint, where ``M_Y``
     is the half-width), and ``kappa`` (or the public ``domain`` and ``cov_func`` to compute it
     as the release does, ``certified_kappa``: the corner bound for decreasing stationary
-    kernels, 0 for any other kernel).  A given ``kappa`` is used as is here; the release
-    refuses one above that proved value.
+    kernels, 0 for any other kernel).  A given ``kappa`` is checked against that proved
+    value when ``domain`` and ``cov_func`` are given too (refused above it, as the release
+    refuses it), and used as is otherwise.
     The cost decreases as the noise grows (``docs/sample_paths.md``, monotonicity in r²), which
     the bisection relies on; the returned value is checked to fit.
     """
@@ -617,20 +617,30 @@ def sample_path(
 def _planned_kappa(
     kappa: float | None, cov_func: Any, domain: ArrayLike | None, kernel_scale: float
 ) -> float:
-    """The given κ, or the proved one the release computes from the public domain and
-    kernel (``certified_kappa``: the corner bound for decreasing stationary kernels, else 0)."""
-    if kappa is not None:
-        return float(kappa)
+    """The κ the release (or loop) will use: the proved one from the public domain and kernel
+    (``certified_kappa``: the corner bound for decreasing stationary kernels, else 0) when no
+    κ is given; a given κ checked against it as the release checks it (refused above it by
+    more than 1e-9 relative, else the smaller of the two), or used as is without a domain."""
     if cov_func is None or domain is None:
-        raise ValueError(
-            "give kappa (a public lower bound of the normalised kernel, 0 is always valid) "
-            "or the public domain= and cov_func= to compute it."
-        )
+        if kappa is None:
+            raise ValueError(
+                "give kappa (a public lower bound of the normalised kernel, 0 is always valid) "
+                "or the public domain= and cov_func= to compute it."
+            )
+        return float(kappa)
 
     def k(A: NDArray[np.float64], B: NDArray[np.float64]) -> NDArray[np.float64]:
         return np.asarray(cov_func(A, B).eval(), dtype=np.float64) / kernel_scale**2
 
-    return float(certified_kappa(k, domain, cov_func))  # the release's default (proved) κ
+    proved = float(certified_kappa(k, domain, cov_func))
+    if kappa is None:
+        return proved
+    if float(kappa) > proved * (1.0 + 1e-9):
+        raise ValueError(
+            f"kappa={kappa!r} exceeds the proved lower bound {proved:.6g} of this kernel on "
+            "this domain, so the release would refuse it; omit kappa or lower it."
+        )
+    return min(float(kappa), proved)
 
 
 # ------------------------------------------------------------------- DP Thompson sampling
@@ -699,40 +709,24 @@ def thompson(
     M_Y = centred_bound((lower, upper), float(prior_mean))[2]
     box = None
     if domain is not None:  # the loop's form (lower, upper), one entry per input dimension
-        lo, hi = (np.atleast_1d(np.asarray(b, dtype=np.float64)) for b in domain)
-        box = np.column_stack([lo, hi])
-    proved = None
-    if cov_func is not None and box is not None:  # what the loop computes (certified_kappa)
-        proved = _planned_kappa(None, cov_func, box, kernel_scale)
-    if kappa is None:
-        kappa = _planned_kappa(None, cov_func, box, kernel_scale) if proved is None else proved
-    elif proved is not None:  # the loop's check of a given κ (1e-9 slack, the smaller used)
-        if float(kappa) > proved * (1.0 + 1e-9):
-            raise ValueError(
-                f"kappa={kappa!r} exceeds the proved lower bound {proved:.6g} of this kernel "
-                "on this domain, so the loop would refuse it; omit kappa or lower it."
-            )
-        kappa = min(float(kappa), proved)
-    kappa = float(kappa)
-    probe = Ledger(target, delta, filter=filter)  # validates the filter name before any search
-    first = sample_path_event(
-        SamplePathBound(n=n_init, kernel_scale=kernel_scale, r2=1.0, M_Y=M_Y, kappa=kappa,
-                        eta=eta, kernel_class=kernel_class, sensitivity=sensitivity), 1
-    )  # fmt: skip
-    if not probe.accounts_for(first):
-        raise ValueError(
-            f"a ledger with filter={filter!r} cannot account for the rounds' Renyi-DP curve "
-            "events at any noise; plan (and run) with filter='auto', 'renyi' or 'fixed'."
-        )
+        box = np.column_stack([np.atleast_1d(np.asarray(b, dtype=np.float64)) for b in domain])
+    kappa = _planned_kappa(kappa, cov_func, box, kernel_scale)
+
+    def round_bound(n: int, sd: float) -> SamplePathBound:
+        return SamplePathBound(
+            n=n, kernel_scale=kernel_scale, r2=sd**2 / kernel_scale**2, M_Y=M_Y, kappa=kappa,
+            eta=eta, kernel_class=kernel_class, sensitivity=sensitivity,
+        )  # fmt: skip
+
+    # the filter name, and whether it can hold the rounds' curve events at all, as the loop
+    Ledger(target, delta, filter=filter).check_accounts_for(
+        sample_path_event(round_bound(n_init, kernel_scale), 1), "the rounds' Renyi-DP curve events"
+    )
 
     def rounds_for(sd: float) -> tuple[int, Ledger]:
         ledger = Ledger(target, delta, filter=filter)
         for t in range(n_rounds):
-            bound = SamplePathBound(
-                n=n_init + t, kernel_scale=kernel_scale, r2=sd**2 / kernel_scale**2, M_Y=M_Y,
-                kappa=kappa, eta=eta, kernel_class=kernel_class, sensitivity=sensitivity,
-            )  # fmt: skip
-            event = sample_path_event(bound, 1)
+            event = sample_path_event(round_bound(n_init + t, sd), 1)
             if not ledger.can_afford(event):
                 return t, ledger
             ledger.spend(event)

@@ -417,6 +417,19 @@ def _family_of(event: PrivacyEvent) -> str:
     return "renyi"
 
 
+def _mismatch_hint(event: PrivacyEvent) -> str:
+    """Which filters can hold ``event`` (the advice of a filter-mismatch refusal)."""
+    if isinstance(event, ApproxDpEvent):
+        return (
+            "approximate events compose only under filter='basic' (with pure events) "
+            "or 'fixed' (all parameters fixed in advance)"
+        )
+    return (
+        "create the ledger with filter='renyi' to mix Gaussian, zCDP, curve "
+        "and pure events, or filter='zcdp' to mix Gaussian and zCDP events"
+    )
+
+
 def _family_accepts(family: str, event: PrivacyEvent) -> bool:
     """Whether privacy filter ``family`` can account for events of ``event``'s type at all."""
     if family == "gdp":
@@ -624,12 +637,19 @@ class Ledger:
         self._refresh()
         return self._family(self._totals)
 
-    def accounts_for(self, event: PrivacyEvent) -> bool:
-        """Whether this ledger's privacy filter can account for ``event``'s type at all (an
-        empty "auto" ledger accepts any type; its first event then picks the filter).  A
-        ``False`` is not about the budget: no amount of it would let the event through."""
+    def check_accounts_for(self, event: PrivacyEvent, what: str | None = None) -> None:
+        """Raise ``BudgetExceededError`` if this ledger's privacy filter cannot account for
+        ``event``'s type at all (an empty "auto" ledger accepts any type; its first event then
+        picks the filter).  Not a budget matter: no amount of it would let the event through,
+        so a loop can refuse before its first round instead of stopping "for budget"."""
         family = self.filter_family
-        return family is None or _family_accepts(family, event)
+        if family is None or _family_accepts(family, event):
+            return
+        raise BudgetExceededError(
+            f"the ledger's {family!r} privacy filter cannot account for "
+            f"{what or type(event).__name__} ({_mismatch_hint(event)}). Nothing was recorded "
+            "and no noise was drawn; more budget would not help."
+        )
 
     def _family(self, totals: _Totals) -> str | None:
         if self._filter != "auto":
@@ -851,15 +871,8 @@ class Ledger:
                     "more budget would not help: use a ledger whose filter accepts this kind of "
                     "event (hint above)"
                 )
-                hint = (
-                    "approximate events compose only under filter='basic' (with pure events) "
-                    "or 'fixed' (all parameters fixed in advance)"
-                    if isinstance(event, ApproxDpEvent)
-                    else "create the ledger with filter='renyi' to mix Gaussian, zCDP, curve "
-                    "and pure events, or filter='zcdp' to mix Gaussian and zCDP events"
-                )
                 why = f"the {family!r} privacy filter cannot account for {type(event).__name__} "
-                why += f"({hint})"
+                why += f"({_mismatch_hint(event)})"
             else:
                 why = (
                     f"the {family} filter's total would be {f_eps:.6g} > budget epsilon="

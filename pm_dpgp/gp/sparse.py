@@ -124,12 +124,15 @@ def _default_preprocess(X: Any, y: Any, w: Any = None) -> tuple[Any, Any, Any, A
     X = np.asarray(X, dtype=np.float64)
     if X.ndim == 1:
         X = X[:, None]
-    y = np.asarray(y, dtype=np.float64)
-    y = y.reshape(X.shape[0], -1) if X.shape[0] else y.reshape(0, max(y.size, 1))
-    W = None if w is None else np.asarray(w, dtype=np.float64)
-    if W is not None:  # an empty chunk keeps its width; "-1" cannot be inferred for 0 rows
-        W = W.reshape(X.shape[0], -1) if X.shape[0] else W.reshape(0, max(W.size, 1))
+    y = _by_rows(np.asarray(y, dtype=np.float64), X.shape[0])
+    W = None if w is None else _by_rows(np.asarray(w, dtype=np.float64), X.shape[0])
     return X, y, W, np.zeros(0)
+
+
+def _by_rows(a: NDArray[np.float64], n: int) -> NDArray[np.float64]:
+    """``a`` as ``n`` rows; an empty chunk (an empty Dask block) gives ``(0, 1)``, since
+    ``-1`` cannot be inferred for zero rows (its width is not used: it contributes zero)."""
+    return a.reshape(n, -1) if n else a.reshape(0, 1)
 
 
 def _is_dask(obj: Any) -> bool:

@@ -248,35 +248,6 @@ def _compiled_like(inputs: list[Variable], out: Variable) -> Any | None:
     return None
 
 
-def require_exact_regression(gpr: Any, mechanism: str) -> None:
-    """Refuse a model whose own posterior is not the exact GP regression posterior.
-
-    FITC, sparse (VFE), Dirichlet and binary-classification models subclass ``GPRegression``,
-    and ``public_gp`` gives their exact-GP view; a mechanism that releases the exact posterior
-    (prior noise, sample paths) would release another model's posterior than the one built,
-    with nothing in the release saying so (stop-31 audit: 19 % off the FITC mean).  Public
-    (the model's type); call before anything is spent or drawn.
-    """
-    from pm_dpgp.models.classification import GPClassification
-    from pm_dpgp.models.fitc import FITCRegression
-    from pm_dpgp.models.sparse import DirichletGPClassification, SparseGPRegression
-
-    use = (
-        (DirichletGPClassification, "pm_dpgp.mechanisms.dirichlet_release"),
-        (SparseGPRegression, "pm_dpgp.mechanisms.noise_aware_release (Honkela's sparse q(u))"),
-        (FITCRegression, "pm_dpgp.mechanisms.cloaked_release (FITC cloaking)"),
-        (GPClassification, "pm_dpgp.mechanisms.classification_release"),
-    )
-    for cls, alternative in use:
-        if isinstance(gpr, cls):
-            raise TypeError(
-                f"{mechanism} releases the exact GP regression posterior, but this "
-                f"{type(gpr).__name__}'s own posterior is another one. Use {alternative}, or "
-                "build an exact pm_dpgp.models.gp_regression of the same kernel; nothing was "
-                "spent or drawn."
-            )
-
-
 # --------------------------------------------------------------------------- GPRegression
 @dataclass(eq=False)
 class GPRegression:

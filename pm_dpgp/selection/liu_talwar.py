@@ -72,10 +72,10 @@ from pm_dpgp.mechanisms.full.noise_aware import (
     kernel_norm_bound,
     l2_sensitivity,
     noise_aware_release,
-    refuse_dirichlet_model,
 )
 from pm_dpgp.mechanisms.gaussian import zcdp_rho
 from pm_dpgp.mechanisms.noise import SIMULATION
+from pm_dpgp.models.guards import refuse_dirichlet_model
 from pm_dpgp.models.sparse import PublicSparseGP, SparseGPRegression
 from pm_dpgp.selection.coinpress import check_coinpress_settings, coinpress_mean
 from pm_dpgp.selection.grids import check_grid, prior_quantile_grid

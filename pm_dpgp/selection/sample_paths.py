@@ -75,7 +75,8 @@ from pm_dpgp.mechanisms.full.sample_path_bounds import (
 from pm_dpgp.mechanisms.gaussian import zcdp_rho
 from pm_dpgp.mechanisms.noise import SIMULATION
 from pm_dpgp.models import GPRegression
-from pm_dpgp.models.exact import PublicGP, require_exact_regression
+from pm_dpgp.models.exact import PublicGP
+from pm_dpgp.models.guards import require_exact_regression
 from pm_dpgp.selection.coinpress import check_coinpress_settings, coinpress_mean
 from pm_dpgp.selection.grids import check_grid, prior_quantile_grid
 from pm_dpgp.selection.liu_talwar import loglik_bounds, random_stopping, validation_loglik

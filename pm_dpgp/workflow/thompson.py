@@ -565,13 +565,11 @@ def dp_thompson_sampling(
             kernel_class=kernel_class,
             sensitivity=sensitivity,
         )
-        first = sample_path_event(round_bound(n=len(X0)), 1)  # validates eta, kernel_class, …
-        if not ledger.accounts_for(first):  # not a budget matter: refuse, with the fix
-            raise BudgetExceededError(
-                f"the ledger's {ledger.filter_family!r} privacy filter cannot account for the "
-                "rounds' Renyi-DP curve events (sample paths) at any noise: use a ledger with "
-                "filter='auto', 'renyi' or 'fixed'. Nothing was recorded and no noise was drawn."
-            )
+        # validates eta, kernel_class, sensitivity; a filter that cannot hold the rounds' curve
+        # events is refused here, not reported as a budget stop
+        ledger.check_accounts_for(
+            sample_path_event(round_bound(n=len(X0)), 1), "the rounds' Renyi-DP curve events"
+        )
         ledger.check_privacy_model(PRIVACY_MODEL, "DP Thompson sampling")
         shown = X0 if fixed_cand is None else np.vstack([X0, fixed_cand])
         _check_public_kernel(base, kernel_scale, kernel_class, _public_probes(shown, domain_box))

@@ -87,7 +87,8 @@ from pm_dpgp.mechanisms.noise import (
     secure_plan,
     simulation_rng,
 )
-from pm_dpgp.models.sparse import DirichletGPClassification, PublicSparseGP, SparseGPRegression
+from pm_dpgp.models.guards import refuse_dirichlet_model
+from pm_dpgp.models.sparse import PublicSparseGP, SparseGPRegression
 from pm_dpgp.release import flat_attrs
 
 __all__ = [
@@ -863,17 +864,6 @@ def resolve_ratio(ratio: float | Literal["auto"], R_y: float, R_k: float) -> flo
             stacklevel=3,
         )
     return c
-
-
-def refuse_dirichlet_model(model: Any, func: str) -> None:
-    """A ``DirichletGPClassification`` is released by ``dirichlet_release``; the regression
-    release (or its plan) would regress its raw class indices (stop-31 audit)."""
-    if isinstance(model, DirichletGPClassification):
-        raise TypeError(
-            f"{func} would regress the raw class indices of a DirichletGPClassification; use "
-            "pm_dpgp.mechanisms.dirichlet_release (or plan.dirichlet; Milios et al. 2018 "
-            "targets) instead; nothing was spent or drawn."
-        )
 
 
 def _as_public(model: SparseGPRegression | PublicSparseGP, hyperparameters: Any) -> PublicSparseGP:

@@ -74,7 +74,7 @@ from pm_dpgp.mechanisms.full.sample_path_bounds import (
 )
 from pm_dpgp.mechanisms.noise import SEED_POLICY_SIMULATION, SIMULATION
 from pm_dpgp.models import GPRegression, PublicGP
-from pm_dpgp.models.exact import require_exact_regression
+from pm_dpgp.models.guards import require_exact_regression
 from pm_dpgp.models.sparse import is_stationary_decreasing
 
 #: ``noise_source`` of a sample-path release drawn without a caller's Generator.

@@ -1480,10 +1480,13 @@ def warn_unconverged(
     if not stopped:
         return
     worst = max(stopped, key=lambda r: r.gap_bound)
-    which = "" if len(results) == 1 else f"{len(stopped)} of {len(results)} "
+    subject = (
+        f"The {design} noise design"
+        if len(results) == 1
+        else f"{len(stopped)} of {len(results)} {design} noise designs"
+    )
     warnings.warn(
-        f"{which.capitalize() if which else 'The '}{design} noise design"
-        f"{'s' if which else ''} stopped after {worst.iterations} steps with certified gap "
+        f"{subject} stopped after {worst.iterations} steps with certified gap "
         f"{worst.gap_bound:.3g} (tol {tol:g}): the noise covariance is feasible, so privacy "
         "holds, but it may be larger than the optimum. Pass a larger tol (cloaked_release, "
         "solve_noise_covariance) or, to solve_noise_covariance, a larger max_iter (the trace "

@@ -41,7 +41,7 @@ from pm_dpgp.accounting import Ledger
 from pm_dpgp.mechanisms.label.output_perturbation import label_gaussian_release, model_labels
 from pm_dpgp.mechanisms.whitening import centred_whitening
 from pm_dpgp.models import GPRegression, PublicGP
-from pm_dpgp.models.exact import require_exact_regression
+from pm_dpgp.models.guards import require_exact_regression
 from pm_dpgp.release import Release
 
 __all__ = [
