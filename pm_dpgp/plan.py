@@ -362,6 +362,7 @@ def noise_aware(
     from pm_dpgp.mechanisms.full.noise_aware import (
         _as_public,
         calibrate_statistics_noise,
+        check_posterior_arithmetic,
         kernel_norm_bound,
         l2_sensitivity,
         regularisation_lambda,
@@ -382,6 +383,7 @@ def noise_aware(
     )
     event = _statistics_event(sigma_a, Delta, dplan, "noise-aware DP sparse GP (Honkela)")
     sigma_b = sigma_a / c
+    check_posterior_arithmetic(1.0 / public.noise_var, sigma_a, sigma_b)  # as the release
     lam = regularisation_lambda(sigma_b, 1.0 / public.noise_var, M, rho)
     return NoiseAwarePlan(epsilon, delta, Delta, sigma_a, sigma_b, lam, R_y, bound.R_k, event, c)
 

@@ -186,6 +186,119 @@ def test_expected_clipped_square_against_monte_carlo():
     assert np.allclose(expected_clipped_square(mu, var, math.inf), mu**2 + var)
 
 
+def _clipped_square_by_quadrature(mu: float, sd: float, c: float) -> float:
+    """E[min(X², c²)] = c² − ∫_a^b (c² − (μ + sd z)²) φ(z) dz, integrated in z by SciPy."""
+    from scipy.integrate import quad
+
+    if sd == 0.0:
+        return min(mu * mu, c * c)
+    a, b = (-c - mu) / sd, (c - mu) / sd
+    inner = quad(
+        lambda z: (c * c - (mu + sd * z) ** 2) * stats.norm.pdf(z),
+        a,
+        b,
+        points=[p for p in (-8.0, 0.0, 8.0) if a < p < b] or None,
+        epsabs=1e-15 * c * c,
+        epsrel=1e-13,
+        limit=200,
+    )[0]
+    return c * c - inner
+
+
+def test_expected_clipped_square_accurate_at_every_noise_scale():
+    # stop-32 audit: for sd ≫ c the closed form's terms (each ~ sd·c) cancel; at sd = 1e8 c it
+    # was 0.24 c² off, and any utility computed there was wrong
+    worst = 0.0
+    for s in (0.0, 1e-3, 0.1, 0.99, 1.0, 1.01, 3.0, 1e3, 1e6, 1e8, 1e12):
+        for m in (0.0, 0.3, 1.0, 1.5, 3.0, 50.0, -2.5):
+            for c in (1.0, 7.3):
+                got = float(expected_clipped_square(m * c, (s * c) ** 2, c))
+                worst = max(worst, abs(got - _clipped_square_by_quadrature(m * c, s * c, c)) / c**2)
+    assert worst < 1e-12
+
+
+def test_expected_clipped_square_never_fails():
+    # a utility computed from private labels after the spend must not fail on any label
+    # (stop-32 audit: error means of 1.4e154 overflowed to inf·0 = NaN, and the selection raised
+    # after its charge for one label vector but not for its neighbour)
+    c = 9.2e152
+    mean = np.array([1.44e154, -1.44e154, np.inf, -np.inf, np.nan, 1e160, 0.0, 3e152])
+    var = np.array([1.0, 1e300, 1.0, 1.0, 1.0, np.inf, np.inf, 4e304])
+    with np.errstate(all="raise"):
+        out = expected_clipped_square(mean, var, c)
+    assert np.all(np.isfinite(out)) and np.all((out >= 0) & (out <= c * c))
+    assert np.allclose(out[:7], c * c)
+    assert out[7] == pytest.approx(_clipped_square_by_quadrature(3e152, 2e152, c), rel=1e-12)
+
+
+def test_cv_sse_selection_with_huge_bounds_never_fails_on_labels():
+    # the stop-32 audit pair: bounds just inside the float64 guard, an ill-conditioned
+    # configuration; the label vector D failed after the spend, D with one label set to 0 did not
+    n, B = 12, 1.15e152
+    X = np.linspace(0.0, 11.0, n)
+    grid = [{"eta": 1.0, "ell": 6.0, "noise": 1e-3}, {"eta": 1.0, "ell": 1.0, "noise": 0.5}]
+    folds = kfold_splits(n, 3, order="contiguous")
+
+    def kern():
+        return pm.HalfNormal("eta", 1.0) ** 2 * pm.gp.cov.ExpQuad(1, ls=pm.Gamma("ell", 2, 1))
+
+    def noise():
+        return pm.HalfNormal("noise", 0.5)
+
+    kw = dict(epsilon=1.0, y_bounds=(-B, B), folds=folds, release_epsilon=1e4, release_delta=1e-3)
+    plan = plan_cv_sse(
+        gp_regression(X, np.zeros(n), kern, noise_sd=noise),
+        grid,
+        folds,
+        y_bounds=(-B, B),
+        release_epsilon=1e4,
+        release_delta=1e-3,
+    )
+    fp = max(plan.fold_plans[0], key=lambda f: np.abs(f.C).sum(axis=1).max())
+    i = int(np.argmax(np.abs(fp.C).sum(axis=1)))
+    D = np.zeros(n)
+    D[fp.train] = B * np.sign(fp.C[i])
+    D[fp.test[i]] = -B
+    j = fp.train[int(np.argmax(np.abs(fp.C[i])))]
+    Dp = D.copy()
+    Dp[j] = 0.0
+    for y in (D, Dp):
+        ledger = Ledger(epsilon=10.0, delta=1e-5)
+        res = select_by_cross_validated_sse(
+            gp_regression(X, y, kern, noise_sd=noise),
+            grid,
+            ledger=ledger,
+            rng=np.random.default_rng(0),
+            **kw,
+        )
+        assert res.index in (0, 1) and len(ledger.history) == 1
+
+
+def test_cv_sse_refuses_overflowing_release_noise_before_the_spend():
+    # stop-32 audit: y_bounds = ±1e152 at a small release ε made the release noise variance inf,
+    # and every selection raised after its charge
+    X = np.linspace(0.0, 11.0, 12)
+    gpr = gp_regression(
+        X,
+        np.zeros(12),
+        lambda: pm.gp.cov.ExpQuad(1, ls=pm.Gamma("ell", 2, 1)),
+        noise_sd=lambda: pm.HalfNormal("noise", 0.5),
+    )
+    ledger = Ledger(epsilon=10.0, delta=1e-5)
+    with pytest.raises(ValueError, match="overflows float64.*nothing was spent"):
+        select_by_cross_validated_sse(
+            gpr,
+            [{"ell": 6.0, "noise": 1e-3}],
+            epsilon=1.0,
+            y_bounds=(-1e152, 1e152),
+            release_epsilon=0.01,
+            release_delta=1e-3,
+            ledger=ledger,
+            rng=np.random.default_rng(0),
+        )
+    assert len(ledger.history) == 0
+
+
 def test_change_bound_is_attained_and_respected():
     c = 2.0
     for t in np.linspace(0, 5, 51):

@@ -61,6 +61,7 @@ __all__ = [
 ]
 
 _INV_SQRT_2PI = 1.0 / np.sqrt(2.0 * np.pi)
+_GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(32)
 NoiseSolver = Literal["batched", "per_fold"]
 FoldLinalg = Literal["fast", "reference"]
 
@@ -76,28 +77,54 @@ def clipped_square_change_bound(t: ArrayLike, clip: float) -> NDArray[np.float64
 
 
 def expected_clipped_square(mean: ArrayLike, var: ArrayLike, clip: float) -> NDArray[np.float64]:
-    """``E[min(X², c²)]`` for ``X ~ N(mean, var)`` elementwise, in closed form (var = 0 allowed).
+    """``E[min(X², c²)]`` for ``X ~ N(mean, var)`` elementwise (var = 0 allowed).
 
-    With ``X = μ + sZ`` and ``a = (−c − μ)/s``, ``b = (c − μ)/s``:
-    ``E[X² 1{|X| < c}] = (μ² + s²)(Φ(b) − Φ(a)) + 2μs(φ(a) − φ(b)) + s²(aφ(a) − bφ(b))`` and the
-    rest is ``c² (1 − Φ(b) + Φ(a))``.  ``clip = inf`` gives ``μ² + s²``.
+    Worked in units of ``c`` (``m = mean/c``, ``s = sd/c``) so that no square overflows.  For
+    ``s ≤ 1``, with ``a = (−1 − m)/s`` and ``b = (1 − m)/s``, the closed form
+    ``E[X² 1{|X| < 1}] = (m² + s²)(Φ(b) − Φ(a)) + 2ms(φ(a) − φ(b)) + s²(aφ(a) − bφ(b))`` plus
+    ``1 − Φ(b) + Φ(a)``.  For ``s > 1`` its terms are of order ``s`` each while the result is at
+    most 1 (they cancel: at ``s = 10⁸`` the closed form is off by O(1)), so there
+    ``E[min(X², 1)] = 1 − ∫_{−1}^{1} (1 − x²) φ((x − m)/s)/s dx``, the integral by 32-point
+    Gauss–Legendre: on ``[−1, 1]`` the density's log-slope is at most ``(|m| + 1)/s²``, ≤ 10
+    wherever the integral is above 10⁻¹⁷, which such a rule integrates to round-off.
+
+    Every input gives a value in ``[0, c²]``, never NaN or an overflow: a mean or variance that
+    is not finite, or an interval more than 40 sd from the mean, gives ``c²`` (the utilities are
+    computed from private labels after the spend, where a failure would reveal a label;
+    audit, stop 32).  ``clip = inf`` gives ``mean² + var``.
     """
     mu = np.asarray(mean, dtype=np.float64)
-    s = np.sqrt(np.asarray(var, dtype=np.float64))
+    var = np.asarray(var, dtype=np.float64)
     if not np.isfinite(clip):
-        return mu * mu + s * s
-    out = np.minimum(mu * mu, clip * clip)  # the var = 0 case
-    pos = s > 0
-    if np.any(pos):
-        m, sd = np.broadcast_to(mu, s.shape)[pos], s[pos]
-        a, b = (-clip - m) / sd, (clip - m) / sd
-        pa, pb = _INV_SQRT_2PI * np.exp(-0.5 * a * a), _INV_SQRT_2PI * np.exp(-0.5 * b * b)
-        inside = ndtr(b) - ndtr(a)
-        val = (m * m + sd * sd) * inside + 2.0 * m * sd * (pa - pb) + sd * sd * (a * pa - b * pb)
-        val += clip * clip * (1.0 - inside)
-        out = np.array(np.broadcast_to(out, s.shape), dtype=np.float64)
-        out[pos] = np.clip(val, 0.0, clip * clip)
-    return out
+        return mu * mu + var
+    shape = np.broadcast_shapes(mu.shape, var.shape)
+    with np.errstate(all="ignore"):
+        m = np.broadcast_to(mu / clip, shape).ravel()
+        s = np.broadcast_to(np.sqrt(np.maximum(var, 0.0)) / clip, shape).ravel()
+        out = np.ones(m.size)  # c² in units of c²: non-finite inputs and the far tails
+        usable = np.isfinite(m) & np.isfinite(s)
+        a, b = (-1.0 - m) / s, (1.0 - m) / s  # ±inf where s = 0
+        far = (s > 0) & ((np.minimum(a, b) > 40.0) | (np.maximum(a, b) < -40.0))
+        point = usable & (s == 0)
+        out[point] = np.minimum(m[point] * m[point], 1.0)
+        narrow = usable & (s > 0) & (s <= 1.0) & ~far
+        if np.any(narrow):
+            mn, sn, an, bn = m[narrow], s[narrow], a[narrow], b[narrow]
+            pa, pb = _INV_SQRT_2PI * np.exp(-0.5 * an * an), _INV_SQRT_2PI * np.exp(-0.5 * bn * bn)
+            inside = ndtr(bn) - ndtr(an)
+            out[narrow] = (
+                (mn * mn + sn * sn) * inside
+                + 2.0 * mn * sn * (pa - pb)
+                + sn * sn * (an * pa - bn * pb)
+                + (1.0 - inside)
+            )
+        wide = usable & (s > 1.0) & ~far
+        if np.any(wide):
+            mw, sw = m[wide, None], s[wide, None]
+            z = (_GL_NODES[None, :] - mw) / sw
+            density = _INV_SQRT_2PI * np.exp(-0.5 * z * z) / sw
+            out[wide] = 1.0 - (density * (1.0 - _GL_NODES**2)) @ _GL_WEIGHTS
+    return (np.clip(out, 0.0, 1.0) * (clip * clip)).reshape(shape)
 
 
 @dataclass(frozen=True, eq=False)
@@ -592,6 +619,13 @@ def plan_cv_sse(
     queues[True].flush()
     queues[False].flush()
     for t, entry in enumerate(per_config):
+        # public: the release noise at these bounds must be a float64 variance (stop-32 audit:
+        # y_bounds = ±1e152 at release ε = 1 gave inf, and every selection failed after its spend)
+        if not all(np.isfinite(fp.noise_var).all() for fp in entry.fold_plans or ()):
+            raise ValueError(
+                f"the release noise at y_bounds width {d:.3g} overflows float64 for "
+                f"configuration {configs[t]}; rescale the outputs (nothing was spent)."
+            )
         plans.append(entry.fold_plans)
         sens[t], paper[t] = entry.sensitivity, entry.paper_sensitivity
     kept = np.ones(len(configs), dtype=bool)

@@ -69,6 +69,7 @@ from pm_dpgp.mechanisms.full.noise_aware import (
     KernelNorm,
     SparseQuRelease,
     calibrate_statistics_noise,
+    check_posterior_arithmetic,
     kernel_norm_bound,
     l2_sensitivity,
     noise_aware_release,
@@ -204,6 +205,8 @@ def _release_event(
     sigma_a, plan = calibrate_statistics_noise(
         epsilon, delta, Delta, calibration, n_outputs=1, n_inducing=public.n_inducing, secure=secure
     )
+    # the run's release would refuse it after the selection's spend (stop-32 audit)
+    check_posterior_arithmetic(1.0 / public.noise_var, sigma_a, sigma_a / ratio)
     return plan.event(1) if plan is not None else GaussianEvent(sigma_a / Delta)
 
 

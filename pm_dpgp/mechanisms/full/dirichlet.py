@@ -59,6 +59,7 @@ from pm_dpgp.mechanisms.full.noise_aware import (
     _default_data,
     _inputs_chunk,
     calibrate_statistics_noise,
+    check_posterior_arithmetic,
     kernel_norm_bound,
     l2_sensitivity,
     regularisation_lambda,
@@ -226,6 +227,7 @@ def dirichlet_calibration(
     )
     sigma_b = sigma_a / ratio
     scale = 1.0 / tg.var_in
+    check_posterior_arithmetic(scale, sigma_a, sigma_b)
     lam = regularisation_lambda(sigma_b, scale, M, rho)
     return DirichletCalibration(
         tg, mu, bound, Delta, R_y, per_class, sigma_a, sigma_b, lam, scale, plan

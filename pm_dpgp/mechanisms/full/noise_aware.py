@@ -96,6 +96,7 @@ __all__ = [
     "KernelNormBound",
     "SparseQuRelease",
     "calibrate_statistics_noise",
+    "check_posterior_arithmetic",
     "dp_qu",
     "eq6_sensitivity",
     "kernel_norm_bound",
@@ -353,6 +354,30 @@ def check_variant(variant: Any) -> str:
     if variant not in ("noise_aware", "naive"):
         raise ValueError(f"variant must be 'noise_aware' or 'naive', got {variant!r}; use one.")
     return str(variant)
+
+
+POSTERIOR_FACTOR_BOUND = 1e200
+
+
+def check_posterior_arithmetic(scale: float, sigma_a: float, sigma_b: float) -> None:
+    """Refuse, before any spend, a setting whose S₂ correction cannot be computed in float64.
+
+    Public only.  The noise correction multiplies ``G Gᵀ`` by ``(s σ_a)²`` and ``s⁴ σ_b²``
+    (eqs. 11, 14; ``noise_correction``): both must stay below ``POSTERIOR_FACTOR_BOUND`` =
+    1e200, far above any setting with a usable posterior, or the release fails after its
+    spend (stop-32 audit: a noise sd of 1e-40, ``s = 1e80``, charged ε and then raised
+    ``OverflowError``).
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        s = np.float64(scale)
+        factors = ((s * np.float64(sigma_a)) ** 2, s**4 * np.float64(sigma_b) ** 2)
+    if not all(np.isfinite(f) and f <= POSTERIOR_FACTOR_BOUND for f in factors):
+        raise ValueError(
+            f"the noise variance 1/scale = {1.0 / float(s):.3g} against the statistics' noise "
+            f"sd {sigma_a:.3g} is outside the range of the posterior's float64 arithmetic "
+            "(its noise correction would overflow); rescale the outputs or the noise "
+            "variance towards unit scale. Nothing was spent."
+        )
 
 
 def regularisation_lambda(
@@ -1038,6 +1063,7 @@ def noise_aware_release(
         epsilon, delta, Delta, calibration, n_outputs=1, n_inducing=M, secure=rng is None
     )
     sigma_b = sigma_a / c
+    check_posterior_arithmetic(scale, sigma_a, sigma_b)
     lam = regularisation_lambda(sigma_b, scale, M, rho)
 
     # --- private sufficient statistics (clipped per chunk) ---------------------------------
