@@ -21,6 +21,7 @@ from pm_dpgp.accounting import (
     ApproxDpEvent,
     BudgetExceededError,
     GaussianEvent,
+    LaplaceEvent,
     Ledger,
     PureDpEvent,
     RdpCurveEvent,
@@ -532,6 +533,48 @@ def test_pure_rdp_bounds(eps):
     assert np.all(r[ok] >= lap[ok] - 2 * err[ok])
     # non-decreasing in alpha, as any Renyi divergence (up to the rounding of both neighbours)
     assert np.all(np.diff(r) >= -(err[1:] + err[:-1]))
+
+
+@pytest.mark.parametrize("make", [PureDpEvent, lambda e, **kw: LaplaceEvent(1.0 / e, **kw)])
+def test_small_epsilon_curves_do_not_cancel_to_zero(make):
+    # stop-32 audit: the textbook forms subtract logs of terms of size αε; at ε = 1e-8 the
+    # curve was 0 at the low orders, and 10¹⁴ runs were reported as ε = 0 (a "renyi" ledger with
+    # budget 1e-3 accepted them; their ε is about 0.34)
+    alpha = np.asarray(DEFAULT_ORDERS)
+    for e in (1e-12, 1e-8, 1e-5):
+        # both curves are αε²/2 · (1 + O(αε)) for small αε (leading terms of their series)
+        small = alpha * e < 1e-4
+        r = make(e).rdp(alpha)
+        np.testing.assert_allclose(r[small], (alpha * e * e / 2)[small], rtol=2e-4)
+    event = make(1e-8, count=10**14)
+    assert event.epsilon(1e-5) > 0.3
+    with pytest.raises(BudgetExceededError):
+        Ledger(epsilon=1e-3, delta=1e-5, filter="renyi").spend(event)
+
+
+def test_basic_filter_compares_the_delta_sum_exactly():
+    # stop-32 audit: Σ count·δ_i was a float sum, rounded down in 19 of 300 trials, and the
+    # basic filter (no slack on δ) accepted up to 1e-16 relative more than δ
+    from fractions import Fraction
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        D = float(10 ** rng.uniform(-8, -3))
+        k = int(rng.integers(2, 40))
+        di = D / k * float(rng.choice([1.0, 1 + 1e-15, 1 - 1e-15]))
+        ledger = Ledger(1e9, D, filter="basic")
+        accepted = 0
+        for _ in range(k + 2):
+            try:
+                ledger.spend(ApproxDpEvent(1e-3, di))
+            except BudgetExceededError:
+                break
+            accepted += 1
+        # exactly the events whose exact sum fits are accepted
+        assert Fraction(di) * accepted <= Fraction(D) < Fraction(di) * (accepted + 1)
+    ledger = Ledger(1e9, 1e-5, filter="basic")
+    ledger.spend(ApproxDpEvent(0.5, 1e-5))  # the whole δ in one event fits
+    assert ledger.spent_epsilon == 0.5
 
 
 def test_pure_rdp_is_the_randomized_response_divergence():

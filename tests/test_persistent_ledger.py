@@ -608,3 +608,38 @@ def test_an_earlier_ledger_refuses_a_missing_salt_once_a_row_holds_a_fingerprint
         conn.execute("DELETE FROM salts")
     with pytest.raises(LedgerIntegrityError, match="salts row of this ledger is missing"):
         PersistentLedger(path, FP)
+
+
+@pytest.mark.parametrize("key", [None, b"secret"])
+def test_a_restored_older_copy_is_refused_against_a_recorded_head(tmp_path, key):
+    # stop-32 audit: restoring a backup (what the integrity error used to advise) is a valid
+    # chain without the spends made since; a new handle gave the budget back. Only a head hash
+    # recorded elsewhere can tell: expected_head= / check_head refuse the older file.
+    import shutil
+
+    path = tmp_path / "ledger.db"
+    fp = dataset_fingerprint("restore test")
+    ledger = PersistentLedger(path, fp, epsilon=1.0, delta=1e-5, filter="gdp", key=key)
+    ledger.spend(GaussianEvent(20.0))
+    shutil.copy(path, tmp_path / "backup.db")
+    at_backup = ledger.head_hash
+    ledger.spend(GaussianEvent(20.0))
+    recorded = ledger.head_hash  # e.g. kept in the release metadata
+    del ledger
+    # the current file passes against both heads
+    PersistentLedger(path, fp, key=key, expected_head=recorded).check_head(at_backup)
+    shutil.copy(tmp_path / "backup.db", path)
+    restored = PersistentLedger(path, fp, key=key)  # a valid chain: undetectable without a head
+    assert len(restored.history) == 1
+    with pytest.raises(LedgerIntegrityError, match="older than the recorded state"):
+        restored.check_head(recorded)
+    with pytest.raises(LedgerIntegrityError, match="older than the recorded state"):
+        PersistentLedger(path, fp, key=key, expected_head=recorded)
+    restored.check_head(at_backup)  # the backup's own head is in it
+    with pytest.raises(TypeError):
+        restored.check_head(None)  # type: ignore[arg-type]
+
+
+def test_integrity_errors_warn_that_an_older_copy_refunds_budget():
+    err = LedgerIntegrityError("damaged; restore it from a trusted copy.")
+    assert "older copy gives back the budget" in str(err)

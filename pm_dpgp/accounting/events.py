@@ -645,6 +645,67 @@ class RdpCurveEvent(PrivacyEvent):
         return f"RdpCurve(α∈({self.alpha_min:g}, {self.alpha_max:g})){rep}"
 
 
+# RDP curves of ε-DP mechanisms, evaluated without cancellation: the textbook forms take a
+# difference of logs of terms of size αε, which at small ε loses everything (stop-32 audit:
+# ε = 1e-8 gave ρ = 0 at the low orders, and 10¹⁴ such runs were reported as ε = 0).  The forms
+# below are sums and products of positive terms (relative error ≲ 10 ulps); the curves are
+# raised by RDP_ROUNDING (64 ulps) so that rounding can never put them below the true value.
+RDP_ROUNDING = 64.0 * float(np.finfo(np.float64).eps)
+
+
+def _expm1_minus_x(x: NDArray[np.float64]) -> NDArray[np.float64]:
+    """``eˣ − 1 − x`` (≥ 0) without cancellation: its Taylor series for ``|x| < 0.1``."""
+    out = np.expm1(x) - x
+    small = np.abs(x) < 0.1
+    if np.any(small):
+        xs, term, acc = x[small], x[small] * x[small] / 2.0, np.zeros(int(small.sum()))
+        for k in range(3, 15):  # the remainder is below 0.1¹⁴/14! relative
+            acc += term
+            term = term * xs / k
+        out[small] = acc
+    return out
+
+
+def randomized_response_rdp(alpha: NDArray[np.float64], eps: float) -> NDArray[np.float64]:
+    """``D_α`` of ε-randomized response, ``[ln(e^{αε} + e^{(1−α)ε}) − ln(1 + e^ε)]/(α − 1)``.
+
+    With ``t = ε/2`` the bracket is ``ln cosh((2α−1)t) − ln cosh t``, and
+    ``cosh x = 1 + 2 sinh²(x/2)`` with ``sinh²a − sinh²b = sinh(a+b) sinh(a−b)`` give
+    ``ln(1 + 2 sinh(αε/2) sinh((α−1)ε/2)/(1 + 2 sinh²(ε/4)))``: no cancellation.  Where the
+    sinh overflow (αε ≳ 1400) the textbook form is used; its cancellation is then at most
+    ``α/(α−1)`` relative.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        ratio = 2.0 * np.sinh(alpha * eps / 2.0) * np.sinh((alpha - 1.0) * eps / 2.0)
+        stable = np.log1p(ratio / (1.0 + 2.0 * math.sinh(eps / 4.0) ** 2)) / (alpha - 1.0)
+    textbook = (np.logaddexp(alpha * eps, (1.0 - alpha) * eps) - np.logaddexp(0.0, eps)) / (
+        alpha - 1.0
+    )
+    return np.where(np.isfinite(stable), stable, textbook)
+
+
+def laplace_rdp(alpha: NDArray[np.float64], eps: float) -> NDArray[np.float64]:
+    """Mironov (2017) Prop. 6, ``ln(α/(2α−1)·e^{(α−1)ε} + (α−1)/(2α−1)·e^{−αε})/(α − 1)``.
+
+    The weights sum to 1, so the argument is ``1 + [α r((α−1)ε) + (α−1) r(−αε)]/(2α−1)`` with
+    ``r(x) = eˣ − 1 − x ≥ 0`` (the first-order terms cancel exactly): ``log1p`` of a sum of
+    positive terms.  Where that overflows, the ``logaddexp`` form (then accurate).  α = 1:
+    the limit ``ε + e^{−ε} − 1``.
+    """
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        excess = (
+            alpha * _expm1_minus_x((alpha - 1.0) * eps)
+            + (alpha - 1.0) * _expm1_minus_x(-alpha * eps)
+        ) / (2.0 * alpha - 1.0)
+        stable = np.log1p(excess) / (alpha - 1.0)
+        log_mix = np.logaddexp(
+            np.log(alpha / (2.0 * alpha - 1.0)) + (alpha - 1.0) * eps,
+            np.log((alpha - 1.0) / (2.0 * alpha - 1.0)) - alpha * eps,
+        )
+        rho = np.where(np.isfinite(stable), stable, log_mix / (alpha - 1.0))
+    return np.where(alpha > 1.0, rho, eps + math.expm1(-eps))
+
+
 @dataclass(frozen=True, init=False, repr=False)
 class PureDpEvent(PrivacyEvent):
     """``count`` runs of an ε-DP mechanism (e.g. the exponential or Laplace mechanism).
@@ -653,13 +714,14 @@ class PureDpEvent(PrivacyEvent):
 
         ρ(α) = [ln(e^{αε} + e^{(1−α)ε}) − ln(1 + e^ε)] / (α − 1),
 
-    capped by min(ε, αε²/2) to guard round-off.  Why it is valid: every pair of output
-    distributions of an ε-DP mechanism is a post-processing of the randomized-response pair
-    (Kairouz, Oh & Viswanath 2015, §2, with Blackwell's theorem), and Rényi divergence cannot
-    grow under post-processing (van Erven & Harremoës 2014, Thm. 9), so this curve bounds every
-    ε-DP mechanism and is tight for randomized response.  It is never above ε
-    (D_α ≤ D_∞ = ε; Mironov 2017, §III) nor above αε²/2 (Bun & Steinke 2016, Prop. 3.3:
-    ε-DP ⇒ ε²/2-zCDP).
+    evaluated without cancellation (``randomized_response_rdp``), raised by 64 ulps and capped
+    by min(ε, αε²/2), so that rounding never puts it below the true value.  Why it is valid:
+    every pair of output distributions of an ε-DP mechanism is a post-processing of the
+    randomized-response pair (Kairouz, Oh & Viswanath 2015, §2, with Blackwell's theorem),
+    and Rényi divergence cannot grow under post-processing (van Erven & Harremoës 2014,
+    Thm. 9), so this curve bounds every ε-DP mechanism and is tight for randomized response.
+    It is never above ε (D_α ≤ D_∞ = ε; Mironov 2017, §III) nor above αε²/2 (Bun & Steinke
+    2016, Prop. 3.3: ε-DP ⇒ ε²/2-zCDP).
 
     ``epsilon(delta)`` is min(count·ε, RDP conversion at δ): count·ε by basic composition, and
     the RDP conversion is the better bound for many repetitions.
@@ -680,7 +742,7 @@ class PureDpEvent(PrivacyEvent):
     def rdp(self, orders: ArrayLike = DEFAULT_ORDERS) -> NDArray[np.float64]:
         alpha = _check_orders(orders)
         e = self.eps
-        rr = (np.logaddexp(alpha * e, (1.0 - alpha) * e) - np.logaddexp(0.0, e)) / (alpha - 1.0)
+        rr = randomized_response_rdp(alpha, e) * (1.0 + RDP_ROUNDING)
         bound = np.minimum(np.minimum(rr, e), alpha * e * e / 2.0)
         return self.count * np.maximum(bound, 0.0)
 
@@ -707,7 +769,8 @@ class LaplaceEvent(PureDpEvent):
 
         ρ(α) = ln( α/(2α−1) · e^{(α−1)ε} + (α−1)/(2α−1) · e^{−αε} ) / (α − 1),
 
-    evaluated with ``logaddexp``, capped by ε (its α → ∞ limit) to guard round-off, and
+    evaluated without cancellation (``laplace_rdp``), raised by 64 ulps, capped by ε (its
+    α → ∞ limit), and
     additive under composition.  The same curve as ``dp_accounting``'s ``LaplaceDpEvent`` in its
     RDP accountant (tests/test_binning.py compares them).  ``epsilon(delta)`` is
     min(count·ε, RDP conversion at δ), as for ``PureDpEvent``.
@@ -729,12 +792,7 @@ class LaplaceEvent(PureDpEvent):
     def rdp(self, orders: ArrayLike = DEFAULT_ORDERS) -> NDArray[np.float64]:
         alpha = _check_orders(orders)
         e = self.eps
-        with np.errstate(divide="ignore", invalid="ignore"):
-            log_mix = np.logaddexp(
-                np.log(alpha / (2.0 * alpha - 1.0)) + (alpha - 1.0) * e,
-                np.log((alpha - 1.0) / (2.0 * alpha - 1.0)) - alpha * e,
-            )
-            rho = np.where(alpha > 1.0, log_mix / (alpha - 1.0), e + np.expm1(-e))
+        rho = laplace_rdp(alpha, e) * (1.0 + RDP_ROUNDING)
         return self.count * np.clip(rho, 0.0, e)
 
     def _parameters(self) -> dict[str, Any]:

@@ -57,8 +57,9 @@ what any filter theorem proves).  The filter is one of (``filter=`` argument):
     Pure and approximate events; accept while Σ count·ε_i ≤ budget and Σ count·δ_i ≤ δ (the
     basic-composition filter of Rogers, Roth, Ullman & Vadhan 2016).
 ``"renyi"``
-    RDP-capable events (Gaussian, curve, pure); accept while some order α of the grid Λ certifies
-    the budget at δ/|Λ|: min_α [R(α) + ln(1 − 1/α) − (ln(δ/|Λ|) + ln α)/(α − 1)] ≤ budget, with
+    RDP-capable events (Gaussian, zCDP, curve, pure); accept while some order α of the
+    grid Λ certifies the budget at δ/|Λ|:
+    min_α [R(α) + ln(1 − 1/α) − (ln(δ/|Λ|) + ln α)/(α − 1)] ≤ budget, with
     R(α) = Σ ρ_i(α).  This is the union over α ∈ Λ of the fixed-order Rényi filters of Feldman &
     Zrnic (2021), each converted at δ/|Λ| (the grid-of-orders filter of Lécuyer 2021 and
     Whitehouse et al. 2023 with uniform weights).
@@ -115,6 +116,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from fractions import Fraction
 from typing import Any, Literal
 
 import numpy as np
@@ -257,11 +259,11 @@ class _Totals:
     n_curve: int
     pure_eps: float  # Σ count·ε of pure events
     approx_eps: float  # Σ count·ε of approximate events
-    approx_delta: float  # Σ count·δ of approximate events
+    approx_delta: Fraction  # Σ count·δ of approximate events, exact (rationals)
 
     @classmethod
     def empty(cls, n_orders: int) -> _Totals:
-        return cls((), np.zeros(n_orders), 0, 0.0, 0, 0, 0.0, 0.0, 0.0)
+        return cls((), np.zeros(n_orders), 0, 0.0, 0, 0, 0.0, 0.0, Fraction(0))
 
     def add(self, event: PrivacyEvent, orders: NDArray[np.float64]) -> _Totals:
         rdp, n_rdp = self.rdp, self.n_rdp
@@ -278,7 +280,9 @@ class _Totals:
         approx_eps, approx_delta = self.approx_eps, self.approx_delta
         if isinstance(event, ApproxDpEvent):
             approx_eps += event.total_epsilon
-            approx_delta += event.total_delta
+            # exact: the basic filter compares Σ count·δ with δ without slack, and a float sum
+            # rounded down accepted up to 1e-16 relative more than δ (stop-32 audit)
+            approx_delta += event.count * Fraction(event.delta)
         new = _Totals(
             self.events + (event,),
             rdp,
@@ -301,6 +305,12 @@ class _Totals:
     def __getstate__(self) -> dict[str, Any]:
         """Pickle the fields only (not the memo caches or the link to the previous totals)."""
         return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+
+    def delta_left(self, delta: float) -> float:
+        """``δ − Σ count·δ_i`` of the approximate events, rounded down (negative: overspent)."""
+        exact = Fraction(delta) - self.approx_delta
+        rest = float(exact)
+        return math.nextafter(rest, -math.inf) if Fraction(rest) > exact else rest
 
     # -- the three bounds ---------------------------------------------------------------------
     def best(self, delta: float, orders: NDArray[np.float64]) -> tuple[float, str]:
@@ -334,7 +344,7 @@ class _Totals:
         if not self.events:
             return {}
         out: dict[str, float] = {}
-        rest = delta - self.approx_delta  # δ left for the non-approximate events
+        rest = self.delta_left(delta)  # δ left for the non-approximate events
         # (a) RDP composition + basic composition with the approximate events.
         if self.n_rdp == 0:
             out["rdp"] = self.approx_eps if rest >= 0.0 else math.inf
@@ -368,7 +378,7 @@ class _Totals:
         value = cache.get(delta)
         if value is not None:
             return value
-        rest = delta - self.approx_delta
+        rest = self.delta_left(delta)
         if rest <= 0.0:
             return math.inf
         parent = self.__dict__.get("_lower_parent")
@@ -388,7 +398,7 @@ class _Totals:
 
     def _basic(self, delta: float) -> float:
         n_other = len(self.events) - sum(isinstance(e, ApproxDpEvent) for e in self.events)
-        rest = delta - self.approx_delta
+        rest = self.delta_left(delta)
         if n_other == 0:
             return self.approx_eps if rest >= 0.0 else math.inf
         if rest <= 0.0:
@@ -467,7 +477,7 @@ def filter_epsilon(
     if family == "basic":
         if not all(isinstance(e, (PureDpEvent, ApproxDpEvent)) for e in events):
             return math.inf
-        if totals.approx_delta > delta:
+        if totals.approx_delta > Fraction(delta):
             return math.inf
         return totals.pure_eps + totals.approx_eps
     if family == "renyi":

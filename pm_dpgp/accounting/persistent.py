@@ -21,8 +21,10 @@ What it guarantees (tested in ``tests/test_persistent_ledger.py``; design in
   with SHA-256 (or HMAC-SHA-256 under a secret ``key``), starting from a hash of the ledger's
   parameters.  The chain is verified on open, on every re-read and by ``verify``; an edited,
   inserted or reordered row raises ``LedgerIntegrityError``.  Without a key, someone with
-  write access could recompute the whole chain, and deleting trailing rows is only detectable
-  against a ``head_hash`` recorded elsewhere: record it, or use a ``key``.
+  write access could recompute the whole chain, and deleting trailing rows, restoring an older
+  copy of the file or deleting it is only detectable against a ``head_hash`` recorded elsewhere
+  (``expected_head=``, ``check_head``), key or not: such a file gives back the budget spent
+  since (stop-32 audit).
 * **Only a fingerprint is stored** (a SHA-256 hex digest, see ``dataset_fingerprint``), never
   a dataset value.
 * **Privacy model and Generator fingerprints** (issue 15).  Each row records the entry's privacy
@@ -81,8 +83,24 @@ _SCHEMA_VERSION = 1
 _UNSET: Any = object()
 
 
+_RESTORE_CAVEAT = (
+    " Restore only the latest trusted copy: an older copy gives back the budget spent since it "
+    "was made (a new handle cannot tell; check it with PersistentLedger(..., expected_head=) "
+    "or check_head against a head_hash recorded elsewhere)."
+)
+
+
 class LedgerIntegrityError(RuntimeError):
-    """The stored history fails its hash-chain check (it was edited outside the ledger)."""
+    """The stored history fails its hash-chain check (it was edited outside the ledger).
+
+    Its message ends with the caveat on restoring copies (stop-32 audit: the message advised
+    "restore from a trusted copy", and restoring an older one silently refunded 27 releases).
+    """
+
+    def __init__(self, message: str) -> None:
+        if "trusted copy" in message and _RESTORE_CAVEAT not in message:
+            message += _RESTORE_CAVEAT
+        super().__init__(message)
 
 
 class LedgerMismatchError(ValueError):
@@ -144,6 +162,10 @@ class PersistentLedger(Ledger):
     allow_mixed_privacy_models
         As for ``Ledger``; an option of this handle, not stored: a handle opened without
         it refuses a second privacy model even if the stored history already mixes them.
+    expected_head
+        A ``head_hash`` recorded earlier (outside this file): the file must contain it, or
+        ``LedgerIntegrityError`` (``check_head``).  The one defence against a restored older
+        copy, which is a valid chain without the spends made since.
 
     Notes
     -----
@@ -171,6 +193,7 @@ class PersistentLedger(Ledger):
         key: bytes | None = None,
         timeout: float = 60.0,
         allow_mixed_privacy_models: bool = False,
+        expected_head: str | None = None,
     ) -> None:
         # absolute: a relative path re-resolved after os.chdir would write the next spend
         # into another file (stop-26 audit)
@@ -243,6 +266,8 @@ class PersistentLedger(Ledger):
                 )
         self._head = self._genesis
         self._refresh(full_count=True)  # reads and verifies the stored history
+        if expected_head is not None:
+            self.check_head(expected_head)
 
     # -- parameters ---------------------------------------------------------------------------
     def _params(self) -> dict[str, Any]:
@@ -321,9 +346,40 @@ class PersistentLedger(Ledger):
     @property
     def head_hash(self) -> str:
         """Hash of the last row (of the parameters for an empty ledger): record it elsewhere to
-        detect truncation."""
+        detect truncation or a restored older copy (``check_head``, ``expected_head=``)."""
         self._refresh()
         return self._head
+
+    def check_head(self, head_hash: str) -> None:
+        """Refuse a file that does not contain a ``head_hash`` recorded earlier.
+
+        A file restored from an older copy, truncated at the end, or deleted and re-created is
+        a valid chain that lacks the rows spent since; only a hash recorded elsewhere (e.g. in
+        the release metadata or a notebook's output) tells.  The recorded head must be this
+        ledger's genesis or the hash of one of its stored rows.
+
+        Raises
+        ------
+        LedgerIntegrityError
+            If the recorded state is not in the stored chain: spends are missing.
+        """
+        if not isinstance(head_hash, str):
+            raise TypeError(f"head_hash must be a str, got {type(head_hash).__name__}.")
+        self._refresh(full_count=True)
+        if head_hash == self._genesis:
+            return
+        with self._transaction(write=False) as conn:
+            row = conn.execute(
+                "SELECT idx FROM entries WHERE fingerprint = ? AND hash = ?",
+                (self._fingerprint, head_hash),
+            ).fetchone()
+        if row is None or row[0] >= len(self._entries):
+            raise LedgerIntegrityError(
+                f"the database holds {len(self._entries)} rows for this dataset, none with the "
+                "recorded head hash: it is older than the recorded state (restored from an "
+                "earlier copy, truncated, or re-created), and the spends since are missing. Do "
+                "not release from it; find the latest trusted copy."
+            )
 
     # -- SQLite -------------------------------------------------------------------------------
     @contextmanager
