@@ -341,7 +341,7 @@ def kung_2d_grid_cloaking_matrix() -> np.ndarray:
 
 def test_kung_2d_grid_converges(ip_rounds: list[int]) -> None:
     """The k ≈ 90 problem on which the active-set rounds stalled (5,000-step cap, gap 9.8e-3)
-    is certified to ``tol``; its trace is a third of the log det design's (0.36 measured)."""
+    is certified to ``tol``; its trace is a third of the log det design's (0.332 measured)."""
     C = kung_2d_grid_cloaking_matrix()
     res = solve_noise_covariance(C, design="trace", rank_tol=1e-8)
     assert 80 <= res.rank <= 100 and ip_rounds == [res.rank]

@@ -5,7 +5,8 @@ regression with Gaussian processes", AISTATS 2018, §3 and supplement) releases 
 posterior mean at fixed test inputs, ``f* = C y``, plus Gaussian noise with covariance
 proportional to ``M``.  Changing one private label ``y_i`` by at most ``d`` moves the mean by
 ``d c_i`` (column ``i`` of the cloaking matrix ``C``), so by Hall et al. (2013, Prop. 3),
-Smith et al. (2018, eq. 5) the Mahalanobis sensitivity is
+Smith et al. (2018, eq. 5 of the arXiv text; eq. 6 of the AISTATS one) the Mahalanobis
+sensitivity is
 
     Δ = d · sqrt(max_i c_iᵀ M⁺ c_i).
 
