@@ -559,6 +559,7 @@ def sample_path(
     The cost decreases as the noise grows (``docs/sample_paths.md``, monotonicity in r²), which
     the bisection relies on; the returned value is checked to fit.
     """
+    n = check_count(n, "n")  # stop-32 audit: n = 0 or 2.5 got "no noise_sd meets epsilon"
     kernel_scale = check_positive(kernel_scale, "kernel_scale")
     delta = check_delta(delta)
     n_draws = check_count(n_draws, "n_draws")

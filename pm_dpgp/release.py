@@ -69,8 +69,14 @@ class Release:
 
     @property
     def noise_sd(self) -> NDArray[np.float64]:
-        """``(m,)`` marginal standard deviation of the DP noise (public)."""
-        return np.sqrt(np.einsum("ij,ij->i", self.noise_factor, self.noise_factor))
+        """``(m,)`` marginal standard deviation of the DP noise (public): the row norms of the
+        noise factor, scaled by their largest entry so that squaring cannot overflow (stop-32
+        audit: ``y_bounds = ±1e300`` gave finite draws but an infinite published sd)."""
+        F = self.noise_factor
+        scale = np.max(np.abs(F), axis=1, initial=0.0)
+        safe = np.where(scale > 0, scale, 1.0)
+        G = F / safe[:, None]
+        return scale * np.sqrt(np.einsum("ij,ij->i", G, G))
 
     @property
     def noise_cov(self) -> NDArray[np.float64]:
@@ -96,8 +102,8 @@ class Release:
 
         * ``posterior[variable_name]``: dims ``(chain, draw, x_star)``, one chain, one entry
           of ``draw`` per DP draw; the test-input dim is ``x_star`` (coordinate: the inputs
-          when 1-D, else an index) unless renamed with ``dims={variable_name: ["age"]}`` and
-          given values with ``coords={"age": ...}``.
+          when 1-D and distinct, else an index) unless renamed with
+          ``dims={variable_name: ["age"]}`` and given values with ``coords={"age": ...}``.
         * ``posterior_predictive``: ``y = f + e``, ``e ~ N(0, predictive_sd²)`` (public noise
           sd, post-processing) when ``predictive_sd`` is given, under the name of the
           observed variable (``"y"`` by default).  A copy of ``variable_name`` is also kept
@@ -162,7 +168,8 @@ def draws_to_inference_data(
 
     ``draws`` maps a variable name to its dims (without ``chain``/``draw``) and an array of
     shape ``(n_draws, *dims)``; they go to ``posterior`` with one chain.  The test-input
-    dim is ``x_star`` (coordinate: ``X_star[:, 0]`` when 1-D, else an index).  ``dims``
+    dim is ``x_star`` (coordinate: ``X_star[:, 0]`` when 1-D with distinct values, else an
+    index; the inputs are in ``constant_data.X_star`` either way).  ``dims``
     renames a variable's dims PyMC-style (``{"f": ["age"]}``; the new name applies to every
     group sharing the dim) and ``coords`` gives coordinate values for the new names.  With
     ``predictive_sd`` (public noise sd), ``posterior_predictive`` holds ``y = f + e`` for the
@@ -184,7 +191,10 @@ def draws_to_inference_data(
     base_coords: dict[str, Any] = {"chain": [0], "draw": np.arange(S)}
     if X_star is not None:
         m, d = X_star.shape
-        base_coords["x_star"] = X_star[:, 0] if d == 1 else np.arange(m)
+        # the 1-D inputs label the dim only when they are distinct: repeated test inputs (57
+        # !Kung hold-out ages, 48 distinct) made az.summary and dp_summary fail (stop-32 audit)
+        unique_1d = d == 1 and np.unique(X_star[:, 0]).size == m
+        base_coords["x_star"] = X_star[:, 0] if unique_1d else np.arange(m)
         base_coords["input_dim"] = np.arange(d)
     base_coords.update(default_coords or {})
     post = xr.Dataset(

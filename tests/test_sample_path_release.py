@@ -416,15 +416,12 @@ def test_the_given_kappa_check_uses_the_kernel_as_it_is_now():
     X = np.linspace(0.0, 1.0, 20)[:, None]
     y = np.sin(3 * X[:, 0])
     kw = dict(kernel_scale=1.0, y_bounds=(-1, 1), delta=1e-5, epsilon=1e4)
-    with pm.Model() as m:
+    # (a) since stop 32 a pm.Data lengthscale is refused when the model is built: every
+    # public view cached kernel matrices, and pm.set_data mixed two lengthscales in one view
+    with pm.Model():
         ls = pm.Data("ls", 1.0)
-        model = gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=ls), noise_sd=1.0)
-    sample_path_release(
-        model, [[0.5]], domain=(0, 1), kappa=0.6, rng=np.random.default_rng(0), **kw
-    )
-    pm.set_data({"ls": 0.2}, model=m)
-    with pytest.raises(ValueError, match="proved lower bound"):
-        sample_path_release(model, [[0.5]], domain=(0, 1), kappa=0.6, **kw)
+        with pytest.raises(ValueError, match="pm.Data / shared variable"):
+            gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=ls), noise_sd=1.0)
     with pm.Model():
         m12 = gp_regression(X, y, pm.gp.cov.Matern12(1, ls=5.0), noise_sd=1.0)
     rel = sample_path_release(

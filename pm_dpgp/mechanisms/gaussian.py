@@ -91,14 +91,26 @@ def gaussian_sigma(
                 f"epsilon={epsilon}. Use method='analytic' (Balle & Wang 2018), which is valid "
                 "for every epsilon > 0 and needs less noise."
             )
-        return classic_c(delta) * sensitivity / epsilon
+        sigma = classic_c(delta) * sensitivity / epsilon
+        _check_representable(sigma, sensitivity)
+        return sigma
     if method != "analytic":
         raise ValueError(
             f"method must be 'analytic' or 'classic', got {method!r}; use one of them."
         )
 
     sigma = float(get_sigma_gaussian(epsilon, delta)) * sensitivity
+    _check_representable(sigma, sensitivity)
     return _nudge_up(sigma, lambda sig: _gdp_delta_certified(sensitivity / sig, epsilon, delta))
+
+
+def _check_representable(sigma: float, sensitivity: float) -> None:
+    """A noise sd that overflows float64 (or hits its edge) is a public setting error."""
+    if not sigma < 1e300:  # ±inf, NaN, or so close to the edge that its multiples overflow
+        raise ValueError(
+            f"the noise sd for L2 sensitivity {sensitivity:.3g} is {sigma:.3g}, beyond float64 "
+            "arithmetic; rescale the outputs (narrower bounds). Nothing was spent."
+        )
 
 
 def gaussian_epsilon(sigma: float, delta: float, sensitivity: float = 1.0) -> float:

@@ -378,11 +378,20 @@ def _check_name_and_mean(name: str, mean: float) -> float:
     """Validate the variable-name prefix and return the public prior mean as a finite float."""
     if not isinstance(name, str) or not name:
         raise ValueError(f"name must be a non-empty string, got {name!r}.")
+    # PyMC's constant mean functions are the same public constant (stop-32 audit: a PyMC user
+    # passes pm.gp.mean.Zero() or Constant(c)); other mean functions are not constants
+    if isinstance(mean, pm.gp.mean.Zero):
+        mean = 0.0
+    elif isinstance(mean, pm.gp.mean.Constant) and not isinstance(mean.c, Variable):
+        mean = mean.c
     try:
         mean_f = float(mean)
     except (TypeError, ValueError) as err:
         raise ValueError(
-            f"mean must be a public constant number, got {mean!r}; pass a float."
+            f"mean must be a public constant number (or pm.gp.mean.Zero() / Constant(c) with "
+            f"a number c), got a {type(mean).__name__} (its value is not quoted: it may be "
+            "data); pass a float. A non-constant mean (Linear, a random "
+            "variable) is not supported: subtract a public trend from y first."
         ) from err
     if not math.isfinite(mean_f):
         raise ValueError(f"mean must be finite, got {mean!r}; pass a finite public value.")
@@ -399,12 +408,73 @@ def _resolve_cov_and_sigma(
     return cov, sig
 
 
+def _covariance_terms(cov: BaseCovariance) -> list[BaseCovariance]:
+    """``cov`` and every covariance it is built from (sums, products, ``ScaledCov``, ...)."""
+    terms: list[BaseCovariance] = []
+    stack, seen = [cov], set()
+    while stack:
+        c = stack.pop()
+        if id(c) in seen:
+            continue
+        seen.add(id(c))
+        terms.append(c)
+        for value in vars(c).values():
+            items = value if isinstance(value, (list, tuple)) else (value,)
+            stack.extend(x for x in items if isinstance(x, BaseCovariance))
+    return terms
+
+
 def _check_input_dim(cov: BaseCovariance, n_cols: int, inputs_name: str) -> None:
-    """Refuse a covariance whose ``input_dim`` is not the number of input columns."""
+    """Refuse a covariance the public views cannot evaluate as PyMC does (inside the model).
+
+    * ``input_dim`` must be the number of input columns;
+    * no ``pm.gp.cov.WhiteNoise`` term: the views evaluate ``k(X_a, X_b)`` with two inputs, where
+      PyMC's white noise is zero, while PyMC's ``cov(X)`` adds it (stop-32 audit: the training
+      covariance lost the nugget, 0.49 off for a classification model; the noise belongs in
+      ``noise_sd=``);
+    * no random variable of another model (the kernel would draw it at every evaluation) and
+      no ``pm.Data`` container: the views cache matrices, and ``pm.set_data`` on a lengthscale
+      left a ``PublicGP`` mixing two lengthscales (stop-32 audit).
+    """
     input_dim = getattr(cov, "input_dim", None)
     if input_dim is not None and input_dim != n_cols:
         raise ValueError(
             f"cov_func has input_dim={input_dim} but {inputs_name} has {n_cols} column(s)."
+        )
+    if any(isinstance(c, pm.gp.cov.WhiteNoise) for c in _covariance_terms(cov)):
+        raise TypeError(
+            "cov_func contains pm.gp.cov.WhiteNoise, which PyMC adds only to cov(X) and not to "
+            "cross-covariances, so the releases would drop it; give the observation noise as "
+            "noise_sd= (regression), or leave the nugget out (classification)."
+        )
+    Xa = pt.matrix("Xa", dtype="float64")
+    Xb = pt.matrix("Xb", dtype="float64")
+    graph = [pt.as_tensor_variable(cov(Xa, Xb)), pt.as_tensor_variable(cov(Xa, diag=True))]
+    own = list(pm.modelcontext(None).free_RVs)
+    reached = [v for v in ancestors(graph, blockers=own) if all(v is not r for r in own)]
+    for var in reached:
+        owner = getattr(var, "owner", None)
+        op_classes = type(owner.op).__mro__ if owner is not None else ()
+        if any("RandomVariable" in t.__name__ for t in op_classes):
+            raise ValueError(
+                f"cov_func uses the random variable {var.name or var!s}, which is not a free "
+                "variable of this model (a .dist() or another model's variable: evaluating "
+                "the kernel would draw it); create it inside the model's `with` block, or "
+                "build there (model=)."
+            )
+    shared = [
+        v
+        for v in reached
+        if isinstance(v, pytensor.compile.sharedvalue.SharedVariable)
+        and not isinstance(v.type, pt.random.type.RandomType)
+    ]
+    if shared:
+        names = ", ".join(repr(v.name) for v in shared)
+        raise ValueError(
+            f"cov_func depends on pm.Data / shared variable(s) {names}: a kernel parameter must "
+            "be a number, or a random variable whose public value is given in hyperparameters= "
+            "at release time (the public views cache kernel matrices, and pm.set_data would "
+            "change them behind a release)."
         )
 
 
@@ -538,6 +608,18 @@ def _builder_inputs(X: Any, y: Any, *, per_row: str = "output") -> BuilderInputs
         X_stored=X_arr if X_graph is X_arr else X,
         y_stored=y_arr if y_graph is y_arr else y,
     )
+
+
+def remember_arguments(model: Any, X: Any, y: Any) -> Any:
+    """Keep the ``X``/``y`` objects the caller passed (identity only, never read) on ``model``.
+
+    ``dp_ppc`` refuses a 'hold-out' set that *is* one of them: the builders store converted
+    copies (lists, float32, integer Series), and passing the same object again published the
+    training outputs (stop-32 audit).  Values held in ``pm.Data`` are copied by PyMC itself
+    and cannot be recognised this way (``docs/workflow.md``).
+    """
+    model._X_argument, model._y_argument = X, y
+    return model
 
 
 def _model_fields(

@@ -40,11 +40,24 @@ from pm_dpgp.models._common import (
     _model_fields,
     _readonly,
     _resolve_cov,
+    remember_arguments,
     resolve_model,
 )
 from pm_dpgp.models.exact import GPRegression
 
-__all__ = ["GPClassification", "PublicLatentGP", "gp_classification"]
+__all__ = ["GPClassification", "PublicLatentGP", "binary_labels", "gp_classification"]
+
+
+def binary_labels(t: ArrayLike) -> NDArray[np.float64]:
+    """The 0/1 labels every view of a classification model uses: ``rint(clip(t, 0, 1))``.
+
+    The PyMC model's Bernoulli, the owner's ``laplace``/``predict`` and the release all see the
+    same labels (stop-32 audit: {−1, +1} labels gave the PyMC model {0, 1} but ``laplace`` the
+    raw −1, latent means of −12.7 against −1.96).  Record-wise and silent: a refusal that
+    depended on the values would leak them.  A non-finite label maps to 0.
+    """
+    arr = np.asarray(t, dtype=np.float64)
+    return np.rint(np.clip(np.nan_to_num(arr, nan=0.0), 0.0, 1.0))
 
 
 @dataclass(frozen=True, eq=False)
@@ -78,9 +91,10 @@ class PublicLatentGP(PublicInputsView):
         return _readonly(self.kernel(self.X))
 
     def laplace(self, t: ArrayLike, *, max_iter: int = 100, tol: float = 1e-10) -> LaplaceState:
-        """NON-private Laplace approximation (R&W Alg. 3.1) for the labels ``t``: the data
-        owner's own view, a function of the private labels; never release it as is."""
-        return laplace_mode(self.K, t, mean=self.mean, max_iter=max_iter, tol=tol)
+        """NON-private Laplace approximation (R&W Alg. 3.1) for the labels ``t`` (mapped by
+        ``binary_labels`` as the model and the release map them): the data owner's own view, a
+        function of the private labels; never release it as is."""
+        return laplace_mode(self.K, binary_labels(t), mean=self.mean, max_iter=max_iter, tol=tol)
 
     def predict(
         self, t: ArrayLike, X_star: ArrayLike, *, max_iter: int = 100
@@ -134,6 +148,7 @@ def gp_classification(
     mean: float = 0.0,
     name: str = "f",
     model: pm.Model | None = None,
+    coords: Mapping[str, ArrayLike] | None = None,
 ) -> GPClassification:
     r"""Build a binary GP classifier in PyMC: ``pm.gp.Latent`` and ``pm.Bernoulli(logit_p=f)``.
 
@@ -143,8 +158,9 @@ def gp_classification(
         Public inputs, ``(n,)`` or ``(n, d)``.
     y
         Private labels, ``(n,)``, values 0 or 1 (booleans are accepted).  They are not
-        inspected beyond shape and finiteness here; the release clips them to ``[0, 1]``
-        silently (a refusal that depended on the values would leak them).
+        inspected beyond shape and finiteness here; the model, ``laplace`` and the release all
+        map them by ``binary_labels`` (clip to ``[0, 1]``, round) silently (a refusal that
+        depended on the values would leak them): {−1, 1} works, 1-based {1, 2} does not.
     cov_func
         A PyMC covariance, or a zero-argument callable returning one (may declare priors).
     mean
@@ -155,25 +171,38 @@ def gp_classification(
     model
         Existing model to add to; default the model of the enclosing ``with pm.Model():``
         block, else a new ``pm.Model()`` (never a silently nested child model).
+    coords
+        Coordinates added to the model (``model.add_coords``), PyMC-style.
     """
     # pm.Data containers enter the graph and the model object as containers, so pm.set_data
     # reaches the PyMC model and later releases alike (as for gp_regression); the Bernoulli
     # needs 0/1 values: the clipped, rounded labels (a graph expression for a container)
     data = _builder_inputs(X, y, per_row="label")
     mean_f = _check_name_and_mean(name, mean)
-    ctx = resolve_model(model, None)
+    ctx = resolve_model(model, coords)
     with ctx:
         cov = _resolve_cov(cov_func)
         _check_input_dim(cov, data.X.shape[1], "X")
         gp = pm.gp.Latent(mean_func=pm.gp.mean.Constant(mean_f), cov_func=cov)
         f = gp.prior(name, X=data.X_graph)
         if data.y_graph is data.y:
-            observed = np.rint(np.clip(data.y, 0, 1))
+            observed = binary_labels(data.y)
         else:
             observed = pt.round(pt.clip(data.y_graph, 0, 1))
         pm.Bernoulli(f"{name}_obs", logit_p=f, observed=observed)
-    return GPClassification(
-        **_model_fields(
-            ctx, gp, data.X_stored, data.y_stored, name=name, mean=mean_f, cov=cov, noise_sd=None
-        )
+    return remember_arguments(
+        GPClassification(
+            **_model_fields(
+                ctx,
+                gp,
+                data.X_stored,
+                data.y_stored,
+                name=name,
+                mean=mean_f,
+                cov=cov,
+                noise_sd=None,
+            )
+        ),
+        X,
+        y,
     )

@@ -75,6 +75,7 @@ from pm_dpgp.models._common import (
     _resolve_cov_and_sigma,
     current_data,
     hoist_float_constants,
+    remember_arguments,
     resolve_model,
     stored_input_dim,
     stored_value,
@@ -641,8 +642,12 @@ def gp_regression(
         gp = pm.gp.Marginal(mean_func=pm.gp.mean.Constant(mean_f), cov_func=cov)
         kw = {} if dims is None else {"dims": dims}
         gp.marginal_likelihood(f"{name}_obs", X=data.X_graph, y=data.y_graph, sigma=sig, **kw)
-    return GPRegression(
-        **_model_fields(
-            ctx, gp, data.X_stored, data.y_stored, name=name, mean=mean_f, cov=cov, noise_sd=sig
-        )
+    return remember_arguments(
+        GPRegression(
+            **_model_fields(
+                ctx, gp, data.X_stored, data.y_stored, name=name, mean=mean_f, cov=cov, noise_sd=sig
+            )
+        ),
+        X,
+        y,
     )

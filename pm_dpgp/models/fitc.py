@@ -43,6 +43,7 @@ from pm_dpgp.models._common import (
     _noise_sd_argument,
     _readonly,
     _resolve_cov_and_sigma,
+    remember_arguments,
     resolve_model,
 )
 from pm_dpgp.models.exact import GPRegression, PublicGP
@@ -218,6 +219,7 @@ def fitc_gp_regression(
     mean: float = 0.0,
     name: str = "f",
     model: pm.Model | None = None,
+    coords: Mapping[str, ArrayLike] | None = None,
     jitter: float = JITTER_DEFAULT,
     **deprecated: Any,
 ) -> FITCRegression:
@@ -262,7 +264,7 @@ def fitc_gp_regression(
         inducing = {"method": "given", "seed": None}
     mean_f = _check_name_and_mean(name, mean)
     jitter = check_positive(jitter, "jitter", allow_zero=True)
-    ctx = resolve_model(model, None)
+    ctx = resolve_model(model, coords)
     with ctx:
         cov, sig = _resolve_cov_and_sigma(cov_func, noise_sd, X_arr.shape[1], "X")
         gp = pm.gp.MarginalApprox(
@@ -271,11 +273,15 @@ def fitc_gp_regression(
         gp.marginal_likelihood(
             f"{name}_obs", X=data.X_graph, Xu=Z_arr, y=data.y_graph, sigma=sig, jitter=jitter
         )
-    return FITCRegression(
-        **_model_fields(
-            ctx, gp, data.X_stored, data.y_stored, name=name, mean=mean_f, cov=cov, noise_sd=sig
+    return remember_arguments(
+        FITCRegression(
+            **_model_fields(
+                ctx, gp, data.X_stored, data.y_stored, name=name, mean=mean_f, cov=cov, noise_sd=sig
+            ),
+            Z=Z_arr,
+            jitter=jitter,
+            inducing=inducing,
         ),
-        Z=Z_arr,
-        jitter=jitter,
-        inducing=inducing,
+        X,
+        y,
     )

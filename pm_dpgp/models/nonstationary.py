@@ -26,7 +26,7 @@ not depend on ``y`` (the lengthscale function depends on public inputs only).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -57,6 +57,14 @@ class GibbsKernel(pm.gp.cov.Covariance):
         if not callable(lengthscale_func):
             raise TypeError("lengthscale_func must be callable (a PyTensor function of X).")
         self.lengthscale_func = lengthscale_func
+        centres = getattr(lengthscale_func, "centres", None)  # a KDELengthscale's public inputs
+        if centres is not None and np.shape(centres)[1] != self.n_dims:
+            # stop-32 audit: active_dims=[0] with a 2-D KDE broadcast silently (0.57 off)
+            raise ValueError(
+                f"lengthscale_func is built on {np.shape(centres)[1]}-column inputs but this "
+                f"kernel acts on {self.n_dims} column(s) (active_dims); build the lengthscale "
+                "on the same columns."
+            )
 
     def _ls(self, X: Any) -> Any:
         r = pt.as_tensor_variable(self.lengthscale_func(X))
@@ -165,6 +173,7 @@ def nonstationary_gp_regression(
     mean: float = 0.0,
     name: str = "f",
     model: pm.Model | None = None,
+    coords: Mapping[str, ArrayLike] | None = None,
 ) -> GPRegression:
     """Exact GP regression with the Gibbs kernel ``kernel_scale² · GibbsKernel(lengthscale_func)``.
 
@@ -175,4 +184,6 @@ def nonstationary_gp_regression(
     X_arr = data_input(X, "X", 2)[0]  # a pm.Data container passes through to gp_regression
     scale = check_positive(kernel_scale, "kernel_scale")
     cov = scale**2 * GibbsKernel(X_arr.shape[1], lengthscale_func)
-    return gp_regression(X, y, cov, noise_sd=noise_sd, mean=mean, name=name, model=model)
+    return gp_regression(
+        X, y, cov, noise_sd=noise_sd, mean=mean, name=name, model=model, coords=coords
+    )

@@ -189,7 +189,7 @@ def _candidate_set_up(
                 )
             s = math.sqrt(top)
         # the release's own public checks (k(x, x) <= 1, kernel_class), here before the spend
-        _check_public_kernel(p, float(s), kernel_class, probes)
+        _check_public_kernel(p, float(s), kernel_class, probes, unboxed=domain is None)
         sigmas.append(float(s))
     etas = [float(e) for e in _per_candidate(eta, configs, "eta", allow_zero=True)]  # type: ignore[arg-type]
     # the proved default, or the given κ checked, as each candidate's release will check it

@@ -33,6 +33,7 @@ as ``extra_sd`` for a predictive that also carries the posterior uncertainty.
 from __future__ import annotations
 
 import math
+import numbers
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -114,10 +115,16 @@ def _refuse_private(
     # pm_dpgp.audit.check_public_choices(X, y, holdout=(X_h, y_h)) on their own data.
     # The stored objects (``unchecked_data``): no value is read or checked.
     X_tr_raw, y_tr_raw = training if isinstance(training, tuple) else training.unchecked_data()
-    if _same_object(y_raw, y_tr_raw):
+    # the objects the builder was given, too: it may store a converted copy (a list, float32,
+    # an integer Series), and the same object passed again was accepted (stop-32 audit)
+    X_arg = getattr(training, "_X_argument", None)
+    y_arg = getattr(training, "_y_argument", None)
+    if _same_object(y_raw, y_tr_raw) or (y_arg is not None and _same_object(y_raw, y_arg)):
         raise PrivateDataError(f"y_holdout is the private training output array. {why}")
     full = isinstance(release, SparseQuRelease | DirichletRelease | SamplePathRelease)
-    if full and _same_object(X_raw, X_tr_raw):
+    if full and (
+        _same_object(X_raw, X_tr_raw) or (X_arg is not None and _same_object(X_raw, X_arg))
+    ):
         raise PrivateDataError(
             f"X_holdout is the private training input array of a fully private release. {why}"
         )
@@ -262,14 +269,29 @@ def dp_ppc(
         noise_sd = math.sqrt(release.noise_var)
     else:
         noise_sd = check_positive(noise_sd, "noise_sd")
+    # every public argument is checked before any value is computed or drawn (stop-32 audit:
+    # extra_sd=-1, n_replicates=0 and var_name="chain" failed after the DP values were drawn)
+    if n_replicates is not None and (
+        isinstance(n_replicates, bool)
+        or not isinstance(n_replicates, numbers.Real)
+        or int(n_replicates) != n_replicates
+        or n_replicates < 1
+    ):
+        raise ValueError(
+            f"n_replicates must be a positive integer, got {n_replicates!r}; pass e.g. 10."
+        )
+    if not isinstance(var_name, str) or not var_name or var_name in _PPC_NAMES:
+        raise ValueError(
+            f"var_name must be a non-empty name other than {sorted(_PPC_NAMES)}, got "
+            f"{var_name!r}; pass e.g. var_name='y'."
+        )
+    extra = np.broadcast_to(np.asarray(extra_sd, float), y_hold.shape)
+    if np.any(extra < 0) or not np.all(np.isfinite(extra)):
+        raise ValueError("extra_sd must be finite and non-negative; pass e.g. extra_sd=0.")
     f, attrs = _dp_values(release, X_hold, interpolate, n_draws, rng)
     n_dp = f.shape[0]
     if n_replicates is None:
         n_replicates = max(1, math.ceil(200 / n_dp))
-    if int(n_replicates) != n_replicates or n_replicates < 1:
-        raise ValueError(
-            f"n_replicates must be a positive integer, got {n_replicates!r}; pass e.g. 10."
-        )
     f_rep = np.repeat(f, int(n_replicates), axis=0)  # (S, m) or (S, C, m)
     attrs.update(
         {
@@ -281,9 +303,6 @@ def dp_ppc(
     if classify:
         return _categorical_ppc(f_rep, X_hold, labels, var_name, attrs, rng)
     assert noise_sd is not None
-    extra = np.broadcast_to(np.asarray(extra_sd, float), y_hold.shape)
-    if np.any(extra < 0) or not np.all(np.isfinite(extra)):
-        raise ValueError("extra_sd must be finite and non-negative; pass e.g. extra_sd=0.")
     sd = np.hypot(noise_sd, extra)  # no underflow of the squares (noise_sd = 1e-165)
     y_rep = f_rep + sd * rng.standard_normal(f_rep.shape)
     loglik = -0.5 * ((y_hold - f_rep) / sd) ** 2 - np.log(sd) - 0.5 * np.log(2 * np.pi)
@@ -317,6 +336,10 @@ def _categorical_ppc(
         var_name,
         attrs,
     )
+
+
+#: the dims of the dp_ppc object: the predictive variable cannot take their names
+_PPC_NAMES = frozenset({"chain", "draw", "obs_id", "class", "input_dim"})
 
 
 def _ppc_groups(

@@ -572,7 +572,13 @@ def dp_thompson_sampling(
         )
         ledger.check_privacy_model(PRIVACY_MODEL, "DP Thompson sampling")
         shown = X0 if fixed_cand is None else np.vstack([X0, fixed_cand])
-        _check_public_kernel(base, kernel_scale, kernel_class, _public_probes(shown, domain_box))
+        _check_public_kernel(
+            base,
+            kernel_scale,
+            kernel_class,
+            _public_probes(shown, domain_box),
+            unboxed=domain_box is None,
+        )
     X_all, y_all = X0.copy(), y0.copy()
     failure: Exception | None = None
 

@@ -76,6 +76,7 @@ from pm_dpgp.gp.linalg import jittered_cholesky
 from pm_dpgp.mechanisms.full.noise_aware import (
     NEIGHBOURING_RELATION,
     PRIVACY_MODEL,
+    check_posterior_arithmetic,
     check_rho,
     check_variant,
     dp_qu,
@@ -565,6 +566,11 @@ def dp_thompson_sampling_tree(
             plan = make_plan(epsilon) if epsilon > 0.0 else None
         if plan is not None and all_releases:
             _check_posterior_scale(plan.sigma, noise_sd, feats.R, T, len(X0))
+        elif plan is not None and not label:
+            # the prefix posterior's S₂ factors at the largest prefix noise (≤ T nodes): an
+            # overflow there used to raise after the charge (stop-32 audit: noise_sd=1e-40)
+            sa_max = plan.sigma * math.sqrt(T)
+            check_posterior_arithmetic(scale, sa_max, sa_max / c)
         if plan is None or not ledger.can_afford(plan.event):
             plan, stop = None, "budget"
             warn_no_round(

@@ -373,10 +373,11 @@ def check_posterior_arithmetic(scale: float, sigma_a: float, sigma_b: float) -> 
         factors = ((s * np.float64(sigma_a)) ** 2, s**4 * np.float64(sigma_b) ** 2)
     if not all(np.isfinite(f) and f <= POSTERIOR_FACTOR_BOUND for f in factors):
         raise ValueError(
-            f"the noise variance 1/scale = {1.0 / float(s):.3g} against the statistics' noise "
-            f"sd {sigma_a:.3g} is outside the range of the posterior's float64 arithmetic "
-            "(its noise correction would overflow); rescale the outputs or the noise "
-            "variance towards unit scale. Nothing was spent."
+            f"the noise variance 1/scale = {1.0 / float(s):.3g}, the statistics' noise sd "
+            f"sigma_a = {sigma_a:.3g} and the ratio c = sigma_a/sigma_b = "
+            f"{sigma_a / sigma_b:.3g} are outside the range of the posterior's float64 "
+            "arithmetic (its noise correction would overflow); rescale the outputs or the noise "
+            "variance towards unit scale, or use a ratio nearer 1. Nothing was spent."
         )
 
 

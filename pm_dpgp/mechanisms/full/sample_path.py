@@ -607,7 +607,12 @@ def _domain_grid(lower: bytes, upper: bytes, n_grid: int) -> NDArray[np.float64]
 
 
 def _check_public_kernel(
-    public_gp: PublicGP, kernel_scale: float, kernel_class: str, probes: NDArray[np.float64]
+    public_gp: PublicGP,
+    kernel_scale: float,
+    kernel_class: str,
+    probes: NDArray[np.float64],
+    *,
+    unboxed: bool = False,
 ) -> float:
     """The release's checks of its public kernel setting, at the PUBLIC ``probes`` only.
 
@@ -620,9 +625,16 @@ def _check_public_kernel(
     ``O(p²)`` kernel evaluation, no ``p × p`` array): the release evaluates it at ``X_star``
     after its spend, so an input such as ``X_star = [[1e308]]``, whose squared distances
     overflow, is refused here instead (stop-30 audit).
+    ``unboxed`` (no domain): the kernel must also be finite between two opposite corners of
+    the ``±1e100`` box ``_mapped_inputs`` maps the private inputs into, or the training factor
+    would fail after the spend for a dataset holding a non-finite input and not for its
+    neighbour (stop-32 audit: a Matérn lengthscale of 1e-55).  The corners are not probes of
+    the other checks (the exponential class check would pass on them vacuously).
     Returns ``max kernel(x, x)`` over the probes (the prior variance the release's warning
     on the public range uses).
     """
+    if unboxed:
+        probes = np.vstack([probes, np.array([[-_UNBOXED], [_UNBOXED]]) * np.ones(probes.shape[1])])
     distinct = _distinct_rows(probes)
     step = max(1, _BLOCK_DOUBLES // len(distinct))
     for i in range(0, len(distinct), step):
@@ -631,9 +643,12 @@ def _check_public_kernel(
         except ValueError as err:  # NaN/inf (the probes are public: so is the message)
             raise ValueError(
                 "the kernel is NaN or infinite between public points (X_star and the domain "
-                "grid): check X_star (e.g. coordinates so large that squared distances "
-                "overflow) and the hyperparameters; nothing was spent or drawn."
+                "grid, or without a domain two corners of the ±1e100 box private inputs are "
+                "clipped to): check X_star (e.g. coordinates so large that squared distances "
+                "overflow) and the hyperparameters, or give domain=; nothing was spent or drawn."
             ) from err
+    if unboxed:
+        probes = probes[:-2]
     diag = public_gp.kernel_diag(probes)
     ratio = diag / kernel_scale**2
     if np.any(ratio > 1 + 1e-9):
@@ -725,12 +740,30 @@ def _distinct_rows(X: NDArray[np.float64]) -> NDArray[np.float64]:
     return X[np.sort(order[starts])]
 
 
+def _row_keys(X: NDArray[np.float64]) -> NDArray[Any]:
+    """One opaque key per row, equal exactly when the rows compare equal (``−0.0`` is mapped to
+    ``0.0`` first; the rows are finite)."""
+    Xc = np.ascontiguousarray(X + 0.0, dtype=np.float64)
+    return Xc.view(np.dtype((np.void, Xc.dtype.itemsize * Xc.shape[1]))).ravel()
+
+
 def _match_rows(
     X_new: NDArray[np.float64], X_old: NDArray[np.float64]
 ) -> tuple[NDArray[np.bool_], NDArray[np.intp]]:
-    """For each row of ``X_new``: is it a row of ``X_old``, and which one."""
-    eq = np.all(X_new[:, None, :] == X_old[None, :, :], axis=2)
-    return eq.any(axis=1), eq.argmax(axis=1)
+    """For each row of ``X_new``: is it a row of ``X_old``, and which one (the first).
+
+    By sorted row keys, ``O((m_new + m_old) log m_old)`` time and linear memory (stop-32 audit:
+    the ``(m_new, m_old, d)`` comparison array ran out of memory at m = 20,000 after the
+    release had been charged and its paths drawn)."""
+    if len(X_old) == 0 or len(X_new) == 0:
+        return np.zeros(len(X_new), dtype=bool), np.zeros(len(X_new), dtype=np.intp)
+    old = _row_keys(X_old)
+    order = np.argsort(old, kind="stable")  # equal keys keep their original order
+    keys = old[order]
+    new = _row_keys(X_new)
+    pos = np.minimum(np.searchsorted(keys, new), len(keys) - 1)
+    found = keys[pos] == new
+    return found, np.where(found, order[pos], 0).astype(np.intp)
 
 
 #: What a sample-path release protects (``docs/sample_paths.md``).
@@ -957,7 +990,9 @@ def sample_path_release(
             "from public information alone; give the public input domain (domain=(low, high))."
         )
     probes = _public_probes(X_star, domain)
-    prior_var = _check_public_kernel(public_gp, kernel_scale, kernel_class, probes)
+    prior_var = _check_public_kernel(
+        public_gp, kernel_scale, kernel_class, probes, unboxed=domain is None
+    )
     # k(x, x) <= kernel_scale² at every input, not only at the probes.  A decreasing
     # stationary kernel has a constant diagonal, so the probe check above proves it; any
     # other kernel is capped (the identity wherever the bound holds)

@@ -61,6 +61,7 @@ from pm_dpgp._validation import (
     check_delta,
     check_epsilon,
     check_positive,
+    float_array,
     reject_unexpected,
     renamed,
     renamed_fields,
@@ -158,7 +159,7 @@ def parse_domain(domain: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.flo
     ``[(low_1, high_1), …]`` / an array of shape ``(d, 2)``.  Bounds must be finite with
     ``low ≤ high``: the domain is public, and κ = 0 is the only valid bound on an unbounded one.
     """
-    arr = np.asarray(domain, dtype=np.float64)
+    arr = float_array(domain, "domain", None)  # text refused by type, no NumPy message
     if arr.ndim == 1 and arr.shape == (2,):
         arr = arr[None, :]
     if arr.ndim != 2 or arr.shape[1] != 2 or arr.shape[0] == 0:

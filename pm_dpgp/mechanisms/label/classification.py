@@ -69,7 +69,7 @@ from pm_dpgp.mechanisms.label.output_perturbation import (
 )
 from pm_dpgp.mechanisms.whitening import centred_whitening
 from pm_dpgp.models._common import _as_2d_inputs
-from pm_dpgp.models.classification import GPClassification, PublicLatentGP
+from pm_dpgp.models.classification import GPClassification, PublicLatentGP, binary_labels
 from pm_dpgp.models.sparse import kmeans_inducing_points
 from pm_dpgp.release import Release
 
@@ -217,12 +217,13 @@ def classification_release(
         gpc, X_star, hyperparameters, f0, inducing_points, kmeans_seed
     )
     labels = model_labels(gpc, public, LABEL_BOUNDS, bounds_are_public=True)
+    t = binary_labels(labels.y)  # the 0/1 labels of the PyMC model and of laplace (stop 32)
     with progress_bar(2, "Classification release", enabled=progressbar) as bar:
         parts = cloaking_parts(C, LABEL_BOUNDS, tol=tol, rank_tol=rank_tol, design=design)
         noise, F = parts.noise, parts.shape_factor
         bar.advance("noise covariance solved")
         # whitened mean w = L_k⁻¹ U_kᵀ C* t, centred at ½ with its round-off bounded (whitening.py)
-        whitening = centred_whitening(parts.W, labels.y, LABEL_BOUNDS, 0.0)
+        whitening = centred_whitening(parts.W, t, LABEL_BOUNDS, 0.0)
         warn_public_settings(epsilon=epsilon, delta=delta, n_records=public.n)
         offset = offset + F @ whitening.public
         unit = charged_unit_sensitivity(parts.unit_sensitivity, 1.0, whitening)
