@@ -546,10 +546,23 @@ def test_small_epsilon_curves_do_not_cancel_to_zero(make):
         small = alpha * e < 1e-4
         r = make(e).rdp(alpha)
         np.testing.assert_allclose(r[small], (alpha * e * e / 2)[small], rtol=2e-4)
+    # the cap αε²/2 is rounded up, so it stays above the true divergence (stop-32 review)
+    r = make(1e-8).rdp(alpha)
+    assert np.all(r >= alpha * 1e-16 / 2 * (1 - 1e-8))
     event = make(1e-8, count=10**14)
     assert event.epsilon(1e-5) > 0.3
     with pytest.raises(BudgetExceededError):
         Ledger(epsilon=1e-3, delta=1e-5, filter="renyi").spend(event)
+
+
+def test_very_large_pure_epsilon_does_not_overflow():
+    # stop-32 review: math.sinh(ε/4)² raised OverflowError for ε ≳ 1420 (also on reopening a
+    # persistent ledger holding such an event); the old curve accepted it
+    ledger = Ledger(epsilon=5000, delta=1e-6)
+    ledger.spend(PureDpEvent(2000.0))
+    assert ledger.spent_epsilon == 2000.0
+    assert np.all(PureDpEvent(1e5).rdp() == 1e5)
+    assert np.all(np.isfinite(LaplaceEvent(1e-5).rdp()))
 
 
 def test_basic_filter_compares_the_delta_sum_exactly():

@@ -136,3 +136,10 @@ def test_gibbs_kernel_refuses_a_lengthscale_built_on_other_columns():
     with pytest.raises(ValueError, match="2-column inputs but this kernel acts on 1"):
         GibbsKernel(2, kde2, active_dims=[0])  # broadcast silently, 0.57 off
     GibbsKernel(2, kde2)  # all columns: consistent
+
+
+def test_a_constant_mean_holding_a_pytensor_constant_is_public():
+    import pytensor.tensor as pt
+
+    mean = pm.gp.mean.Constant(pt.constant(2.5))
+    assert gp_regression(X, Y, pm.gp.cov.ExpQuad(1, ls=0.3), noise_sd=0.1, mean=mean).mean == 2.5

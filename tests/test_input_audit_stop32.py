@@ -216,3 +216,20 @@ def test_noise_beyond_float64_is_refused_and_a_wide_range_publishes_finite_sds()
     assert np.all(np.isfinite(release.noise_sd))  # the squares overflowed (inf published)
     F = release.noise_factor / 1e290
     np.testing.assert_allclose(release.noise_sd / 1e290, np.sqrt((F * F).sum(axis=1)), rtol=1e-12)
+
+
+def test_masked_entries_are_missing_everywhere_and_never_fail_on_hidden_values():
+    # stop-32 review: a masked object array holding 10**400 (masked or not) raised, Dirichlet
+    # labels and the Liu–Talwar selection used the hidden .data
+    from pm_dpgp._validation import float_array
+    from pm_dpgp.models.sparse import sanitise_labels
+    from pm_dpgp.selection.private_data import as_private_arrays
+
+    hidden = np.ma.masked_array(np.array([1.0, 10**400, 2.0], dtype=object), mask=[0, 1, 0])
+    out = float_array(hidden, "y", 1)
+    assert out[0] == 1.0 and np.isnan(out[1]) and out[2] == 2.0
+    labels = np.ma.masked_array([0, 1, 2, 1], mask=[0, 1, 0, 0])
+    _, valid = sanitise_labels(labels, 3)
+    np.testing.assert_array_equal(valid, [True, False, True, True])
+    _, ya = as_private_arrays(np.zeros((3, 1)), np.ma.masked_array([1.0, 2.0, 3.0], mask=[0, 1, 0]))
+    assert np.isnan(ya[1])

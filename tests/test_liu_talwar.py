@@ -32,6 +32,7 @@ from pm_dpgp.accounting import (
     event_from_metadata,
     stopping_mean,
 )
+from pm_dpgp.mechanisms.gaussian import gaussian_sigma
 from pm_dpgp.models import InducingFromDataError, grid_inducing_points, sparse_gp_regression
 from pm_dpgp.selection import (
     clipped_mean_sensitivity,
@@ -231,6 +232,11 @@ def test_selection_charges_then_selects_and_composes():
     # base ρ = max(release ρ, COINPRESS ρ): a Gaussian release at (1, 1e-5) in simulation
     assert res.event.base.rho == pytest.approx(res.public_details["base_rho"])
     assert res.event.base.rho >= res.public_details["coinpress_rho"]
+    # the release's own ρ, computed here (stop-32 mutation M35: μ²/4 charged 0.0306 for
+    # 0.0359), and the geometric stopping law that is run (M63: η = 0 under-charged 26 %)
+    z = gaussian_sigma(1.0, 1e-5, 1.0)
+    assert res.event.base.rho >= 1.0 / (2.0 * z * z) * (1.0 - 1e-9)
+    assert res.event.shape == 1.0 and res.event.gamma == 0.25
     rel = GaussianEvent(2.0)
     ledger.spend(rel, privacy_model="full")
     fresh = Ledger(epsilon=None, delta=1e-5, filter="renyi")

@@ -382,6 +382,8 @@ def _check_name_and_mean(name: str, mean: float) -> float:
     # passes pm.gp.mean.Zero() or Constant(c)); other mean functions are not constants
     if isinstance(mean, pm.gp.mean.Zero):
         mean = 0.0
+    elif isinstance(mean, pm.gp.mean.Constant) and isinstance(mean.c, Constant):
+        mean = mean.c.data  # pt.constant(2.5): a public constant too (stop-32 review)
     elif isinstance(mean, pm.gp.mean.Constant) and not isinstance(mean.c, Variable):
         mean = mean.c
     try:

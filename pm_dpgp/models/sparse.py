@@ -45,6 +45,7 @@ from pm_dpgp._validation import (
     check_finite_array,
     check_positive,
     check_rng,
+    masked_as_nan,
     refuse_text,
     saturating_float_array,
 )
@@ -480,6 +481,8 @@ def sanitise_labels(labels: Any, n_classes: int) -> tuple[NDArray[np.int64], NDA
     become 0 and are masked out (the release drops those records).  Only the shape and
     dtype kind (schema, public) can make it fail (``docs/errors.md``).
     """
+    if isinstance(labels, np.ma.MaskedArray):  # masked labels are missing: dropped (stop 32)
+        labels = masked_as_nan(labels)
     arr = np.asarray(labels).reshape(-1)
     if arr.dtype.kind == "O":
         # a list or object array holding None or an int beyond 2**64 (stop-32 audit: their

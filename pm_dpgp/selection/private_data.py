@@ -82,9 +82,9 @@ def as_private_arrays(X: Any, y: Any) -> tuple[NDArray[np.float64], NDArray[np.f
     """``(X as (n, d) floats, y as (n,) floats)`` of data passed by ``check_data_schema``:
     read only after the spend (the conversion cannot fail there).  ``y`` is never ravelled
     beyond ``(n, 1) → (n,)``: any other shape is refused (one record, one row)."""
-    Xa = np.asarray(X, dtype=np.float64)
+    Xa = float_array(X, "X", None)  # masked entries are missing values (NaN), as for releases
     Xa = Xa[:, None] if Xa.ndim == 1 else Xa
-    ya = np.asarray(y, dtype=np.float64)
+    ya = float_array(y, "y", None)
     ya = ya[:, 0] if ya.ndim == 2 and ya.shape[1] == 1 else ya
     if Xa.ndim != 2 or ya.ndim != 1 or len(ya) != len(Xa):
         raise ValueError(
