@@ -166,3 +166,26 @@ def test_the_private_whitened_part_does_not_depend_on_the_prior_mean():
     a = centred_whitening(W, y, bounds, 0.0).private
     b = centred_whitening(W, y, bounds, 1e12).private
     np.testing.assert_array_equal(a, b)
+
+
+def test_classification_latent_variance_is_the_laplace_predictive_variance():
+    """K03 (the prior variance k** published as latent_var): class probabilities shrank
+    towards 0.5 (0.845 → 0.760)."""
+    X = np.linspace(0, 1, 20)
+    t = (X > 0.5).astype(float)
+    model = gp_classification(X, t, 2.0 * pm.gp.cov.ExpQuad(1, ls=0.3))
+    Xs = X[:5, None]
+    r = classification_release(model, Xs, epsilon=1.0, delta=1e-3, rng=np.random.default_rng(0))
+    g = model.public_gp()
+    K, Ksf, kss = g.kernel(g.X, g.X), g.kernel(Xs, g.X), g.kernel_diag(Xs)
+    W0 = 0.25  # π(1 − π) at the default linearisation point f0 = mean = 0
+    dense = kss - np.einsum("ij,ji->i", Ksf, np.linalg.solve(K + np.eye(20) / W0, Ksf.T))
+    np.testing.assert_allclose(r.metadata["latent_var"], dense, rtol=1e-8)
+
+
+def test_sample_paths_store_a_repeated_query_point_once():
+    """SP05 (no de-duplication): 0.3 was stored three times, its values a nugget apart."""
+    rel = sample_path_release(_model(), [[0.1]], rng=np.random.default_rng(0), **KW)
+    values = rel.evaluate(np.array([[0.3], [0.3], [0.6]]))  # 0.3 new, twice in one query
+    assert values[:, 0] == pytest.approx(values[:, 1], abs=0)
+    assert int(np.sum(rel.released_inputs[:, 0] == 0.3)) == 1
