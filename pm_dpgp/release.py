@@ -70,13 +70,9 @@ class Release:
     @property
     def noise_sd(self) -> NDArray[np.float64]:
         """``(m,)`` marginal standard deviation of the DP noise (public): the row norms of the
-        noise factor, scaled by their largest entry so that squaring cannot overflow (stop-32
-        audit: ``y_bounds = ±1e300`` gave finite draws but an infinite published sd)."""
-        F = self.noise_factor
-        scale = np.max(np.abs(F), axis=1, initial=0.0)
-        safe = np.where(scale > 0, scale, 1.0)
-        G = F / safe[:, None]
-        return scale * np.sqrt(np.einsum("ij,ij->i", G, G))
+        noise factor by ``hypot``, which cannot overflow (stop-32 audit: ``y_bounds = ±1e300``
+        gave finite draws but an infinite published sd)."""
+        return np.hypot.reduce(self.noise_factor, axis=1, initial=0.0)
 
     @property
     def noise_cov(self) -> NDArray[np.float64]:

@@ -1043,3 +1043,26 @@ def test_gdp_epsilon_is_never_below_the_exact_root_for_small_mu():
             assert exact_delta(mu, eps) <= delta
         sigma = gaussian_sigma(max(eps, 1e-3), delta)  # the calibration uses the same margin
         assert exact_delta(1.0 / sigma, max(eps, 1e-3)) <= delta
+
+
+def test_pure_and_laplace_curves_are_never_below_a_high_precision_reference():
+    """The stop-32 claim: after the rounding margin the computed curves are upper bounds on
+    the true divergences (default orders and orders near 1, small to large ε)."""
+    mp = pytest.importorskip("mpmath")
+    mp.mp.dps = 60
+
+    def rr(a, e):
+        a, e = mp.mpf(a), mp.mpf(e)
+        return (mp.log(mp.exp(a * e) + mp.exp((1 - a) * e)) - mp.log(1 + mp.exp(e))) / (a - 1)
+
+    def lap(a, e):
+        a, e = mp.mpf(a), mp.mpf(e)
+        w = a / (2 * a - 1)
+        return mp.log(w * mp.exp((a - 1) * e) + (1 - w) * mp.exp(-a * e)) / (a - 1)
+
+    orders = np.concatenate([DEFAULT_ORDERS[::4], [1 + 2.0**-40, 1 + 1e-9, 1 + 1e-6]])
+    for e in (1e-10, 1e-8, 1e-4, 0.3, 1.0, 7.0, 60.0, 500.0, 1400.0):
+        for make, ref in ((PureDpEvent, rr), (lambda x: LaplaceEvent(1.0 / x), lap)):
+            got = make(e).rdp(orders)
+            for a, g in zip(orders, got, strict=True):
+                assert mp.mpf(float(g)) >= min(ref(a, e), mp.mpf(e)), (a, e)

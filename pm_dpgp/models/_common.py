@@ -406,8 +406,17 @@ def _resolve_cov_and_sigma(
     """Resolve covariance then noise (inside the model context) and check ``input_dim``."""
     cov = _resolve_cov(cov_func)
     sig = _resolve_sigma(sigma)
-    _check_input_dim(cov, n_cols, inputs_name)
+    _check_kernel(cov, n_cols, inputs_name)
     return cov, sig
+
+
+def _kernel_graphs(cov: BaseCovariance) -> list[Variable]:
+    """``k(X_a, X_b)`` and ``k(X_a, X_a)`` diagonal on symbolic inputs: the graphs the public
+    views compile, searched for hyperparameters (``_hyperparameter_rvs``) and for inputs they
+    cannot hold (``_check_kernel``)."""
+    Xa = pt.matrix("Xa", dtype="float64")
+    Xb = pt.matrix("Xb", dtype="float64")
+    return [pt.as_tensor_variable(cov(Xa, Xb)), pt.as_tensor_variable(cov(Xa, diag=True))]
 
 
 def _covariance_terms(cov: BaseCovariance) -> list[BaseCovariance]:
@@ -426,7 +435,7 @@ def _covariance_terms(cov: BaseCovariance) -> list[BaseCovariance]:
     return terms
 
 
-def _check_input_dim(cov: BaseCovariance, n_cols: int, inputs_name: str) -> None:
+def _check_kernel(cov: BaseCovariance, n_cols: int, inputs_name: str) -> None:
     """Refuse a covariance the public views cannot evaluate as PyMC does (inside the model).
 
     * ``input_dim`` must be the number of input columns;
@@ -449,11 +458,10 @@ def _check_input_dim(cov: BaseCovariance, n_cols: int, inputs_name: str) -> None
             "cross-covariances, so the releases would drop it; give the observation noise as "
             "noise_sd= (regression), or leave the nugget out (classification)."
         )
-    Xa = pt.matrix("Xa", dtype="float64")
-    Xb = pt.matrix("Xb", dtype="float64")
-    graph = [pt.as_tensor_variable(cov(Xa, Xb)), pt.as_tensor_variable(cov(Xa, diag=True))]
     own = list(pm.modelcontext(None).free_RVs)
-    reached = [v for v in ancestors(graph, blockers=own) if all(v is not r for r in own)]
+    reached = [
+        v for v in ancestors(_kernel_graphs(cov), blockers=own) if all(v is not r for r in own)
+    ]
     for var in reached:
         owner = getattr(var, "owner", None)
         op_classes = type(owner.op).__mro__ if owner is not None else ()
@@ -487,9 +495,7 @@ def _hyperparameter_rvs(
 
     A hyperprior's parameters are not needed once the child is fixed.
     """
-    Xa = pt.matrix("Xa", dtype="float64")
-    Xb = pt.matrix("Xb", dtype="float64")
-    graphs = [pt.as_tensor_variable(cov(Xa, Xb)), pt.as_tensor_variable(cov(Xa, diag=True))]
+    graphs = _kernel_graphs(cov)
     if isinstance(sigma, Variable):
         graphs.append(sigma)
     free = list(model.free_RVs)

@@ -33,7 +33,7 @@ from pm_dpgp.models._common import (
     PublicKernel,
     _as_2d_inputs,
     _builder_inputs,
-    _check_input_dim,
+    _check_kernel,
     _check_name_and_mean,
     _describe_cov,
     _format_value,
@@ -182,7 +182,7 @@ def gp_classification(
     ctx = resolve_model(model, coords)
     with ctx:
         cov = _resolve_cov(cov_func)
-        _check_input_dim(cov, data.X.shape[1], "X")
+        _check_kernel(cov, data.X.shape[1], "X")
         gp = pm.gp.Latent(mean_func=pm.gp.mean.Constant(mean_f), cov_func=cov)
         f = gp.prior(name, X=data.X_graph)
         if data.y_graph is data.y:

@@ -55,7 +55,7 @@ from pm_dpgp.models._common import (
     NoiseSpec,
     ThreadSafeFunction,
     _builder_inputs,
-    _check_input_dim,
+    _check_kernel,
     _check_name_and_mean,
     _eval_kernel,
     _eval_kernel_diag,
@@ -586,7 +586,7 @@ def dirichlet_gp_classification(
     ctx = resolve_model(model, coords)
     with ctx:
         cov = _resolve_cov(cov_func)
-        _check_input_dim(cov, X_arr.shape[1], "X")  # stop-32 audit: ExpQuad(1) on 2-D X ran
+        _check_kernel(cov, X_arr.shape[1], "X")  # stop-32 audit: ExpQuad(1) on 2-D X ran
         gps = []
         for c in range(C):
             gp = pm.gp.MarginalApprox(approx="DTC", mean_func=pm.gp.mean.Constant(mu), cov_func=cov)
