@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime
 import math
+import sys
 import warnings
 from typing import Any
 
@@ -117,6 +118,22 @@ def check_positive(value: float, name: str, *, allow_zero: bool = False) -> floa
     if not math.isfinite(v) or v < 0.0 or (v == 0.0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
         raise ValueError(f"{name} must be a finite number {bound}, got {value!r}; pass one.")
+    return v
+
+
+def check_scale(value: float, name: str) -> float:
+    """Return ``value`` as a float > 0 whose square is a normal float64 (a kernel amplitude).
+
+    The bounds divide by ``value²``: ``1e300`` used to raise Python's ``OverflowError`` from
+    ``value**2`` and ``1e-200`` to divide by zero, instead of a clear error.
+    """
+    v = check_positive(value, name)
+    square = v * v  # float multiplication: inf or 0.0, never OverflowError
+    if not (math.isfinite(square) and square >= sys.float_info.min):
+        raise ValueError(
+            f"{name} must be a number between 1e-154 and 1e154 (its square is used), got "
+            f"{value!r}; rescale the response so that the kernel's amplitude is moderate."
+        )
     return v
 
 

@@ -43,6 +43,7 @@ from pm_dpgp._validation import (
     check_finite_array,
     check_positive,
     check_public_bounds,
+    check_scale,
 )
 from pm_dpgp.accounting import BUDGET_RTOL, GaussianEvent, Ledger, PrivacyEvent
 from pm_dpgp.accounting.ledger import FilterName
@@ -560,7 +561,7 @@ def sample_path(
     the bisection relies on; the returned value is checked to fit.
     """
     n = check_count(n, "n")  # stop-32 audit: n = 0 or 2.5 got "no noise_sd meets epsilon"
-    kernel_scale = check_positive(kernel_scale, "kernel_scale")
+    kernel_scale = check_scale(kernel_scale, "kernel_scale")
     delta = check_delta(delta)
     n_draws = check_count(n_draws, "n_draws")
     target = None if epsilon is None else check_epsilon(epsilon)
@@ -706,7 +707,7 @@ def thompson(
     n_rounds = check_count(n_rounds, "n_rounds")
     target = check_epsilon(epsilon)
     delta = check_delta(delta)
-    kernel_scale = check_positive(kernel_scale, "kernel_scale")
+    kernel_scale = check_scale(kernel_scale, "kernel_scale")
     y_bounds = (prior_mean - 1.0, prior_mean + 1.0) if y_bounds is None else y_bounds
     lower, upper = check_public_bounds(y_bounds)
     M_Y = centred_bound((lower, upper), float(prior_mean))[2]

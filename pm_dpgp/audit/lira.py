@@ -51,7 +51,7 @@ from numpy.typing import NDArray
 from scipy.special import gammaln, logsumexp
 from scipy.stats import beta as beta_dist
 
-from pm_dpgp._validation import check_delta, check_positive, check_rng, renamed_fields
+from pm_dpgp._validation import check_delta, check_positive, check_rng, check_scale, renamed_fields
 from pm_dpgp.mechanisms.full.sample_path_bounds import SamplePathBound
 
 __all__ = [
@@ -95,7 +95,7 @@ class LiraSetting:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {v!r}.")
-        check_positive(self.kernel_scale, "kernel_scale")
+        check_scale(self.kernel_scale, "kernel_scale")
         check_positive(self.r2, "r2")
         check_positive(self.eta, "eta", allow_zero=True)
         check_positive(self.lengthscale, "lengthscale")

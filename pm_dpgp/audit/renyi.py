@@ -44,6 +44,7 @@ from numpy.typing import ArrayLike, NDArray
 from pm_dpgp._validation import (
     check_finite_array,
     check_positive,
+    check_scale,
     reject_unexpected,
     renamed,
     require,
@@ -201,7 +202,7 @@ def _kernel_scale_argument(kernel_scale: Any, deprecated: dict[str, Any], func: 
     """``kernel_scale=``, taking the deprecated ``sigma=`` (issue 14: one vocabulary)."""
     value = renamed("sigma", "kernel_scale", deprecated, kernel_scale, func=func, stacklevel=4)
     reject_unexpected(deprecated, func=func)
-    return check_positive(require(value, "kernel_scale", func=func), "kernel_scale")
+    return check_scale(require(value, "kernel_scale", func=func), "kernel_scale")
 
 
 def posterior_mean_cov(

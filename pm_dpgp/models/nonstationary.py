@@ -35,7 +35,7 @@ import pytensor
 import pytensor.tensor as pt
 from numpy.typing import ArrayLike, NDArray
 
-from pm_dpgp._validation import check_finite_array, check_positive
+from pm_dpgp._validation import check_finite_array, check_positive, check_scale
 from pm_dpgp.models._common import data_input
 from pm_dpgp.models.exact import GPRegression, gp_regression
 
@@ -182,7 +182,7 @@ def nonstationary_gp_regression(
     ``pm_dpgp.mechanisms.label.cloaking_release.cloaked_release``.
     """
     X_arr = data_input(X, "X", 2)[0]  # a pm.Data container passes through to gp_regression
-    scale = check_positive(kernel_scale, "kernel_scale")
+    scale = check_scale(kernel_scale, "kernel_scale")
     cov = scale**2 * GibbsKernel(X_arr.shape[1], lengthscale_func)
     return gp_regression(
         X, y, cov, noise_sd=noise_sd, mean=mean, name=name, model=model, coords=coords

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from pm_dpgp._validation import check_finite_array, check_positive
+from pm_dpgp._validation import check_finite_array, check_scale
 
 __all__ = ["DyadicPartitionFeatures", "MAX_PARTITION_FEATURES"]
 
@@ -84,7 +84,7 @@ class DyadicPartitionFeatures:
         if weights is None:
             if kernel_scale is None:
                 raise ValueError("give kernel_scale or weights.")
-            w = np.full(J, check_positive(kernel_scale, "kernel_scale") / math.sqrt(J))
+            w = np.full(J, check_scale(kernel_scale, "kernel_scale") / math.sqrt(J))
         else:
             if kernel_scale is not None and kernel_scale != 1.0:
                 raise ValueError("give kernel_scale or weights, not both.")

@@ -53,6 +53,7 @@ from pm_dpgp._validation import (
     check_finite_array,
     check_positive,
     check_rng,
+    check_scale,
     refuse_text,
     reject_unexpected,
     renamed,
@@ -538,7 +539,7 @@ def dp_thompson_sampling(
     check_refine(refine_steps, refine_points)
     d = X0.shape[1]
     noise_sd = check_positive(noise_sd, "noise_sd")
-    kernel_scale = check_positive(kernel_scale, "kernel_scale")
+    kernel_scale = check_scale(kernel_scale, "kernel_scale")
     if private:
         if ledger is None:
             raise ValueError("private=True needs a Ledger with the privacy budget.")

@@ -55,6 +55,7 @@ from pm_dpgp._validation import (
     check_finite_array,
     check_positive,
     check_rng,
+    check_scale,
     private_array,
     reject_unexpected,
     renamed,
@@ -949,7 +950,7 @@ def sample_path_release(
     noise_source = SAMPLE_PATH_OS_ENTROPY if rng is None else SIMULATION
     rng = np.random.default_rng() if rng is None else check_rng(rng)
     delta = check_delta(delta)
-    kernel_scale = check_positive(kernel_scale, "kernel_scale")
+    kernel_scale = check_scale(kernel_scale, "kernel_scale")
     eta = check_positive(eta, "eta", allow_zero=True)
     n_draws = check_count(1 if n_draws is None else n_draws, "n_draws")
     nugget = check_positive(nugget, "nugget", allow_zero=True)

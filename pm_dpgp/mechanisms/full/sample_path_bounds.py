@@ -61,6 +61,7 @@ from pm_dpgp._validation import (
     check_delta,
     check_epsilon,
     check_positive,
+    check_scale,
     float_array,
     reject_unexpected,
     renamed,
@@ -430,7 +431,7 @@ class SamplePathBound:
                 self, "sensitivity", "paper" if self.constant == "author" else "coupled"
             )
         object.__setattr__(self, "n", _check_n(self.n))
-        object.__setattr__(self, "kernel_scale", check_positive(self.kernel_scale, "kernel_scale"))
+        object.__setattr__(self, "kernel_scale", check_scale(self.kernel_scale, "kernel_scale"))
         object.__setattr__(self, "r2", check_positive(self.r2, "r2"))
         object.__setattr__(self, "M_Y", check_positive(self.M_Y, "M_Y"))
         object.__setattr__(self, "kappa", check_kappa(self.kappa))

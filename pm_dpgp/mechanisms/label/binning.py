@@ -57,6 +57,7 @@ from pm_dpgp._validation import (
     check_finite_array,
     check_positive,
     check_public_bounds,
+    check_scale,
     clip_to_bounds,
     private_array,
     warn_public_settings,
@@ -434,7 +435,7 @@ def binned_gp(
     Xs = check_finite_array(X_star, "X_star", ndim=2)
     if Xs.shape[1] != bins.dim:
         raise ValueError(f"X_star has {Xs.shape[1]} column(s), the bins {bins.dim}.")
-    kernel_scale = check_positive(kernel_scale, "kernel_scale")
+    kernel_scale = check_scale(kernel_scale, "kernel_scale")
     noise_sd = check_positive(noise_sd, "noise_sd")
     if method not in ("integral", "point"):
         raise ValueError(f"method must be 'integral' or 'point', got {method!r}.")
