@@ -265,7 +265,7 @@ def draws_to_inference_data(
             if value is None:
                 continue
             value = np.asarray(value)
-            _check_coord_length(dim, value, size)
+            _check_coord(dim, value, size)
             cds[dim] = value
         ds = ds.assign_coords(cds)
         ds.attrs.update(attrs)
@@ -316,11 +316,21 @@ def _check_names(
             )
 
 
-def _check_coord_length(dim: str, value: NDArray[Any], size: int) -> None:
+def _check_coord(dim: str, value: NDArray[Any], size: int) -> None:
     if value.ndim != 1:
         raise ValueError(f"coords[{dim!r}] must be one-dimensional, got shape {value.shape}.")
     if len(value) != size:
         raise ValueError(f"coords[{dim!r}] has {len(value)} value(s) but the dim has {size}.")
+    import pandas as pd
+
+    if not pd.Index(value).is_unique:
+        # as PyMC refuses duplicate coordinate values: ArviZ's summary then failed with a
+        # broadcast error, and .sel returned several points for one label (stop-33 docs audit)
+        raise ValueError(
+            f"coords[{dim!r}] repeats a value; a dimension's coordinate values must be distinct "
+            f"(as in PyMC). Keep the default index for {dim!r} and read the inputs from "
+            "constant_data['X_star'], or pass distinct values (e.g. de-duplicate the test inputs)."
+        )
 
 
 def _dims_rename(

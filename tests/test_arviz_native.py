@@ -254,6 +254,11 @@ def test_bad_observed_dims_and_coords_are_refused(small_gp) -> None:
         rel.to_inference_data(dims={"f_dp": ["a", "b"]})
     with pytest.raises(ValueError, match="coords"):
         rel.to_inference_data(dims={"f_dp": ["age"]}, coords={"age": AGE[:3]})
+    # repeated values (a real hold-out's ages): az.summary failed with a broadcast error
+    ages = np.round(AGE)
+    ages[1] = ages[0]
+    with pytest.raises(ValueError, match="repeats a value"):
+        rel.to_inference_data(dims={"f_dp": ["age"]}, coords={"age": ages})
 
 
 # ----------------------------------------------------------------- noise-aware draws of q(f)
