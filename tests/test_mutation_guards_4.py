@@ -10,7 +10,6 @@ stated formulas there too.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import warnings
 
@@ -22,7 +21,6 @@ from pm_dpgp import plan
 from pm_dpgp.accounting import Ledger, ZCDPEvent, event_from_metadata
 from pm_dpgp.gp.sparse import SufficientStatistics
 from pm_dpgp.mechanisms.full import noise_aware as na
-from pm_dpgp.mechanisms.full.dirichlet import DirichletTargets, dirichlet_sensitivity
 from pm_dpgp.mechanisms.full.noise_aware import (
     kernel_norm_bound,
     upper_vector,
@@ -36,6 +34,7 @@ from pm_dpgp.mechanisms.gaussian import zcdp_rho
 from pm_dpgp.models import gp_regression, sparse_gp_regression
 from pm_dpgp.selection import kfold_splits, plan_cv_sse
 from pm_dpgp.selection.cv_sse import clipped_square_change_bound, cv_sse_utilities
+from tests.test_sample_path_release import capped_law, gaussian_renyi
 
 
 def test_zcdp_rho_never_exceeds_the_target_epsilon():
@@ -84,36 +83,6 @@ def test_centred_bound_uses_the_farther_end_of_the_range():
         kappa=0.0,
     )  # fmt: skip
     assert sp.M_Y == 8.0
-
-
-def _dirichlet_record(k, label, C, mu, c, t):
-    """One record's whitened Dirichlet statistics, from eq. 21 (not the package)."""
-    out = []
-    for cl in range(C):
-        w = 1.0 if cl == label else t.var_in / t.var_out
-        r = (t.y_in if cl == label else t.y_out) - mu
-        out.append(np.concatenate([w * r * k, c * w * upper_vector(np.outer(k, k))]))
-    return np.concatenate(out)
-
-
-@pytest.mark.parametrize(("C", "c"), [(2, 1.0), (3, 1.0), (3, 0.5)])
-def test_dirichlet_sensitivity_covers_negative_kernel_products(C, c):
-    """D1 (t ≥ 0 assumed whatever the kernel): with a user R_k (``nonnegative=False``, e.g. a
-    Cosine kernel, whose ⟨k, k'⟩ reaches −‖k‖²) Δ 13.16 for the attained 16.50 (ε 1.29 for
-    1.0 charged)."""
-    t = DirichletTargets.from_alpha(0.01)
-    Rk = 3.0
-    mu = (t.y_in + (C - 1) * t.y_out) / C
-    D = dirichlet_sensitivity(C, t, mu, Rk, c, nonnegative_kernel=False)
-    best = 0.0
-    for th in np.linspace(0.0, np.pi, 2001):  # <k, k'> = Rk² cos θ, down to −Rk²
-        k1 = Rk * np.array([1.0, 0.0])
-        k2 = Rk * np.array([np.cos(th), np.sin(th)])
-        for l2 in (0, 1):
-            diff = _dirichlet_record(k1, 0, C, mu, c, t) - _dirichlet_record(k2, l2, C, mu, c, t)
-            best = max(best, float(np.linalg.norm(diff)))
-    assert best <= D * (1 + 1e-9)
-    assert best >= D * (1 - 1e-4)
 
 
 def test_simulated_statistics_noise_is_iid_sigma_a_in_whitened_coordinates():
@@ -183,27 +152,12 @@ def test_capped_kernel_caps_a_diagonal_below_four_times_the_scale():
     assert np.diag(capped.kernel(grid[::50], grid[::50])).max() <= 1.0 + 1e-12
     assert capped.kernel(np.array([[c]]), np.array([[c]]))[0, 0] <= 1.0 + 1e-12
 
-    def law(X, Y):
-        g = dataclasses.replace(capped, X=X)
-        mu, S = g.predict(np.clip(Y, -2, 2), X_star, full_cov=True)
-        return mu, S + 1e-10 * np.eye(len(X_star))
-
-    def renyi(a, P, Q):
-        (m1, S1), (m2, S2) = P, Q
-        Sa = a * S2 + (1 - a) * S1
-        if np.linalg.eigvalsh(Sa).min() <= 0:
-            return math.inf
-        d = m1 - m2
-        ld = [np.linalg.slogdet(S)[1] for S in (Sa, S1, S2)]
-        return 0.5 * a * d @ np.linalg.solve(Sa, d) - (ld[0] - (1 - a) * ld[1] - a * ld[2]) / (
-            2 * (a - 1)
-        )
-
     Xn, Yn = X1.copy(), Y1.copy()
     Xn[0, 0], Yn[0] = c, 2.0  # one record moved onto the bump
-    P, Q = law(X1, Y1), law(Xn, Yn)
+    P, Q = capped_law(capped, X_star, X1, Y1), capped_law(capped, X_star, Xn, Yn)
     for a in (1.2, 1.5, 1.8):
-        assert max(renyi(a, P, Q), renyi(a, Q, P)) <= float(charged.rdp([a])[0])
+        bound = float(charged.rdp([a])[0])
+        assert max(gaussian_renyi(a, P, Q), gaussian_renyi(a, Q, P)) <= bound
 
 
 def test_cv_sse_sensitivity_covers_the_worst_training_label():

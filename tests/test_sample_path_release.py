@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import warnings
 
 import numpy as np
@@ -300,6 +302,28 @@ def test_release_selects_the_bound_by_name(model):
     assert ledger.history == [] and rng.bit_generator.state == state
 
 
+def capped_law(capped, X_star, X, Y):
+    """Mean and covariance of a capped-kernel path at ``X_star`` for training data ``(X, Y)``
+    (labels clipped to ±2, a 1e-10 nugget so that both laws have densities)."""
+    g = dataclasses.replace(capped, X=X)
+    mu, S = g.predict(np.clip(Y, -2, 2), X_star, full_cov=True)
+    return mu, S + 1e-10 * np.eye(len(X_star))
+
+
+def gaussian_renyi(a, P, Q):
+    """Exact Rényi divergence of order ``a`` between Gaussians ``P = (m₁, S₁)``, ``Q = (m₂, S₂)``
+    (∞ where ``a S₂ + (1 − a) S₁`` is not positive definite)."""
+    (m1, S1), (m2, S2) = P, Q
+    Sa = a * S2 + (1 - a) * S1
+    if np.linalg.eigvalsh(Sa).min() <= 0:
+        return math.inf
+    d = m1 - m2
+    logdets = [np.linalg.slogdet(S)[1] for S in (Sa, S1, S2)]
+    return 0.5 * a * d @ np.linalg.solve(Sa, d) - (
+        logdets[0] - (1 - a) * logdets[1] - a * logdets[2]
+    ) / (2 * (a - 1))
+
+
 def test_a_kernel_peaking_between_the_probes_is_capped_so_the_charge_holds():
     """Stop-26 audit: ``k(x, x) ≤ kernel_scale²`` was checked only at public probes, so a
     scaled kernel with ``k(c, c) = 1.6·10⁵`` between them (1 at every probe) passed, and one
@@ -307,9 +331,6 @@ def test_a_kernel_peaking_between_the_probes_is_capped_so_the_charge_holds():
     a charged 0.116 at α = 2.  The release caps the diagonal at ``kernel_scale²``
     (``capped_public_gp``, the identity where the bound holds), and its default κ for a kernel
     not recognised as stationary is 0 (``certified_kappa``)."""
-    import dataclasses
-    import math
-
     import pytensor.tensor as pt
 
     from pm_dpgp.accounting import event_from_metadata
@@ -340,28 +361,12 @@ def test_a_kernel_peaking_between_the_probes_is_capped_so_the_charge_holds():
     away = np.linspace(0.2, 1.0, 50)[:, None]  # the identity where k(x, x) <= 1
     np.testing.assert_array_equal(capped.kernel(away, X_star), pub.kernel(away, X_star))
 
-    def law(X, Y):
-        g = dataclasses.replace(capped, X=X)
-        mu, S = g.predict(np.clip(Y, -2, 2), X_star, full_cov=True)
-        return mu, S + 1e-10 * np.eye(len(X_star))
-
-    def renyi(a, P, Q):
-        (m1, S1), (m2, S2) = P, Q
-        Sa = a * S2 + (1 - a) * S1
-        if np.linalg.eigvalsh(Sa).min() <= 0:
-            return math.inf
-        d = m1 - m2
-        logdets = [np.linalg.slogdet(S)[1] for S in (Sa, S1, S2)]
-        return 0.5 * a * d @ np.linalg.solve(Sa, d) - (
-            logdets[0] - (1 - a) * logdets[1] - a * logdets[2]
-        ) / (2 * (a - 1))
-
     Xn, Yn = X1.copy(), Y1.copy()
     Xn[0, 0], Yn[0] = c, 2.0  # one record moved onto the peak
-    P, Q = law(X1, Y1), law(Xn, Yn)
+    P, Q = capped_law(capped, X_star, X1, Y1), capped_law(capped, X_star, Xn, Yn)
     for a in (1.5, 2.0, 4.0):
         bound = float(charged.rdp([a])[0])
-        assert max(renyi(a, P, Q), renyi(a, Q, P)) <= bound
+        assert max(gaussian_renyi(a, P, Q), gaussian_renyi(a, Q, P)) <= bound
 
 
 def test_a_given_kappa_must_be_proved_for_the_kernel_the_release_uses():
