@@ -324,47 +324,63 @@ def gaussian_renyi(a, P, Q):
     ) / (2 * (a - 1))
 
 
-def test_a_kernel_peaking_between_the_probes_is_capped_so_the_charge_holds():
+def _bump_data(case):
+    """``(amp, ls, noise_sd, X, Y, orders)`` of the two bumped-kernel neighbour tests."""
+    if case == "tall":  # the stop-26 audit's bump, k(c, c) = 1.6·10⁵
+        rng = np.random.default_rng(0)
+        X1 = rng.uniform(0.2, 1.0, (24, 1))
+        return 400.0, 5.0, 4.0, X1, np.clip(np.sin(3 * X1[:, 0]), -1, 1), (1.5, 2.0, 4.0)
+    # stop-33 mutant SP2 (cap only where k(x, x) > 4σ²): k(c, c) = 3.9 stayed uncapped
+    return 0.975, 0.05, 1.0, np.linspace(0.6, 1.0, 3)[:, None], np.full(3, -2.0), (1.2, 1.5, 1.8)
+
+
+@pytest.mark.parametrize("case", ["tall", "low"])
+def test_a_kernel_peaking_between_the_probes_is_capped_so_the_charge_holds(case):
     """Stop-26 audit: ``k(x, x) ≤ kernel_scale²`` was checked only at public probes, so a
     scaled kernel with ``k(c, c) = 1.6·10⁵`` between them (1 at every probe) passed, and one
     record moved onto ``c`` collapsed the released variance: exact Rényi divergence ∞ against
     a charged 0.116 at α = 2.  The release caps the diagonal at ``kernel_scale²``
     (``capped_public_gp``, the identity where the bound holds), and its default κ for a kernel
-    not recognised as stationary is 0 (``certified_kappa``)."""
+    not recognised as stationary is 0 (``certified_kappa``).  Case ``"low"`` (stop-33 mutant
+    SP2, the cap applied only above ``4σ²``): a bump of 3.9 gave divergence ∞ at α = 1.5
+    against a charged 30.3."""
     import pytensor.tensor as pt
 
     from pm_dpgp.accounting import event_from_metadata
     from pm_dpgp.mechanisms.full.sample_path import capped_public_gp
 
-    c, w, amp = 0.015625 + 1e-4, 1e-3, 400.0  # midway between two probes of the grid
+    amp, ls, noise_sd, X1, Y1, orders = _bump_data(case)
+    c, w = 0.015625 + 1e-4, 1e-3  # midway between two probes of the grid
 
     def scale(X, *args):
         return 1.0 + amp * pt.exp(-((X[:, 0] - c) ** 2) / (2 * w * w))
 
-    rng = np.random.default_rng(0)
-    X1 = rng.uniform(0.2, 1.0, (24, 1))
-    Y1 = np.clip(np.sin(3 * X1[:, 0]), -1, 1)
     X_star = np.linspace(0, 1, 9)[:, None]
-    cov = pm.gp.cov.ScaledCov(1, pm.gp.cov.ExpQuad(1, ls=5.0), scale)
+    cov = pm.gp.cov.ScaledCov(1, pm.gp.cov.ExpQuad(1, ls=ls), scale)
     with pm.Model():
-        model = gp_regression(X1, Y1, cov, noise_sd=4.0)
+        model = gp_regression(X1, Y1, cov, noise_sd=noise_sd)
     kw = dict(n_draws=1, kernel_scale=1.0, y_bounds=(-2, 2), delta=1e-5, domain=(0, 1))
-    rel = sample_path_release(
-        model, X_star, ledger=Ledger(1e6, 1e-3, filter="renyi"), rng=np.random.default_rng(1), **kw
-    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rel = sample_path_release(
+            model, X_star, ledger=Ledger(1e6, 1e-3, filter="renyi"),
+            rng=np.random.default_rng(1), **kw,
+        )  # fmt: skip
     assert rel.metadata["kappa"] == 0.0  # no certified lower bound for this kernel
     charged = event_from_metadata(rel.metadata["privacy_event"])
     pub = model.public_gp()
     capped = capped_public_gp(pub, 1.0)
     grid = np.linspace(0, 1, 20001)[:, None]
-    assert capped.kernel_diag(grid).max() <= 1.0 and pub.kernel_diag(np.array([[c]]))[0] > 1e5
+    peak = np.array([[c]])
+    assert capped.kernel_diag(grid).max() <= 1.0 and capped.kernel_diag(peak)[0] <= 1.0
+    assert pub.kernel_diag(peak)[0] == pytest.approx((1.0 + amp) ** 2, rel=1e-9)  # ScaledCov: s(x)²
     away = np.linspace(0.2, 1.0, 50)[:, None]  # the identity where k(x, x) <= 1
     np.testing.assert_array_equal(capped.kernel(away, X_star), pub.kernel(away, X_star))
 
     Xn, Yn = X1.copy(), Y1.copy()
     Xn[0, 0], Yn[0] = c, 2.0  # one record moved onto the peak
     P, Q = capped_law(capped, X_star, X1, Y1), capped_law(capped, X_star, Xn, Yn)
-    for a in (1.5, 2.0, 4.0):
+    for a in orders:
         bound = float(charged.rdp([a])[0])
         assert max(gaussian_renyi(a, P, Q), gaussian_renyi(a, Q, P)) <= bound
 
