@@ -189,7 +189,7 @@ def draws_to_inference_data(
         m, d = X_star.shape
         # the 1-D inputs label the dim only when they are distinct: repeated test inputs (57
         # !Kung hold-out ages, 48 distinct) made az.summary and dp_summary fail (stop-32 audit)
-        unique_1d = d == 1 and np.unique(X_star[:, 0]).size == m
+        unique_1d = d == 1 and _distinct(X_star[:, 0])
         base_coords["x_star"] = X_star[:, 0] if unique_1d else np.arange(m)
         base_coords["input_dim"] = np.arange(d)
     base_coords.update(default_coords or {})
@@ -316,14 +316,20 @@ def _check_names(
             )
 
 
+def _distinct(values: NDArray[Any]) -> bool:
+    """Whether the 1-D coordinate ``values`` are distinct (numbers or labels), as an index
+    needs them to be."""
+    import pandas as pd  # an xarray dependency
+
+    return bool(pd.Index(values).is_unique)
+
+
 def _check_coord(dim: str, value: NDArray[Any], size: int) -> None:
     if value.ndim != 1:
         raise ValueError(f"coords[{dim!r}] must be one-dimensional, got shape {value.shape}.")
     if len(value) != size:
         raise ValueError(f"coords[{dim!r}] has {len(value)} value(s) but the dim has {size}.")
-    import pandas as pd
-
-    if not pd.Index(value).is_unique:
+    if not _distinct(value):
         # as PyMC refuses duplicate coordinate values: ArviZ's summary then failed with a
         # broadcast error, and .sel returned several points for one label (stop-33 docs audit)
         raise ValueError(

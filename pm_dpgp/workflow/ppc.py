@@ -33,14 +33,13 @@ as ``extra_sd`` for a predictive that also carries the posterior uncertainty.
 from __future__ import annotations
 
 import math
-import numbers
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.special import logsumexp
 
-from pm_dpgp._validation import check_finite_array, check_positive, check_rng
+from pm_dpgp._validation import check_count, check_finite_array, check_positive, check_rng
 from pm_dpgp.compat import get_group, make_inference_data
 from pm_dpgp.mechanisms.full.dirichlet import DirichletRelease
 from pm_dpgp.mechanisms.full.noise_aware import SparseQuRelease
@@ -271,15 +270,8 @@ def dp_ppc(
         noise_sd = check_positive(noise_sd, "noise_sd")
     # every public argument is checked before any value is computed or drawn (stop-32 audit:
     # extra_sd=-1, n_replicates=0 and var_name="chain" failed after the DP values were drawn)
-    if n_replicates is not None and (
-        isinstance(n_replicates, bool)
-        or not isinstance(n_replicates, numbers.Real)
-        or int(n_replicates) != n_replicates
-        or n_replicates < 1
-    ):
-        raise ValueError(
-            f"n_replicates must be a positive integer, got {n_replicates!r}; pass e.g. 10."
-        )
+    if n_replicates is not None:
+        n_replicates = check_count(n_replicates, "n_replicates")
     if not isinstance(var_name, str) or not var_name or var_name in _PPC_NAMES:
         raise ValueError(
             f"var_name must be a non-empty name other than {sorted(_PPC_NAMES)}, got "
