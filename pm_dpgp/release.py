@@ -11,9 +11,10 @@ holds the private training outputs or the non-DP posterior mean.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -93,6 +94,7 @@ class Release:
         observed_is_public: bool = False,
         predictive_sd: float | ArrayLike | None = None,
         rng: np.random.Generator | None = None,
+        dp_noise: Literal["marginalise", "ignore"] = "marginalise",
     ) -> Any:
         """Store the release as ``arviz.InferenceData`` (ArviZ 0.x) or ``DataTree`` (ArviZ 1).
 
@@ -100,10 +102,14 @@ class Release:
           of ``draw`` per DP draw; the test-input dim is ``x_star`` (coordinate: the inputs
           when 1-D and distinct, else an index) unless renamed with
           ``dims={variable_name: ["age"]}`` and given values with ``coords={"age": ...}``.
-        * ``posterior_predictive``: ``y = f + e``, ``e ~ N(0, predictive_sd²)`` (public noise
-          sd, post-processing) when ``predictive_sd`` is given, under the name of the
-          observed variable (``"y"`` by default).  A copy of ``variable_name`` is also kept
-          there, as in earlier versions (deprecated: read it from ``posterior``).
+        * ``posterior_predictive``: when ``predictive_sd`` is given, ``y = f + e``,
+          ``e ~ N(0, predictive_sd²)`` (public noise sd, post-processing), under the name of
+          the observed variable (``"y"`` by default).  With ``dp_noise="marginalise"`` (the
+          default) ``f`` is a draw of the released mean given the DP draws, ``N(d̄, F Fᵀ/S)``
+          (flat prior; ``pm_dpgp.workflow.dp_ppc``), so the predictive carries the DP noise;
+          ``"ignore"`` adds ``e`` to the DP draws themselves, a plug-in predictive that
+          under-covers (stop-34 audit).  A copy of ``variable_name`` is also kept there, as
+          in earlier versions (deprecated: read it from ``posterior``).
         * ``observed_data``: a PUBLIC hold-out set at the release's test inputs, e.g.
           ``{"y": y_holdout}`` (needs ``observed_is_public=True``; never the training outputs).
         * ``constant_data``: the public test inputs ``X_star`` and the public DP-noise sd.
@@ -116,6 +122,8 @@ class Release:
         """
         import xarray as xr
 
+        if dp_noise not in ("marginalise", "ignore"):
+            raise ValueError(f"dp_noise must be 'marginalise' or 'ignore', got {dp_noise!r}.")
         X = np.asarray(self.X_star, dtype=np.float64)
         const = xr.Dataset(
             {
@@ -135,7 +143,30 @@ class Release:
             predictive_sd=predictive_sd,
             rng=rng,
             legacy_predictive=(self.variable_name,),
+            predictive_centre=self._released_mean_draws if dp_noise == "marginalise" else None,
         )
+
+    def _released_mean_draws(self, rng: np.random.Generator) -> NDArray[np.float64]:
+        return released_mean_draws(self.draws, self.noise_factor, self.n_draws, rng)
+
+
+def released_mean_draws(
+    draws: NDArray[np.float64], G: NDArray[np.float64], n: int, rng: np.random.Generator
+) -> NDArray[np.float64]:
+    """``n`` draws of the released posterior mean ``μ`` given ``S`` DP draws ``draws``.
+
+    Each DP draw of a cloaking / prior-noise / binning release is ``dᵢ = μ + G zᵢ`` with
+    independent ``zᵢ ~ N(0, I)`` and public ``G`` (``Release.noise_factor``, or its rows at
+    other public inputs).  Under a flat prior on ``μ`` (within the span of ``G``; outside it
+    the draws agree and ``μ`` is known) its posterior is ``N(d̄, G Gᵀ / S)``, ``d̄`` the mean
+    of the draws: the DP noise's share of the predictive uncertainty, shrinking as ``1/S``
+    with more (separately charged) draws (``docs/workflow.md``).  Exact for Gaussian noise;
+    for the Laplace noise of binning, the Gaussian with the same covariance.
+    Post-processing of the release only.
+    """
+    S = draws.shape[0]
+    z = rng.standard_normal((n, G.shape[1]))
+    return draws.mean(axis=0) + (z @ G.T) / math.sqrt(S)
 
 
 def release_to_inference_data(release: Release, **options: Any) -> Any:
@@ -159,6 +190,7 @@ def draws_to_inference_data(
     predictive_of: str | None = None,
     rng: np.random.Generator | None = None,
     legacy_predictive: Sequence[str] = (),
+    predictive_centre: Callable[[np.random.Generator], NDArray[np.float64]] | None = None,
 ) -> Any:
     """The native ArviZ object of DP draws (shared by every release type).
 
@@ -172,6 +204,9 @@ def draws_to_inference_data(
     variable ``predictive_of`` (default: the first), named as the observed variable.
     ``observed_data`` (a PUBLIC hold-out set at ``X_star``) needs ``observed_is_public=True``.
     ``legacy_predictive`` variables are copied to ``posterior_predictive`` as well.
+    ``predictive_centre(rng)``, when given, returns the ``(n_draws, *dims)`` values the
+    predictive noise is added to instead of the draws themselves (``Release``: draws of the
+    released mean given the DP draws, so that the predictive carries the DP noise).
     """
     import xarray as xr
 
@@ -272,6 +307,8 @@ def draws_to_inference_data(
         out[gname] = ds
     if sd is not None:  # every check passed: now the noise (same shape and order as f)
         f_values = np.asarray(post[first].values)
+        if predictive_centre is not None:
+            f_values = np.asarray(predictive_centre(rng)).reshape(f_values.shape)
         out["posterior_predictive"][obs_name].values = f_values + sd * rng.standard_normal(
             f_values.shape
         )

@@ -224,6 +224,7 @@ def test_label_release_keeps_the_legacy_copy_and_adds_predictive(small_gp) -> No
         observed_is_public=True,
         predictive_sd=0.5,
         rng=np.random.default_rng(0),
+        dp_noise="ignore",
     )
     post = compat.get_group(idata, "posterior")
     pp = compat.get_group(idata, "posterior_predictive")
@@ -237,6 +238,57 @@ def test_label_release_keeps_the_legacy_copy_and_adds_predictive(small_gp) -> No
     assert compat.get_group(plain, "posterior")["f_dp"].dims == ("chain", "draw", "x_star")
     np.testing.assert_array_equal(compat.get_group(plain, "posterior")["x_star"], X_STAR)
     assert "observed_data" not in compat.group_names(plain)
+
+
+def test_label_predictive_carries_the_dp_noise() -> None:
+    """Stop-34 audit: ``to_inference_data(predictive_sd=…)`` added the observation noise to the
+    DP draws, as if they were the truth.  With ``dp_noise="marginalise"`` (default)
+    ``y − d̄ ~ N(0, F Fᵀ/S + sd²)``; with ``"ignore"`` ``y − dᵢ ~ N(0, sd²)``.  A synthetic
+    release (post-processing only): ``S = 2`` draws at 3,000 points, ``F = diag(s)``."""
+    from pm_dpgp.release import Release
+
+    rng = np.random.default_rng(3)
+    m, S = 3000, 2
+    s = rng.uniform(0.5, 3.0, m)
+    mu = np.sin(np.arange(m))
+    draws = mu + s * rng.standard_normal((S, m))
+    rel = Release("cloaking", draws, np.arange(m, dtype=float)[:, None], np.diag(s))
+    kw = {"predictive_sd": 0.5, "observed_data": {"y": mu}, "observed_is_public": True}
+    idata = rel.to_inference_data(rng=np.random.default_rng(4), **kw)
+    y = compat.get_group(idata, "posterior_predictive")["y"].values[0]
+    z = (y - draws.mean(axis=0)) / np.sqrt(s**2 / S + 0.25)
+    assert abs(z.var() - 1.0) < 0.06  # 6,000 values: sd of the variance ≈ 0.018
+    plug = rel.to_inference_data(rng=np.random.default_rng(4), dp_noise="ignore", **kw)
+    e = compat.get_group(plug, "posterior_predictive")["y"].values[0] - draws
+    assert abs(e.std() - 0.5) < 0.02
+    with pytest.raises(ValueError, match="dp_noise"):
+        rel.to_inference_data(dp_noise="plug-in")
+
+
+def test_summary_of_one_draw_gives_the_noise_interval(small_gp) -> None:
+    """Stop-34 audit: with one DP draw ``dp_summary`` showed sd NaN and an interval of width 0.
+    It now adds the public noise sd and the interval of the released mean
+    (``d̄ ∓ z·sd/√S``); for a ``dp_ppc`` object ``n_draws`` counts the DP draws, not the
+    replicates (was 200 for 2 draws)."""
+    from scipy.stats import norm
+
+    rel = cloaked_release(
+        small_gp, X_STAR, epsilon=1.0, delta=1e-3, y_bounds=(-2.0, 2.0),
+        rng=np.random.default_rng(8),
+    )  # fmt: skip
+    table = dp_summary(rel, prob=0.9)
+    sd = rel.noise_sd
+    np.testing.assert_allclose(table["dp_noise_sd"].astype(float), sd, rtol=1e-12)
+    z = norm.ppf(0.95)
+    np.testing.assert_allclose(table["mean_lb"].astype(float), rel.draws[0] - z * sd, rtol=1e-12)
+    np.testing.assert_allclose(table["mean_ub"].astype(float), rel.draws[0] + z * sd, rtol=1e-12)
+    assert "0.9 interval" in table.attrs["mean_interval"]
+    two = label_release("cloaking", small_gp)  # two DP draws
+    X_hold = X_STAR[::3]
+    ppc = dp_ppc(two, X_hold, np.sin(X_hold), noise_sd=0.3, training=None)
+    summary = dp_summary(ppc, var_names=["f"])
+    assert summary.attrs["n_draws"] == two.n_draws == 2
+    assert "released posterior mean" in summary.attrs["spread"]
 
 
 def test_bad_observed_dims_and_coords_are_refused(small_gp) -> None:

@@ -228,6 +228,14 @@ class PublicGP(PublicInputsView):
             return mu, post.cov(K_sf, self.kernel(Xs))
         return mu, post.var(K_sf, self.kernel_diag(Xs))
 
+    def posterior_var(self, X_star: ArrayLike) -> NDArray[np.float64]:
+        r"""``(m,)`` posterior variance of the latent ``f(X*)`` (R&W 2006, eq. 2.24, diagonal):
+        ``k(x, x) − k(x, X)(K + σ_n² I)⁻¹ k(X, x)``.  It depends on the inputs and the
+        hyperparameters only, not on ``y``, so under label privacy it is public: pass its
+        square root as ``dp_ppc(extra_sd=…)`` (``docs/workflow.md``)."""
+        Xs = _as_2d_inputs(X_star, "X_star", self.input_dim)
+        return self.posterior().var(self.kernel(Xs, self.X), self.kernel_diag(Xs))
+
 
 # --------------------------------------------------------------------------- compile cache
 #: Compiled kernel functions of this process, with the graphs they were compiled from.  With

@@ -11,18 +11,31 @@ or three draws, the ESS is 1–3 with a warning per variable: numbers that look 
 fit when nothing failed.  ``dp_summary`` therefore asks for the statistics only
 (``kind="stats"``) and says in ``attrs["spread"]`` what the ``sd`` column measures for this
 mechanism.  What to look at instead is in ``docs/workflow.md`` ("What the spread means").
+
+For a release with additive DP noise of public sd (cloaking, prior noise, output
+perturbation, classification, binning), the spread of a few draws says little: one draw gives
+``sd = NaN`` and an interval of width 0 (stop-34 audit).  ``dp_summary`` then adds what the
+public noise sd supports: ``dp_noise_sd`` (one draw's noise), ``mean_sd = dp_noise_sd / √S``
+and the equal-tailed interval ``mean_lb, mean_ub = d̄ ∓ z · mean_sd`` for the released
+(private) posterior mean given the ``S`` draws (flat prior, ``docs/workflow.md``).
 """
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any
+
+import numpy as np
+from scipy.stats import norm
 
 from pm_dpgp.compat import get_group, group_names, summary_stats
 
 __all__ = ["dp_summary", "spread_meaning"]
 
 _LABEL = ("cloaking", "prior_noise", "output_perturbation")
+#: mechanisms whose draws are a private mean plus DP noise of public sd ``dp_noise_sd``
+_ADDITIVE = (*_LABEL, "laplace_classification", "laplace_binning")
 
 
 def spread_meaning(mechanism: str) -> str:
@@ -42,7 +55,7 @@ def spread_meaning(mechanism: str) -> str:
     if mechanism.startswith(_LABEL):
         return (
             f"DP noise around the (private) posterior mean: NOT posterior uncertainty; {noise_sd}"
-            ", the posterior sd is public under label privacy (PublicGP.predict variance)"
+            ", the posterior sd is public under label privacy (PublicGP.posterior_var)"
         )
     if mechanism.startswith("laplace_classification"):
         return (
@@ -93,7 +106,10 @@ def dp_summary(
     -------
     pandas.DataFrame
         ``az.summary(..., kind="stats")``; ``attrs["spread"]`` says what ``sd`` measures and
-        ``attrs["n_draws"]`` how many DP draws it is computed from.
+        ``attrs["n_draws"]`` how many DP draws it is computed from (for a ``dp_ppc`` object
+        the DP draws, not their replicates).  For a release with additive DP noise of public
+        sd, also ``dp_noise_sd``, ``mean_sd`` and the interval ``mean_lb``, ``mean_ub`` of the
+        released posterior mean at ``prob`` (module doc; ``attrs["mean_interval"]``).
 
     Examples
     --------
@@ -109,6 +125,60 @@ def dp_summary(
         warnings.simplefilter("ignore", RuntimeWarning)
         warnings.simplefilter("ignore", UserWarning)
         table = summary_stats(idata, var_names=var_names, group=group, prob=prob)
-    table.attrs["spread"] = spread_meaning(str(ds.attrs.get("mechanism", "")))
+    mechanism = str(ds.attrs.get("mechanism", ""))
+    table.attrs["spread"] = spread_meaning(mechanism)
     table.attrs["n_draws"] = int(ds.sizes.get("draw", 0))
+    if "ppc_n_dp_draws" in ds.attrs:  # a dp_ppc object: its draws repeat or marginalise
+        table.attrs["n_draws"] = int(ds.attrs["ppc_n_dp_draws"])
+        if "marginalise" in str(ds.attrs.get("ppc_f", "")):
+            table.attrs["spread"] = (
+                f"{ds.attrs['ppc_f']}: the DP noise's share of the uncertainty about the "
+                "private posterior mean, NOT posterior uncertainty (pass the public posterior "
+                "sd as dp_ppc's extra_sd); one DP draw's noise sd is "
+                "constant_data['dp_noise_sd']"
+            )
+        elif "ppc_f" in ds.attrs:
+            table.attrs["spread"] = f"{ds.attrs['ppc_f']}; {table.attrs['spread']}"
+    elif group == "posterior" and mechanism.startswith(_ADDITIVE):
+        _released_mean_columns(table, idata, ds, prob)
     return table
+
+
+def _released_mean_columns(table: Any, idata: Any, ds: Any, prob: float | None) -> None:
+    """Add ``dp_noise_sd``, ``mean_sd``, ``mean_lb``, ``mean_ub`` to the rows of each variable
+    that shares its point dims with ``constant_data["dp_noise_sd"]`` (in place)."""
+    import arviz as az
+
+    if "constant_data" not in group_names(idata):
+        return
+    const = get_group(idata, "constant_data")
+    if "dp_noise_sd" not in const:
+        return
+    noise_sd = const["dp_noise_sd"]
+    p = float(az.rcParams["stats.ci_prob"] if prob is None else prob)
+    z = float(norm.ppf(0.5 + 0.5 * p))
+    labels = [str(label) for label in table.index]
+    for name, var in ds.data_vars.items():
+        point_dims = tuple(d for d in var.dims if d not in ("chain", "draw"))
+        if point_dims != noise_sd.dims:
+            continue
+        rows = [i for i, lab in enumerate(labels) if lab == name or lab.startswith(f"{name}[")]
+        if len(rows) != noise_sd.size:  # the table does not list this variable element-wise
+            continue
+        S = int(var.sizes["chain"] * var.sizes["draw"])
+        centre = np.asarray(var.mean(("chain", "draw")).values, float).ravel()
+        sd = np.asarray(noise_sd.values, float).ravel()
+        for column, values in (
+            ("dp_noise_sd", sd),
+            ("mean_sd", sd / math.sqrt(S)),
+            ("mean_lb", centre - z * sd / math.sqrt(S)),
+            ("mean_ub", centre + z * sd / math.sqrt(S)),
+        ):
+            if column not in table.columns:
+                table[column] = np.nan
+            table.iloc[rows, table.columns.get_loc(column)] = values
+    table.attrs["mean_interval"] = (
+        f"mean_lb, mean_ub: equal-tailed {p:g} interval of the released posterior mean given "
+        "the S DP draws, mean of the draws -/+ z * dp_noise_sd / sqrt(S) (flat prior); "
+        "dp_noise_sd: public sd of one draw's DP noise"
+    )

@@ -192,7 +192,9 @@ def cloaked_release(
         Generator: the simulation mode (continuous float noise, a ``GaussianEvent``), for
         tests and reproducible notebooks.
     clip:
-        ``"warn"`` clips outputs outside ``y_bounds`` with a warning, ``"raise"`` refuses.
+        outputs outside ``y_bounds`` are clipped silently (a warning or refusal would
+        tell whether a private value lies outside; ``docs/errors.md``); only ``"warn"``,
+        the default, is accepted (the name is kept for compatibility).
     bounds_are_public:
         set to ``True`` only if bounds that coincide with the data's min/max really are public.
     tol, rank_tol:
