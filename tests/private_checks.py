@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pickle
 from typing import Any
@@ -14,16 +15,24 @@ def _numbers(obj: Any) -> list[float]:
         return [x for v in obj.values() for x in _numbers(v)]
     if isinstance(obj, list | tuple):
         return [x for v in obj for x in _numbers(v)]
-    if isinstance(obj, float | int) and not isinstance(obj, bool):
+    if isinstance(obj, np.ndarray) and obj.dtype.kind in "fiu":
+        return [float(x) for x in obj.ravel()]
+    if isinstance(obj, float | int | np.floating | np.integer) and not isinstance(obj, bool):
         return [float(obj)]
     return []
 
 
 def assert_no_private_number(result: Any, private: np.ndarray) -> bytes:
-    """No number of ``result.to_metadata()`` (after a JSON round trip) is within 1e-9
-    (relative) of a ``private`` value, and ``pickle.dumps(result)`` holds none of their
-    float64 bytes.  Returns the pickle."""
-    nums = np.array(_numbers(json.loads(json.dumps(result.to_metadata()))))
+    """No number of ``result.to_metadata()`` (after a JSON round trip) or of
+    ``dataclasses.asdict(result)`` is within 1e-9 (relative) of a ``private`` value, and
+    ``pickle.dumps(result)`` holds none of their float64 bytes.  Returns the pickle.
+
+    ``asdict`` too (stop-34 audit): it included the owner's slot, so
+    ``json.dumps(asdict(result))`` published the private scores."""
+    nums = np.array(
+        _numbers(json.loads(json.dumps(result.to_metadata())))
+        + _numbers(dataclasses.asdict(result))
+    )
     for v in private:
         assert not np.any(np.isclose(nums, v, rtol=1e-9, atol=0.0)), v
     blob = pickle.dumps(result)

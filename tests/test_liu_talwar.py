@@ -25,6 +25,7 @@ from scipy.special import gammaln
 from pm_dpgp.accounting import (
     DEFAULT_ORDERS,
     BudgetExceededError,
+    FilterMismatchError,
     GaussianEvent,
     Ledger,
     RepeatAndSelectEvent,
@@ -103,9 +104,21 @@ def test_repeat_and_select_composes_and_round_trips():
     np.testing.assert_allclose((2 * sel).rdp(), 2 * sel.rdp())
     # a zCDP-filter ledger cannot account for an RDP curve: refused, nothing recorded
     z = Ledger(epsilon=100.0, delta=1e-6, filter="zcdp")
-    with pytest.raises(BudgetExceededError):
+    with pytest.raises(FilterMismatchError, match="more budget would not help"):
         z.spend(sel)
     assert z.history == []
+    # stop-34 audit: on an "auto" ledger fixed to zCDP by a first event the refusal has its own
+    # type (a BudgetExceededError too), and a real overspend does not
+    auto = Ledger(epsilon=100.0, delta=1e-6)
+    auto.spend(ZCDPEvent(0.01))
+    with pytest.raises(FilterMismatchError):
+        auto.check_accounts_for(sel)
+    with pytest.raises(FilterMismatchError):
+        auto.spend(sel)
+    small = Ledger(epsilon=0.1, delta=1e-6, filter="zcdp")
+    with pytest.raises(BudgetExceededError) as info:
+        small.spend(ZCDPEvent(1.0))
+    assert not isinstance(info.value, FilterMismatchError)
 
 
 def test_repeat_and_select_is_never_below_one_run():

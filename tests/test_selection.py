@@ -44,6 +44,7 @@ from pm_dpgp.selection import (
     product_grid,
     sample_exponential_mechanism,
     select_by_cross_validated_sse,
+    utility_rounding_bound,
 )
 from pm_dpgp.selection import smith as smith_module
 from tests.private_checks import assert_no_private_number
@@ -580,10 +581,67 @@ def test_sensitivity_allowance_and_charge_cover_rounding():
         release_delta=None,
     )
     exact = float(np.max(plan.sensitivities[plan.kept]))
-    assert plan.sensitivity == exact * (1.0 + 1e-9)
+    rounding = max(
+        utility_rounding_bound(fps, 14, plan.error_clip, BOUNDS, plan.prior_mean)
+        for fps, keep in zip(plan.fold_plans, plan.kept, strict=True)
+        if keep
+    )
+    assert 0.0 < rounding < 1e-9 * exact  # negligible for the selection probabilities
+    assert plan.sensitivity == exact * (1.0 + 1e-9) + 2.0 * rounding
     for eps in (0.3, 1.0, 3.0):
         ev = exponential_mechanism_event(eps, "pure")
         assert ev.eps == eps * (1.0 + 4.0 * np.finfo(np.float64).eps) > eps
+
+
+def test_utility_rounding_bound_covers_the_computed_errors_and_sum():
+    """Stop-34 audit: the round-off allowance was argued as ``γ_n`` relative to ``Δu``, but a
+    utility's round-off is relative to the sum of its terms' magnitudes (up to ``n c²``), and
+    the prediction errors ``eᵢ = Cᵢ·(y − μ) + μ − yᵢ`` are rounded too.  The bound
+    ``utility_rounding_bound`` is checked here against exact rational arithmetic: for labels
+    at the bounds chosen to make every product positive, the computed errors differ from the
+    exact ones by at most ``γ_{n_tr+3}(‖Cᵢ‖₁R + |μ| + Y)``, and the utility computed as the
+    package does differs from the one on the exact errors (summed exactly) by less than the
+    bound."""
+    from fractions import Fraction
+
+    from pm_dpgp.selection.cv_sse import _gamma
+
+    gpr = _model(2, n=30)
+    plan = plan_cv_sse(
+        gpr, GRID[:1], kfold_splits(30, 5), y_bounds=(0.5, 3.5), release_epsilon=1.0,
+        release_delta=1e-3,
+    )  # fmt: skip
+    fps = plan.fold_plans[0]
+    mu = plan.prior_mean
+    lo, hi = plan.y_bounds
+    rng = np.random.default_rng(0)
+    y = rng.choice([lo, hi], size=30)
+    exact_err, float_err = [], []
+    for fp in fps:
+        e = fp.C @ (y[fp.train] - mu) + mu - y[fp.test]  # as cv_sse_utilities computes it
+        for i, row in enumerate(fp.C):
+            acc = sum(
+                (
+                    Fraction(c) * (Fraction(y[j]) - Fraction(mu))
+                    for c, j in zip(row, fp.train, strict=True)
+                ),
+                Fraction(0),
+            )
+            ex = acc + Fraction(mu) - Fraction(y[fp.test[i]])
+            bound = _gamma(fp.train.size + 3) * (
+                np.abs(row).sum() * max(hi - mu, mu - lo) + abs(mu) + max(abs(lo), abs(hi))
+            )
+            assert abs(Fraction(e[i]) - ex) <= Fraction(bound)
+            exact_err.append(float(ex))
+        float_err.extend(e)
+    var = np.concatenate([fp.noise_var for fp in fps])
+    u_pkg = float(cv_sse_utilities(plan, y)[0])
+    u_exact_errors = -math.fsum(expected_clipped_square(np.array(exact_err), var, plan.error_clip))
+    assert u_pkg == pytest.approx(
+        -float(expected_clipped_square(np.array(float_err), var, plan.error_clip).sum())
+    )
+    E = utility_rounding_bound(fps, 30, plan.error_clip, plan.y_bounds, mu)
+    assert abs(u_pkg - u_exact_errors) <= E
 
 
 # ---------------------------------------------------------------- batched noise solves (issue 9)

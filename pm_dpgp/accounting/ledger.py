@@ -169,6 +169,13 @@ class BudgetExceededError(ValueError):
     """Raised by ``Ledger.spend`` when a release would exceed the budget (nothing recorded)."""
 
 
+class FilterMismatchError(BudgetExceededError):
+    """The ledger's privacy filter cannot account for this type of event at all (e.g. an
+    "auto" ledger fixed to zCDP by its first event, then a Rényi-curve event): more budget
+    would not help.  A ``BudgetExceededError`` for code that catches refusals; its own type
+    since stop 34 (audit: the refusal looked like an overspend with budget left)."""
+
+
 class PrivacyModelMismatchError(ValueError):
     """A release under another privacy model than the ledger's entries (nothing recorded)."""
 
@@ -655,7 +662,7 @@ class Ledger:
         family = self.filter_family
         if family is None or _family_accepts(family, event):
             return
-        raise BudgetExceededError(
+        raise FilterMismatchError(
             f"the ledger's {family!r} privacy filter cannot account for "
             f"{what or type(event).__name__} ({_mismatch_hint(event)}). Nothing was recorded "
             "and no noise was drawn; more budget would not help."
@@ -888,7 +895,8 @@ class Ledger:
                     f"the {family} filter's total would be {f_eps:.6g} > budget epsilon="
                     f"{self._budget:.6g} at delta={self._delta:.3g}"
                 )
-            raise BudgetExceededError(
+            mismatch = head != "privacy budget exceeded"
+            raise (FilterMismatchError if mismatch else BudgetExceededError)(
                 f"{head}: spent epsilon={self._filter_epsilon(self._totals):.6g} "
                 f"({family} filter), this release ({label!r}, {event.describe()}) alone costs "
                 f"epsilon={own:.6g}; {why}. Nothing was recorded and no noise was drawn; {fix}."

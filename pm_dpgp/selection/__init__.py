@@ -21,6 +21,7 @@ from pm_dpgp.selection.cv_sse import (
     expected_clipped_square,
     paper_sse_sensitivity,
     plan_cv_sse,
+    utility_rounding_bound,
 )
 from pm_dpgp.selection.exponential import (
     bounded_range_rho,
@@ -77,6 +78,7 @@ __all__ = [
     "kfold_splits",
     "paper_sse_sensitivity",
     "plan_cv_sse",
+    "utility_rounding_bound",
     "prior_quantile_grid",
     "product_grid",
     "sample_exponential_mechanism",

@@ -399,8 +399,46 @@ class _NoiseQueue:
 #: (entries in [−1, 1]) and noise ratios ``σ²/s`` agree to this many units of rounding.
 _SHARE_ULPS = 16.0
 _SHARE_TOL = _SHARE_ULPS * float(np.finfo(np.float64).eps)
-#: Relative allowance on the utility sensitivity Δu for the round-off of the utilities.
+#: Relative allowance on Δu for the round-off of Δ(θ) itself (computed from the fold maps).
 SENSITIVITY_ROUNDING = 1e-9
+#: Assumed accuracy of one computed ``E[min(X², c²)]`` (``expected_clipped_square``): within
+#: this many units of rounding of ``c²`` (docs/selection.md §2, "Round-off": the one ingredient
+#: of the round-off bound that is an assumption about SciPy's ``ndtr``/``exp``, not a proof).
+TERM_ULPS = 64.0
+_U = float(np.finfo(np.float64).eps) / 2.0  # unit roundoff
+
+
+def _gamma(k: int) -> float:
+    """Higham's ``γ_k = k u / (1 − k u)`` (2002, Lemma 3.1)."""
+    return k * _U / (1.0 - k * _U)
+
+
+def utility_rounding_bound(
+    fold_plans: Sequence[CvFold],
+    n: int,
+    clip: float,
+    y_bounds: tuple[float, float],
+    prior_mean: float,
+) -> float:
+    """Absolute bound on ``|û − u|`` for one computed utility (docs/selection.md §2).
+
+    ``u = −Σᵢ E[min((eᵢ + ξᵢ)², c²)]`` over the ``n`` test rows, ``eᵢ = Cᵢ·(y_tr − μ) + μ − yᵢ``.
+    With labels in ``[lo, hi]``, ``R = max(hi − μ, μ − lo)`` and ``Y = max(|lo|, |hi|)``:
+    the computed error is within ``γ_{n_tr+3} (‖Cᵢ‖₁ R + |μ| + Y)`` of ``eᵢ`` (Higham 2002,
+    eq. 3.5, for the dot product and the three additions), the clipped square is
+    ``2c``-Lipschitz in the mean, its evaluation errs by at most ``TERM_ULPS·u·c²``
+    (assumed), and the sum of ``n`` terms in ``[0, c²(1 + TERM_ULPS u)]`` errs by at most
+    ``γ_n n c² (1 + TERM_ULPS u)`` (recursive summation; NumPy's pairwise sum is tighter).
+    """
+    lo, hi = y_bounds
+    R = max(hi - prior_mean, prior_mean - lo, 0.0)
+    offset = abs(prior_mean) + max(abs(lo), abs(hi))
+    total = _gamma(n) * n * clip * clip * (1.0 + TERM_ULPS * _U)
+    for fp in fold_plans:
+        row_l1 = np.abs(fp.C).sum(axis=1)
+        total += 2.0 * clip * _gamma(fp.train.size + 3) * float(np.sum(row_l1 * R + offset))
+        total += fp.test.size * TERM_ULPS * _U * clip * clip
+    return total * (1.0 + 1e-6)  # the bound's own evaluation in floating point
 
 
 @dataclass(eq=False)
@@ -412,6 +450,7 @@ class _SharedPlan:
     fold_plans: list[CvFold] | None = None  # set once its noise covariances are solved
     sensitivity: float = math.nan
     paper_sensitivity: float = math.nan
+    rounding: float = math.nan  # utility_rounding_bound of these fold plans
 
 
 def _same_normalised_form(entry: _SharedPlan, Kn: NDArray[np.float64], ratio: float) -> bool:
@@ -545,6 +584,7 @@ def plan_cv_sse(
     plans: list[list[CvFold] | None] = []
     sens = np.empty(len(configs))
     paper = np.empty(len(configs))
+    rounding = np.empty(len(configs))
     all_idx = np.arange(n)
     trains = [np.setdiff1d(all_idx, te) for te in folds]
     classes: list[_SharedPlan] = []  # the first configuration of each normalised form
@@ -554,6 +594,7 @@ def plan_cv_sse(
     def finish(entry: _SharedPlan) -> None:
         fps = entry.fold_plans
         entry.sensitivity = _sensitivity(fps, n, d, clip)
+        entry.rounding = utility_rounding_bound(fps, n, clip, (lo, hi), float(gpr.mean))
         entry.paper_sensitivity = paper_sse_sensitivity([fp.C for fp in fps], d, error_clip)
 
     # Two queues: the first configuration of each normalised form, and (share_plans=False
@@ -627,7 +668,7 @@ def plan_cv_sse(
                 f"configuration {configs[t]}; rescale the outputs (nothing was spent)."
             )
         plans.append(entry.fold_plans)
-        sens[t], paper[t] = entry.sensitivity, entry.paper_sensitivity
+        sens[t], paper[t], rounding[t] = entry.sensitivity, entry.paper_sensitivity, entry.rounding
     kept = np.ones(len(configs), dtype=bool)
     if max_sensitivity is not None:
         kept = sens <= check_positive(max_sensitivity, "max_sensitivity")
@@ -649,10 +690,11 @@ def plan_cv_sse(
         paper_sensitivities=paper,
         kept=kept,
         # Δ(θ) can be attained exactly (e.g. C_k underflowing to 0), and the utilities are
-        # floating-point sums over ≤ n terms: their computed change can exceed the exact one
-        # by ~n·u relative (an audit measured 2.2e-15).  The mechanism uses Δu·(1 + 1e-9),
-        # which covers n·u up to n ≈ 10⁶ and changes the selection probabilities negligibly.
-        sensitivity=float(sens[kept].max()) * (1.0 + SENSITIVITY_ROUNDING),
+        # computed in floating point (an audit measured a change 2.2e-15 above Δ(θ)): the
+        # computed change is within Δ(θ) + 2·utility_rounding_bound, and Δ(θ) itself is
+        # computed to far better than 1e-9 relative (docs/selection.md §2, "Round-off").
+        sensitivity=float(sens[kept].max()) * (1.0 + SENSITIVITY_ROUNDING)
+        + 2.0 * float(rounding[kept].max()),
         release_epsilon=release_epsilon,
         release_delta=release_delta,
         n_plans_computed=n_computed,

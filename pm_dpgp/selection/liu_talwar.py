@@ -432,5 +432,5 @@ def select_by_random_stopping(
         privacy_model=PRIVACY_MODEL,
         neighbouring_relation=NEIGHBOURING_RELATION,
         public_details=details,
-        _owner=owner,
+        owner=owner,
     )

@@ -9,7 +9,7 @@ serialised form (tested with the leak scanner).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass
 from typing import Any
 
 import numpy as np
@@ -54,14 +54,20 @@ class SelectionResult:
     privacy_model: str
     neighbouring_relation: str
     public_details: dict[str, Any]
-    _owner: dict[str, Any] | None = field(default=None, repr=False)
+    #: the owner's scores: an init-only argument kept outside the dataclass fields, so that
+    #: ``dataclasses.asdict`` / ``astuple`` / ``replace`` never carry it (stop-34 audit:
+    #: ``json.dumps(asdict(result))`` published the private utilities)
+    owner: InitVar[dict[str, Any] | None] = None
+
+    def __post_init__(self, owner: dict[str, Any] | None) -> None:
+        object.__setattr__(self, "_owner", owner)
 
     def owner_report(self) -> dict[str, Any]:
         """The data owner's non-private view (scores, probabilities).  NEVER publish it.
 
         Raises ``ValueError`` on a copy that travelled through pickling (the slot is dropped).
         """
-        if self._owner is None:
+        if getattr(self, "_owner", None) is None:
             raise ValueError("this result carries no owner report (it was serialised or copied).")
         return {
             k: (np.array(v) if isinstance(v, np.ndarray) else v) for k, v in self._owner.items()

@@ -568,5 +568,5 @@ def select_by_sample_paths(
         privacy_model=PRIVACY_MODEL,
         neighbouring_relation=NEIGHBOURING_RELATION,
         public_details=details,
-        _owner=owner,
+        owner=owner,
     )

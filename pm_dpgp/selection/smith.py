@@ -201,5 +201,5 @@ def select_by_cross_validated_sse(
         privacy_model="label",
         neighbouring_relation=LABEL_RELATION,
         public_details=details,
-        _owner={"utilities": utilities, "probabilities": probs},
+        owner={"utilities": utilities, "probabilities": probs},
     )
