@@ -108,7 +108,7 @@ def check_coinpress_settings(
         raise ValueError(f"beta must lie in (0, 1), got {beta!r}.")
     rhos = (
         coinpress_rho_schedule(rho, n_steps, last_share)
-        if isinstance(rho, int | float)
+        if np.ndim(rho) == 0  # a number of any type (stop-34 audit: np.float32 was iterated)
         else tuple(check_positive(r, "rho_t") for r in rho)
     )
     if min(rhos) < MIN_STEP_RHO:
