@@ -306,3 +306,24 @@ def test_a_given_kappa_is_checked_once_before_any_spend(run):
     np.testing.assert_array_equal(
         res.idata.thompson["x_chosen"].values, run.idata.thompson["x_chosen"].values
     )
+
+
+def test_random_search_checks_its_public_inputs_as_the_loops_do():
+    """Stop-34 audit: ``n_rounds=2.7`` ran 2 rounds, ``-1`` failed inside NumPy and an initial
+    input outside the box was accepted.  Each is now refused before the objective is called;
+    a valid call makes exactly ``n_rounds`` uniform queries inside the box."""
+    calls = []
+
+    def spy(X):
+        calls.append(len(X))
+        return np.zeros(len(X))
+
+    X0 = np.array([[0.2], [0.8]])
+    for bad in (2.7, -1, None):
+        with pytest.raises(ValueError, match="n_rounds"):
+            random_search(spy, domain=(0.0, 1.0), X_init=X0, n_rounds=bad)
+    with pytest.raises(ValueError, match="inside the public domain"):
+        random_search(spy, domain=(0.0, 1.0), X_init=[[1.5]], n_rounds=3)
+    assert calls == []
+    rec = random_search(spy, domain=(0.0, 1.0), X_init=X0, n_rounds=5, rng=np.random.default_rng(0))
+    assert rec.X.shape == (7, 1) and np.all((rec.X >= 0.0) & (rec.X <= 1.0))
