@@ -643,3 +643,40 @@ def test_a_restored_older_copy_is_refused_against_a_recorded_head(tmp_path, key)
 def test_integrity_errors_warn_that_an_older_copy_refunds_budget():
     err = LedgerIntegrityError("damaged; restore it from a trusted copy.")
     assert "older copy gives back the budget" in str(err)
+
+
+def test_a_hard_linked_ledger_file_is_refused(tmp_path):
+    """Stop-34 audit: SQLite keeps one crash journal per file *name*; through a hard link a
+    crash at one name's commit left a journal that the next open by that name rolled back over
+    spends committed through the other (three releases on a budget of two).  A file with more
+    than one link is refused on open and before every transaction, with nothing recorded; a
+    symbolic link (one name) still works."""
+    path = tmp_path / "ledger.db"
+    led = _make(path)
+    led.spend(GaussianEvent(5.0))
+    alias = tmp_path / "alias.db"
+    os.link(path, alias)
+    with pytest.raises(ValueError, match="hard links"):
+        PersistentLedger(alias, FP)
+    with pytest.raises(ValueError, match="hard links"):  # the handle opened before the link
+        led.spend(GaussianEvent(5.0))
+    alias.unlink()
+    assert _rows(path) == 4  # _make's three and the one before the link
+    link = tmp_path / "link.db"
+    link.symlink_to(path)
+    via_link = PersistentLedger(link, FP)
+    via_link.spend(GaussianEvent(5.0))
+    assert _rows(path) == 5
+
+
+def test_a_new_ledger_file_is_readable_by_its_owner_only(tmp_path):
+    """Stop-34 audit: the file holds the salt next to the salted Generator fingerprints, from
+    which a simulation-mode seed was found by search (seed 31337 in 0.8 s) when the file was
+    world-readable (0644); it is created with mode 0600."""
+    path = tmp_path / "ledger.db"
+    _make(path).spend(GaussianEvent(5.0))
+    assert (path.stat().st_mode & 0o777) == 0o600
+    dangling = tmp_path / "dangling.db"
+    dangling.symlink_to(tmp_path / "missing" / "x.db")
+    with pytest.raises(ValueError, match="symbolic link to a missing file"):
+        PersistentLedger(dangling, FP, epsilon=1.0)
