@@ -124,6 +124,11 @@ class Release:
 
         if dp_noise not in ("marginalise", "ignore"):
             raise ValueError(f"dp_noise must be 'marginalise' or 'ignore', got {dp_noise!r}.")
+        if predictive_sd is not None and self.mechanism.startswith("laplace_classification"):
+            raise ValueError(
+                "predictive_sd builds a Gaussian predictive y = f + e; a classification "
+                "release's draws are latent values of binary outcomes (docs/classification.md)."
+            )
         X = np.asarray(self.X_star, dtype=np.float64)
         const = xr.Dataset(
             {

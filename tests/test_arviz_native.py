@@ -291,6 +291,39 @@ def test_summary_of_one_draw_gives_the_noise_interval(small_gp) -> None:
     assert "released posterior mean" in summary.attrs["spread"]
 
 
+def test_summary_default_interval_on_arviz_017_and_no_gaussian_predictive_for_labels(
+    small_gp, monkeypatch
+) -> None:
+    """Stop-34 review: (a) ``dp_summary`` read ``rcParams["stats.ci_prob"]``, which ArviZ 0.17
+    (still allowed by ``pyproject``) calls ``"stats.hdi_prob"``: simulated by a mapping without
+    the new key, the default interval now comes from the old one; (b) a classification
+    release's draws are latent values of binary outcomes, so ``to_inference_data`` refuses a
+    Gaussian ``predictive_sd`` for them, as ``dp_ppc`` does."""
+    import arviz as az
+    from scipy.stats import norm
+
+    from pm_dpgp.mechanisms import classification_release
+    from pm_dpgp.models import gp_classification
+
+    rel = label_release("cloaking", small_gp)
+    monkeypatch.setattr(az, "rcParams", {"stats.hdi_prob": 0.8})
+    table = dp_summary(rel, var_names=["f_dp"])
+    z = norm.ppf(0.9)
+    half = z * rel.noise_sd / np.sqrt(rel.n_draws)
+    np.testing.assert_allclose(table["mean_ub"].astype(float) - table["mean_lb"].astype(float),
+                               2 * half, rtol=1e-9)  # fmt: skip
+    monkeypatch.undo()
+    X, y = small_gp.X, small_gp.y
+    cls = classification_release(
+        gp_classification(X, (y > 0).astype(float), pm.gp.cov.ExpQuad(1, ls=1.5)), X_STAR,
+        epsilon=1.0, delta=1e-3, rng=np.random.default_rng(5),
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="binary outcomes"):
+        cls.to_inference_data(predictive_sd=0.5)
+    with pytest.raises(ValueError, match="binary outcomes"):
+        dp_ppc(cls, X_STAR[::5], np.ones(5), noise_sd=0.3, training=None)
+
+
 def test_bad_observed_dims_and_coords_are_refused(small_gp) -> None:
     rel = label_release("cloaking", small_gp)
     y = np.sin(X_STAR)

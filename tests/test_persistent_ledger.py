@@ -660,6 +660,7 @@ def test_a_hard_linked_ledger_file_is_refused(tmp_path):
         PersistentLedger(alias, FP)
     with pytest.raises(ValueError, match="hard links"):  # the handle opened before the link
         led.spend(GaussianEvent(5.0))
+    assert "hard links" in repr(led)  # repr never raises
     alias.unlink()
     assert _rows(path) == 4  # _make's three and the one before the link
     link = tmp_path / "link.db"

@@ -162,7 +162,33 @@ def test_marginalised_f_is_the_released_means_posterior(split, release):
     np.testing.assert_allclose(np.cov(f.T), cov, rtol=0.06, atol=0.06 * np.max(np.diag(cov)))
     const = get_group(idata, "constant_data")
     np.testing.assert_allclose(const["dp_noise_sd"].values, np.linalg.norm(G, axis=1), rtol=1e-12)
+    np.testing.assert_allclose(const["dp_mean"].values, d_bar, rtol=1e-12)
     assert "DP noise covariance" in get_group(idata, "posterior").attrs["ppc_f"]
+    # holdout_elpd: the closed form log N(y; d̄, 0.3² + g²/S), not a Monte Carlo estimate
+    var = 0.3**2 + np.diag(cov)
+    expected = -0.5 * ((y_hold - d_bar) ** 2 / var + np.log(2 * np.pi * var))
+    elpd, point = holdout_elpd(idata)
+    np.testing.assert_allclose(point, expected, rtol=1e-12)
+    assert elpd == pytest.approx(expected.sum(), rel=1e-12)
+
+
+def test_interpolation_at_a_repeated_last_input_takes_its_last_copy():
+    """Stop-34 review: with the largest ``X_star`` value repeated, ``W`` weighted the
+    second-to-last copy where ``np.interp`` takes the last; they now agree everywhere."""
+    from pm_dpgp.workflow.ppc import _interpolation_matrix
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        X_star = rng.choice([0.0, 0.5, 1.0, 2.0, 3.0], size=7)
+        order = np.argsort(X_star, kind="stable")
+        xs = X_star[order]
+        x = np.append(rng.uniform(xs[0], xs[-1], 5), [xs[0], xs[-1]])
+        d = rng.standard_normal(7)
+        W = _interpolation_matrix(xs, order, x)
+        if len(np.unique(xs)) == len(xs) or np.all(np.diff(xs) > 0):
+            np.testing.assert_allclose(W @ d, np.interp(x, xs, d[order]), rtol=1e-12)
+        np.testing.assert_allclose(W[-1] @ d, d[order][-1], rtol=0)
+        np.testing.assert_allclose(W.sum(axis=1), 1.0, rtol=1e-12)
 
 
 def test_marginalised_predictive_covers_and_the_plug_in_does_not():

@@ -593,6 +593,17 @@ def test_sensitivity_allowance_and_charge_cover_rounding():
         assert ev.eps == eps * (1.0 + 4.0 * np.finfo(np.float64).eps) > eps
 
 
+def test_plan_cv_sse_checks_that_the_folds_partition_the_rows():
+    """Stop-34 review: Δ(θ) and the rounding bound assume each row is a test row exactly once,
+    but only the Smith front end checked the folds; ``plan_cv_sse`` (public) now does."""
+    for folds in ([np.arange(7), np.arange(5, 14)], [np.arange(7), np.arange(8, 14)]):
+        with pytest.raises(ValueError):
+            plan_cv_sse(
+                _model(0), GRID[:1], folds, y_bounds=BOUNDS, release_epsilon=None,
+                release_delta=None,
+            )  # fmt: skip
+
+
 def test_utility_rounding_bound_covers_the_computed_errors_and_sum():
     """Stop-34 audit: the round-off allowance was argued as ``γ_n`` relative to ``Δu``, but a
     utility's round-off is relative to the sum of its terms' magnitudes (up to ``n c²``), and

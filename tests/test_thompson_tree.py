@@ -629,14 +629,14 @@ def test_default_epsilon_is_the_largest_the_ledger_accepts(filt):
 def test_a_filter_that_cannot_account_for_the_run_says_so():
     """A secure run (a zCDP event) on a GDP ledger holding a Gaussian event: the ledger's own
     error names the filter to use, instead of a silent ``stop_reason="budget"``."""
-    from pm_dpgp.accounting import BudgetExceededError
+    from pm_dpgp.accounting import FilterMismatchError
     from pm_dpgp.mechanisms.gaussian import gaussian_sigma
 
     ledger = Ledger(epsilon=3.0, delta=DELTA)
     ledger.spend(
         GaussianEvent(noise_multiplier=gaussian_sigma(1.0, DELTA, 1.0)), privacy_model="full"
     )
-    with pytest.raises(BudgetExceededError, match="filter='renyi'"):
+    with pytest.raises(FilterMismatchError, match="filter='renyi'"):  # stop 34: own type
         _run(ledger=ledger, rng=None, n_rounds=4)
     assert len(ledger.history) == 1
 

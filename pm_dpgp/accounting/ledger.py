@@ -655,10 +655,11 @@ class Ledger:
         return self._family(self._totals)
 
     def check_accounts_for(self, event: PrivacyEvent, what: str | None = None) -> None:
-        """Raise ``BudgetExceededError`` if this ledger's privacy filter cannot account for
-        ``event``'s type at all (an empty "auto" ledger accepts any type; its first event then
-        picks the filter).  Not a budget matter: no amount of it would let the event through,
-        so a loop can refuse before its first round instead of stopping "for budget"."""
+        """Raise ``FilterMismatchError`` (a ``BudgetExceededError``) if this ledger's privacy
+        filter cannot account for ``event``'s type at all (an empty "auto" ledger accepts any
+        type; its first event then picks the filter).  Not a budget matter: no amount of it
+        would let the event through, so a loop can refuse before its first round instead of
+        stopping "for budget"."""
         family = self.filter_family
         if family is None or _family_accepts(family, event):
             return

@@ -724,7 +724,10 @@ class PersistentLedger(Ledger):
     def __repr__(self) -> str:
         if self.__dict__.get("_integrity_failure") is not None:
             return f"PersistentLedger(<integrity check failed>, path={str(self._path)!r})"
-        return f"Persistent{super().__repr__()[:-1]}, path={str(self._path)!r})"
+        try:
+            return f"Persistent{super().__repr__()[:-1]}, path={str(self._path)!r})"
+        except ValueError as err:  # e.g. the file gained a hard link: repr must not raise
+            return f"PersistentLedger(<unreadable: {err}>, path={str(self._path)!r})"
 
 
 def _check_storable(event: PrivacyEvent) -> None:

@@ -49,6 +49,7 @@ from pm_dpgp.mechanisms.label.cloaking import NoiseCovariance, solve_noise_covar
 from pm_dpgp.mechanisms.label.cloaking_batch import solve_noise_covariances
 from pm_dpgp.mechanisms.label.cloaking_release import SENSITIVITY_SAFETY
 from pm_dpgp.models.exact import GPRegression
+from pm_dpgp.selection.grids import check_folds
 
 __all__ = [
     "CvFold",
@@ -573,6 +574,9 @@ def plan_cv_sse(
         unit_scale = gaussian_sigma(release_epsilon, release_delta, d, method=calibration)
     X = np.asarray(gpr.X, dtype=np.float64)
     n = X.shape[0]
+    # Δ(θ) and the rounding bound assume each row is a test row exactly once (stop-34 review:
+    # only the Smith front end checked it)
+    folds = check_folds(folds, n)
     # float64 range, from public values only: a utility is a sum of ≤ n clipped squares
     # (each ≤ c²) and Δu ≤ (n + 1)c²; an overflow after the spend would fail there, in some
     # cases depending on the labels (stop-26 audit: y_bounds = ±2e153)

@@ -47,7 +47,7 @@ from numpy.typing import ArrayLike, NDArray
 from scipy.special import logsumexp
 
 from pm_dpgp._validation import check_count, check_finite_array, check_positive, check_rng
-from pm_dpgp.compat import get_group, make_inference_data
+from pm_dpgp.compat import get_group, group_names, make_inference_data
 from pm_dpgp.mechanisms.full.dirichlet import DirichletRelease
 from pm_dpgp.mechanisms.full.noise_aware import SparseQuRelease
 from pm_dpgp.mechanisms.full.sample_path import SamplePathRelease
@@ -209,7 +209,8 @@ def _interpolation_matrix(
 ) -> NDArray[np.float64]:
     """``(len(x), len(xs))`` weights of piecewise-linear interpolation at ``x`` between the
     sorted knots ``xs`` (``xs = X_star[order]``), columns in ``X_star``'s order: the values of
-    ``np.interp(x, xs, d[order])`` as ``W @ d``.  Repeated knots get weight on one copy."""
+    ``np.interp(x, xs, d[order])`` as ``W @ d`` (a point at the last knot takes its last
+    copy, as ``np.interp`` does; repeated inputs carry identical draws and noise rows)."""
     W = np.zeros((len(x), len(xs)))
     rows = np.arange(len(x))
     if len(xs) == 1:  # every x equals the one knot (checked by the caller)
@@ -220,6 +221,9 @@ def _interpolation_matrix(
     t = np.divide(x - xs[j], width, out=np.zeros_like(x), where=width > 0)
     np.add.at(W, (rows, order[j]), 1.0 - t)
     np.add.at(W, (rows, order[j + 1]), t)
+    end = x >= xs[-1]
+    W[end] = 0.0
+    W[end, order[-1]] = 1.0
     return W
 
 
@@ -351,16 +355,24 @@ def dp_ppc(
         )
     else:
         f_rep = np.repeat(f, int(n_replicates), axis=0)  # (S, m) or (S, C, m)
-        attrs["ppc_f"] = "the DP draws, each repeated ppc_n_replicates times"
+        attrs["ppc_f"] = (
+            "draws of the DP q(f) (free post-processing; ppc_n_dp_draws counts them)"
+            if isinstance(release, SparseQuRelease)
+            else "the released sample paths"
+            if isinstance(release, SamplePathRelease)
+            else "the DP draws"
+        ) + ", each repeated ppc_n_replicates times"
     if classify:
         return _categorical_ppc(f_rep, X_hold, labels, var_name, attrs, rng)
     assert noise_sd is not None
     sd = np.hypot(noise_sd, extra)  # no underflow of the squares (noise_sd = 1e-165)
     y_rep = f_rep + sd * rng.standard_normal(f_rep.shape)
     loglik = -0.5 * ((y_hold - f_rep) / sd) ** 2 - np.log(sd) - 0.5 * np.log(2 * np.pi)
-    dp_sd = None if G is None else np.hypot.reduce(G, axis=1, initial=0.0)
+    dp = None
+    if G is not None:  # public: one DP draw's noise sd, and the DP draws' mean (closed-form elpd)
+        dp = (np.hypot.reduce(G, axis=1, initial=0.0), f.mean(axis=0))
     return _ppc_groups(
-        {"f": (("obs_id",), f_rep)}, y_rep, loglik, y_hold, X_hold, sd, var_name, attrs, dp_sd
+        {"f": (("obs_id",), f_rep)}, y_rep, loglik, y_hold, X_hold, sd, var_name, attrs, dp
     )
 
 
@@ -404,7 +416,7 @@ def _ppc_groups(
     sd: NDArray[np.float64] | None,
     var_name: str,
     attrs: dict[str, Any],
-    dp_sd: NDArray[np.float64] | None = None,
+    dp: tuple[NDArray[np.float64], NDArray[np.float64]] | None = None,
 ) -> Any:
     """The dp_ppc object: posterior, predictive, log-likelihood, observed and constant data."""
     import xarray as xr
@@ -422,8 +434,9 @@ def _ppc_groups(
     const = {"X": (("obs_id", "input_dim"), X_hold), "x": (("obs_id",), X_coord)}
     if sd is not None:
         const["predictive_sd"] = (("obs_id",), sd)
-    if dp_sd is not None:  # the public sd of one DP draw's noise at the hold-out inputs
-        const["dp_noise_sd"] = (("obs_id",), dp_sd)
+    if dp is not None:  # public: one DP draw's noise sd and the DP draws' mean at X_holdout
+        const["dp_noise_sd"] = (("obs_id",), dp[0])
+        const["dp_mean"] = (("obs_id",), dp[1])
     post = {k: (("chain", "draw", *dd), v[None]) for k, (dd, v) in posterior.items()}
     return make_inference_data(
         {
@@ -439,11 +452,26 @@ def _ppc_groups(
 
 
 def holdout_elpd(idata: Any, var_name: str = "y") -> tuple[float, NDArray[np.float64]]:
-    """Hold-out expected log predictive density ``Σᵢ log mean_s p(yᵢ | f_s)`` and its terms.
+    """Hold-out expected log predictive density ``Σᵢ log p(yᵢ | release)`` and its terms.
 
-    The exact hold-out analogue of ``az.loo``'s elpd (no importance sampling is needed:
-    the hold-out points were not used to fit the release).
+    The hold-out analogue of ``az.loo``'s elpd (no importance sampling is needed: the
+    hold-out points were not used to fit the release).  For a ``dp_ppc`` of a ``Release``
+    with ``dp_noise="marginalise"`` it is the closed form ``log N(yᵢ; d̄ᵢ, sdᵢ² + gᵢ²/S)``
+    (``constant_data``: ``dp_mean`` d̄, ``dp_noise_sd`` g, ``predictive_sd`` sd); otherwise
+    ``Σᵢ log mean_s p(yᵢ | f_s)`` over the stored draws (exact for the mixture of a release's
+    own draws, e.g. sample paths; a Monte Carlo estimate for draws of a noise-aware ``q(f)``).
     """
+    names = group_names(idata)
+    const = get_group(idata, "constant_data") if "constant_data" in names else None
+    if const is not None and {"dp_mean", "dp_noise_sd", "predictive_sd"} <= set(const):
+        S = int(get_group(idata, "posterior").attrs["ppc_n_dp_draws"])
+        y = np.asarray(get_group(idata, "observed_data")[var_name].values, float)
+        var = np.asarray(const["predictive_sd"].values) ** 2 + (
+            np.asarray(const["dp_noise_sd"].values) ** 2 / S
+        )
+        mean = np.asarray(const["dp_mean"].values, float)
+        point = -0.5 * ((y - mean) ** 2 / var + np.log(2.0 * np.pi * var))
+        return float(point.sum()), point
     ll = np.asarray(get_group(idata, "log_likelihood")[var_name].values, float)
     ll = ll.reshape(-1, ll.shape[-1])
     point = logsumexp(ll, axis=0) - np.log(ll.shape[0])

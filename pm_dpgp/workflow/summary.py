@@ -155,7 +155,9 @@ def _released_mean_columns(table: Any, idata: Any, ds: Any, prob: float | None) 
     if "dp_noise_sd" not in const:
         return
     noise_sd = const["dp_noise_sd"]
-    p = float(az.rcParams["stats.ci_prob"] if prob is None else prob)
+    # ArviZ ≥ 0.18 calls the default "stats.ci_prob"; 0.17 (still supported) "stats.hdi_prob"
+    key = "stats.ci_prob" if "stats.ci_prob" in az.rcParams else "stats.hdi_prob"
+    p = float(az.rcParams[key] if prob is None else prob)
     z = float(norm.ppf(0.5 + 0.5 * p))
     labels = [str(label) for label in table.index]
     for name, var in ds.data_vars.items():
@@ -179,6 +181,7 @@ def _released_mean_columns(table: Any, idata: Any, ds: Any, prob: float | None) 
             table.iloc[rows, table.columns.get_loc(column)] = values
     table.attrs["mean_interval"] = (
         f"mean_lb, mean_ub: equal-tailed {p:g} interval of the released posterior mean given "
-        "the S DP draws, mean of the draws -/+ z * dp_noise_sd / sqrt(S) (flat prior); "
-        "dp_noise_sd: public sd of one draw's DP noise"
+        "the S DP draws, mean of the draws -/+ z * dp_noise_sd / sqrt(S) (flat prior; exact "
+        "for Gaussian noise, a normal approximation for binning's Laplace noise, which covers "
+        "0.97 at 0.99 with one draw); dp_noise_sd: public sd of one draw's DP noise"
     )

@@ -71,7 +71,7 @@ from pm_dpgp._validation import (
     check_rng,
     reject_unexpected,
 )
-from pm_dpgp.accounting import BudgetExceededError, Ledger
+from pm_dpgp.accounting import FilterMismatchError, Ledger
 from pm_dpgp.gp.linalg import jittered_cholesky
 from pm_dpgp.mechanisms.full.noise_aware import (
     NEIGHBOURING_RELATION,
@@ -419,7 +419,7 @@ def dp_thompson_sampling_tree(
         ``epsilon`` defaults to the largest run ε the ledger accepts (its whole remaining
         budget under the ledger's own composition and filter, found by bisection), ``delta``
         to the ledger's δ.  A ledger whose filter cannot account for the run's event type at
-        all raises its ``BudgetExceededError`` (which names the filter to use) instead.
+        all raises ``FilterMismatchError`` (a ``BudgetExceededError`` naming the filter to use).
     feature_norm:
         public ``R_φ`` (default ``√k(x, x)`` for stationary kernels).
     ratio, rho, variant:
@@ -551,7 +551,7 @@ def dp_thompson_sampling_tree(
             # the ledger's filter cannot account for this event type at all: a setting
             # error, not an exhausted budget (nothing is recorded and no noise is drawn)
             source = "secure" if noise_rng is None else "simulation"
-            raise BudgetExceededError(
+            raise FilterMismatchError(
                 f"the ledger's {ledger.filter_family!r} privacy filter cannot account for "
                 f"this run's {type(plan.event).__name__} ({source} noise): create the ledger "
                 "with filter='renyi' (or 'zcdp'), or use the other noise source. Nothing was "
