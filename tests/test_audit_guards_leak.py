@@ -1,6 +1,7 @@
 """Kill tests for leak-scan mutants
-(stop-34 mutation testing of the audit tools: 64 mutants, 35 survived the whole suite).  Each plants a private value in a
-form the module docstring promises to find, and that only one layer / one comparison sees."""
+(stop-34 mutation testing of the audit tools: 64 mutants, 35 survived the whole suite).
+Each plants a private value in a form the module docstring promises to find, and that only
+one layer / one comparison sees."""
 
 from __future__ import annotations
 
