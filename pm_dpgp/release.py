@@ -80,6 +80,16 @@ class Release:
         """Public covariance of the DP noise added to each draw."""
         return self.noise_factor @ self.noise_factor.T
 
+    def check_gaussian_predictive(self) -> None:
+        """Refuse a Gaussian predictive ``y = f + e`` for a classification release, whose draws
+        are latent values of binary outcomes (``dp_ppc``, ``to_inference_data``)."""
+        if self.mechanism.startswith("laplace_classification"):
+            raise ValueError(
+                "a Gaussian predictive y = f + e does not apply: a classification release's "
+                "draws are latent values of binary outcomes. Check it on a hold-out set with "
+                "its released class probabilities (docs/classification.md)."
+            )
+
     def noise_band(self, width: float = 1.0) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """Return first draw ∓ ``width`` × noise sd (public; post-processing of the release)."""
         centre = self.draws[0]
@@ -124,11 +134,8 @@ class Release:
 
         if dp_noise not in ("marginalise", "ignore"):
             raise ValueError(f"dp_noise must be 'marginalise' or 'ignore', got {dp_noise!r}.")
-        if predictive_sd is not None and self.mechanism.startswith("laplace_classification"):
-            raise ValueError(
-                "predictive_sd builds a Gaussian predictive y = f + e; a classification "
-                "release's draws are latent values of binary outcomes (docs/classification.md)."
-            )
+        if predictive_sd is not None:
+            self.check_gaussian_predictive()
         X = np.asarray(self.X_star, dtype=np.float64)
         const = xr.Dataset(
             {

@@ -125,15 +125,8 @@ def test_needs_the_release_at_the_holdout_inputs_or_interpolation(split, release
     exact = cloaked_release(
         model, X_hold, epsilon=1.0, delta=1e-3, y_bounds=(-2.0, 2.0), rng=np.random.default_rng(4)
     )
-    idata = dp_ppc(
-        exact,
-        X_hold,
-        y_hold,
-        noise_sd=0.3,
-        training=model,
-        dp_noise="ignore",
-        rng=np.random.default_rng(5),
-    )
+    kw = {"noise_sd": 0.3, "training": model, "dp_noise": "ignore"}
+    idata = dp_ppc(exact, X_hold, y_hold, rng=np.random.default_rng(5), **kw)
     np.testing.assert_allclose(get_group(idata, "posterior")["f"].values[0, 0], exact.draws[0])
 
 

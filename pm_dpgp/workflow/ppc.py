@@ -165,12 +165,7 @@ def _dp_values(
             "release must be a pm_dpgp Release, SamplePathRelease or SparseQuRelease (noise-aware "
             f"or Dirichlet), got {type(release).__name__}."
         )
-    if release.mechanism.startswith("laplace_classification"):
-        raise ValueError(
-            "dp_ppc's predictive y = f + e is Gaussian; a classification release's draws are "
-            "latent values of binary outcomes. Check it on a hold-out set with its released "
-            "class probabilities instead (docs/classification.md)."
-        )
+    release.check_gaussian_predictive()
     attrs = flat_attrs(release.mechanism, release.metadata, n_draws=release.n_draws)
     X_star = np.asarray(release.X_star, float)
     if X_star.shape[1] != X_hold.shape[1]:
