@@ -8,10 +8,13 @@
   tree aggregation, the whole run one Gaussian event (``docs/thompson_tree.md``), on
   Nyström features of a kernel or on a ``DyadicPartitionFeatures`` basis (§10).
 * ``dp_summary`` — mean, sd and credible interval of DP draws, no MCMC diagnostics.
+* ``release_posterior`` — the posterior of ``f`` given a cloaking / prior-noise release
+  under the model's GP prior (closed form, post-processing).
 
 See ``docs/workflow.md``.
 """
 
+from pm_dpgp.workflow.given_release import ReleasePosterior, release_posterior
 from pm_dpgp.workflow.partition_features import DyadicPartitionFeatures
 from pm_dpgp.workflow.ppc import PrivateDataError, dp_ppc, holdout_elpd, plot_dp_release
 from pm_dpgp.workflow.summary import dp_summary, spread_meaning
@@ -29,6 +32,7 @@ __all__ = [
     "ObjectiveError",
     "OwnerRecord",
     "PrivateDataError",
+    "ReleasePosterior",
     "ThompsonResult",
     "dp_ppc",
     "dp_summary",
@@ -37,5 +41,6 @@ __all__ = [
     "holdout_elpd",
     "plot_dp_release",
     "random_search",
+    "release_posterior",
     "spread_meaning",
 ]

@@ -35,6 +35,13 @@ predictive ``y = f + e`` carries the DP noise.  Pass the public posterior sd (la
 it depends only on public inputs and hyperparameters) as ``extra_sd`` for a predictive that
 also carries the posterior uncertainty; then ``y − d̄`` has variance ``noise_sd² + extra_sd²
 + (G Gᵀ)ᵢᵢ / S``, the sum of the three independent errors.
+
+The flat prior ignores what the model already says about ``f``.  With the model at hand,
+``posterior=release_posterior(release, model, X_holdout)`` draws ``posterior["f"]`` from the
+exact posterior of ``f`` given the release under the model's GP prior
+(``pm_dpgp.workflow.release_posterior``): it carries the DP noise and the GP's posterior
+uncertainty, and where the DP noise dominates it shrinks towards the prior instead of
+widening without bound.
 """
 
 from __future__ import annotations
@@ -53,6 +60,7 @@ from pm_dpgp.mechanisms.full.noise_aware import SparseQuRelease
 from pm_dpgp.mechanisms.full.sample_path import SamplePathRelease
 from pm_dpgp.models import GPRegression
 from pm_dpgp.release import Release, flat_attrs, released_mean_draws
+from pm_dpgp.workflow.given_release import ReleasePosterior, check_posterior_for
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
@@ -237,6 +245,7 @@ def dp_ppc(
     holdout_is_public: bool = False,
     var_name: str = "y",
     dp_noise: Literal["marginalise", "ignore"] = "marginalise",
+    posterior: ReleasePosterior | None = None,
     rng: np.random.Generator | None = None,
 ) -> Any:
     """DP draws next to a public hold-out set, as ``arviz.InferenceData`` (see module doc).
@@ -282,6 +291,12 @@ def dp_ppc(
         plug-in predictive that treats the noisy draws as the truth and under-covers (a 90 %
         band held 8 % of hold-out outputs with one draw, stop-34 audit).  Other release
         types already carry their uncertainty and ignore this argument.
+    posterior:
+        for a cloaking / prior-noise ``Release``: the posterior of ``f`` at ``X_holdout``
+        given the release under the model's GP prior,
+        ``release_posterior(release, model, X_holdout)``.  ``posterior["f"]`` is then drawn
+        from it (it carries the DP noise *and* the GP's posterior uncertainty, so
+        ``extra_sd`` must be 0) and ``dp_noise`` is not used.
     rng:
         source of the (public, post-processing) predictive noise and ``q(f)`` draws.
 
@@ -331,6 +346,15 @@ def dp_ppc(
     extra = np.broadcast_to(np.asarray(extra_sd, float), y_hold.shape)
     if np.any(extra < 0) or not np.all(np.isfinite(extra)):
         raise ValueError("extra_sd must be finite and non-negative; pass e.g. extra_sd=0.")
+    if posterior is not None:
+        if not isinstance(release, Release):
+            raise ValueError("posterior= applies to a cloaking or prior-noise Release only.")
+        check_posterior_for(posterior, release, X_hold)
+        if np.any(extra > 0):
+            raise ValueError(
+                "extra_sd must be 0 with posterior=: the release posterior already carries the "
+                "GP's posterior uncertainty."
+            )
     f, attrs, G = _dp_values(release, X_hold, interpolate, n_draws, rng)
     n_dp = f.shape[0]
     if n_replicates is None:
@@ -342,7 +366,15 @@ def dp_ppc(
             "ppc_n_replicates": int(n_replicates),
         }
     )
-    if G is not None and dp_noise == "marginalise":
+    f_moments = None
+    if posterior is not None:
+        f_rep = posterior.sample(n_dp * int(n_replicates), rng)
+        f_moments = (posterior.mean, posterior.sd)
+        attrs["ppc_f"] = (
+            "draws of f at the hold-out inputs from its posterior given the DP draws under the "
+            "model's GP prior (release_posterior)"
+        )
+    elif G is not None and dp_noise == "marginalise":
         f_rep = released_mean_draws(f, G, n_dp * int(n_replicates), rng)
         attrs["ppc_f"] = (
             "draws of the released posterior mean given the DP draws: N(mean of the DP draws, "
@@ -367,7 +399,16 @@ def dp_ppc(
     if G is not None:  # public: one DP draw's noise sd, and the DP draws' mean (closed-form elpd)
         dp = (np.hypot.reduce(G, axis=1, initial=0.0), f.mean(axis=0))
     return _ppc_groups(
-        {"f": (("obs_id",), f_rep)}, y_rep, loglik, y_hold, X_hold, sd, var_name, attrs, dp
+        {"f": (("obs_id",), f_rep)},
+        y_rep,
+        loglik,
+        y_hold,
+        X_hold,
+        sd,
+        var_name,
+        attrs,
+        dp,
+        f_moments,
     )
 
 
@@ -412,6 +453,7 @@ def _ppc_groups(
     var_name: str,
     attrs: dict[str, Any],
     dp: tuple[NDArray[np.float64], NDArray[np.float64]] | None = None,
+    f_moments: tuple[NDArray[np.float64], NDArray[np.float64]] | None = None,
 ) -> Any:
     """The dp_ppc object: posterior, predictive, log-likelihood, observed and constant data."""
     import xarray as xr
@@ -432,6 +474,9 @@ def _ppc_groups(
     if dp is not None:  # public: one DP draw's noise sd and the DP draws' mean at X_holdout
         const["dp_noise_sd"] = (("obs_id",), dp[0])
         const["dp_mean"] = (("obs_id",), dp[1])
+    if f_moments is not None:  # public: the release posterior's mean and sd at X_holdout
+        const["f_mean"] = (("obs_id",), f_moments[0])
+        const["f_sd"] = (("obs_id",), f_moments[1])
     post = {k: (("chain", "draw", *dd), v[None]) for k, (dd, v) in posterior.items()}
     return make_inference_data(
         {
@@ -451,20 +496,31 @@ def holdout_elpd(idata: Any, var_name: str = "y") -> tuple[float, NDArray[np.flo
 
     The hold-out analogue of ``az.loo``'s elpd (no importance sampling is needed: the
     hold-out points were not used to fit the release).  For a ``dp_ppc`` of a ``Release``
-    with ``dp_noise="marginalise"`` it is the closed form ``log N(yᵢ; d̄ᵢ, sdᵢ² + gᵢ²/S)``
+    with ``posterior=`` it is the closed form ``log N(yᵢ; mᵢ, sᵢ² + sdᵢ²)`` (``constant_data``:
+    ``f_mean`` m and ``f_sd`` s of the release posterior); with ``dp_noise="marginalise"``
+    ``log N(yᵢ; d̄ᵢ, sdᵢ² + gᵢ²/S)``
     (``constant_data``: ``dp_mean`` d̄, ``dp_noise_sd`` g, ``predictive_sd`` sd); otherwise
     ``Σᵢ log mean_s p(yᵢ | f_s)`` over the stored draws (exact for the mixture of a release's
     own draws, e.g. sample paths; a Monte Carlo estimate for draws of a noise-aware ``q(f)``).
     """
     names = group_names(idata)
     const = get_group(idata, "constant_data") if "constant_data" in names else None
-    if const is not None and {"dp_mean", "dp_noise_sd", "predictive_sd"} <= set(const):
-        S = int(get_group(idata, "posterior").attrs["ppc_n_dp_draws"])
-        y = np.asarray(get_group(idata, "observed_data")[var_name].values, float)
-        var = np.asarray(const["predictive_sd"].values) ** 2 + (
-            np.asarray(const["dp_noise_sd"].values) ** 2 / S
+    closed = None
+    if const is not None and {"f_mean", "f_sd", "predictive_sd"} <= set(const):
+        closed = (
+            np.asarray(const["f_mean"].values, float),
+            np.asarray(const["predictive_sd"].values) ** 2 + np.asarray(const["f_sd"].values) ** 2,
         )
-        mean = np.asarray(const["dp_mean"].values, float)
+    elif const is not None and {"dp_mean", "dp_noise_sd", "predictive_sd"} <= set(const):
+        S = int(get_group(idata, "posterior").attrs["ppc_n_dp_draws"])
+        closed = (
+            np.asarray(const["dp_mean"].values, float),
+            np.asarray(const["predictive_sd"].values) ** 2
+            + np.asarray(const["dp_noise_sd"].values) ** 2 / S,
+        )
+    if closed is not None:
+        mean, var = closed
+        y = np.asarray(get_group(idata, "observed_data")[var_name].values, float)
         point = -0.5 * ((y - mean) ** 2 / var + np.log(2.0 * np.pi * var))
         return float(point.sum()), point
     ll = np.asarray(get_group(idata, "log_likelihood")[var_name].values, float)

@@ -1,0 +1,231 @@
+"""The posterior of the regression function given a label-private Gaussian release.
+
+A cloaking or prior-noise release (``pm_dpgp.release.Release``) publishes ``S`` draws
+
+    dₛ = μ + R (ỹ − μ) + F zₛ,      zₛ ~ N(0, I_k),  s = 1 … S,
+
+at public test inputs ``X*``: ``ỹ`` the clipped private outputs, ``μ`` the public prior
+mean, ``R = P_F C`` the public map of the release (``C = K*f (K + σ_n² I)⁻¹``, Smith et al.
+2018 §3; ``P_F`` the orthogonal projector onto the range of ``F``, which for cloaking is the
+retained column space ``U_k U_kᵀ`` and for prior noise the identity) and ``F`` the public
+noise factor (``Release.noise_factor``).  Under the model's own GP prior, with inputs and
+hyperparameters public,
+
+    ỹ − μ ~ N(0, A),  A = K + σ_n² I,      f(X_h) − μ ~ N(0, K_hh),  Cov(f(X_h), ỹ) = K_hf,
+
+so ``f(X_h)`` and the draws are jointly Gaussian and the posterior of ``f`` at any public
+inputs ``X_h`` *given the release alone* is Gaussian in closed form (Rasmussen & Williams
+2006, eq. A.6).  In the coordinates ``t̄ = R_F⁻¹ Q_Fᵀ (d̄ − μ)`` of the range of
+``F = Q_F R_F`` (thin QR), ``d̄`` the mean of the draws,
+
+    t̄ = T (ỹ − μ) + z̄,   T = R_F⁻¹ Q_Fᵀ C,   z̄ ~ N(0, I/S),
+    Σ_t = T A Tᵀ + I/S,   Cov(f_h, t̄) = K_hf Tᵀ,
+    E[f_h | release] = μ + K_hf Tᵀ Σ_t⁻¹ t̄,   Cov[f_h | release] = K_hh − K_hf Tᵀ Σ_t⁻¹ T K_fh.
+
+``Σ_t ⪰ I/S`` is well conditioned whatever the spectrum of ``C``.  This is post-processing
+of the release with public quantities only: it costs no privacy and reads no private value
+(``docs/workflow.md``, "The posterior given a release").  Unlike the flat-prior
+marginalisation of ``dp_ppc`` (``N(d̄, F Fᵀ/S)``) it carries the GP's own posterior
+uncertainty and shrinks the DP noise towards the prior where the noise dominates.
+
+It is exact when no output was clipped; clipped outputs are not Gaussian, and the posterior
+then treats ``ỹ`` as if it were.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from scipy.linalg import cho_factor, cho_solve, qr, solve_triangular
+
+from pm_dpgp._validation import check_count, check_finite_array, check_rng
+from pm_dpgp.models import GPRegression, PublicGP
+from pm_dpgp.release import Release, _jsonable
+
+__all__ = ["ReleasePosterior", "release_posterior"]
+
+#: Mechanisms whose draws are ``μ + P_F C (ỹ − μ) + F z`` with Gaussian ``z``.
+LINEAR_GAUSSIAN_MECHANISMS = frozenset({"cloaking", "prior_noise"})
+
+
+def release_fingerprint(release: Release) -> str:
+    """SHA-256 of the release's public draws and test inputs: ties a posterior to it."""
+    h = hashlib.sha256()
+    for a in (release.draws, release.X_star, release.noise_factor):
+        arr = np.ascontiguousarray(a, dtype=np.float64)
+        h.update(str(arr.shape).encode())
+        h.update(arr.tobytes())
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class ReleasePosterior:
+    """Gaussian posterior of the latent ``f`` at public inputs ``X``, given one release.
+
+    Attributes
+    ----------
+    X:
+        ``(h, d)`` public inputs.
+    mean, cov:
+        ``(h,)`` mean and ``(h, h)`` covariance of ``f(X)`` given the release's draws.
+    n_dp_draws:
+        the number ``S`` of DP draws it conditions on.
+    release_fingerprint:
+        SHA-256 of the release's draws, test inputs and noise factor.
+    """
+
+    X: NDArray[np.float64] = field(repr=False)
+    mean: NDArray[np.float64] = field(repr=False)
+    cov: NDArray[np.float64] = field(repr=False)
+    n_dp_draws: int
+    release_fingerprint: str
+
+    @property
+    def sd(self) -> NDArray[np.float64]:
+        """``(h,)`` posterior sd of ``f``."""
+        return np.sqrt(np.clip(np.diag(self.cov), 0.0, None))
+
+    def interval(self, prob: float = 0.9) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """Equal-tailed pointwise credible interval of ``f`` with probability ``prob``."""
+        from scipy.stats import norm
+
+        if not (isinstance(prob, float | int) and 0.0 < float(prob) < 1.0):
+            raise ValueError(f"prob must be in (0, 1), got {prob!r}.")
+        z = float(norm.ppf(0.5 + 0.5 * float(prob)))
+        return self.mean - z * self.sd, self.mean + z * self.sd
+
+    def sample(self, n: int, rng: np.random.Generator | None = None) -> NDArray[np.float64]:
+        """``(n, h)`` draws of ``f(X)`` from the posterior (eigen-root: ``cov`` may be
+        singular, e.g. at repeated inputs)."""
+        n = check_count(n, "n")
+        rng = check_rng(rng)
+        w, V = np.linalg.eigh(0.5 * (self.cov + self.cov.T))
+        root = V * np.sqrt(np.clip(w, 0.0, None))
+        return self.mean + rng.standard_normal((n, root.shape[1])) @ root.T
+
+
+def _check_model(release: Release, public: PublicGP) -> None:
+    """Refuse a model whose public parts differ from those the release recorded."""
+    md = release.metadata
+    mine = {
+        "kernel": public.description,
+        "hyperparameters": public.hyperparameters,
+        "noise_var": public.noise_var,
+        "prior_mean": public.mean,
+    }
+    for key, value in mine.items():
+        if key in md and json.dumps(_jsonable(md[key])) != json.dumps(_jsonable(value)):
+            raise ValueError(
+                f"the model's {key} ({_jsonable(value)!r}) differs from the release's "
+                f"({md[key]!r}): pass the model (and hyperparameters) the release was made "
+                "with."
+            )
+    if int(public.X.shape[1]) != int(release.X_star.shape[1]):
+        raise ValueError(
+            f"the model has {public.X.shape[1]} input column(s) but the release "
+            f"{release.X_star.shape[1]}."
+        )
+
+
+def release_posterior(
+    release: Release,
+    model: GPRegression,
+    X_new: ArrayLike | None = None,
+    *,
+    hyperparameters: dict[str, Any] | None = None,
+) -> ReleasePosterior:
+    """Posterior of ``f(X_new)`` given a cloaking or prior-noise release (module doc).
+
+    Parameters
+    ----------
+    release:
+        a ``Release`` of ``cloaked_release`` or ``prior_noise_release`` (exact GP).
+    model:
+        the ``GPRegression`` the release was made from; only its public parts are used
+        (inputs, kernel, hyperparameters, noise variance, prior mean), never its outputs.
+    X_new:
+        public inputs ``(h,)`` / ``(h, d)``; default the release's test inputs.
+    hyperparameters:
+        the public hyperparameters the release used (as for ``model.public_gp``).
+
+    Raises
+    ------
+    ValueError
+        for a release that is not linear-Gaussian in the outputs (binning, classification,
+        FITC), or a model whose kernel, hyperparameters, noise or prior mean differ from
+        the release's record.
+    """
+    if not isinstance(release, Release):
+        raise TypeError(f"release must be a pm_dpgp Release, got {type(release).__name__}.")
+    if release.mechanism not in LINEAR_GAUSSIAN_MECHANISMS:
+        raise ValueError(
+            f"release_posterior needs a cloaking or prior-noise release (draws linear in the "
+            f"outputs plus Gaussian noise); got mechanism {release.mechanism!r}. For other "
+            "releases use dp_ppc's flat-prior marginalisation (docs/workflow.md)."
+        )
+    if not isinstance(model, GPRegression):
+        raise TypeError(f"model must be a GPRegression, got {type(model).__name__}.")
+    if not isinstance(model.public_cloaking(hyperparameters), PublicGP):
+        raise ValueError(
+            "release_posterior supports exact-GP releases only; a FITC release's posterior "
+            "needs the FITC prior, which is not implemented (use dp_ppc's flat-prior "
+            "marginalisation)."
+        )
+    public = model.public_gp(hyperparameters)
+    _check_model(release, public)
+    X_star = np.asarray(release.X_star, dtype=np.float64)
+    X_h = X_star if X_new is None else check_finite_array(X_new, "X_new", ndim=2)
+    if X_h.shape[1] != X_star.shape[1]:
+        raise ValueError(
+            f"X_new has {X_h.shape[1]} column(s) but the release has {X_star.shape[1]}."
+        )
+    S = release.n_draws
+    # F = Q_F R_F: coordinates t̄ of the draws' mean in the range of F
+    Q_F, R_F = qr(np.asarray(release.noise_factor, float), mode="economic", check_finite=False)
+    keep = np.abs(np.diag(R_F)) > 0.0
+    if not np.all(keep):
+        raise ValueError("the release's noise factor is rank deficient; cannot condition on it.")
+    centred = release.draws.mean(axis=0) - public.mean
+    t_bar = solve_triangular(R_F, Q_F.T @ centred, lower=False)
+    # T = R_F⁻¹ Q_Fᵀ K*f A⁻¹, A = L Lᵀ; E = L⁻¹ (R_F⁻¹ Q_Fᵀ K*f)ᵀ, so T A Tᵀ = EᵀE
+    L = public.posterior().L
+    Bt = solve_triangular(R_F, Q_F.T @ public.kernel(X_star, public.X), lower=False)
+    E = solve_triangular(L, Bt.T, lower=True)
+    H = solve_triangular(L, public.kernel(X_h, public.X).T, lower=True)
+    sigma_t = E.T @ E
+    sigma_t[np.diag_indices_from(sigma_t)] += 1.0 / S
+    factor = cho_factor(sigma_t, lower=True, check_finite=False)
+    cross = H.T @ E  # Cov(f_h, t̄) = K_hf Tᵀ
+    mean = public.mean + cross @ cho_solve(factor, t_bar, check_finite=False)
+    J = solve_triangular(factor[0], cross.T, lower=True)
+    cov = public.kernel(X_h) - J.T @ J
+    cov = 0.5 * (cov + cov.T)
+    if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(cov))):
+        raise ValueError("the posterior is not finite (overflow in the kernel or the draws).")
+    return ReleasePosterior(
+        X=X_h,
+        mean=mean,
+        cov=cov,
+        n_dp_draws=S,
+        release_fingerprint=release_fingerprint(release),
+    )
+
+
+def check_posterior_for(
+    posterior: ReleasePosterior, release: Release, X: NDArray[np.float64]
+) -> None:
+    """Refuse a ``ReleasePosterior`` computed for another release or other inputs."""
+    if not isinstance(posterior, ReleasePosterior):
+        raise TypeError(f"posterior must be a ReleasePosterior, got {type(posterior).__name__}.")
+    if posterior.release_fingerprint != release_fingerprint(release):
+        raise ValueError("posterior was computed from another release (draws differ).")
+    if posterior.X.shape != X.shape or not np.array_equal(posterior.X, X):
+        raise ValueError(
+            "posterior was computed at other inputs than X_holdout: call "
+            "release_posterior(release, model, X_holdout)."
+        )
