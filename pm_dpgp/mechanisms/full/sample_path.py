@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
+import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -97,6 +99,11 @@ KernelClass = Literal["generic", "exponential_1d", "constant"]
 _BLOCK_DOUBLES = 2**20
 #: Up to this many new inputs, ``k(X_new, [X; X_new])`` is one kernel call (if it fits a block).
 _ONE_CALL_POINTS = 256
+#: Smallest nugget (relative to ``σ²``) a release accepts: later rounds condition on the
+#: factor of ``Σ + jI``, whose round-off is amplified by ``1/√j``; ``j = 0`` and ``10⁻²⁰``
+#: released values of order 10⁴² and 10¹¹ after two or three rounds, ``10⁻¹⁴`` behaved
+#: (stop-35 audit), so ``10⁻¹²`` leaves two orders of margin below the default ``10⁻¹⁰``.
+NUGGET_FLOOR = 1e-12
 
 
 class PrivateRows:
@@ -176,16 +183,36 @@ class _PathState:
         diag: RFPTriangle,
         Z: NDArray[np.float64],
     ) -> None:
-        """Add the block row ``[off, diag]`` for the values ``mean_new + off W + diag Z``."""
+        """Add the block row ``[off, diag]`` for the values ``mean_new + off W + diag Z``.
+
+        Atomic: every new array is built before any is stored, so a failure part-way (a
+        ``MemoryError`` in a stack, ``KeyboardInterrupt``) leaves the state as it was
+        (stop-35 audit: the block list had grown while the arrays had not, and every later
+        ``evaluate`` failed).  The stored arrays are read-only, so a view handed out by
+        ``released_inputs`` cannot rewrite the inputs the next conditional draw uses.
+        """
         F_new = diag.matmul(Z)
         if self.q:
             F_new += off @ self.W
         F_new += mean_new[:, None]
+        grown = (
+            np.vstack([self.X, X_new]),
+            np.concatenate([self.mean, mean_new]),
+            np.vstack([self.W, Z]),
+            np.vstack([self.F, F_new]),
+        )
+        for arr in grown:
+            arr.flags.writeable = False
+        self.X, self.mean, self.W, self.F = grown
         self.blocks.append((off, diag))
-        self.X = np.vstack([self.X, X_new])
-        self.mean = np.concatenate([self.mean, mean_new])
-        self.W = np.vstack([self.W, Z])
-        self.F = np.vstack([self.F, F_new])
+
+    def _refuse_copy(self, *_: Any) -> Any:
+        raise TypeError(
+            "the state of a released sample path cannot be copied (it continues one charged "
+            "path: see SamplePathRelease)."
+        )
+
+    __copy__ = __deepcopy__ = __reduce_ex__ = __reduce__ = _refuse_copy
 
     def solve(self, B: NDArray[np.float64]) -> NDArray[np.float64]:
         """``L⁻¹ B`` by block forward substitution (one triangular solve per block row)."""
@@ -215,6 +242,51 @@ class _PathState:
         return L
 
 
+class _PathStream:
+    """The Generator that continues the released paths, behind a wall against copies.
+
+    ``SamplePathRelease`` refuses ``copy``/``pickle`` itself, but ``dataclasses.asdict`` /
+    ``astuple`` deep-copy its fields one by one, which gave an independent Generator in the
+    same state (stop-35 audit: the copy then drew the original's normals at other inputs,
+    the noise-cancelling attack of docs/sample_paths.md §9).  This wrapper refuses to be
+    copied, so those calls fail.  In simulation mode it also refuses a round that starts
+    from a Generator state an earlier round (or the release's first draw) started from: a
+    caller who restored ``rng.bit_generator.state`` between rounds replayed the same normals
+    and made a later value an exact affine function of earlier ones (the intercept, a
+    function of the private means, without noise).  States are compared by SHA-256 of
+    ``bit_generator.state``; a stream advanced by a different amount (overlapping streams)
+    is not detected, as for the ledger's seed check (docs/secure_noise.md).
+    """
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self._rng = rng
+        self._seen: set[str] = set()
+
+    def _fingerprint(self) -> str:
+        state = json.dumps(self._rng.bit_generator.state, sort_keys=True, default=str)
+        return hashlib.sha256(state.encode()).hexdigest()
+
+    def standard_normal(self, shape: tuple[int, int]) -> NDArray[np.float64]:
+        start = self._fingerprint()
+        if start in self._seen:
+            raise ValueError(
+                "the Generator of this release is in a state it was in before (was its "
+                "bit_generator.state restored?): drawing again would replay normals that "
+                "already went into released values. Nothing was drawn."
+            )
+        z = self._rng.standard_normal(shape)
+        self._seen.add(start)
+        return z
+
+    def _refuse_copy(self, *_: Any) -> Any:
+        raise TypeError(
+            "the Generator of a SamplePathRelease cannot be copied: a copy would continue the "
+            "charged path with the same noise (see SamplePathRelease)."
+        )
+
+    __copy__ = __deepcopy__ = __reduce_ex__ = __reduce__ = _refuse_copy
+
+
 @dataclass
 class SamplePathRelease:
     """``L`` released posterior paths, evaluable anywhere (curator-side object).
@@ -241,10 +313,19 @@ class SamplePathRelease:
     eta: float
     _alpha: NDArray[np.float64] = field(repr=False)  # (K + σ²r²I)⁻¹ (y − μ₀): private
     _factor: RFPTriangle = field(repr=False)  # Cholesky factor of K + σ²r²I, RFP: private
-    _rng: np.random.Generator = field(repr=False)
+    _rng: np.random.Generator | _PathStream = field(repr=False)
     _state: _PathState | None = field(default=None, repr=False)
     metadata: dict[str, Any] = field(default_factory=dict)
     event: RdpCurveEvent | None = field(default=None, repr=False)
+    #: nugget variance of every conditional draw, fixed at release (the public ``metadata``
+    #: is a mutable dict, and a nugget of 0 set there made the next rounds blow up, stop 35)
+    _nugget_variance: float = field(default=math.nan, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self._rng, _PathStream):
+            self._rng = _PathStream(self._rng)
+        if not math.isfinite(self._nugget_variance):
+            self._nugget_variance = float(self.metadata["nugget_variance"])
 
     # ------------------------------------------------------------------ no copies
     def _refuse_copy(self, *_: Any) -> Any:
@@ -357,9 +438,7 @@ class SamplePathRelease:
         """Draw the paths at new, distinct inputs conditionally on all released values."""
         S_cond, off, mean = self._conditional_covariance(X_new)
         diag = _nugget_cholesky(
-            S_cond,
-            self.metadata["nugget_variance"],
-            lambda: self._conditional_covariance(X_new)[0],
+            S_cond, self._nugget_variance, lambda: self._conditional_covariance(X_new)[0]
         )
         Z = self._rng.standard_normal((len(X_new), self.n_draws))
         if self._state is None:
@@ -368,7 +447,7 @@ class SamplePathRelease:
 
     @property
     def released_inputs(self) -> NDArray[np.float64]:
-        """All inputs at which values were released so far (public queries)."""
+        """All inputs at which values were released so far (public queries; read-only)."""
         return np.empty((0, self.public_gp.input_dim)) if self._state is None else self._state.X
 
     @property
@@ -953,7 +1032,13 @@ def sample_path_release(
     kernel_scale = check_scale(kernel_scale, "kernel_scale")
     eta = check_positive(eta, "eta", allow_zero=True)
     n_draws = check_count(1 if n_draws is None else n_draws, "n_draws")
-    nugget = check_positive(nugget, "nugget", allow_zero=True)
+    nugget = check_positive(nugget, "nugget")
+    if nugget < NUGGET_FLOOR:
+        raise ValueError(
+            f"nugget must be at least {NUGGET_FLOOR:g} (relative to the kernel scale squared), "
+            f"got {nugget:g}: conditioning later rounds on a (nearly) singular factor amplifies "
+            "round-off without bound; nothing was spent."
+        )
     X_star = check_finite_array(X_star, "X_star", ndim=2)
     check_clip_option(clip)
     # full privacy: the inputs and outputs are read as stored, unchecked (a refusal on a
@@ -1201,4 +1286,5 @@ def _finish_sample_path_release(
         _rng=rng,
         metadata=metadata,
         event=event,
+        _nugget_variance=nugget * kernel_scale**2,
     )
