@@ -148,13 +148,36 @@ def check_count(value: int, name: str) -> int:
     return int(value)
 
 
+def is_dask_collection(obj: Any) -> bool:
+    """Whether ``obj`` is a lazy Dask collection: a Dask array, DataFrame or Series, or any
+    container of one (an ``xarray.DataArray`` on Dask; stop-31 audit: tested by module name,
+    a Dask-backed DataArray took the in-memory path and ``np.asarray`` gathered all of X and
+    y on the client)."""
+    if type(obj).__module__.split(".")[0] == "dask":
+        return True
+    if "dask" not in sys.modules:  # nothing can be a Dask collection before Dask is imported
+        return False
+    from dask import is_dask_collection as _dask_check
+
+    return bool(_dask_check(obj))
+
+
 def float_array(x: ArrayLike, name: str, ndim: int | None) -> NDArray[np.float64]:
     """``x`` as float64 of rank ``ndim`` (1-D becomes one column for ``ndim == 2``).
 
     Non-numeric content is refused with ``TypeError`` whose message names no value
     (NumPy's own message would quote the offending entry); text and complex numbers are
-    refused by their type (``refuse_text``), even when they would parse.
+    refused by their type (``refuse_text``), even when they would parse.  A Dask collection
+    is refused: converting it would compute it and gather every row on the client (stop-35
+    audit: ``sparse_gp_regression(X_dask, y_dask)`` pulled 320 kB of private rows from the
+    workers); Dask data go to a release as ``data=(X, y)``, which sums on the workers.
     """
+    if is_dask_collection(x):
+        raise TypeError(
+            f"{name} is a Dask collection: converting it here would gather every row on the "
+            "client. Build the model without the data (sparse_gp_regression(None, None, ..., "
+            "Z=...)) and pass data=(X, y) to noise_aware_release, which sums on the workers."
+        )
     refuse_text(x, name)
     if isinstance(x, np.ma.MaskedArray):
         x = masked_as_nan(x)

@@ -307,3 +307,49 @@ def test_dask_containers_stay_lazy_and_empty_blocks_count_zero(pub, monkeypatch)
         sufficient_statistics(pub.kernel, Z15, (unknown, da.from_array(y, chunks=50)))
     with pytest.raises(ValueError, match="1- or 2-dimensional"):
         sufficient_statistics(pub.kernel, Z15, (da.from_array(X[:, None, None]), da.from_array(y)))
+
+
+def test_dask_data_are_never_gathered_on_the_client(pub) -> None:
+    """Stop-35 audit: a list ``[(X, y)]``, ``zip(X.blocks, y.blocks)`` and the model builder
+    converted Dask arrays with ``np.asarray`` (320 kB of private rows pulled from the workers);
+    a mixed tuple put the in-memory ``y`` into the task graph.  All are refused now, before
+    anything is computed (``dask.compute`` is not called)."""
+    da = pytest.importorskip("dask.array")
+    X, y = _data(5, 100)
+    Xd, yd = da.from_array(X, chunks=25), da.from_array(y, chunks=25)
+    for data in ([(Xd, yd)], zip(Xd.blocks, yd.blocks, strict=True)):
+        with pytest.raises(TypeError, match="gathered on the client"):
+            sufficient_statistics(pub.kernel, Z15, data)
+    with pytest.raises(TypeError, match="mixes Dask and in-memory"):
+        sufficient_statistics(pub.kernel, Z15, (Xd, y))
+    with pytest.raises(TypeError, match="Dask collection"):
+        sparse_gp_regression(Xd, yd, pm.gp.cov.ExpQuad(1, ls=1.0), noise_sd=0.1, Z=Z15)
+    with pytest.raises(TypeError, match="dtype"):
+        sufficient_statistics(pub.kernel, Z15, (Xd, da.from_array(y.astype(complex), chunks=25)))
+
+
+def test_nullable_dataframe_columns_drop_missing_records_like_the_in_memory_path(pub) -> None:
+    """A pandas ``Float64`` column with one ``pd.NA`` refused the whole Dask release (its
+    blocks were object arrays) while the in-memory path dropped the record: a refusal that
+    depended on the private data.  Now NA becomes NaN on the workers and the record is
+    dropped; an object column is refused by its (public) dtype."""
+    pd = pytest.importorskip("pandas")
+    dd = pytest.importorskip("dask.dataframe")
+    X, y = _data(5, 100)
+    y_na = pd.Series(y, dtype="Float64")
+    y_na[37] = pd.NA
+    frame = dd.from_pandas(pd.DataFrame({"x": X, "y": y_na}), npartitions=4)
+
+    def finite_rows(Xc, yc):  # what the release's preprocessing does with missing values
+        Xc, yc = np.asarray(Xc, float).reshape(len(Xc), -1), np.asarray(yc, float)
+        ok = np.isfinite(yc)
+        return Xc[ok], yc[ok], None, np.zeros(0)
+
+    got = sufficient_statistics(pub.kernel, Z15, (frame["x"], frame["y"]), preprocess=finite_rows)
+    keep = np.arange(100) != 37
+    ref = sufficient_statistics(pub.kernel, Z15, (X[keep], y[keep]))
+    assert got.n == 99
+    np.testing.assert_allclose(got.A, ref.A, rtol=1e-12, atol=1e-12)
+    text = dd.from_pandas(pd.DataFrame({"x": X, "y": y.astype(str)}), npartitions=4)
+    with pytest.raises(TypeError, match="dtype"):
+        sufficient_statistics(pub.kernel, Z15, (text["x"], text["y"].astype(object)))

@@ -32,7 +32,7 @@ import numpy as np
 import scipy.linalg as sla
 from numpy.typing import ArrayLike, NDArray
 
-from pm_dpgp._validation import check_finite_array
+from pm_dpgp._validation import check_finite_array, is_dask_collection
 from pm_dpgp.gp.linalg import jittered_cholesky
 
 __all__ = [
@@ -135,32 +135,56 @@ def _by_rows(a: NDArray[np.float64], n: int) -> NDArray[np.float64]:
     return a.reshape(n, -1) if n else a.reshape(0, 1)
 
 
-def _is_dask(obj: Any) -> bool:
-    """Whether ``obj`` is a lazy Dask collection: a Dask array, DataFrame or Series, or any
-    container of one (an ``xarray.DataArray`` on Dask; stop-31 audit: tested by module name,
-    a Dask-backed DataArray took the in-memory path and ``np.asarray`` gathered all of X and
-    y on the client)."""
-    if type(obj).__module__.split(".")[0] == "dask":
-        return True
-    try:
-        from dask import is_dask_collection
-    except ImportError:  # no Dask installed: nothing can be a Dask collection
-        return False
-    return bool(is_dask_collection(obj))
+def _as_dask_array(obj: Any, name: str) -> Any:
+    """A float64 Dask array of ``obj`` without computing it on the client: an xarray
+    object's ``.data``, a Dask DataFrame/Series' ``to_dask_array(lengths=True)`` (the
+    partition lengths are computed on the workers; only the counts come back).
 
-
-def _as_dask_array(obj: Any) -> Any:
-    """A Dask array of ``obj`` without computing it on the client: an xarray object's
-    ``.data``, a Dask DataFrame/Series' ``to_dask_array(lengths=True)`` (the partition
-    lengths are computed on the workers; only the counts come back)."""
+    The dtype is public metadata, so it is decided here, before anything runs: pandas'
+    nullable numeric columns (``Float64``, ``Int64``, ``boolean``) are converted on the
+    workers with missing values as NaN, which the preprocessing drops record by record as
+    the in-memory path does (stop-35 audit: their object blocks held ``pd.NA``, and one
+    missing value refused the whole release while the in-memory path dropped the record: a
+    refusal that depended on the private data); any other non-numeric dtype (object, text,
+    complex, dates) is refused by its dtype, before any task runs.
+    """
     import dask.array as da
 
     data = getattr(obj, "data", None)
     if isinstance(data, da.Array):  # xarray.DataArray / Variable on Dask
-        return data
-    if hasattr(obj, "to_dask_array"):  # dask.dataframe DataFrame / Series
-        return obj.to_dask_array(lengths=True)
-    return da.asarray(obj)
+        arr = data
+    elif hasattr(obj, "to_dask_array"):  # dask.dataframe DataFrame / Series
+        dtypes = [obj.dtype] if hasattr(obj, "dtype") else list(obj.dtypes)
+        if any(
+            not np.issubdtype(np.dtype(getattr(t, "numpy_dtype", t)), np.number)
+            and np.dtype(getattr(t, "numpy_dtype", t)).kind != "b"
+            for t in dtypes
+        ):
+            raise TypeError(_DASK_DTYPE.format(name=name, dtype=dtypes))
+        if any(not isinstance(t, np.dtype) for t in dtypes):  # pandas extension dtypes
+            obj = obj.map_partitions(_nullable_as_float, meta=_float_meta(obj))
+        arr = obj.to_dask_array(lengths=True)
+    else:
+        arr = da.asarray(obj)
+    if arr.dtype.kind not in "biuf":
+        raise TypeError(_DASK_DTYPE.format(name=name, dtype=arr.dtype))
+    return arr
+
+
+_DASK_DTYPE = (
+    "{name} has dtype {dtype}: the Dask path takes numbers only (decided from the public "
+    "dtype before any task runs); convert it to float64, with missing values as NaN."
+)
+
+
+def _nullable_as_float(part: Any) -> Any:
+    """A pandas partition with nullable numeric dtypes as float64, ``pd.NA`` as NaN."""
+    return part.astype("float64")
+
+
+def _float_meta(obj: Any) -> Any:
+    """The empty float64 pandas object ``map_partitions`` needs as ``meta``."""
+    return obj._meta.astype("float64")
 
 
 class _Accumulator:
@@ -277,7 +301,13 @@ def sufficient_statistics(
     if chunk < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size!r}.")
 
-    if isinstance(data, tuple) and data and any(_is_dask(a) for a in data):
+    if isinstance(data, tuple) and data and any(is_dask_collection(a) for a in data):
+        if not all(is_dask_collection(a) for a in data):
+            raise TypeError(
+                "data mixes Dask and in-memory arrays: the in-memory ones would be sent "
+                "through the scheduler inside the task graph. Pass all of (X, y[, w]) as Dask "
+                "collections, or all in memory."
+            )
         return _dask_statistics(kernel, Zarr, data, pre, n_targets, n_extras, chunk, explicit)
 
     acc = _Accumulator(M, n_targets, n_extras)
@@ -304,6 +334,14 @@ def sufficient_statistics(
                     raise TypeError(
                         "each chunk of an iterable must be a tuple (X, y[, w]), got "
                         f"{type(item).__name__}."
+                    )
+                if any(is_dask_collection(a) for a in item):
+                    # np.asarray would compute the chunk and gather its rows on the client
+                    # (stop-35 audit: [(X, y)] and zip(X.blocks, y.blocks) moved every row)
+                    raise TypeError(
+                        "a chunk of the iterable holds Dask collections, which would be "
+                        "gathered on the client: pass them as one tuple data=(X, y[, w]), "
+                        "summed on the workers."
                     )
                 arrs = tuple(_as_rows(a) for a in item)
                 yield from _split_rows(arrs, chunk)
@@ -345,7 +383,8 @@ def _dask_statistics(
 ) -> SufficientStatistics:
     import dask.array as da
 
-    arrays = [_as_dask_array(a) for a in data]
+    names = ("X", "y", "w")
+    arrays = [_as_dask_array(a, names[i] if i < 3 else f"data[{i}]") for i, a in enumerate(data)]
     if any(math.isnan(c) for a in arrays for c in a.chunks[0]):
         raise ValueError(
             "the Dask arrays have unknown chunk sizes (e.g. a Dask DataFrame's .values or "
