@@ -178,3 +178,55 @@ def test_prior_noise_needs_much_more_noise_than_cloaking(kung_model, kung_ages):
     print(f"prior-noise / cloaking median noise sd on !Kung: {ratio:.1f}")
     assert ratio > 2.0
     assert hall.metadata["sensitivity_bound"] == "exact"
+
+
+def _sign_test_model():
+    rng = np.random.default_rng(0)
+    X = np.sort(rng.uniform(0, 6, 30))
+    y = np.clip(np.sin(X) + 0.3 * rng.standard_normal(30), -1.9, 1.9)
+    return gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=1.5), noise_sd=0.3, mean=0.0)
+
+
+#: five test inputs 0.8 length-scales apart: K** has well-separated eigenvalues (0.028 … 2.6),
+#: so its eigenvectors are unique up to sign and the canonical signs fix the factor
+_SIGN_X = np.array([0.5, 1.7, 2.9, 4.1, 5.3])[:, None]
+
+
+def test_prior_noise_shape_does_not_depend_on_the_eigenvector_signs(monkeypatch) -> None:
+    """Audit of the two stacks: ``eigh`` returns either sign of an eigenvector depending on
+    the LAPACK build, and ``F = V·sqrt(λ + j)`` inherited it, so a seed gave different
+    prior-noise draws on the two stacks.  Flipping columns of ``V`` must change nothing."""
+    import scipy.linalg
+
+    from pm_dpgp.mechanisms.label import prior_noise as pn
+
+    model = _sign_test_model()
+    public = model.public_gp()
+    kw = {"epsilon": 1.0, "delta": 1e-3, "y_bounds": (-2.0, 2.0), "n_draws": 2}
+    F0 = pn.prior_noise_shape(public, _SIGN_X)
+    d0 = prior_noise_release(model, _SIGN_X, rng=np.random.default_rng(1), **kw).draws
+
+    def flipped_eigh(A):
+        w, V = scipy.linalg.eigh(A)
+        return w, V * np.array([-1.0, 1.0, -1.0, 1.0, -1.0])
+
+    monkeypatch.setattr(pn, "eigh", flipped_eigh)
+    np.testing.assert_array_equal(pn.prior_noise_shape(public, _SIGN_X), F0)
+    d1 = prior_noise_release(model, _SIGN_X, rng=np.random.default_rng(1), **kw).draws
+    np.testing.assert_array_equal(d1, d0)
+
+
+def test_prior_noise_draws_of_a_seed_are_pinned() -> None:
+    """The same seed gives the same draws on every stack (ArviZ 0.x / PyMC 5 and ArviZ 1 /
+    PyMC 6 builds agree to ~1e-13 relative; the values below are the canonical-sign ones)."""
+    rel = prior_noise_release(
+        _sign_test_model(), _SIGN_X, epsilon=1.0, delta=1e-3, y_bounds=(-2.0, 2.0),
+        n_draws=2, rng=np.random.default_rng(1),
+    )  # fmt: skip
+    expected = [
+        [-0.5332676504538959, -0.6446787120001168, 6.014473178902485, 13.890826285983422,
+         11.171057181518101],
+        [5.345860717545019, 5.948788529671086, 0.12181259132052381, -1.409449899270382,
+         1.4797917620114087],
+    ]  # fmt: skip
+    np.testing.assert_allclose(rel.draws, expected, rtol=1e-9, atol=1e-9)

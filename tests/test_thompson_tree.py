@@ -660,3 +660,24 @@ def test_an_infinite_filter_total_is_a_budget_stop_and_a_huge_budget_never_recor
     with pytest.raises(BudgetExceededError, match="cannot account"):
         _run(ledger=huge, rng=None, epsilon=1.0, n_rounds=4)
     assert len(huge.history) == 1
+
+
+def test_posterior_root_fallback_has_canonical_eigenvector_signs(monkeypatch) -> None:
+    """A covariance that fails the Cholesky factorisation falls back to an eigenvector root;
+    ``eigh``'s signs depend on the LAPACK build, so the root (and the draw ``m + R z`` of a
+    seed) now uses ``gp.linalg.canonical_signs``: flipping eigenvector columns changes
+    nothing."""
+    from pm_dpgp.workflow.thompson_tree import posterior_root
+
+    Q, _ = np.linalg.qr(np.random.default_rng(0).standard_normal((4, 4)))
+    S = (Q * np.array([3.0, 2.0, 1.0, -1e-13])) @ Q.T  # numerically indefinite: no Cholesky
+    R = posterior_root(S)
+    np.testing.assert_allclose(R @ R.T, S, atol=1e-12)
+    eigh = np.linalg.eigh
+
+    def flipped(A):
+        w, V = eigh(A)
+        return w, V * np.array([-1.0, 1.0, -1.0, -1.0])
+
+    monkeypatch.setattr(np.linalg, "eigh", flipped)
+    np.testing.assert_array_equal(posterior_root(S), R)

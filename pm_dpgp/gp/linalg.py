@@ -23,7 +23,9 @@ from pm_dpgp._validation import check_finite_array, check_positive
 
 __all__ = [
     "CholeskyError",
+    "canonical_signs",
     "fill_upper_from_lower",
+    "sign_reference",
     "check_square_symmetric",
     "jitter_schedule",
     "jittered_cholesky",
@@ -42,6 +44,33 @@ class CholeskyError(np.linalg.LinAlgError):
     Subclasses ``numpy.linalg.LinAlgError`` (itself a ``ValueError``), so
     existing ``except LinAlgError`` handlers still catch it.
     """
+
+
+#: Seed of the fixed public Gaussian vector that decides the signs of basis vectors
+#: (``canonical_signs``); a constant, so every stack and every algorithm uses the same vector.
+SIGN_REFERENCE_SEED = 20180409
+
+
+def sign_reference(m: int) -> NDArray[np.float64]:
+    """The fixed public Gaussian vector ``w`` (length ``m``) of ``canonical_signs``."""
+    return np.random.default_rng(SIGN_REFERENCE_SEED).standard_normal(m)
+
+
+def canonical_signs(U: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Flip columns of ``U`` so that ``wᵀ u_j > 0`` for a fixed public Gaussian ``w``.
+
+    Singular vectors and eigenvectors are defined up to sign, and the sign LAPACK returns
+    depends on the algorithm (a full SVD of ``C``, an SVD of a sketch) and on the build
+    (OpenBLAS versions, MKL, Accelerate).  Noise of the form ``U diag(s) z`` depends on the
+    signs, so the same seed would give different releases on two machines; fixing the signs
+    by a rule that only depends on the directions makes the draw a function of the matrix
+    and the seed alone.  (A random ``w`` rather than the largest entry: symmetric test grids
+    give vectors with ties in ``|u_ij|``; ``wᵀu = 0`` has probability zero.)  Directions in a
+    repeated eigenspace are not unique beyond their signs, so this canonicalises only
+    well-separated spectra.
+    """
+    w = sign_reference(U.shape[0])
+    return U * np.where(w @ U < 0.0, -1.0, 1.0)
 
 
 #: Rows per block in the blocked passes over an n×n matrix: each pass holds O(n · block)

@@ -44,6 +44,7 @@ from numpy.typing import ArrayLike, NDArray
 from scipy.linalg import cho_factor, cho_solve, qr, solve_triangular
 
 from pm_dpgp._validation import check_count, check_finite_array, check_rng
+from pm_dpgp.gp.linalg import canonical_signs
 from pm_dpgp.models import GPRegression, PublicGP
 from pm_dpgp.release import Release, _jsonable
 
@@ -101,11 +102,12 @@ class ReleasePosterior:
 
     def sample(self, n: int, rng: np.random.Generator | None = None) -> NDArray[np.float64]:
         """``(n, h)`` draws of ``f(X)`` from the posterior (eigen-root: ``cov`` may be
-        singular, e.g. at repeated inputs)."""
+        singular, e.g. at repeated inputs; eigenvector signs made canonical, so that a seed
+        gives the same draws whichever LAPACK build returned them)."""
         n = check_count(n, "n")
         rng = check_rng(rng)
         w, V = np.linalg.eigh(0.5 * (self.cov + self.cov.T))
-        root = V * np.sqrt(np.clip(w, 0.0, None))
+        root = canonical_signs(V) * np.sqrt(np.clip(w, 0.0, None))
         return self.mean + rng.standard_normal((n, root.shape[1])) @ root.T
 
 

@@ -60,6 +60,7 @@ from pm_dpgp._validation import (
 )
 from pm_dpgp.accounting import BudgetExceededError, Ledger, PrivacyEvent
 from pm_dpgp.compat import get_group
+from pm_dpgp.gp.linalg import canonical_signs
 from pm_dpgp.mechanisms.full.sample_path import (
     PRIVACY_MODEL,
     PrivateRows,
@@ -385,6 +386,7 @@ def _exact_path(
             m, S = mu, cov
         S = 0.5 * (S + S.T)
         w, V = np.linalg.eigh(S)
+        V = canonical_signs(V)  # eigenvector signs follow LAPACK: fix them (same seed, same path)
         f = m + V @ (np.sqrt(np.clip(w, 0, None)) * rng.standard_normal(len(m)))
         X_done.append(Xn)
         f_done.append(f)

@@ -72,7 +72,7 @@ from pm_dpgp._validation import (
     reject_unexpected,
 )
 from pm_dpgp.accounting import FilterMismatchError, Ledger
-from pm_dpgp.gp.linalg import jittered_cholesky
+from pm_dpgp.gp.linalg import canonical_signs, jittered_cholesky
 from pm_dpgp.mechanisms.full.noise_aware import (
     NEIGHBOURING_RELATION,
     PRIVACY_MODEL,
@@ -350,14 +350,15 @@ def posterior_root(S: NDArray[np.float64]) -> NDArray[np.float64]:
     rotate them and change the draw of the same seed.  The factor is the package's
     ``jittered_cholesky`` with one attempt and no jitter (an exact root, never an inflated
     covariance); a covariance that is only numerically positive semi-definite falls back to
-    the eigenvector root with eigenvalues clipped at 0.
+    the eigenvector root with eigenvalues clipped at 0, its eigenvector signs made canonical
+    (``pm_dpgp.gp.linalg.canonical_signs``: LAPACK builds differ in the signs they return).
     """
     S = 0.5 * (S + S.T)
     try:
         return jittered_cholesky(S, max_tries=1, check=False)[0]
     except np.linalg.LinAlgError:  # CholeskyError
         w, V = np.linalg.eigh(S)
-        return V * np.sqrt(np.clip(w, 0.0, None))
+        return canonical_signs(V) * np.sqrt(np.clip(w, 0.0, None))
 
 
 def dp_thompson_sampling_tree(

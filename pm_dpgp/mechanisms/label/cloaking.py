@@ -84,6 +84,7 @@ import scipy.sparse as sp
 from numpy.typing import ArrayLike, NDArray
 
 from pm_dpgp._validation import ConvergenceWarning
+from pm_dpgp.gp.linalg import canonical_signs, sign_reference
 from pm_dpgp.gp.operators import CloakingOperator, LinearCloakingOperator, LowRankOperator
 
 __all__ = [
@@ -342,20 +343,6 @@ _PROBE_FACTOR = 2.0 * math.sqrt(2.0 / math.pi)
 _ACCEPT = 0.1
 
 
-def _canonical_signs(U: FloatArray) -> FloatArray:
-    """Flip columns of ``U`` so that ``wᵀ u_j > 0`` for a fixed public Gaussian ``w``.
-
-    Singular vectors are defined up to sign, and different algorithms (a full SVD of ``C``, an
-    SVD of a sketch) pick different signs.  The noise ``U_k L_k ξ`` depends on the signs, so
-    they are fixed by a rule that only depends on the subspace directions: the same seed then
-    gives the same release whichever algorithm found the basis.  (A random ``w`` rather than
-    the largest entry: symmetric test grids give singular vectors with ties in ``|u_ij|``.)
-    """
-    w = np.random.default_rng(20180409).standard_normal(U.shape[0])
-    signs = np.where(w @ U < 0.0, -1.0, 1.0)
-    return U * signs
-
-
 def _column_space(
     op: LinearCloakingOperator, rank_tol: float
 ) -> tuple[FloatArray, FloatArray, FloatArray]:
@@ -453,7 +440,7 @@ def _column_space(
     C = op.dense()
     U, s, _ = np.linalg.svd(C, full_matrices=False)
     k = int(np.count_nonzero(s > rank_tol * s[0]))
-    basis = _canonical_signs(U[:, :k])
+    basis = canonical_signs(U[:, :k])
     return np.ascontiguousarray(basis), s[:k].copy(), basis.T @ C
 
 
@@ -538,8 +525,8 @@ def _low_rank_column_space(
     ``r × r`` core ``R_A R_Bᵀ = U S Wᵀ``, ``C = (Q_A U) S (Q_B W)ᵀ`` is an SVD of ``C``
     (Golub & Van Loan 2013, §2.4 and §5.2), computed in ``O((m + n) r²)`` with no ``m × n``
     matrix and no randomised range finder.  Keeps ``σ_j > rank_tol · σ_1`` as
-    ``_column_space`` does; the basis signs follow ``_canonical_signs``, and
-    ``U_kᵀ C = S_k (Q_B W_k)ᵀ``.
+    ``_column_space`` does; the basis signs follow ``canonical_signs``
+    (``pm_dpgp.gp.linalg``), and ``U_kᵀ C = S_k (Q_B W_k)ᵀ``.
     """
     Qa, Ra = np.linalg.qr(op.left)
     Qb, Rb = np.linalg.qr(op.right.T)
@@ -547,15 +534,15 @@ def _low_rank_column_space(
     if not (s.size and s[0] > 0.0 and np.isfinite(s[0])):
         raise ValueError("C is zero or not finite: there is nothing to cloak.")
     k = int(np.count_nonzero(s > rank_tol * s[0]))
-    basis = _canonical_signs(Qa @ U[:, :k])
+    basis = canonical_signs(Qa @ U[:, :k])
     signs = np.sign(np.sum(basis * (Qa @ U[:, :k]), axis=0))
     proj = (s[:k, None] * signs[:, None]) * (Qb @ Wt[:k].T).T
     return np.ascontiguousarray(basis), s[:k].copy(), proj
 
 
 def _canonical_signs_small(Q: FloatArray, Us: FloatArray) -> FloatArray:
-    """``Us`` with column signs such that ``Q Us`` has the signs of ``_canonical_signs``."""
-    w = np.random.default_rng(20180409).standard_normal(Q.shape[0])
+    """``Us`` with column signs such that ``Q Us`` has the signs of ``canonical_signs``."""
+    w = sign_reference(Q.shape[0])
     return Us * np.where((w @ Q) @ Us < 0.0, -1.0, 1.0)
 
 

@@ -52,6 +52,7 @@ import numpy as np
 import scipy.linalg as sla
 from numpy.typing import ArrayLike, NDArray
 
+from pm_dpgp.gp.linalg import sign_reference
 from pm_dpgp.mechanisms.label.cloaking import (
     _MAX_NEWTON_STEPS,
     _SKETCH_START,
@@ -242,7 +243,7 @@ def _reduce_many(mats: list[FloatArray], rank_tol: float, exact: bool = True) ->
     for (m, _), members in by_shape.items():
         stack = np.stack([mats[i] for i in members])
         U_all, s_all = _left_svd(stack, exact=exact)
-        w = np.random.default_rng(20180409).standard_normal(m)  # cloaking._canonical_signs
+        w = sign_reference(m)  # the vector of canonical_signs
         if not exact:
             for i, red in zip(
                 members, _post_process(stack, U_all, s_all, w, rank_tol), strict=True
@@ -266,7 +267,7 @@ def _post_process(
 ) -> list[_Reduced]:
     """The serial reduction's steps after the SVD, stacked over ``q`` matrices ``m × n``.
 
-    Rank ``k = #{σ_j > rank_tol σ_1}``, canonical signs (``w`` of ``cloaking._canonical_signs``),
+    Rank ``k = #{σ_j > rank_tol σ_1}``, canonical signs (``w`` of ``gp.linalg.canonical_signs``),
     ``proj = U_kᵀ C``, ``white = proj / σ`` and the distinct columns of ``proj`` up to sign
     (``cloaking._distinct_columns``: canonical sign at the largest entry, a linear key, exact
     comparison of neighbours in key order), on ``r``-row arrays (``r = min(m, n)`` singular

@@ -38,6 +38,7 @@ from scipy.linalg import cho_solve, eigh
 
 from pm_dpgp._validation import check_finite_array
 from pm_dpgp.accounting import Ledger
+from pm_dpgp.gp.linalg import canonical_signs
 from pm_dpgp.mechanisms.label.output_perturbation import label_gaussian_release, model_labels
 from pm_dpgp.mechanisms.whitening import centred_whitening
 from pm_dpgp.models import GPRegression, PublicGP
@@ -90,12 +91,19 @@ def prior_noise_shape(public_gp: PublicGP, X_star: NDArray[np.float64]) -> NDArr
     A jitter ``j = 1e-10 · mean(diag K**)`` makes the shape full rank: it only adds
     noise, so the Mahalanobis sensitivity w.r.t. ``K**`` still bounds the one
     w.r.t. ``K** + j I``.
+
+    ``F = V diag(sqrt(λ + j))`` from the eigendecomposition, with the eigenvector signs made
+    canonical (``pm_dpgp.gp.linalg.canonical_signs``).  The release draws ``F z``, and
+    ``eigh`` returns either sign of each eigenvector depending on the LAPACK build: without
+    the rule the same seed gave different prior-noise draws on two stacks (audit of the two
+    supported stacks).  The mean part ``F W (y − μ)`` does not depend on the signs
+    (``W = F⁻¹ C`` flips with ``F``), nor does the privacy guarantee.
     """
     K_ss = public_gp.kernel(X_star, X_star)
     K_ss = 0.5 * (K_ss + K_ss.T)
     jitter = 1e-10 * float(np.mean(np.diag(K_ss)))
     w, V = eigh(K_ss)
-    return V * np.sqrt(np.clip(w, 0.0, None) + jitter)
+    return canonical_signs(V) * np.sqrt(np.clip(w, 0.0, None) + jitter)
 
 
 @dataclass(frozen=True)
