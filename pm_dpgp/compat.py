@@ -167,15 +167,42 @@ def summary_stats(
 ) -> Any:
     """``az.summary(..., kind="stats")``: mean, sd and a credible interval, no diagnostics.
 
-    The interval probability is ``hdi_prob`` on ArviZ 0.x and ``ci_prob`` on ArviZ 1.
+    The interval probability is ``hdi_prob`` on ArviZ 0.x and ``ci_prob`` on ArviZ 1 (their
+    defaults and interval kinds differ: ``docs/compatibility.md``).  Values are returned
+    unrounded on both stacks (``round_to="none"``): by default ArviZ 0.x rounds the values in
+    the table (e.g. to three decimals) and ArviZ 1 only their display, so the same release
+    gave different numbers on the two stacks.
+
     ArviZ 1's wide table stacks dims into a dim called ``label``: a user dim of that name
-    is passed as ``label_`` (ArviZ 1.3 raises otherwise).
+    is passed as ``label_`` (ArviZ 1.3 raises otherwise).  ArviZ 1.3 also stacks the values
+    of all variables of a group in one dim order (the order in which dims first appear) but
+    labels each row by the variable's own dim order, so a variable whose dims come in
+    another order than an earlier one's got other elements' values in its rows (audit of the
+    two stacks: ``p (obs_id, class)`` after ``f (class, obs_id)``).  Transposing the variables
+    to one order does not cure it for every selection of variables (the stacking order
+    depends on which variables are selected, and in which order), so on ArviZ 1 each variable
+    is summarised on its own, where its rows and values always agree, and the tables are
+    concatenated.
     """
     import arviz as az
 
     if not USES_DATATREE:
-        return az.summary(idata, var_names=var_names, group=group, kind="stats", hdi_prob=prob)
+        return az.summary(
+            idata, var_names=var_names, group=group, kind="stats", hdi_prob=prob, round_to="none"
+        )
+    import pandas as pd
+
     ds = get_group(idata, group)
     if "label" in ds.dims:
-        idata = xr.DataTree.from_dict({group: ds.rename({"label": "label_"})})
-    return az.summary(idata, var_names=var_names, group=group, kind="stats", ci_prob=prob)
+        ds = ds.rename({"label": "label_"})
+    tree = xr.DataTree.from_dict({group: ds})
+    names = list(ds.data_vars)
+    if var_names is not None and all(str(v).startswith("~") for v in var_names):
+        names = [n for n in names if f"~{n}" not in var_names]
+    elif var_names is not None:
+        names = list(var_names)
+    tables = [
+        az.summary(tree, var_names=[n], group=group, kind="stats", ci_prob=prob, round_to="none")
+        for n in names
+    ]
+    return pd.concat(tables) if len(tables) != 1 else tables[0]

@@ -291,14 +291,16 @@ def test_summary_of_one_draw_gives_the_noise_interval(small_gp) -> None:
     assert "released posterior mean" in summary.attrs["spread"]
 
 
-def test_summary_default_interval_on_arviz_017_and_no_gaussian_predictive_for_labels(
+def test_summary_default_interval_is_fixed_and_no_gaussian_predictive_for_labels(
     small_gp, monkeypatch
 ) -> None:
-    """Stop-34 review: (a) ``dp_summary`` read ``rcParams["stats.ci_prob"]``, which ArviZ 0.17
-    (still allowed by ``pyproject``) calls ``"stats.hdi_prob"``: simulated by a mapping without
-    the new key, the default interval now comes from the old one; (b) a classification
-    release's draws are latent values of binary outcomes, so ``to_inference_data`` refuses a
-    Gaussian ``predictive_sd`` for them, as ``dp_ppc`` does."""
+    """(a) ``dp_summary(prob=None)``'s ``mean_lb, mean_ub`` took ArviZ's default probability,
+    0.94 on ArviZ 0.x and 0.89 on ArviZ 1 (audit of the two stacks; before the stop-34 review
+    it also missed ArviZ 0.17's key ``"stats.hdi_prob"``): now ``MEAN_INTERVAL_PROB`` (0.9)
+    whatever ArviZ's rcParams say, and the table is not rounded (ArviZ 0.x rounded ``mean``
+    to three decimals); (b) a classification release's draws are latent values of binary
+    outcomes, so ``to_inference_data`` refuses a Gaussian ``predictive_sd`` for them, as
+    ``dp_ppc`` does."""
     import arviz as az
     from scipy.stats import norm
 
@@ -306,12 +308,18 @@ def test_summary_default_interval_on_arviz_017_and_no_gaussian_predictive_for_la
     from pm_dpgp.models import gp_classification
 
     rel = label_release("cloaking", small_gp)
-    monkeypatch.setattr(az, "rcParams", {"stats.hdi_prob": 0.8})
-    table = dp_summary(rel, var_names=["f_dp"])
-    z = norm.ppf(0.9)
+    z = norm.ppf(0.95)  # the documented default, MEAN_INTERVAL_PROB = 0.9
     half = z * rel.noise_sd / np.sqrt(rel.n_draws)
-    np.testing.assert_allclose(table["mean_ub"].astype(float) - table["mean_lb"].astype(float),
-                               2 * half, rtol=1e-9)  # fmt: skip
+    centre = rel.draws.mean(axis=0)
+    for params in (None, {"stats.hdi_prob": 0.8}):  # installed ArviZ's default; old key only
+        if params is not None:
+            monkeypatch.setattr(az, "rcParams", params)
+        table = dp_summary(rel, var_names=["f_dp"])
+        np.testing.assert_allclose(table["mean_lb"].astype(float), centre - half, rtol=1e-12)
+        np.testing.assert_allclose(table["mean_ub"].astype(float), centre + half, rtol=1e-12)
+        # not rounded: the mean is the mean of the draws to round-off, on both stacks
+        np.testing.assert_allclose(table["mean"].astype(float), centre, rtol=1e-12, atol=1e-14)
+        assert "0.9 interval" in table.attrs["mean_interval"]
     monkeypatch.undo()
     X, y = small_gp.X, small_gp.y
     cls = classification_release(

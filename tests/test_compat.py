@@ -122,6 +122,29 @@ def test_arviz_summary_and_plots_work(kind, small_gp) -> None:
     matplotlib.pyplot.close("all")
 
 
+def test_summary_stats_rows_match_values_whatever_the_dim_order() -> None:
+    """Audit of the two stacks: ArviZ 1.3's ``az.summary`` stacks the values of a group's
+    variables in one dim order but labels each variable's rows in its own order, so ``p``
+    with dims ``(B, A)`` after ``f (A, B)`` showed ``p[b, a]`` values in other rows.
+    ``compat.summary_stats`` must label every row with its own element's value on both stacks,
+    for every selection of variables, and not round (ArviZ 0.x rounded the table)."""
+    A, B, n = 2, 3, 4
+    base = np.arange(A * B, dtype=float).reshape(A, B) + 1.0 / 7.0
+    f = np.broadcast_to(base, (1, n, A, B)).copy()
+    p = np.broadcast_to(10.0 * base.T, (1, n, B, A)).copy()  # p[b, a] = 10 f[a, b]
+    ds = xr.Dataset({"f": (("chain", "draw", "A", "B"), f), "p": (("chain", "draw", "B", "A"), p)})
+    idata = compat.make_inference_data({"posterior": ds})
+    expected = {f"f[{a}, {b}]": base[a, b] for a in range(A) for b in range(B)}
+    expected |= {f"p[{b}, {a}]": 10.0 * base[a, b] for a in range(A) for b in range(B)}
+    for var_names, kept in ((None, "fp"), (["p", "f"], "fp"), (["p"], "p"), (["~f"], "p")):
+        table = compat.summary_stats(idata, var_names=var_names)
+        got = {str(k): float(v) for k, v in table["mean"].items()}
+        want = {k: v for k, v in expected.items() if k[0] in kept}
+        assert got.keys() == want.keys()
+        for k, v in want.items():
+            assert got[k] == pytest.approx(v, rel=1e-12), (var_names, k)
+
+
 def test_add_groups_and_errors(small_gp) -> None:
     idata, _, _ = _results("cloaking", small_gp)
     extra = xr.Dataset({"a": ("k", np.arange(3.0))}, attrs={"note": "public"})

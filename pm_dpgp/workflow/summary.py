@@ -18,6 +18,12 @@ perturbation, classification, binning), the spread of a few draws says little: o
 public noise sd supports: ``dp_noise_sd`` (one draw's noise), ``mean_sd = dp_noise_sd / √S``
 and the equal-tailed interval ``mean_lb, mean_ub = d̄ ∓ z · mean_sd`` for the released
 (private) posterior mean given the ``S`` draws (flat prior, ``docs/workflow.md``).
+
+Both stacks give the same numbers for these columns: their probability defaults to
+``MEAN_INTERVAL_PROB`` (0.9), not to ArviZ's default (0.94 on ArviZ 0.x, 0.89 on ArviZ 1),
+and the table is not rounded (``compat.summary_stats``).  ArviZ's own interval columns keep
+ArviZ's default and kind (``hdi_3%``/``hdi_97%`` vs ``eti89_lb``/``eti89_ub``,
+``docs/compatibility.md``) unless ``prob`` is given.
 """
 
 from __future__ import annotations
@@ -31,7 +37,11 @@ from scipy.stats import norm
 
 from pm_dpgp.compat import get_group, group_names, summary_stats
 
-__all__ = ["dp_summary", "spread_meaning"]
+__all__ = ["MEAN_INTERVAL_PROB", "dp_summary", "spread_meaning"]
+
+#: Probability of ``mean_lb, mean_ub`` when ``dp_summary(prob=None)``: one value on both
+#: stacks, so that a release's summary does not depend on the installed ArviZ's default.
+MEAN_INTERVAL_PROB = 0.9
 
 _LABEL = ("cloaking", "prior_noise", "output_perturbation")
 #: mechanisms whose draws are a private mean plus DP noise of public sd ``dp_noise_sd``
@@ -100,12 +110,15 @@ def dp_summary(
     var_names, group
         As in ``az.summary``.
     prob
-        Credible-interval probability (ArviZ's default when ``None``).
+        Credible-interval probability.  ``None``: ArviZ's default for its own interval
+        columns (HDI 0.94 on ArviZ 0.x, ETI 0.89 on ArviZ 1) and ``MEAN_INTERVAL_PROB``
+        (0.9) for ``mean_lb``, ``mean_ub`` on both stacks.
 
     Returns
     -------
     pandas.DataFrame
-        ``az.summary(..., kind="stats")``; ``attrs["spread"]`` says what ``sd`` measures and
+        ``az.summary(..., kind="stats")``, unrounded, one row per element labelled by the
+        variable's own dim order; ``attrs["spread"]`` says what ``sd`` measures and
         ``attrs["n_draws"]`` how many DP draws it is computed from (for a ``dp_ppc`` object
         the DP draws, not their replicates).  For a release with additive DP noise of public
         sd, also ``dp_noise_sd``, ``mean_sd`` and the interval ``mean_lb``, ``mean_ub`` of the
@@ -147,17 +160,14 @@ def dp_summary(
 def _released_mean_columns(table: Any, idata: Any, ds: Any, prob: float | None) -> None:
     """Add ``dp_noise_sd``, ``mean_sd``, ``mean_lb``, ``mean_ub`` to the rows of each variable
     that shares its point dims with ``constant_data["dp_noise_sd"]`` (in place)."""
-    import arviz as az
-
     if "constant_data" not in group_names(idata):
         return
     const = get_group(idata, "constant_data")
     if "dp_noise_sd" not in const:
         return
     noise_sd = const["dp_noise_sd"]
-    # ArviZ ≥ 0.18 calls the default "stats.ci_prob"; 0.17 (still supported) "stats.hdi_prob"
-    key = "stats.ci_prob" if "stats.ci_prob" in az.rcParams else "stats.hdi_prob"
-    p = float(az.rcParams[key] if prob is None else prob)
+    # a fixed default, not ArviZ's (0.94 on 0.x, 0.89 on 1): the same numbers on both stacks
+    p = float(MEAN_INTERVAL_PROB if prob is None else prob)
     z = float(norm.ppf(0.5 + 0.5 * p))
     labels = [str(label) for label in table.index]
     for name, var in ds.data_vars.items():
