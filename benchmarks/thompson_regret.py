@@ -196,7 +196,7 @@ def _noisy(f: Callable, seed: int) -> Callable:
 def kappa_of(problem: Problem) -> float:
     """The public κ the sample-path loop would compute (kernel lower bound on the box)."""
     base = gp_regression(
-        problem.X0, np.zeros(len(problem.X0)), problem.cov(), sigma=1.0, mean_is_public=True
+        problem.X0, np.zeros(len(problem.X0)), problem.cov(), noise_sd=1.0, mean_is_public=True
     ).public_gp()
     box = np.column_stack([np.zeros(problem.d), np.ones(problem.d)])
     return kernel_lower_bound(base.kernel, box)

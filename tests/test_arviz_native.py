@@ -427,7 +427,8 @@ def test_dp_ppc_and_plot_accept_every_release(kind, small_gp, noise_aware, diric
     post = compat.get_group(idata, "posterior")
     assert post["f"].sizes["obs_id"] == len(X_h)
     if kind == "dirichlet":
-        p = post["p"].values
+        assert post["p"].dims == post["f"].dims == ("chain", "draw", "class", "obs_id")
+        p = post["p"].transpose("chain", "draw", "obs_id", "class").values
         np.testing.assert_allclose(p.sum(-1), 1.0, rtol=1e-12)
         y_rep = compat.get_group(idata, "posterior_predictive")["y"].values
         assert set(np.unique(y_rep)) <= {0, 1, 2}
@@ -440,6 +441,30 @@ def test_dp_ppc_and_plot_accept_every_release(kind, small_gp, noise_aware, diric
     ax = plot_dp_release(rel, X_holdout=X_h, y_holdout=y_h, rng=rng, max_draws=5)
     assert ax.get_xlabel() and ax.get_ylabel() and "δ" in ax.get_title()
     matplotlib.pyplot.close("all")
+
+
+def test_summary_rows_of_a_dirichlet_ppc_carry_their_own_values(dirichlet) -> None:
+    """Audit of the two stacks: ``dp_ppc`` stored ``f`` as ``(class, obs_id)`` and ``p`` as
+    ``(obs_id, class)``; ArviZ 1.3's ``az.summary`` stacks all variables in one dim order but
+    labels each row in the variable's own order, so 24 of the 27 ``p`` rows of ``dp_summary``
+    carried another element's mean.  Every row's mean must be its labelled element's, and the
+    two variables share the dim order of ``DirichletRelease.to_inference_data``."""
+    import re
+
+    y_h = (X_NA > -1).astype(int) + (X_NA > 1).astype(int)
+    idata = dp_ppc(dirichlet, X_NA, y_h, training=None, n_draws=40, rng=np.random.default_rng(7))
+    post = compat.get_group(idata, "posterior")
+    table = dp_summary(idata)
+    assert len(table) == 2 * 3 * len(X_NA)
+    for label, mean in table["mean"].astype(float).items():
+        name, i, j = re.fullmatch(r"(\w+)\[(\d+), (\d+)\]", str(label)).groups()
+        da = post[name]  # the label's indices follow the variable's own dims (class, obs_id)
+        element = da.isel({da.dims[2]: int(i), da.dims[3]: int(j)})
+        assert mean == pytest.approx(float(element.mean()), rel=1e-12, abs=1e-15), label
+    assert post["p"].dims == post["f"].dims == ("chain", "draw", "class", "obs_id")
+    native = dirichlet.to_inference_data(X_NA, n_draws=5, rng=np.random.default_rng(0))
+    native = compat.get_group(native, "posterior")
+    assert native["p"].dims == native["f"].dims == ("chain", "draw", "output", "x_star")
 
 
 def test_dp_ppc_noise_aware_needs_no_noise_sd_but_label_does(small_gp) -> None:

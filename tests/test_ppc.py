@@ -300,3 +300,38 @@ def test_posterior_var_is_the_public_diagonal_of_the_posterior_covariance(split)
     np.testing.assert_allclose(var, expected, rtol=1e-9, atol=1e-12)
     for y in (np.zeros(len(X)), np.arange(len(X), dtype=float)):
         np.testing.assert_allclose(pub.predict(y, X_hold, full_cov=False)[1], var, rtol=1e-12)
+
+
+def test_holdout_elpd_of_the_plug_in_is_that_of_its_own_draws(split, release):
+    """Audit of the two stacks: ``dp_ppc`` stored ``dp_mean``/``dp_noise_sd`` for every
+    ``Release``, and ``holdout_elpd`` took them as "use the marginalised closed form", so with
+    ``dp_noise="ignore"`` it returned the marginalised elpd instead of the plug-in's.  Now
+    they are stored only with ``dp_noise="marginalise"`` (without ``posterior=``)."""
+    from scipy.special import logsumexp
+
+    model, _, _ = split
+    X_hold = release.X_star[::6, 0]
+    y_hold = np.sin(X_hold)
+    kw = {"noise_sd": 0.3, "training": model, "rng": np.random.default_rng(7)}
+    plug = dp_ppc(release, X_hold, y_hold, dp_noise="ignore", **kw)
+    assert not {"dp_mean", "dp_noise_sd"} & set(get_group(plug, "constant_data"))
+    ll = get_group(plug, "log_likelihood")["y"].values.reshape(-1, len(X_hold))
+    own = float((logsumexp(ll, axis=0) - np.log(ll.shape[0])).sum())
+    elpd, _ = holdout_elpd(plug)
+    assert elpd == pytest.approx(own, rel=1e-12)
+    marg = dp_ppc(release, X_hold, y_hold, **kw)
+    assert {"dp_mean", "dp_noise_sd"} <= set(get_group(marg, "constant_data"))
+    assert holdout_elpd(marg)[0] != pytest.approx(own, rel=1e-3)
+
+
+def test_dp_ppc_of_a_sample_path_release_uses_no_deprecated_name(split):
+    """Audit of the two stacks: ``dp_ppc`` read ``SamplePathRelease.n_paths`` (renamed
+    ``n_draws``), so every call warned ``DeprecationWarning`` about a name the user never
+    used."""
+    model, X_hold, y_hold = split
+    rel = _sample_path_release(model, 3, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        idata = dp_ppc(rel, X_hold, y_hold, noise_sd=0.3, training=model,
+                       rng=np.random.default_rng(7))  # fmt: skip
+    assert get_group(idata, "posterior").attrs["n_draws"] == 3

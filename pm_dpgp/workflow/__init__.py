@@ -1,7 +1,8 @@
 """Bayesian workflow on DP releases: posterior predictive checks and Thompson sampling.
 
 * ``dp_ppc`` — DP draws next to a public hold-out set as ``InferenceData``
-  (``az.plot_ppc``, ``az.summary``, ``az.loo``); refuses the private training data.
+  (``az.plot_ppc``, ``az.summary``); refuses the private training data.
+* ``holdout_elpd`` — the hold-out elpd of a ``dp_ppc`` object (``az.loo`` does not apply).
 * ``plot_dp_release`` — non-DP band (owner's view), DP draws, DP noise band.
 * ``dp_thompson_sampling`` — Thompson sampling with DP sample paths under a budget.
 * ``dp_thompson_sampling_tree`` — Thompson sampling on sufficient statistics released by

@@ -4,8 +4,11 @@ A DP release (``pm_dpgp.release.Release`` from the cloaking or prior-noise
 mechanisms, or a ``SamplePathRelease``) gives
 DP draws of the regression function.  ``dp_ppc`` puts them next to a public
 hold-out set in one ``arviz.InferenceData`` laid out like a PyMC model's, so that
-``az.plot_ppc``, ``az.summary``, ``az.plot_hdi``, ``az.loo`` / ``az.compare`` work as
-usual:
+``az.plot_ppc``, ``az.summary`` and ``az.plot_hdi`` work as usual (ArviZ 1:
+``az.plot_ppc_dist``, ``az.hdi``).  The hold-out elpd is ``holdout_elpd``; ``az.loo`` and
+``az.compare`` do not apply (nothing to leave out: the hold-out points were not used to fit,
+and with a few distinct DP draws ArviZ 0.x returns Pareto k far above 1 and ArviZ 1 NaN, an
+error or a wrong value):
 
 * ``posterior["f"]`` (``chain, draw, obs_id``): function values at the hold-out inputs
   given the release: for a cloaking / prior-noise / binning ``Release``, draws of the
@@ -162,7 +165,7 @@ def _dp_values(
     """
     if isinstance(release, SamplePathRelease):
         values = release.evaluate(X_hold)  # lazy, consistent, no privacy cost
-        return values, flat_attrs("sample_path", release.metadata, n_draws=release.n_paths), None
+        return values, flat_attrs("sample_path", release.metadata, n_draws=release.n_draws), None
     if isinstance(release, SparseQuRelease):
         # any number of draws from the DP q(f) (Honkela eq. 17): post-processing, free
         _, f = release.sample_f(X_hold, 200 if n_draws is None else n_draws, rng)
@@ -396,7 +399,11 @@ def dp_ppc(
     y_rep = f_rep + sd * rng.standard_normal(f_rep.shape)
     loglik = -0.5 * ((y_hold - f_rep) / sd) ** 2 - np.log(sd) - 0.5 * np.log(2 * np.pi)
     dp = None
-    if G is not None:  # public: one DP draw's noise sd, and the DP draws' mean (closed-form elpd)
+    # public: one DP draw's noise sd, and the DP draws' mean.  Stored only for the predictive
+    # they describe (dp_noise="marginalise" without posterior=): holdout_elpd takes their
+    # presence as "use the closed form", and with dp_noise="ignore" it returned the
+    # marginalised elpd instead of the one of the draws stored (audit of the two stacks)
+    if G is not None and posterior is None and dp_noise == "marginalise":
         dp = (np.hypot.reduce(G, axis=1, initial=0.0), f.mean(axis=0))
     return _ppc_groups(
         {"f": (("obs_id",), f_rep)},
@@ -420,15 +427,23 @@ def _categorical_ppc(
     attrs: dict[str, Any],
     rng: np.random.Generator,
 ) -> Any:
-    """PPC of a Dirichlet release: ``p = softmax(f)`` per draw, ``y ~ Categorical(p)``."""
+    """PPC of a Dirichlet release: ``p = softmax(f)`` per draw, ``y ~ Categorical(p)``.
+
+    ``f`` and ``p`` are stored with the same dim order, ``(class, obs_id)`` as in
+    ``DirichletRelease.to_inference_data`` (``output, x_star``).  ``p`` used to be stored as
+    ``(obs_id, class)``: ArviZ 1's ``az.summary`` stacks every variable of a group in one dim
+    order but labels each row by the variable's own order, so ``p[i, c]`` rows showed
+    ``p[c, i]`` values (audit of the two stacks).
+    """
     e = np.exp(f - f.max(axis=1, keepdims=True))
-    p = np.moveaxis(e / e.sum(axis=1, keepdims=True), 1, 2)  # (S, m, C)
-    u = rng.random(p.shape[:2] + (1,))
-    y_rep = np.minimum((np.cumsum(p, axis=2) < u).sum(axis=2), p.shape[2] - 1)
+    p = e / e.sum(axis=1, keepdims=True)  # (S, C, m)
+    pt = np.moveaxis(p, 1, 2)  # (S, m, C): one categorical distribution per row
+    u = rng.random(pt.shape[:2] + (1,))
+    y_rep = np.minimum((np.cumsum(pt, axis=2) < u).sum(axis=2), pt.shape[2] - 1)
     S, m = y_rep.shape
-    loglik = np.log(np.maximum(p[:, np.arange(m), labels], np.finfo(float).tiny))
+    loglik = np.log(np.maximum(pt[:, np.arange(m), labels], np.finfo(float).tiny))
     return _ppc_groups(
-        {"f": (("class", "obs_id"), f), "p": (("obs_id", "class"), p)},
+        {"f": (("class", "obs_id"), f), "p": (("class", "obs_id"), p)},
         y_rep,
         loglik,
         labels,
@@ -494,14 +509,18 @@ def _ppc_groups(
 def holdout_elpd(idata: Any, var_name: str = "y") -> tuple[float, NDArray[np.float64]]:
     """Hold-out expected log predictive density ``Σᵢ log p(yᵢ | release)`` and its terms.
 
-    The hold-out analogue of ``az.loo``'s elpd (no importance sampling is needed: the
-    hold-out points were not used to fit the release).  For a ``dp_ppc`` of a ``Release``
+    The hold-out counterpart of ``az.loo``'s elpd, and what to use instead of it: no
+    importance sampling is needed (the hold-out points were not used to fit the release), and
+    ``az.loo`` on a ``dp_ppc`` object gives Pareto k far above 1 (ArviZ 0.x) or NaN, an
+    error or a wrong value (ArviZ 1).  For a ``dp_ppc`` of a ``Release``
     with ``posterior=`` it is the closed form ``log N(yᵢ; mᵢ, sᵢ² + sdᵢ²)`` (``constant_data``:
     ``f_mean`` m and ``f_sd`` s of the release posterior); with ``dp_noise="marginalise"``
-    ``log N(yᵢ; d̄ᵢ, sdᵢ² + gᵢ²/S)``
-    (``constant_data``: ``dp_mean`` d̄, ``dp_noise_sd`` g, ``predictive_sd`` sd); otherwise
+    (the default) ``log N(yᵢ; d̄ᵢ, sdᵢ² + gᵢ²/S)``
+    (``constant_data``: ``dp_mean`` d̄, ``dp_noise_sd`` g, ``predictive_sd`` sd, which
+    ``dp_ppc`` stores only in this case); otherwise, e.g. ``dp_noise="ignore"``,
     ``Σᵢ log mean_s p(yᵢ | f_s)`` over the stored draws (exact for the mixture of a release's
-    own draws, e.g. sample paths; a Monte Carlo estimate for draws of a noise-aware ``q(f)``).
+    own draws, e.g. sample paths or the plug-in DP draws; a Monte Carlo estimate for draws of
+    a noise-aware ``q(f)``).
     """
     names = group_names(idata)
     const = get_group(idata, "constant_data") if "constant_data" in names else None
