@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -47,6 +47,7 @@ from pm_dpgp._validation import (
 )
 from pm_dpgp.accounting import BUDGET_RTOL, GaussianEvent, Ledger, PrivacyEvent
 from pm_dpgp.accounting.ledger import FilterName
+from pm_dpgp.accounting.planned import PlannedCharge
 from pm_dpgp.mechanisms.full.sample_path import certified_kappa, sample_path_event
 from pm_dpgp.mechanisms.full.sample_path_bounds import (
     CovBound,
@@ -97,16 +98,33 @@ def _gaussian_event(
     return sigma, GaussianEvent(noise_multiplier=sigma / sensitivity, count=n_draws, label=label)
 
 
-class _LedgerEpsilon:
-    """``ledger_epsilon``: ε at the plan's ``delta`` of the event the ledger will be charged."""
+class _LedgerEpsilon(PlannedCharge):
+    """``ledger_epsilon`` (the charged event's composition ε at the plan's ``delta``),
+    ``filter_epsilon`` and ``fits`` on a fresh ledger, and ``filter_epsilon_in(ledger)`` /
+    ``fits_in(ledger)`` for a given one (``PlannedCharge``: the ledger's own previews)."""
 
     delta: float
     event: PrivacyEvent
 
     @property
     def ledger_epsilon(self) -> float:
-        """ε at ``delta`` of the event the ledger will be charged."""
+        """ε at ``delta`` of the event the ledger will be charged: its composition value,
+        what ``Ledger(delta=delta).epsilon()`` shows after the release.  A ledger decides on
+        its privacy filter's ε instead, which can be larger (``filter_epsilon_in``)."""
         return float(self.event.epsilon(self.delta))
+
+    @property
+    def filter_epsilon(self) -> float:
+        """What the privacy filter of a fresh ``Ledger(delta=delta)`` (default filter and
+        orders) counts for the release, as ``SamplePathPlan.filter_epsilon``."""
+        return self.filter_epsilon_in(Ledger(delta=self.delta))
+
+    @property
+    def fits(self) -> bool:
+        """Whether a fresh ``Ledger(epsilon=ledger_epsilon, delta=delta)`` (default filter
+        and orders) accepts the release; for another ledger, or one already charged, ask
+        ``fits_in(ledger)``."""
+        return self.fits_in(Ledger(epsilon=self.ledger_epsilon, delta=self.delta))
 
 
 # ------------------------------------------------------------------ Gaussian label releases
@@ -114,8 +132,12 @@ class _LedgerEpsilon:
 class GaussianReleasePlan(_LedgerEpsilon):
     """What a Gaussian label-private release at ``X_star`` will add and charge (public).
 
-    Returned by ``cloaked``, ``prior_noise`` and ``classification``.
+    Returned by ``cloaked``, ``prior_noise`` and ``classification``.  ``ledger_epsilon`` is
+    the composition ε of the charged event; whether a given ledger accepts the release is
+    ``fits_in(ledger)`` (its filter counts ``filter_epsilon_in(ledger)``).
     """
+
+    privacy_model: ClassVar[str] = "label"
 
     epsilon: float
     delta: float
@@ -472,8 +494,12 @@ def dirichlet(
 
 # ------------------------------------------------------------------------------ sample paths
 @dataclass(frozen=True)
-class SamplePathPlan:
-    """A public sample-path setting, its cost, and how many draws fit a target."""
+class SamplePathPlan(PlannedCharge):
+    """A public sample-path setting, its cost, and how many draws fit a target.
+
+    ``filter_epsilon`` and ``fits`` are for a fresh ledger; ``fits_in(ledger)`` and
+    ``filter_epsilon_in(ledger)`` ask a given one (e.g. already charged) for ``n_draws`` paths.
+    """
 
     n: int
     kernel_scale: float
@@ -498,6 +524,16 @@ class SamplePathPlan:
         return self.target_epsilon is None or _fits(
             self.epsilon, self.filter_epsilon, self.target_epsilon
         )
+
+    @property
+    def planned_event(self) -> PrivacyEvent:
+        """The event of ``n_draws`` paths, as the release charges it."""
+        return sample_path_event(self.bound, self.n_draws)
+
+    def _release_accepts(self) -> bool:
+        """The release's own check of its cost against ``epsilon=target_epsilon``."""
+        target = self.target_epsilon
+        return target is None or self.epsilon <= target * (1.0 + BUDGET_RTOL)
 
 
 def _fits(epsilon: float, filter_epsilon: float, target: float) -> bool:

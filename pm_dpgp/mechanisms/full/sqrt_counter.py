@@ -40,13 +40,14 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from pm_dpgp._validation import check_delta, check_epsilon, check_positive
 from pm_dpgp.accounting import GaussianEvent, PrivacyEvent
+from pm_dpgp.accounting.planned import PlannedCharge
 from pm_dpgp.mechanisms.gaussian import gaussian_sigma, zcdp_rho
 from pm_dpgp.mechanisms.noise import (
     DiscreteGaussianPlan,
@@ -66,7 +67,7 @@ def sqrt_factor_coefficients(n: int) -> NDArray[np.float64]:
 
 
 @dataclass(frozen=True)
-class SqrtCounterPlan:
+class SqrtCounterPlan(PlannedCharge):
     """Public calibration of a ``T``-step square-root-factorisation counter (no data touched).
 
     ``sigma``: noise sd of every release (whitened units); ``leaf_sensitivity``: Δ;
@@ -74,6 +75,9 @@ class SqrtCounterPlan:
     sensitivity of the stacked releases; ``plan``: the discrete Gaussian plan of the stacked
     ``T·dim`` coordinates (secure) or ``None`` (simulation); ``event``: the whole run.
     """
+
+    # the loop takes its privacy model as an argument: fits_in checks the budget only
+    privacy_model: ClassVar[str | None] = None
 
     n_leaves: int
     dim: int

@@ -33,13 +33,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from pm_dpgp._validation import check_delta, check_epsilon, check_positive
 from pm_dpgp.accounting import GaussianEvent, PrivacyEvent
+from pm_dpgp.accounting.planned import PlannedCharge
 from pm_dpgp.mechanisms.gaussian import gaussian_sigma, zcdp_rho
 from pm_dpgp.mechanisms.noise import (
     DiscreteGaussianPlan,
@@ -80,7 +81,7 @@ def prefix_node_count(t: int) -> int:
 
 
 @dataclass(frozen=True)
-class TreePlan:
+class TreePlan(PlannedCharge):
     """Public calibration of a T-step binary mechanism (no data touched).
 
     ``sigma``: per-node noise sd (whitened units); ``leaf_sensitivity``: L2 change Δ of one
@@ -88,6 +89,9 @@ class TreePlan:
     sensitivity of the stacked released nodes; ``plan``: the per-node discrete Gaussian plan
     (secure noise) or ``None`` (simulation); ``event``: the privacy event of the whole run.
     """
+
+    # the loop takes its privacy model as an argument: fits_in checks the budget only
+    privacy_model: ClassVar[str | None] = None
 
     n_leaves: int
     dim: int
