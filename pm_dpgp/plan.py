@@ -48,15 +48,24 @@ from pm_dpgp._validation import (
 from pm_dpgp.accounting import BUDGET_RTOL, GaussianEvent, Ledger, PrivacyEvent
 from pm_dpgp.accounting.ledger import FilterName
 from pm_dpgp.accounting.planned import PlannedCharge
-from pm_dpgp.mechanisms.full.sample_path import certified_kappa, sample_path_event
+from pm_dpgp.mechanisms.full.sample_path import (
+    _check_given_kappa,
+    _check_public_kernel,
+    _public_probes,
+    resolve_kappa,
+    sample_path_event,
+)
 from pm_dpgp.mechanisms.full.sample_path_bounds import (
     CovBound,
     SamplePathBound,
     Sensitivity,
+    check_kappa,
+    parse_domain,
     paths_affordable,
 )
 from pm_dpgp.mechanisms.gaussian import gaussian_sigma
 from pm_dpgp.mechanisms.noise import secure_plan
+from pm_dpgp.models.exact import gp_regression
 from pm_dpgp.models.guards import refuse_dirichlet_model, require_exact_regression
 
 __all__ = [
@@ -592,7 +601,10 @@ def sample_path(
     as the release does, ``certified_kappa``: the corner bound for decreasing stationary
     kernels, 0 for any other kernel).  A given ``kappa`` is checked against that proved
     value when ``domain`` and ``cov_func`` are given too (refused above it, as the release
-    refuses it), and used as is otherwise.
+    refuses it); without a domain a ``kappa > 0`` is refused, as the release refuses it; with
+    a domain and no ``cov_func`` it is used as is.  With ``cov_func`` and ``domain`` the plan
+    also runs the release's public kernel checks (finite kernel, ``k(x, x) ≤ 1``,
+    ``kernel_class``) on the domain grid, with the release's own functions and errors.
     The cost decreases as the noise grows (``docs/sample_paths.md``, monotonicity in r²), which
     the bisection relies on; the returned value is checked to fit.
     """
@@ -604,7 +616,7 @@ def sample_path(
     lower, upper = check_public_bounds(y_bounds)
     centre = 0.5 * (lower + upper) if prior_mean is None else float(prior_mean)
     M_Y = centred_bound((lower, upper), centre)[2]
-    kappa = _planned_kappa(kappa, cov_func, domain, kernel_scale)
+    kappa = _planned_kappa(kappa, cov_func, domain, kernel_scale, kernel_class)
 
     def bound_for(sd: float) -> SamplePathBound:
         return SamplePathBound(
@@ -655,32 +667,47 @@ def sample_path(
 
 
 def _planned_kappa(
-    kappa: float | None, cov_func: Any, domain: ArrayLike | None, kernel_scale: float
+    kappa: float | None,
+    cov_func: Any,
+    domain: ArrayLike | None,
+    kernel_scale: float,
+    kernel_class: KernelClass,
+    *,
+    loop: bool = False,
 ) -> float:
-    """The κ the release (or loop) will use: the proved one from the public domain and kernel
-    (``certified_kappa``: the corner bound for decreasing stationary kernels, else 0) when no
-    κ is given; a given κ checked against it as the release checks it (refused above it by
-    more than 1e-9 relative, else the smaller of the two), or used as is without a domain."""
-    if cov_func is None or domain is None:
+    """The κ the release (or loop) will use, after the release's own public checks, by the
+    release's own functions (``pm_dpgp.mechanisms.full.sample_path``), so that the plan
+    refuses what the release refuses with the same error:
+
+    * with ``cov_func`` and ``domain``: ``_check_public_kernel`` at the domain grid (finite
+      kernel, ``k(x, x) ≤ 1``, ``kernel_class``; the release also checks ``X_star``, the loop
+      ``X_init`` and fixed candidates, which the plan does not know), then ``resolve_kappa``
+      (the proved ``certified_kappa`` when no κ is given, else the given κ checked against
+      it);
+    * without a domain: for ``sample_path_release`` a given κ > 0 is refused
+      (``_check_given_kappa``: private inputs are not confined); the Thompson loop
+      (``loop=True``) always has its domain, so there the κ is used as is;
+    * with a domain and no ``cov_func``: the given κ is used as is (it cannot be checked
+      without the kernel; the release checks it).
+    """
+    if domain is None or cov_func is None:
         if kappa is None:
             raise ValueError(
                 "give kappa (a public lower bound of the normalised kernel, 0 is always valid) "
                 "or the public domain= and cov_func= to compute it."
             )
-        return float(kappa)
-
-    def k(A: NDArray[np.float64], B: NDArray[np.float64]) -> NDArray[np.float64]:
-        return np.asarray(cov_func(A, B).eval(), dtype=np.float64) / kernel_scale**2
-
-    proved = float(certified_kappa(k, domain, cov_func))
-    if kappa is None:
-        return proved
-    if float(kappa) > proved * (1.0 + 1e-9):
-        raise ValueError(
-            f"kappa={kappa!r} exceeds the proved lower bound {proved:.6g} of this kernel on "
-            "this domain, so the release would refuse it; omit kappa or lower it."
-        )
-    return min(float(kappa), proved)
+        if domain is None and not loop:  # the release's rule: κ > 0 needs the domain
+            return _check_given_kappa(kappa, None, kernel_scale, None, cov_func)  # type: ignore[arg-type]
+        return check_kappa(kappa)
+    box = np.column_stack(parse_domain(domain))
+    # the kernel as the release and the loop compile it (gp_regression), at no data: a public
+    # input is needed to build the model, the domain's lower corner; it is not used
+    public_gp = gp_regression(
+        box[None, :, 0], np.zeros(1), cov_func, noise_sd=1.0, mean_is_public=True
+    ).public_gp_without_data()
+    probes = _public_probes(np.empty((0, box.shape[0])), box)
+    _check_public_kernel(public_gp, kernel_scale, kernel_class, probes)
+    return float(resolve_kappa(kappa, public_gp, kernel_scale, box, cov_func))
 
 
 # ------------------------------------------------------------------- DP Thompson sampling
@@ -737,7 +764,11 @@ def thompson(
     ``kernel_class``, ``sensitivity``) and such a ledger completes ``plan.rounds_that_fit``
     rounds.  Without ``noise_sd``: the smallest sd (geometric bisection, 1e-4 relative,
     rounded up) whose ``n_rounds`` rounds all fit.  Public quantities only.  The loop's
-    defaults apply: ``y_bounds = prior_mean ± 1``.
+    defaults apply: ``y_bounds = prior_mean ± 1``.  With ``cov_func`` and ``domain`` the
+    loop's public kernel checks (finite kernel, ``k(x, x) ≤ 1``, ``kernel_class``, κ) run here
+    too, with the release's own functions and errors (on the domain grid: the plan does not
+    know ``X_init`` or fixed candidates).  The plan is for a fresh ledger; the rounds a ledger
+    already charged accepts are not planned (``docs/accounting.md``, "What plans cannot do").
     """
     n_init = check_count(n_init, "n_init")
     n_rounds = check_count(n_rounds, "n_rounds")
@@ -750,7 +781,7 @@ def thompson(
     box = None
     if domain is not None:  # the loop's form (lower, upper), one entry per input dimension
         box = np.column_stack([np.atleast_1d(np.asarray(b, dtype=np.float64)) for b in domain])
-    kappa = _planned_kappa(kappa, cov_func, box, kernel_scale)
+    kappa = _planned_kappa(kappa, cov_func, box, kernel_scale, kernel_class, loop=True)
 
     def round_bound(n: int, sd: float) -> SamplePathBound:
         return SamplePathBound(
