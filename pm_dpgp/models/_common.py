@@ -218,7 +218,8 @@ def _eval_kernel(
     if check_finite and not np.all(np.isfinite(K)):
         raise ValueError(
             "The kernel evaluated to NaN/inf at these inputs and hyperparameters "
-            f"({view.hyperparameters}); check the hyperparameter values."
+            f"({view.hyperparameters}); check the hyperparameter values and the scale of the "
+            "inputs (e.g. 1e200 overflows the squared distance)."
         )
     return K
 
@@ -229,8 +230,9 @@ def _eval_kernel_diag(view: Any, Xa: ArrayLike, *, check_finite: bool) -> NDArra
     d = np.broadcast_to(np.asarray(view._kernel_diag(A), dtype=np.float64), (A.shape[0],))
     if check_finite and not np.all(np.isfinite(d)):
         raise ValueError(
-            "The kernel diagonal evaluated to NaN/inf at these hyperparameters "
-            f"({view.hyperparameters}); check the hyperparameter values."
+            "The kernel diagonal evaluated to NaN/inf at these inputs and hyperparameters "
+            f"({view.hyperparameters}); check the hyperparameter values and the scale of the "
+            "inputs."
         )
     return np.array(d)
 
