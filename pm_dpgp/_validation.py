@@ -148,6 +148,33 @@ def check_count(value: int, name: str) -> int:
     return int(value)
 
 
+def contains_dask(obj: Any) -> bool:
+    """Whether ``obj`` is a Dask collection or a list/tuple holding one at any depth (a list
+    of Dask arrays converts, block by block, on the client just the same; stop-35 review)."""
+    if is_dask_collection(obj):
+        return True
+    if isinstance(obj, list | tuple) and "dask" in sys.modules:
+        return any(
+            contains_dask(e)
+            for e in obj
+            if not isinstance(e, float | int | str | bytes | np.generic)
+        )
+    return False
+
+
+def refuse_dask(x: Any, name: str) -> None:
+    """Refuse private data given as Dask collections where they would be gathered on the
+    client (a model builder: stop-35 audit, ``sparse_gp_regression(X_dask, y_dask)`` pulled
+    every private row from the workers, and failed on a distributed cluster anyway)."""
+    if contains_dask(x):
+        raise TypeError(
+            f"{name} is (or holds) a Dask collection: converting it here would gather every row "
+            "on the client. Build the model without the data (sparse_gp_regression(None, "
+            "None, ..., Z=...)) and pass data=(X, y) to noise_aware_release, which sums on the "
+            "workers."
+        )
+
+
 def is_dask_collection(obj: Any) -> bool:
     """Whether ``obj`` is a lazy Dask collection: a Dask array, DataFrame or Series, or any
     container of one (an ``xarray.DataArray`` on Dask; stop-31 audit: tested by module name,
@@ -167,17 +194,8 @@ def float_array(x: ArrayLike, name: str, ndim: int | None) -> NDArray[np.float64
 
     Non-numeric content is refused with ``TypeError`` whose message names no value
     (NumPy's own message would quote the offending entry); text and complex numbers are
-    refused by their type (``refuse_text``), even when they would parse.  A Dask collection
-    is refused: converting it would compute it and gather every row on the client (stop-35
-    audit: ``sparse_gp_regression(X_dask, y_dask)`` pulled 320 kB of private rows from the
-    workers); Dask data go to a release as ``data=(X, y)``, which sums on the workers.
+    refused by their type (``refuse_text``), even when they would parse.
     """
-    if is_dask_collection(x):
-        raise TypeError(
-            f"{name} is a Dask collection: converting it here would gather every row on the "
-            "client. Build the model without the data (sparse_gp_regression(None, None, ..., "
-            "Z=...)) and pass data=(X, y) to noise_aware_release, which sums on the workers."
-        )
     refuse_text(x, name)
     if isinstance(x, np.ma.MaskedArray):
         x = masked_as_nan(x)

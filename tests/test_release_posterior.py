@@ -198,3 +198,67 @@ def test_sampling_and_intervals(small):
         with pytest.raises(ValueError, match="prob"):
             rp.interval(bad)
     assert "mean" not in json.dumps(repr(rp))
+
+
+def test_refuses_a_model_with_other_inputs_or_another_kernel_function(small):
+    """Stop-35 review: the description check passed models with other training inputs (same
+    or another n, or moved by ``pm.set_data`` after the release) and ``ScaledCov`` kernels
+    with another scaling function; each gave a wrong posterior (mean off by 0.2–2.0)."""
+    model, X_star, X_h = small
+    X = model.public_gp().X[:, 0]
+    y = np.sin(X)
+    rel = cloaked_release(
+        model, X_star, epsilon=2.0, delta=1e-5, y_bounds=(-3.0, 3.0), rng=np.random.default_rng(1)
+    )
+    with pytest.raises(ValueError, match="training inputs differ"):
+        release_posterior(rel, _model(X + 0.5, y), X_h)
+    with pytest.raises(ValueError, match="training inputs differ"):
+        release_posterior(rel, _model(X[:5], y[:5]), X_h)
+    with pm.Model():
+        X_data = pm.Data("X_data", X[:, None])
+        movable = gp_regression(X_data, y, pm.gp.cov.ExpQuad(1, ls=KERNEL_LS), noise_sd=0.3)
+        rel_m = cloaked_release(
+            movable, X_star, epsilon=2.0, delta=1e-5, y_bounds=(-3.0, 3.0),
+            rng=np.random.default_rng(1),
+        )  # fmt: skip
+        release_posterior(rel_m, movable, X_h)  # the release's own model: accepted
+        pm.set_data({"X_data": X[:, None] + 2.5})
+        with pytest.raises(ValueError, match="training inputs differ"):
+            release_posterior(rel_m, movable, X_h)
+
+    def scaled(scale):
+        cov = pm.gp.cov.ScaledCov(1, pm.gp.cov.ExpQuad(1, ls=KERNEL_LS), scale, ())
+        return gp_regression(X, y, cov, noise_sd=0.3, mean=0.0)
+
+    one, other = scaled(lambda x: 1.0 + 0.0 * x[:, 0]), scaled(lambda x: 1.0 + 0.2 * x[:, 0])
+    rel_s = cloaked_release(
+        one, X_star, epsilon=2.0, delta=1e-5, y_bounds=(-3.0, 3.0), rng=np.random.default_rng(1)
+    )
+    assert rel_s.metadata["kernel"] == other.public_gp().description  # the check that passed
+    with pytest.raises(ValueError, match="kernel function differs"):
+        release_posterior(rel_s, other, X_h)
+
+
+def test_the_posterior_is_a_frozen_copy_and_needs_no_mapping_of_the_draws(small):
+    """``ReleasePosterior.X`` was the caller's ``X_new``: rewriting it in place made
+    ``dp_ppc`` accept the posterior at other inputs.  And with ``posterior=`` the hold-out
+    inputs need not be among the release's test inputs (the posterior is valid anywhere)."""
+    model, X_star, _ = small
+    rel = cloaked_release(
+        model, X_star, epsilon=2.0, delta=1e-5, y_bounds=(-3.0, 3.0), rng=np.random.default_rng(1)
+    )
+    X_new = np.array([[0.5], [4.0]])
+    rp = release_posterior(rel, model, X_new)
+    X_new[:] = [[7.0], [7.5]]
+    np.testing.assert_array_equal(rp.X, [[0.5], [4.0]])
+    for arr in (rp.X, rp.mean, rp.cov):
+        assert not arr.flags.writeable
+    with pytest.raises(ValueError, match="other inputs"):
+        dp_ppc(rel, X_new, np.zeros(2), noise_sd=0.3, training=model, posterior=rp)
+    X_off = np.array([0.37, 1.91, 5.55])  # not among X_star
+    rp_off = release_posterior(rel, model, X_off)
+    idata = dp_ppc(
+        rel, X_off, np.zeros(3), noise_sd=0.3, training=model, posterior=rp_off,
+        rng=np.random.default_rng(0),
+    )  # fmt: skip
+    np.testing.assert_array_equal(get_group(idata, "constant_data")["f_mean"].values, rp_off.mean)

@@ -29,6 +29,7 @@ except ImportError:  # pragma: no cover - older pytensor
 from pm_dpgp._validation import (
     check_finite_array,
     check_positive,
+    refuse_dask,
     reject_unexpected,
     renamed,
     require,
@@ -547,6 +548,7 @@ def data_input(x: Any, name: str, ndim: int) -> tuple[NDArray[np.float64], Any]:
             f"{name} must be an array or a pm.Data container, got a symbolic "
             f"{type(x).__name__}; wrap the values in pm.Data(...) or pass the array."
         )
+    refuse_dask(x, name)
     arr = check_finite_array(x, name, ndim=ndim)
     return arr, arr
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -205,8 +206,19 @@ class PublicGP(PublicInputsView):
     def cloaking_metadata(self) -> dict[str, Any]:
         """Extra public facts for a cloaked release of the exact GP: the jitter added to
         ``k(X, X) + σ_n² I`` by its factorisation (0.0 unless it failed; public under label
-        privacy, where ``X`` is public)."""
-        return {"jitter": float(self.posterior().jitter)}
+        privacy, where ``X`` is public) and ``inputs_fingerprint``."""
+        return {"jitter": float(self.posterior().jitter), **self.inputs_fingerprint()}
+
+    def inputs_fingerprint(self) -> dict[str, Any]:
+        """What ties a label release to these training inputs and this kernel *function*:
+        the SHA-256 of the inputs (public under label privacy) and the kernel matrix at the
+        first (up to) eight of them.  The kernel description alone does not identify the
+        function (a ``ScaledCov`` or Gibbs lengthscale function is described by its class),
+        and ``pm.set_data`` can move the inputs after a release; ``release_posterior``
+        compares both (stop-35 review: either gave a wrong posterior without an error)."""
+        X = np.ascontiguousarray(self.X, dtype=np.float64)
+        digest = hashlib.sha256(str(X.shape).encode() + X.tobytes()).hexdigest()
+        return {"training_inputs_sha256": digest, "kernel_probe": self.kernel(X[:8]).tolist()}
 
     def predict(
         self, y: ArrayLike, X_star: ArrayLike, *, full_cov: bool = True

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -132,6 +133,28 @@ def _check_model(release: Release, public: PublicGP) -> None:
             f"the model has {public.X.shape[1]} input column(s) but the release "
             f"{release.X_star.shape[1]}."
         )
+    if "training_inputs_sha256" not in md:
+        warnings.warn(
+            "the release records no fingerprint of its training inputs and kernel (made by an "
+            "older version): the model cannot be checked beyond its description.",
+            UserWarning,
+            stacklevel=3,
+        )
+        return
+    mine_fp = public.inputs_fingerprint()
+    if mine_fp["training_inputs_sha256"] != md["training_inputs_sha256"]:
+        raise ValueError(
+            "the model's training inputs differ from the release's (their SHA-256 differs: "
+            "other inputs, another number of them, or pm.set_data after the release): pass "
+            "the model the release was made with."
+        )
+    probe, recorded = np.asarray(mine_fp["kernel_probe"]), np.asarray(md["kernel_probe"])
+    if probe.shape != recorded.shape or not np.allclose(probe, recorded, rtol=1e-12, atol=0.0):
+        raise ValueError(
+            "the model's kernel function differs from the release's (the kernel at the first "
+            "training inputs differs, though its description matches, e.g. another ScaledCov "
+            "or lengthscale function): pass the model the release was made with."
+        )
 
 
 def release_posterior(
@@ -210,12 +233,21 @@ def release_posterior(
     if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(cov))):
         raise ValueError("the posterior is not finite (overflow in the kernel or the draws).")
     return ReleasePosterior(
-        X=X_h,
-        mean=mean,
-        cov=cov,
+        X=_frozen(X_h),
+        mean=_frozen(mean),
+        cov=_frozen(cov),
         n_dp_draws=S,
         release_fingerprint=release_fingerprint(release),
     )
+
+
+def _frozen(a: NDArray[np.float64]) -> NDArray[np.float64]:
+    """A read-only copy: a ``ReleasePosterior`` must not change with the caller's arrays (the
+    inputs were the caller's ``X_new`` itself, and rewriting it in place made ``dp_ppc``
+    accept the posterior at other inputs; stop-35 review)."""
+    out = np.array(a, dtype=np.float64, copy=True)
+    out.flags.writeable = False
+    return out
 
 
 def check_posterior_for(

@@ -358,7 +358,12 @@ def dp_ppc(
                 "extra_sd must be 0 with posterior=: the release posterior already carries the "
                 "GP's posterior uncertainty."
             )
-    f, attrs, G = _dp_values(release, X_hold, interpolate, n_draws, rng)
+    if posterior is None:
+        f, attrs, G = _dp_values(release, X_hold, interpolate, n_draws, rng)
+    else:  # the posterior holds everything at X_holdout: no mapping of the draws is needed
+        release.check_gaussian_predictive()
+        f, G = release.draws, None
+        attrs = flat_attrs(release.mechanism, release.metadata, n_draws=release.n_draws)
     n_dp = f.shape[0]
     if n_replicates is None:
         n_replicates = max(1, math.ceil(200 / n_dp))

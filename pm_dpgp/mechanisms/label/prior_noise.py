@@ -181,5 +181,6 @@ def prior_noise_release(
         X_star=X_star,
         whitening=whitening,
         sensitivity_bound=bound,
+        **public_gp.inputs_fingerprint(),
         jitter=float(public_gp.posterior().jitter),  # public: X is public (label privacy)
     )
