@@ -384,12 +384,16 @@ def noise_aware(
     rho: float = 0.01,
     calibration: Literal["analytic", "classic"] = "analytic",
     secure: bool = True,
+    noise_var_floor: float | None = None,
 ) -> NoiseAwarePlan:
-    """Plan a ``noise_aware_release`` (homoscedastic noise).
+    """Plan a ``noise_aware_release``.
 
     Public quantities only: the inducing inputs ``Z``, the kernel, the noise sd and prior mean
     of ``model`` (a sparse model or a ``PublicSparseGP``) and ``y_bounds``.  ``R_y`` is
-    derived from ``y_bounds`` and the prior mean as the release does.
+    derived from ``y_bounds`` and the prior mean as the release does.  For a heteroscedastic
+    release pass its public ``noise_var_floor``: the release then scales the statistics by
+    ``1/noise_var_floor`` instead of ``1/noise_var``, which sets the regulariser ``λ`` and the
+    arithmetic check (stop-35 audit: the plan's ``λ`` was 890 where the release used 1603).
     """
     from pm_dpgp.mechanisms.full.noise_aware import (
         _as_public,
@@ -415,8 +419,11 @@ def noise_aware(
     )
     event = _statistics_event(sigma_a, Delta, dplan, "noise-aware DP sparse GP (Honkela)")
     sigma_b = sigma_a / c
-    check_posterior_arithmetic(1.0 / public.noise_var, sigma_a, sigma_b)  # as the release
-    lam = regularisation_lambda(sigma_b, 1.0 / public.noise_var, M, rho)
+    # the scale of the statistics, as the release sets it
+    floor = None if noise_var_floor is None else check_positive(noise_var_floor, "noise_var_floor")
+    scale = 1.0 / (floor if floor is not None else public.noise_var)
+    check_posterior_arithmetic(scale, sigma_a, sigma_b)  # as the release
+    lam = regularisation_lambda(sigma_b, scale, M, rho)
     return NoiseAwarePlan(epsilon, delta, Delta, sigma_a, sigma_b, lam, R_y, bound.R_k, event, c)
 
 

@@ -305,3 +305,27 @@ def test_thompson_plan_reads_the_loop_domain_checks_kappa_and_the_filter():
             noise_sd=1e3, y_bounds=(-1.0, 1.0), ledger=Ledger(10.0, 1e-5, filter="basic"),
             rng=np.random.default_rng(0), progressbar=False,
         )  # fmt: skip
+
+
+def test_noise_aware_plan_of_a_heteroscedastic_release_has_its_lambda() -> None:
+    """Stop-35 audit: a heteroscedastic ``noise_aware_release`` scales the statistics by
+    ``1/noise_var_floor``; the plan had no such argument and reported λ = 890 for 1603."""
+    from pm_dpgp import plan
+    from pm_dpgp.mechanisms import noise_aware_release
+    from pm_dpgp.models import grid_inducing_points, sparse_gp_regression
+
+    Z = grid_inducing_points([0.0], [2.0], [5])
+    X = np.random.default_rng(3).uniform(0, 2, 200)
+    model = sparse_gp_regression(
+        X, np.sin(3 * X), pm.gp.cov.ExpQuad(1, ls=0.5), Z=Z, noise_sd=0.3, mean=0.5
+    )
+    kw = dict(epsilon=1.0, delta=1e-5, y_bounds=(-1.0, 2.0))
+    planned = plan.noise_aware(model, secure=False, noise_var_floor=0.05, **kw)
+    release = noise_aware_release(
+        model, data=(X, np.sin(3 * X), np.full(200, 0.5)), noise_var_floor=0.05,
+        rng=np.random.default_rng(9), **kw,
+    )  # fmt: skip
+    assert planned.lam == release.metadata["lambda"]
+    assert planned.sigma_a == release.metadata["sigma_a"]
+    homoscedastic = plan.noise_aware(model, secure=False, **kw)
+    assert homoscedastic.lam != planned.lam
