@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import mpmath
@@ -262,3 +263,105 @@ def test_the_posterior_is_a_frozen_copy_and_needs_no_mapping_of_the_draws(small)
         rng=np.random.default_rng(0),
     )  # fmt: skip
     np.testing.assert_array_equal(get_group(idata, "constant_data")["f_mean"].values, rp_off.mean)
+
+
+# ------------------------------------------------------------- mutation round, stop 35
+def test_nonzero_prior_mean_and_kernel_scale_match_the_reference():
+    """A prior mean and a kernel scale (the other tests use 0 and 1): mean, covariance and sd
+    against the 60-digit conditioning."""
+    rng = np.random.default_rng(4)
+    X = np.sort(rng.uniform(0, 6, 9))
+    model = gp_regression(
+        X, 2.0 + np.sin(X), 3.0**2 * pm.gp.cov.ExpQuad(1, ls=KERNEL_LS), noise_sd=0.5, mean=2.0
+    )
+    rel = cloaked_release(
+        model, np.linspace(0, 6, 6), epsilon=4.0, delta=1e-5, y_bounds=(-4.0, 8.0), n_draws=2,
+        rng=np.random.default_rng(3),
+    )  # fmt: skip
+    X_h = np.array([[0.7], [3.3], [9.0]])
+    rp = release_posterior(rel, model, X_h)
+    mean, cov = _reference(rel, model, X_h)
+    np.testing.assert_allclose(rp.mean, mean, atol=1e-6)
+    np.testing.assert_allclose(rp.cov, cov, atol=1e-6)
+    np.testing.assert_allclose(rp.sd, np.sqrt(np.diag(cov)), rtol=1e-6)
+    assert abs(rp.mean[2] - 2.0) < 0.1  # far from the data: back to the prior mean
+
+
+def test_refuses_another_noise_or_prior_mean_and_checks_every_probe_point(small):
+    model, X_star, X_h = small
+    X = model.public_gp().X[:, 0]
+    y = np.sin(X)
+    rel = cloaked_release(
+        model, X_star, epsilon=2.0, delta=1e-5, y_bounds=(-3.0, 3.0), rng=np.random.default_rng(1)
+    )
+    noisier = gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=KERNEL_LS), noise_sd=0.5, mean=0.0)
+    with pytest.raises(ValueError, match="differs from the release"):
+        release_posterior(rel, noisier, X_h)
+    shifted = gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=KERNEL_LS), noise_sd=0.3, mean=1.0)
+    with pytest.raises(ValueError, match="differs from the release"):
+        release_posterior(rel, shifted, X_h)
+
+    def scaled(scale):
+        cov = pm.gp.cov.ScaledCov(1, pm.gp.cov.ExpQuad(1, ls=KERNEL_LS), scale, ())
+        return gp_regression(X, y, cov, noise_sd=0.3, mean=0.0)
+
+    base = scaled(lambda x: 1.0 + 0.0 * x[:, 0])
+    rel_s = cloaked_release(
+        base, X_star, epsilon=2.0, delta=1e-5, y_bounds=(-3.0, 3.0), rng=np.random.default_rng(1)
+    )
+    # differs by 1e-6 relative only (a loose tolerance would pass it) ...
+    with pytest.raises(ValueError, match="kernel function differs"):
+        release_posterior(rel_s, scaled(lambda x: 1.0 + 1e-6 * x[:, 0]), X_h)
+    # ... and only beyond the first two training inputs (a one-point probe would pass it)
+    cut = 0.5 * (X[1] + X[2])
+    with pytest.raises(ValueError, match="kernel function differs"):
+        release_posterior(rel_s, scaled(lambda x: 1.0 + 0.2 * (x[:, 0] > cut)), X_h)
+
+
+def test_prior_noise_releases_are_tied_to_their_inputs_and_old_releases_warn(small):
+    model, X_star, X_h = small
+    X = model.public_gp().X[:, 0]
+    rel = prior_noise_release(
+        model, X_star, epsilon=2.0, delta=1e-5, y_bounds=(-3.0, 3.0), rng=np.random.default_rng(1)
+    )
+    with pytest.raises(ValueError, match="training inputs differ"):
+        release_posterior(rel, _model(X + 0.5, np.sin(X)), X_h)
+    old = dataclasses.replace(
+        rel,
+        metadata={
+            k: v
+            for k, v in rel.metadata.items()
+            if k not in ("training_inputs_sha256", "kernel_probe")
+        },
+    )
+    with pytest.warns(UserWarning, match="fingerprint"):
+        release_posterior(old, model, X_h)
+
+
+def test_posterior_fingerprint_covers_the_noise_factor_and_only_releases_take_it(small):
+    model, X_star, _ = small
+    X_h = X_star[[1, 3]]
+    rel = cloaked_release(
+        model, X_star, epsilon=2.0, delta=1e-5, y_bounds=(-3.0, 3.0), rng=np.random.default_rng(1)
+    )
+    rp = release_posterior(rel, model, X_h)
+    other = dataclasses.replace(rel, noise_factor=2.0 * rel.noise_factor)
+    with pytest.raises(ValueError, match="another release"):
+        dp_ppc(other, X_h, np.zeros(2), noise_sd=0.3, training=model, posterior=rp)
+
+
+def test_posterior_draws_do_not_depend_on_eigenvector_signs(small, monkeypatch):
+    model, X_star, X_h = small
+    rel = prior_noise_release(
+        model, X_star, epsilon=4.0, delta=1e-5, y_bounds=(-3.0, 3.0), rng=np.random.default_rng(0)
+    )
+    rp = release_posterior(rel, model, X_h)
+    first = rp.sample(5, np.random.default_rng(1))
+    real = np.linalg.eigh
+
+    def flipped(a, *args, **kwargs):
+        w, V = real(a, *args, **kwargs)
+        return w, V * np.where(np.arange(V.shape[1]) % 2 == 0, -1.0, 1.0)
+
+    monkeypatch.setattr(np.linalg, "eigh", flipped)
+    np.testing.assert_allclose(rp.sample(5, np.random.default_rng(1)), first, rtol=0, atol=1e-12)
