@@ -16,7 +16,13 @@ import pytest
 
 from pm_dpgp import plan
 from pm_dpgp._validation import PrivacyWarning
-from pm_dpgp.accounting import BudgetExceededError, GaussianEvent, Ledger, PureDpEvent
+from pm_dpgp.accounting import (
+    BudgetExceededError,
+    GaussianEvent,
+    Ledger,
+    PureDpEvent,
+    ZCDPEvent,
+)
 from pm_dpgp.mechanisms import cloaked_release, noise_aware_release, sample_path_release
 from pm_dpgp.mechanisms.full.tree_aggregation import plan_tree
 from pm_dpgp.models import gp_regression, grid_inducing_points, sparse_gp_regression
@@ -139,3 +145,27 @@ def test_tree_and_sample_path_plans_ask_a_given_ledger():
     with warnings.catch_warnings(), pytest.raises(BudgetExceededError):
         warnings.simplefilter("ignore", PrivacyWarning)
         sample_path_release(model, X_STAR, epsilon=2.0, ledger=ledger, rng=rng, **common)
+
+
+def test_fits_in_refuses_for_the_privacy_model_alone_and_for_the_releases_own_target(label_model):
+    """Mutation round, stop 35: the mismatch case above is refused by the budget too, so
+    ``fits_in`` without its privacy-model check passed; here the budget is ample.  And a
+    sample-path plan whose cost exceeds its own ``epsilon=`` target must not fit any ledger,
+    as the release refuses it before the spend."""
+    p = plan.cloaked(label_model, X_STAR, epsilon=1.0, delta=1e-5, y_bounds=(-2, 2))
+    full = Ledger(epsilon=100.0, delta=1e-5)
+    full.spend(ZCDPEvent(0.01), privacy_model="full")  # the plan's event family (secure noise)
+    assert full.can_afford(p.event)  # the budget alone would take it
+    assert not p.fits_in(full)
+    over = plan.sample_path(
+        50,
+        kernel_scale=1.0,
+        y_bounds=(-1.0, 1.0),
+        delta=1e-5,
+        noise_sd=0.5,
+        epsilon=1e-3,
+        kappa=0.0,
+    )
+    assert over.epsilon > 1e-3 and not over.fits
+    assert Ledger(epsilon=1e6, delta=1e-5).can_afford(over.planned_event)
+    assert not over.fits_in(Ledger(epsilon=1e6, delta=1e-5))
