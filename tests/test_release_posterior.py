@@ -365,3 +365,29 @@ def test_posterior_draws_do_not_depend_on_eigenvector_signs(small, monkeypatch):
 
     monkeypatch.setattr(np.linalg, "eigh", flipped)
     np.testing.assert_allclose(rp.sample(5, np.random.default_rng(1)), first, rtol=0, atol=1e-12)
+
+
+def test_noise_and_mechanism_are_compared_exactly_not_through_the_description(small):
+    """Mutation round, stop 35 (G04, G17, P07): the description prints the noise variance to
+    six digits, so only the exact ``noise_var`` key separates a noise sd 1e-7 relative away;
+    only the two linear-Gaussian mechanism names are accepted; and ``dp_ppc(posterior=)`` keeps
+    the classification refusal (a hand-edited mechanism name)."""
+    model, X_star, X_h = small
+    X, y = model.public_gp().X[:, 0], np.sin(model.public_gp().X[:, 0])
+    rel = cloaked_release(
+        model, X_star, epsilon=2.0, delta=1e-5, y_bounds=(-3.0, 3.0), rng=np.random.default_rng(1)
+    )
+    close = gp_regression(
+        X, y, pm.gp.cov.ExpQuad(1, ls=KERNEL_LS), noise_sd=0.3 * (1 + 1e-7), mean=0.0
+    )
+    assert close.public_gp().description == rel.metadata["kernel"]
+    with pytest.raises(ValueError, match="noise_var"):
+        release_posterior(rel, close, X_h)
+    for name in ("output_perturbation", "binning"):
+        with pytest.raises(ValueError, match="cloaking or prior-noise"):
+            release_posterior(dataclasses.replace(rel, mechanism=name), model, X_h)
+    X_p = X_star[[1, 3, 5]]
+    rp = release_posterior(rel, model, X_p)
+    forged = dataclasses.replace(rel, mechanism="laplace_classification_cloaking")
+    with pytest.raises(ValueError, match="Gaussian predictive"):
+        dp_ppc(forged, X_p, np.zeros(3), noise_sd=0.3, training=model, posterior=rp)
