@@ -392,3 +392,19 @@ def test_noise_and_mechanism_are_compared_exactly_not_through_the_description(sm
     forged = dataclasses.replace(rel, mechanism="laplace_classification_cloaking")
     with pytest.raises(ValueError, match="Gaussian predictive"):
         dp_ppc(forged, X_p, np.zeros(3), noise_sd=0.3, training=model, posterior=rp)
+
+
+def test_a_prior_mean_below_the_descriptions_six_digits_is_refused():
+    """The description prints the prior mean to six digits (1234567 and 1234568 both read
+    1.23457e+06); the exact ``prior_mean`` key tells them apart (mutation-round loose end)."""
+    X = np.linspace(0, 6, 8)
+    cov = pm.gp.cov.ExpQuad(1, ls=KERNEL_LS)
+    model = gp_regression(X, 1234567.0 + np.sin(X), cov, noise_sd=0.3, mean=1234567.0)
+    rel = cloaked_release(
+        model, X[::2], epsilon=2.0, delta=1e-5, y_bounds=(1234564.0, 1234570.0),
+        rng=np.random.default_rng(0),
+    )  # fmt: skip
+    other = gp_regression(X, 1234567.0 + np.sin(X), cov, noise_sd=0.3, mean=1234568.0)
+    assert other.public_gp().description == rel.metadata["kernel"]
+    with pytest.raises(ValueError, match="prior_mean"):
+        release_posterior(rel, other, X[:3])
