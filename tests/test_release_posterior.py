@@ -74,6 +74,10 @@ def test_equals_an_independent_high_precision_conditioning(small, mechanism, n_d
     private_var = model.public_gp().posterior_var(X_h)
     assert np.all(rp.sd**2 < prior_var) and np.all(rp.sd**2 > private_var)
     assert rp.n_dp_draws == n_draws
+    # the default inputs (the release's X*) take a shortcut sharing one solve with L
+    default, explicit = release_posterior(rel, model), release_posterior(rel, model, X_star)
+    np.testing.assert_allclose(default.mean, explicit.mean, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(default.cov, explicit.cov, rtol=0, atol=1e-10)
 
 
 def test_reads_no_private_output_and_refuses_another_model(small):

@@ -29,6 +29,7 @@ __all__ = [
     "check_square_symmetric",
     "jitter_schedule",
     "jittered_cholesky",
+    "psd_eigen_root",
     "symmetrise_inplace",
     "cho_solve_lower",
     "solve_lower",
@@ -71,6 +72,15 @@ def canonical_signs(U: NDArray[np.float64]) -> NDArray[np.float64]:
     """
     w = sign_reference(U.shape[0])
     return U * np.where(w @ U < 0.0, -1.0, 1.0)
+
+
+def psd_eigen_root(S: NDArray[np.float64]) -> NDArray[np.float64]:
+    """``R = V diag(√λ₊)`` with ``R Rᵀ = S₊``: the eigen-root of the symmetrised ``S`` with
+    negative (round-off) eigenvalues clipped at 0 and canonical eigenvector signs
+    (``canonical_signs``), for draws ``m + R z`` from a possibly singular covariance that a
+    seed fixes on every LAPACK build."""
+    w, V = np.linalg.eigh(0.5 * (S + S.T))
+    return canonical_signs(V) * np.sqrt(np.clip(w, 0.0, None))
 
 
 #: Rows per block in the blocked passes over an n×n matrix: each pass holds O(n · block)

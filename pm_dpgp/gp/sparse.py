@@ -155,11 +155,9 @@ def _as_dask_array(obj: Any, name: str) -> Any:
         arr = data
     elif hasattr(obj, "to_dask_array"):  # dask.dataframe DataFrame / Series
         dtypes = [obj.dtype] if hasattr(obj, "dtype") else list(obj.dtypes)
-        if any(
-            not np.issubdtype(np.dtype(getattr(t, "numpy_dtype", t)), np.number)
-            and np.dtype(getattr(t, "numpy_dtype", t)).kind != "b"
-            for t in dtypes
-        ):
+        # NumPy and pandas extension dtypes both have ``kind`` ("f" for Float64, "O" for text
+        # and categories)
+        if any(getattr(t, "kind", "O") not in "biuf" for t in dtypes):
             raise TypeError(_DASK_DTYPE.format(name=name, dtype=dtypes))
         if any(not isinstance(t, np.dtype) for t in dtypes):  # pandas extension dtypes
             obj = obj.map_partitions(_nullable_as_float, meta=_float_meta(obj))

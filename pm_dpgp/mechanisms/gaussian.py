@@ -34,6 +34,7 @@ from dp_accounting import get_sigma_gaussian
 from pm_dpgp._validation import check_delta, check_epsilon, check_positive
 from pm_dpgp.accounting.events import (
     DEFAULT_ORDERS,
+    GaussianEvent,
     ZCDPEvent,
     _gdp_delta_certified,
     _nudge_up,
@@ -102,13 +103,16 @@ def gaussian_sigma(
     sigma = float(get_sigma_gaussian(epsilon, delta)) * sensitivity
     _check_representable(sigma, sensitivity)
     sigma = _nudge_up(sigma, lambda sig: _gdp_delta_certified(sensitivity / sig, epsilon, delta))
-    # then until the charged event's own ε at δ (the ledger's inversion, ``gdp_epsilon`` at
-    # the event's μ = 1/z, z = σ/Δ) is ≤ ε as well: that inversion rounds up, by an amount
-    # that is absolute in ε (~1e-15), so at tiny ε it exceeded the target that σ certifies
-    # (ε = 1e-9: +3.2e-6 relative) and a Ledger(epsilon=ε) refused the release.  Only σ grows,
-    # by ~1e-10 relative there; nothing changes where the event's ε is already ≤ ε
+    # then until the charged event's own ε at δ (``GaussianEvent(σ/Δ).epsilon``, the ledger's
+    # inversion) is ≤ ε as well: that inversion rounds up, by an amount that is absolute in ε
+    # (~1e-15), so at tiny ε it exceeded the target that σ certifies (ε = 1e-9: +3.2e-6
+    # relative) and a Ledger(epsilon=ε) refused the release.  Only σ grows, by ~1e-10
+    # relative there; nothing changes where the event's ε is already ≤ ε
     # (docs/gaussian_calibration.md, "The event's own ε")
-    return _nudge_up(sigma, lambda sig: gdp_epsilon(1.0 / (sig / sensitivity), delta) <= epsilon)
+    return _nudge_up(
+        sigma,
+        lambda sig: GaussianEvent(noise_multiplier=sig / sensitivity).epsilon(delta) <= epsilon,
+    )
 
 
 def _check_representable(sigma: float, sensitivity: float) -> None:

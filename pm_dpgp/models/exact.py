@@ -204,9 +204,9 @@ class PublicGP(PublicInputsView):
         return CloakingOperator(self.kernel(self.X, Xs).T, self.posterior().L)
 
     def cloaking_metadata(self) -> dict[str, Any]:
-        """Extra public facts for a cloaked release of the exact GP: the jitter added to
-        ``k(X, X) + σ_n² I`` by its factorisation (0.0 unless it failed; public under label
-        privacy, where ``X`` is public) and ``inputs_fingerprint``."""
+        """Extra public facts for a label release of the exact GP (cloaking, prior noise):
+        the jitter added to ``k(X, X) + σ_n² I`` by its factorisation (0.0 unless it failed;
+        public under label privacy, where ``X`` is public) and ``inputs_fingerprint``."""
         return {"jitter": float(self.posterior().jitter), **self.inputs_fingerprint()}
 
     def inputs_fingerprint(self) -> dict[str, Any]:

@@ -45,7 +45,7 @@ from numpy.typing import ArrayLike, NDArray
 from scipy.linalg import cho_factor, cho_solve, qr, solve_triangular
 
 from pm_dpgp._validation import check_count, check_finite_array, check_rng
-from pm_dpgp.gp.linalg import canonical_signs
+from pm_dpgp.gp.linalg import psd_eigen_root
 from pm_dpgp.models import GPRegression, PublicGP
 from pm_dpgp.release import Release, _jsonable
 
@@ -107,8 +107,7 @@ class ReleasePosterior:
         gives the same draws whichever LAPACK build returned them)."""
         n = check_count(n, "n")
         rng = check_rng(rng)
-        w, V = np.linalg.eigh(0.5 * (self.cov + self.cov.T))
-        root = canonical_signs(V) * np.sqrt(np.clip(w, 0.0, None))
+        root = psd_eigen_root(self.cov)
         return self.mean + rng.standard_normal((n, root.shape[1])) @ root.T
 
 
@@ -195,13 +194,13 @@ def release_posterior(
         )
     if not isinstance(model, GPRegression):
         raise TypeError(f"model must be a GPRegression, got {type(model).__name__}.")
-    if not isinstance(model.public_cloaking(hyperparameters), PublicGP):
+    public = model.public_cloaking(hyperparameters)  # the view the release's C came from
+    if not isinstance(public, PublicGP):
         raise ValueError(
             "release_posterior supports exact-GP releases only; a FITC release's posterior "
             "needs the FITC prior, which is not implemented (use dp_ppc's flat-prior "
             "marginalisation)."
         )
-    public = model.public_gp(hyperparameters)
     _check_model(release, public)
     X_star = np.asarray(release.X_star, dtype=np.float64)
     X_h = X_star if X_new is None else check_finite_array(X_new, "X_new", ndim=2)
@@ -212,16 +211,20 @@ def release_posterior(
     S = release.n_draws
     # F = Q_F R_F: coordinates t̄ of the draws' mean in the range of F
     Q_F, R_F = qr(np.asarray(release.noise_factor, float), mode="economic", check_finite=False)
-    keep = np.abs(np.diag(R_F)) > 0.0
-    if not np.all(keep):
+    if not np.all(np.diag(R_F)):
         raise ValueError("the release's noise factor is rank deficient; cannot condition on it.")
     centred = release.draws.mean(axis=0) - public.mean
     t_bar = solve_triangular(R_F, Q_F.T @ centred, lower=False)
-    # T = R_F⁻¹ Q_Fᵀ K*f A⁻¹, A = L Lᵀ; E = L⁻¹ (R_F⁻¹ Q_Fᵀ K*f)ᵀ, so T A Tᵀ = EᵀE
+    # T = R_F⁻¹ Q_Fᵀ K*f A⁻¹ and A = L Lᵀ (the release's own factor), so with
+    # E = L⁻¹ K_f* Q_F R_F⁻ᵀ: T A Tᵀ = EᵀE; and H = L⁻¹ K_fh gives Cov(f_h, t̄) = HᵀE
     L = public.posterior().L
-    Bt = solve_triangular(R_F, Q_F.T @ public.kernel(X_star, public.X), lower=False)
-    E = solve_triangular(L, Bt.T, lower=True)
-    H = solve_triangular(L, public.kernel(X_h, public.X).T, lower=True)
+    K_sf = public.kernel(X_star, public.X)
+    if X_new is None:  # X_h = X*: one kernel block and one solve with L serve E and H
+        H = solve_triangular(L, K_sf.T, lower=True)
+        E = solve_triangular(R_F, (H @ Q_F).T, lower=False).T
+    else:
+        E = solve_triangular(L, solve_triangular(R_F, Q_F.T @ K_sf, lower=False).T, lower=True)
+        H = solve_triangular(L, public.kernel(X_h, public.X).T, lower=True)
     sigma_t = E.T @ E
     sigma_t[np.diag_indices_from(sigma_t)] += 1.0 / S
     factor = cho_factor(sigma_t, lower=True, check_finite=False)

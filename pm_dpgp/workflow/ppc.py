@@ -176,8 +176,7 @@ def _dp_values(
             "release must be a pm_dpgp Release, SamplePathRelease or SparseQuRelease (noise-aware "
             f"or Dirichlet), got {type(release).__name__}."
         )
-    release.check_gaussian_predictive()
-    attrs = flat_attrs(release.mechanism, release.metadata, n_draws=release.n_draws)
+    attrs = _gaussian_release_attrs(release)
     X_star = np.asarray(release.X_star, float)
     if X_star.shape[1] != X_hold.shape[1]:
         raise ValueError(
@@ -208,6 +207,13 @@ def _dp_values(
     W = _interpolation_matrix(xs, order, X_hold[:, 0])
     attrs["ppc_interpolation"] = "linear (post-processing of the release)"
     return release.draws @ W.T, attrs, W @ F
+
+
+def _gaussian_release_attrs(release: Release) -> dict[str, Any]:
+    """The attrs of a ``Release`` whose draws enter a Gaussian predictive (a classification
+    release is refused: ``Release.check_gaussian_predictive``)."""
+    release.check_gaussian_predictive()
+    return flat_attrs(release.mechanism, release.metadata, n_draws=release.n_draws)
 
 
 def _interpolation_matrix(
@@ -361,9 +367,7 @@ def dp_ppc(
     if posterior is None:
         f, attrs, G = _dp_values(release, X_hold, interpolate, n_draws, rng)
     else:  # the posterior holds everything at X_holdout: no mapping of the draws is needed
-        release.check_gaussian_predictive()
-        f, G = release.draws, None
-        attrs = flat_attrs(release.mechanism, release.metadata, n_draws=release.n_draws)
+        f, G, attrs = release.draws, None, _gaussian_release_attrs(release)
     n_dp = f.shape[0]
     if n_replicates is None:
         n_replicates = max(1, math.ceil(200 / n_dp))

@@ -60,7 +60,7 @@ from pm_dpgp._validation import (
 )
 from pm_dpgp.accounting import BudgetExceededError, Ledger, PrivacyEvent
 from pm_dpgp.compat import get_group
-from pm_dpgp.gp.linalg import canonical_signs
+from pm_dpgp.gp.linalg import psd_eigen_root
 from pm_dpgp.mechanisms.full.sample_path import (
     PRIVACY_MODEL,
     PrivateRows,
@@ -384,10 +384,8 @@ def _exact_path(
             S = cov[q:, q:] - A @ cov[:q, q:]
         else:
             m, S = mu, cov
-        S = 0.5 * (S + S.T)
-        w, V = np.linalg.eigh(S)
-        V = canonical_signs(V)  # eigenvector signs follow LAPACK: fix them (same seed, same path)
-        f = m + V @ (np.sqrt(np.clip(w, 0, None)) * rng.standard_normal(len(m)))
+        # canonical eigenvector signs: the same seed gives the same path on every LAPACK
+        f = m + psd_eigen_root(S) @ rng.standard_normal(len(m))
         X_done.append(Xn)
         f_done.append(f)
         return f

@@ -72,7 +72,7 @@ from pm_dpgp._validation import (
     reject_unexpected,
 )
 from pm_dpgp.accounting import FilterMismatchError, Ledger
-from pm_dpgp.gp.linalg import canonical_signs, jittered_cholesky
+from pm_dpgp.gp.linalg import jittered_cholesky, psd_eigen_root
 from pm_dpgp.mechanisms.full.noise_aware import (
     NEIGHBOURING_RELATION,
     PRIVACY_MODEL,
@@ -357,8 +357,7 @@ def posterior_root(S: NDArray[np.float64]) -> NDArray[np.float64]:
     try:
         return jittered_cholesky(S, max_tries=1, check=False)[0]
     except np.linalg.LinAlgError:  # CholeskyError
-        w, V = np.linalg.eigh(S)
-        return canonical_signs(V) * np.sqrt(np.clip(w, 0.0, None))
+        return psd_eigen_root(S)
 
 
 def dp_thompson_sampling_tree(

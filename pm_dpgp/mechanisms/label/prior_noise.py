@@ -181,6 +181,7 @@ def prior_noise_release(
         X_star=X_star,
         whitening=whitening,
         sensitivity_bound=bound,
-        **public_gp.inputs_fingerprint(),
-        jitter=float(public_gp.posterior().jitter),  # public: X is public (label privacy)
+        # the jitter of the factorisation and the inputs fingerprint, as a cloaked release
+        # records them (public: X is public under label privacy)
+        **public_gp.cloaking_metadata(),
     )
