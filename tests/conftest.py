@@ -45,6 +45,14 @@ def small_gp():
     return gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=1.5), noise_sd=0.3, mean=0.0)
 
 
+@pytest.fixture(scope="module")
+def label_model():
+    """Exact GP regression on 25 points of ``cos(2x)`` in ``[0, 2]`` (the plan tests)."""
+    rng = np.random.default_rng(1)
+    X = rng.uniform(0.0, 2.0, 25)
+    return gp_regression(X, np.cos(2 * X), pm.gp.cov.ExpQuad(1, ls=0.5), noise_sd=0.3)
+
+
 def small_model(seed: int, n: int = 12, ls: float = 1.5, scale: float = 1.0, noise: float = 0.3):
     """A small 1-D GP regression with outputs inside the public range [-2, 2]."""
     rng = np.random.default_rng(seed)

@@ -30,13 +30,6 @@ from pm_dpgp.models import gp_regression, grid_inducing_points, sparse_gp_regres
 X_STAR = np.linspace(0.0, 2.0, 7)[:, None]
 
 
-@pytest.fixture(scope="module")
-def label_model():
-    rng = np.random.default_rng(1)
-    X = rng.uniform(0.0, 2.0, 25)
-    return gp_regression(X, np.cos(2 * X), pm.gp.cov.ExpQuad(1, ls=0.5), noise_sd=0.3)
-
-
 def _cloaked(model, epsilon, ledger, secure):
     return cloaked_release(
         model, X_STAR, epsilon=epsilon, delta=1e-5, y_bounds=(-2.0, 2.0), ledger=ledger,

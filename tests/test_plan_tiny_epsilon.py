@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pymc as pm
 import pytest
 from dp_accounting import get_sigma_gaussian
 
@@ -20,16 +19,7 @@ from pm_dpgp.accounting import GaussianEvent, Ledger
 from pm_dpgp.accounting.events import _gdp_delta_certified, _nudge_up
 from pm_dpgp.mechanisms import cloaked_release
 from pm_dpgp.mechanisms.gaussian import gaussian_sigma
-from pm_dpgp.models import gp_regression
-
-X_STAR = np.linspace(0.0, 2.0, 7)[:, None]
-
-
-@pytest.fixture(scope="module")
-def label_model():
-    rng = np.random.default_rng(1)
-    X = rng.uniform(0.0, 2.0, 25)
-    return gp_regression(X, np.cos(2 * X), pm.gp.cov.ExpQuad(1, ls=0.5), noise_sd=0.3)
+from tests.test_plan_ledger import X_STAR
 
 
 @pytest.mark.parametrize("eps", [1e-9, 1e-7, 1e-6, 1e-5])
