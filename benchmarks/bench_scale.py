@@ -64,14 +64,15 @@ def release_split(n: int, m: int, d: int, t_chol: float) -> None:
     _, w_chol, c_chol = timed(functools.partial(sla.cholesky, A, lower=True, check_finite=False))
     del A
     model = bcr.model_for(X, y)
-    _, w_rel, c_rel = timed(lambda: bcr.release(X, y, X_star, model=model))
+    rel, w_rel, c_rel = timed(lambda: bcr.release(X, y, X_star, model=model))
     print(
         f"  release wall {w_rel:.2f} s / Cholesky wall {w_chol:.2f} s = {w_rel / w_chol:.2f}x | "
         f"release CPU {c_rel:.2f} s / Cholesky CPU {c_chol:.2f} s = {c_rel / c_chol:.2f}x"
     )
     public_gp = bcr.model_for(X, y).public_cloaking()
     op, w_op, c_op = timed(lambda: public_gp.cloaking_operator(X_star))
-    red, w_red, c_red = timed(lambda: cloaking._reduce(op, 1e-8))
+    rank_tol = rel.metadata["rank_tol"]  # the release's own cut (the default "auto" rule)
+    red, w_red, c_red = timed(lambda: cloaking._reduce(op, rank_tol))
     Bt = np.ascontiguousarray(red.white[:, red.reps].T)
     (u, iters, conv), w_des, c_des = timed(lambda: cloaking._solve_design(Bt, 1e-9, 100_000))
     weights = np.zeros(op.shape[1])
@@ -81,7 +82,10 @@ def release_split(n: int, m: int, d: int, t_chol: float) -> None:
         return cloaking._assemble(red, weights, iters, conv, tol=1e-9)
 
     res, w_asm, c_asm = timed(assemble)
-    print(f"  split of the release, n={n:,} m={X_star.shape[0]:,} d={d} (rank {res.rank}):")
+    print(
+        f"  split of the release, n={n:,} m={X_star.shape[0]:,} d={d} (rank {res.rank}, "
+        f"rank_tol {rank_tol:.3g}, {rel.metadata['rank_rule']}):"
+    )
     for name, w, c in (
         ("operator: kernels + n x n Cholesky", w_op, c_op),
         ("range finder (_reduce)", w_red, c_red),

@@ -190,7 +190,7 @@ def cloaked(
     n_draws: int = 1,
     secure: bool = True,
     tol: float = 1e-9,
-    rank_tol: float = 1e-8,
+    rank_tol: float | Literal["auto"] = "auto",
     design: Literal["logdet", "trace"] = "logdet",
 ) -> CloakedPlan:
     """Plan a ``cloaked_release`` before touching the private labels.
@@ -199,9 +199,11 @@ def cloaked(
     public), never ``model.y``.  Returns the DP noise sd at every ``X_star`` for the target
     (ε, δ) and the event the ledger will be charged.  ``secure=False`` plans the simulation
     mode (``rng=`` given to the release).  Costs one noise-covariance solve, like the release.
-    ``design`` must match the release's (``"logdet"`` or ``"trace"``, ``docs/cloaking.md`` §8).
+    ``design`` and ``rank_tol`` must match the release's (``"logdet"`` or ``"trace"``,
+    ``docs/cloaking.md`` §8; ``"auto"`` is the same public rule in both).
     """
     from pm_dpgp.mechanisms.label.cloaking_release import public_cloaking
+    from pm_dpgp.mechanisms.label.truncation import TruncationSetting
 
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta)
@@ -209,8 +211,10 @@ def cloaked(
     lower, upper = check_public_bounds(y_bounds)
     public_gp = model.public_cloaking(hyperparameters)
     X_star = check_finite_array(X_star, "X_star", ndim=2)
+    setting = TruncationSetting(epsilon, delta, public_gp.n, (lower, upper), public_gp.mean)
+    cut = setting.cut(rank_tol)
     parts = public_cloaking(
-        public_gp, X_star, (lower, upper), tol=tol, rank_tol=rank_tol, design=design
+        public_gp, X_star, (lower, upper), tol=tol, rank_tol=cut.rank_tol, design=design
     )
     return _gaussian_plan(
         epsilon,
@@ -275,7 +279,7 @@ def classification(
     n_draws: int = 1,
     secure: bool = True,
     tol: float = 1e-9,
-    rank_tol: float = 1e-8,
+    rank_tol: float | Literal["auto"] = "auto",
     design: Literal["logdet", "trace"] = "logdet",
 ) -> GaussianReleasePlan:
     """Plan a ``classification_release`` (one-step Laplace, Smith et al. 2021 §4).
@@ -291,12 +295,14 @@ def classification(
         public_one_step,
     )
     from pm_dpgp.mechanisms.label.cloaking_release import cloaking_parts
+    from pm_dpgp.mechanisms.label.truncation import TruncationSetting
 
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta)
     n_draws = check_count(n_draws, "n_draws")
     C = public_one_step(model, X_star, hyperparameters, f0, inducing_points, kmeans_seed)[3][0]
-    parts = cloaking_parts(C, LABEL_BOUNDS, tol=tol, rank_tol=rank_tol, design=design)
+    cut = TruncationSetting(epsilon, delta, C.shape[1], LABEL_BOUNDS, 0.0).cut(rank_tol)
+    parts = cloaking_parts(C, LABEL_BOUNDS, tol=tol, rank_tol=cut.rank_tol, design=design)
     label = CLASSIFICATION_LABEL
     return _gaussian_plan(
         epsilon,

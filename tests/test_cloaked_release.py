@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from pm_dpgp._validation import PrivacyWarning
 from pm_dpgp.accounting import BudgetExceededError, GaussianEvent, Ledger
 from pm_dpgp.mechanisms import cloaked_release, cloaking_noise
+from pm_dpgp.mechanisms.label.truncation import TruncationSetting
 from pm_dpgp.models import PrivateHyperparameterError, gp_regression
 from tests.tolerances import EPS, cond_rtol
 
@@ -260,7 +261,9 @@ def test_monte_carlo_privacy_loss(kung_model, calibration):
     eps, delta = 1.0, 0.01
     ages = np.linspace(0.0, 110.0, 40)
     public_gp = kung_model.public_gp()
-    C, noise = cloaking_noise(public_gp, ages[:, None])
+    # the release's own rank cut (the default "auto" rule), so j is its most exposed label
+    cut = TruncationSetting(eps, delta, public_gp.n, KUNG_BOUNDS, 110.0).auto_rank_tol()
+    C, noise = cloaking_noise(public_gp, ages[:, None], rank_tol=cut)
     g = np.einsum("ij,ij->j", *[np.linalg.solve(noise.chol_k, noise.basis.T @ C)] * 2)
     j = int(np.argmax(g))  # the most exposed individual
     # Adversarial neighbours: the most exposed individual at either end of the range (|Δy| = d).

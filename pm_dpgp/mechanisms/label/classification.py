@@ -67,6 +67,7 @@ from pm_dpgp.mechanisms.label.output_perturbation import (
     model_labels,
     perturb,
 )
+from pm_dpgp.mechanisms.label.truncation import TruncationSetting
 from pm_dpgp.mechanisms.whitening import centred_whitening
 from pm_dpgp.models._common import _as_2d_inputs
 from pm_dpgp.models.classification import GPClassification, PublicLatentGP, binary_labels
@@ -178,7 +179,7 @@ def classification_release(
     ledger: Ledger | None = None,
     rng: np.random.Generator | None = None,
     tol: float = 1e-9,
-    rank_tol: float = 1e-8,
+    rank_tol: float | Literal["auto"] = "auto",
     progressbar: bool = False,
     design: Literal["logdet", "trace"] = "logdet",
 ) -> Release:
@@ -219,7 +220,9 @@ def classification_release(
     labels = model_labels(gpc, public, LABEL_BOUNDS, bounds_are_public=True)
     t = binary_labels(labels.y)  # the 0/1 labels of the PyMC model and of laplace (stop 32)
     with progress_bar(2, "Classification release", enabled=progressbar) as bar:
-        parts = cloaking_parts(C, LABEL_BOUNDS, tol=tol, rank_tol=rank_tol, design=design)
+        # labels t ∈ {0, 1} enter as C* (t − 0): the rank rule's "prior mean" is 0
+        cut = TruncationSetting(epsilon, delta, public.n, LABEL_BOUNDS, 0.0).cut(rank_tol)
+        parts = cloaking_parts(C, LABEL_BOUNDS, tol=tol, rank_tol=cut.rank_tol, design=design)
         noise, F = parts.noise, parts.shape_factor
         bar.advance("noise covariance solved")
         # whitened mean w = L_k⁻¹ U_kᵀ C* t, centred at ½ with its round-off bounded (whitening.py)
@@ -270,6 +273,8 @@ def classification_release(
         "max_mahalanobis": noise.max_mahalanobis,
         "noise_rank": noise.rank,
         "rank_tol": noise.rank_tol,
+        "rank_rule": cut.rule,
+        "truncation_bias_ratio": cut.bias_ratio,
         "solver_gap_bound": noise.gap_bound,
         "solver_converged": bool(noise.converged),
         "noise_design": noise.design,

@@ -37,6 +37,7 @@ from pm_dpgp.mechanisms.label.output_perturbation import (
     model_labels,
     planned_l2_sensitivity,
 )
+from pm_dpgp.mechanisms.label.truncation import TruncationSetting
 from pm_dpgp.mechanisms.whitening import centred_whitening
 from pm_dpgp.models import GPRegression, PublicGP
 from pm_dpgp.models.fitc import PublicFITC
@@ -150,7 +151,7 @@ def cloaked_release(
     clip: Literal["warn", "raise"] = "warn",
     bounds_are_public: bool = False,
     tol: float = 1e-9,
-    rank_tol: float = 1e-8,
+    rank_tol: float | Literal["auto"] = "auto",
     progressbar: bool = False,
     design: Literal["logdet", "trace"] = "logdet",
 ) -> Release:
@@ -197,12 +198,17 @@ def cloaked_release(
         the default, is accepted (the name is kept for compatibility).
     bounds_are_public:
         set to ``True`` only if bounds that coincide with the data's min/max really are public.
-    tol, rank_tol:
-        optimality tolerance of the noise-covariance solver and relative
-        singular-value tolerance of the column space of ``C``.  Directions of ``C``
-        weaker than ``rank_tol`` × the largest are projected out of the mean; keeping
-        weaker ones would make the Mahalanobis sensitivity ill-conditioned (round-off
-        in ``C`` is amplified by ``1 / rank_tol`` in the whitened space).
+    tol:
+        optimality tolerance of the noise-covariance solver.
+    rank_tol:
+        relative singular-value tolerance of the column space of ``C``: directions of ``C``
+        weaker than ``rank_tol`` × the largest are projected out of the mean (never
+        released unnoised).  ``"auto"`` (default): the largest tolerance whose worst-case
+        bias, over every label vector in ``y_bounds``, is below 1 % of the RMS norm of one
+        draw's noise (``pm_dpgp.mechanisms.label.truncation``; public inputs only, recorded
+        with the bound in the metadata).  A number in ``(0, 1]`` is used as given (``1e-8``
+        was the default before; values far below ``1e-10`` make the Mahalanobis
+        sensitivity ill-conditioned).
     progressbar:
         show a progress bar over the stages (noise covariance, draw), as PyMC's samplers do;
         worth it from a few thousand training points (``docs/cloaking.md``, scaling table).
@@ -216,9 +222,11 @@ def cloaked_release(
     public_gp = gpr.public_cloaking(hyperparameters)
     X_star = check_finite_array(X_star, "X_star", ndim=2)
     labels = model_labels(gpr, public_gp, y_bounds, clip=clip, bounds_are_public=bounds_are_public)
+    setting = TruncationSetting(epsilon, delta, public_gp.n, labels.y_bounds, public_gp.mean)
+    cut = setting.cut(rank_tol)
     with progress_bar(2, "Cloaked release", enabled=progressbar) as bar:
         parts = public_cloaking(
-            public_gp, X_star, labels.y_bounds, tol=tol, rank_tol=rank_tol, design=design
+            public_gp, X_star, labels.y_bounds, tol=tol, rank_tol=cut.rank_tol, design=design
         )
         noise = parts.noise
         bar.advance("noise covariance solved")
@@ -243,6 +251,8 @@ def cloaked_release(
             max_mahalanobis=noise.max_mahalanobis,
             noise_rank=noise.rank,
             rank_tol=noise.rank_tol,
+            rank_rule=cut.rule,
+            truncation_bias_ratio=cut.bias_ratio,
             solver_gap_bound=noise.gap_bound,
             solver_converged=bool(noise.converged),
             noise_design=noise.design,

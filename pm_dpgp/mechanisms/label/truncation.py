@@ -1,0 +1,118 @@
+r"""The default rank cut of cloaked releases: drop what the noise would drown anyway.
+
+A cloaked release (Smith et al. 2018 §3) keeps the directions of the cloaking matrix ``C``
+whose singular values exceed ``rank_tol · σ_1`` and projects the rest out of the released
+mean (``docs/cloaking.md`` §2, §4).  Every kept direction must be covered by noise, so the cut
+trades a bias for noise: the projected-out part of the mean is
+
+    ‖(I − U_k U_kᵀ) C r‖ ≤ (rank_tol σ_1 + ρ) ‖r‖ ≤ 1.1 · rank_tol · σ_1 · R,            (1)
+
+``r = y − μ`` the centred clipped labels, ``R = √n · max(|lower − μ|, |upper − μ|)`` the
+largest ``‖r‖`` the public bounds allow and ``ρ ≤ 0.1 rank_tol σ_1`` the range finder's
+residual (``_column_space``).  The noise of one draw has covariance ``σ² F Fᵀ`` with
+``σ = s · Δ₂``, ``s`` the noise multiplier of the calibration and ``Δ₂ ≥ d · max_i ‖a_i‖_{M⁺}``
+the charged L2 sensitivity (``d = upper − lower``).  Along the unit vector ``u = c̃_i / ‖c̃_i‖``
+of any projected column ``c̃_i = U_k U_kᵀ c_i``, Cauchy–Schwarz in the ``M``-inner product gives
+``uᵀ M u ≥ ‖c̃_i‖² / (c̃_iᵀ M⁺ c̃_i)``, so
+
+    E‖noise‖² ≥ σ² uᵀ F Fᵀ u ≥ s² d² ‖c̃_i‖²  for every i,  hence  ≥ s² d² σ_1² / n,     (2)
+
+because ``max_i ‖c̃_i‖² ≥ ‖U_k U_kᵀ C‖_F² / n ≥ σ_1² / n`` (the top direction is always kept).
+``s`` is at least the analytic Gaussian multiplier ``s_a(ε, δ)`` of Balle & Wang (2018): the
+classic constant and the secure (discrete Gaussian, zCDP) calibration need more noise.
+Dividing (1) by the square root of (2),
+
+    ‖bias‖ / sqrt(E‖noise‖²) ≤ 1.1 · rank_tol · √n · R / (s_a d) =: ratio(rank_tol).       (3)
+
+``rank_tol="auto"`` takes the largest ``rank_tol`` with ``ratio ≤ η = 0.01``: whatever the
+labels, the mean loses less than 1 % of the root-mean-square norm of one draw's noise (and
+(2) is a bound along one direction only; the noise spreads over all ``k``).  Everything in (3)
+is public (ε, δ, n, the bounds, the prior mean), so the rule spends no budget and the plan
+reproduces it.  The result is clamped to ``[10⁻¹⁰, 10⁻²]``: below ``10⁻¹⁰`` the whitened
+problem is ill-conditioned (``docs/cloaking.md`` §2) and (1) no longer holds with 1.1 once the
+residual reaches its rounding level; the clamp is reported through the recorded ratio.
+
+The bound (3) is per draw; the average of ``S`` independent draws has ``√S`` times less noise,
+so its ratio is at most ``√S · ratio``.  Derivation and measurements: ``docs/cloaking.md``,
+"The default rank cut".
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Literal
+
+from pm_dpgp.mechanisms.gaussian import gaussian_sigma
+
+__all__ = [
+    "RANK_TOL_CEILING",
+    "RANK_TOL_FLOOR",
+    "TRUNCATION_ETA",
+    "RankCut",
+    "TruncationSetting",
+]
+
+#: Largest allowed ratio of the worst-case truncation bias to one draw's RMS noise norm.
+TRUNCATION_ETA = 0.01
+#: Smallest ``rank_tol`` the rule returns (the whitened problem's conditioning).
+RANK_TOL_FLOOR = 1e-10
+#: Largest ``rank_tol`` the rule returns.
+RANK_TOL_CEILING = 1e-2
+#: ``1 + ρ / (rank_tol σ_1)``: the range finder accepts ``ρ ≤ 0.1 rank_tol σ_1``.
+_RESIDUAL_FACTOR = 1.1
+
+
+@dataclass(frozen=True)
+class RankCut:
+    """The cut a release uses: its ``rank_tol``, how it was chosen, and bound (3)."""
+
+    rank_tol: float
+    rule: Literal["auto", "given"]
+    bias_ratio: float  # (3): worst-case truncation bias / RMS noise norm of one draw
+
+
+@dataclass(frozen=True)
+class TruncationSetting:
+    """The public quantities of bound (3): ``(ε, δ)`` of one draw, ``n``, bounds, prior mean."""
+
+    epsilon: float
+    delta: float
+    n: int
+    y_bounds: tuple[float, float]
+    prior_mean: float
+
+    def ratio(self, rank_tol: float) -> float:
+        """Bound (3) of the module docstring: ``1.1 · rank_tol · √n · R / (s_a d)``."""
+        lower, upper = float(self.y_bounds[0]), float(self.y_bounds[1])
+        mu = float(self.prior_mean)
+        # R: the largest ‖y − μ‖ for labels clipped to the bounds
+        R = math.sqrt(self.n) * max(abs(lower - mu), abs(upper - mu))
+        s_a = gaussian_sigma(self.epsilon, self.delta, 1.0, method="analytic")
+        return _RESIDUAL_FACTOR * float(rank_tol) * math.sqrt(self.n) * R / (s_a * (upper - lower))
+
+    def auto_rank_tol(self) -> float:
+        """The largest ``rank_tol`` with ``ratio ≤ TRUNCATION_ETA``, clamped (floor, ceiling)."""
+        unit = self.ratio(1.0)
+        if not (math.isfinite(unit) and unit > 0.0):
+            return RANK_TOL_FLOOR
+        return min(max(TRUNCATION_ETA / unit, RANK_TOL_FLOOR), RANK_TOL_CEILING)
+
+    def cut(self, rank_tol: float | str) -> RankCut:
+        """``"auto"`` → ``auto_rank_tol``; a number in ``(0, 1]`` is used as given.
+
+        Anything else raises ``ValueError`` (before any budget is spent or noise drawn).
+        """
+        message = f"rank_tol must be 'auto' or a number in (0, 1], got {rank_tol!r}."
+        if isinstance(rank_tol, str):
+            if rank_tol != "auto":
+                raise ValueError(message)
+            value = self.auto_rank_tol()
+            return RankCut(value, "auto", self.ratio(value))
+        if isinstance(rank_tol, bool) or not isinstance(rank_tol, numbers.Real):
+            raise ValueError(message)
+        value = float(rank_tol)
+        if not (0.0 < value <= 1.0):
+            raise ValueError(message)
+        return RankCut(value, "given", self.ratio(value))
