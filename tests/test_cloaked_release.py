@@ -262,7 +262,7 @@ def test_monte_carlo_privacy_loss(kung_model, calibration):
     ages = np.linspace(0.0, 110.0, 40)
     public_gp = kung_model.public_gp()
     # the release's own rank cut (the default "auto" rule), so j is its most exposed label
-    cut = TruncationSetting(eps, delta, public_gp.n, KUNG_BOUNDS, 110.0).auto_rank_tol()
+    cut = TruncationSetting(eps, delta, public_gp.n, 40, KUNG_BOUNDS, 110.0).auto_rank_tol()
     C, noise = cloaking_noise(public_gp, ages[:, None], rank_tol=cut)
     g = np.einsum("ij,ij->j", *[np.linalg.solve(noise.chol_k, noise.basis.T @ C)] * 2)
     j = int(np.argmax(g))  # the most exposed individual

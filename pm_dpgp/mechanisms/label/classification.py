@@ -221,7 +221,7 @@ def classification_release(
     t = binary_labels(labels.y)  # the 0/1 labels of the PyMC model and of laplace (stop 32)
     with progress_bar(2, "Classification release", enabled=progressbar) as bar:
         # labels t ∈ {0, 1} enter as C* (t − 0): the rank rule's "prior mean" is 0
-        cut = TruncationSetting(epsilon, delta, public.n, LABEL_BOUNDS, 0.0).cut(rank_tol)
+        cut = TruncationSetting(epsilon, delta, public.n, len(Xs), LABEL_BOUNDS, 0.0).cut(rank_tol)
         parts = cloaking_parts(C, LABEL_BOUNDS, tol=tol, rank_tol=cut.rank_tol, design=design)
         noise, F = parts.noise, parts.shape_factor
         bar.advance("noise covariance solved")

@@ -222,7 +222,9 @@ def cloaked_release(
     public_gp = gpr.public_cloaking(hyperparameters)
     X_star = check_finite_array(X_star, "X_star", ndim=2)
     labels = model_labels(gpr, public_gp, y_bounds, clip=clip, bounds_are_public=bounds_are_public)
-    setting = TruncationSetting(epsilon, delta, public_gp.n, labels.y_bounds, public_gp.mean)
+    setting = TruncationSetting(
+        epsilon, delta, public_gp.n, len(X_star), labels.y_bounds, public_gp.mean
+    )
     cut = setting.cut(rank_tol)
     with progress_bar(2, "Cloaked release", enabled=progressbar) as bar:
         parts = public_cloaking(
