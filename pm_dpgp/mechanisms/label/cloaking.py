@@ -1391,7 +1391,8 @@ def solve_noise_covariance(
         larger ``tol`` does not make them faster (docs/cloaking.md §6, stop 29).
     rank_tol:
         Singular values of ``C`` ``≤ rank_tol · σ_max`` are treated as zero (default 1e-10
-        here; ``cloaked_release`` and ``cloaking_noise`` pass their own default, 1e-8).  The noise
+        here; ``cloaking_noise`` passes 1e-8, ``cloaked_release`` the public rule of
+        ``pm_dpgp.mechanisms.label.truncation``).  The noise
         lives in
         the span of the remaining left singular vectors; the caller must project the released
         mean onto it (``NoiseCovariance.projector``).

@@ -75,7 +75,10 @@ def cloaking_noise(
     """Return the cloaking matrix ``C`` (m × n) and its optimal noise covariance.
 
     Both depend only on public quantities (inputs, hyperparameters), so they can be
-    inspected before any private data is touched.  ``public_gp`` is any public view with a
+    inspected before any private data is touched.  ``rank_tol`` defaults to ``1e-8`` here;
+    ``cloaked_release`` defaults to the public rule ``"auto"``
+    (``pm_dpgp.mechanisms.label.truncation``), so pass ``release.metadata["rank_tol"]`` to
+    reproduce a release's basis.  ``public_gp`` is any public view with a
     ``cloaking_operator`` (exact ``pm_dpgp.models.PublicGP``, FITC
     ``pm_dpgp.models.fitc.PublicFITC``); ``C`` is formed here (``m × n``).
     """
