@@ -473,3 +473,23 @@ def test_a_scale_too_large_for_int64_safety_is_refused_and_huge_values_do_not_wa
         warnings.simplefilter("error")
         out = discretise(np.array([1e308, -np.inf, np.nan, 0.3]), 2.0**-30)
     assert out.tolist() == [INT_LIMIT, -INT_LIMIT, 0, round(0.3 * 2**30)]
+
+
+def test_unreachable_epsilon_delta_pair_is_a_clear_public_error() -> None:
+    """ε = 1e-3 at δ = 1e-300: δ² underflows and no Rényi order reaches ε (stop-36 audit: a
+    RuntimeError asking to report a bug); refused before the spend, nothing drawn."""
+    with pytest.raises(ValueError, match="cannot be reached by a zCDP"):
+        zcdp_rho(1e-3, 1e-300)
+    ledger = Ledger(epsilon=1.0, delta=1e-3)
+    with pytest.raises(ValueError, match="cannot be reached by a zCDP"):
+        cloaked_release(
+            small_model(0),
+            np.linspace(0, 6, 5)[:, None],
+            epsilon=1e-3,
+            delta=1e-300,
+            y_bounds=(-2.0, 2.0),
+            bounds_are_public=True,
+            ledger=ledger,
+        )
+    assert ledger.spent_epsilon == 0.0
+    assert zcdp_rho(1e-3, 1e-10) > 0.0  # a reachable pair still calibrates

@@ -156,8 +156,15 @@ def zcdp_rho(epsilon: float, delta: float) -> float:
     c = np.log1p(-1.0 / alpha) - (math.log(delta) + np.log(alpha)) / (alpha - 1.0)
     tv = -math.log1p(-(delta**2)) / alpha
     rho = float(np.max(np.maximum((epsilon - c) / alpha, tv)))
-    if rho <= 0.0:  # cannot happen for epsilon > 0 (the TV term is > 0); guard anyway
-        raise RuntimeError("could not calibrate rho; please report this bug.")
+    if not rho > 0.0:
+        # the TV term −ln(1 − δ²)/α underflows to 0 for δ below ~1e-162, and then no order
+        # reaches a tiny ε (stop-36 audit: ε = 1e-3, δ = 1e-300): a public setting, refused
+        raise ValueError(
+            f"(epsilon={epsilon:.3g}, delta={delta:.3g}) cannot be reached by a zCDP "
+            "(secure discrete Gaussian) release with the Renyi orders pm_dpgp uses: epsilon is "
+            "too small for so small a delta. Use a larger delta (e.g. 1e-10) or epsilon; nothing "
+            "was spent or drawn."
+        )
     step = 1e-12
     for _ in range(80):
         if ZCDPEvent(rho).epsilon(delta) <= epsilon:
