@@ -2,7 +2,7 @@ r"""The default rank cut of cloaked releases: drop what the noise would drown an
 
 A cloaked release (Smith et al. 2018 §3) keeps the directions of the cloaking matrix ``C``
 whose singular values exceed ``rank_tol · σ_1`` and projects the rest out of the released
-mean (``docs/cloaking.md`` §2, §4).  Every kept direction must be covered by noise, so the cut
+mean (``docs/cloaking.md`` §4).  Every kept direction must be covered by noise, so the cut
 trades a bias for noise: the projected-out part of the mean is
 
     ‖(I − U_k U_kᵀ) C r‖ ≤ (rank_tol σ_1 + ρ) ‖r‖ ≤ 1.1 · rank_tol · σ_1 · R,            (1)
@@ -34,9 +34,9 @@ typical problems the worst label vector stays 7–15 times below that (the noise
 all ``k`` directions, (2) counts one), but the bound is attained up to the factor 1.1: two
 symmetric training inputs and two symmetric test points whose second singular value sits
 just below the cut reach 0.0091 (``tests/test_rank_rule.py``).  Everything in (3)
-is public (ε, δ, n, the bounds, the prior mean), so the rule spends no budget and the plan
+is public (ε, δ, n, m, the bounds, the prior mean), so the rule spends no budget and the plan
 reproduces it.  The result is clamped to ``[10⁻¹⁰, 10⁻²]``: below ``10⁻¹⁰`` the whitened
-problem is ill-conditioned (``docs/cloaking.md`` §2) and (1) no longer holds with 1.1 once the
+problem is ill-conditioned (``docs/cloaking.md`` §4) and (1) no longer holds with 1.1 once the
 residual reaches its rounding level; the clamp is reported through the recorded ratio.
 
 The bound (3) is per draw; the average of ``S`` independent draws has ``√S`` times less noise,
