@@ -200,7 +200,10 @@ def float_array(x: ArrayLike, name: str, ndim: int | None) -> NDArray[np.float64
     if isinstance(x, np.ma.MaskedArray):
         x = masked_as_nan(x)
     try:
-        arr: NDArray[np.float64] | None = np.asarray(x, dtype=np.float64)
+        # a long double beyond float64 becomes ±inf with a RuntimeWarning that would tell one
+        # record's magnitude (stop-36 audit); the values are mapped record by record later
+        with np.errstate(over="ignore", invalid="ignore"):
+            arr: NDArray[np.float64] | None = np.asarray(x, dtype=np.float64)
     except OverflowError:  # a Python int beyond float64 (10**400): ±inf, like 1e400 would be
         arr = saturating_float_array(x)  # (stop-32 audit: it raised, 1e308 did not)
     except (TypeError, ValueError):

@@ -28,7 +28,8 @@ Generator (``rng=``) is the simulation mode: continuous ``rng.laplace`` with exa
 (y_i − c)/d`` (``c`` the midpoint; ``|s_j − s′_j| ≤ 1``, plus a public round-off bound ``r``)
 are rounded to the grid γ = 2^(⌊log₂(1/ε)⌋ − 20), OpenDP's discrete Laplace on ``i64`` vectors
 (Canonne, Kamath & Steinke 2020) is added with its privacy map at the integer L1 sensitivity
-``⌈(1 + 2r)/γ⌉ + 1``, and ``m̃_j = c + d γ ñ_j / n_j``.  The event is then a
+``⌈(1 + 4u + 2r)/γ⌉ + 1`` (``u`` the unit round-off: the computed width may round below
+``hi − lo``), and ``m̃_j = c + d γ ñ_j / n_j``.  The event is then a
 ``pm_dpgp.accounting.PureDpEvent`` at the map's ε (≤ the requested ε); the Laplace scale
 actually used exceeds ``d/(n_j ε)`` by a relative ``≈ 2γ = 2^(⌊log₂(1/ε)⌋ − 19)``: ``≤ 2^-18``
 for ε > 1/4, ``1.2·10⁻⁴`` at ε = 10⁻², but 1.6 % at 10⁻⁴ and a factor 2 at 10⁻⁶ (the grid
@@ -43,6 +44,7 @@ averaged observation noise plus the Laplace variance, moment-matched by a Gaussi
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib.metadata import version
@@ -101,6 +103,20 @@ class Bins:
     """
 
     edges: tuple[NDArray[np.float64], ...]
+
+    def __post_init__(self) -> None:
+        # every Bins is checked, also one built directly (stop-36 audit: list edges failed in
+        # centres() after the spend, duplicate or NaN edges were charged, then refused)
+        if not isinstance(self.edges, tuple) or not self.edges:
+            raise ValueError("Bins.edges must be a non-empty tuple of edge arrays (make_bins).")
+        checked = []
+        for e in self.edges:
+            arr = check_finite_array(e, "edges", ndim=1).copy()
+            if arr.size < 2 or np.any(np.diff(arr) <= 0):
+                raise ValueError("each edge array needs >= 2 strictly increasing values.")
+            arr.setflags(write=False)
+            checked.append(arr)
+        object.__setattr__(self, "edges", tuple(checked))
 
     @property
     def dim(self) -> int:
@@ -170,21 +186,21 @@ class Bins:
 
 def make_bins(edges: Sequence[ArrayLike] | ArrayLike) -> Bins:
     """Public bins from edges: one increasing array per input dimension (or one array for 1-D)."""
+    if np.ndim(edges) == 0:
+        raise ValueError(
+            f"make_bins takes the bin edges, not a number of bins (got {edges!r}); pass e.g. "
+            "np.linspace(low, high, k + 1) for k bins on [low, high]."
+        )
     if (
         isinstance(edges, np.ndarray)
         and edges.ndim == 1
         or (isinstance(edges, Sequence) and edges and np.ndim(edges[0]) == 0)
     ):
         edges = [edges]  # type: ignore[list-item]
-    out = []
-    for e in edges:  # type: ignore[union-attr]
-        arr = check_finite_array(e, "edges", ndim=1)
-        if arr.size < 2 or np.any(np.diff(arr) <= 0):
-            raise ValueError("each edge array needs >= 2 strictly increasing values.")
-        out.append(arr)
+    out = tuple(edges)  # type: ignore[arg-type]
     if not out:
         raise ValueError("edges must hold at least one dimension.")
-    return Bins(tuple(out))
+    return Bins(out)  # checked in Bins.__post_init__
 
 
 @dataclass(frozen=True)
@@ -274,6 +290,7 @@ def binning_noise(
     occupied = counts > 0
     sens = np.where(occupied, d / np.maximum(counts, 1), 0.0)  # Δ_j = d / n_j
     label = "Laplace bin means (Smith et al. 2018 §4)"
+    _check_scale(float(np.max(sens)) / epsilon)
     if not secure:
         info: dict[str, object] = {
             "noise_source": SIMULATION,
@@ -288,9 +305,28 @@ def binning_noise(
     meas, gamma, eps_map, unit_scale, info = _secure_laplace(
         int(occupied.sum()), epsilon, rounding, n_max
     )
+    _check_scale(float(np.max(sens)) * unit_scale)
     return BinningNoise(
         PureDpEvent(eps_map, label, count=n_draws), sens, sens * unit_scale, info, meas, gamma
     )
+
+
+#: Laplace draws beyond this many scales have probability e^-40 (4e-18) per coordinate.
+_TAIL_SCALES = 40.0
+
+
+def _check_scale(b_max: float, offset: float = 0.0) -> None:
+    """Refuse, before any charge, a Laplace scale whose draws would overflow float64.
+
+    ``offset`` bounds the public part of a released value (``|centre| + d/2``).  Stop-36
+    audit: bounds of ±8e307 or ε = 1e-300 were charged and released only ``inf``.
+    """
+    if not (math.isfinite(b_max) and offset + _TAIL_SCALES * b_max < 1e300):
+        raise ValueError(
+            f"the Laplace scale of the bin means would be {b_max:.3g}, beyond float64 "
+            "arithmetic: use a larger epsilon or narrower y_bounds (rescale the outputs); "
+            "nothing was spent or drawn."
+        )
 
 
 def binned_release(
@@ -323,6 +359,10 @@ def binned_release(
     lo, hi = check_public_bounds(y_bounds, bounds_are_public=bounds_are_public)
     d = hi - lo
     centre = lo + 0.5 * d
+    if empty_value is not None and (
+        isinstance(empty_value, bool | np.bool_) or not isinstance(empty_value, numbers.Real)
+    ):
+        raise ValueError(f"empty_value must be a finite number or None, got {empty_value!r}.")
     fill = centre if empty_value is None else float(empty_value)
     if not math.isfinite(fill):
         raise ValueError(f"empty_value must be finite, got {empty_value!r}.")
@@ -337,8 +377,15 @@ def binned_release(
     warn_public_settings(epsilon=epsilon)
     noise = binning_noise(counts, epsilon, d, n_draws, secure=rng is None)
     event, scale, noise_info = noise.event, noise.scale, noise.info
+    _check_scale(float(np.max(scale)), abs(centre) + 0.5 * d)
+    # everything public the release returns is built before the spend: a failure here (e.g.
+    # memory for the n_bins × n_bins noise factor) spends nothing (stop-36 audit)
+    X_star = bins.centres()
+    noise_factor = np.diag(math.sqrt(2.0) * scale)
+    draws = np.full((n_draws, bins.n_bins), fill)
     y_c = clip_to_bounds(y_arr[used], (lo, hi))
-    # centred, normalised sums s_j = Σ (y_i − c)/d, |terms| ≤ ½: sensitivity 1 in one coordinate
+    # centred, normalised sums s_j = Σ (y_i − c)/d, |terms| ≤ ½ (≤ 1 when the midpoint rounds,
+    # d ≈ ulp(lo): covered by r's factor 2): sensitivity 1 + 4u in one coordinate
     s = np.bincount(idx[used], weights=(y_c - centre) / d, minlength=bins.n_bins)[occupied]
     if ledger is not None:
         ledger.spend(
@@ -348,7 +395,6 @@ def binned_release(
             neighbouring_relation=LABEL_RELATION,
             rng=rng,
         )
-    draws = np.full((n_draws, bins.n_bins), fill)
     if rng is not None:
         # the noise is added to the centred normalised means s_j/n_j (sensitivity 1/n_j,
         # Laplace scale b_j/d) and the public centre and width last: the rounding of
@@ -367,7 +413,7 @@ def binned_release(
     metadata: dict[str, object] = {
         "privacy_model": LABEL_PRIVACY_MODEL,
         "neighbouring_relation": LABEL_RELATION,
-        "epsilon_per_draw": epsilon,
+        "epsilon_per_draw": event.eps,  # type: ignore[attr-defined]  # OpenDP's map (secure)
         "delta_per_draw": 0.0,
         "epsilon_total": event.count * event.eps,  # type: ignore[attr-defined]
         "data_sensitivity": d,
@@ -386,8 +432,8 @@ def binned_release(
     return Release(
         mechanism="laplace_binning",
         draws=draws,
-        X_star=bins.centres(),
-        noise_factor=np.diag(math.sqrt(2.0) * scale),
+        X_star=X_star,
+        noise_factor=noise_factor,
         metadata=metadata,
         variable_name="bin_mean_dp",
     )
