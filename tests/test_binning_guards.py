@@ -59,10 +59,10 @@ def test_bins_built_directly_are_checked(edges) -> None:
 def test_memory_error_for_the_public_parts_spends_nothing(monkeypatch) -> None:
     """The n_bins × n_bins noise factor was allocated after the spend (MemoryError at 60³ bins)."""
 
-    def no_memory(*args, **kwargs):
+    def no_memory(self):
         raise MemoryError("simulated")
 
-    monkeypatch.setattr(binning.np, "diag", no_memory)
+    monkeypatch.setattr(binning.Bins, "centres", no_memory)
     _refused("simulated")
 
 

@@ -347,8 +347,9 @@ def binned_release(
 
     ``X`` public inputs ``(n, dim)``, ``y`` private outputs clipped silently to ``y_bounds``.
     Returns a ``pm_dpgp.release.Release`` at the bin centres (``variable_name =
-    "bin_mean_dp"``) whose ``noise_factor`` is ``diag(√2 b_j)`` (the Laplace noise covariance;
-    zero for empty bins) and whose metadata holds the public edges, counts and scales.
+    "bin_mean_dp"``) whose ``noise_factor`` holds the columns of ``diag(√2 b_j)`` for the
+    occupied bins (the Laplace noise covariance ``diag(2 b_j²)``; empty bins have none) and
+    whose metadata holds the public edges, counts and scales.
     Everything is validated before the ledger is charged; the ledger is charged before any noise.
     """
     epsilon = check_epsilon(epsilon)
@@ -381,7 +382,11 @@ def binned_release(
     # everything public the release returns is built before the spend: a failure here (e.g.
     # memory for the n_bins × n_bins noise factor) spends nothing (stop-36 audit)
     X_star = bins.centres()
-    noise_factor = np.diag(math.sqrt(2.0) * scale)
+    # one column per occupied bin (empty bins carry no noise): the covariance diag(2 b²)
+    # without the zero columns of np.diag (10⁴ bins, 3,858 occupied: 309 MB instead of 800)
+    cols = np.flatnonzero(occupied)
+    noise_factor = np.zeros((bins.n_bins, cols.size))
+    noise_factor[cols, np.arange(cols.size)] = math.sqrt(2.0) * scale[cols]
     draws = np.full((n_draws, bins.n_bins), fill)
     y_c = clip_to_bounds(y_arr[used], (lo, hi))
     # centred, normalised sums s_j = Σ (y_i − c)/d, |terms| ≤ ½ (≤ 1 when the midpoint rounds,
