@@ -320,8 +320,11 @@ def classification(
 
 # ---------------------------------------------------------------------------------- binning
 @dataclass(frozen=True)
-class BinnedPlan:
-    """The public bin counts, Laplace scales and pure-DP event of a ``binned_release``."""
+class BinnedPlan(PlannedCharge):
+    """The public bin counts, Laplace scales and pure-DP event of a ``binned_release``;
+    ``fits_in(ledger)`` asks a ledger whether it accepts the release (``PlannedCharge``)."""
+
+    privacy_model: ClassVar[str | None] = "label"
 
     epsilon: float
     n_draws: int

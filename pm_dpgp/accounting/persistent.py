@@ -43,9 +43,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import math
 import os
 import re
 import sqlite3
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from os import PathLike
@@ -55,14 +57,21 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from pm_dpgp._validation import check_positive
+from pm_dpgp._validation import PrivacyWarning, check_positive
 from pm_dpgp.accounting.events import (
     DEFAULT_ORDERS,
     PrivacyEvent,
     event_from_metadata,
     json_float,
 )
-from pm_dpgp.accounting.ledger import FilterName, Ledger, LedgerEntry, _total_model, _Totals
+from pm_dpgp.accounting.ledger import (
+    BUDGET_RTOL,
+    FilterName,
+    Ledger,
+    LedgerEntry,
+    _total_model,
+    _Totals,
+)
 
 __all__ = [
     "LedgerIntegrityError",
@@ -234,6 +243,16 @@ class PersistentLedger(Ledger):
                     self._salt = bytes(salt_row[0])
                 self._salt_bound = True  # the genesis hash covers the salt's id (stop 31)
                 self._genesis = self._hash(b"", _canonical(self._params()))
+                if expected_head is not None and expected_head != self._genesis:
+                    # refused inside the transaction, so nothing is stored: the recorded head
+                    # belongs to a ledger this file no longer holds (stop-36 audit: the refused
+                    # open committed a fresh ledger, which a later open then used)
+                    raise LedgerIntegrityError(
+                        "no ledger is stored for this dataset, but a head hash was recorded: "
+                        "the file was lost, replaced or re-created, and the spends recorded "
+                        "are missing. Do not release from it; find the latest trusted copy "
+                        "(nothing was stored)."
+                    )
                 conn.execute(
                     "INSERT INTO ledgers (fingerprint, epsilon, delta, orders, filter, genesis) "
                     "VALUES (?, ?, ?, ?, ?, ?)",
@@ -269,6 +288,34 @@ class PersistentLedger(Ledger):
         self._refresh(full_count=True)  # reads and verifies the stored history
         if expected_head is not None:
             self.check_head(expected_head)
+        self._warn_recomputed()
+
+    def _warn_recomputed(self) -> None:
+        """Warn when this version's accounting of the stored events differs from what the
+        writing version recorded, or puts the history over budget (stop-36 audit)."""
+        if not self._entries:
+            return
+        stored = self._entries[-1].cumulative_epsilon
+        now = self.spent_epsilon
+        if not math.isclose(stored, now, rel_tol=1e-9, abs_tol=1e-12):
+            warnings.warn(
+                f"the stored history composes to epsilon={now:.6g} under this version's "
+                f"accounting, while the version that wrote it recorded {stored:.6g}; the "
+                "per-entry values in history are as recorded, the totals and every decision "
+                "use this version's.",
+                PrivacyWarning,
+                stacklevel=3,
+            )
+        budget = self._budget
+        if budget is not None and self.filter_epsilon > budget * (1.0 + BUDGET_RTOL):
+            warnings.warn(
+                f"the stored history is over budget under this version's accounting: the "
+                f"{self._filter} filter counts epsilon={self.filter_epsilon:.6g} > budget "
+                f"{budget:.6g} (written with looser bounds by an earlier version). Nothing "
+                "more can be spent on it.",
+                PrivacyWarning,
+                stacklevel=3,
+            )
 
     # -- parameters ---------------------------------------------------------------------------
     def _params(self) -> dict[str, Any]:
@@ -425,9 +472,27 @@ class PersistentLedger(Ledger):
         pickle; opening one costs well under a millisecond.
         """
         self._check_single_name()
+        try:
+            with self._connection(write=write) as conn:
+                yield conn
+        except sqlite3.DatabaseError as err:
+            if type(err) is not sqlite3.DatabaseError:  # locked (OperationalError) etc. as is
+                raise
+            # "file is not a database", "database disk image is malformed": a damaged file
+            raise LedgerIntegrityError(
+                f"the ledger file cannot be read ({err}): it is damaged or not a ledger. Do not "
+                "release from it; restore it from a trusted copy (and check its head hash)."
+            ) from None
+
+    @contextmanager
+    def _connection(self, *, write: bool) -> Iterator[sqlite3.Connection]:
+        """The connection and transaction of ``_transaction``."""
         conn = sqlite3.connect(self._path, timeout=self._timeout, isolation_level=None)
         try:
-            conn.execute("PRAGMA synchronous = FULL")
+            # EXTRA: also sync the directory after the journal's deletion, the commit itself;
+            # with FULL a power loss right after a spend could bring the journal back and roll
+            # the spend back on the next open, after its noise was released (stop-36 audit)
+            conn.execute("PRAGMA synchronous = EXTRA")
             conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             try:
                 if write:
@@ -712,8 +777,10 @@ class PersistentLedger(Ledger):
             "filter_epsilon": json_float(self._filter_epsilon(self._totals)),
             "privacy_model": _total_model(self._entries),
             "privacy_model_statement": self._model_statement(),
+            # this version's composition of the stored events (each entry keeps its own
+            # recorded values): stop-36 audit
             "spent_epsilon": json_float(
-                self._entries[-1].cumulative_epsilon if self._entries else 0.0
+                self._totals.best(self._delta, self._orders)[0] if self._entries else 0.0
             ),
         }
         text = json.dumps(doc, indent=1, allow_nan=False)
