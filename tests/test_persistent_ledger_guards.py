@@ -45,16 +45,15 @@ def test_refused_open_with_a_recorded_head_stores_nothing(tmp_path) -> None:
         PersistentLedger(path, FP)
 
 
-def _rewrite_cumulative(path, value: float) -> None:
-    """What an earlier version of the accounting would have stored: the same events with
-    another cumulative ε (the hash chain recomputed, as that version would have written it)."""
+def rewrite_stored_entries(path, **fields) -> None:
+    """Rewrite fields of every stored entry as an earlier version of the accounting would
+    have stored them (the hash chain recomputed, as that version would have written it)."""
     with sqlite3.connect(path) as conn:
         genesis = conn.execute("SELECT genesis FROM ledgers").fetchone()[0]
         rows = conn.execute("SELECT idx, record FROM entries ORDER BY idx").fetchall()
         prev = genesis.encode()
         for idx, record in rows:
-            rec = json.loads(record)
-            rec["cumulative_epsilon"] = value
+            rec = {**json.loads(record), **fields}
             text = json.dumps(rec, sort_keys=True, separators=(",", ":"))
             new_hash = hashlib.sha256(prev + b"\x00" + text.encode()).hexdigest()
             conn.execute(
@@ -71,7 +70,7 @@ def test_totals_are_recomputed_and_a_stale_history_warns(tmp_path) -> None:
     replay = Ledger(epsilon=10.0)
     for _ in range(2):
         replay.spend(GaussianEvent(noise_multiplier=4.0))
-    _rewrite_cumulative(path, 0.01)
+    rewrite_stored_entries(path, cumulative_epsilon=0.01)
     with pytest.warns(PrivacyWarning, match="version that wrote it recorded 0.01"):
         reopened = PersistentLedger(path, FP)
     assert reopened.spent_epsilon == pytest.approx(replay.spent_epsilon, rel=1e-12)
