@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import warnings
+import zlib
 
 import numpy as np
 import pytest
@@ -246,7 +247,12 @@ def test_L_paths_multiply_the_divergence():
 # --------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("name", "kernel", "domain", "cls"), KERNELS, ids=[k[0] for k in KERNELS])
 def test_bound_dominates_random_neighbours(name, kernel, domain, cls):
-    rng = np.random.default_rng(abs(hash(name)) % 2**32)
+    # crc32, not hash(): str hashes are salted per process (PYTHONHASHSEED), so hash(name)
+    # drew new examples on every run; a stop-36 CI run met one with two test inputs 3e-5
+    # apart, where Σ_1 is singular to 1e-11 and the exact computation returns +inf (a
+    # numerical artefact of its support cut, not a divergence: the project's rule is that a
+    # clean clone meets only examples someone has seen, as for hypothesis in conftest.py)
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
     kappa = _kappa(kernel, domain, cls)
     checked = 0
     for _ in range(40):
