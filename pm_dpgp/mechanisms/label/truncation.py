@@ -10,7 +10,7 @@ trades a bias for noise: the projected-out part of the mean is
 ``r = y − μ`` the centred clipped labels, ``R = √n · max(|lower − μ|, |upper − μ|)`` the
 largest ``‖r‖`` the public bounds allow and ``ρ ≤ max(0.1 rank_tol σ_1, ρ_round)`` the range
 finder's residual (``_column_space``; exact SVDs have ``ρ = 0``).  Its rounding level
-``ρ_round = 10 √m u ‖QᵀC‖_F ≤ 10 √(m·min(m, n)) u σ_1`` (``u`` the unit round-off) exceeds
+``ρ_round = 10 √m ε_M ‖QᵀC‖_F ≤ 10 √(m·min(m, n)) ε_M σ_1`` (``ε_M = 2⁻⁵²``) exceeds
 ``0.1 rank_tol σ_1`` only for a ``rank_tol`` near ``10⁻¹⁰`` with ``m ≳ 10⁵`` test points, or a
 smaller one given by the caller; the recorded ratio (3) then uses ``rank_tol + ρ_round/σ_1``
 in place of ``1.1 rank_tol``.  The noise of one draw has covariance ``σ² F Fᵀ`` with
@@ -71,7 +71,7 @@ RANK_TOL_FLOOR = 1e-10
 RANK_TOL_CEILING = 1e-2
 #: The range finder accepts a residual ``ρ ≤ max(0.1 rank_tol σ_1, ρ_round)``.
 _RESIDUAL_SHARE = 0.1
-#: ``ρ_round / (σ_1 √(m · min(m, n)))``: ``10 u`` (``_column_space``'s rounding level).
+#: ``ρ_round / (σ_1 √(m · min(m, n)))``: ``10 ε_M`` (``_column_space``'s rounding level).
 _ROUNDING = 10.0 * float(np.finfo(np.float64).eps)
 
 
