@@ -203,7 +203,6 @@ def cloaked(
     ``docs/cloaking.md`` §8; ``"auto"`` is the same public rule in both).
     """
     from pm_dpgp.mechanisms.label.cloaking_release import public_cloaking
-    from pm_dpgp.mechanisms.label.truncation import TruncationSetting
 
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta)
@@ -211,12 +210,14 @@ def cloaked(
     lower, upper = check_public_bounds(y_bounds)
     public_gp = model.public_cloaking(hyperparameters)
     X_star = check_finite_array(X_star, "X_star", ndim=2)
-    setting = TruncationSetting(
-        epsilon, delta, public_gp.n, len(X_star), (lower, upper), public_gp.mean
-    )
-    cut = setting.cut(rank_tol)
     parts = public_cloaking(
-        public_gp, X_star, (lower, upper), tol=tol, rank_tol=cut.rank_tol, design=design
+        public_gp,
+        X_star,
+        (lower, upper),
+        tol=tol,
+        rank_tol=rank_tol,
+        design=design,
+        privacy=(epsilon, delta),
     )
     return _gaussian_plan(
         epsilon,
@@ -297,14 +298,14 @@ def classification(
         public_one_step,
     )
     from pm_dpgp.mechanisms.label.cloaking_release import cloaking_parts
-    from pm_dpgp.mechanisms.label.truncation import TruncationSetting
 
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta)
     n_draws = check_count(n_draws, "n_draws")
     C = public_one_step(model, X_star, hyperparameters, f0, inducing_points, kmeans_seed)[3][0]
-    cut = TruncationSetting(epsilon, delta, C.shape[1], C.shape[0], LABEL_BOUNDS, 0.0).cut(rank_tol)
-    parts = cloaking_parts(C, LABEL_BOUNDS, tol=tol, rank_tol=cut.rank_tol, design=design)
+    parts = cloaking_parts(
+        C, LABEL_BOUNDS, tol=tol, rank_tol=rank_tol, design=design, privacy=(epsilon, delta)
+    )
     label = CLASSIFICATION_LABEL
     return _gaussian_plan(
         epsilon,

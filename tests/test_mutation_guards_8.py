@@ -115,15 +115,17 @@ def test_K03_K04_classification_records_a_given_cut() -> None:
 
 def test_P02_the_plan_uses_n_training_and_m_test_inputs(monkeypatch) -> None:
     """P02: ``plan.cloaked`` building the setting with ``n`` and ``m`` swapped (with 25 inputs
-    and 30 test points the kept rank, hence the compared noise, did not change)."""
+    and 30 test points the kept rank, hence the compared noise, did not change).  Since the
+    review of stop 36 the cut is resolved once, in ``cloaking_parts``; the spy sees the
+    tolerance the solver gets from the plan and from the release."""
     seen = []
-    real = cloaking_release_module.public_cloaking
+    real = cloaking_release_module.solve_noise_covariance
 
     def spy(*args, **kw):
         seen.append(kw["rank_tol"])
         return real(*args, **kw)
 
-    monkeypatch.setattr(cloaking_release_module, "public_cloaking", spy)
+    monkeypatch.setattr(cloaking_release_module, "solve_noise_covariance", spy)
     model = _small_regression()
     X_star = np.linspace(0.0, 6.0, 90)[:, None]
     kw = {"epsilon": 1.0, "delta": 1e-5, "y_bounds": (-1.5, 2.5)}

@@ -318,3 +318,18 @@ def test_numpy_scalars_are_accepted_and_recorded_as_float() -> None:
     cut = TruncationSetting(**kw).cut(np.float32(1e-6))
     assert type(cut.rank_tol) is float and cut.rank_tol == float(np.float32(1e-6))
     assert cut.rule == "given"
+
+
+def test_auto_needs_the_release_privacy_parameters() -> None:
+    """The cut is resolved in ``cloaking_parts`` (shared by releases and plans); without the
+    draw's (ε, δ) there is no rule, and a number is used as given (no bias bound)."""
+    from pm_dpgp.mechanisms.label.cloaking_release import cloaking_parts
+
+    C = np.random.default_rng(0).standard_normal((6, 4))
+    with pytest.raises(ValueError, match="privacy="):
+        cloaking_parts(C, (0.0, 1.0), rank_tol="auto")
+    assert cloaking_parts(C, (0.0, 1.0), rank_tol=1e-6).cut is None
+    cut = cloaking_parts(C, (0.0, 1.0), privacy=(1.0, 1e-5)).cut
+    assert cut is not None and cut.rule == "given" and cut.rank_tol == 1e-8
+    auto = cloaking_parts(C, (0.0, 1.0), rank_tol="auto", privacy=(1.0, 1e-5)).cut
+    assert auto == TruncationSetting(1.0, 1e-5, 4, 6, (0.0, 1.0), 0.0).cut("auto")

@@ -67,7 +67,6 @@ from pm_dpgp.mechanisms.label.output_perturbation import (
     model_labels,
     perturb,
 )
-from pm_dpgp.mechanisms.label.truncation import TruncationSetting
 from pm_dpgp.mechanisms.whitening import centred_whitening
 from pm_dpgp.models._common import _as_2d_inputs
 from pm_dpgp.models.classification import GPClassification, PublicLatentGP, binary_labels
@@ -220,10 +219,11 @@ def classification_release(
     labels = model_labels(gpc, public, LABEL_BOUNDS, bounds_are_public=True)
     t = binary_labels(labels.y)  # the 0/1 labels of the PyMC model and of laplace (stop 32)
     with progress_bar(2, "Classification release", enabled=progressbar) as bar:
-        # labels t ∈ {0, 1} enter as C* (t − 0): the rank rule's "prior mean" is 0
-        cut = TruncationSetting(epsilon, delta, public.n, len(Xs), LABEL_BOUNDS, 0.0).cut(rank_tol)
-        parts = cloaking_parts(C, LABEL_BOUNDS, tol=tol, rank_tol=cut.rank_tol, design=design)
-        noise, F = parts.noise, parts.shape_factor
+        parts = cloaking_parts(
+            C, LABEL_BOUNDS, tol=tol, rank_tol=rank_tol, design=design, privacy=(epsilon, delta)
+        )
+        noise, F, cut = parts.noise, parts.shape_factor, parts.cut
+        assert cut is not None  # privacy was given
         bar.advance("noise covariance solved")
         # whitened mean w = L_k⁻¹ U_kᵀ C* t, centred at ½ with its round-off bounded (whitening.py)
         whitening = centred_whitening(parts.W, t, LABEL_BOUNDS, 0.0)

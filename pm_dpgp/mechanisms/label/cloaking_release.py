@@ -37,7 +37,7 @@ from pm_dpgp.mechanisms.label.output_perturbation import (
     model_labels,
     planned_l2_sensitivity,
 )
-from pm_dpgp.mechanisms.label.truncation import TruncationSetting
+from pm_dpgp.mechanisms.label.truncation import RankCut, TruncationSetting
 from pm_dpgp.mechanisms.whitening import centred_whitening
 from pm_dpgp.models import GPRegression, PublicGP
 from pm_dpgp.models.fitc import PublicFITC
@@ -96,6 +96,7 @@ class PublicCloaking:
     shape_factor: np.ndarray  # (m, k) U_k L_k
     unit_sensitivity: float  # sqrt(max cᵢᵀ M⁺ cᵢ) with the safety factor
     l2_sensitivity: float  # what the release charges for the public range y_bounds
+    cut: RankCut | None = None  # the rank cut and its bias bound (given ``privacy``)
 
 
 def public_cloaking(
@@ -104,18 +105,28 @@ def public_cloaking(
     y_bounds: tuple[float, float],
     *,
     tol: float = 1e-9,
-    rank_tol: float = 1e-8,
+    rank_tol: float | Literal["auto"] = 1e-8,
     design: Literal["logdet", "trace"] = "logdet",
+    privacy: tuple[float, float] | None = None,
 ) -> PublicCloaking:
     """Noise covariance, whitening and charged sensitivity: public inputs and bounds only.
 
     Shared by ``cloaked_release`` and ``pm_dpgp.plan.cloaked``, so that a plan
-    reports exactly the sensitivity the release charges.
+    reports exactly the sensitivity the release charges (and cuts the rank where it does:
+    ``privacy`` and ``rank_tol`` as for ``cloaking_parts``, prior mean the model's).
     """
     # C is used as an operator, never the m×n matrix: exact, K*f (K + σ²I)⁻¹ through one n×n
     # Cholesky factor; FITC, the low-rank product of pm_dpgp.gp.fitc (Smith et al. 2021, eq. 9)
     C = public_gp.cloaking_operator(X_star)
-    return cloaking_parts(C, y_bounds, tol=tol, rank_tol=rank_tol, design=design)
+    return cloaking_parts(
+        C,
+        y_bounds,
+        tol=tol,
+        rank_tol=rank_tol,
+        design=design,
+        privacy=privacy,
+        prior_mean=public_gp.mean,
+    )
 
 
 def cloaking_parts(
@@ -123,20 +134,33 @@ def cloaking_parts(
     y_bounds: tuple[float, float],
     *,
     tol: float = 1e-9,
-    rank_tol: float = 1e-8,
+    rank_tol: float | Literal["auto"] = 1e-8,
     design: Literal["logdet", "trace"] = "logdet",
+    privacy: tuple[float, float] | None = None,
+    prior_mean: float = 0.0,
 ) -> PublicCloaking:
-    """``public_cloaking`` for a given public cloaking matrix or operator ``C``.
+    """``public_cloaking`` for a given public cloaking matrix or operator ``C`` (m × n).
 
-    Also used by the one-step classification release (labels in ``[0, 1]``) and its plan.
+    Also used by the one-step classification release (labels in ``[0, 1]``, prior mean 0 for
+    the rank rule: the labels enter as ``C* (t − 0)``) and its plan.  ``privacy``: the
+    ``(ε, δ)`` of one draw; with it the rank cut is resolved here, once for a release and its
+    plan (``"auto"``: ``pm_dpgp.mechanisms.label.truncation``) and returned with its bias bound
+    as ``cut``.  Without it ``rank_tol`` must be a number.
     """
+    cut = None
+    if privacy is not None:
+        setting = TruncationSetting(*privacy, C.shape[1], C.shape[0], y_bounds, prior_mean)
+        cut = setting.cut(rank_tol)
+        rank_tol = cut.rank_tol
+    elif isinstance(rank_tol, str):
+        raise ValueError("rank_tol='auto' needs the release's (epsilon, delta): pass privacy=.")
     noise = solve_noise_covariance(C, tol=tol, rank_tol=rank_tol, design=design)
     # U_k (U_kᵀ C) r with the same U_kᵀ C the sensitivity was computed from (docs §4):
     # mean = μ + (U L_k) w with w = W (y − μ), W = L_k⁻¹ U_kᵀ C public (k × n)
     W = solve_triangular(noise.chol_k, noise.projected, lower=True)
     unit = float(np.sqrt(noise.max_mahalanobis)) * SENSITIVITY_SAFETY
     l2 = planned_l2_sensitivity(unit, W, y_bounds)
-    return PublicCloaking(noise, W, noise.basis @ noise.chol_k, unit, l2)
+    return PublicCloaking(noise, W, noise.basis @ noise.chol_k, unit, l2, cut)
 
 
 def cloaked_release(
@@ -225,15 +249,18 @@ def cloaked_release(
     public_gp = gpr.public_cloaking(hyperparameters)
     X_star = check_finite_array(X_star, "X_star", ndim=2)
     labels = model_labels(gpr, public_gp, y_bounds, clip=clip, bounds_are_public=bounds_are_public)
-    setting = TruncationSetting(
-        epsilon, delta, public_gp.n, len(X_star), labels.y_bounds, public_gp.mean
-    )
-    cut = setting.cut(rank_tol)
     with progress_bar(2, "Cloaked release", enabled=progressbar) as bar:
         parts = public_cloaking(
-            public_gp, X_star, labels.y_bounds, tol=tol, rank_tol=cut.rank_tol, design=design
+            public_gp,
+            X_star,
+            labels.y_bounds,
+            tol=tol,
+            rank_tol=rank_tol,
+            design=design,
+            privacy=(epsilon, delta),
         )
-        noise = parts.noise
+        noise, cut = parts.noise, parts.cut
+        assert cut is not None  # privacy was given
         bar.advance("noise covariance solved")
         # the whitened mean, centred at the bounds' midpoint with its round-off bounded
         # (pm_dpgp/mechanisms/whitening.py)
