@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime
 import math
+import numbers
 import sys
 import warnings
 from typing import Any
@@ -119,6 +120,14 @@ def check_positive(value: float, name: str, *, allow_zero: bool = False) -> floa
         bound = ">= 0" if allow_zero else "> 0"
         raise ValueError(f"{name} must be a finite number {bound}, got {value!r}; pass one.")
     return v
+
+
+def check_finite_number(value: Any, name: str) -> float:
+    """Return ``value`` as a finite float: a real number, never a bool, text or array."""
+    _refuse_bool(value, name)
+    if not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
+        raise ValueError(f"{name} must be a finite number, got {value!r}.")
+    return float(value)
 
 
 def check_scale(value: float, name: str) -> float:

@@ -363,7 +363,7 @@ def binned(
     lower, upper = check_public_bounds(y_bounds)
     X_arr = check_finite_array(X, "X", ndim=2)
     counts = bins.counts(X_arr, out_of_range)[1]
-    noise = binning_noise(counts, epsilon, upper - lower, n_draws, secure=secure)
+    noise = binning_noise(counts, epsilon, (lower, upper), n_draws, secure=secure)
     return BinnedPlan(epsilon, n_draws, counts, noise.scale, noise.event)
 
 

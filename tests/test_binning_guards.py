@@ -99,3 +99,16 @@ def test_epsilon_per_draw_is_the_charged_event_s() -> None:
     rel = binned_release(X, Y, make_bins(EDGES), epsilon=1e-6, y_bounds=(-1.0, 1.0))
     event = event_from_metadata(rel.metadata["privacy_event"])
     assert rel.metadata["epsilon_per_draw"] == event.eps < 1e-6
+
+
+def test_the_plan_refuses_what_the_release_refuses() -> None:
+    """Review of stop 36: the plan checked the scale without the public offset ``|c| + d/2``
+    and accepted bounds (0, 2.45e298) that the release then refused."""
+    from pm_dpgp import plan
+
+    one, X1 = make_bins(np.array([0.0, 1.0])), np.array([[0.5]])
+    bounds = (0.0, 2.45e298)  # 40 d < 1e300 <= 41 d
+    with pytest.raises(ValueError, match="beyond float64"):
+        plan.binned(X1, one, epsilon=1.0, y_bounds=bounds, secure=False)
+    with pytest.raises(ValueError, match="beyond float64"):
+        binned_release(X1, [1.0], one, epsilon=1.0, y_bounds=bounds, rng=np.random.default_rng(0))

@@ -181,12 +181,14 @@ def test_B23_make_bins_of_an_empty_list_is_a_clear_error() -> None:
 def test_B08_B09_the_plan_refuses_scales_beyond_float64() -> None:
     """B08: the check of the simulation scale ``Δ/ε`` dropped from ``binning_noise`` (the plan
     returned infinite scales); B09: the check of the secure scale dropped (it exceeds ``Δ/ε``
-    by ≈ 2γ, here past 1e300/40 where ``Δ/ε`` is not)."""
+    by ≈ 2γ, here past the limit where ``Δ/ε`` is not).  Since the stop-36 review the plan
+    also counts the public offset ``|c| + d/2 = d`` (as the release always did), so the limit
+    is ``41 d < 1e300``."""
     bins = make_bins(EDGES)
     with pytest.raises(ValueError, match="beyond float64"):
         plan.binned(X_BIN, bins, epsilon=1e-308, y_bounds=(-1.0, 1.0), secure=False)
     one = make_bins(np.array([0.0, 1.0]))
-    bounds = (0.0, 2.5e298 * (1.0 - 1e-7))  # one input: Δ = d, 40 Δ/ε just below 1e300
+    bounds = (0.0, 1e300 / 41.0 * (1.0 - 1e-7))  # one input: Δ = d, d + 40 Δ/ε just below
     plan.binned(np.array([[0.5]]), one, epsilon=1.0, y_bounds=bounds, secure=False)
     with pytest.raises(ValueError, match="beyond float64"):
         plan.binned(np.array([[0.5]]), one, epsilon=1.0, y_bounds=bounds, secure=True)

@@ -44,7 +44,6 @@ averaged observation noise plus the Laplace variance, moment-matched by a Gaussi
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib.metadata import version
@@ -57,6 +56,7 @@ from pm_dpgp._validation import (
     check_count,
     check_epsilon,
     check_finite_array,
+    check_finite_number,
     check_positive,
     check_public_bounds,
     check_scale,
@@ -280,17 +280,26 @@ def _secure_laplace(
 
 
 def binning_noise(
-    counts: NDArray[np.int64], epsilon: float, d: float, n_draws: int, *, secure: bool
+    counts: NDArray[np.int64],
+    epsilon: float,
+    y_bounds: tuple[float, float],
+    n_draws: int,
+    *,
+    secure: bool,
 ) -> BinningNoise:
     """Laplace scales and privacy event of the bin means for public ``counts``.
 
     Shared by ``binned_release`` and ``pm_dpgp.plan.binned`` (the plan's event is the
     release's).  Δ_j = d / n_j for an occupied bin (Smith et al. 2018 §4).
     """
+    lower, upper = float(y_bounds[0]), float(y_bounds[1])
+    d = upper - lower
+    offset = abs(lower + 0.5 * d) + 0.5 * d  # |public part| of a released mean: |c| + d/2
     occupied = counts > 0
     sens = np.where(occupied, d / np.maximum(counts, 1), 0.0)  # Δ_j = d / n_j
     label = "Laplace bin means (Smith et al. 2018 §4)"
-    _check_scale(float(np.max(sens)) / epsilon)
+    # the closed-form scale is the smaller of the two modes': refused here, before OpenDP
+    _check_scale(float(np.max(sens)) / epsilon, offset)
     if not secure:
         info: dict[str, object] = {
             "noise_source": SIMULATION,
@@ -305,7 +314,7 @@ def binning_noise(
     meas, gamma, eps_map, unit_scale, info = _secure_laplace(
         int(occupied.sum()), epsilon, rounding, n_max
     )
-    _check_scale(float(np.max(sens)) * unit_scale)
+    _check_scale(float(np.max(sens)) * unit_scale, offset)
     return BinningNoise(
         PureDpEvent(eps_map, label, count=n_draws), sens, sens * unit_scale, info, meas, gamma
     )
@@ -360,13 +369,7 @@ def binned_release(
     lo, hi = check_public_bounds(y_bounds, bounds_are_public=bounds_are_public)
     d = hi - lo
     centre = lo + 0.5 * d
-    if empty_value is not None and (
-        isinstance(empty_value, bool | np.bool_) or not isinstance(empty_value, numbers.Real)
-    ):
-        raise ValueError(f"empty_value must be a finite number or None, got {empty_value!r}.")
-    fill = centre if empty_value is None else float(empty_value)
-    if not math.isfinite(fill):
-        raise ValueError(f"empty_value must be finite, got {empty_value!r}.")
+    fill = centre if empty_value is None else check_finite_number(empty_value, "empty_value")
     X_arr = check_finite_array(X, "X", ndim=2)
     y_arr = private_array(y, "y", ndim=1)
     if X_arr.shape[0] != y_arr.shape[0]:
@@ -376,9 +379,8 @@ def binned_release(
     idx, counts = bins.counts(X_arr, out_of_range)
     used, occupied = idx >= 0, counts > 0
     warn_public_settings(epsilon=epsilon)
-    noise = binning_noise(counts, epsilon, d, n_draws, secure=rng is None)
+    noise = binning_noise(counts, epsilon, (lo, hi), n_draws, secure=rng is None)
     event, scale, noise_info = noise.event, noise.scale, noise.info
-    _check_scale(float(np.max(scale)), abs(centre) + 0.5 * d)
     # everything public the release returns is built before the spend: a failure here (e.g.
     # memory for the n_bins × n_bins noise factor) spends nothing (stop-36 audit)
     X_star = bins.centres()

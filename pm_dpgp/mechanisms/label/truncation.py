@@ -47,12 +47,12 @@ so its ratio is at most ``√S · ratio``.  Derivation and measurements: ``docs/
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 
+from pm_dpgp._validation import check_finite_number
 from pm_dpgp.mechanisms.gaussian import gaussian_sigma
 
 __all__ = [
@@ -129,9 +129,7 @@ class TruncationSetting:
                 raise ValueError(message)
             value = self.auto_rank_tol()
             return RankCut(value, "auto", self.ratio(value))
-        if isinstance(rank_tol, bool | np.bool_) or not isinstance(rank_tol, numbers.Real):
-            raise ValueError(message)
-        value = float(rank_tol)
+        value = check_finite_number(rank_tol, "rank_tol")
         if not (0.0 < value < 1.0):
             raise ValueError(message)
         return RankCut(value, "given", self.ratio(value))
