@@ -731,16 +731,22 @@ class Ledger:
         guarantee that the budget is enforced on.
         """
         self._refresh()
-        # from the totals, not the last entry's stored value: a persistent ledger's entries
-        # carry what the version that wrote them computed (stop-36 audit: a file from before
-        # a fix of the accounting reported 0.34 where its events compose to 10.8)
-        return self._totals.best(self._delta, self._orders)[0] if self._entries else 0.0
+        return self._spent()[0]
 
     @property
     def bound_used(self) -> str:
         """Which bound gives ``spent_epsilon``: "rdp", "gdp", "basic" or "none" (empty)."""
         self._refresh()
-        return self._totals.best(self._delta, self._orders)[1] if self._entries else "none"
+        return self._spent()[1]
+
+    def _spent(self) -> tuple[float, str]:
+        """``(spent_epsilon, bound_used)`` from the totals as last read, not from the last
+        entry's stored value: a persistent ledger's entries carry what the version that wrote
+        them computed (stop-36 audit: a file from before a fix of the accounting reported 0.34
+        where its events compose to 10.8)."""
+        if not self._entries:
+            return 0.0, "none"
+        return self._totals.best(self._delta, self._orders)
 
     @property
     def remaining_epsilon(self) -> float | None:

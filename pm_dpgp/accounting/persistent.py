@@ -295,8 +295,9 @@ class PersistentLedger(Ledger):
         writing version recorded, or puts the history over budget (stop-36 audit)."""
         if not self._entries:
             return
+        # the totals this open has just read and verified (no further read of the file)
         stored = self._entries[-1].cumulative_epsilon
-        now = self.spent_epsilon
+        now = self._spent()[0]
         if not math.isclose(stored, now, rel_tol=1e-9, abs_tol=1e-12):
             warnings.warn(
                 f"the stored history composes to epsilon={now:.6g} under this version's "
@@ -307,10 +308,11 @@ class PersistentLedger(Ledger):
                 stacklevel=3,
             )
         budget = self._budget
-        if budget is not None and self.filter_epsilon > budget * (1.0 + BUDGET_RTOL):
+        counted = self._filter_epsilon(self._totals)
+        if budget is not None and counted > budget * (1.0 + BUDGET_RTOL):
             warnings.warn(
                 f"the stored history is over budget under this version's accounting: the "
-                f"{self._filter} filter counts epsilon={self.filter_epsilon:.6g} > budget "
+                f"{self._filter} filter counts epsilon={counted:.6g} > budget "
                 f"{budget:.6g} (written with looser bounds by an earlier version). Nothing "
                 "more can be spent on it.",
                 PrivacyWarning,
@@ -779,9 +781,7 @@ class PersistentLedger(Ledger):
             "privacy_model_statement": self._model_statement(),
             # this version's composition of the stored events (each entry keeps its own
             # recorded values): stop-36 audit
-            "spent_epsilon": json_float(
-                self._totals.best(self._delta, self._orders)[0] if self._entries else 0.0
-            ),
+            "spent_epsilon": json_float(self._spent()[0]),
         }
         text = json.dumps(doc, indent=1, allow_nan=False)
         if path is not None:
