@@ -495,3 +495,75 @@ def test_training_factor_adds_no_trial_jitter():
     A = pub2.kernel(pub2.X, pub2.X) + pub2.noise_var * np.eye(12)
     L2 = _training_factor(pub2).to_dense()
     assert_normwise_close(L2, np.linalg.cholesky(A), cond_rtol(A), "training factor")
+
+
+@pytest.mark.parametrize("d, domain", [(1, (0.0, 1.0)), (2, [(0.0, 1.0), (-1.0, 2.0)]), (1, None)])
+def test_the_first_values_reuse_the_checks_kernel_block(monkeypatch, d, domain):
+    """The pre-spend kernel check evaluates ``k(probes, [probes; X])`` in one call and the
+    release draws its first values from that block (issue 13: one kernel call less per
+    Thompson round).  Same seed, same values as the release that evaluates ``k(X_star, ·)``
+    itself after the spend, with repeated rows in ``X_star`` (the block's rows are the
+    distinct probes, ``X_star``'s first) and without a domain (the ±1e100 corners)."""
+    import pm_dpgp.mechanisms.full.sample_path as sp
+
+    rng = np.random.default_rng(7)
+    X = rng.uniform(0, 1, (12, d))
+    y = np.sin(4 * X[:, 0]) + 0.1 * rng.standard_normal(12)
+    model = gp_regression(X, y, pm.gp.cov.Matern52(d, ls=0.4), noise_sd=1.0)
+    X_star = rng.uniform(0, 1, (9, d))
+    X_star = np.vstack([X_star, X_star[[2, 5]], X_star[:1]])  # repeated rows
+    kw = dict(kernel_scale=1.0, y_bounds=(-2.0, 2.0), delta=1e-5, epsilon=NO_CAP, domain=domain)
+    if domain is None:
+        kw["kappa"] = 0.0
+    blocks = []
+    original = sp._check_public_kernel
+
+    def spy(*args, **kwargs):
+        out = original(*args, **kwargs)
+        blocks.append(out[1])
+        return out
+
+    monkeypatch.setattr(sp, "_check_public_kernel", spy)
+    fused = sample_path_release(model, X_star, n_draws=3, rng=np.random.default_rng(3), **kw)
+    assert blocks[-1] is not None and blocks[-1].shape[1] == blocks[-1].shape[0] + 12
+    monkeypatch.setattr(sp, "_check_public_kernel", lambda *a, **k: (original(*a, **k)[0], None))
+    plain = sample_path_release(model, X_star, n_draws=3, rng=np.random.default_rng(3), **kw)
+    assert fused.released_values.shape == (3, 9)  # nine distinct inputs
+    np.testing.assert_allclose(fused.released_values, plain.released_values, rtol=1e-12, atol=1e-12)
+    at_star = fused.evaluate(X_star)  # a repeated input gets the value released for it
+    np.testing.assert_array_equal(at_star[:, 9:], at_star[:, [2, 5, 0]])
+    # lazy evaluation continues the same path in both
+    X_new = rng.uniform(0, 1, (4, d))
+    np.testing.assert_allclose(fused.evaluate(X_new), plain.evaluate(X_new), rtol=1e-9, atol=1e-9)
+
+
+def test_the_checks_kernel_block_refuses_on_its_public_part_only(monkeypatch):
+    """Before the spend only the probes' part of the fused block is checked: a non-finite
+    value against the private inputs must not refuse there (the refusal would depend on one
+    record), so the release spends and then reports it, as the evaluation after the spend
+    always did; a non-finite value among the public probes refuses with nothing spent."""
+    import pm_dpgp.mechanisms.full.sample_path as sp
+
+    model = _model(n=8)
+    original = sp._eval_kernel
+
+    def poisoned(part: str):
+        def kernel(view, Xa, Xb, **kw):
+            K = original(view, Xa, Xb, **kw)
+            if Xb.shape[0] > Xa.shape[0]:  # the fused call: [probes; X] columns
+                K = K.copy()
+                K[0, Xa.shape[0] if part == "private" else 1] = np.nan
+            return K
+
+        return kernel
+
+    kw = {**KW, "epsilon": None, "n_draws": 1, "rng": np.random.default_rng(0)}
+    monkeypatch.setattr(sp, "_eval_kernel", poisoned("public"))
+    ledger = Ledger(epsilon=1e6, delta=1e-5)
+    with pytest.raises(ValueError, match="between public points"):
+        sample_path_release(model, np.linspace(0, 1, 4), ledger=ledger, **kw)
+    assert ledger.history == []
+    monkeypatch.setattr(sp, "_eval_kernel", poisoned("private"))
+    with pytest.raises(ValueError, match="training inputs"):
+        sample_path_release(model, np.linspace(0, 1, 4), ledger=ledger, **kw)
+    assert len(ledger.history) == 1

@@ -77,6 +77,7 @@ from pm_dpgp.mechanisms.full.sample_path_bounds import (
 )
 from pm_dpgp.mechanisms.noise import SEED_POLICY_SIMULATION, SIMULATION
 from pm_dpgp.models import GPRegression, PublicGP
+from pm_dpgp.models._common import _eval_kernel
 from pm_dpgp.models.guards import require_exact_regression
 from pm_dpgp.models.sparse import is_stationary_decreasing
 
@@ -362,7 +363,9 @@ class SamplePathRelease:
         return out
 
     def _conditional_covariance(
-        self, X_new: NDArray[np.float64]
+        self,
+        X_new: NDArray[np.float64],
+        blocks: tuple[NDArray[np.float64], NDArray[np.float64]] | None = None,
     ) -> tuple[RFPTriangle, NDArray[np.float64], NDArray[np.float64]]:
         """Covariance at ``X_new`` given every value released so far, the new block row, and
         the posterior mean at ``X_new`` minus the prior mean ``μ₀`` (``k(X_new, X) α``).
@@ -383,7 +386,10 @@ class SamplePathRelease:
         gp = self.public_gp
         scale = 1.0 + self.eta**2 / self.bound.kernel_scale**2
         k = len(X_new)
-        if k <= _ONE_CALL_POINTS and (gp.n + k) * k <= _BLOCK_DOUBLES:
+        if blocks is not None:  # k(X_new, X) and k(X_new, X_new), evaluated by the caller
+            V = np.asfortranarray(blocks[0].T)
+            S = RFPTriangle.from_dense(blocks[1])
+        elif k <= _ONE_CALL_POINTS and (gp.n + k) * k <= _BLOCK_DOUBLES:
             # small: k(X_new, [X; X_new]) in ONE kernel call (a Thompson round's 64
             # candidates), no larger than one row block of ``_cross_kernel``
             both = gp.kernel(X_new, np.vstack([gp.X, X_new]))
@@ -423,20 +429,22 @@ class SamplePathRelease:
             raise ValueError(
                 f"X_new must have {self.public_gp.input_dim} column(s), got {X_new.shape}."
             )
-        if self._state is None:
-            fresh = X_new
-        else:
-            known, _ = _match_rows(X_new, self._state.X)
-            fresh = X_new[~known]
-        if len(fresh):
-            self._extend(_distinct_rows(fresh))
-        state = self._state
-        _, where = _match_rows(X_new, state.X)
-        return state.values(where).T
+        known = np.zeros(len(X_new), dtype=bool)
+        if self._state is not None:
+            known, where = _match_rows(X_new, self._state.X)
+        if self._state is None or not known.all():  # one match when every row is known
+            self._extend(_distinct_rows(X_new[~known]))
+            _, where = _match_rows(X_new, self._state.X)
+        return self._state.values(where).T
 
-    def _extend(self, X_new: NDArray[np.float64]) -> None:
-        """Draw the paths at new, distinct inputs conditionally on all released values."""
-        S_cond, off, mean = self._conditional_covariance(X_new)
+    def _extend(
+        self,
+        X_new: NDArray[np.float64],
+        blocks: tuple[NDArray[np.float64], NDArray[np.float64]] | None = None,
+    ) -> None:
+        """Draw the paths at new, distinct inputs conditionally on all released values
+        (``blocks``: ``k(X_new, X)`` and ``k(X_new, X_new)`` if already evaluated)."""
+        S_cond, off, mean = self._conditional_covariance(X_new, blocks)
         diag = _nugget_cholesky(
             S_cond, self._nugget_variance, lambda: self._conditional_covariance(X_new)[0]
         )
@@ -686,6 +694,14 @@ def _domain_grid(lower: bytes, upper: bytes, n_grid: int) -> NDArray[np.float64]
     return grid
 
 
+_PROBE_KERNEL_MESSAGE = (
+    "the kernel is NaN or infinite between public points (X_star and the domain grid, or "
+    "without a domain two corners of the ±1e100 box private inputs are clipped to): check "
+    "X_star (e.g. coordinates so large that squared distances overflow) and the "
+    "hyperparameters, or give domain=; nothing was spent or drawn."
+)
+
+
 def _check_public_kernel(
     public_gp: PublicGP,
     kernel_scale: float,
@@ -693,7 +709,8 @@ def _check_public_kernel(
     probes: NDArray[np.float64],
     *,
     unboxed: bool = False,
-) -> float:
+    columns: NDArray[np.float64] | None = None,
+) -> tuple[float, NDArray[np.float64] | None]:
     """The release's checks of its public kernel setting, at the PUBLIC ``probes`` only.
 
     ``k(x, x) = kernel(x, x)/kernel_scale² ≤ 1`` (up to 1e-9 relative, ``docs/sample_paths.md``
@@ -710,23 +727,40 @@ def _check_public_kernel(
     would fail after the spend for a dataset holding a non-finite input and not for its
     neighbour (stop-32 audit: a Matérn lengthscale of 1e-55).  The corners are not probes of
     the other checks (the exponential class check would pass on them vacuously).
-    Returns ``max kernel(x, x)`` over the probes (the prior variance the release's warning
-    on the public range uses).
+    ``columns`` (the release's mapped private inputs ``X``): when ``k(probes, [probes; X])``
+    fits one block, the finiteness check is made on the probes' columns of that ONE kernel
+    call, and the whole block is returned for the release's first values (``k(X_star, X)``
+    and ``k(X_star, X_star)``, the distinct rows of ``X_star`` leading the probes), one kernel
+    call less per DP Thompson round (issue 13).  Its private columns are not looked at here:
+    the caller checks them after its spend, as the evaluation after the spend always did, so
+    no refusal before the spend depends on the private inputs.
+    Returns ``(max kernel(x, x)`` over the probes (the prior variance the release's warning
+    on the public range uses), that block or ``None)``.
     """
     if unboxed:
         probes = np.vstack([probes, np.array([[-_UNBOXED], [_UNBOXED]]) * np.ones(probes.shape[1])])
     distinct = _distinct_rows(probes)
-    step = max(1, _BLOCK_DOUBLES // len(distinct))
-    for i in range(0, len(distinct), step):
-        try:
-            public_gp.kernel(distinct[i : i + step], distinct)
-        except ValueError as err:  # NaN/inf (the probes are public: so is the message)
-            raise ValueError(
-                "the kernel is NaN or infinite between public points (X_star and the domain "
-                "grid, or without a domain two corners of the ±1e100 box private inputs are "
-                "clipped to): check X_star (e.g. coordinates so large that squared distances "
-                "overflow) and the hyperparameters, or give domain=; nothing was spent or drawn."
-            ) from err
+    p = len(distinct)
+    block = None
+    if columns is not None and p * (p + len(columns)) <= _BLOCK_DOUBLES:
+        # one call for the check and the release's k(X_star, X): only the public part (the
+        # first p columns) is checked here; the caller checks the rest after its spend
+        block = _eval_kernel(
+            public_gp,
+            distinct,
+            np.vstack([distinct, columns]),
+            symmetrise_equal=False,
+            check_finite=False,
+        )
+        if not np.all(np.isfinite(block[:, :p])):
+            raise ValueError(_PROBE_KERNEL_MESSAGE)
+    else:
+        step = max(1, _BLOCK_DOUBLES // p)
+        for i in range(0, p, step):
+            try:
+                public_gp.kernel(distinct[i : i + step], distinct)
+            except ValueError as err:  # NaN/inf (the probes are public: so is the message)
+                raise ValueError(_PROBE_KERNEL_MESSAGE) from err
     if unboxed:
         probes = probes[:-2]
     diag = public_gp.kernel_diag(probes)
@@ -738,7 +772,7 @@ def _check_public_kernel(
             "amplitude sd (k(x, x) <= 1, docs/sample_paths.md §1)."
         )
     _check_kernel_class(public_gp, kernel_class, kernel_scale, probes)
-    return float(np.max(diag))
+    return float(np.max(diag)), block
 
 
 def _check_kernel_class(
@@ -1076,8 +1110,14 @@ def sample_path_release(
             "from public information alone; give the public input domain (domain=(low, high))."
         )
     probes = _public_probes(X_star, domain)
-    prior_var = _check_public_kernel(
-        public_gp, kernel_scale, kernel_class, probes, unboxed=domain is None
+    stationary = is_stationary_decreasing(getattr(gpr, "cov_func", None))
+    prior_var, block = _check_public_kernel(
+        public_gp,
+        kernel_scale,
+        kernel_class,
+        probes,
+        unboxed=domain is None,
+        columns=X if stationary else None,  # capped below otherwise: a different kernel
     )
     # k(x, x) <= kernel_scale² at every input, not only at the probes.  A decreasing
     # stationary kernel has a constant diagonal, so the probe check above proves it; any
@@ -1159,7 +1199,17 @@ def sample_path_release(
             y_bounds=(lower, upper),
             nugget=nugget,
         )
-        release.evaluate(X_star)
+        X_first = _distinct_rows(X_star)  # the values at X_star (``evaluate(X_star)``)
+        blocks = None
+        if block is not None:  # k(X_star, X) and k(X_star, X_star), from the check
+            k, p = len(X_first), block.shape[0]
+            blocks = (block[:k, p:], block[:k, :k])
+            if not np.all(np.isfinite(blocks[0])):
+                raise ValueError(
+                    "The kernel evaluated to NaN/inf between X_star and the (clipped) training "
+                    f"inputs at these hyperparameters ({public_gp.hyperparameters})."
+                )
+        release._extend(X_first, blocks)
         bar.advance(f"drew {n_draws} path(s)")
     return release
 
