@@ -239,3 +239,37 @@ def test_a_release_cannot_be_copied_or_pickled(model):
         with pytest.raises(TypeError, match="cannot be copied or pickled"):
             dup(rel)
     assert rel.evaluate(np.array([[0.33]])).shape == (L, 1)  # the original still works
+
+
+def test_the_fused_first_draw_adds_at_most_its_own_block_to_the_peak(model, monkeypatch):
+    """At the default limits: the release whose pre-spend kernel check also evaluates its
+    first ``k(X_star, X)`` (``_check_public_kernel``, ``_FUSED_DOUBLES``) peaks no higher
+    (up to 4,096 doubles) than the release that evaluates it after the spend, measured in
+    the same process: the two blocks it keeps through the training factor, ``m(n + m)``
+    doubles, are what the evaluation after the spend allocates anyway.  The first version
+    kept the whole ``p × (p + n)`` block of the check through the factorisation (stop-37
+    audit: +83 % at n = 200, m = 700; here +22,754 doubles, which fails this test)."""
+    X_star = np.linspace(0, 1, M)[:, None]
+    _release(model, X_star)  # compile the kernels first
+
+    def peak() -> float:
+        gc.collect()
+        tracemalloc.start()
+        try:
+            base = tracemalloc.get_traced_memory()[0]
+            _release(model, X_star)
+            return (tracemalloc.get_traced_memory()[1] - base) / 8
+        finally:
+            tracemalloc.stop()
+
+    calls = []
+    check = sp._check_public_kernel
+    monkeypatch.setattr(
+        sp, "_check_public_kernel", lambda *a, **k: calls.append(1) or check(*a, **k)
+    )
+    fused = peak()
+    with monkeypatch.context() as m:
+        m.setattr(sp, "_FUSED_DOUBLES", 0)
+        plain = peak()
+    assert len(calls) == 2
+    assert fused <= plain + 4096, (fused, plain)

@@ -523,9 +523,19 @@ def test_the_first_values_reuse_the_checks_kernel_block(monkeypatch, d, domain):
         blocks.append(out[1])
         return out
 
+    used = []
+    conditional = sp.SamplePathRelease._conditional_covariance
+
+    def conditional_spy(self, X_new, blocks=None):
+        used.append(blocks is not None)
+        return conditional(self, X_new, blocks)
+
     monkeypatch.setattr(sp, "_check_public_kernel", spy)
+    monkeypatch.setattr(sp.SamplePathRelease, "_conditional_covariance", conditional_spy)
     fused = sample_path_release(model, X_star, n_draws=3, rng=np.random.default_rng(3), **kw)
-    assert blocks[-1] is not None and blocks[-1].shape[1] == blocks[-1].shape[0] + 12
+    cross, star = blocks[-1]
+    assert cross.shape == (9, 12) and star.shape == (9, 9)
+    assert used == [True]  # the first draw took the check's block, no second kernel call
     monkeypatch.setattr(sp, "_check_public_kernel", lambda *a, **k: (original(*a, **k)[0], None))
     plain = sample_path_release(model, X_star, n_draws=3, rng=np.random.default_rng(3), **kw)
     assert fused.released_values.shape == (3, 9)  # nine distinct inputs
@@ -550,20 +560,70 @@ def test_the_checks_kernel_block_refuses_on_its_public_part_only(monkeypatch):
     def poisoned(part: str):
         def kernel(view, Xa, Xb, **kw):
             K = original(view, Xa, Xb, **kw)
-            if Xb.shape[0] > Xa.shape[0]:  # the fused call: [probes; X] columns
+            p = Xa.shape[0]
+            if Xb.shape[0] > p:  # the fused call: [probes; X] columns
                 K = K.copy()
-                K[0, Xa.shape[0] if part == "private" else 1] = np.nan
+                row, col = {
+                    "first": (0, 1),
+                    "last": (p - 1, p - 1),  # the domain grid's last point
+                    "middle": (p // 2, 0),
+                    "private": (0, p),
+                }[part]
+                K[row, col] = np.nan
             return K
 
         return kernel
 
     kw = {**KW, "epsilon": None, "n_draws": 1, "rng": np.random.default_rng(0)}
-    monkeypatch.setattr(sp, "_eval_kernel", poisoned("public"))
     ledger = Ledger(epsilon=1e6, delta=1e-5)
-    with pytest.raises(ValueError, match="between public points"):
-        sample_path_release(model, np.linspace(0, 1, 4), ledger=ledger, **kw)
-    assert ledger.history == []
+    for where in ("first", "last", "middle"):  # every public row and column is checked
+        monkeypatch.setattr(sp, "_eval_kernel", poisoned(where))
+        with pytest.raises(ValueError, match="between public points"):
+            sample_path_release(model, np.linspace(0, 1, 4), ledger=ledger, **kw)
+        assert ledger.history == []
     monkeypatch.setattr(sp, "_eval_kernel", poisoned("private"))
     with pytest.raises(ValueError, match="training inputs"):
         sample_path_release(model, np.linspace(0, 1, 4), ledger=ledger, **kw)
     assert len(ledger.history) == 1
+
+
+@pytest.mark.parametrize(
+    "cov",
+    [
+        pm.gp.cov.Gibbs(1, lambda x: 0.2 + 0.1 * x),
+        pm.gp.cov.ScaledCov(1, pm.gp.cov.Matern52(1, ls=0.3), lambda x: 1.0 - 0.2 * x),
+        pm.gp.cov.Matern52(1, ls=0.3) + pm.gp.cov.Linear(1, c=0.5),
+    ],
+    ids=["gibbs", "scaled", "sum-with-linear"],
+)
+def test_a_kernel_the_release_caps_is_never_fused(monkeypatch, cov):
+    """A kernel not recognised as stationary is capped at ``kernel_scale²`` after the check
+    (``capped_public_gp``), so the check's uncapped ``k(X_star, X)`` must not reach the draw:
+    the check is not given the private inputs at all."""
+    import pm_dpgp.mechanisms.full.sample_path as sp
+
+    rng = np.random.default_rng(2)
+    X = rng.uniform(0, 1, 10)
+    model = gp_regression(X, np.sin(3 * X), cov, noise_sd=1.0)
+    given = []
+    original = sp._check_public_kernel
+
+    def spy(*args, **kwargs):
+        given.append(kwargs.get("columns"))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(sp, "_check_public_kernel", spy)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rel = sample_path_release(
+            model,
+            np.linspace(0, 1, 5)[:, None],
+            kernel_scale=3.0,
+            y_bounds=(-2.0, 2.0),
+            delta=1e-5,
+            epsilon=NO_CAP,
+            domain=(0.0, 1.0),
+            rng=np.random.default_rng(0),
+        )
+    assert given == [None]
+    assert rel.released_values.shape == (1, 5)

@@ -100,6 +100,9 @@ KernelClass = Literal["generic", "exponential_1d", "constant"]
 _BLOCK_DOUBLES = 2**20
 #: Up to this many new inputs, ``k(X_new, [X; X_new])`` is one kernel call (if it fits a block).
 _ONE_CALL_POINTS = 256
+#: The release's pre-spend kernel check and its first draw share one call ``k(probes,
+#: [probes; X])`` up to this many doubles (1 MiB; ``_check_public_kernel``).
+_FUSED_DOUBLES = 2**17
 #: Smallest nugget (relative to ``σ²``) a release accepts: later rounds condition on the
 #: factor of ``Σ + jI``, whose round-off is amplified by ``1/√j``; ``j = 0`` and ``10⁻²⁰``
 #: released values of order 10⁴² and 10¹¹ after two or three rounds, ``10⁻¹⁴`` behaved
@@ -710,7 +713,8 @@ def _check_public_kernel(
     *,
     unboxed: bool = False,
     columns: NDArray[np.float64] | None = None,
-) -> tuple[float, NDArray[np.float64] | None]:
+    first: int = 0,
+) -> tuple[float, tuple[NDArray[np.float64], NDArray[np.float64]] | None]:
     """The release's checks of its public kernel setting, at the PUBLIC ``probes`` only.
 
     ``k(x, x) = kernel(x, x)/kernel_scale² ≤ 1`` (up to 1e-9 relative, ``docs/sample_paths.md``
@@ -727,33 +731,41 @@ def _check_public_kernel(
     would fail after the spend for a dataset holding a non-finite input and not for its
     neighbour (stop-32 audit: a Matérn lengthscale of 1e-55).  The corners are not probes of
     the other checks (the exponential class check would pass on them vacuously).
-    ``columns`` (the release's mapped private inputs ``X``): when ``k(probes, [probes; X])``
-    fits one block, the finiteness check is made on the probes' columns of that ONE kernel
-    call, and the whole block is returned for the release's first values (``k(X_star, X)``
-    and ``k(X_star, X_star)``, the distinct rows of ``X_star`` leading the probes), one kernel
-    call less per DP Thompson round (issue 13).  Its private columns are not looked at here:
-    the caller checks them after its spend, as the evaluation after the spend always did, so
-    no refusal before the spend depends on the private inputs.
+    ``columns`` (the release's mapped private inputs ``X``) with ``first``, the number of
+    distinct rows of ``X_star`` (which lead the probes): when ``first ≤ _ONE_CALL_POINTS`` and
+    ``k(probes, [probes; X])`` has at most ``_FUSED_DOUBLES`` entries, the finiteness check is
+    made on the probes' columns of that ONE kernel call, and the rows of ``X_star`` are
+    returned, ``(k(X_star, X), k(X_star, X_star))`` (copies; the rest is freed), for the
+    release's first values: one kernel call less per DP Thompson round (issue 13).  The
+    private columns are not looked at here: the caller checks them after its spend, as the
+    evaluation after the spend always did, so no refusal before the spend depends on the
+    private inputs.  The call's array and the kept rows exist together for a moment (at most
+    2 MiB, less than one of the 8 MiB strips of the unfused check), and the caller holds
+    ``first · (n + first)`` doubles (≤ 1 MiB) through its training factor, which the
+    evaluation after the spend allocates anyway.
     Returns ``(max kernel(x, x)`` over the probes (the prior variance the release's warning
-    on the public range uses), that block or ``None)``.
+    on the public range uses), those two blocks or ``None)``.
     """
     if unboxed:
         probes = np.vstack([probes, np.array([[-_UNBOXED], [_UNBOXED]]) * np.ones(probes.shape[1])])
     distinct = _distinct_rows(probes)
     p = len(distinct)
-    block = None
-    if columns is not None and p * (p + len(columns)) <= _BLOCK_DOUBLES:
+    blocks = None
+    fused = columns is not None and 0 < first <= _ONE_CALL_POINTS
+    if fused and p * (p + len(columns)) <= min(_FUSED_DOUBLES, _BLOCK_DOUBLES):
         # one call for the check and the release's k(X_star, X): only the public part (the
         # first p columns) is checked here; the caller checks the rest after its spend
-        block = _eval_kernel(
+        K = _eval_kernel(
             public_gp,
             distinct,
             np.vstack([distinct, columns]),
             symmetrise_equal=False,
             check_finite=False,
         )
-        if not np.all(np.isfinite(block[:, :p])):
+        if not np.all(np.isfinite(K[:, :p])):
             raise ValueError(_PROBE_KERNEL_MESSAGE)
+        blocks = (np.array(K[:first, p:]), np.array(K[:first, :first]))
+        del K
     else:
         step = max(1, _BLOCK_DOUBLES // p)
         for i in range(0, p, step):
@@ -772,7 +784,7 @@ def _check_public_kernel(
             "amplitude sd (k(x, x) <= 1, docs/sample_paths.md §1)."
         )
     _check_kernel_class(public_gp, kernel_class, kernel_scale, probes)
-    return float(np.max(diag)), block
+    return float(np.max(diag)), blocks
 
 
 def _check_kernel_class(
@@ -1110,14 +1122,16 @@ def sample_path_release(
             "from public information alone; give the public input domain (domain=(low, high))."
         )
     probes = _public_probes(X_star, domain)
+    X_first = _distinct_rows(X_star)  # where the first values are drawn
     stationary = is_stationary_decreasing(getattr(gpr, "cov_func", None))
-    prior_var, block = _check_public_kernel(
+    prior_var, blocks = _check_public_kernel(
         public_gp,
         kernel_scale,
         kernel_class,
         probes,
         unboxed=domain is None,
         columns=X if stationary else None,  # capped below otherwise: a different kernel
+        first=len(X_first),
     )
     # k(x, x) <= kernel_scale² at every input, not only at the probes.  A decreasing
     # stationary kernel has a constant diagonal, so the probe check above proves it; any
@@ -1199,16 +1213,13 @@ def sample_path_release(
             y_bounds=(lower, upper),
             nugget=nugget,
         )
-        X_first = _distinct_rows(X_star)  # the values at X_star (``evaluate(X_star)``)
-        blocks = None
-        if block is not None:  # k(X_star, X) and k(X_star, X_star), from the check
-            k, p = len(X_first), block.shape[0]
-            blocks = (block[:k, p:], block[:k, :k])
-            if not np.all(np.isfinite(blocks[0])):
-                raise ValueError(
-                    "The kernel evaluated to NaN/inf between X_star and the (clipped) training "
-                    f"inputs at these hyperparameters ({public_gp.hyperparameters})."
-                )
+        # the values at X_star (``evaluate(X_star)``), from the check's kernel call if it
+        # made k(X_star, X) and k(X_star, X_star); their private part is checked only now
+        if blocks is not None and not np.all(np.isfinite(blocks[0])):
+            raise ValueError(
+                "The kernel evaluated to NaN/inf between X_star and the (clipped) training "
+                f"inputs at these hyperparameters ({public_gp.hyperparameters})."
+            )
         release._extend(X_first, blocks)
         bar.advance(f"drew {n_draws} path(s)")
     return release
