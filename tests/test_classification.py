@@ -124,12 +124,21 @@ def test_one_step_is_one_newton_step_and_paper_matrix(small):
     assert_normwise_close(C_paper @ y + C_paper @ np.ones(pub.n), C @ t, cond_rtol(K))
 
 
-def test_sor_matrix_matches_dense_and_equals_exact_with_all_points():
+@pytest.mark.parametrize("weights", ["constant", "varying"])
+def test_sor_matrix_matches_dense_and_equals_exact_with_all_points(weights):
+    """Against the dense formula, with a constant ``W₀`` and with the ``W₀ = π(1 − π)`` of a
+    random public linearisation point (stop-37 audit: a mutant replacing ``W₀`` by its mean,
+    10.9 % wrong here, passed with the constant weights alone)."""
     X, t = _data(1, n=12)
     model = gp_classification(X, t, pm.gp.cov.ExpQuad(1, ls=0.8))
     pub = model.public_gp()
     Xs = np.linspace(0, 10, 7)[:, None]
-    w = np.full(pub.n, 0.2)
+    if weights == "constant":
+        w = np.full(pub.n, 0.2)
+    else:
+        f0 = 2.5 * np.random.default_rng(3).standard_normal(pub.n)
+        w = expit(f0) * (1 - expit(f0))
+        assert w.max() / w.min() > 5  # the weights really vary
     Z = np.linspace(0, 10, 6)[:, None]
     C, var, _ = sor_one_step_matrix(pub.kernel(Z), pub.kernel(Z, X), pub.kernel(Z, Xs), np.sqrt(w))
     Kmm = pub.kernel(Z)
@@ -427,3 +436,44 @@ def test_pm_set_data_reaches_the_release_and_the_pymc_model():
     with pytest.raises(ValueError, match="12 input rows but 10 labels"):
         classification_release(model, X_star, rng=np.random.default_rng(5), ledger=ledger, **kw)
     assert ledger.history == []
+
+
+def test_sor_k_means_is_found_as_for_fitc_and_refuses_what_fitc_refuses():
+    """``inducing_points=M``: the centres of ``kmeans_public_inducing`` (as for FITC), recorded
+    with their method and seed; fewer distinct inputs than ``M`` (coinciding centres), a
+    non-integer ``M`` and a non-integer seed are refused before any spend (stop-37 audit:
+    ``M = 5`` on 3 distinct inputs was released with a duplicated ``Z`` and a jitter)."""
+    from pm_dpgp.models.fitc import kmeans_public_inducing
+
+    X, t = _data(1, n=30)
+    model = gp_classification(X, t, pm.gp.cov.ExpQuad(1, ls=0.8))
+    Xs = np.linspace(0, 10, 4)[:, None]
+    kw = dict(epsilon=1.0, delta=1e-3, rng=np.random.default_rng(0))
+    rel = classification_release(model, Xs, inducing_points=4, kmeans_seed=7, **kw)
+    np.testing.assert_array_equal(
+        rel.metadata["inducing_points"], kmeans_public_inducing(X, 4, seed=7)
+    )
+    assert rel.metadata["n_inducing"] == 4 and rel.metadata["kmeans_seed"] == 7
+    assert rel.metadata["inducing_method"].startswith("kmeans2")
+    f0 = np.linspace(-1, 1, 30)
+    given = classification_release(model, Xs, inducing_points=X[:5], f0=f0, **kw)
+    assert given.metadata["inducing_method"] == "given"
+    np.testing.assert_array_equal(given.metadata["f0"], f0)
+    assert rel.metadata["f0"] is None
+    few = gp_classification(
+        np.repeat([1.0, 2.0, 3.0], 4), np.tile([0, 1], 6), pm.gp.cov.ExpQuad(1, ls=1.0)
+    )
+    ledger = Ledger(epsilon=10.0, delta=1e-3)
+    bad = [
+        (few, dict(inducing_points=5), "coinciding centres"),
+        (model, dict(inducing_points=3.0), "positive integer M"),
+        (model, dict(inducing_points=True), "positive integer M"),
+        (model, dict(inducing_points=3, kmeans_seed=None), "seed must be an integer"),
+        (model, dict(inducing_points=3, kmeans_seed=1.5), "seed must be an integer"),
+    ]
+    for m, extra, message in bad:
+        rng = np.random.default_rng(1)
+        state = rng.bit_generator.state
+        with pytest.raises(ValueError, match=message):
+            classification_release(m, Xs, epsilon=1.0, delta=1e-3, ledger=ledger, rng=rng, **extra)
+        assert ledger.history == [] and rng.bit_generator.state == state

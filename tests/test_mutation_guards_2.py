@@ -96,13 +96,16 @@ SAMPLE_PATH_KEYS = {
 }  # fmt: skip
 CLASSIFICATION_KEYS = {
     "approximation", "calibration", "clipping_bounds", "data_sensitivity", "delta_per_draw",
-    "epsilon_per_draw", "epsilon_total", "hyperparameters", "inducing_points", "kernel",
+    "epsilon_per_draw", "epsilon_total", "f0", "hyperparameters", "inducing_method",
+    "inducing_points", "kernel", "n_inducing",
     "kmeans_seed", "kmm_jitter", "l2_sensitivity", "latent_var", "likelihood",
     "linearisation_point", "max_mahalanobis", "mechanism", "n_draws", "neighbouring_relation",
     "newton_steps", "noise_design", "noise_multiplier", "noise_rank", "noise_source",
     "pm_dpgp_version", "prior_mean", "privacy_event", "privacy_model", "rank_rule", "rank_tol",
     "seed_policy", "solver_converged", "solver_gap_bound", "truncation_bias_ratio",
 }  # fmt: skip
+# stop 37: "f0" is the caller's PUBLIC linearisation point (None for the prior mean), never a
+# function of the labels; "n_inducing" and "inducing_method" describe the public Z
 
 
 def test_release_metadata_keys_are_the_reviewed_ones():

@@ -70,7 +70,7 @@ from pm_dpgp.mechanisms.label.output_perturbation import (
 from pm_dpgp.mechanisms.whitening import centred_whitening
 from pm_dpgp.models._common import _as_2d_inputs
 from pm_dpgp.models.classification import GPClassification, PublicLatentGP, binary_labels
-from pm_dpgp.models.sparse import kmeans_inducing_points
+from pm_dpgp.models.fitc import kmeans_public_inducing
 from pm_dpgp.release import Release
 
 __all__ = ["LABEL_BOUNDS", "class_probabilities", "classification_release", "one_step_cloaking"]
@@ -98,13 +98,24 @@ def _linearisation_point(f0: ArrayLike | None, public: PublicLatentGP) -> NDArra
 def _inducing(
     inducing_points: ArrayLike | int | None, public: PublicLatentGP, seed: int
 ) -> NDArray[np.float64] | None:
+    """The SoR inducing inputs: none, k-means centres of the (public) training inputs, or
+    the given array; anything else is refused with a clear message before any spend."""
     if inducing_points is None:
         return None
-    if isinstance(inducing_points, numbers.Integral) and not isinstance(inducing_points, bool):
-        # k-means on the training inputs: public under label privacy (Smith et al. 2021, §4.1)
-        return kmeans_inducing_points(
-            public.X, int(inducing_points), rng=np.random.default_rng(seed)
+    if isinstance(inducing_points, (bool, np.bool_)) or (
+        isinstance(inducing_points, numbers.Real)
+        and not isinstance(inducing_points, numbers.Integral)
+    ):
+        raise ValueError(
+            "inducing_points must be None (exact), a positive integer M (k-means centres of "
+            "the public training inputs) or an (M, d) array of public inputs, got "
+            f"{inducing_points!r}."
         )
+    if isinstance(inducing_points, numbers.Integral):
+        # k-means on the training inputs, public under label privacy (Smith et al. 2021,
+        # §4.1), as for FITC: SciPy's kmeans2 from 10 seeded k-means++ starts, coinciding
+        # centres refused (stop-37 audit: a duplicated Z went through with a jitter)
+        return kmeans_public_inducing(public.X, int(inducing_points), seed=seed)
     return _as_2d_inputs(inducing_points, "inducing_points", public.input_dim)
 
 
@@ -199,8 +210,11 @@ def classification_release(
         non-private mode; a previous release at ``X* = X`` is allowed (module docstring).
     inducing_points:
         ``None`` (exact), an ``(M, d)`` array of public inducing inputs, or an integer ``M``
-        for k-means centres of the public training inputs (seeded by ``kmeans_seed``): the
-        SoR variant (§4.1).
+        for k-means centres of the public training inputs: the SoR variant (§4.1).  The
+        centres are found as for FITC (``pm_dpgp.models.fitc.kmeans_public_inducing``:
+        SciPy's ``kmeans2`` from 10 k-means++ starts seeded by ``kmeans_seed``, an integer;
+        coinciding centres, i.e. fewer distinct inputs than ``M``, are refused) and recorded
+        in the metadata with ``n_inducing``, ``inducing_method`` and the seed.
     calibration, n_draws, ledger, rng, tol, rank_tol, progressbar, design:
         as for ``pm_dpgp.mechanisms.cloaked_release``; ``rng=None`` is the secure
         (OpenDP discrete Gaussian) noise, a Generator the simulation mode.
@@ -265,8 +279,18 @@ def classification_release(
         "likelihood": "bernoulli-logit",
         "newton_steps": 1,
         "linearisation_point": "prior mean" if f0 is None else "given (public)",
+        # the given point itself (public), so that anyone can recompute C* and the offset
+        "f0": None if f0 is None else _linearisation_point(f0, public).tolist(),
         "approximation": "exact" if Z is None else "SoR",
         "inducing_points": None if Z is None else Z,
+        "n_inducing": None if Z is None else int(Z.shape[0]),
+        "inducing_method": None
+        if Z is None
+        else (
+            "kmeans2 on the public inputs (10 k-means++ starts)"
+            if isinstance(inducing_points, numbers.Integral)
+            else "given"
+        ),
         "kmeans_seed": kmeans_seed if isinstance(inducing_points, numbers.Integral) else None,
         "kmm_jitter": jitter,
         "latent_var": np.asarray(latent_var, dtype=np.float64).tolist(),  # JSON-serialisable
