@@ -16,7 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pm_dpgp.accounting import Ledger
 from pm_dpgp.mechanisms import cloaked_release, prior_noise_release, rkhs_sensitivity
+from pm_dpgp.mechanisms.label.prior_noise import public_prior_noise
 from pm_dpgp.models import gp_regression
 from tests.tolerances import EPS, cond_rtol, scalar_rtol
 
@@ -195,11 +197,17 @@ _SIGN_X = np.array([0.5, 1.7, 2.9, 4.1, 5.3])[:, None]
 def test_prior_noise_shape_does_not_depend_on_the_eigenvector_signs(monkeypatch) -> None:
     """Audit of the two stacks: ``eigh`` returns either sign of an eigenvector depending on
     the LAPACK build, and ``F = V·sqrt(λ + j)`` inherited it, so a seed gave different
-    prior-noise draws on the two stacks.  Flipping columns of ``V`` must change nothing."""
+    prior-noise draws on the two stacks.  Flipping columns of ``V`` must change nothing.
+    Since stop 37 the eigen-factor is the fallback for a failed Cholesky factorisation,
+    forced here."""
     import scipy.linalg
 
     from pm_dpgp.mechanisms.label import prior_noise as pn
 
+    def failing_cholesky(*args, **kwargs):
+        raise np.linalg.LinAlgError("forced")
+
+    monkeypatch.setattr(pn, "cholesky", failing_cholesky)
     model = _sign_test_model()
     public = model.public_gp()
     kw = {"epsilon": 1.0, "delta": 1e-3, "y_bounds": (-2.0, 2.0), "n_draws": 2}
@@ -218,15 +226,68 @@ def test_prior_noise_shape_does_not_depend_on_the_eigenvector_signs(monkeypatch)
 
 def test_prior_noise_draws_of_a_seed_are_pinned() -> None:
     """The same seed gives the same draws on every stack (ArviZ 0.x / PyMC 5 and ArviZ 1 /
-    PyMC 6 builds agree to ~1e-13 relative; the values below are the canonical-sign ones)."""
+    PyMC 6 builds agree to ~1e-13 relative)."""
     rel = prior_noise_release(
         _sign_test_model(), _SIGN_X, epsilon=1.0, delta=1e-3, y_bounds=(-2.0, 2.0),
         n_draws=2, rng=np.random.default_rng(1),
     )  # fmt: skip
+    # since stop 37 the noise factor is the (unique) Cholesky factor of K** + jI
     expected = [
-        [-0.5332676504538959, -0.6446787120001168, 6.014473178902485, 13.890826285983422,
-         11.171057181518101],
-        [5.345860717545019, 5.948788529671086, 0.12181259132052381, -1.409449899270382,
-         1.4797917620114087],
+        [3.47378839686058, 8.227950363931283, 8.58281578446007, -1.8952834670680598,
+         -3.845362496386292],
+        [4.365596836312231, 0.610757367042607, 0.9605546940110097, 3.6684973631606743,
+         4.569573335610468],
     ]  # fmt: skip
     np.testing.assert_allclose(rel.draws, expected, rtol=1e-9, atol=1e-9)
+
+
+def test_ill_conditioned_k_does_not_inflate_the_charge() -> None:
+    """Stop-37 audit: with duplicated inputs and a tiny noise variance (``cond(K + σ²I)`` up to
+    1e15) the whitening ``F⁻¹C``, computed from ``C``, carried ``C``'s round-off into the
+    directions of ``K**`` that only the jitter keeps, and the charged sensitivity (that of the
+    computed columns) reached 162× the RKHS bound.  Computed as ``(L_**⁻¹K*f)(K + σ²I)⁻¹`` it
+    stays at the bound, and the release is still centred at the posterior mean."""
+    X = np.r_[np.zeros(4), np.full(4, 0.5), np.ones(4)]
+    Xs = np.linspace(-0.5, 1.5, 10)[:, None]
+    y = np.r_[np.zeros(4), np.full(4, 0.8), np.full(4, 0.3)]
+    for noise_sd in (1e-3, 1e-6, 3e-7, 1e-7):
+        model = gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=1.0), noise_sd=noise_sd)
+        public = model.public_gp()
+        parts = public_prior_noise(public, Xs)
+        assert np.allclose(parts.shape_factor, np.tril(parts.shape_factor))  # Cholesky
+        columns = np.sqrt(np.max(np.sum(parts.W**2, axis=0)))
+        # both sides computed through (K + σ²I)⁻¹: round-off of order cond(K + σ²I)·u
+        # (measured: 7e-6 above at 1e-6, below at the others); the old order gave 4.4×, 39×
+        # and 162× at 1e-6, 3e-7 and 1e-7
+        K = public.kernel(public.X, public.X) + public.noise_var * np.eye(12)
+        tol = 1.0 + np.linalg.cond(K) * np.finfo(float).eps
+        assert columns <= parts.unit_sensitivity * tol, (noise_sd, columns)
+        rel = prior_noise_release(
+            model, Xs, epsilon=1.0, delta=1e-5, y_bounds=(0.0, 1.0),
+            rng=np.random.default_rng(0),
+        )  # fmt: skip
+        assert rel.metadata["l2_sensitivity"] <= 1.01 * parts.unit_sensitivity
+    # the mean part is the posterior mean (well-conditioned case, independent dense formula)
+    model = gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=1.0), noise_sd=0.1)
+    public = model.public_gp()
+    parts = public_prior_noise(public, Xs)
+    K = public.kernel(public.X, public.X) + 0.01 * np.eye(12)
+    C = public.kernel(Xs, public.X) @ np.linalg.inv(K)
+    np.testing.assert_allclose(parts.shape_factor @ parts.W, C, rtol=0, atol=1e-9)
+
+
+def test_zero_prior_variance_at_a_test_input_is_refused_clearly() -> None:
+    """Stop-37 audit: a linear kernel at its centre has ``k(x*, x*) = 0``; the shape was
+    singular and the refusal said only that the sensitivity was NaN."""
+    model = gp_regression(
+        np.linspace(-1, 1, 8), np.zeros(8), pm.gp.cov.Linear(1, c=0.0), noise_sd=0.5
+    )
+    ledger = Ledger(epsilon=5.0, delta=1e-3)
+    rng = np.random.default_rng(0)
+    state = rng.bit_generator.state
+    with pytest.raises(ValueError, match="prior variance k\\(x\\*, x\\*\\) is zero"):
+        prior_noise_release(
+            model, np.array([[0.0], [0.0]]), epsilon=1.0, delta=1e-3, y_bounds=(-1.0, 1.0),
+            ledger=ledger, rng=rng,
+        )  # fmt: skip
+    assert ledger.history == [] and rng.bit_generator.state == state

@@ -33,8 +33,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
+from numpy.linalg import LinAlgError
 from numpy.typing import ArrayLike, NDArray
-from scipy.linalg import cho_solve, eigh
+from scipy.linalg import cho_solve, cholesky, eigh, solve_triangular
 
 from pm_dpgp._validation import check_finite_array
 from pm_dpgp.accounting import Ledger
@@ -85,6 +86,22 @@ def rkhs_sensitivity(public_gp: PublicGP, bound: Bound = "exact") -> float:
     raise ValueError(f"bound must be 'exact', 'inf_norm' or 'nonnegative', got {bound!r}.")
 
 
+def _prior_covariance(public_gp: PublicGP, X_star: NDArray[np.float64]) -> NDArray[np.float64]:
+    """``K** + j I`` with ``j = 1e-10 · mean(diag K**)``; a zero prior variance at a test input
+    is refused (it would make the shape singular: a NaN sensitivity, stop-37 audit)."""
+    K_ss = public_gp.kernel(X_star, X_star)
+    K_ss = 0.5 * (K_ss + K_ss.T)
+    diag = np.diag(K_ss)
+    if not np.all(diag > 0.0):
+        raise ValueError(
+            "the prior variance k(x*, x*) is zero at some X_star rows (e.g. a linear kernel at "
+            "its centre), so prior noise cannot cover the mean there; move those test inputs "
+            "or use another kernel. Nothing was spent or drawn."
+        )
+    K_ss[np.diag_indices_from(K_ss)] += 1e-10 * float(np.mean(diag))
+    return K_ss
+
+
 def prior_noise_shape(public_gp: PublicGP, X_star: NDArray[np.float64]) -> NDArray[np.float64]:
     """Factor ``F`` with ``F Fᵀ = K** + j I`` (prior covariance at the test inputs).
 
@@ -92,18 +109,19 @@ def prior_noise_shape(public_gp: PublicGP, X_star: NDArray[np.float64]) -> NDArr
     noise, so the Mahalanobis sensitivity w.r.t. ``K**`` still bounds the one
     w.r.t. ``K** + j I``.
 
-    ``F = V diag(sqrt(λ + j))`` from the eigendecomposition, with the eigenvector signs made
-    canonical (``pm_dpgp.gp.linalg.canonical_signs``).  The release draws ``F z``, and
-    ``eigh`` returns either sign of each eigenvector depending on the LAPACK build: without
-    the rule the same seed gave different prior-noise draws on two stacks (audit of the two
-    supported stacks).  The mean part ``F W (y − μ)`` does not depend on the signs
-    (``W = F⁻¹ C`` flips with ``F``), nor does the privacy guarantee.
+    ``F`` is the lower Cholesky factor (unique, so the same seed gives the same draws on every
+    LAPACK build).  Since stop 37; before, ``F = V diag(sqrt(λ + j))`` from an
+    eigendecomposition, with canonical eigenvector signs, which is the fallback here if the
+    factorisation fails (round-off making ``K** + j I`` indefinite).  Both have the same law
+    ``N(0, K** + j I)``; the Cholesky factor also gives the stable whitening of
+    ``public_prior_noise``.
     """
-    K_ss = public_gp.kernel(X_star, X_star)
-    K_ss = 0.5 * (K_ss + K_ss.T)
-    jitter = 1e-10 * float(np.mean(np.diag(K_ss)))
-    w, V = eigh(K_ss)
-    return canonical_signs(V) * np.sqrt(np.clip(w, 0.0, None) + jitter)
+    K = _prior_covariance(public_gp, X_star)
+    try:
+        return cholesky(K, lower=True)
+    except LinAlgError:
+        w, V = eigh(K)
+        return canonical_signs(V) * np.sqrt(np.clip(w, 0.0, None))
 
 
 @dataclass(frozen=True)
@@ -122,15 +140,30 @@ def public_prior_noise(
 
     Shared by ``prior_noise_release`` and ``pm_dpgp.plan.prior_noise`` so that a plan
     reports exactly the sensitivity the release charges.
+
+    The whitening is ``W = F⁻¹ C`` with ``C = K*f (K + σ²I)⁻¹``, so that
+    ``mean − μ = F W (y − μ)``; it is evaluated centred at the bounds' midpoint with its
+    round-off bounded (``pm_dpgp/mechanisms/whitening.py``) and the release is charged for
+    its computed columns.  With the Cholesky factor ``F = L_**`` it is computed as
+    ``W = (L_**⁻¹ K*f)(K + σ²I)⁻¹``: ``L_**⁻¹ K*f`` is the off-diagonal block of the Cholesky
+    factor of the joint prior covariance of ``[X*; X]``, whose rows have norm at most
+    ``√k(x_i, x_i)``, so no direction of ``K**`` that only the jitter keeps is divided into.
+    Computing ``C`` first and then ``F⁻¹ C`` sent the round-off of ``C`` (relative
+    ``cond(K + σ²I) · u``) into those directions and amplified it by ``1/√j``: at duplicated
+    inputs and ``noise_sd = 1e-7`` the charged sensitivity was 162× the RKHS bound (stop-37
+    audit; private all the same, since the computed columns were charged, but with 162× the
+    noise).
     """
     unit = rkhs_sensitivity(public_gp, bound)
     K_sf = public_gp.kernel(X_star, public_gp.X)
     shape = prior_noise_shape(public_gp, X_star)
-    # whitened coordinates: F = V diag(s) ⇒ F⁻¹x = (Fᵀx)/s², s² the squared column norms, so
-    # mean − μ = F W (y − μ) with the public W = F⁻¹ C (m × n), C = K*f (K + σ²I)⁻¹; evaluated
-    # centred at the bounds' midpoint with its round-off bounded (pm_dpgp/mechanisms/whitening.py)
-    C = public_gp.posterior().cloaking_matrix(K_sf)
-    W = (shape.T @ C) / np.sum(shape * shape, axis=0)[:, None]
+    L_K = public_gp.posterior().L
+    if np.array_equal(shape, np.tril(shape)):  # the Cholesky factor
+        G = solve_triangular(shape, K_sf, lower=True)  # L_**⁻¹ K*f, (m, n)
+        W = cho_solve((L_K, True), G.T).T  # G (K + σ²I)⁻¹
+    else:  # the eigen-factor fallback: F = V diag(s) ⇒ F⁻¹x = (Fᵀx)/s²
+        C = public_gp.posterior().cloaking_matrix(K_sf)
+        W = (shape.T @ C) / np.sum(shape * shape, axis=0)[:, None]
     return PublicPriorNoise(shape, W, unit)
 
 
