@@ -277,17 +277,24 @@ def test_ill_conditioned_k_does_not_inflate_the_charge() -> None:
 
 
 def test_zero_prior_variance_at_a_test_input_is_refused_clearly() -> None:
-    """Stop-37 audit: a linear kernel at its centre has ``k(x*, x*) = 0``; the shape was
-    singular and the refusal said only that the sensitivity was NaN."""
+    """Stop-37 audit: a linear kernel at its centre has ``k(x*, x*) = 0``; at every test input
+    the shape was singular and the refusal said only that the sensitivity was NaN.  With one
+    such input among others the release works (the mean there is exactly μ)."""
     model = gp_regression(
         np.linspace(-1, 1, 8), np.zeros(8), pm.gp.cov.Linear(1, c=0.0), noise_sd=0.5
     )
     ledger = Ledger(epsilon=5.0, delta=1e-3)
     rng = np.random.default_rng(0)
     state = rng.bit_generator.state
-    with pytest.raises(ValueError, match="prior variance k\\(x\\*, x\\*\\) is zero"):
+    with pytest.raises(ValueError, match="prior variance k\\(x\\*, x\\*\\) is zero at every"):
         prior_noise_release(
             model, np.array([[0.0], [0.0]]), epsilon=1.0, delta=1e-3, y_bounds=(-1.0, 1.0),
             ledger=ledger, rng=rng,
         )  # fmt: skip
     assert ledger.history == [] and rng.bit_generator.state == state
+    rel = prior_noise_release(
+        model, np.array([[0.0], [1.0]]), epsilon=1.0, delta=1e-3, y_bounds=(-1.0, 1.0),
+        ledger=ledger, rng=rng,
+    )  # fmt: skip
+    assert np.all(np.isfinite(rel.draws)) and len(ledger.history) == 1
+    assert abs(rel.draws[0, 0] - model.public_gp().mean) < 1e-3  # the jitter's noise only

@@ -87,16 +87,18 @@ def rkhs_sensitivity(public_gp: PublicGP, bound: Bound = "exact") -> float:
 
 
 def _prior_covariance(public_gp: PublicGP, X_star: NDArray[np.float64]) -> NDArray[np.float64]:
-    """``K** + j I`` with ``j = 1e-10 · mean(diag K**)``; a zero prior variance at a test input
-    is refused (it would make the shape singular: a NaN sensitivity, stop-37 audit)."""
+    """``K** + j I`` with ``j = 1e-10 · mean(diag K**)``.  A zero prior variance at every test
+    input (e.g. a linear kernel at its centre) leaves no jitter and a singular shape (a NaN
+    sensitivity, stop-37 audit): refused.  Where only some test inputs have it, the mean there
+    is exactly ``μ`` and the jitter covers them."""
     K_ss = public_gp.kernel(X_star, X_star)
     K_ss = 0.5 * (K_ss + K_ss.T)
     diag = np.diag(K_ss)
-    if not np.all(diag > 0.0):
+    if not np.mean(diag) > 0.0:
         raise ValueError(
-            "the prior variance k(x*, x*) is zero at some X_star rows (e.g. a linear kernel at "
-            "its centre), so prior noise cannot cover the mean there; move those test inputs "
-            "or use another kernel. Nothing was spent or drawn."
+            "the prior variance k(x*, x*) is zero at every X_star row (e.g. a linear kernel at "
+            "its centre): the posterior mean there is the prior mean and prior noise has no "
+            "scale; use other test inputs or another kernel. Nothing was spent or drawn."
         )
     K_ss[np.diag_indices_from(K_ss)] += 1e-10 * float(np.mean(diag))
     return K_ss
