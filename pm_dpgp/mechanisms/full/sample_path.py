@@ -1106,6 +1106,10 @@ def sample_path_release(
             f"X_star must have {X.shape[1]} column(s) like the inputs, got shape "
             f"{X_star.shape}; pass inputs with that many columns."
         )
+    cov = getattr(gpr, "cov_func", None)
+    # one answer for the three uses below: a domain is required otherwise, the kernel check
+    # shares its call with the first draw only then, and every other kernel is capped
+    stationary = is_stationary_decreasing(cov)
     if domain is not None:
         lower, upper = parse_domain(domain)
         if lower.size != X.shape[1]:
@@ -1116,14 +1120,13 @@ def sample_path_release(
         # private inputs are clipped into the public domain, silently (docs/errors.md)
         public_gp = dataclasses.replace(public_gp, X=np.clip(X, lower, upper))
         X = public_gp.X
-    elif not is_stationary_decreasing(getattr(gpr, "cov_func", None)):
+    elif not stationary:
         raise ValueError(
             "the kernel is not recognised as stationary, so k(x, x) <= 1 cannot be checked "
             "from public information alone; give the public input domain (domain=(low, high))."
         )
     probes = _public_probes(X_star, domain)
     X_first = _distinct_rows(X_star)  # where the first values are drawn
-    stationary = is_stationary_decreasing(getattr(gpr, "cov_func", None))
     prior_var, blocks = _check_public_kernel(
         public_gp,
         kernel_scale,
@@ -1136,13 +1139,12 @@ def sample_path_release(
     # k(x, x) <= kernel_scale² at every input, not only at the probes.  A decreasing
     # stationary kernel has a constant diagonal, so the probe check above proves it; any
     # other kernel is capped (the identity wherever the bound holds)
-    cov = getattr(gpr, "cov_func", None)
     proved = getattr(gpr, "_proved_kappa", None)
     if kappa is not None and proved is not None and check_kappa(kappa) <= proved:
         kappa = float(kappa)  # checked by the caller (the Thompson loop) for this public GP
     else:
         kappa = resolve_kappa(kappa, public_gp, kernel_scale, domain, cov)
-    if not is_stationary_decreasing(cov):
+    if not stationary:
         public_gp = capped_public_gp(public_gp, kernel_scale)
     r2 = public_gp.noise_var / kernel_scale**2
     mu0 = public_gp.mean
