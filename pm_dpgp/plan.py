@@ -67,6 +67,7 @@ from pm_dpgp.mechanisms.gaussian import gaussian_sigma
 from pm_dpgp.mechanisms.noise import secure_plan
 from pm_dpgp.models.exact import gp_regression
 from pm_dpgp.models.guards import refuse_dirichlet_model, require_exact_regression
+from pm_dpgp.release import noise_sd_of
 
 __all__ = [
     "BinnedPlan",
@@ -174,7 +175,7 @@ def _gaussian_plan(
     sigma, event = _gaussian_event(
         epsilon, delta, l2_sensitivity, shape_factor.shape[1], calibration, n_draws, label, secure
     )
-    noise_sd = sigma * np.sqrt(np.einsum("ij,ij->i", shape_factor, shape_factor))
+    noise_sd = noise_sd_of(sigma * shape_factor)  # the release's noise factor and row norms
     return GaussianReleasePlan(epsilon, delta, n_draws, l2_sensitivity, sigma, noise_sd, event)
 
 

@@ -38,6 +38,13 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def noise_sd_of(noise_factor: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Row norms of a noise factor ``G`` (``noise = G z``): the marginal noise sd, by ``hypot``,
+    which cannot overflow.  The plans (``pm_dpgp.plan``) call it on the factor the release will
+    use, so a plan's ``noise_sd`` is the release's to the bit."""
+    return np.hypot.reduce(noise_factor, axis=1, initial=0.0)
+
+
 @dataclass(frozen=True)
 class Release:
     """Differentially private draws at public test inputs, with their metadata.
@@ -73,7 +80,7 @@ class Release:
         """``(m,)`` marginal standard deviation of the DP noise (public): the row norms of the
         noise factor by ``hypot``, which cannot overflow (stop-32 audit: ``y_bounds = ±1e300``
         gave finite draws but an infinite published sd)."""
-        return np.hypot.reduce(self.noise_factor, axis=1, initial=0.0)
+        return noise_sd_of(self.noise_factor)
 
     @property
     def noise_cov(self) -> NDArray[np.float64]:

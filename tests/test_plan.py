@@ -111,7 +111,7 @@ def test_cloaked_plan_matches_the_release(secure):
         rel = cloaked_release(
             model, X_STAR, ledger=ledger, rng=None if secure else np.random.default_rng(2), **kw
         )
-    np.testing.assert_allclose(rel.noise_sd, p.noise_sd, rtol=1e-12)  # same σ and factor
+    np.testing.assert_array_equal(rel.noise_sd, p.noise_sd)  # same σ, factor and row norms
     assert ledger.epsilon(1e-3) == pytest.approx(p.ledger_epsilon, rel=1e-12)
     assert p.ledger_epsilon <= 1.0 * (1 + 1e-9)
 
@@ -154,12 +154,35 @@ def test_prior_noise_plan_matches_the_release(secure, bound):
         rel = prior_noise_release(
             model, X_STAR, ledger=ledger, rng=None if secure else np.random.default_rng(6), **kw
         )
-    np.testing.assert_allclose(rel.noise_sd, p.noise_sd, rtol=1e-12)
+    np.testing.assert_array_equal(rel.noise_sd, p.noise_sd)  # bitwise: same operations
     assert rel.metadata["l2_sensitivity"] == p.l2_sensitivity
     assert ledger.epsilon(1e-3) == pytest.approx(p.ledger_epsilon, rel=1e-12)
     # the looser bound costs more noise for the same ε: the plan follows ``bound``
     other = plan.prior_noise(model, X_STAR, secure=secure, **{**kw, "bound": "nonnegative"})
     assert other.l2_sensitivity != p.l2_sensitivity
+
+
+@pytest.mark.parametrize("secure", [False, True])
+def test_prior_noise_plan_noise_sd_is_the_release_s_on_an_ill_conditioned_problem(secure):
+    """Stop 38: the plan took ``σ·sqrt(Σ F²)``, the release ``hypot`` of ``σF``'s rows, so on
+    duplicated inputs with a tiny noise (cond K ≈ 1e13) the two sds differed in the last digits
+    (up to 6e-11 absolute).  Both now use ``noise_sd_of`` on the same factor."""
+    from pm_dpgp.mechanisms import prior_noise_release
+
+    X = np.repeat(np.linspace(0.0, 2.0, 8), 3)
+    y = np.cos(2 * X)
+    model = gp_regression(X, y, 3.0 * pm.gp.cov.ExpQuad(1, ls=0.7), noise_sd=1e-6)
+    X_star = np.linspace(-0.3, 2.3, 41)[:, None]
+    kw = dict(epsilon=2.0, delta=1e-4, y_bounds=(-1.5, 1.5))
+    p = plan.prior_noise(model, X_star, secure=secure, **kw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyWarning)
+        rel = prior_noise_release(
+            model, X_star, ledger=Ledger(2.0, 1e-4),
+            rng=None if secure else np.random.default_rng(9), **kw,
+        )  # fmt: skip
+    assert rel.metadata["l2_sensitivity"] == p.l2_sensitivity
+    np.testing.assert_array_equal(rel.noise_sd, p.noise_sd)
 
 
 @pytest.mark.parametrize("secure", [False, True])
@@ -180,7 +203,7 @@ def test_classification_plan_matches_the_release(secure, inducing):
         rel = classification_release(
             model, X_STAR, ledger=ledger, rng=None if secure else np.random.default_rng(8), **kw
         )
-    np.testing.assert_allclose(rel.noise_sd, p.noise_sd, rtol=1e-12)
+    np.testing.assert_array_equal(rel.noise_sd, p.noise_sd)  # bitwise: same operations
     assert rel.metadata["l2_sensitivity"] == p.l2_sensitivity
     assert ledger.epsilon(1e-3) == pytest.approx(p.ledger_epsilon, rel=1e-12)
     with pytest.raises(TypeError, match="gp_classification"):  # same check as the release
