@@ -412,3 +412,46 @@ def test_a_prior_mean_below_the_descriptions_six_digits_is_refused():
     assert other.public_gp().description == rel.metadata["kernel"]
     with pytest.raises(ValueError, match="prior_mean"):
         release_posterior(rel, other, X[:3])
+
+
+# ------------------------------------------------------------------------- audit 38c
+def test_a_malformed_release_is_refused_with_a_clear_message(small):
+    """Audit 38c: draws for other test inputs, a noise factor of another size or a NaN draw
+    failed deep in the algebra with bare NumPy / SciPy messages (``matmul: Input operand 1
+    has a mismatch…``, ``expected square matrix``, ``array must not contain infs``)."""
+    model, X_star, _ = small
+    rel = cloaked_release(
+        model, X_star, epsilon=2.0, delta=1e-5, y_bounds=(-3.0, 3.0), rng=np.random.default_rng(1)
+    )
+    m, k = rel.noise_factor.shape
+    nan_draws = rel.draws.copy()
+    nan_draws[0, 0] = np.nan
+    cases = [
+        (dict(draws=np.zeros((1, m - 2))), "draws have shape"),
+        (dict(draws=np.zeros(m)), "draws have shape"),
+        (dict(noise_factor=np.eye(m - 2)), "noise factor has shape"),
+        (dict(noise_factor=np.hstack([rel.noise_factor, rel.noise_factor])), "noise factor"),
+        (dict(draws=nan_draws), "not finite"),
+    ]
+    for change, message in cases:
+        with pytest.raises(ValueError, match=message):
+            release_posterior(dataclasses.replace(rel, **change), model)
+
+
+def test_warns_when_the_models_prior_predictive_is_often_clipped():
+    """Audit 38c: with bounds that bind (±1 for outputs of prior predictive sd 1.04, 35 % of
+    them clipped) the 90 % intervals covered f in 0.805 ± 0.012 of 200 simulated data sets,
+    silently.  The expected clipped fraction under the model's own prior is public, so the
+    posterior warns; with the docs' ±5 bounds it does not."""
+    X = np.linspace(0, 10, 30)
+    model = _model(X, np.sin(X))
+    kw = dict(epsilon=4.0, delta=1e-5, rng=np.random.default_rng(0))
+    tight = cloaked_release(model, X[::3], y_bounds=(-1.0, 1.0), **kw)
+    with pytest.warns(UserWarning, match="clipping bounds"):
+        release_posterior(tight, model)
+    wide = cloaked_release(model, X[::3], y_bounds=(-5.0, 5.0), **kw)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        release_posterior(wide, model)
