@@ -306,3 +306,62 @@ def test_integral_kernel_of_narrow_boxes_and_zero_width_boxes():
         )
     with pytest.raises(ValueError, match="upper > lower"):
         point_box_kernel(np.zeros((1, 1)), np.ones((1, 1)), np.ones((1, 1)), 1.0, 1.0)
+
+
+@pytest.mark.parametrize("method", ["integral", "point"])
+def test_binned_gp_mean_equals_an_independent_gp_computation(method):
+    """Audit 38c: the only check of ``binned_gp``'s predictive was its linearity in the DP
+    means, which every error in its matrix ``A`` passes (dropping ``noise_sd²/n_j``, using
+    ``b²`` for the Laplace variance ``2b²``, point covariances for the cross term, reversed
+    ARD lengthscales, ignoring the prior mean).  Here: 2-D ARD bins of unequal widths, a
+    prior mean, covariances by ``scipy.integrate`` per dimension, a dense solve."""
+    rng = np.random.default_rng(4)
+    X = rng.uniform(0, 4, (120, 2))
+    y = np.sin(X[:, 0]) + 0.5 * X[:, 1] + 0.3 * rng.standard_normal(120)
+    edges = [np.array([0.0, 1.0, 2.5, 4.0]), np.array([0.0, 0.5, 3.0, 4.0])]
+    r = binned_release(
+        X, y, make_bins(edges), epsilon=0.8, y_bounds=(-2.0, 4.0), rng=np.random.default_rng(1)
+    )
+    ls, s, nsd, mu = np.array([0.7, 2.0]), 1.2, 0.3, 0.4
+    Xs = np.array([[0.2, 0.3], [2.7, 3.5], [3.9, 1.0], [6.0, -1.0]])
+    g = binned_gp(r, Xs, lengthscale=ls, kernel_scale=s, noise_sd=nsd, mean=mu, method=method)
+    counts = np.asarray(r.metadata["bin_counts"])
+    b = np.asarray(r.metadata["laplace_scale"])
+    lower, upper = make_bins(edges).boxes()
+
+    def k1(u, v, l):
+        return math.exp(-((u - v) ** 2) / (2 * l * l))
+
+    def bb(i, j):
+        out = s * s
+        for dim in range(2):
+            a, bu, c, d, l = lower[i, dim], upper[i, dim], lower[j, dim], upper[j, dim], ls[dim]
+            q = integrate.dblquad(lambda v, u, l=l: k1(u, v, l), a, bu, c, d, epsabs=1e-13)[0]
+            out *= q / ((bu - a) * (d - c))
+        return out
+
+    def pb(x, j):
+        out = s * s
+        for dim in range(2):
+            a, bu, l = lower[j, dim], upper[j, dim], ls[dim]
+            out *= integrate.quad(lambda u, xd=x[dim], l=l: k1(xd, u, l), a, bu, epsabs=1e-14)[
+                0
+            ] / (bu - a)
+        return out
+
+    nb = len(counts)
+    if method == "integral":
+        K = np.array([[bb(i, j) for j in range(nb)] for i in range(nb)])
+        Ks = np.array([[pb(x, j) for j in range(nb)] for x in Xs])
+    else:
+        c = 0.5 * (lower + upper)
+
+        def kk(p, q):
+            return s * s * k1(p[0], q[0], ls[0]) * k1(p[1], q[1], ls[1])
+
+        K = np.array([[kk(p, q) for q in c] for p in c])
+        Ks = np.array([[kk(x, q) for q in c] for x in Xs])
+    occ = counts > 0
+    K = K[np.ix_(occ, occ)] + np.diag(nsd**2 / counts[occ] + 2.0 * b[occ] ** 2)
+    expected = mu + Ks[:, occ] @ np.linalg.solve(K, r.draws[0, occ] - mu)
+    np.testing.assert_allclose(g.draws[0], expected, rtol=1e-8, atol=1e-10)
