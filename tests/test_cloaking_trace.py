@@ -353,3 +353,45 @@ def test_kung_2d_grid_converges(ip_rounds: list[int]) -> None:
     assert lower_bound(res) * (1.0 - 1e-6) <= _trace(res) <= lower_bound(res) * (1.0 + 1e-6)
     logdet = solve_noise_covariance(C, rank_tol=1e-8)
     assert _trace(res) < 0.45 * _trace(logdet)
+
+
+def _near_duplicate_gp() -> tuple[np.ndarray, np.ndarray]:
+    x = np.repeat(np.linspace(0.0, 5.0, 10), 3) + np.tile([0.0, 1e-9, 2e-9], 10)
+    return x, np.clip(np.sin(x), -1.9, 1.9)
+
+
+def test_unresolvable_rank_tol_is_a_clear_error_before_any_spend() -> None:
+    """Stop-38b audit: at rank_tol = 1e-15 on near-duplicate inputs (k = 23) every trace design
+    is numerically singular; the solver raised a bare ``LinAlgError("singular initial trace
+    design in the cloaking solver")``.  Now a ValueError naming rank_tol, raised before the
+    ledger is charged or the Generator drawn (the log det design still releases)."""
+    import pymc as pm
+
+    from pm_dpgp.models import gp_regression
+
+    x, y = _near_duplicate_gp()
+    gpr = gp_regression(x, y, pm.gp.cov.ExpQuad(1, ls=1.0), noise_sd=0.3, mean=0.0)
+    X_star = np.linspace(0.0, 5.0, 25)[:, None]
+    C = gpr.public_cloaking(None).cloaking_operator(X_star).dense()
+    with pytest.raises(ValueError, match="rank_tol") as info:
+        solve_noise_covariance(C, rank_tol=1e-15, design="trace")
+    assert not isinstance(info.value, np.linalg.LinAlgError)
+    ledger = Ledger(epsilon=5.0, delta=1e-3)
+    rng = np.random.default_rng(7)
+    state = rng.bit_generator.state
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyWarning)
+        with pytest.raises(ValueError, match="design='logdet'"):
+            cloaked_release(
+                gpr,
+                X_star,
+                epsilon=1.0,
+                delta=1e-5,
+                y_bounds=(-2.0, 2.0),
+                ledger=ledger,
+                rng=rng,
+                rank_tol=1e-15,
+                design="trace",
+            )
+    assert ledger.epsilon(1e-3) == 0.0
+    assert rng.bit_generator.state == state

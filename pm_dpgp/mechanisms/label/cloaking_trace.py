@@ -420,8 +420,23 @@ def trace_covariance(red: _Reduced, tol: float, max_iter: int) -> NoiseCovarianc
     c = float(np.max(np.abs(red.proj)))
     At = np.ascontiguousarray(red.proj[:, red.reps].T / c)
     start = _initial_design(np.ascontiguousarray(red.white[:, red.reps].T))
-    lam_reps, iterations, converged = solve_trace_design(At, start, tol, min(max_iter, _MAX_STEPS))
-    L, s = trace_factor(At, lam_reps)
+    try:
+        lam_reps, iterations, converged = solve_trace_design(
+            At, start, tol, min(max_iter, _MAX_STEPS)
+        )
+        L, s = trace_factor(At, lam_reps)
+    except np.linalg.LinAlgError as exc:
+        # stop-38b audit: with a rank_tol far below the public floor (1e-15 on GP matrices
+        # with repeated inputs) A(λ)^{1/2} spans σ_1/σ_k ≳ 1/(k ε) and every design is
+        # numerically singular for the square-root criterion, while the log det design (in
+        # whitened coordinates) still works; say so instead of a bare LinAlgError
+        spread = float(red.sing[0] / red.sing[-1])
+        raise ValueError(
+            f"design='trace' cannot be solved at rank_tol={red.rank_tol:g}: the retained "
+            f"singular values of C span a factor {spread:.1e} (rank {red.sing.size}), beyond "
+            "what the square-root design resolves in float64. Pass a larger rank_tol "
+            "(cloaked_release's default 'auto' never goes below 1e-10) or design='logdet'."
+        ) from exc
     r = trace_point(At, lam_reps)[0]
     lower_bound = c * c * float(np.sum(r)) ** 2 / float(np.sum(lam_reps))
     chol_k = (c * math.sqrt(s)) * L
