@@ -262,3 +262,24 @@ def test_r_svd_solutions_agree_with_the_serial_solver() -> None:
 def test_svd_option_is_checked() -> None:
     with pytest.raises(ValueError, match="svd"):
         solve_noise_covariances([np.eye(3)], svd="eigh")
+
+
+def test_lockstep_solves_ordinary_problems_without_the_serial_fallback(monkeypatch) -> None:
+    """Stop-38b audit: a broken lockstep (candidate sets padded with a real column instead of
+    the zero one, or the serial tail taking another member's padded rank) was masked by the
+    hand-off to the serial ``_solve_design``: every result stayed certified and all tests
+    passed.  On these problems the lockstep itself must finish every problem of rank > 1."""
+    handed = []
+    serial = cb._solve_design
+
+    def counting(Bt, tol, max_iter):
+        if Bt.shape[1] > 1:
+            handed.append(Bt.shape)
+        return serial(Bt, tol, max_iter)
+
+    monkeypatch.setattr(cb, "_solve_design", counting)
+    Cs = [C for s in range(3) for C in _gp_fold_matrices(s)]
+    Cs += _degenerate(np.random.default_rng(0))
+    out = solve_noise_covariances(Cs, rank_tol=RANK_TOL)
+    assert all(nc.converged for nc in out)
+    assert handed == []
