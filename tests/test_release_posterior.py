@@ -438,6 +438,26 @@ def test_a_malformed_release_is_refused_with_a_clear_message(small):
             release_posterior(dataclasses.replace(rel, **change), model)
 
 
+@pytest.mark.parametrize("mechanism", ["cloaking", "prior_noise"])
+def test_a_numerically_rank_deficient_noise_factor_is_refused(small, mechanism):
+    """Audit 38c (mutant A13 survived): only an exactly zero diagonal entry of ``R_F`` was
+    refused, so a noise factor with two equal columns (``R_F``'s last entry ~1e-16 of the
+    first) was accepted and the draws divided by round-off.  A full-rank factor of the same
+    shape, however ill-conditioned in the range the releases produce, is still accepted."""
+    model, X_star, X_h = small
+    make = cloaked_release if mechanism == "cloaking" else prior_noise_release
+    rel = make(
+        model, X_star, epsilon=2.0, delta=1e-5, y_bounds=(-3.0, 3.0), rng=np.random.default_rng(1)
+    )
+    F = rel.noise_factor.copy()
+    F[:, -1] = F[:, 0]
+    with pytest.raises(ValueError, match="rank deficient"):
+        release_posterior(dataclasses.replace(rel, noise_factor=F), model, X_h)
+    F = rel.noise_factor.copy()
+    F[:, -1] *= 1e-6  # cond(F) grows by 1e6: still a release one can condition on
+    release_posterior(dataclasses.replace(rel, noise_factor=F), model, X_h)
+
+
 def test_warns_when_the_models_prior_predictive_is_often_clipped():
     """Audit 38c: with bounds that bind (±1 for outputs of prior predictive sd 1.04, 35 % of
     them clipped) the 90 % intervals covered f in 0.805 ± 0.012 of 200 simulated data sets,

@@ -324,7 +324,9 @@ class _NoiseQueue:
     ``noise_solver="batched"`` solves the noise covariances of every queued fold of every queued
     configuration in one ``solve_noise_covariances`` call (lockstep over all of them);
     ``"per_fold"`` calls ``solve_noise_covariance`` matrix by matrix.  A fold matrix equal, byte
-    for byte, to one solved before reuses that solution (the solve is a function of the matrix);
+    for byte, to one solved before reuses that solution (per fold, the solve is a function of
+    the matrix; in a batch, the other members change its last bits, ≤ 1e-13 relative, through
+    the padding and the serial tail, and every result is certified on its own: stop-38 audit);
     only the solution is shared, each fold's plan keeps its own test and training indices (two
     folds of a replicated design can have the same matrix).
     """

@@ -213,8 +213,14 @@ def release_posterior(
     S = draws.shape[0]
     # F = Q_F R_F: coordinates t̄ of the draws' mean in the range of F
     Q_F, R_F = qr(noise_factor, mode="economic", check_finite=False)
-    if not np.all(np.diag(R_F)):
-        raise ValueError("the release's noise factor is rank deficient; cannot condition on it.")
+    r_diag = np.abs(np.diag(R_F))
+    if not r_diag.min() > noise_factor.shape[1] * np.finfo(np.float64).eps * r_diag.max():
+        # numerically rank deficient (e.g. two equal columns: R_F's last diagonal entry is
+        # round-off, and t̄ would divide the draws by it); audit 38c, its mutant A13
+        raise ValueError(
+            "the release's noise factor is (numerically) rank deficient; cannot condition on "
+            "it: the release is malformed or was altered."
+        )
     centred = draws.mean(axis=0) - public.mean
     t_bar = solve_triangular(R_F, Q_F.T @ centred, lower=False)
     # T = R_F⁻¹ Q_Fᵀ K*f A⁻¹ and A = L Lᵀ (the release's own factor), so with
