@@ -500,3 +500,106 @@ def test_absurd_public_bounds_are_refused_before_the_spend_or_run(bound):
         assert ledger.history == []
     else:
         assert len(ledger.history) == 1
+
+
+# ------------------------------------------------------------------ stop-38 audit (random stopping)
+def test_runs_score_with_the_charged_coinpress_rho(monkeypatch):
+    """Stop-38 audit mutants: COINPRESS inside a run at 2ρ_CP (charge unchanged, ρ_M < 2ρ_CP:
+    under-charged) and ρ_CP doubled everywhere (over-charged) both passed the suite.  Every
+    run's COINPRESS must get exactly the planned ρ_CP = zcdp_rho(ε, δ), its schedule must sum to
+    at most that, and the charged base ρ must be exactly max(ρ_M, ρ_CP)."""
+    import pm_dpgp.selection.liu_talwar as lt
+    from pm_dpgp.mechanisms.gaussian import zcdp_rho
+
+    seen = []
+    real = lt.coinpress_mean
+
+    def spy(values, **kw):
+        out = real(values, **kw)
+        seen.append((kw["rho"], math.fsum(out.rhos)))
+        return out
+
+    monkeypatch.setattr(lt, "coinpress_mean", spy)
+    model = _sparse_model(80)
+    res = select_by_random_stopping(
+        model, GRID, epsilon=1.0, delta=1e-5, y_bounds=(-2.0, 2.0), ledger=None, gamma=0.3,
+        owner_scores=False, rng=np.random.default_rng(2),
+    )  # fmt: skip
+    rho_cp = zcdp_rho(1.0, 1e-5)
+    z = gaussian_sigma(1.0, 1e-5, 1.0)
+    assert len(seen) == res.owner_report()["n_runs"] >= 1
+    assert all(r == rho_cp and total <= rho_cp for r, total in seen)
+    assert res.public_details["coinpress_rho"] == rho_cp
+    assert res.event.base.rho == pytest.approx(max(rho_cp, 1.0 / (2.0 * z * z)), rel=1e-9)
+
+
+@pytest.mark.parametrize("secure", [True, False])
+def test_random_stopping_loop_follows_the_geometric_law(secure):
+    """Stop-38 audit mutant: the loop of ``random_stopping`` stopping with γ/2 (E[K] doubled,
+    charged for 1/γ) passed the suite, whose goodness-of-fit test draws K with
+    ``sample_stopping_time``, a separate function.  Here K is the loop's own."""
+    from pm_dpgp.selection.liu_talwar import random_stopping
+
+    gamma, n = 0.3, 4000
+    rng = None if secure else np.random.default_rng(6)
+    draws = np.array(
+        [len(random_stopping(3, lambda i: (0.0, 1.0), gamma, rng)[2]) for _ in range(n)]
+    )
+    edges = np.arange(1, 12)
+    obs = np.array([np.sum(draws == k) for k in edges[:-1]] + [np.sum(draws >= edges[-1])])
+    p = np.append(stopping_pmf(edges[:-1], gamma), (1 - gamma) ** (edges[-1] - 1))
+    assert stats.chisquare(obs, n * p).pvalue > 1e-4
+
+
+def test_secure_coin_is_exactly_gamma(monkeypatch):
+    """The OS-entropy coin stops iff randbelow(2^k) < p for γ = p/2^k (mutant ``<=`` survived)."""
+    from fractions import Fraction
+
+    import pm_dpgp.selection.liu_talwar as lt
+
+    g = Fraction(0.3)
+    monkeypatch.setattr(lt.secrets, "randbelow", lambda k: g.numerator - 1)
+    assert lt._coin(g, None)
+    monkeypatch.setattr(lt.secrets, "randbelow", lambda k: g.numerator)
+    assert not lt._coin(g, None)
+
+
+def test_invalid_scores_are_ignored_and_ties_go_to_the_smaller_index():
+    """Alg. 2's test ṽ ≤ C + R: a run scoring above its upper end is ignored even when it is
+    the largest (mutant without the test survived); equal scores keep the smaller index."""
+    from pm_dpgp.selection.liu_talwar import random_stopping
+
+    class Scripted:
+        def __init__(self, idx, stop_after):
+            self.idx, self.calls, self.stop_after = iter(idx), 0, stop_after
+
+        def integers(self, k):
+            return next(self.idx)
+
+        def random(self):
+            self.calls += 1
+            return 0.0 if self.calls == self.stop_after else 0.99
+
+    scores = {3: (1.0, 0.5), 1: (0.2, 0.5), 2: (0.4, 0.5), 0: (0.4, 0.5)}
+    best, score, runs = random_stopping(4, scores.__getitem__, 0.5, Scripted([3, 1, 2, 0], 4))
+    assert (best, score, len(runs)) == (0, 0.4, 4)
+    best, score, _ = random_stopping(4, scores.__getitem__, 0.5, Scripted([3], 1))
+    assert (best, score) == (-1, -math.inf)  # the only run was invalid: outcome ⊥
+
+
+def test_coinpress_maps_nan_to_the_lower_bound_and_schedule_never_overspends():
+    """A NaN value scores the public lower bound (mutant: upper bound survived); the schedule's
+    round-off guard matters (without it Σρ_t > ρ for ~2 % of settings, e.g. the one below)."""
+    v = np.array([np.nan, -1.0, -2.0, -3.0])
+    a = coinpress_mean(v, lower=-10.0, upper=0.0, rho=1e30, n_steps=1, rng=np.random.default_rng(0))
+    assert a.mean == pytest.approx(np.mean([-10.0, -1.0, -2.0, -3.0]), abs=1e-9)
+    rhos = coinpress_rho_schedule(0.11208881003076061, 35, 0.8208907072137355)
+    assert math.fsum(rhos) <= 0.11208881003076061
+    g = np.random.default_rng(0)
+    for _ in range(2000):
+        rho, n, s = (
+            float(10 ** g.uniform(-8, 3)),
+            int(g.integers(2, 40)),
+            float(g.uniform(0.05, 0.95)),
+        )
+        assert math.fsum(coinpress_rho_schedule(rho, n, s)) <= rho
