@@ -603,3 +603,30 @@ def test_coinpress_maps_nan_to_the_lower_bound_and_schedule_never_overspends():
             float(g.uniform(0.05, 0.95)),
         )
         assert math.fsum(coinpress_rho_schedule(rho, n, s)) <= rho
+
+
+@pytest.mark.parametrize("secure", [False, True])
+@pytest.mark.parametrize("half_width", [1e-10, 1e-9])
+def test_empty_loglik_interval_is_refused_before_the_spend(secure, half_width):
+    """Stop-38 audit: y_bounds = ±1e-9 (noise sd 0.3) give L_max − L_min = 2R_y²/σ² ≈ 2e-17,
+    below the spacing of doubles at L_max, so L_min == L_max and COINPRESS refused its bounds
+    in the first run — after the ledger was charged and the first candidate drawn."""
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-3, 3, (40, 1))
+    model = sparse_gp_regression(
+        X,
+        np.sin(2 * X[:, 0]),
+        lambda: pm.gp.cov.ExpQuad(1, ls=pm.Gamma("ell", 2, 2)),
+        Z=grid_inducing_points(-3.5, 3.5, 6),
+        noise_sd=0.3,
+    )
+    ledger = Ledger(1e6, 1e-3, filter="renyi")
+    sim = None if secure else np.random.default_rng(1)
+    state = None if secure else sim.bit_generator.state
+    with pytest.raises(ValueError, match="log-likelihood interval"):
+        select_by_random_stopping(
+            model, product_grid({"ell": [1.0]}), epsilon=1.0, delta=1e-4,
+            y_bounds=(-half_width, half_width), gamma=0.5, ledger=ledger, rng=sim, n_steps=2,
+        )  # fmt: skip
+    assert ledger.history == []
+    assert secure or sim.bit_generator.state == state

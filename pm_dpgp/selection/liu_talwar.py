@@ -173,6 +173,18 @@ def loglik_bounds(noise_var: float, y_bound: float) -> tuple[float, float]:
     return l_max - 2.0 * R_y * R_y / s2, l_max
 
 
+def _checked_loglik_bounds(noise_var: float, y_bound: float) -> tuple[float, float]:
+    """``loglik_bounds``, refused (public values only) unless ``L_min < L_max`` are finite."""
+    lo, hi = loglik_bounds(noise_var, y_bound)
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+        raise ValueError(
+            f"the COINPRESS log-likelihood interval [L_min, L_max] = [{lo:.17g}, {hi:.17g}] "
+            f"(Honkela eqs. 30-31, R_y = {y_bound:.3g}, noise variance {noise_var:.3g}) is empty "
+            "or not finite in float64; widen or rescale y_bounds. Nothing was spent or drawn."
+        )
+    return lo, hi
+
+
 def validation_loglik(
     mean: NDArray[np.float64],
     var: NDArray[np.float64],
@@ -345,6 +357,10 @@ def select_by_random_stopping(
         _release_event(p, epsilon, delta, R_p, ratio, kernel_norm, calibration, rng is None)
         for p, R_p in zip(publics, R, strict=True)
     ]
+    # each candidate's COINPRESS interval [L_min, L_max] (eqs. 30-31), public; an empty one
+    # (2R_y^2/sigma^2 below the spacing of doubles at L_max, e.g. y_bounds = +-1e-9 with noise
+    # sd 0.3) was refused by COINPRESS in the first run, after the spend (stop-38 audit)
+    loglik = [_checked_loglik_bounds(p.noise_var, R_p) for p, R_p in zip(publics, R, strict=True)]
     rho_cp = zcdp_rho(epsilon, delta)
     base_rho = max(rho_cp, *(_rho(e) for e in release_events))
     event = random_stopping_event(
@@ -387,7 +403,7 @@ def select_by_random_stopping(
         # a validation record with a non-finite input or kernel column scores L_min
         X2_i, usable = _usable_rows(publics[i], X2)
         mu, var = release.predict(X2_i, pred_noise=True)
-        lo, hi = loglik_bounds(publics[i].noise_var, R[i])
+        lo, hi = loglik[i]
         v = np.where(usable, validation_loglik(mu, var, y2, publics[i].mean, R[i]), lo)
         score = coinpress_mean(
             v, lower=lo, upper=hi, rho=rho_cp, n_steps=n_steps, spread=spread, rng=rng
