@@ -630,3 +630,22 @@ def test_empty_loglik_interval_is_refused_before_the_spend(secure, half_width):
         )  # fmt: skip
     assert ledger.history == []
     assert secure or sim.bit_generator.state == state
+
+
+@pytest.mark.parametrize("gamma", [1e-320, 5e-324, "0.1"])
+def test_stopping_probability_without_finite_mean_or_as_text_is_refused(gamma):
+    """Stop-38 audit: γ = 1e-320 made E[K] = 1/γ = inf, so the charge was +inf and the refusal
+    a misleading BudgetExceededError (without a ledger the loop would not end); γ = "0.1" was
+    parsed and run.  Both are refused as bad values, before anything is spent or drawn."""
+    model = _sparse_model(40)
+    ledger = Ledger(1e6, 1e-3, filter="renyi")
+    rng = np.random.default_rng(0)
+    state = rng.bit_generator.state
+    with pytest.raises(ValueError, match="gamma"):
+        select_by_random_stopping(
+            model, GRID, epsilon=1.0, delta=1e-5, y_bounds=(-2.0, 2.0), ledger=ledger,
+            gamma=gamma, rng=rng,
+        )  # fmt: skip
+    assert ledger.history == [] and rng.bit_generator.state == state
+    with pytest.raises(ValueError, match="gamma"):
+        RepeatAndSelectEvent(ZCDPEvent(0.1), gamma)

@@ -876,13 +876,24 @@ class ApproxDpEvent(PrivacyEvent):
 # Random stopping: repeat a mechanism a random number of times, publish only the best run
 # --------------------------------------------------------------------------------------------
 def _check_stopping(gamma: Any, shape: Any) -> tuple[float, float]:
-    """Validate the truncated-negative-binomial parameters γ ∈ (0, 1), η ≥ 0 (finite)."""
+    """Validate the truncated-negative-binomial parameters γ ∈ (0, 1), η ≥ 0 (finite), with a
+    finite E[K]: a subnormal γ (1e-320) made E[K] = inf, the curve +inf and the refusal a
+    misleading "budget exceeded"; without a ledger the loop would not end (stop-38 audit).
+    Text ("0.1") is refused, as for other numbers, instead of being parsed."""
+    for value, name in ((gamma, "gamma"), (shape, "shape")):
+        if isinstance(value, str | bytes):
+            raise ValueError(f"{name} must be a number, got the text {value!r}; pass a float.")
     g = check_positive(gamma, "gamma")
     if not g < 1.0:
         raise ValueError(f"gamma (the stopping probability) must lie in (0, 1), got {gamma!r}.")
     eta = check_positive(shape, "shape", allow_zero=True)
     if not math.isfinite(eta):
         raise ValueError("shape must be finite (the Poisson case is not supported).")
+    if not math.isfinite(_stopping_mean(g, eta)):
+        raise ValueError(
+            f"gamma = {gamma!r} is too small: the expected number of runs E[K] overflows "
+            "float64. Use a larger gamma (E[K] is about 1/gamma)."
+        )
     return g, eta
 
 
@@ -893,7 +904,11 @@ def stopping_mean(gamma: float, shape: float = 1.0) -> float:
     η(1/γ − 1)/(1 − γ^η).  ``tests/test_liu_talwar.py`` checks it against the pmf and against
     dp_accounting's ``_truncated_negative_binomial_mean``.
     """
-    g, eta = _check_stopping(gamma, shape)
+    return _stopping_mean(*_check_stopping(gamma, shape))
+
+
+def _stopping_mean(g: float, eta: float) -> float:
+    """``stopping_mean`` of already validated parameters (may overflow to inf)."""
     if eta == 1.0:
         return 1.0 / g
     if eta == 0.0:
