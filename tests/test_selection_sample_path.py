@@ -407,3 +407,18 @@ def test_a_coinpress_step_too_small_for_secure_noise_is_refused_before_the_spend
             rng=None,
         )
     assert ledger.history == []
+
+
+def test_empty_loglik_interval_is_refused_before_the_spend(model):
+    """Stop-38 audit (sibling of the Liu–Talwar finding): y_bounds = ±1e-9 make
+    L_max − L_min = 2M_Y²/s² underflow the spacing of doubles at L_max, so L_min == L_max and
+    COINPRESS refused its bounds in the first run, after the ledger was charged."""
+    ledger = Ledger(epsilon=1e6, delta=1e-3, filter="renyi")
+    rng = np.random.default_rng(1)
+    state = rng.bit_generator.state
+    opts = {**OPTS, "y_bounds": (-1e-9, 1e-9)}
+    with pytest.raises(ValueError, match="log-likelihood interval"):
+        select_by_sample_paths(
+            model, GRID[:1], **opts, ledger=ledger, gamma=0.5, n_steps=2, rng=rng
+        )  # fmt: skip
+    assert ledger.history == [] and rng.bit_generator.state == state

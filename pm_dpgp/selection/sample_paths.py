@@ -79,7 +79,12 @@ from pm_dpgp.models.exact import PublicGP
 from pm_dpgp.models.guards import require_exact_regression
 from pm_dpgp.selection.coinpress import check_coinpress_settings, coinpress_mean
 from pm_dpgp.selection.grids import check_grid, prior_quantile_grid
-from pm_dpgp.selection.liu_talwar import loglik_bounds, random_stopping, validation_loglik
+from pm_dpgp.selection.liu_talwar import (
+    _checked_loglik_bounds,
+    loglik_bounds,
+    random_stopping,
+    validation_loglik,
+)
 from pm_dpgp.selection.private_data import (
     as_private_arrays,
     check_data_schema,
@@ -444,6 +449,9 @@ def select_by_sample_paths(
     train, val, M_Y, (lower, upper) = s["train"], s["val"], s["M_Y"], s["domain"]
     delta = s["delta"]
     path_eps = plan.path_epsilons(delta)
+    # each candidate's COINPRESS interval, public, checked before the spend (stop-38 audit:
+    # y_bounds = +-1e-9 gave L_min == L_max, refused by COINPRESS in the first run)
+    loglik = [_checked_loglik_bounds(p.noise_var, M_Y) for p in publics]
     if owner_check:
         from pm_dpgp.audit import check_public_choices
 
@@ -508,7 +516,7 @@ def select_by_sample_paths(
         X2, usable = validation_inputs(i)
         f = release.evaluate(X2)[0]  # the released path at the validation inputs (not published)
         s2 = publics[i].noise_var
-        lo, hi = loglik_bounds(s2, M_Y)
+        lo, hi = loglik[i]
         v = np.where(usable, validation_loglik(f, np.full_like(f, s2), y2, model.mean, M_Y), lo)
         score = coinpress_mean(
             v, lower=lo, upper=hi, rho=plan.coinpress_rho, n_steps=n_steps, spread=spread, rng=rng
