@@ -649,3 +649,25 @@ def test_stopping_probability_without_finite_mean_or_as_text_is_refused(gamma):
     assert ledger.history == [] and rng.bit_generator.state == state
     with pytest.raises(ValueError, match="gamma"):
         RepeatAndSelectEvent(ZCDPEvent(0.1), gamma)
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_default_split_with_fewer_than_five_records_has_a_clear_refusal(n):
+    """Stop-38 audit (fuzz): with n < 5 and no ``validation`` the refusal read "n_folds must be
+    in [2, n=4], got 5", an argument the caller never passed."""
+    model = _sparse_model(40)
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-3, 3, (n, 1))
+    ledger = Ledger(1e6, 1e-3, filter="renyi")
+    with pytest.raises(ValueError, match="default validation split"):
+        select_by_random_stopping(
+            model, GRID, (X, np.sin(X[:, 0])), epsilon=1.0, delta=1e-5, y_bounds=(-2.0, 2.0),
+            ledger=ledger, rng=rng,
+        )  # fmt: skip
+    assert ledger.history == []
+    # an explicit public split works at such n
+    res = select_by_random_stopping(
+        model, GRID, (X, np.sin(X[:, 0])), epsilon=1.0, delta=1e-5, y_bounds=(-2.0, 2.0),
+        ledger=ledger, rng=rng, validation=[0], gamma=0.5,
+    )  # fmt: skip
+    assert len(ledger.history) == 1 and res.index >= -1

@@ -9,6 +9,7 @@ silently (a refusal would depend on one private record).
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 from typing import Any
 
@@ -26,6 +27,13 @@ def public_split(n: int, validation: ArrayLike | None) -> tuple[NDArray[np.intp]
 
     Default: every 5th row (``kfold_splits(n, 5)[0]``) is a validation row.
     """
+    if validation is None and isinstance(n, numbers.Integral) and 2 <= n < 5:
+        # kfold_splits(n, 5) said "n_folds must be in [2, n=4], got 5", an argument the caller
+        # never passed (stop-38 audit); n is public under replace-one neighbours
+        raise ValueError(
+            f"the default validation split (every 5th row) needs n >= 5 records, got n = {n}; "
+            "pass validation=<public row indices>. Nothing was spent or drawn."
+        )
     if validation is not None and np.asarray(validation).dtype.kind not in "iu":
         raise ValueError("validation must be integer row indices (not a mask or floats).")
     val = (
