@@ -91,6 +91,7 @@ from pm_dpgp.selection.result import SelectionResult
 
 __all__ = [
     "Scorer",
+    "checked_loglik_bounds",
     "loglik_bounds",
     "random_stopping",
     "random_stopping_event",
@@ -173,7 +174,7 @@ def loglik_bounds(noise_var: float, y_bound: float) -> tuple[float, float]:
     return l_max - 2.0 * R_y * R_y / s2, l_max
 
 
-def _checked_loglik_bounds(noise_var: float, y_bound: float) -> tuple[float, float]:
+def checked_loglik_bounds(noise_var: float, y_bound: float) -> tuple[float, float]:
     """``loglik_bounds``, refused (public values only) unless ``L_min < L_max`` are finite."""
     lo, hi = loglik_bounds(noise_var, y_bound)
     if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
@@ -360,7 +361,7 @@ def select_by_random_stopping(
     # each candidate's COINPRESS interval [L_min, L_max] (eqs. 30-31), public; an empty one
     # (2R_y^2/sigma^2 below the spacing of doubles at L_max, e.g. y_bounds = +-1e-9 with noise
     # sd 0.3) was refused by COINPRESS in the first run, after the spend (stop-38 audit)
-    loglik = [_checked_loglik_bounds(p.noise_var, R_p) for p, R_p in zip(publics, R, strict=True)]
+    loglik = [checked_loglik_bounds(p.noise_var, R_p) for p, R_p in zip(publics, R, strict=True)]
     rho_cp = zcdp_rho(epsilon, delta)
     base_rho = max(rho_cp, *(_rho(e) for e in release_events))
     event = random_stopping_event(

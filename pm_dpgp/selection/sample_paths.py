@@ -80,7 +80,7 @@ from pm_dpgp.models.guards import require_exact_regression
 from pm_dpgp.selection.coinpress import check_coinpress_settings, coinpress_mean
 from pm_dpgp.selection.grids import check_grid, prior_quantile_grid
 from pm_dpgp.selection.liu_talwar import (
-    _checked_loglik_bounds,
+    checked_loglik_bounds,
     loglik_bounds,
     random_stopping,
     validation_loglik,
@@ -451,7 +451,7 @@ def select_by_sample_paths(
     path_eps = plan.path_epsilons(delta)
     # each candidate's COINPRESS interval, public, checked before the spend (stop-38 audit:
     # y_bounds = +-1e-9 gave L_min == L_max, refused by COINPRESS in the first run)
-    loglik = [_checked_loglik_bounds(p.noise_var, M_Y) for p in publics]
+    loglik = [checked_loglik_bounds(p.noise_var, M_Y) for p in publics]
     if owner_check:
         from pm_dpgp.audit import check_public_choices
 
