@@ -195,3 +195,22 @@ def test_large_epsilon_is_supported():
     # round trip through two root solves: see roundtrip_tol
     tol = roundtrip_tol(10.0, sigma)
     assert gaussian_epsilon(sigma, 1e-6) == pytest.approx(10.0, rel=0, abs=tol)
+
+
+@pytest.mark.parametrize("eps", [1e200, 1e300])
+def test_an_epsilon_beyond_the_analytic_root_finder_is_a_clear_error(eps, label_model):
+    """Stop-38 audit: ε ≳ 1e200 made dp_accounting's root finder fail with scipy's "The
+    function value at x=0.1 is NaN; solver cannot continue"; now a clear refusal naming
+    epsilon, before any spend or draw of a release."""
+    from pm_dpgp.accounting import Ledger
+    from pm_dpgp.mechanisms import cloaked_release
+
+    with pytest.raises(ValueError, match="too large for the analytic Gaussian calibration"):
+        gaussian_sigma(eps, 1e-5, 1.0)
+    ledger, rng = Ledger(epsilon=1e308, delta=1e-5), np.random.default_rng(0)
+    state = rng.bit_generator.state
+    with pytest.raises(ValueError, match="too large"):
+        cloaked_release(
+            label_model, [[0.5]], epsilon=eps, delta=1e-5, y_bounds=(-1, 1), ledger=ledger, rng=rng
+        )
+    assert not ledger.history and rng.bit_generator.state == state

@@ -100,7 +100,16 @@ def gaussian_sigma(
             f"method must be 'analytic' or 'classic', got {method!r}; use one of them."
         )
 
-    sigma = float(get_sigma_gaussian(epsilon, delta)) * sensitivity
+    try:
+        sigma = float(get_sigma_gaussian(epsilon, delta)) * sensitivity
+    except (ValueError, ArithmeticError) as err:
+        # dp_accounting's root finder evaluates δ(ε) at a trial σ where exp(ε) overflows
+        # (ε ≳ 1e200 at δ = 1e-5): scipy's "function value at x=0.1 is NaN" (stop-38 audit)
+        raise ValueError(
+            f"epsilon={epsilon:.3g} is too large for the analytic Gaussian calibration "
+            "(dp_accounting's root finder overflows); a release at such an epsilon protects "
+            "nothing. Choose epsilon <= 10 (e.g. 1). Nothing was spent or drawn."
+        ) from err
     _check_representable(sigma, sensitivity)
     sigma = _nudge_up(sigma, lambda sig: _gdp_delta_certified(sensitivity / sig, epsilon, delta))
     # then until the charged event's own ε at δ (``GaussianEvent(σ/Δ).epsilon``, the ledger's
