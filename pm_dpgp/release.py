@@ -126,7 +126,8 @@ class Release:
           (flat prior; ``pm_dpgp.workflow.dp_ppc``), so the predictive carries the DP noise;
           ``"ignore"`` adds ``e`` to the DP draws themselves, a plug-in predictive that
           under-covers (stop-34 audit).  A copy of ``variable_name`` is also kept there, as
-          in earlier versions (deprecated: read it from ``posterior``).
+          in earlier versions (deprecated: read it from ``posterior``), except for a
+          classification release (latent values, not outcomes: no ``posterior_predictive``).
         * ``observed_data``: a PUBLIC hold-out set at the release's test inputs, e.g.
           ``{"y": y_holdout}`` (needs ``observed_is_public=True``; never the training outputs).
         * ``constant_data``: the public test inputs ``X_star`` and the public DP-noise sd.
@@ -161,7 +162,11 @@ class Release:
             observed_is_public=observed_is_public,
             predictive_sd=predictive_sd,
             rng=rng,
-            legacy_predictive=(self.variable_name,),
+            # the deprecated copy is not made for a classification release: its draws are
+            # latent logits, which az.plot_ppc would read as outcomes (stop-38 usability audit)
+            legacy_predictive=()
+            if self.mechanism.startswith("laplace_classification")
+            else (self.variable_name,),
             predictive_centre=self._released_mean_draws if dp_noise == "marginalise" else None,
         )
 

@@ -299,7 +299,8 @@ def test_release_metadata_ledger_probabilities_and_idata():
     assert rs.metadata["approximation"] == "SoR" and len(rs.metadata["inducing_points"]) == 4
     assert len(ledger.history) == 2
     idata = r.to_inference_data()
-    assert "posterior_predictive" in idata
+    # latent values, not outcomes: no posterior_predictive copy (stop 38; it had one)
+    assert "posterior" in idata and "posterior_predictive" not in idata
 
 
 def test_leak_scan_finds_no_private_label_or_non_private_value():
@@ -477,3 +478,20 @@ def test_sor_k_means_is_found_as_for_fitc_and_refuses_what_fitc_refuses():
         with pytest.raises(ValueError, match=message):
             classification_release(m, Xs, epsilon=1.0, delta=1e-3, ledger=ledger, rng=rng, **extra)
         assert ledger.history == [] and rng.bit_generator.state == state
+
+
+def test_classification_release_is_refused_by_dp_ppc_for_what_it_is_and_has_no_predictive(small):
+    """Stop-38 usability audit: ``dp_ppc`` on a classification release first said "pass
+    noise_sd", and passing one only led to the real refusal; and ``to_inference_data`` copied
+    the latent logits into ``posterior_predictive``, where ``az.plot_ppc`` reads outcomes."""
+    from pm_dpgp.compat import group_names
+    from pm_dpgp.workflow import dp_ppc
+
+    model, _, _ = small
+    X_star = np.linspace(0.5, 9.5, 5)[:, None]
+    rel = classification_release(
+        model, X_star, epsilon=1.0, delta=1e-3, rng=np.random.default_rng(0)
+    )
+    with pytest.raises(ValueError, match="Gaussian predictive y = f \\+ e does not apply"):
+        dp_ppc(rel, X_star, np.array([0.0, 1.0, 0.0, 1.0, 1.0]), training=model)
+    assert "posterior_predictive" not in group_names(rel.to_inference_data())

@@ -336,6 +336,10 @@ def dp_ppc(
                 "release."
             )
     elif noise_sd is None:
+        if isinstance(release, Release):
+            # a classification release is refused for what it is, not for a missing noise_sd
+            # that could never make it work (stop-38 usability audit)
+            release.check_gaussian_predictive()
         if not isinstance(release, SparseQuRelease) or release.noise_var is None:
             raise ValueError("pass noise_sd, the public observation-noise sd of y = f + e.")
         noise_sd = math.sqrt(release.noise_var)
