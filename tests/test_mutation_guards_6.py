@@ -200,3 +200,20 @@ def test_rounding_bound_is_the_documented_formula(plan, mu):
     got = utility_rounding_bound(fps, 14, c, (-3.0, 1.5), mu)
     want = documented_bound(fps, 14, c, -3.0, 1.5, mu)
     assert got == pytest.approx(want, rel=1e-12, abs=0)
+
+
+def test_ppc_spread_with_the_release_posterior_is_posterior_uncertainty(rel, model):
+    """Stop-38 usability audit: with ``posterior=`` the summary's text said both "from its
+    posterior given the DP draws" and "NOT posterior uncertainty" (the cloaking text was
+    appended); and the marginalised text advised extra_sd, which widens only ``y``."""
+    from pm_dpgp.workflow import release_posterior
+
+    X_hold = rel.X_star[::4, 0]
+    post = release_posterior(rel, model, X_hold[:, None])
+    ppc = dp_ppc(rel, X_hold, np.sin(X_hold), noise_sd=0.3, training=model, posterior=post)
+    spread = dp_summary(ppc, var_names=["f"]).attrs["spread"]
+    assert "posterior uncertainty about f given the release" in spread
+    assert "NOT posterior" not in spread
+    marginal = dp_ppc(rel, X_hold, np.sin(X_hold), noise_sd=0.3, training=model)
+    spread = dp_summary(marginal, var_names=["f"]).attrs["spread"]
+    assert "widens only the predictive y" in spread

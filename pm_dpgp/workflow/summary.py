@@ -143,12 +143,21 @@ def dp_summary(
     table.attrs["n_draws"] = int(ds.sizes.get("draw", 0))
     if "ppc_n_dp_draws" in ds.attrs:  # a dp_ppc object: its draws repeat or marginalise
         table.attrs["n_draws"] = int(ds.attrs["ppc_n_dp_draws"])
-        if "marginalise" in str(ds.attrs.get("ppc_f", "")):
+        ppc_f = str(ds.attrs.get("ppc_f", ""))
+        if "release_posterior" in ppc_f:
+            # stop-38 usability audit: the cloaking text ("NOT posterior uncertainty") was
+            # appended here, contradicting this f, which IS the posterior given the release
             table.attrs["spread"] = (
-                f"{ds.attrs['ppc_f']}: the DP noise's share of the uncertainty about the "
-                "private posterior mean, NOT posterior uncertainty (pass the public posterior "
-                "sd as dp_ppc's extra_sd); one DP draw's noise sd is "
-                "constant_data['dp_noise_sd']"
+                f"{ppc_f}: posterior uncertainty about f given the release (the GP's and the "
+                "DP noise's together), exact under the model's prior; see the posterior's "
+                "prior_check_p"
+            )
+        elif "marginalise" in ppc_f:
+            table.attrs["spread"] = (
+                f"{ppc_f}: the DP noise's share of the uncertainty about the private posterior "
+                "mean, NOT posterior uncertainty about f (dp_ppc's extra_sd widens only the "
+                "predictive y, not f; release_posterior gives f's posterior); one DP draw's "
+                "noise sd is constant_data['dp_noise_sd']"
             )
         elif "ppc_f" in ds.attrs:
             table.attrs["spread"] = f"{ds.attrs['ppc_f']}; {table.attrs['spread']}"
