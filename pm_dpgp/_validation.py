@@ -498,8 +498,8 @@ def warn_public_settings(
         messages.append(
             f"delta={delta:.3g} exceeds 1/n = {1.0 / n_records:.3g} (n = {n_records} records): "
             "a mechanism that publishes a random record in the clear satisfies this "
-            f"guarantee. Choose delta much smaller than 1/n, e.g. delta={n_records**-1.1:.1e} "
-            "(1/n**1.1)."
+            f"guarantee. Choose delta much smaller than 1/n, e.g. "
+            f"delta={min(1e-5, float(n_records) ** -2):.1e} (the smaller of 1e-5 and 1/n**2)."
         )
     if epsilon is not None and epsilon > EPSILON_WARN_THRESHOLD:
         messages.append(

@@ -409,3 +409,14 @@ def test_numeric_sweep_result_documented_error_or_warning(models, entry, data):
     if result is not None:
         assert len(ledger.history) == 1
         assert ledger.history[0].privacy_model in ("label", "full")
+
+
+def test_the_delta_advice_is_much_smaller_than_one_over_n():
+    """Stop-38 usability audit: at n = 287 the advice was delta = 1/n**1.1 = 2.0e-3, 0.57/n,
+    not "much smaller than 1/n".  It is now the smaller of 1e-5 and 1/n²."""
+    from pm_dpgp._validation import warn_public_settings
+
+    for n, advised in ((60, 1e-5), (287, 1e-5), (10_000, 1e-8)):
+        with pytest.warns(PrivacyWarning, match=f"delta={advised:.1e}"):
+            warn_public_settings(delta=0.5, n_records=n)
+        assert advised <= 1e-2 / n
