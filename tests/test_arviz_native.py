@@ -279,6 +279,9 @@ def test_summary_of_one_draw_gives_the_noise_interval(small_gp) -> None:
     table = dp_summary(rel, prob=0.9)
     sd = rel.noise_sd
     np.testing.assert_allclose(table["dp_noise_sd"].astype(float), sd, rtol=1e-12)
+    # stop-38 usability audit: ArviZ's own interval of one draw (width 0) is NaN, both stacks
+    arviz_intervals = [c for c in table.columns if str(c).startswith(("hdi", "eti"))]
+    assert arviz_intervals and table[arviz_intervals].astype(float).isna().all().all()
     z = norm.ppf(0.95)
     np.testing.assert_allclose(table["mean_lb"].astype(float), rel.draws[0] - z * sd, rtol=1e-12)
     np.testing.assert_allclose(table["mean_ub"].astype(float), rel.draws[0] + z * sd, rtol=1e-12)

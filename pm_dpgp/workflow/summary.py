@@ -198,9 +198,17 @@ def _released_mean_columns(table: Any, idata: Any, ds: Any, prob: float | None) 
             if column not in table.columns:
                 table[column] = np.nan
             table.iloc[rows, table.columns.get_loc(column)] = values
+        if S == 1:
+            # ArviZ's interval of one draw is that draw (zero width, beside a NaN sd): a
+            # reader took it for a credible interval (stop-38 usability audit); the interval
+            # of a one-draw release is mean_lb, mean_ub
+            for column in table.columns:
+                if str(column).startswith(("hdi", "eti")):
+                    table.iloc[rows, table.columns.get_loc(column)] = np.nan
     table.attrs["mean_interval"] = (
         f"mean_lb, mean_ub: equal-tailed {p:g} interval of the released posterior mean given "
         "the S DP draws, mean of the draws -/+ z * dp_noise_sd / sqrt(S) (flat prior; exact "
         "for Gaussian noise, a normal approximation for binning's Laplace noise, which covers "
-        "0.97 at 0.99 with one draw); dp_noise_sd: public sd of one draw's DP noise"
+        "0.97 at 0.99 with one draw); dp_noise_sd: public sd of one draw's DP noise; with one "
+        "DP draw ArviZ's own interval columns are NaN (an interval of one draw has no width)"
     )
