@@ -96,7 +96,8 @@ _RCOND = 1e-30
 
 def _graded_svd(Gt: FloatArray) -> tuple[FloatArray, FloatArray] | None:
     """Singular values (descending) and right singular vectors of ``Gt`` (``s × k``, ``s ≥ k``)
-    to high *relative* accuracy, or ``None`` if LAPACK's Jacobi sweeps do not converge.
+    to high *relative* accuracy, or ``None`` if ``Gt`` is not finite, LAPACK's Jacobi sweeps do
+    not converge or ``σ_1`` overflows.
 
     ``Gt = [√λ_i a_iᵀ]`` is graded on both sides: ``a_i = S_k v_i / c`` (the singular values of
     ``C``, spanning up to ``1 / rank_tol``) and ``√λ_i`` (spanning ten orders near the
@@ -110,6 +111,10 @@ def _graded_svd(Gt: FloatArray) -> tuple[FloatArray, FloatArray] | None:
     ``4·10⁻¹⁴`` in ``h`` on the same point (60-digit reference).  Its cost is 1–1.6 × that of
     ``gesdd`` for ``k = 8 … 200`` (one BLAS thread).
     """
+    if not np.all(np.isfinite(Gt)):
+        # LAPACK's DLASCL would print "parameter number 4 had an illegal value" to the
+        # console (stop-38d audit); a non-finite design is singular for the caller
+        return None
     # joba=2: 'F' (D1 B D2 scaling), jobu=3: 'N' (no U), jobv=0: 'V', jobr=0: 'N' (no
     # truncation of small singular values), jobt=0: 'N' (no transposition), jobp=0: 'N'
     sva, _, V, work, _, info = _GEJSV(
@@ -117,7 +122,12 @@ def _graded_svd(Gt: FloatArray) -> tuple[FloatArray, FloatArray] | None:
     )
     if info != 0 or not np.all(np.isfinite(sva)):
         return None
-    return sva * (work[0] / work[1]), V
+    # the singular values are SVA · WORK(1)/WORK(2); dgejsv leaves its scaling in WORK when
+    # undoing it would overflow (stop-38d audit: entries ~1e307 gave r = inf): None then
+    ratio = float(work[0]) / float(work[1])
+    if not math.isfinite(ratio * float(sva[0])):
+        return None
+    return sva * ratio, V
 
 
 def trace_point(
