@@ -1066,3 +1066,17 @@ def test_pure_and_laplace_curves_are_never_below_a_high_precision_reference():
             got = make(e).rdp(orders)
             for a, g in zip(orders, got, strict=True):
                 assert mp.mpf(float(g)) >= min(ref(a, e), mp.mpf(e)), (a, e)
+
+
+def test_summary_says_remaining_epsilon_is_not_the_largest_next_release():
+    """Stop-38 usability audit: 'remaining epsilon : 0.54' on a budget of 2 read like the
+    largest affordable next release, yet an ε = 1 release was accepted (composition is
+    sublinear).  The summary line now says so and where to ask."""
+    from pm_dpgp.mechanisms.gaussian import gaussian_sigma
+
+    ledger = Ledger(epsilon=1.6, delta=1e-5)  # two ε = 1 Gaussian releases compose to 1.59
+    event = GaussianEvent(gaussian_sigma(1.0, 1e-5))
+    ledger.spend(event, label="first")
+    assert ledger.remaining_epsilon < 1.0 and ledger.can_afford(event)
+    assert "a next release may cost more: ledger.can_afford" in ledger.summary()
+    assert "may cost more" not in Ledger(epsilon=2.0, delta=1e-5).summary()

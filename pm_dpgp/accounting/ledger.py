@@ -1014,7 +1014,13 @@ class Ledger:
             f"spent epsilon     : {_fmt(self.spent_epsilon)}  (bound: {self.bound_used}; "
             f"{self.filter_family or self._filter} filter: {_fmt(self.filter_epsilon)})"
         )
-        out.append(f"remaining epsilon : {_fmt(self.remaining_epsilon)}")
+        remaining = f"remaining epsilon : {_fmt(self.remaining_epsilon)}"
+        if self.remaining_epsilon is not None and self._entries:
+            # not the largest next release: composition is sublinear, so a next release of
+            # larger epsilon may fit (stop-38 usability audit: 0.54 left, an eps = 1 release
+            # accepted); can_afford / plan.fits_in answer that
+            remaining += "  (budget - spent; a next release may cost more: ledger.can_afford)"
+        out.append(remaining)
         out.append(f"budget epsilon    : {_fmt(self._budget)}")
         out.append(f"privacy model     : {self._model_statement()}")
         return "\n".join(out)
