@@ -962,7 +962,7 @@ def noise_aware_release(
     calibration: Literal["analytic", "classic"] = "analytic",
     ledger: Ledger | None = None,
     rng: np.random.Generator | None = None,
-    clip: Literal["warn", "raise"] = "warn",
+    clip: Literal["warn"] = "warn",
     bounds_are_public: bool = False,
     z_is_public: bool | None = None,
     chunk_size: int | None = None,

@@ -966,7 +966,7 @@ def sample_path_release(
     hyperparameters: dict[str, float] | None = None,
     ledger: Ledger | None = None,
     rng: np.random.Generator | None = None,
-    clip: Literal["warn", "raise"] = "warn",
+    clip: Literal["warn"] = "warn",
     nugget: float = 1e-10,
     progressbar: bool = False,
     **deprecated: Any,

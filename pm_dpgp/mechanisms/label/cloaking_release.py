@@ -175,7 +175,7 @@ def cloaked_release(
     n_draws: int = 1,
     ledger: Ledger | None = None,
     rng: np.random.Generator | None = None,
-    clip: Literal["warn", "raise"] = "warn",
+    clip: Literal["warn"] = "warn",
     bounds_are_public: bool = False,
     tol: float = 1e-9,
     rank_tol: float | Literal["auto"] = "auto",

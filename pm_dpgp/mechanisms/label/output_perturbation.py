@@ -81,7 +81,7 @@ def prepare_labels(
     y: NDArray[np.float64],
     y_bounds: tuple[float, float],
     *,
-    clip: Literal["warn", "raise"] = "warn",
+    clip: Literal["warn"] = "warn",
     bounds_are_public: bool = False,
     n_inputs: int | None = None,
 ) -> LabelData:
@@ -112,7 +112,7 @@ def model_labels(
     public: Any,
     y_bounds: tuple[float, float],
     *,
-    clip: Literal["warn", "raise"] = "warn",
+    clip: Literal["warn"] = "warn",
     bounds_are_public: bool = False,
 ) -> LabelData:
     """``prepare_labels`` of a model's labels as stored (``unchecked_data``), one per row of

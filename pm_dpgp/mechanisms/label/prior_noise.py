@@ -160,7 +160,7 @@ def prior_noise_release(
     n_draws: int = 1,
     ledger: Ledger | None = None,
     rng: np.random.Generator | None = None,
-    clip: Literal["warn", "raise"] = "warn",
+    clip: Literal["warn"] = "warn",
     bounds_are_public: bool = False,
 ) -> Release:
     """Release the posterior mean at ``X_star`` plus scaled prior-GP noise (Hall et al.).
