@@ -1080,3 +1080,11 @@ def test_summary_says_remaining_epsilon_is_not_the_largest_next_release():
     assert ledger.remaining_epsilon < 1.0 and ledger.can_afford(event)
     assert "a next release may cost more: ledger.can_afford" in ledger.summary()
     assert "may cost more" not in Ledger(epsilon=2.0, delta=1e-5).summary()
+    # remaining = budget - the FILTER's epsilon, which differs from "spent" (the composition
+    # bound) under a zCDP or Renyi filter (stop-38 review: the note said "budget - spent")
+    zcdp = Ledger(epsilon=3.0, delta=1e-5, filter="zcdp")
+    for _ in range(3):
+        zcdp.spend(GaussianEvent(3.0), label="g")
+    assert zcdp.spent_epsilon < zcdp.filter_epsilon
+    assert zcdp.remaining_epsilon == pytest.approx(3.0 - zcdp.filter_epsilon, rel=1e-12)
+    assert "budget - filter epsilon" in zcdp.summary()

@@ -214,3 +214,10 @@ def test_an_epsilon_beyond_the_analytic_root_finder_is_a_clear_error(eps, label_
             label_model, [[0.5]], epsilon=eps, delta=1e-5, y_bounds=(-1, 1), ledger=ledger, rng=rng
         )
     assert not ledger.history and rng.bit_generator.state == state
+
+
+def test_a_noise_sd_that_underflows_is_a_clear_error():
+    """Stop-38 review: ε = 1e120 with Δ = 1e-300 made σ underflow to 0 and ``_nudge_up``
+    raise a bare ZeroDivisionError."""
+    with pytest.raises(ValueError, match="underflows to 0"):
+        gaussian_sigma(1e120, 1e-5, 1e-300)

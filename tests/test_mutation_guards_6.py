@@ -214,6 +214,7 @@ def test_ppc_spread_with_the_release_posterior_is_posterior_uncertainty(rel, mod
     spread = dp_summary(ppc, var_names=["f"]).attrs["spread"]
     assert "posterior uncertainty about f given the release" in spread
     assert "NOT posterior" not in spread
+    assert get_group(ppc, "posterior").attrs["ppc_prior_check_p"] == post.prior_check_p
     marginal = dp_ppc(rel, X_hold, np.sin(X_hold), noise_sd=0.3, training=model)
     spread = dp_summary(marginal, var_names=["f"]).attrs["spread"]
     assert "widens only the predictive y" in spread

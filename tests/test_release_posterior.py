@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
 
 import mpmath
 import numpy as np
@@ -470,7 +471,6 @@ def test_warns_when_the_models_prior_predictive_is_often_clipped():
     with pytest.warns(UserWarning, match="clipping bounds"):
         release_posterior(tight, model)
     wide = cloaked_release(model, X[::3], y_bounds=(-5.0, 5.0), **kw)
-    import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -487,7 +487,6 @@ def test_prior_check_is_calibrated_under_the_model_and_warns_on_a_misspecified_p
     right: checked here over 300 data sets drawn from the model (a wrong ``Σ_t``, e.g.
     without ``I/S``, makes the p-values pile up near 0).  Data with an sd 10 times the
     prior's give p ≈ 0 and the warning."""
-    import warnings
 
     from scipy.stats import kstest
 
@@ -524,3 +523,52 @@ def test_prior_check_is_calibrated_under_the_model_and_warns_on_a_misspecified_p
         post = release_posterior(rel, model)
     assert post.prior_check_p < 1e-4
     assert not any(str(model.y[0]) in str(w.message) for w in caught)
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "n_draws", "mean", "rank_tol"),
+    [
+        ("cloaking", 1, 0.0, "auto"),
+        ("cloaking", 3, 2.5, 0.1),  # rank cut: k < m
+        ("prior_noise", 1, -1.5, None),
+        ("prior_noise", 3, 0.0, None),
+    ],
+)
+def test_prior_check_statistic_equals_an_independent_high_precision_value(
+    mechanism, n_draws, mean, rank_tol
+):
+    """Stop-38 review: the calibration test alone let a χ² on k − 1 degrees of freedom or a
+    diagonal-only norm through.  The statistic is coordinate-free, ``t̄ᵀΣ_t⁻¹t̄ = eᵀS_e⁻¹e``
+    with ``e = Qᵀ(d̄ − μ)``, ``S_e = QᵀCACᵀQ + QᵀFFᵀQ/S`` and ``Q`` an orthonormal basis of the
+    noise factor's range (60 digits, as ``_reference``), on ``k = rank F`` degrees of
+    freedom."""
+    from scipy.stats import chi2
+
+    rng = np.random.default_rng(7)
+    X = np.sort(rng.uniform(0, 6, 12))
+    y = mean + np.sin(X) + 0.3 * rng.standard_normal(12)
+    model = gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=KERNEL_LS), noise_sd=0.3, mean=mean)
+    X_star = np.linspace(0, 6, 8)
+    kw = dict(epsilon=3.0, delta=1e-5, y_bounds=(mean - 4.0, mean + 4.0), n_draws=n_draws,
+              rng=np.random.default_rng(3))  # fmt: skip
+    if mechanism == "cloaking":
+        rel = cloaked_release(model, X_star, rank_tol=rank_tol, **kw)
+    else:
+        rel = prior_noise_release(model, X_star, **kw)
+    k = rel.noise_factor.shape[1]
+    if rank_tol == 0.1:
+        assert k < len(X_star)
+    mpmath.mp.dps = 60
+    pub = model.public_gp()
+    mp = mpmath.matrix
+    A = mp(pub.kernel(pub.X)) + mpmath.mpf(pub.noise_var) * mpmath.eye(len(pub.X))
+    C = mp(pub.kernel(rel.X_star, pub.X)) * A**-1
+    F = mp(rel.noise_factor)
+    Q, _ = mpmath.qr(F, mode="skinny")
+    e = Q.T * mp(rel.draws.mean(axis=0) - pub.mean)
+    Se = Q.T * C * A * C.T * Q + Q.T * F * F.T * Q / n_draws
+    q = float((e.T * mpmath.lu_solve(Se, e))[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        p = release_posterior(rel, model).prior_check_p
+    assert p == pytest.approx(float(chi2.sf(q, k)), rel=1e-8, abs=1e-300)

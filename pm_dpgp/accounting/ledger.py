@@ -1019,7 +1019,9 @@ class Ledger:
             # not the largest next release: composition is sublinear, so a next release of
             # larger epsilon may fit (stop-38 usability audit: 0.54 left, an eps = 1 release
             # accepted); can_afford / plan.fits_in answer that
-            remaining += "  (budget - spent; a next release may cost more: ledger.can_afford)"
+            remaining += (
+                "  (budget - filter epsilon; a next release may cost more: ledger.can_afford)"
+            )
         out.append(remaining)
         out.append(f"budget epsilon    : {_fmt(self._budget)}")
         out.append(f"privacy model     : {self._model_statement()}")

@@ -131,6 +131,12 @@ def _check_representable(sigma: float, sensitivity: float) -> None:
             f"the noise sd for L2 sensitivity {sensitivity:.3g} is {sigma:.3g}, beyond float64 "
             "arithmetic; rescale the outputs (narrower bounds). Nothing was spent."
         )
+    if not sigma > 0.0:  # underflow: ε = 1e120 with Δ = 1e-300 (stop-38 review)
+        raise ValueError(
+            f"the noise sd for L2 sensitivity {sensitivity:.3g} underflows to 0 in float64 "
+            "(epsilon far too large or the outputs' scale far too small); rescale the outputs "
+            "or choose epsilon <= 10. Nothing was spent."
+        )
 
 
 def gaussian_epsilon(sigma: float, delta: float, sensitivity: float = 1.0) -> float:

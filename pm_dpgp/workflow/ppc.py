@@ -390,6 +390,8 @@ def dp_ppc(
             "draws of f at the hold-out inputs from its posterior given the DP draws under the "
             "model's GP prior (release_posterior)"
         )
+        # the prior predictive check of that posterior (public; dp_summary's text names it)
+        attrs["ppc_prior_check_p"] = float(posterior.prior_check_p)
     elif G is not None and dp_noise == "marginalise":
         f_rep = released_mean_draws(f, G, n_dp * int(n_replicates), rng)
         attrs["ppc_f"] = (

@@ -149,8 +149,8 @@ def dp_summary(
             # appended here, contradicting this f, which IS the posterior given the release
             table.attrs["spread"] = (
                 f"{ppc_f}: posterior uncertainty about f given the release (the GP's and the "
-                "DP noise's together), exact under the model's prior; see the posterior's "
-                "prior_check_p"
+                "DP noise's together), exact under the model's prior; its prior predictive "
+                "check: attrs ppc_prior_check_p"
             )
         elif "marginalise" in ppc_f:
             table.attrs["spread"] = (
