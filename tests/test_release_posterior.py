@@ -28,10 +28,10 @@ def _model(X, y, ls=KERNEL_LS):
     return gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=ls), noise_sd=0.3, mean=0.0)
 
 
-def _reference(release, model, X_h):
-    """The same posterior by conditioning on the coordinates ``Qᵀ d̄`` of the draws in an
-    orthonormal basis of the noise factor's range, in 60-digit arithmetic (mpmath): no
-    triangular solve with the noise factor, no whitening, no Cholesky of ``K + σ²I``."""
+def _mp_coordinates(release, model):
+    """60-digit ``(pub, C, Q, e, S_e)``: ``e = Qᵀ(d̄ − μ)`` the coordinates of the mean draw in
+    an orthonormal basis ``Q`` of the noise factor's range and ``S_e = QᵀCACᵀQ + QᵀFFᵀQ/S``
+    their covariance under the model's prior predictive (mpmath)."""
     mpmath.mp.dps = 60
     pub = model.public_gp()
     mp = mpmath.matrix
@@ -39,9 +39,17 @@ def _reference(release, model, X_h):
     C = mp(pub.kernel(release.X_star, pub.X)) * A**-1
     F = mp(release.noise_factor)
     Q, _ = mpmath.qr(F, mode="skinny")
-    S = release.n_draws
     e = Q.T * mp(release.draws.mean(axis=0) - pub.mean)
-    Se = Q.T * C * A * C.T * Q + Q.T * F * F.T * Q / S
+    Se = Q.T * C * A * C.T * Q + Q.T * F * F.T * Q / release.n_draws
+    return pub, C, Q, e, Se
+
+
+def _reference(release, model, X_h):
+    """The same posterior by conditioning on the coordinates ``Qᵀ d̄`` of the draws in an
+    orthonormal basis of the noise factor's range, in 60-digit arithmetic (mpmath): no
+    triangular solve with the noise factor, no whitening, no Cholesky of ``K + σ²I``."""
+    pub, C, Q, e, Se = _mp_coordinates(release, model)
+    mp = mpmath.matrix
     cross = mp(pub.kernel(X_h, pub.X)) * C.T * Q
     mean = cross * mpmath.lu_solve(Se, e)
     cov = mp(pub.kernel(X_h)) - cross * (Se**-1) * cross.T
@@ -558,15 +566,7 @@ def test_prior_check_statistic_equals_an_independent_high_precision_value(
     k = rel.noise_factor.shape[1]
     if rank_tol == 0.1:
         assert k < len(X_star)
-    mpmath.mp.dps = 60
-    pub = model.public_gp()
-    mp = mpmath.matrix
-    A = mp(pub.kernel(pub.X)) + mpmath.mpf(pub.noise_var) * mpmath.eye(len(pub.X))
-    C = mp(pub.kernel(rel.X_star, pub.X)) * A**-1
-    F = mp(rel.noise_factor)
-    Q, _ = mpmath.qr(F, mode="skinny")
-    e = Q.T * mp(rel.draws.mean(axis=0) - pub.mean)
-    Se = Q.T * C * A * C.T * Q + Q.T * F * F.T * Q / n_draws
+    _, _, _, e, Se = _mp_coordinates(rel, model)
     q = float((e.T * mpmath.lu_solve(Se, e))[0])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
