@@ -87,10 +87,17 @@ class Release:
         """Public covariance of the DP noise added to each draw."""
         return self.noise_factor @ self.noise_factor.T
 
+    @property
+    def draws_are_outcomes(self) -> bool:
+        """Whether the draws are values of the modelled outcome (regression), not latent
+        values of binary outcomes (a classification release): only then do a Gaussian
+        predictive ``y = f + e`` and a ``posterior_predictive`` group apply."""
+        return not self.mechanism.startswith("laplace_classification")
+
     def check_gaussian_predictive(self) -> None:
         """Refuse a Gaussian predictive ``y = f + e`` for a classification release, whose draws
         are latent values of binary outcomes (``dp_ppc``, ``to_inference_data``)."""
-        if self.mechanism.startswith("laplace_classification"):
+        if not self.draws_are_outcomes:
             raise ValueError(
                 "a Gaussian predictive y = f + e does not apply: a classification release's "
                 "draws are latent values of binary outcomes. Check it on a hold-out set with "
@@ -162,11 +169,9 @@ class Release:
             observed_is_public=observed_is_public,
             predictive_sd=predictive_sd,
             rng=rng,
-            # the deprecated copy is not made for a classification release: its draws are
-            # latent logits, which az.plot_ppc would read as outcomes (stop-38 usability audit)
-            legacy_predictive=()
-            if self.mechanism.startswith("laplace_classification")
-            else (self.variable_name,),
+            # no deprecated copy of latent logits, which az.plot_ppc would read as outcomes
+            # (stop-38 usability audit)
+            legacy_predictive=(self.variable_name,) if self.draws_are_outcomes else (),
             predictive_centre=self._released_mean_draws if dp_noise == "marginalise" else None,
         )
 

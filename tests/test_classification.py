@@ -494,4 +494,6 @@ def test_classification_release_is_refused_by_dp_ppc_for_what_it_is_and_has_no_p
     )
     with pytest.raises(ValueError, match="Gaussian predictive y = f \\+ e does not apply"):
         dp_ppc(rel, X_star, np.array([0.0, 1.0, 0.0, 1.0, 1.0]), training=model)
+    with pytest.raises(ValueError, match="Gaussian predictive y = f \\+ e does not apply"):
+        dp_ppc(rel, X_star, np.array([0.0, 1.0, 0.0, 1.0, 1.0]), noise_sd=0.3, training=model)
     assert "posterior_predictive" not in group_names(rel.to_inference_data())

@@ -99,6 +99,7 @@ def test_reads_no_private_output_and_refuses_another_model(small):
     a, b = release_posterior(rel, model, X_h), release_posterior(rel, other_y, X_h)
     np.testing.assert_array_equal(a.mean, b.mean)
     np.testing.assert_array_equal(a.cov, b.cov)
+    assert a.prior_check_p == b.prior_check_p  # the stop-38 check reads no output either
     with pytest.raises(ValueError, match="hyperparameters|kernel"):
         release_posterior(rel, _model(model.public_gp().X[:, 0], np.zeros(10), ls=2.0), X_h)
     with pytest.raises(ValueError, match="column"):

@@ -210,9 +210,8 @@ def _dp_values(
 
 
 def _gaussian_release_attrs(release: Release) -> dict[str, Any]:
-    """The attrs of a ``Release`` whose draws enter a Gaussian predictive (a classification
-    release is refused: ``Release.check_gaussian_predictive``)."""
-    release.check_gaussian_predictive()
+    """The attrs of a ``Release`` whose draws enter a Gaussian predictive (``dp_ppc`` has
+    refused a classification release on entry: ``Release.check_gaussian_predictive``)."""
     return flat_attrs(release.mechanism, release.metadata, n_draws=release.n_draws)
 
 
@@ -325,6 +324,11 @@ def dp_ppc(
             f"{len(X_hold)} and "
             f"{len(y_hold)}."
         )
+    if isinstance(release, Release):
+        # the predictive's family before its arguments: a classification release is refused
+        # for what it is, not for a missing noise_sd that could never make it work (stop-38
+        # usability audit); the only check of it on every path of dp_ppc
+        release.check_gaussian_predictive()
     classify = isinstance(release, DirichletRelease)
     if classify:
         if noise_sd is not None:
@@ -336,10 +340,6 @@ def dp_ppc(
                 "release."
             )
     elif noise_sd is None:
-        if isinstance(release, Release):
-            # a classification release is refused for what it is, not for a missing noise_sd
-            # that could never make it work (stop-38 usability audit)
-            release.check_gaussian_predictive()
         if not isinstance(release, SparseQuRelease) or release.noise_var is None:
             raise ValueError("pass noise_sd, the public observation-noise sd of y = f + e.")
         noise_sd = math.sqrt(release.noise_var)
