@@ -428,16 +428,9 @@ def test_unresolvable_rank_tol_is_a_clear_error_before_any_spend(
         warnings.simplefilter("ignore", PrivacyWarning)
         with pytest.raises(ValueError, match="design='logdet'"):
             cloaked_release(
-                gpr,
-                X_star,
-                epsilon=1.0,
-                delta=1e-5,
-                y_bounds=(-2.0, 2.0),
-                ledger=ledger,
-                rng=rng,
-                rank_tol=1e-15,
-                design="trace",
-            )
+                gpr, X_star, epsilon=1.0, delta=1e-5, y_bounds=(-2.0, 2.0), ledger=ledger,
+                rng=rng, rank_tol=1e-15, design="trace",
+            )  # fmt: skip
     assert ledger.epsilon(1e-3) == 0.0
     assert rng.bit_generator.state == state
 

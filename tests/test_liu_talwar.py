@@ -461,6 +461,18 @@ def test_every_training_record_dropped_is_not_a_data_dependent_failure(owner_sco
         assert len(ledger.history) == 1
 
 
+def _bounds_model():
+    """40 noiseless outputs, a prior on the lengthscale, noise sd 0.3 (the public-bounds tests)."""
+    X = np.random.default_rng(0).uniform(-3, 3, (40, 1))
+    return sparse_gp_regression(
+        X,
+        np.sin(2 * X[:, 0]),
+        lambda: pm.gp.cov.ExpQuad(1, ls=pm.Gamma("ell", 2, 2)),
+        Z=grid_inducing_points(-3.5, 3.5, 6),
+        noise_sd=0.3,
+    )
+
+
 def _one_candidate_stopping(model, ledger, y_bounds, seed, **kw):
     """Random stopping over the single candidate ℓ = 1 (ε = 1, δ = 1e-4, γ = 0.5, 2 steps)."""
     with warnings.catch_warnings():
@@ -484,15 +496,7 @@ def test_absurd_public_bounds_are_refused_before_the_spend_or_run(bound):
     """Stop-26 audit: y_bounds of ±1e100–1e153 were charged, then overflowed (eq. 6's R_y⁴ in
     the metadata; the S₂ correction's σ_a²); larger ones raised OverflowError.  Now either
     the run completes or a ValueError comes before anything is charged."""
-    rng = np.random.default_rng(0)
-    X = rng.uniform(-3, 3, (40, 1))
-    model = sparse_gp_regression(
-        X,
-        np.sin(2 * X[:, 0]),
-        lambda: pm.gp.cov.ExpQuad(1, ls=pm.Gamma("ell", 2, 2)),
-        Z=grid_inducing_points(-3.5, 3.5, 6),
-        noise_sd=0.3,
-    )
+    model = _bounds_model()
     ledger = Ledger(1e300, 1e-3, filter="renyi")
     try:
         _one_candidate_stopping(model, ledger, (-bound, bound), seed=1)
@@ -611,15 +615,7 @@ def test_empty_loglik_interval_is_refused_before_the_spend(secure, half_width):
     """Stop-38 audit: y_bounds = ±1e-9 (noise sd 0.3) give L_max − L_min = 2R_y²/σ² ≈ 2e-17,
     below the spacing of doubles at L_max, so L_min == L_max and COINPRESS refused its bounds
     in the first run — after the ledger was charged and the first candidate drawn."""
-    rng = np.random.default_rng(0)
-    X = rng.uniform(-3, 3, (40, 1))
-    model = sparse_gp_regression(
-        X,
-        np.sin(2 * X[:, 0]),
-        lambda: pm.gp.cov.ExpQuad(1, ls=pm.Gamma("ell", 2, 2)),
-        Z=grid_inducing_points(-3.5, 3.5, 6),
-        noise_sd=0.3,
-    )
+    model = _bounds_model()
     ledger = Ledger(1e6, 1e-3, filter="renyi")
     sim = None if secure else np.random.default_rng(1)
     state = None if secure else sim.bit_generator.state
