@@ -477,8 +477,15 @@ def test_warns_when_the_models_prior_predictive_is_often_clipped():
     model = _model(X, np.sin(X))
     kw = dict(epsilon=4.0, delta=1e-5, rng=np.random.default_rng(0))
     tight = cloaked_release(model, X[::3], y_bounds=(-1.0, 1.0), **kw)
-    with pytest.warns(UserWarning, match="clipping bounds"):
+    with pytest.warns(UserWarning, match="clipping bounds") as mine:
         release_posterior(tight, model)
+    # public quantities only: a model with other outputs (every one clipped) warns the same
+    with pytest.warns(UserWarning, match="clipping bounds") as other:
+        release_posterior(tight, _model(X, np.full(30, 9.0)))
+    clip = [
+        [str(w.message) for w in r if "clipping bounds" in str(w.message)] for r in (mine, other)
+    ]
+    assert clip[0] == clip[1]
     wide = cloaked_release(model, X[::3], y_bounds=(-5.0, 5.0), **kw)
 
     with warnings.catch_warnings():
