@@ -1153,3 +1153,47 @@ def test_expected_clipped_square_is_within_the_assumed_ulps():
         inner = mp.quad(weight, [-1, max(-1, min(1, m)), 1])
         worst = max(worst, abs(got - float(1 - inner)) / u)
     assert worst <= TERM_ULPS / 4
+
+
+# ---------------------------------------------------------------- repeated candidates (stop 39)
+def test_repeated_grid_values_and_configurations_are_refused_before_anything_is_spent():
+    """A repeated candidate would count twice (twice its weight in the exponential mechanism):
+    ``product_grid`` refuses a repeated value, ``check_grid`` (every selection) a repeated
+    configuration, before the ledger is charged or the Generator used."""
+    with pytest.raises(ValueError, match=r"'ell' repeat 1\.0"):
+        product_grid({"eta": [0.5], "ell": [1.0, 4.0, 1.0], "noise": [0.1]})
+    grid = [*GRID, dict(GRID[3])]
+    ledger = Ledger(epsilon=5.0, delta=1e-3)
+    rng = np.random.default_rng(4)
+    state = rng.bit_generator.state
+    with pytest.raises(ValueError, match=r"grid\[12\] repeats grid\[3\]"):
+        select_by_cross_validated_sse(
+            _model(0), grid, epsilon=1.0, y_bounds=BOUNDS, ledger=ledger, rng=rng
+        )
+    assert ledger.history == []
+    assert rng.bit_generator.state == state
+    # the same values in another key order are the same configuration; 0.0 and -0.0 too
+    flipped = {k: GRID[5][k] for k in reversed(list(GRID[5]))}
+    with pytest.raises(ValueError, match=r"grid\[12\] repeats grid\[5\]"):
+        select_by_cross_validated_sse(
+            _model(0), [*GRID, flipped], epsilon=1.0, y_bounds=BOUNDS, ledger=ledger
+        )
+    # distinct configurations sharing values on some axes are fine
+    assert len(product_grid({"a": [1.0, 2.0], "b": [1.0, 2.0]})) == 4
+
+
+def test_selection_repr_is_short_and_public():
+    """``repr(result)`` names the choice and its charge without the folds' row indices or the
+    ~130 RDP values (the dataclass repr ran to 5,000 characters on a 6-candidate grid)."""
+    gpr = _model()
+    res = _select(gpr, Ledger(2.0))
+    text = repr(res)
+    assert len(text) < 800, len(text)
+    assert repr(res.hyperparameters) in text
+    assert f"index={res.index} (of {len(GRID)} candidates)" in text
+    assert "to_metadata()" in text
+    event = RdpCurveEvent((2.0, 4.0, 8.0), (0.1, 0.3, 0.7), label="x", count=2)
+    assert repr(event) == (
+        "RdpCurveEvent(label='x', count=2, 3 orders in [2, 8], values 0.1 .. 0.7, "
+        "alpha_min=1.0, alpha_max=inf)"
+    )

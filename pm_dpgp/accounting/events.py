@@ -490,7 +490,7 @@ class ZCDPEvent(PrivacyEvent):
         return f"zCDP(ρ={self.rho:.4g}){rep}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class RdpCurveEvent(PrivacyEvent):
     """A mechanism known only through an upper bound on its RDP curve, given on an order grid.
 
@@ -599,6 +599,16 @@ class RdpCurveEvent(PrivacyEvent):
             object.__setattr__(new, f.name, getattr(self, f.name))
         object.__setattr__(new, "label", _check_label(label))
         return new
+
+    def __repr__(self) -> str:
+        """Label, count and the curve's range; the ~150 (order, value) pairs are in
+        ``to_metadata()`` (the dataclass repr printed all of them)."""
+        return (
+            f"RdpCurveEvent(label={self.label!r}, count={self.count}, "
+            f"{len(self.orders)} orders in [{self.orders[0]:g}, {self.orders[-1]:g}], "
+            f"values {self.values[0]:.4g} .. {self.values[-1]:.4g}, "
+            f"alpha_min={self.alpha_min!r}, alpha_max={self.alpha_max!r})"
+        )
 
     def _envelope(self) -> NDArray[np.float64]:
         """min over grid orders β ≥ orders[i] of values(β): the best valid bound at orders[i]."""

@@ -44,6 +44,12 @@ def product_grid(values: Mapping[str, Iterable[float]]) -> list[Configuration]:
         arr = np.asarray(list(values[nm]), dtype=np.float64).ravel()
         if arr.size == 0 or not np.all(np.isfinite(arr)):
             raise ValueError(f"grid values for {nm!r} must be a non-empty list of finite numbers.")
+        repeated = np.unique(arr)[np.unique(arr, return_counts=True)[1] > 1]
+        if repeated.size:
+            raise ValueError(
+                f"grid values for {nm!r} repeat {float(repeated[0])!r}: every configuration "
+                "with it would be a candidate twice, with twice the weight (list each value once)."
+            )
         axes.append([float(v) for v in arr])
     return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*axes)]
 
@@ -51,8 +57,9 @@ def product_grid(values: Mapping[str, Iterable[float]]) -> list[Configuration]:
 def check_grid(grid: Sequence[Mapping[str, float]], names: Sequence[str]) -> list[Configuration]:
     """Validate a candidate grid against the model's hyperparameter ``names`` (public check).
 
-    Every configuration must give a finite float for exactly the names of the model.  The check
-    reads only the grid and the names, so a refusal leaks nothing.
+    Every configuration must give a finite float for exactly the names of the model, and no
+    configuration may appear twice (it would count twice in the selection).  The check reads
+    only the grid and the names, so a refusal leaks nothing.
     """
     if isinstance(grid, Mapping) or not isinstance(grid, Sequence) or len(grid) == 0:
         raise ValueError(
@@ -60,6 +67,7 @@ def check_grid(grid: Sequence[Mapping[str, float]], names: Sequence[str]) -> lis
             "product_grid(...) or prior_quantile_grid(model)."
         )
     out: list[Configuration] = []
+    seen: dict[tuple[float, ...], int] = {}
     expected = set(names)
     for i, cfg in enumerate(grid):
         if not isinstance(cfg, Mapping):
@@ -77,6 +85,14 @@ def check_grid(grid: Sequence[Mapping[str, float]], names: Sequence[str]) -> lis
             if isinstance(v, bool) or not isinstance(v, numbers.Real) or not np.isfinite(v):
                 raise ValueError(f"grid[{i}][{nm!r}] must be a finite number, got {v!r}.")
             row[nm] = float(v)
+        key = tuple(row[nm] for nm in names)
+        if key in seen:
+            raise ValueError(
+                f"grid[{i}] repeats grid[{seen[key]}] ({row}): a repeated candidate counts twice "
+                "in the selection (twice its weight in the exponential mechanism, twice its chance "
+                "in each random-stopping run); list each configuration once."
+            )
+        seen[key] = i
         out.append(row)
     return out
 

@@ -19,7 +19,7 @@ from pm_dpgp.accounting import PrivacyEvent
 __all__ = ["SelectionResult"]
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class SelectionResult:
     """A DP-selected configuration.
 
@@ -72,6 +72,19 @@ class SelectionResult:
         return {
             k: (np.array(v) if isinstance(v, np.ndarray) else v) for k, v in self._owner.items()
         }
+
+    def __repr__(self) -> str:
+        """The choice and its charge on a few lines; the whole record is ``to_metadata()``.
+
+        (The dataclass repr printed every fold index and every RDP order.)  Public fields only.
+        """
+        return (
+            f"SelectionResult(method={self.method!r}, "
+            f"hyperparameters={self.hyperparameters!r}, "
+            f"index={self.index} (of {len(self.grid)} candidates), "
+            f"privacy_model={self.privacy_model!r}, event={self.event!r}, "
+            f"public_details: {', '.join(self.public_details)} (see to_metadata()))"
+        )
 
     def to_metadata(self) -> dict[str, Any]:
         """Public metadata: method, choice, grid, event and public parameters (JSON-friendly)."""
