@@ -98,10 +98,15 @@ def test_event_is_the_planned_curve_composed_by_papernot_steinke(model):
     bounds = _independent_bounds(n1)
     assert base.alpha_max == min(b.alpha_max for b in bounds)
     assert G.max() < base.alpha_max and G.min() > 1.0
-    # ε_Q(α) = max(max_i ε_path,i(α), α ρ_CP) on G (each path curve as its release's event)
+    # ε_Q(α) = max(max_i ε_path,i(α), α ρ_CP) on G (each path curve as its release's event),
+    # the same curve for ρ_CP = zcdp_rho(ε, δ) and for the score's larger ρ (stop 39), which is
+    # the largest the paths' curve pays for at every grid order
     rho_cp = zcdp_rho(1.0, 1e-4)
     paths = np.vstack([b.event(1).rdp(G) for b in bounds])
     np.testing.assert_allclose(base.values, np.maximum(paths.max(0), G * rho_cp), rtol=1e-12)
+    rho_score = res.public_details["coinpress_rho"]
+    assert rho_score == pytest.approx(max(rho_cp, np.min(paths.max(0) / G)), rel=1e-12)
+    np.testing.assert_allclose(base.values, np.maximum(paths.max(0), G * rho_score), rtol=1e-12)
     # κ of the plan equals the closed form
     np.testing.assert_allclose(
         res.public_details["kappa_per_candidate"], [b.kappa for b in bounds], rtol=1e-9, atol=1e-300
@@ -378,7 +383,9 @@ def test_a_candidate_whose_path_costs_zero_epsilon_runs():
 def test_a_coinpress_step_too_small_for_secure_noise_is_refused_before_the_spend():
     """Stop-26 review: with ε = 1e-11, δ = 1e-13 a COINPRESS step's ρ_t (2e-28) made the secure
     noise's scale exceed 2^40 grid units, refused by the planner *after* the selection's spend
-    (with a message saying nothing was spent)."""
+    (with a message saying nothing was spent).  Since stop 39 the score runs at the larger of
+    zcdp_rho(ε, δ) and what the paths' curve pays for, so the paths must be cheap too: η = 10¹²
+    (ρ ≈ 1e-26; at η = 0 the paths pay for ρ = 6e-3 and nothing needs refusing)."""
     from pm_dpgp.selection.coinpress import MIN_STEP_RHO, check_coinpress_settings
 
     with pytest.raises(ValueError, match="rho_t"):
@@ -402,6 +409,7 @@ def test_a_coinpress_step_too_small_for_secure_noise_is_refused_before_the_spend
             y_bounds=(-1, 1),
             epsilon=1e-11,
             delta=1e-13,
+            eta=1e12,
             ledger=ledger,
             gamma=0.5,
             rng=None,

@@ -119,7 +119,8 @@ class SamplePathSelectionPlan:
     path_curves:
         ``(k, |G|)``: each candidate's one-path event curve at G (``bound.event(1).rdp(G)``).
     coinpress_rho:
-        ρ_CP of the COINPRESS score.
+        ρ_CP of the COINPRESS score: ``max(zcdp_rho(ε, δ), min_G max_i ε_path,i(α)/α)``, the
+        largest ρ the paths' curve already pays for (stop 39; it was ``zcdp_rho(ε, δ)``).
     base:
         ``RdpCurveEvent(G, max(max_i path_curves, G ρ_CP))``: one run of Q.
     event:
@@ -289,8 +290,12 @@ def plan_sample_path_selection(
             "use more noise (larger noise sd or eta)."
         )
     curves = np.vstack([b.event(1).rdp(G) for b in bounds])
-    rho_cp = zcdp_rho(epsilon, delta)
-    values = np.maximum(curves.max(axis=0), G * rho_cp)
+    # the score's rho: at least zcdp_rho(eps, delta), and as large as the paths' curve allows
+    # at every order (alpha rho <= max_i eps_path,i(alpha) on G), so that the run's charge
+    # max(paths, alpha rho) is the same as with zcdp_rho and the score is less noisy for free
+    path_max = curves.max(axis=0)
+    rho_cp = max(zcdp_rho(epsilon, delta), float(np.min(path_max / G)))
+    values = np.maximum(path_max, G * rho_cp)
     base = RdpCurveEvent(
         tuple(G.tolist()),
         tuple(values.tolist()),
