@@ -626,6 +626,44 @@ def test_default_epsilon_is_the_largest_the_ledger_accepts(filt):
     assert 3.0 * (1 - 1e-6) <= budget_used <= 3.0 * (1 + BUDGET_RTOL)
 
 
+def test_default_epsilon_never_runs_on_the_ledgers_round_off_slack():
+    """Stop-39 walkthrough: after a run that used the whole budget, a second run with the
+    default ε was sized from the ledger's round-off slack (BUDGET_RTOL): "completed" at
+    ε = 4.3e-6 with node noise sd 8.9e4 and the total 3.000000003; a third run stopped with
+    no rounds and no warning.  Now both say so and neither spends or draws."""
+    ledger = Ledger(epsilon=3.0, delta=DELTA)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        first = _run(ledger=ledger, n_rounds=6)
+    assert first.stop_reason == "completed" and len(ledger.history) == 1
+    total = ledger.epsilon()
+    for seed in (4, 5):
+        rng = np.random.default_rng(seed)
+        state = rng.bit_generator.state
+        with pytest.warns(UserWarning, match="cannot afford the first round"):
+            res = _run(ledger=ledger, n_rounds=6, rng=rng)
+        assert res.stop_reason == "budget" and res.n_rounds == 0
+        assert len(ledger.history) == 1 and ledger.epsilon() == total <= 3.0
+        assert rng.bit_generator.state == state
+
+
+def test_default_epsilon_warns_when_the_ledger_affords_a_small_run_only():
+    """A default run sized to less than 10 % of the budget (the rest spent before) completes,
+    spends what the ledger had left, and warns with its node noise sd (stop-39 walkthrough:
+    ε = 0.05 of 3, node noise sd 153 for responses in [-1, 1], and no word of it)."""
+    from pm_dpgp.mechanisms.gaussian import gaussian_sigma
+
+    ledger = Ledger(epsilon=3.0, delta=DELTA)
+    ledger.spend(
+        GaussianEvent(noise_multiplier=gaussian_sigma(2.999, DELTA, 1.0)), privacy_model="full"
+    )
+    pattern = r"epsilon = 0\.05.*budget 3;.*sd is \d{3} against a response range of 2\."
+    with pytest.warns(UserWarning, match=pattern):
+        res = _run(ledger=ledger, n_rounds=6)
+    assert res.stop_reason == "completed" and res.n_rounds == 6
+    assert 3.0 * (1 - 1e-6) <= ledger.filter_epsilon <= 3.0
+
+
 def test_a_filter_that_cannot_account_for_the_run_says_so():
     """A secure run (a zCDP event) on a GDP ledger holding a Gaussian event: the ledger's own
     error names the filter to use, instead of a silent ``stop_reason="budget"``."""

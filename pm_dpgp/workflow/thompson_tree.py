@@ -130,6 +130,10 @@ TREE_PRIVACY_MODELS: tuple[str, ...] = (PRIVACY_MODEL, LABEL_PRIVACY_MODEL)
 #: ``counter=`` values and their names (planner and streaming class: ``_counter``).
 COUNTER_NAMES = {"tree": "tree aggregation", "sqrt": "square-root factorisation counter"}
 
+#: With ``epsilon=None`` the run gets the largest ε the ledger affords; below this share of the
+#: ledger's budget (the rest spent before) the loop warns, with the node noise sd it will add.
+SMALL_RUN_SHARE = 0.1
+
 #: per-round columns of the published trace (``nodes_in_prefix`` for the tree only)
 _TRACE_DTYPES: dict[str, Any] = {
     "f_path_at_chosen": float,
@@ -417,9 +421,10 @@ def dp_thompson_sampling_tree(
         the run's (ε, δ) is charged once, before the first round; if the ledger cannot afford
         it the run returns with no rounds (``stop_reason="budget"``) and no noise drawn.
         ``epsilon`` defaults to the largest run ε the ledger accepts (its whole remaining
-        budget under the ledger's own composition and filter, found by bisection), ``delta``
-        to the ledger's δ.  A ledger whose filter cannot account for the run's event type at
-        all raises ``FilterMismatchError`` (a ``BudgetExceededError`` naming the filter to use).
+        budget under the ledger's own composition and filter, found by bisection, without the
+        ledger's round-off slack; a warning when it is below ``SMALL_RUN_SHARE`` of the
+        budget, and when nothing is left), ``delta`` to the ledger's δ.  A ledger whose
+        filter cannot account for the run's event type at all raises ``FilterMismatchError`` (a ``BudgetExceededError`` naming the filter to use).
     feature_norm:
         public ``R_φ`` (default ``√k(x, x)`` for stationary kernels).
     ratio, rho, variant:
@@ -564,6 +569,17 @@ def dp_thompson_sampling_tree(
             # search (0, budget] by bisection on public quantities only
             epsilon = _largest_affordable(make_plan, ledger, float(ledger.epsilon_budget))
             plan = make_plan(epsilon) if epsilon > 0.0 else None
+            if plan is not None and epsilon < SMALL_RUN_SHARE * float(ledger.epsilon_budget):
+                warnings.warn(
+                    f"dp_thompson_sampling_tree: the ledger affords a run of epsilon = "
+                    f"{epsilon:.3g} only ({epsilon / float(ledger.epsilon_budget):.2%} of its "
+                    f"budget {float(ledger.epsilon_budget):g}; the rest was spent before): "
+                    f"the node noise sd is {plan.sigma:.3g} against a response range of "
+                    f"{y_hi - y_lo:g}. Pass epsilon= to run at a chosen epsilon without this "
+                    "warning, or use a ledger with budget left.",
+                    UserWarning,
+                    stacklevel=2,
+                )
         if plan is not None and all_releases:
             _check_posterior_scale(plan.sigma, noise_sd, feats.R, T, len(X0))
         elif plan is not None and not label:
@@ -586,8 +602,12 @@ def dp_thompson_sampling_tree(
                 neighbouring_relation=relation,
                 rng=noise_rng,
             )
-    elif T > 0:
+    elif T > 0:  # the default epsilon on a ledger with nothing left
         stop = "budget"
+        warn_no_round(
+            "dp_thompson_sampling_tree",
+            "Its budget is used up: give the run a ledger with budget left.",
+        )
 
     rows: dict[str, list[Any]] = {
         k: []
@@ -808,14 +828,23 @@ def _largest_affordable(
     """Largest run ε in ``(0, epsilon]`` whose planned event ``ledger`` accepts (0 if none).
 
     Bisection to ``2⁻⁴⁰`` relative: the filter's charge increases with the run's ε.  Reads the
-    ledger's totals and public settings only.
+    ledger's totals and public settings only.  The filter's ε must stay within the budget
+    itself: the ledger's round-off slack ``BUDGET_RTOL`` (which ``spend`` allows) is not budget
+    to size a run from (stop-39 walkthrough: on a spent ledger of 3 the slack 3e-9 bought a
+    "completed" run at ε = 4.3e-6, node noise sd 8.9e4, the total then 3.000000003).
     """
-    if ledger.can_afford(make_plan(epsilon).event):  # e.g. a fresh ledger: the whole budget
+    budget = ledger.epsilon_budget
+
+    def fits(eps: float) -> bool:
+        event = make_plan(eps).event
+        return ledger.can_afford(event) and ledger.preview_filter(event) <= budget
+
+    if fits(epsilon):  # e.g. a fresh ledger: the whole budget
         return epsilon
     lo, hi = 0.0, epsilon
     for _ in range(steps):
         mid = 0.5 * (lo + hi)
-        if ledger.can_afford(make_plan(mid).event):
+        if fits(mid):
             lo = mid
         else:
             hi = mid
