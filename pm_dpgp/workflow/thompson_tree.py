@@ -424,7 +424,8 @@ def dp_thompson_sampling_tree(
         budget under the ledger's own composition and filter, found by bisection, without the
         ledger's round-off slack; a warning when it is below ``SMALL_RUN_SHARE`` of the
         budget, and when nothing is left), ``delta`` to the ledger's δ.  A ledger whose
-        filter cannot account for the run's event type at all raises ``FilterMismatchError`` (a ``BudgetExceededError`` naming the filter to use).
+        filter cannot account for the run's event type at all raises
+        ``FilterMismatchError`` (a ``BudgetExceededError`` naming the filter to use).
     feature_norm:
         public ``R_φ`` (default ``√k(x, x)`` for stationary kernels).
     ratio, rho, variant:
