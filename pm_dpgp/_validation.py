@@ -69,15 +69,19 @@ class ConvergenceWarning(UserWarning):
     """
 
 
-def _refuse_bool(value: Any, name: str) -> None:
-    """A ``bool`` is not a privacy parameter (``epsilon=True`` would silently mean ε = 1)."""
+def _refuse_bool_or_text(value: Any, name: str) -> None:
+    """A ``bool`` is not a privacy parameter (``epsilon=True`` would silently mean ε = 1), and
+    neither is text, even text that parses (``epsilon="1.0"``: ``docs/errors.md`` refuses text
+    everywhere; stop-39 walkthrough: it was charged as 1.0)."""
     if isinstance(value, bool | np.bool_):
         raise ValueError(f"{name} must be a number, got the boolean {value!r}; pass a float.")
+    if isinstance(value, str | bytes | np.str_ | np.bytes_):
+        raise ValueError(f"{name} must be a number, got text {value!r}; pass a float.")
 
 
 def check_epsilon(epsilon: float, name: str = "epsilon") -> float:
     """Return ``epsilon`` as a float, raising ``ValueError`` unless 0 < ε < ∞."""
-    _refuse_bool(epsilon, name)
+    _refuse_bool_or_text(epsilon, name)
     try:
         value = float(epsilon)
     except (TypeError, ValueError) as err:
@@ -94,7 +98,7 @@ def check_epsilon(epsilon: float, name: str = "epsilon") -> float:
 
 def check_delta(delta: float, name: str = "delta") -> float:
     """Return ``delta`` as a float, raising ``ValueError`` unless 0 < δ < 1."""
-    _refuse_bool(delta, name)
+    _refuse_bool_or_text(delta, name)
     try:
         value = float(delta)
     except (TypeError, ValueError) as err:
@@ -111,7 +115,7 @@ def check_delta(delta: float, name: str = "delta") -> float:
 
 def check_positive(value: float, name: str, *, allow_zero: bool = False) -> float:
     """Return ``value`` as a finite float that is > 0 (or >= 0 with ``allow_zero``)."""
-    _refuse_bool(value, name)
+    _refuse_bool_or_text(value, name)
     try:
         v = float(value)
     except (TypeError, ValueError) as err:
@@ -124,7 +128,7 @@ def check_positive(value: float, name: str, *, allow_zero: bool = False) -> floa
 
 def check_finite_number(value: Any, name: str) -> float:
     """Return ``value`` as a finite float: a real number, never a bool, text or array."""
-    _refuse_bool(value, name)
+    _refuse_bool_or_text(value, name)
     if not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
         raise ValueError(f"{name} must be a finite number, got {value!r}.")
     return float(value)

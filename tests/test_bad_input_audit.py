@@ -350,6 +350,37 @@ def test_a_boolean_is_not_a_privacy_parameter():
         Ledger(epsilon=1.0, delta=True)
 
 
+@pytest.mark.parametrize("text", ["1.0", b"1.0", np.str_("0.5")])
+def test_text_is_not_a_privacy_parameter_even_when_it_parses(text, tmp_path):
+    """Stop-39 walkthrough: ``epsilon="1.0"`` was parsed and charged as 1.0 by the releases, the
+    selections and both ledgers, though docs/errors.md refuses text (even when it would parse)
+    everywhere else.  Now a ``ValueError`` before anything is spent or drawn."""
+    from pm_dpgp.accounting import PersistentLedger, dataset_fingerprint
+
+    X = np.linspace(0, 1, 20)
+    model = gp_regression(X, np.sin(X), pm.gp.cov.ExpQuad(1, ls=0.3), noise_sd=0.3)
+    ledger = Ledger(10.0, 1e-3)
+    rng = np.random.default_rng(0)
+    state = rng.bit_generator.state
+    for kw in ({"epsilon": text, "delta": 1e-3}, {"epsilon": 1.0, "delta": text}):
+        with pytest.raises(ValueError, match="got text"):
+            cloaked_release(model, [[0.5]], **kw, y_bounds=(-2, 2), ledger=ledger, rng=rng)
+        with pytest.raises(ValueError, match="got text"):
+            Ledger(**kw)
+        with pytest.raises(ValueError, match="got text"):
+            PersistentLedger(tmp_path / "ledger.json", dataset_fingerprint("d1"), **kw)
+    with pytest.raises(ValueError, match="got text"):
+        select_by_cross_validated_sse(
+            gp_regression(X, np.sin(X), lambda: pm.gp.cov.ExpQuad(1, ls=pm.Gamma("ell", 2, 2)),
+                          noise_sd=0.3),
+            product_grid({"ell": [0.5, 2.0]}), epsilon=text, y_bounds=(-2, 2), ledger=ledger,
+            rng=rng,
+        )  # fmt: skip
+    assert ledger.history == [] and rng.bit_generator.state == state
+    reopened = PersistentLedger(tmp_path / "ledger.json", dataset_fingerprint("d1"), 1.0, 1e-3)
+    assert reopened.history == [] and reopened.epsilon_budget == 1.0
+
+
 def test_test_points_where_the_cloaking_matrix_vanishes_get_a_clear_error():
     X = np.linspace(0, 1, 40)
     model = nonstationary_gp_regression(

@@ -30,7 +30,7 @@ uncertainty and shrinks the DP noise towards the prior where the noise dominates
 
 It is exact when no output was clipped; clipped outputs are not Gaussian, and the posterior
 then treats ``ỹ`` as if it were (a ``UserWarning`` when the model's own prior predictive puts
-more than 5 % of the outputs outside the public bounds: ``CLIP_WARN_FRACTION``).
+more than 10 % of the outputs outside the public bounds: ``CLIP_WARN_FRACTION``).
 A prior predictive check of the model against the release (``prior_check_p``) warns when the
 release is unlikely under the model's prior (``PRIOR_CHECK_WARN_P``).
 """
@@ -311,8 +311,11 @@ def _check_release_against_prior(
 #: and mean Mahalanobis statistic (7 if calibrated) with 0 % / 4.6 % / 15.8 % / 35 % of the
 #: outputs clipped (bounds ±5 / ±2 / ±1.5 / ±1): 0.90 / 0.889 ± 0.009 / 0.876 ± 0.009 /
 #: 0.805 ± 0.012 and 7.1 / 7.4 ± 0.3 / 8.9 ± 0.4 / 16.2 ± 1.2.  Stop 38 raised the threshold
-#: from 1 % (which warned on well-specified wide priors, 2.5 % clipped, coverage 0.91) to 5 %.
-CLIP_WARN_FRACTION = 0.05
+#: from 1 % (which warned on well-specified wide priors, 2.5 % clipped, coverage 0.91) to 5 %;
+#: stop 39 to 10 %: those fractions are realised ones, and the *expected* fraction the rule
+#: reads is 5.5 % / 15 % / 34 % for ±2 / ±1.5 / ±1, so 5 % warned on the ±2 case (coverage
+#: 0.889) that it was meant to pass.
+CLIP_WARN_FRACTION = 0.1
 
 
 def _release_arrays(
