@@ -45,7 +45,7 @@ def noise_sd_of(noise_factor: NDArray[np.float64]) -> NDArray[np.float64]:
     return np.hypot.reduce(noise_factor, axis=1, initial=0.0)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Release:
     """Differentially private draws at public test inputs, with their metadata.
 
@@ -74,6 +74,19 @@ class Release:
     @property
     def n_draws(self) -> int:
         return int(self.draws.shape[0])
+
+    def __repr__(self) -> str:
+        """What the release is, in one line: the arrays are ``draws``, ``X_star``,
+        ``noise_factor`` and ``metadata`` (the dataclass repr printed all of them, 9 kB for
+        two draws at 25 points; stop-39 walkthrough).  Shapes and public settings only."""
+        eps = self.metadata.get("epsilon_per_draw", self.metadata.get("epsilon"))
+        return (
+            f"Release(mechanism={self.mechanism!r}, variable_name={self.variable_name!r}, "
+            f"draws {np.shape(self.draws)} at X_star {np.shape(self.X_star)}, "
+            f"noise_factor {np.shape(self.noise_factor)}"
+            + (f", epsilon per draw {eps!r}" if eps is not None else "")
+            + f", metadata: {len(self.metadata)} keys)"
+        )
 
     @property
     def noise_sd(self) -> NDArray[np.float64]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -109,3 +110,25 @@ def test_leak_scan_detects_a_planted_leak(release, kung_model):
     const = get_group(idata2, "constant_data").assign(y_train=("obs", kung_model.y))
     add_groups(idata2, {"constant_data": const})
     assert len(scan_for_values(idata2, kung_model.y)) >= np.unique(kung_model.y).size
+
+
+def test_release_reprs_are_one_line_of_public_facts(small_gp):
+    """Stop-39 walkthrough: ``print(release)`` printed every draw, test input and entry of the
+    noise factor (9 kB for two draws at 25 points; a sample-path release 8.6 kB).  The repr is
+    one line of shapes and public settings, and holds no draw, input or training value."""
+    from tests.releases import label_release, sample_path
+
+    rel = label_release("cloaking", small_gp)
+    text = repr(rel)
+    assert text == (
+        "Release(mechanism='cloaking', variable_name='f_dp', draws (2, 25) at X_star (25, 1), "
+        f"noise_factor {rel.noise_factor.shape}, epsilon per draw 1.0, "
+        f"metadata: {len(rel.metadata)} keys)"
+    )
+    paths = sample_path(small_gp)
+    text_paths = repr(paths)
+    assert text_paths.startswith("SamplePathRelease(n_draws=3, epsilon=") and len(text_paths) < 400
+    private = np.concatenate([rel.draws.ravel(), small_gp.y, small_gp.X.ravel()])
+    for t in (text, text_paths):
+        numbers = np.array([float(x) for x in re.findall(r"-?\d+\.?\d*(?:e-?\d+)?", t)])
+        assert numbers.size and not np.any(np.isclose(numbers[:, None], private, rtol=1e-6, atol=0))

@@ -291,7 +291,7 @@ class _PathStream:
     __copy__ = __deepcopy__ = __reduce_ex__ = __reduce__ = _refuse_copy
 
 
-@dataclass
+@dataclass(repr=False)
 class SamplePathRelease:
     """``L`` released posterior paths, evaluable anywhere (curator-side object).
 
@@ -324,6 +324,15 @@ class SamplePathRelease:
     #: nugget variance of every conditional draw, fixed at release (the public ``metadata``
     #: is a mutable dict, and a nugget of 0 set there made the next rounds blow up, stop 35)
     _nugget_variance: float = field(default=math.nan, repr=False)
+
+    def __repr__(self) -> str:
+        """One line of public settings (the dataclass repr printed the public GP and its
+        inputs, 8.6 kB; stop-39 walkthrough).  Nothing private: no path value, no data."""
+        return (
+            f"SamplePathRelease(n_draws={self.n_draws}, epsilon={self.epsilon!r} at "
+            f"delta={self.delta!r}, eta={self.eta!r}, kernel: {self.public_gp.description!r}, "
+            f"metadata: {len(self.metadata)} keys)"
+        )
 
     def __post_init__(self) -> None:
         if not isinstance(self._rng, _PathStream):
