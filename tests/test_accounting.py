@@ -697,7 +697,7 @@ def test_summary_and_repr():
     assert "spent epsilon" in text and "remaining epsilon" in text and "budget epsilon" in text
     assert f"{ledger.spent_epsilon:.4f}" in text
     assert f"{ledger.remaining_epsilon:.4f}" in text
-    assert len(text.splitlines()) == 3 + 4 + 5  # ... and the privacy-model line
+    assert len(text.splitlines()) == 3 + 4 + 1 + 5  # rows, the columns note, totals, model
     r = repr(ledger)
     assert r.startswith("Ledger(") and "releases=4" in r
     h = ledger._repr_html_()
@@ -1079,6 +1079,11 @@ def test_summary_says_remaining_epsilon_is_not_the_largest_next_release():
     ledger.spend(event, label="first")
     assert ledger.remaining_epsilon < 1.0 and ledger.can_afford(event)
     assert "a next release may cost more: ledger.can_afford" in ledger.summary()
+    # stop-39 walkthrough: the per-row epsilons were summed by a reader; with two rows or more
+    # the table says why they do not add up
+    assert "not their sum" not in ledger.summary()
+    ledger.spend(event, label="second")
+    assert "not their sum" in ledger.summary()
     assert "may cost more" not in Ledger(epsilon=2.0, delta=1e-5).summary()
     # remaining = budget - the FILTER's epsilon, which differs from "spent" (the composition
     # bound) under a zCDP or Renyi filter (stop-38 review: the note said "budget - spent")

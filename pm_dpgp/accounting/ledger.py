@@ -1009,6 +1009,14 @@ class Ledger:
         out.extend(line(r) for r in rows)
         if not rows:
             out.append("(no releases)")
+        elif len(rows) > 1:
+            # the columns do not add up, and a reader summed them (stop-39 walkthrough: rows
+            # 1.0001 + 0.8725 beside a cumulative 1.9126 on the basic bound)
+            out.append(
+                "(epsilon: each release alone at this delta; cumulative: the composed total "
+                "of the rows so far, not their sum: the composition is sub-additive, and the "
+                "basic bound splits delta between the releases)"
+            )
         out.append("")
         out.append(
             f"spent epsilon     : {_fmt(self.spent_epsilon)}  (bound: {self.bound_used}; "
