@@ -583,3 +583,17 @@ def test_sample_path_export_takes_var_name_like_the_other_exports():
     assert "g" in rel.to_inference_data("g").posterior
     with pytest.raises(TypeError, match="pass one of them"):
         rel.to_inference_data("g", var_name="h")
+
+
+def test_one_row_given_as_a_1d_array_gets_a_message_about_the_shape_passed():
+    """Stop-39 walkthrough: ``X_star = X[0]`` (one point of a 3-input model, shape (3,)) was
+    refused as "got shape (3, 1)", a shape the caller never passed."""
+    rng = np.random.default_rng(0)
+    X = rng.uniform(size=(20, 3))
+    model = gp_regression(X, rng.uniform(size=20), pm.gp.cov.ExpQuad(3, ls=1.0), noise_sd=0.3)
+    with pytest.raises(ValueError, match=r"read as 3 points of one input.*X_star\[None, :\]"):
+        cloaked_release(model, X[0], epsilon=1.0, delta=1e-3, y_bounds=(0, 1), rng=rng)
+    with pytest.raises(ValueError, match=r"got shape \(4, 1\); pass") as info:
+        cloaked_release(model, X[0, :2].tolist() * 2, epsilon=1.0, delta=1e-3, y_bounds=(0, 1),
+                        rng=rng)  # fmt: skip
+    assert "None" not in str(info.value)

@@ -47,9 +47,18 @@ def _as_2d_inputs(X: ArrayLike, name: str, n_cols: int) -> NDArray[np.float64]:
     # distributed protocol hands over (zero-copy) blocks deserialised on a worker.
     arr = np.require(check_finite_array(X, name, ndim=2), requirements="A")
     if arr.shape[1] != n_cols:
+        # a 1-D array is read as one input per point (a column): (d, 1) is most likely one
+        # point of d inputs passed as a 1-D array (stop-39 walkthrough: X[0] of a 3-input model
+        # was refused as "shape (3, 1)", a shape the caller never passed)
+        hint = (
+            f" (a 1-D array of {n_cols} values is read as {n_cols} points of one input; for "
+            f"one point of {n_cols} inputs pass {name}[None, :])"
+            if arr.shape == (n_cols, 1)
+            else ""
+        )
         raise ValueError(
-            f"{name} must have {n_cols} column(s) like the training inputs, got shape {arr.shape}; "
-            "pass inputs with that many columns."
+            f"{name} must have {n_cols} column(s) like the training inputs, got shape {arr.shape}"
+            f"{hint}; pass inputs with that many columns."
         )
     return arr
 
