@@ -95,6 +95,9 @@ def test_rounding_level_enters_the_recorded_ratio() -> None:
         " auto",
         -1e-3,
         0.0,
+        1e-17,  # below the float64 round-off (stop-39 audit: kept round-off directions)
+        5e-324,
+        "1e-8",  # text, even when it parses
         1.0,
         np.int64(1),
         1.5,
@@ -333,3 +336,21 @@ def test_auto_needs_the_release_privacy_parameters() -> None:
     assert cut is not None and cut.rule == "given" and cut.rank_tol == 1e-8
     auto = cloaking_parts(C, (0.0, 1.0), rank_tol="auto", privacy=(1.0, 1e-5)).cut
     assert auto == TruncationSetting(1.0, 1e-5, 4, 6, (0.0, 1.0), 0.0).cut("auto")
+
+
+def test_solvers_refuse_a_rank_tol_below_the_round_off() -> None:
+    """Stop-39 audit: ``rank_tol`` of 1e-17 … 1e-100 was accepted by the solvers and kept
+    directions of ``C`` that are round-off (k = 40 for an exactly rank-8 matrix)."""
+    from pm_dpgp.mechanisms.label.cloaking import solve_noise_covariance
+    from pm_dpgp.mechanisms.label.cloaking_batch import solve_noise_covariances
+
+    rng = np.random.default_rng(0)
+    C = rng.standard_normal((40, 8)) @ rng.standard_normal((8, 60))
+    for tol in (1e-17, 1e-100):
+        with pytest.raises(ValueError, match="round-off"):
+            solve_noise_covariance(C, rank_tol=tol)
+        with pytest.raises(ValueError, match="round-off"):
+            solve_noise_covariance(C, rank_tol=tol, design="trace")
+        with pytest.raises(ValueError, match="round-off"):
+            solve_noise_covariances([C], rank_tol=tol)
+    assert solve_noise_covariance(C, rank_tol=np.finfo(float).eps).rank == 8

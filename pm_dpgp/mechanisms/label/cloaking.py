@@ -86,6 +86,7 @@ from numpy.typing import ArrayLike, NDArray
 from pm_dpgp._validation import ConvergenceWarning
 from pm_dpgp.gp.linalg import canonical_signs, sign_reference
 from pm_dpgp.gp.operators import CloakingOperator, LinearCloakingOperator, LowRankOperator
+from pm_dpgp.mechanisms.label.truncation import check_rank_tol
 
 __all__ = [
     "CloakingOperator",
@@ -1435,7 +1436,7 @@ def solve_noise_covariance(
     """
     arr = C if isinstance(C, LinearCloakingOperator) else _validate_matrix(C)
     tol = _check_positive(tol, "tol")
-    rank_tol = _check_positive(rank_tol, "rank_tol", upper=1.0)
+    rank_tol = check_rank_tol(rank_tol)
     max_iter = _check_max_iter(max_iter)
     if design not in ("logdet", "trace"):
         raise ValueError(f"design must be 'logdet' or 'trace', got {design!r}.")
@@ -1516,7 +1517,7 @@ def gradient_ascent_reference(
     arr = _validate_matrix(C)
     rate = _check_positive(rate, "rate")
     stop = _check_positive(stop, "stop")
-    rank_tol = _check_positive(rank_tol, "rank_tol", upper=1.0)
+    rank_tol = check_rank_tol(rank_tol)
     max_iter = _check_max_iter(max_iter)
     if max_seconds is not None:
         max_seconds = _check_positive(max_seconds, "max_seconds")

@@ -69,6 +69,7 @@ from pm_dpgp.mechanisms.label.cloaking import (
     _validate_matrix,
     warn_unconverged,
 )
+from pm_dpgp.mechanisms.label.truncation import check_rank_tol
 
 __all__ = ["solve_noise_covariances"]
 
@@ -110,7 +111,7 @@ def solve_noise_covariances(
     if svd not in ("gesdd", "r_svd"):
         raise ValueError(f"svd must be 'gesdd' or 'r_svd', got {svd!r}.")
     tol = _check_positive(tol, "tol")
-    rank_tol = _check_positive(rank_tol, "rank_tol", upper=1.0)
+    rank_tol = check_rank_tol(rank_tol)
     max_iter = _check_max_iter(max_iter)
     mats = [_validate_matrix(C) for C in Cs]
     reds = _reduce_many(mats, rank_tol, exact=svd == "gesdd")

@@ -58,9 +58,11 @@ from pm_dpgp.mechanisms.gaussian import gaussian_sigma
 __all__ = [
     "RANK_TOL_CEILING",
     "RANK_TOL_FLOOR",
+    "RANK_TOL_MIN",
     "TRUNCATION_ETA",
     "RankCut",
     "TruncationSetting",
+    "check_rank_tol",
 ]
 
 #: Largest allowed ratio of the worst-case truncation bias to one draw's RMS noise norm.
@@ -69,6 +71,26 @@ TRUNCATION_ETA = 0.01
 RANK_TOL_FLOOR = 1e-10
 #: Largest ``rank_tol`` the rule returns.
 RANK_TOL_CEILING = 1e-2
+#: Smallest ``rank_tol`` accepted: the float64 unit round-off.  A smaller cut keeps directions
+#: of ``C`` that are round-off, not signal, and pays noise for them (stop-39 audit: an exactly
+#: rank-8 matrix kept k = 40 directions at 1e-17, whitened conditioning up to 1.7e3).
+RANK_TOL_MIN = float(np.finfo(np.float64).eps)
+
+
+def check_rank_tol(rank_tol: float) -> float:
+    """``rank_tol`` as a float in ``[RANK_TOL_MIN, 1)``, else ``ValueError`` (a public
+    argument: checked before any budget is spent or noise drawn)."""
+    value = check_finite_number(rank_tol, "rank_tol")
+    if not RANK_TOL_MIN <= value < 1.0:
+        raise ValueError(
+            f"rank_tol must be 'auto' or a number in [{RANK_TOL_MIN:.3g}, 1), got {rank_tol!r}"
+            + (
+                ": below the float64 round-off a cut keeps directions of C that are round-off."
+                if 0.0 < value < RANK_TOL_MIN
+                else "."
+            )
+        )
+    return value
 #: The range finder accepts a residual ``ρ ≤ max(0.1 rank_tol σ_1, ρ_round)``.
 _RESIDUAL_SHARE = 0.1
 #: ``ρ_round / (σ_1 √(m · min(m, n)))``: ``10 ε_M`` (``_column_space``'s rounding level).
@@ -119,17 +141,14 @@ class TruncationSetting:
         return min(max(TRUNCATION_ETA / unit, RANK_TOL_FLOOR), RANK_TOL_CEILING)
 
     def cut(self, rank_tol: float | str) -> RankCut:
-        """``"auto"`` → ``auto_rank_tol``; a number in ``(0, 1)`` is used as given.
+        """``"auto"`` → ``auto_rank_tol``; a number in ``[RANK_TOL_MIN, 1)`` is used as given.
 
         Anything else raises ``ValueError`` (before any budget is spent or noise drawn).
         """
-        message = f"rank_tol must be 'auto' or a number in (0, 1), got {rank_tol!r}."
         if isinstance(rank_tol, str):
             if rank_tol != "auto":
-                raise ValueError(message)
+                raise ValueError(f"rank_tol must be 'auto' or a number, got {rank_tol!r}.")
             value = self.auto_rank_tol()
             return RankCut(value, "auto", self.ratio(value))
-        value = check_finite_number(rank_tol, "rank_tol")
-        if not (0.0 < value < 1.0):
-            raise ValueError(message)
+        value = check_rank_tol(rank_tol)
         return RankCut(value, "given", self.ratio(value))
