@@ -91,6 +91,8 @@ def check_rank_tol(rank_tol: float) -> float:
             )
         )
     return value
+
+
 #: The range finder accepts a residual ``ρ ≤ max(0.1 rank_tol σ_1, ρ_round)``.
 _RESIDUAL_SHARE = 0.1
 #: ``ρ_round / (σ_1 √(m · min(m, n)))``: ``10 ε_M`` (``_column_space``'s rounding level).
