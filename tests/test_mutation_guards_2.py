@@ -89,14 +89,16 @@ def test_tree_thompson_loop_refuses_a_reused_generator():
 #: byte scans missed) passed every other test.
 SAMPLE_PATH_KEYS = {
     "M_Y", "Phi", "V", "alpha_max", "cov_bound", "delta", "epsilon", "eta", "hyperparameters",
-    "kappa", "kernel", "kernel_class", "kernel_scale", "mean_sensitivity", "mechanism",
+    "hyperparameter_source", "kappa", "kernel", "kernel_class", "kernel_scale",
+    "mean_sensitivity", "mechanism",
     "n_draws", "neighbouring_relation", "noise_source", "nugget_variance", "pm_dpgp_version",
     "prior_mean", "privacy_event", "privacy_model", "r2", "seed_policy", "sensitivity_bound",
     "sensitivity_constant", "tau", "y_bounds",
 }  # fmt: skip
 CLASSIFICATION_KEYS = {
     "approximation", "calibration", "clipping_bounds", "data_sensitivity", "delta_per_draw",
-    "epsilon_per_draw", "epsilon_total", "f0", "hyperparameters", "inducing_method",
+    "epsilon_per_draw", "epsilon_total", "f0", "hyperparameters", "hyperparameter_source",
+    "inducing_method",
     "inducing_points", "kernel", "n_inducing",
     "kmeans_seed", "kmm_jitter", "l2_sensitivity", "latent_var", "likelihood",
     "linearisation_point", "max_mahalanobis", "mechanism", "n_draws", "neighbouring_relation",
@@ -105,7 +107,8 @@ CLASSIFICATION_KEYS = {
     "seed_policy", "solver_converged", "solver_gap_bound", "truncation_bias_ratio",
 }  # fmt: skip
 # stop 37: "f0" is the caller's PUBLIC linearisation point (None for the prior mean), never a
-# function of the labels; "n_inducing" and "inducing_method" describe the public Z
+# function of the labels; "n_inducing" and "inducing_method" describe the public Z; stop 39:
+# "hyperparameter_source" is a fixed text naming where the public hyperparameters came from
 
 
 def test_release_metadata_keys_are_the_reviewed_ones():

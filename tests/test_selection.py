@@ -5,7 +5,9 @@ Smith, Álvarez & Lawrence (2021) §5, Algorithm 1, eq. (12)–(14), §5.1; docs
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import json
 import math
 import pickle
 
@@ -1197,3 +1199,39 @@ def test_selection_repr_is_short_and_public():
         "RdpCurveEvent(label='x', count=2, 3 orders in [2, 8], values 0.1 .. 0.7, "
         "alpha_min=1.0, alpha_max=inf)"
     )
+
+
+def test_a_release_records_where_its_hyperparameters_came_from():
+    """The release's metadata says whether its public hyperparameters came from a private
+    selection (``SelectionResult.public_hyperparameters()``), a declared-public fit
+    (``public_hyperparameters``) or the caller's plain mapping (noticed in stop 38: the
+    release did not record it).  Same values, same draws: only the record differs."""
+    from pm_dpgp.models import public_hyperparameters
+    from pm_dpgp.models.hyperparameters import CALLER_DECLARED
+
+    gpr = _model()
+    ledger = Ledger(10.0, 1e-3)
+    res = _select(gpr, ledger)
+    kw = dict(epsilon=1.0, delta=1e-3, y_bounds=BOUNDS, ledger=ledger)
+    X_star = np.linspace(0, 6, 7)
+    plain = cloaked_release(gpr, X_star, hyperparameters=dict(res.hyperparameters),
+                            rng=np.random.default_rng(1), **kw)  # fmt: skip
+    chosen = cloaked_release(gpr, X_star, hyperparameters=res.public_hyperparameters(),
+                             rng=np.random.default_rng(2), **kw)  # fmt: skip
+    declared = cloaked_release(
+        gpr, X_star, rng=np.random.default_rng(3), **kw,
+        hyperparameters=public_hyperparameters(dict(res.hyperparameters),
+                                               hyperparameters_are_public=True),
+    )  # fmt: skip
+    assert plain.metadata["hyperparameter_source"] == CALLER_DECLARED
+    assert chosen.metadata["hyperparameter_source"] == (
+        f"private selection: exponential_mechanism_cv_sse (event: {res.event.label}; label privacy)"
+    )
+    assert declared.metadata["hyperparameter_source"] == "dict (declared public)"
+    for rel in (chosen, declared):
+        assert rel.metadata["hyperparameters"] == plain.metadata["hyperparameters"]
+        assert rel.metadata["kernel"] == plain.metadata["kernel"]
+    json.dumps(chosen.metadata)
+    empty = dataclasses.replace(res, index=-1, hyperparameters={})
+    with pytest.raises(ValueError, match="chose no candidate"):
+        empty.public_hyperparameters()

@@ -6,7 +6,11 @@ model for ordinary inference) whose ``public_gp`` gives the
 """
 
 from pm_dpgp.models.exact import GPRegression, PrivateHyperparameterError, PublicGP, gp_regression
-from pm_dpgp.models.hyperparameters import PublicHyperparameters, public_hyperparameters
+from pm_dpgp.models.hyperparameters import (
+    PublicHyperparameters,
+    hyperparameter_source,
+    public_hyperparameters,
+)
 
 __all__ = [
     "GPRegression",
@@ -14,6 +18,7 @@ __all__ = [
     "PublicGP",
     "PublicHyperparameters",
     "gp_regression",
+    "hyperparameter_source",
     "public_hyperparameters",
 ]
 

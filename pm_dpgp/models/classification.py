@@ -44,6 +44,7 @@ from pm_dpgp.models._common import (
     resolve_model,
 )
 from pm_dpgp.models.exact import GPRegression
+from pm_dpgp.models.hyperparameters import CALLER_DECLARED, hyperparameter_source
 
 __all__ = ["GPClassification", "PublicLatentGP", "binary_labels", "gp_classification"]
 
@@ -73,6 +74,8 @@ class PublicLatentGP(PublicInputsView):
     description: str
     _kernel: Callable[..., NDArray[np.float64]] = field(repr=False)
     _kernel_diag: Callable[..., NDArray[np.float64]] = field(repr=False)
+    #: where the hyperparameter values came from (``models.hyperparameter_source``)
+    hyperparameter_source: str = CALLER_DECLARED
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for missing attributes: a regression mechanism given a classification
@@ -135,6 +138,7 @@ class GPClassification(GPRegression):
             description=description,
             _kernel=PublicKernel(self._function("kernel"), args),
             _kernel_diag=PublicKernel(self._function("diag"), args, diag=True),
+            hyperparameter_source=hyperparameter_source(hyperparameters, self.hyperparameter_names),
         )
         public.kernel_diag(self.X[:1])  # fail early on broken hyperparameters
         return public

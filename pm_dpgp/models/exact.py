@@ -81,7 +81,11 @@ from pm_dpgp.models._common import (
     stored_input_dim,
     stored_value,
 )
-from pm_dpgp.models.hyperparameters import PublicHyperparameters
+from pm_dpgp.models.hyperparameters import (
+    CALLER_DECLARED,
+    PublicHyperparameters,
+    hyperparameter_source,
+)
 
 __all__ = ["PrivateHyperparameterError", "GPRegression", "PublicGP", "gp_regression"]
 
@@ -159,6 +163,9 @@ class PublicGP(PublicInputsView):
         non-scalar hyperparameters such as ARD lengthscales).
     description : str
         Human-readable kernel, hyperparameters, noise variance and mean, for metadata.
+    hyperparameter_source : str
+        Where the hyperparameter values came from (``models.hyperparameter_source``): a
+        charged private selection, a declared-public fit, or the caller's declaration.
     """
 
     X: NDArray[np.float64] = field(repr=False)
@@ -170,6 +177,7 @@ class PublicGP(PublicInputsView):
         repr=False
     )
     _kernel_diag: Callable[[NDArray[np.float64]], NDArray[np.float64]] = field(repr=False)
+    hyperparameter_source: str = CALLER_DECLARED
 
     def __post_init__(self) -> None:
         # The same check as the builder's ``sigma`` (issue 15, point 3): a noise variance of 0
@@ -556,6 +564,7 @@ class GPRegression:
             description=description,
             _kernel=kernel,
             _kernel_diag=kernel_diag,
+            hyperparameter_source=hyperparameter_source(hyperparameters, self.hyperparameter_names),
         )
 
     def public_gp(self, hyperparameters: Mapping[str, ArrayLike] | None = None) -> PublicGP:

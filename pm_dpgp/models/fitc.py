@@ -131,6 +131,10 @@ class PublicFITC:
         return self.exact.hyperparameters
 
     @property
+    def hyperparameter_source(self) -> str:
+        return self.exact.hyperparameter_source
+
+    @property
     def description(self) -> str:
         return (
             f"{self.exact.description}; FITC sparse approximation with {self.Z.shape[0]} "

@@ -18,7 +18,15 @@ from typing import Any, Literal
 
 import numpy as np
 
-__all__ = ["PublicHyperparameters", "public_hyperparameters"]
+__all__ = [
+    "CALLER_DECLARED",
+    "PublicHyperparameters",
+    "hyperparameter_source",
+    "public_hyperparameters",
+]
+
+#: ``hyperparameter_source`` of values passed as a plain mapping: the caller's declaration.
+CALLER_DECLARED = "given as public values by the caller"
 
 Summary = Literal["median", "mean"]
 
@@ -56,6 +64,20 @@ class PublicHyperparameters(Mapping[str, Any]):
 def _is_transformed(name: str) -> bool:
     """PyMC's unconstrained copies: ``ls_log__``, ``p_logodds__``, ``x_interval__`` …"""
     return name.endswith("__")
+
+
+def hyperparameter_source(hyperparameters: Any, names: tuple[str, ...]) -> str:
+    """Where a release's public hyperparameters came from, for its metadata (public text).
+
+    ``PublicHyperparameters`` carry their provenance (``public_hyperparameters``, or a private
+    selection's ``SelectionResult.public_hyperparameters()``); any other mapping is the caller's
+    declaration, ``CALLER_DECLARED``; a model without free hyperparameters has none.
+    """
+    if not names:
+        return "none: the model has no free hyperparameters"
+    if isinstance(hyperparameters, PublicHyperparameters):
+        return hyperparameters.provenance
+    return CALLER_DECLARED
 
 
 def public_hyperparameters(

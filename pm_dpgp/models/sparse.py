@@ -70,6 +70,7 @@ from pm_dpgp.models._common import (
     resolve_model,
 )
 from pm_dpgp.models.exact import GPRegression
+from pm_dpgp.models.hyperparameters import CALLER_DECLARED, hyperparameter_source
 
 __all__ = [
     "DirichletGPClassification",
@@ -226,6 +227,8 @@ class PublicSparseGP:
         bounds on ``‖k(Z, x)‖`` (Honkela 2024, eqs. 7–8) need.
     z_is_public : bool
         The caller asserted ``Z`` was fixed without looking at the private inputs.
+    hyperparameter_source : str
+        Where the hyperparameter values came from (``models.hyperparameter_source``).
     """
 
     Z: NDArray[np.float64] = field(repr=False)
@@ -240,6 +243,7 @@ class PublicSparseGP:
         repr=False
     )
     _kernel_diag: Callable[[NDArray[np.float64]], NDArray[np.float64]] = field(repr=False)
+    hyperparameter_source: str = CALLER_DECLARED
 
     def __post_init__(self) -> None:
         # as PublicGP: a zero noise variance is refused on every path (issue 15, point 3)
@@ -334,6 +338,7 @@ class SparseGPRegression(GPRegression):
             z_is_public=bool(self.z_is_public),
             _kernel=kernel,
             _kernel_diag=kernel_diag,
+            hyperparameter_source=hyperparameter_source(hyperparameters, self.hyperparameter_names),
         )
         public.kzz()  # fail early on a broken kernel
         return public

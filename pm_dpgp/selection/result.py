@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from pm_dpgp.accounting import PrivacyEvent
+from pm_dpgp.models.hyperparameters import PublicHyperparameters
 
 __all__ = ["SelectionResult"]
 
@@ -30,7 +31,8 @@ class SelectionResult:
         ``"liu_talwar_random_stopping"`` (Honkela 2024, Algorithm 2).
     hyperparameters:
         the chosen configuration, public: pass it to any release
-        (``cloaked_release(..., hyperparameters=result.hyperparameters)``).
+        (``cloaked_release(..., hyperparameters=result.public_hyperparameters())`` also
+        records in the release's metadata that the values came from this selection).
     index:
         its position in ``grid``; ``-1`` when no candidate was valid (a full-privacy selection
         can end so; ``hyperparameters`` is then empty, and ``grid[index]`` is not a choice).
@@ -61,6 +63,21 @@ class SelectionResult:
 
     def __post_init__(self, owner: dict[str, Any] | None) -> None:
         object.__setattr__(self, "_owner", owner)
+
+    def public_hyperparameters(self) -> PublicHyperparameters:
+        """The chosen values with their provenance, for a release's ``hyperparameters=``: the
+        release then records ``hyperparameter_source`` = this selection (method, event label,
+        privacy model) instead of "given as public values by the caller".  Public."""
+        if self.index < 0:
+            raise ValueError(
+                "this selection chose no candidate (no valid score): there are no "
+                "hyperparameters to release with."
+            )
+        return PublicHyperparameters(
+            self.hyperparameters,
+            f"private selection: {self.method} (event: "
+            f"{self.event.label or type(self.event).__name__}; {self.privacy_model} privacy)",
+        )
 
     def owner_report(self) -> dict[str, Any]:
         """The data owner's non-private view (scores, probabilities).  NEVER publish it.

@@ -1404,6 +1404,7 @@ def _metadata(
         "privacy_event": event.to_metadata(),
         "kernel": public.description,
         "hyperparameters": public.hyperparameters,
+        "hyperparameter_source": public.hyperparameter_source,
         "noise_var": public.noise_var,
         "prior_mean": public.mean,
         "jitter": public.jitter,

@@ -1336,6 +1336,7 @@ def _finish_sample_path_release(
         "prior_mean": public_gp.mean,
         "kernel": public_gp.description,
         "hyperparameters": public_gp.hyperparameters,
+        "hyperparameter_source": public_gp.hyperparameter_source,
         "nugget_variance": nugget * kernel_scale**2,
         "privacy_event": event.to_metadata(),
         "noise_source": noise_source,

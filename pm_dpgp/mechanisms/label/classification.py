@@ -275,6 +275,7 @@ def classification_release(
         "noise_multiplier": result.noise_multiplier,
         "kernel": public.description,
         "hyperparameters": public.hyperparameters,
+        "hyperparameter_source": public.hyperparameter_source,
         "prior_mean": public.mean,
         "likelihood": "bernoulli-logit",
         "newton_steps": 1,

@@ -320,6 +320,7 @@ def label_release_metadata(
         "noise_multiplier": result.noise_multiplier,
         "kernel": public_gp.description,
         "hyperparameters": public_gp.hyperparameters,
+        "hyperparameter_source": public_gp.hyperparameter_source,
         "noise_var": public_gp.noise_var,
         "prior_mean": public_gp.mean,
         "privacy_event": result.event.to_metadata(),
