@@ -39,6 +39,7 @@ __all__ = [
     "finite_rows",
     "private_array",
     "refuse_text",
+    "refuse_misaligned_rows",
     "EPSILON_WARN_THRESHOLD",
     "WIDE_RANGE_FACTOR",
     "warn_public_settings",
@@ -281,6 +282,30 @@ def masked_as_nan(x: np.ma.MaskedArray) -> NDArray[np.float64]:
     if values is None or values.shape != mask.shape:
         raise TypeError("a masked array must be rectangular; convert it to float64 first.")
     return np.where(mask, np.nan, values)
+
+
+def refuse_misaligned_rows(arrays: tuple[Any, ...], names: tuple[str, ...]) -> None:
+    """Refuse pandas objects whose indexes differ: pm_dpgp pairs the rows of ``X`` and ``y``
+    (and ``w``) by position, so ``y`` shuffled or filtered apart from ``X`` was paired with the
+    wrong inputs, silently (stop-39 walkthrough: a shuffled Series released as if aligned).
+
+    Only the row labels the caller arranged are compared (``Index.equals``), never a value,
+    and nothing is quoted; non-pandas arrays are paired by position as documented.
+    """
+    pd = sys.modules.get("pandas")
+    if pd is None:  # no pandas object can have been passed
+        return
+    indexed = [
+        (nm, a.index) for a, nm in zip(arrays, names, strict=True)
+        if isinstance(a, pd.Series | pd.DataFrame)
+    ]  # fmt: skip
+    for nm, index in indexed[1:]:
+        if not index.equals(indexed[0][1]):
+            raise ValueError(
+                f"{indexed[0][0]} and {nm} are pandas objects with different indexes, but rows "
+                "are paired by position: align them first (e.g. y = y.loc[X.index]) or pass "
+                "arrays. (Only the two indexes were compared; nothing was spent or drawn.)"
+            )
 
 
 def check_finite_array(x: ArrayLike, name: str, *, ndim: int | None = None) -> NDArray[np.float64]:

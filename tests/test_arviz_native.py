@@ -202,6 +202,8 @@ def test_spread_is_described_per_mechanism(small_gp, noise_aware, dirichlet) -> 
     assert cloak.attrs["spread"].startswith("DP noise") and "NOT posterior" in cloak.attrs["spread"]
     na = dp_summary(noise_aware.to_inference_data(X_NA, n_draws=20))
     assert "q(f)" in na.attrs["spread"]
+    # stop-39 walkthrough: the text read as a claim of calibration; q(f) under-covers f
+    assert "NOT calibrated for the latent f" in na.attrs["spread"]
     # stop-31 audit: a Thompson run (its mechanism name contains "sample_path") was described
     # as posterior draws; classification and binning fell through to the generic text
     expected = {

@@ -597,3 +597,55 @@ def test_one_row_given_as_a_1d_array_gets_a_message_about_the_shape_passed():
         cloaked_release(model, X[0, :2].tolist() * 2, epsilon=1.0, delta=1e-3, y_bounds=(0, 1),
                         rng=rng)  # fmt: skip
     assert "None" not in str(info.value)
+
+
+def test_pandas_objects_with_different_indexes_are_not_paired_by_position():
+    """Stop-39 walkthrough: a shuffled ``y`` Series beside a data frame ``X`` was paired by
+    position, silently (the release equalled the one on the mispaired arrays).  Builders, the
+    noise-aware release (tuple and chunks) and the full-privacy selections now refuse two
+    pandas objects whose indexes differ, before anything is spent or drawn; aligned ones and
+    arrays pass."""
+    pd = pytest.importorskip("pandas")
+    from pm_dpgp.mechanisms import noise_aware_release
+    from pm_dpgp.models import grid_inducing_points
+    from pm_dpgp.selection.private_data import check_data_schema
+
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({"x": rng.uniform(-3, 3, 60)})
+    df["y"] = np.sin(df["x"])
+    shuffled = df["y"].sample(frac=1, random_state=0)
+    with pytest.raises(ValueError, match="different indexes"):
+        gp_regression(df[["x"]], shuffled, pm.gp.cov.ExpQuad(1, ls=1.0), noise_sd=0.3)
+    with pytest.raises(ValueError, match="different indexes"):
+        check_data_schema(df[["x"]], shuffled, 1)
+    base = sparse_gp_regression(
+        None, None, pm.gp.cov.ExpQuad(1, ls=1.0), Z=grid_inducing_points(-3.5, 3.5, 6),
+        noise_sd=0.3,
+    )  # fmt: skip
+    ledger = Ledger(10.0, 1e-5)
+    gen = np.random.default_rng(1)
+    state = gen.bit_generator.state
+    for data in ((df[["x"]], shuffled), [(df[["x"]], shuffled)]):
+        with pytest.raises(ValueError, match="different indexes"):
+            noise_aware_release(base, data, epsilon=1.0, delta=1e-6, y_bounds=(-3.0, 3.0),
+                                ledger=ledger, rng=gen)  # fmt: skip
+    assert ledger.history == [] and gen.bit_generator.state == state
+    aligned = noise_aware_release(
+        base,
+        (df[["x"]], shuffled.loc[df.index]),
+        epsilon=1.0,
+        delta=1e-6,
+        y_bounds=(-3.0, 3.0),
+        rng=np.random.default_rng(2),
+    )
+    arrays = noise_aware_release(
+        base,
+        (df[["x"]].to_numpy(), df["y"].to_numpy()),
+        epsilon=1.0,
+        delta=1e-6,
+        y_bounds=(-3.0, 3.0),
+        rng=np.random.default_rng(2),
+    )
+    np.testing.assert_array_equal(aligned.u_mean, arrays.u_mean)
+    gp_regression(df[["x"]], df["y"], pm.gp.cov.ExpQuad(1, ls=1.0), noise_sd=0.3)
+    gp_regression(df[["x"]].to_numpy(), shuffled, pm.gp.cov.ExpQuad(1, ls=1.0), noise_sd=0.3)

@@ -32,7 +32,7 @@ import numpy as np
 import scipy.linalg as sla
 from numpy.typing import ArrayLike, NDArray
 
-from pm_dpgp._validation import check_finite_array, is_dask_collection
+from pm_dpgp._validation import check_finite_array, is_dask_collection, refuse_misaligned_rows
 from pm_dpgp.gp.linalg import jittered_cholesky
 
 __all__ = [
@@ -310,6 +310,7 @@ def sufficient_statistics(
 
     acc = _Accumulator(M, n_targets, n_extras)
     if isinstance(data, tuple):
+        refuse_misaligned_rows(data, tuple(f"data[{i}]" for i in range(len(data))))
         arrays = tuple(_as_rows(a) for a in data)
         if not arrays or any(a.shape[:1] != arrays[0].shape[:1] for a in arrays):
             raise ValueError(
@@ -341,6 +342,7 @@ def sufficient_statistics(
                         "gathered on the client: pass them as one tuple data=(X, y[, w]), "
                         "summed on the workers."
                     )
+                refuse_misaligned_rows(tuple(item), tuple(f"chunk[{i}]" for i in range(len(item))))
                 arrs = tuple(_as_rows(a) for a in item)
                 yield from _split_rows(arrs, chunk)
 

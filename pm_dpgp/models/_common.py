@@ -30,6 +30,7 @@ from pm_dpgp._validation import (
     check_finite_array,
     check_positive,
     refuse_dask,
+    refuse_misaligned_rows,
     reject_unexpected,
     renamed,
     require,
@@ -614,6 +615,7 @@ def _builder_inputs(X: Any, y: Any, *, per_row: str = "output") -> BuilderInputs
     ``gp_classification``.  The checks are the data owner's own input checks (the private
     values are never quoted, ``pm_dpgp._validation.check_finite_array``).
     """
+    refuse_misaligned_rows((X, y), ("X", "y"))
     X_arr, X_graph = data_input(X, "X", 2)
     y_arr, y_graph = data_input(y, "y", 1)
     if X_arr.shape[0] != y_arr.shape[0]:

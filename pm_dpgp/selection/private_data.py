@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from pm_dpgp._validation import float_array
+from pm_dpgp._validation import float_array, refuse_misaligned_rows
 from pm_dpgp.selection.grids import kfold_splits
 
 __all__ = ["as_private_arrays", "check_data_schema", "private_data", "public_split", "usable_rows"]
@@ -75,6 +75,7 @@ def check_data_schema(X: Any, y: Any, n_cols: int) -> tuple[Any, Any, int]:
     refused by its type, even when it would parse.  Audit D3: a list ``y`` of ``n`` pairs used
     to pass a ``len`` check and be ravelled to ``2n`` values (one record in both D₁ and D₂).
     """
+    refuse_misaligned_rows((X, y), ("X", "y"))
     (X, x_shape), (y, y_shape) = (_declared_or_converted(v, nm) for v, nm in ((X, "X"), (y, "y")))
     x_ok = (len(x_shape) == 2 and x_shape[1] == n_cols) or (len(x_shape) == 1 and n_cols == 1)
     y_ok = len(y_shape) == 1 or (len(y_shape) == 2 and y_shape[1] == 1)
