@@ -508,6 +508,8 @@ def warn_public_settings(
     range_width: float | None = None,
     prior_sd: float | None = None,
     range_name: str = "y_bounds",
+    bounds: tuple[float, float] | None = None,
+    centre: float | None = None,
     stacklevel: int = 3,
 ) -> list[str]:
     """Emit a ``PrivacyWarning`` for each absurd but valid public setting.
@@ -516,7 +518,11 @@ def warn_public_settings(
       probability 1/n is (0, 1/n)-DP, so δ ≥ 1/n permits releasing records in the clear
       (Dwork & Roth 2014, §2.3, remark after Def. 2.4);
     * ``epsilon >`` ``EPSILON_WARN_THRESHOLD``;
-    * ``range_width > WIDE_RANGE_FACTOR · prior_sd`` (``WIDE_RANGE_FACTOR``).
+    * ``range_width > WIDE_RANGE_FACTOR · prior_sd`` (``WIDE_RANGE_FACTOR``);
+    * a ``centre`` (the prior mean the clipped outputs are centred at) outside ``bounds``: every
+      residual then has one sign and the bound ``max |bound − centre|`` on it, which sets the
+      sensitivity, exceeds the whole width (stop-39 walkthrough: mean 0 with ``y_bounds =
+      (1, 3)`` tripled it, silently).
 
     Every input is public (``docs/errors.md``: the number of records is public under
     replace-one neighbours), so whether a warning fires says nothing about the private data.
@@ -550,6 +556,16 @@ def warn_public_settings(
             "noise grows with the width and will dwarf any signal the model finds plausible. "
             f"Choose {range_name} from public knowledge of the plausible range of y (e.g. the "
             "prior mean +/- 4 prior sd), or rescale the model."
+        )
+    if bounds is not None and centre is not None and not bounds[0] <= centre <= bounds[1]:
+        lo, hi = float(bounds[0]), float(bounds[1])
+        reach = max(abs(lo - centre), abs(hi - centre))
+        messages.append(
+            f"the prior mean {centre:.6g} lies outside {range_name} [{lo:.6g}, {hi:.6g}]: the "
+            f"clipped outputs are centred at it, so their bound |y - mean| <= {reach:.4g} (which "
+            f"sets the sensitivity and the noise) is {reach / (0.5 * (hi - lo)):.3g} times the "
+            f"half-width. Give the model a prior mean inside {range_name} (e.g. its midpoint "
+            f"{0.5 * (lo + hi):.6g}), or bounds around the prior mean."
         )
     for message in messages:
         warnings.warn(message, PrivacyWarning, stacklevel=stacklevel)

@@ -649,3 +649,39 @@ def test_pandas_objects_with_different_indexes_are_not_paired_by_position():
     np.testing.assert_array_equal(aligned.u_mean, arrays.u_mean)
     gp_regression(df[["x"]], df["y"], pm.gp.cov.ExpQuad(1, ls=1.0), noise_sd=0.3)
     gp_regression(df[["x"]].to_numpy(), shuffled, pm.gp.cov.ExpQuad(1, ls=1.0), noise_sd=0.3)
+
+
+def test_a_prior_mean_outside_the_bounds_is_warned_about_before_the_spend():
+    """Stop-39 walkthrough: the noise-aware and sample-path releases centre the clipped outputs
+    at the prior mean; with mean 0 and ``y_bounds = (1, 3)`` the residual bound (and the noise)
+    was 3 times the half-width, silently.  Public settings only: a PrivacyWarning before the
+    spend, none for a mean inside the bounds."""
+    from pm_dpgp import PrivacyWarning
+    from pm_dpgp.mechanisms import noise_aware_release, sample_path_release
+    from pm_dpgp.models import grid_inducing_points
+
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-3, 3, 200)
+    y = 2.0 + np.sin(X)
+    for mean, warned in ((0.0, True), (2.0, False)):
+        base = sparse_gp_regression(
+            None, None, pm.gp.cov.ExpQuad(1, ls=1.0), Z=grid_inducing_points(-3.5, 3.5, 6),
+            noise_sd=0.3, mean=mean,
+        )  # fmt: skip
+        exact = gp_regression(X[:40], y[:40], pm.gp.cov.ExpQuad(1, ls=1.0), noise_sd=0.3,
+                              mean=mean)  # fmt: skip
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            noise_aware_release(base, (X, y), epsilon=1.0, delta=1e-6, y_bounds=(1.0, 3.0),
+                                rng=np.random.default_rng(1))  # fmt: skip
+            sample_path_release(exact, np.linspace(-3, 3, 5), y_bounds=(1.0, 3.0), delta=1e-5,
+                                kernel_scale=1.0, domain=(-3.0, 3.0), ledger=Ledger(),
+                                rng=np.random.default_rng(2))  # fmt: skip
+        found = [
+            str(w.message)
+            for w in caught
+            if issubclass(w.category, PrivacyWarning) and "lies outside" in str(w.message)
+        ]
+        assert len(found) == (2 if warned else 0), found
+        if warned:
+            assert "|y - mean| <= 3 " in found[0] and "3 times the half-width" in found[0]

@@ -1117,6 +1117,8 @@ def noise_aware_release(
             range_width=y_upper - y_lower,
             prior_sd=float(np.sqrt(np.max(public.kernel_diag(Z)) + public.noise_var)),
             range_name="y_bounds",
+            bounds=(y_lower, y_upper),
+            centre=mu,
         )
 
         # --- account, then draw -----------------------------------------------------------------

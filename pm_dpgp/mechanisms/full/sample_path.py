@@ -1188,6 +1188,8 @@ def sample_path_release(
         range_width=upper - lower,
         prior_sd=float(np.sqrt(prior_var + public_gp.noise_var)),
         range_name="y_bounds",
+        bounds=(lower, upper),
+        centre=mu0,
     )
     if ledger is not None:  # refuses before any path is drawn (and a reused Generator state)
         ledger.spend(
