@@ -836,9 +836,9 @@ def _largest_affordable(
     """
     budget = ledger.epsilon_budget
 
-    def fits(eps: float) -> bool:
-        event = make_plan(eps).event
-        return ledger.can_afford(event) and ledger.preview_filter(event) <= budget
+    def fits(eps: float) -> bool:  # ledger.can_afford without the slack (one preview)
+        total = ledger.preview_filter(make_plan(eps).event)
+        return math.isfinite(total) and total <= budget
 
     if fits(epsilon):  # e.g. a fresh ledger: the whole budget
         return epsilon
