@@ -393,6 +393,31 @@ def test_prior_quantile_grid_equals_scipy_quantiles():
     assert np.allclose(etas, stats.halfnorm(scale=1.0).ppf(q), rtol=1e-6)
 
 
+def test_prior_quantile_grid_of_a_discrete_prior_lists_each_value_once():
+    """Stop-39 review: product_grid refuses a repeated value, and prior_quantile_grid handed
+    it the coinciding quantiles of a discrete (or very concentrated) prior, so ``grid=None``
+    was refused ("list each value once") for a grid the caller never listed.  Coinciding
+    quantiles are one candidate (the old grid held it twice, with twice the weight)."""
+    rng = np.random.default_rng(0)
+    X = np.sort(rng.uniform(0, 6, 10))
+    gpr = gp_regression(
+        X, np.clip(np.sin(X), -1.9, 1.9),
+        lambda: pm.gp.cov.ExpQuad(1, ls=1.0 + pm.Poisson("k", 0.5)), noise_sd=0.3,
+    )  # fmt: skip
+    # P(k = 0) = 0.61, P(k <= 1) = 0.91: the 0.1 and 0.5 quantiles are both 0
+    assert prior_quantile_grid(gpr) == [{"k": 0.0}, {"k": 1.0}]
+    tight = gp_regression(
+        X, np.clip(np.sin(X), -1.9, 1.9),
+        lambda: pm.gp.cov.ExpQuad(1, ls=pm.Normal("ell", 1e6, 1e-12)), noise_sd=0.3,
+    )  # fmt: skip
+    assert prior_quantile_grid(tight) == [{"ell": 1e6}]  # three quantiles, one double
+    ledger = Ledger(epsilon=5.0, delta=1e-3)
+    res = select_by_cross_validated_sse(
+        gpr, None, epsilon=1.0, y_bounds=BOUNDS, ledger=ledger, rng=np.random.default_rng(7)
+    )
+    assert len(res.grid) == 2 and len(ledger.history) == 1
+
+
 @pytest.mark.parametrize("order", ["contiguous", "interleaved", "permuted"])
 def test_kfold_splits_partition(order):
     folds = kfold_splits(23, 5, order=order, seed=1)

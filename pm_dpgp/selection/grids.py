@@ -135,7 +135,8 @@ def prior_quantile_grid(
     Returns
     -------
     list of dict
-        the Cartesian product of the per-hyperparameter quantiles (``product_grid``).
+        the Cartesian product of the per-hyperparameter quantiles (``product_grid``); quantiles
+        that coincide (a discrete or very concentrated prior) give one value.
 
     Only scalar hyperparameters are supported (ARD vectors: build the grid by hand).
     """
@@ -153,7 +154,11 @@ def prior_quantile_grid(
             )
         if rv.type.ndim != 0:
             raise ValueError(f"hyperparameter {nm!r} is not scalar; build its grid by hand.")
-        values[nm] = [float(v) for v in _prior_quantiles(gpr.model, rv, q, n_draws, seed)]
+        # quantiles of a discrete or very concentrated prior can coincide (DiscreteUniform(1, 2)
+        # at 0.1 and 0.5; Normal(1e6, 1e-12) in float64): one candidate each, in order, since
+        # product_grid refuses a repeated value (the caller listed none; stop-39 review)
+        qv = _prior_quantiles(gpr.model, rv, q, n_draws, seed)
+        values[nm] = list(dict.fromkeys(float(v) for v in qv))
     return product_grid(values)
 
 
