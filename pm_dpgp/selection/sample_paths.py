@@ -399,9 +399,11 @@ def select_by_sample_paths(
     y_bounds
         public ``(lower, upper)`` of the responses (``M_Y`` about the prior mean).
     epsilon, delta
-        the COINPRESS score's budget (ρ_CP = ``zcdp_rho(ε, δ)``, as in
-        ``select_by_random_stopping``); δ is also where path costs are reported.  The path's
-        own cost is an output of the public setting (``SamplePathBound``).
+        the COINPRESS score's least budget: it runs at ρ_CP = ``max(zcdp_rho(ε, δ),
+        min_G max_i ε_path,i(α)/α)``, the largest ρ the paths' curve already pays for
+        (``SamplePathSelectionPlan.coinpress_rho``); δ is also where path costs are
+        reported.  The path's own cost is an output of the public setting
+        (``SamplePathBound``).
     ledger
         charged with the planned ``RepeatAndSelectEvent`` before anything is read or drawn
         (a ``renyi`` or ``fixed`` ledger).
