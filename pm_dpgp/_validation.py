@@ -509,7 +509,7 @@ def warn_public_settings(
     prior_sd: float | None = None,
     range_name: str = "y_bounds",
     bounds: tuple[float, float] | None = None,
-    centre: float | None = None,
+    centre: float | list[float] | None = None,
     stacklevel: int = 3,
 ) -> list[str]:
     """Emit a ``PrivacyWarning`` for each absurd but valid public setting.
@@ -519,7 +519,8 @@ def warn_public_settings(
       (Dwork & Roth 2014, §2.3, remark after Def. 2.4);
     * ``epsilon >`` ``EPSILON_WARN_THRESHOLD``;
     * ``range_width > WIDE_RANGE_FACTOR · prior_sd`` (``WIDE_RANGE_FACTOR``);
-    * a ``centre`` (the prior mean the clipped outputs are centred at) outside ``bounds``: every
+    * a ``centre`` (the prior mean the clipped outputs are centred at; for a selection, the
+      candidates' means, one warning for the first outside) outside ``bounds``: every
       residual then has one sign and the bound ``max |bound − centre|`` on it, which sets the
       sensitivity, exceeds the whole width (stop-39 walkthrough: mean 0 with ``y_bounds =
       (1, 3)`` tripled it, silently).
@@ -557,7 +558,10 @@ def warn_public_settings(
             f"Choose {range_name} from public knowledge of the plausible range of y (e.g. the "
             "prior mean +/- 4 prior sd), or rescale the model."
         )
-    if bounds is not None and centre is not None and not bounds[0] <= centre <= bounds[1]:
+    centres = [] if centre is None else [centre] if np.ndim(centre) == 0 else list(centre)
+    outside = [c for c in centres if bounds is not None and not bounds[0] <= c <= bounds[1]]
+    if bounds is not None and outside:
+        centre = float(outside[0])
         lo, hi = float(bounds[0]), float(bounds[1])
         reach = max(abs(lo - centre), abs(hi - centre))
         messages.append(

@@ -670,3 +670,29 @@ def test_default_split_with_fewer_than_five_records_has_a_clear_refusal(n):
         ledger=ledger, rng=rng, validation=[0], gamma=0.5,
     )  # fmt: skip
     assert len(ledger.history) == 1 and res.index >= -1
+
+
+def test_a_prior_mean_outside_the_bounds_is_warned_about_once_not_per_run():
+    """Stop-39 review: the releases' new prior-mean warning never reached a Liu–Talwar
+    selection (the runs' own warnings are silenced: their number would reveal K).  The
+    selection warns once, from public settings, before the spend; not for a mean inside."""
+    from pm_dpgp import PrivacyWarning
+
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-3, 3, (120, 1))
+    for mean, expected in ((5.0, 1), (0.0, 0)):
+        model = sparse_gp_regression(
+            X, np.sin(2 * X[:, 0]), lambda: pm.gp.cov.ExpQuad(1, ls=pm.Gamma("ell", 2, 2)),
+            Z=grid_inducing_points(-3.5, 3.5, 6), noise_sd=0.3, mean=mean,
+        )  # fmt: skip
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            res = select_by_random_stopping(
+                model, product_grid({"ell": [0.5, 1.0, 2.0]}), epsilon=1.0, delta=1e-5,
+                y_bounds=(-2.0, 2.0), gamma=0.2, owner_scores=False, ledger=None,
+                rng=np.random.default_rng(3),
+            )  # fmt: skip
+        outside = [w for w in caught if issubclass(w.category, PrivacyWarning)
+                   and "lies outside" in str(w.message)]  # fmt: skip
+        assert len(outside) == expected, [str(w.message) for w in outside]
+        assert res.owner_report()["n_runs"] >= 1

@@ -1014,8 +1014,8 @@ class Ledger:
             # 1.0001 + 0.8725 beside a cumulative 1.9126 on the basic bound)
             out.append(
                 "(epsilon: each release alone at this delta; cumulative: the composed total "
-                "of the rows so far, not their sum: the composition is sub-additive, and the "
-                "basic bound splits delta between the releases)"
+                "of the rows so far, not their sum: the composition is sub-additive, and a "
+                "basic bound also splits delta between the releases)"
             )
         out.append("")
         out.append(

@@ -379,7 +379,13 @@ def select_by_random_stopping(
         check_public_choices(X, Z=model.Z)
     # public-setting warnings once, here: inside the loop every run would repeat them, and their
     # number would reveal K (the secret number of runs; audit)
-    warn_public_settings(epsilon=epsilon, delta=delta, n_records=int(train.size))
+    warn_public_settings(
+        epsilon=epsilon,
+        delta=delta,
+        n_records=int(train.size),
+        bounds=(float(y_bounds[0]), float(y_bounds[1])),
+        centre=[p.mean for p in publics],
+    )
     # --- charge before any data are read or anything is drawn ---------------------------------
     if ledger is not None:
         ledger.spend(

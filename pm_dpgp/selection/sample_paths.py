@@ -463,7 +463,15 @@ def select_by_sample_paths(
         from pm_dpgp.audit import check_public_choices
 
         check_public_choices(X, Z=X_star)
-    warn_public_settings(epsilon=plan.event.epsilon(delta), delta=delta, n_records=train.size)
+    # the prior-mean check of the releases, once here: inside the loop each run would repeat
+    # it and the count would reveal K (the runs' own warnings are silenced)
+    warn_public_settings(
+        epsilon=plan.event.epsilon(delta),
+        delta=delta,
+        n_records=train.size,
+        bounds=s["y_bounds"],
+        centre=[p.mean for p in publics],
+    )
     # --- charge before any data are read or anything is drawn ---------------------------------
     if ledger is not None:
         ledger.spend(
