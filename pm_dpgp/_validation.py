@@ -76,7 +76,7 @@ def _refuse_bool_or_text(value: Any, name: str) -> None:
     everywhere; stop-39 walkthrough: it was charged as 1.0)."""
     if isinstance(value, bool | np.bool_):
         raise ValueError(f"{name} must be a number, got the boolean {value!r}; pass a float.")
-    if isinstance(value, str | bytes | np.str_ | np.bytes_):
+    if isinstance(value, str | bytes):  # np.str_ / np.bytes_ are subclasses
         raise ValueError(f"{name} must be a number, got text {value!r}; pass a float.")
 
 
@@ -558,14 +558,14 @@ def warn_public_settings(
             f"Choose {range_name} from public knowledge of the plausible range of y (e.g. the "
             "prior mean +/- 4 prior sd), or rescale the model."
         )
-    centres = [] if centre is None else [centre] if np.ndim(centre) == 0 else list(centre)
-    outside = [c for c in centres if bounds is not None and not bounds[0] <= c <= bounds[1]]
-    if bounds is not None and outside:
-        centre = float(outside[0])
-        lo, hi = float(bounds[0]), float(bounds[1])
-        reach = max(abs(lo - centre), abs(hi - centre))
+    lo, hi = (0.0, 0.0) if bounds is None else (float(bounds[0]), float(bounds[1]))
+    centres = [] if bounds is None or centre is None else np.atleast_1d(centre).tolist()
+    outside = [c for c in centres if not lo <= c <= hi]
+    if outside:
+        mean = float(outside[0])
+        reach = max(abs(lo - mean), abs(hi - mean))
         messages.append(
-            f"the prior mean {centre:.6g} lies outside {range_name} [{lo:.6g}, {hi:.6g}]: the "
+            f"the prior mean {mean:.6g} lies outside {range_name} [{lo:.6g}, {hi:.6g}]: the "
             f"clipped outputs are centred at it, so their bound |y - mean| <= {reach:.4g} (which "
             f"sets the sensitivity and the noise) is {reach / (0.5 * (hi - lo)):.3g} times the "
             f"half-width. Give the model a prior mean inside {range_name} (e.g. its midpoint "

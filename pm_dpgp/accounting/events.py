@@ -889,10 +889,7 @@ def _check_stopping(gamma: Any, shape: Any) -> tuple[float, float]:
     """Validate the truncated-negative-binomial parameters γ ∈ (0, 1), η ≥ 0 (finite), with a
     finite E[K]: a subnormal γ (1e-320) made E[K] = inf, the curve +inf and the refusal a
     misleading "budget exceeded"; without a ledger the loop would not end (stop-38 audit).
-    Text ("0.1") is refused, as for other numbers, instead of being parsed."""
-    for value, name in ((gamma, "gamma"), (shape, "shape")):
-        if isinstance(value, str | bytes):
-            raise ValueError(f"{name} must be a number, got the text {value!r}; pass a float.")
+    Text ("0.1") is refused by ``check_positive``, as for every other number."""
     g = check_positive(gamma, "gamma")
     if not g < 1.0:
         raise ValueError(f"gamma (the stopping probability) must lie in (0, 1), got {gamma!r}.")

@@ -44,11 +44,12 @@ def product_grid(values: Mapping[str, Iterable[float]]) -> list[Configuration]:
         arr = np.asarray(list(values[nm]), dtype=np.float64).ravel()
         if arr.size == 0 or not np.all(np.isfinite(arr)):
             raise ValueError(f"grid values for {nm!r} must be a non-empty list of finite numbers.")
-        repeated = np.unique(arr)[np.unique(arr, return_counts=True)[1] > 1]
-        if repeated.size:
+        distinct, counts = np.unique(arr, return_counts=True)
+        if np.any(counts > 1):
             raise ValueError(
-                f"grid values for {nm!r} repeat {float(repeated[0])!r}: every configuration "
-                "with it would be a candidate twice, with twice the weight (list each value once)."
+                f"grid values for {nm!r} repeat {float(distinct[counts > 1][0])!r}: every "
+                "configuration with it would be a candidate twice, with twice the weight (list "
+                "each value once)."
             )
         axes.append([float(v) for v in arr])
     return [dict(zip(names, combo, strict=True)) for combo in itertools.product(*axes)]
