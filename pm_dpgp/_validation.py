@@ -70,10 +70,17 @@ class ConvergenceWarning(UserWarning):
     """
 
 
+def _zero_d_item(value: Any) -> Any:
+    """The element of a 0-d array (``np.array(0.5)`` → ``0.5``); anything else unchanged."""
+    return value.item() if isinstance(value, np.ndarray) and value.ndim == 0 else value
+
+
 def _refuse_bool_or_text(value: Any, name: str) -> None:
     """A ``bool`` is not a privacy parameter (``epsilon=True`` would silently mean ε = 1), and
     neither is text, even text that parses (``epsilon="1.0"``: ``docs/errors.md`` refuses text
-    everywhere; stop-39 walkthrough: it was charged as 1.0)."""
+    everywhere; stop-39 walkthrough: it was charged as 1.0).  A 0-d array is judged by its
+    element: ``np.array(True)`` and ``np.array("1.0")`` converted to 1.0 through ``float``."""
+    value = _zero_d_item(value)
     if isinstance(value, bool | np.bool_):
         raise ValueError(f"{name} must be a number, got the boolean {value!r}; pass a float.")
     if isinstance(value, str | bytes):  # np.str_ / np.bytes_ are subclasses
@@ -130,9 +137,18 @@ def check_positive(value: float, name: str, *, allow_zero: bool = False) -> floa
 def check_finite_number(value: Any, name: str) -> float:
     """Return ``value`` as a finite float: a real number, never a bool, text or array."""
     _refuse_bool_or_text(value, name)
-    if not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
+    item = _zero_d_item(value)  # np.array(1e-4) is a number, as for check_positive
+    if not isinstance(item, numbers.Real) or not math.isfinite(float(item)):
         raise ValueError(f"{name} must be a finite number, got {value!r}.")
-    return float(value)
+    return float(item)
+
+
+def real_or_nan(value: Any, name: str) -> float:
+    """``value`` as a float if it is a real number (or a 0-d array of one), else NaN, for a
+    caller whose own range check then says what to pass; a boolean or text is refused here."""
+    _refuse_bool_or_text(value, name)
+    item = _zero_d_item(value)
+    return float(item) if isinstance(item, numbers.Real) else math.nan
 
 
 def check_scale(value: float, name: str) -> float:
@@ -154,7 +170,8 @@ def check_scale(value: float, name: str) -> float:
 def check_count(value: int, name: str) -> int:
     """Return ``value`` as an int >= 1 (a whole number of draws, paths, rounds …)."""
     try:
-        ok = not isinstance(value, bool) and int(value) == value and value >= 1
+        item = _zero_d_item(value)  # np.array(True) is a bool, not the count 1
+        ok = not isinstance(item, bool | np.bool_) and int(item) == item and item >= 1
     except (TypeError, ValueError):
         ok = False
     if not ok:

@@ -484,14 +484,13 @@ def dirichlet(
     ``n_classes``, ``alpha_epsilon`` and the prior mean.
     """
     from pm_dpgp.mechanisms.full.dirichlet import dirichlet_calibration, dirichlet_settings
-    from pm_dpgp.mechanisms.full.noise_aware import _as_public
+    from pm_dpgp.mechanisms.full.noise_aware import _as_public, check_rho
 
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta)
     public = _as_public(model, hyperparameters)
     C, alpha_epsilon, prior_mean = dirichlet_settings(model, n_classes, alpha_epsilon, prior_mean)
-    if not (0.0 < float(rho) < 1.0):
-        raise ValueError(f"rho must lie in (0, 1), got {rho!r}; pass e.g. rho=0.01.")
+    rho = check_rho(rho)  # before anything is spent or drawn
     cal = dirichlet_calibration(
         public,
         C,

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from pm_dpgp._validation import check_finite_array, check_scale
+from pm_dpgp._validation import check_count, check_finite_array, check_scale
 
 __all__ = ["DyadicPartitionFeatures", "MAX_PARTITION_FEATURES"]
 
@@ -71,9 +71,7 @@ class DyadicPartitionFeatures:
             raise ValueError("lower and upper must be scalars or 1-D arrays of equal length.")
         if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi)) and np.all(hi > lo)):
             raise ValueError("the public box needs finite bounds with upper > lower.")
-        if isinstance(levels, bool) or int(levels) != levels or levels < 1:
-            raise ValueError(f"levels must be a positive integer, got {levels!r}.")
-        J = int(levels)
+        J = check_count(levels, "levels")
         d = int(lo.size)
         cells = [2 ** (j * d) for j in range(1, J + 1)]
         if sum(cells) > MAX_PARTITION_FEATURES:

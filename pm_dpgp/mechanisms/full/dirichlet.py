@@ -60,6 +60,7 @@ from pm_dpgp.mechanisms.full.noise_aware import (
     _inputs_chunk,
     calibrate_statistics_noise,
     check_posterior_arithmetic,
+    check_rho,
     kernel_norm_bound,
     l2_sensitivity,
     regularisation_lambda,
@@ -287,8 +288,7 @@ def dirichlet_release(
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta)
     c = check_positive(ratio, "ratio")
-    if not (0.0 < float(rho) < 1.0):
-        raise ValueError(f"rho must lie in (0, 1), got {rho!r}; pass e.g. rho=0.01.")
+    rho = check_rho(rho)  # before anything is spent or drawn
     if variant not in ("noise_aware", "naive"):  # before anything is spent or drawn
         raise ValueError(f"variant must be 'noise_aware' or 'naive', got {variant!r}; use one.")
     if s22_form not in ("linearised", "eq14"):

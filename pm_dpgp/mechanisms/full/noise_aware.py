@@ -65,6 +65,7 @@ from pm_dpgp._validation import (
     check_rng,
     finite_rows,
     private_array,
+    real_or_nan,
     reject_unexpected,
     renamed,
     require,
@@ -344,9 +345,10 @@ def l2_sensitivity(
 
 def check_rho(rho: Any) -> float:
     """ρ of eq. (10), the failure probability of the regulariser λ: a number in (0, 1)."""
-    if isinstance(rho, bool) or not isinstance(rho, int | float | np.floating) or not 0 < rho < 1:
+    value = real_or_nan(rho, "rho")  # text and booleans refused; nan fails the range check
+    if not 0.0 < value < 1.0:
         raise ValueError(f"rho must lie in (0, 1), got {rho!r}; pass e.g. rho=0.01.")
-    return float(rho)
+    return value
 
 
 def check_variant(variant: Any) -> str:

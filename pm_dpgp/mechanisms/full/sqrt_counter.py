@@ -45,7 +45,7 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from pm_dpgp._validation import check_delta, check_epsilon, check_positive
+from pm_dpgp._validation import check_count, check_delta, check_epsilon, check_positive
 from pm_dpgp.accounting import GaussianEvent, PrivacyEvent
 from pm_dpgp.accounting.planned import PlannedCharge
 from pm_dpgp.mechanisms.gaussian import gaussian_sigma, zcdp_rho
@@ -60,9 +60,8 @@ __all__ = ["SqrtCounter", "SqrtCounterPlan", "plan_sqrt_counter", "sqrt_factor_c
 
 def sqrt_factor_coefficients(n: int) -> NDArray[np.float64]:
     """``c_0, …, c_{n−1}`` with ``c_k = C(2k, k)/4^k`` (module docstring), by the recurrence."""
-    if isinstance(n, bool) or int(n) != n or n < 1:
-        raise ValueError(f"the horizon must be an integer >= 1, got {n!r}.")
-    k = np.arange(1, int(n), dtype=np.float64)
+    n = check_count(n, "the horizon n")
+    k = np.arange(1, n, dtype=np.float64)
     return np.concatenate([[1.0], np.cumprod((2.0 * k - 1.0) / (2.0 * k))])
 
 

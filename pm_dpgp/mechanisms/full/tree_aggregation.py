@@ -38,7 +38,7 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from pm_dpgp._validation import check_delta, check_epsilon, check_positive
+from pm_dpgp._validation import check_count, check_delta, check_epsilon, check_positive
 from pm_dpgp.accounting import GaussianEvent, PrivacyEvent
 from pm_dpgp.accounting.planned import PlannedCharge
 from pm_dpgp.mechanisms.gaussian import gaussian_sigma, zcdp_rho
@@ -58,11 +58,7 @@ __all__ = [
 
 
 def _check_horizon(n_leaves: Any) -> int:
-    if isinstance(n_leaves, bool) or int(n_leaves) != n_leaves or n_leaves < 1:
-        raise ValueError(
-            f"the horizon (number of leaves) must be an integer >= 1, got {n_leaves!r}."
-        )
-    return int(n_leaves)
+    return check_count(n_leaves, "the horizon n_leaves")
 
 
 def max_nodes_per_leaf(n_leaves: int) -> int:

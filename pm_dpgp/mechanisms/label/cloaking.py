@@ -83,7 +83,7 @@ import scipy.linalg as sla
 import scipy.sparse as sp
 from numpy.typing import ArrayLike, NDArray
 
-from pm_dpgp._validation import ConvergenceWarning
+from pm_dpgp._validation import ConvergenceWarning, check_count
 from pm_dpgp.gp.linalg import canonical_signs, sign_reference
 from pm_dpgp.gp.operators import CloakingOperator, LinearCloakingOperator, LowRankOperator
 from pm_dpgp.mechanisms.label.truncation import check_rank_tol
@@ -282,9 +282,7 @@ def _check_positive(value: float, name: str, upper: float = math.inf) -> float:
 
 
 def _check_max_iter(max_iter: int) -> int:
-    if isinstance(max_iter, bool) or int(max_iter) != max_iter or max_iter < 1:
-        raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}.")
-    return int(max_iter)
+    return check_count(max_iter, "max_iter")
 
 
 def _distinct_columns(C: FloatArray) -> NDArray[np.intp]:
