@@ -13,6 +13,7 @@ takes hyperparameters from a result without it.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
@@ -23,6 +24,7 @@ __all__ = [
     "PublicHyperparameters",
     "hyperparameter_source",
     "public_hyperparameters",
+    "warn_if_not_planned",
 ]
 
 #: ``hyperparameter_source`` of values passed as a plain mapping: the caller's declaration.
@@ -40,9 +42,18 @@ class PublicHyperparameters(Mapping[str, Any]):
     of a posterior) are ignored for it, while a plain dict must name exactly the model's.
     """
 
-    def __init__(self, values: Mapping[str, Any], provenance: str) -> None:
+    def __init__(
+        self,
+        values: Mapping[str, Any],
+        provenance: str,
+        planned_release: Mapping[str, Any] | None = None,
+    ) -> None:
         self._values = {str(k): v for k, v in values.items()}
         self.provenance = provenance
+        #: the public release setting the values were chosen for (a selection whose utility
+        #: includes the release noise, e.g. Smith et al. 2021 Alg. 1): keys among
+        #: ``epsilon``, ``delta``, ``y_bounds``, ``calibration``; ``None``: no such setting
+        self.planned_release = None if planned_release is None else dict(planned_release)
 
     def __getitem__(self, key: str) -> Any:
         return self._values[key]
@@ -54,7 +65,9 @@ class PublicHyperparameters(Mapping[str, Any]):
         return len(self._values)
 
     def __repr__(self) -> str:
-        return f"PublicHyperparameters({self._values!r}, provenance={self.provenance!r})"
+        planned = self.planned_release
+        planned = "" if planned is None else f", planned_release={planned!r}"
+        return f"PublicHyperparameters({self._values!r}, provenance={self.provenance!r}{planned})"
 
     def restricted_to(self, names: tuple[str, ...]) -> dict[str, Any]:
         """The values of ``names`` (missing names are left for the caller to report)."""
@@ -78,6 +91,42 @@ def hyperparameter_source(hyperparameters: Any, names: tuple[str, ...]) -> str:
     if isinstance(hyperparameters, PublicHyperparameters):
         return hyperparameters.provenance
     return CALLER_DECLARED
+
+
+def warn_if_not_planned(hyperparameters: Any, **release: Any) -> None:
+    """A ``UserWarning`` when a release's public setting differs from the one its
+    hyperparameters were selected for (``PublicHyperparameters.planned_release``).
+
+    Smith et al. (2021, Alg. 1) score each configuration by the error of the release *with its
+    noise*: values chosen for ``(ε, δ) = (1, 10⁻⁶)`` are not the choice for ε = 0.25, where the
+    noise is four times larger.  The release stays DP either way (the selection was charged);
+    the warning says that the choice may not suit it.  Public values only, before any spend.
+    ``release``: the validated ``epsilon``, ``delta``, ``y_bounds`` and ``calibration``.
+    """
+    planned = getattr(hyperparameters, "planned_release", None)
+    if not planned:
+        return
+    differ = []
+    for key, value in release.items():
+        if key not in planned or planned[key] is None:
+            continue
+        want = planned[key]
+        same = (
+            want == value
+            if isinstance(want, str)
+            else np.allclose(np.asarray(want, float), np.asarray(value, float), rtol=1e-12, atol=0)
+        )
+        if not same:
+            differ.append(f"{key} {want!r} (selection) vs {value!r} (this release)")
+    if differ:
+        warnings.warn(
+            "these hyperparameters were selected for a release with another setting: "
+            + "; ".join(differ)
+            + ". The release is private either way; the selection's utility scored the "
+            "release noise of its own setting, so its choice may not suit this one.",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
 def public_hyperparameters(

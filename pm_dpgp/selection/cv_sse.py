@@ -161,6 +161,7 @@ class CvSsePlan:
     release_epsilon: float | None
     release_delta: float | None
     n_plans_computed: int = 0  # configurations whose fold plans were computed (not shared)
+    release_calibration: str | None = None  # the release noise's calibration in the utility
 
     def metadata(self) -> dict[str, Any]:
         """Public description (all derived from public inputs)."""
@@ -173,6 +174,9 @@ class CvSsePlan:
             "utility_sensitivity": self.sensitivity,
             "release_epsilon_in_utility": self.release_epsilon,
             "release_delta_in_utility": self.release_delta,
+            "release_calibration_in_utility": (
+                self.release_calibration if self.release_epsilon is not None else None
+            ),
         }
 
 
@@ -704,6 +708,7 @@ def plan_cv_sse(
         release_epsilon=release_epsilon,
         release_delta=release_delta,
         n_plans_computed=n_computed,
+        release_calibration=calibration,
     )
 
 

@@ -73,10 +73,20 @@ class SelectionResult:
                 "this selection chose no candidate (no valid score): there are no "
                 "hyperparameters to release with."
             )
+        details = self.public_details
+        planned = None
+        if details.get("release_epsilon_in_utility") is not None:
+            planned = {
+                "epsilon": details["release_epsilon_in_utility"],
+                "delta": details["release_delta_in_utility"],
+                "y_bounds": tuple(details["y_bounds"]),
+                "calibration": details.get("release_calibration_in_utility"),
+            }
         return PublicHyperparameters(
             self.hyperparameters,
             f"private selection: {self.method} (event: "
             f"{self.event.label or type(self.event).__name__}; {self.privacy_model} privacy)",
+            planned_release=planned,
         )
 
     def owner_report(self) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from numpy.typing import ArrayLike
 from scipy.linalg import solve_triangular
 
 from pm_dpgp._progress import progress_bar
-from pm_dpgp._validation import check_finite_array
+from pm_dpgp._validation import check_delta, check_epsilon, check_finite_array
 from pm_dpgp.accounting import Ledger
 from pm_dpgp.mechanisms.label.cloaking import (
     NoiseCovariance,
@@ -41,6 +41,7 @@ from pm_dpgp.mechanisms.label.truncation import RankCut, TruncationSetting
 from pm_dpgp.mechanisms.whitening import centred_whitening
 from pm_dpgp.models import GPRegression, PublicGP
 from pm_dpgp.models.fitc import PublicFITC
+from pm_dpgp.models.hyperparameters import warn_if_not_planned
 from pm_dpgp.release import Release
 
 __all__ = [
@@ -249,6 +250,13 @@ def cloaked_release(
     public_gp = gpr.public_cloaking(hyperparameters)
     X_star = check_finite_array(X_star, "X_star", ndim=2)
     labels = model_labels(gpr, public_gp, y_bounds, clip=clip, bounds_are_public=bounds_are_public)
+    warn_if_not_planned(  # public values, before the spend
+        hyperparameters,
+        epsilon=check_epsilon(epsilon),
+        delta=check_delta(delta),
+        y_bounds=labels.y_bounds,
+        calibration=calibration,
+    )
     with progress_bar(2, "Cloaked release", enabled=progressbar) as bar:
         parts = public_cloaking(
             public_gp,
