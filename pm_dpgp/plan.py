@@ -461,6 +461,7 @@ class DirichletPlan(_LedgerEpsilon):
     prior_mean: float
     R_k: float
     event: PrivacyEvent
+    ratio_c: float = 1.0  # c = sigma_a / sigma_b as the release uses it ("auto": R_y / R_k)
 
 
 def dirichlet(
@@ -472,7 +473,7 @@ def dirichlet(
     alpha_epsilon: float | None = None,
     prior_mean: float | None = None,
     hyperparameters: dict[str, Any] | None = None,
-    ratio: float = 1.0,
+    ratio: float | Literal["auto"] = 1.0,
     kernel_norm: Any = "auto",
     rho: float = 0.01,
     calibration: Literal["analytic", "classic"] = "analytic",
@@ -497,8 +498,8 @@ def dirichlet(
         alpha_epsilon=alpha_epsilon,
         prior_mean=prior_mean,
         kernel_norm=kernel_norm,
-        ratio=check_positive(ratio, "ratio"),
-        rho=float(rho),
+        ratio=ratio if isinstance(ratio, str) else check_positive(ratio, "ratio"),
+        rho=rho,
         epsilon=epsilon,
         delta=delta,
         calibration=calibration,
@@ -517,6 +518,7 @@ def dirichlet(
         cal.mu,
         cal.bound.R_k,
         event,
+        cal.ratio_c,
     )
 
 

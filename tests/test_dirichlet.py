@@ -290,3 +290,39 @@ def test_pymc_builder_and_noise_off_release_match(monkeypatch) -> None:
     dirichlet_gp_classification(Xz, lab, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z, n_classes=3)
     with pytest.raises(InducingFromDataError):
         check_public_choices(Xz, Z=Z)
+
+
+# ------------------------------------------------------------------ ratio="auto" (stop 40)
+def test_ratio_auto_is_r_y_over_r_k_as_for_noise_aware_release(pub) -> None:
+    """``noise_aware_release`` and its plan took ``ratio="auto"`` (``c = R_y/R_k``); the
+    Dirichlet release and ``plan.dirichlet`` refused it ("got text").  Now the same rule:
+    ``"auto"`` is the explicit ``R_y/R_k`` bit for bit, and the plan charges what the release
+    does."""
+    from pm_dpgp import plan
+
+    X, lab = _data(3, 1500)
+    kw = {"n_classes": 3, "epsilon": 1.0, "delta": 1e-5}
+    p = plan.dirichlet(pub, **kw, ratio="auto", secure=False)
+    bound = kernel_norm_bound(pub, "auto")
+    mu = DirichletTargets.from_alpha(0.01).default_prior_mean(3)
+    tg = DirichletTargets.from_alpha(0.01)
+    R_y = max(abs(tg.y_in - mu), abs(tg.y_out - mu))
+    assert p.ratio_c == R_y / bound.R_k and p.ratio_c != 1.0
+    auto = dirichlet_release(pub, (X, lab), **kw, ratio="auto", rng=np.random.default_rng(4))
+    given = dirichlet_release(pub, (X, lab), **kw, ratio=p.ratio_c, rng=np.random.default_rng(4))
+    assert auto.metadata["ratio_c"] == p.ratio_c
+    np.testing.assert_array_equal(auto.u_mean, given.u_mean)
+    assert auto.metadata["sigma_a"] == p.sigma_a and auto.metadata["sigma_b"] == p.sigma_b
+    assert p.sigma_b == pytest.approx(p.sigma_a / p.ratio_c, rel=1e-15)
+
+
+@pytest.mark.parametrize("bad", ["Auto", "1.0", True, -1.0])
+def test_a_bad_ratio_is_refused_before_the_spend(pub, bad) -> None:
+    X, lab = _data(3, 200)
+    led = Ledger(epsilon=3.0, delta=1e-4)
+    rng = np.random.default_rng(0)
+    state = rng.bit_generator.state
+    with pytest.raises(ValueError, match="ratio"):
+        dirichlet_release(pub, (X, lab), n_classes=3, epsilon=1.0, delta=1e-5, ratio=bad,
+                          ledger=led, rng=rng)  # fmt: skip
+    assert led.history == [] and rng.bit_generator.state == state

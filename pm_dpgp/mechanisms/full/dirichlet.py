@@ -64,6 +64,7 @@ from pm_dpgp.mechanisms.full.noise_aware import (
     kernel_norm_bound,
     l2_sensitivity,
     regularisation_lambda,
+    resolve_ratio,
     worst_case_sensitivity,
 )
 from pm_dpgp.mechanisms.noise import DiscreteGaussianPlan, simulation_rng
@@ -185,6 +186,7 @@ class DirichletCalibration:
     bound: Any  # kernel_norm_bound result (R_k, nonnegativity)
     Delta: float  # joint L2 sensitivity over all classes
     R_y: float
+    ratio_c: float  # c = sigma_a / sigma_b as used ("auto": R_y / R_k)
     per_class: float  # one class's noise-aware sensitivity (for comparison)
     sigma_a: float
     sigma_b: float
@@ -200,7 +202,7 @@ def dirichlet_calibration(
     alpha_epsilon: float,
     prior_mean: float | None,
     kernel_norm: KernelNorm | float,
-    ratio: float,
+    ratio: float | Literal["auto"],
     rho: float,
     epsilon: float,
     delta: float,
@@ -217,10 +219,11 @@ def dirichlet_calibration(
     if not math.isfinite(mu):
         raise ValueError(f"prior_mean must be finite, got {prior_mean!r}.")
     bound = kernel_norm_bound(public, kernel_norm)
+    R_y = max(abs(tg.y_in - mu), abs(tg.y_out - mu))
+    ratio = resolve_ratio(ratio, R_y, bound.R_k)  # "auto": R_y / R_k, as noise_aware_release
     Delta = dirichlet_sensitivity(
         n_classes, tg, mu, bound.R_k, ratio, nonnegative_kernel=bound.nonnegative
     )
-    R_y = max(abs(tg.y_in - mu), abs(tg.y_out - mu))
     per_class = l2_sensitivity(R_y, bound.R_k, ratio)
     M = public.n_inducing
     sigma_a, plan = calibrate_statistics_noise(
@@ -231,7 +234,7 @@ def dirichlet_calibration(
     check_posterior_arithmetic(scale, sigma_a, sigma_b)
     lam = regularisation_lambda(sigma_b, scale, M, rho)
     return DirichletCalibration(
-        tg, mu, bound, Delta, R_y, per_class, sigma_a, sigma_b, lam, scale, plan
+        tg, mu, bound, Delta, R_y, ratio, per_class, sigma_a, sigma_b, lam, scale, plan
     )
 
 
@@ -245,7 +248,7 @@ def dirichlet_release(
     alpha_epsilon: float | None = None,
     prior_mean: float | None = None,
     hyperparameters: dict[str, Any] | None = None,
-    ratio: float = 1.0,
+    ratio: float | Literal["auto"] = 1.0,
     kernel_norm: KernelNorm | float = "auto",
     rho: float = 0.01,
     variant: Literal["noise_aware", "naive"] = "noise_aware",
@@ -287,7 +290,8 @@ def dirichlet_release(
     C, alpha_epsilon, prior_mean = dirichlet_settings(model, n_classes, alpha_epsilon, prior_mean)
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta)
-    c = check_positive(ratio, "ratio")
+    if not isinstance(ratio, str):  # text other than "auto": resolve_ratio, before the spend
+        check_positive(ratio, "ratio")
     rho = check_rho(rho)  # before anything is spent or drawn
     if variant not in ("noise_aware", "naive"):  # before anything is spent or drawn
         raise ValueError(f"variant must be 'noise_aware' or 'naive', got {variant!r}; use one.")
@@ -301,7 +305,7 @@ def dirichlet_release(
         alpha_epsilon=alpha_epsilon,
         prior_mean=prior_mean,
         kernel_norm=kernel_norm,
-        ratio=c,
+        ratio=ratio,
         rho=float(rho),
         epsilon=epsilon,
         delta=delta,
@@ -370,7 +374,7 @@ def dirichlet_release(
             Delta=Delta,
             sigma_a=sigma_a,
             sigma_b=sigma_b,
-            ratio=c,
+            ratio=cal.ratio_c,
             lam=lam,
             rho=float(rho),
             R_y=R_y,
