@@ -472,6 +472,21 @@ def test_summary_rows_of_a_dirichlet_ppc_carry_their_own_values(dirichlet) -> No
     assert native["p"].dims == native["f"].dims == ("chain", "draw", "output", "x_star")
 
 
+def test_the_class_dim_of_a_dirichlet_ppc_is_labelled_by_the_class_labels(dirichlet) -> None:
+    """Stop 40: ``class`` had no coordinate, so ``.sel(class=2)`` raised ``KeyError``.  Its
+    coordinate is now the labels ``0 … C−1``, the values ``y_rep`` and ``observed_data`` hold."""
+    y_h = (X_NA > -1).astype(int) + (X_NA > 1).astype(int)
+    idata = dp_ppc(dirichlet, X_NA, y_h, training=None, n_draws=20, rng=np.random.default_rng(3))
+    post = compat.get_group(idata, "posterior")
+    np.testing.assert_array_equal(post["class"].values, np.arange(3))
+    np.testing.assert_array_equal(post["obs_id"].values, np.arange(len(X_NA)))
+    p2 = post["p"].sel({"class": 2})
+    np.testing.assert_array_equal(p2.values, post["p"].values[:, :, 2, :])
+    # the most probable class at each hold-out input, read by label, is a class label
+    top = post["p"].mean(("chain", "draw")).idxmax("class").values
+    assert set(np.unique(top)) <= {0, 1, 2}
+
+
 def test_dp_ppc_noise_aware_needs_no_noise_sd_but_label_does(small_gp) -> None:
     rel = label_release("cloaking", small_gp)
     with pytest.raises(ValueError, match="noise_sd"):

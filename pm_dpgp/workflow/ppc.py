@@ -508,9 +508,12 @@ def _ppc_groups(
         const["f_mean"] = (("obs_id",), f_moments[0])
         const["f_sd"] = (("obs_id",), f_moments[1])
     post = {k: (("chain", "draw", *dd), v[None]) for k, (dd, v) in posterior.items()}
+    post_coords = dict(coords)
+    for dd, v in posterior.values():  # e.g. "class": the labels 0 … C−1, as y_rep holds them
+        post_coords.update({d: np.arange(n) for d, n in zip(dd, v.shape[1:], strict=True)})
     return make_inference_data(
         {
-            "posterior": ds(post, coords),
+            "posterior": ds(post, post_coords),
             "posterior_predictive": ds({var_name: (dims, y_rep[None])}, coords),
             "log_likelihood": ds({var_name: (dims, loglik[None])}, coords),
             "observed_data": ds({var_name: (("obs_id",), y_hold)}, {"obs_id": np.arange(m)}),
