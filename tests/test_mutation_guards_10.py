@@ -232,7 +232,7 @@ def test_gradient_ascent_reference_refuses_a_rank_tol_below_the_round_off():
 
 
 # -------------------------------------------------------------------- hyperparameter_source
-PROVENANCE = "private selection: test (event: x; full privacy)"
+PROVENANCE = "private selection: test (charged event: x; full privacy)"
 
 
 def test_every_public_view_records_where_its_hyperparameters_came_from():

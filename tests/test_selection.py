@@ -1250,8 +1250,12 @@ def test_a_release_records_where_its_hyperparameters_came_from():
     )  # fmt: skip
     assert plain.metadata["hyperparameter_source"] == CALLER_DECLARED
     assert chosen.metadata["hyperparameter_source"] == (
-        f"private selection: exponential_mechanism_cv_sse (event: {res.event.label}; label privacy)"
+        f"private selection: exponential_mechanism_cv_sse (charged event: {res.event!r}; "
+        "label privacy)"
     )
+    # the release alone tells its reader what the choice cost (walkthrough 40): ε²/8 zCDP
+    assert f"rho={res.event.rho!r}" in chosen.metadata["hyperparameter_source"]
+    assert res.event.rho == pytest.approx(res.public_details["epsilon"] ** 2 / 8, rel=1e-12)
     assert declared.metadata["hyperparameter_source"] == "dict (declared public)"
     for rel in (chosen, declared):
         assert rel.metadata["hyperparameters"] == plain.metadata["hyperparameters"]

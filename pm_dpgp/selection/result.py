@@ -84,8 +84,10 @@ class SelectionResult:
             }
         return PublicHyperparameters(
             self.hyperparameters,
-            f"private selection: {self.method} (event: "
-            f"{self.event.label or type(self.event).__name__}; {self.privacy_model} privacy)",
+            # the charged event itself (its parameters are the selection's cost), so that a
+            # reader of the release alone sees what the choice cost (walkthrough 40)
+            f"private selection: {self.method} (charged event: {self.event!r}; "
+            f"{self.privacy_model} privacy)",
             planned_release=planned,
         )
 

@@ -144,6 +144,19 @@ class ThompsonResult:
         """Number of completed rounds."""
         return int(get_group(self.idata, "thompson").sizes.get("round", 0))
 
+    def __repr__(self) -> str:
+        """Rounds, stop reason and the spend in one line (the dataclass repr printed the whole
+        InferenceData, the ledger and every event: 4.7 kB; walkthrough 40).  Public only."""
+        attrs = get_group(self.idata, "thompson").attrs
+        spent = attrs.get("epsilon_spent_total")
+        delta = attrs.get("ledger_delta", attrs.get("delta"))
+        spend = "" if spent is None else f", epsilon spent {spent:.4g} at delta {delta!r}"
+        return (
+            f"ThompsonResult(mechanism={attrs.get('mechanism')!r}, rounds {self.n_rounds}, "
+            f"stop_reason={self.stop_reason!r}{spend}, {len(self.events)} events; "
+            "idata, owner (private), ledger, events)"
+        )
+
     @property
     def x_chosen(self) -> NDArray[np.float64]:
         """``(rounds, d)`` chosen inputs (public)."""
@@ -655,7 +668,9 @@ def dp_thompson_sampling(
 
                     event = charged.with_label(f"Thompson round path (n={n})")
                     events.append(event)
-                    eps_round = release.epsilon  # = event.epsilon(delta): the same curve
+                    # both at the ledger's δ (walkthrough 40: the round's ε was at delta=,
+                    # the cumulative at the ledger's δ, so a round could exceed the total)
+                    eps_round = event.epsilon(ledger.delta)
                     eps_cum = ledger.epsilon()
                     meta = json.dumps(
                         {
@@ -666,7 +681,7 @@ def dp_thompson_sampling(
                             "Phi": bound.Phi,
                             "Delta": bound.Delta,
                             "tau": bound.tau,
-                            "epsilon_at_delta": eps_round,
+                            "epsilon_at_delta": release.epsilon,  # at delta=
                         }
                     )
                     alpha_max = bound.alpha_max
@@ -711,17 +726,23 @@ def dp_thompson_sampling(
         "n_rounds_completed": len(rows["x_chosen"]),
         "noise_sd": noise_sd,
         "kernel_scale": kernel_scale,
-        "y_bounds": [y_lower, y_upper],
         "eta": eta,
         "kernel_class": kernel_class,
         "kernel": base.description,
-        "published": "chosen inputs and released path values only; observed values are private",
+        "published": "chosen inputs and released path values only; observed values are private"
+        if private
+        else "NOT private: f_path_at_chosen are exact posterior samples given the observed "
+        "values; keep this record with the data",
     }
     if private:
         assert ledger is not None
         attrs.update(
             {
+                "y_bounds": [y_lower, y_upper],
                 "delta": float(delta),  # type: ignore[arg-type]
+                # every ε of the trace (epsilon_round, epsilon_cumulative, epsilon_spent_total)
+                # is stated at the ledger's δ; an event's epsilon_at_delta at delta
+                "ledger_delta": float(ledger.delta),
                 "kappa": float(kappa),  # type: ignore[arg-type]
                 "epsilon_budget": "none"
                 if ledger.epsilon_budget is None

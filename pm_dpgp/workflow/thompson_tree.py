@@ -756,6 +756,7 @@ def dp_thompson_sampling_tree(
         "epsilon_run": float(epsilon),
         "epsilon_budget": "none" if ledger.epsilon_budget is None else float(ledger.epsilon_budget),
         "epsilon_spent_total": float(ledger.epsilon()),
+        "ledger_delta": float(ledger.delta),  # the δ of epsilon_spent_total (epsilon_run: delta)
         "published": "chosen inputs and sampled path values only; observed values are private",
     }
     if plan is not None:

@@ -121,7 +121,7 @@ def dirichlet_sensitivity(
     )
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)  # SparseQuRelease's one-line repr
 class DirichletRelease(SparseQuRelease):
     """DP per-class ``q(u_c)`` (``u_mean`` ``(C, M)``, ``u_cov`` ``(C, M, M)``) + probabilities."""
 

@@ -90,7 +90,7 @@ from pm_dpgp.mechanisms.noise import (
 )
 from pm_dpgp.models.guards import refuse_dirichlet_model
 from pm_dpgp.models.sparse import PublicSparseGP, SparseGPRegression
-from pm_dpgp.release import flat_attrs
+from pm_dpgp.release import flat_attrs, value_index_ok
 
 __all__ = [
     "DPQu",
@@ -608,6 +608,21 @@ class SparseQuRelease:
         """Number of outputs ``T``."""
         return int(self.u_mean.shape[0])
 
+    def __repr__(self) -> str:
+        """Mechanism, shapes and the privacy guarantee in one line, as ``Release`` (the
+        dataclass repr showed ``noise_var`` and ``jitter`` but not ε or δ; walkthrough 40)."""
+        md = self.metadata
+        outputs = (
+            f"{self.n_outputs} outputs {list(self.output_names)}, " if self.n_outputs > 1 else ""
+        )
+        noise = "" if self.noise_var is None else f", noise_var {self.noise_var!r}"
+        return (
+            f"{type(self).__name__}(mechanism={self.mechanism!r}, {outputs}"
+            f"q(u) on {self.Z.shape[0]} inducing inputs in {self.Z.shape[1]}-d, "
+            f"(epsilon, delta) = ({md.get('epsilon')!r}, {md.get('delta')!r}), "
+            f"privacy_model={md.get('privacy_model')!r}{noise}, metadata: {len(md)} keys)"
+        )
+
     @property
     def m(self) -> NDArray[np.float64]:
         """DP mean of ``u`` (``(M,)`` for one output, else ``(T, M)``)."""
@@ -717,20 +732,26 @@ class SparseQuRelease:
           PyMC-style, e.g. ``dims={"f": ["age"]}, coords={"age": X_star[:, 0]}``.
         * ``posterior_predictive`` (with ``X_star``, one output): ``y = f + e``,
           ``e ~ N(0, σ²)`` with the public noise variance of the release (or ``predictive_sd``).
-        * ``observed_data``: a PUBLIC hold-out set at ``X_star`` (``observed_is_public=True``).
+        * ``observed_data``: a PUBLIC hold-out set at ``X_star`` (``observed_is_public=True``);
+          one output only: a Dirichlet release refuses it and ``predictive_sd`` (its hold-out
+          check is ``dp_ppc``, with a categorical predictive).
         * ``dp_parameters``: the released ``u_mean`` (``[output,] inducing``) and ``u_cov``
           (``[output,] inducing, inducing_``), and with ``X_star`` the exact predictive
           ``f_mean``, ``f_var`` (Honkela 2024, eq. 17).
         * ``constant_data``: the public ``Z`` (dims ``inducing, input_dim``) and ``X_star``.
+          ``X_star`` is published (here and as the ``x_star`` coordinate): under full privacy
+          the training inputs are private, so pass public query inputs, never them
+          (``dp_ppc`` refuses the training arrays by identity; this method cannot know them).
         * attrs of every group: the privacy metadata (nested values as JSON strings).
         """
         Z = self.Z
         M, d = Z.shape
         multi = self.n_outputs > 1
         od: tuple[str, ...] = ("output",) if multi else ()
+        by_value = d == 1 and value_index_ok(Z[:, 0])  # else by position (Z in constant_data)
         default_coords: dict[str, Any] = {
-            "inducing": Z[:, 0] if d == 1 else np.arange(M),
-            "inducing_": Z[:, 0] if d == 1 else np.arange(M),
+            "inducing": Z[:, 0] if by_value else np.arange(M),
+            "inducing_": Z[:, 0] if by_value else np.arange(M),
         }
         if multi:
             default_coords["output"] = list(self.output_names)
@@ -789,6 +810,15 @@ class SparseQuRelease:
 
         Z = self.Z
         multi = self.n_outputs > 1
+        if multi and (predictive_sd is not None or observed_data is not None):
+            # walkthrough 40: predictive_sd gave y = f + e on the latent class values, and
+            # the error for observed_data alone asked for it
+            raise ValueError(
+                "a Gaussian predictive y = f + e does not apply: a Dirichlet release's outputs "
+                "are latent class values. Check it on public hold-out labels with "
+                "pm_dpgp.workflow.dp_ppc(release, X_holdout, labels, training=model), whose "
+                "predictive is categorical."
+            )
         draws: dict[str, Any] = {"u": ((*od, "inducing"), u)}
         params: dict[str, Any] = {
             "u_mean": ((*od, "inducing"), self.u_mean if multi else self.u_mean[0]),

@@ -499,9 +499,10 @@ class SamplePathRelease:
         location).  ``dims``/``coords``, ``observed_data`` (public hold-out at ``X_star``,
         ``observed_is_public=True``) and ``predictive_sd`` (``y = f + e`` in
         ``posterior_predictive``) as in ``pm_dpgp.release.release_to_inference_data``.
-        The public query inputs are in ``constant_data``.  ``var_name=`` is the keyword the
-        other exports (``SparseQuRelease.to_inference_data``, ``dp_ppc``) use for the same
-        thing; either name works.
+        The query inputs are published in ``constant_data`` (and as the coordinate): under
+        full privacy pass public inputs, never the private training inputs.  ``var_name=`` is
+        the keyword the other exports (``SparseQuRelease.to_inference_data``, ``dp_ppc``) use
+        for the same thing; either name works.
         """
         import xarray as xr
 
