@@ -173,3 +173,28 @@ def test_renaming_a_dim_onto_an_existing_one_says_so():
     with pytest.raises(ValueError, match="'inducing', which is already a dim"):
         na.to_inference_data([0.0, 1.0], n_draws=3, dims={"f": ["inducing"]})
     rel.to_inference_data(dims={"f_dp": ["age"]})  # a new name: as before
+
+
+def test_thompson_traces_carry_the_attrs_every_release_has():
+    """The sample-path loop lacked ``pm_dpgp_version``, ``noise_source``, ``seed_policy`` and
+    ``neighbouring_relation``; the tree loop ``pm_dpgp_version`` and ``seed_policy``."""
+    from pm_dpgp import __version__
+
+    keys = ("pm_dpgp_version", "noise_source", "seed_policy", "neighbouring_relation")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        path = dp_thompson_sampling(
+            objective, pm.gp.cov.ExpQuad(1, ls=0.2),
+            **thompson_kwargs(n_rounds=2, epsilon=200.0, noise_sd=2.0),
+        )  # fmt: skip
+        tree = dp_thompson_sampling_tree(
+            objective, pm.gp.cov.ExpQuad(1, ls=0.2), epsilon=2.0, inducing=6,
+            **thompson_kwargs(n_rounds=2, epsilon=10.0, noise_sd=0.05),
+        )  # fmt: skip
+    for res in (path, tree):
+        attrs = compat.get_group(res.idata, "thompson").attrs
+        assert all(k in attrs for k in keys), [k for k in keys if k not in attrs]
+        assert attrs["pm_dpgp_version"] == __version__
+        assert attrs["noise_source"] == "numpy_simulation"  # a Generator was passed
+        assert attrs["seed_policy"].startswith("simulation")
+        assert compat.get_group(res.idata, "constant_data").attrs["pm_dpgp_version"] == __version__

@@ -62,6 +62,7 @@ from pm_dpgp.accounting import BudgetExceededError, Ledger, PrivacyEvent
 from pm_dpgp.compat import get_group
 from pm_dpgp.gp.linalg import psd_eigen_root
 from pm_dpgp.mechanisms.full.sample_path import (
+    NEIGHBOURING_RELATION,
     PRIVACY_MODEL,
     PrivateRows,
     _check_public_kernel,
@@ -448,6 +449,9 @@ def trace_inference_data(
     """
     import xarray as xr
 
+    from pm_dpgp import __version__
+
+    attrs = {"pm_dpgp_version": __version__, **attrs}  # as every release's (walkthrough 40)
     d = len(lower)
     R = len(rows["x_chosen"])
     x_ch = np.asarray(rows["x_chosen"], float).reshape(R, d)
@@ -743,6 +747,7 @@ def dp_thompson_sampling(
                 # every ε of the trace (epsilon_round, epsilon_cumulative, epsilon_spent_total)
                 # is stated at the ledger's δ; an event's epsilon_at_delta at delta
                 "ledger_delta": float(ledger.delta),
+                "neighbouring_relation": NEIGHBOURING_RELATION,
                 "kappa": float(kappa),  # type: ignore[arg-type]
                 "epsilon_budget": "none"
                 if ledger.epsilon_budget is None
@@ -750,6 +755,8 @@ def dp_thompson_sampling(
                 "epsilon_spent_total": float(ledger.epsilon()),
             }
         )
+    if private and events:  # how the paths' noise was drawn: as every round's release says
+        attrs.update({k: release.metadata[k] for k in ("noise_source", "seed_policy")})
     idata = trace_inference_data(
         rows,
         {

@@ -88,7 +88,11 @@ from pm_dpgp.mechanisms.full.noise_aware import (
 from pm_dpgp.mechanisms.full.sqrt_counter import SqrtCounter, SqrtCounterPlan, plan_sqrt_counter
 from pm_dpgp.mechanisms.full.tree_aggregation import TreeAggregator, TreePlan, plan_tree
 from pm_dpgp.mechanisms.label.output_perturbation import LABEL_PRIVACY_MODEL
-from pm_dpgp.mechanisms.noise import simulation_rng
+from pm_dpgp.mechanisms.noise import (
+    SEED_POLICY_SECURE,
+    SEED_POLICY_SIMULATION,
+    simulation_rng,
+)
 from pm_dpgp.models import grid_inducing_points, sparse_gp_regression
 from pm_dpgp.workflow.partition_features import DyadicPartitionFeatures
 from pm_dpgp.workflow.progress import progress_bar
@@ -763,6 +767,7 @@ def dp_thompson_sampling_tree(
         attrs.update(
             {k: json.dumps(v) if isinstance(v, dict) else v for k, v in plan.metadata().items()}
         )
+        attrs["seed_policy"] = SEED_POLICY_SECURE if noise_rng is None else SEED_POLICY_SIMULATION
     idata = trace_inference_data(
         rows,
         {k: v for k, v in _TRACE_DTYPES.items() if k in rows},
