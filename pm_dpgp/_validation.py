@@ -15,10 +15,12 @@ their values are sanitised to the declared public bounds instead (``clip_to_boun
 from __future__ import annotations
 
 import datetime
+import decimal
 import math
 import numbers
 import sys
 import warnings
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -71,31 +73,61 @@ class ConvergenceWarning(UserWarning):
 
 
 def _zero_d_item(value: Any) -> Any:
-    """The element of a 0-d array (``np.array(0.5)`` → ``0.5``); anything else unchanged."""
-    return value.item() if isinstance(value, np.ndarray) and value.ndim == 0 else value
+    """The element of a 0-d array (``np.array(0.5)`` → ``0.5``, also an ``xarray.DataArray``
+    or any array-like with ``ndim == 0``); anything else, NumPy scalars included, unchanged.
+    A masked 0-d value (``np.ma.masked``) stays as it is, to be refused as not a number."""
+    if isinstance(value, np.ma.MaskedArray) or isinstance(value, np.generic):
+        return value
+    if isinstance(value, np.ndarray):
+        return value.item() if value.ndim == 0 else value
+    if getattr(value, "ndim", None) == 0 and hasattr(value, "values"):  # xarray, pandas
+        return _zero_d_item(np.asarray(value.values))
+    return value
 
 
 def _refuse_bool_or_text(value: Any, name: str) -> None:
     """A ``bool`` is not a privacy parameter (``epsilon=True`` would silently mean ε = 1), and
     neither is text, even text that parses (``epsilon="1.0"``: ``docs/errors.md`` refuses text
     everywhere; stop-39 walkthrough: it was charged as 1.0).  A 0-d array is judged by its
-    element: ``np.array(True)`` and ``np.array("1.0")`` converted to 1.0 through ``float``."""
+    element: ``np.array(True)`` and ``np.array("1.0")`` converted to 1.0 through ``float``
+    (stop 40; ``xarray.DataArray(True)`` too)."""
     value = _zero_d_item(value)
     if isinstance(value, bool | np.bool_):
         raise ValueError(f"{name} must be a number, got the boolean {value!r}; pass a float.")
-    if isinstance(value, str | bytes):  # np.str_ / np.bytes_ are subclasses
+    if isinstance(value, str | bytes | bytearray):  # np.str_ / np.bytes_ are subclasses
         raise ValueError(f"{name} must be a number, got text {value!r}; pass a float.")
+
+
+def real_or_none(value: Any, name: str) -> float | None:
+    """``value`` as a float if it is one real number, else ``None``; booleans and text are
+    refused here with their own message.
+
+    Real: ``int``, ``float``, ``Fraction``, ``Decimal``, NumPy integers and floats, and 0-d
+    arrays of them.  Not real (``None``): complex numbers (``float`` dropped the imaginary part
+    with only a warning), dates and durations (``np.timedelta64(1)`` is a ``numbers.Real`` to
+    NumPy and was taken as 1.0), masked values, arrays with elements, ``None``.  An integer
+    too large for a float64 (``10**400``) is ``±inf``, which the caller's range check refuses
+    (it raised Python's ``OverflowError``; stop-40 fuzz).
+    """
+    _refuse_bool_or_text(value, name)
+    item = _zero_d_item(value)
+    if isinstance(item, np.timedelta64 | np.datetime64 | np.ma.MaskedArray):
+        return None
+    if not isinstance(item, numbers.Real | decimal.Decimal):
+        return None
+    try:
+        return float(item)
+    except OverflowError:
+        return math.inf if item > 0 else -math.inf
 
 
 def check_epsilon(epsilon: float, name: str = "epsilon") -> float:
     """Return ``epsilon`` as a float, raising ``ValueError`` unless 0 < ε < ∞."""
-    _refuse_bool_or_text(epsilon, name)
-    try:
-        value = float(epsilon)
-    except (TypeError, ValueError) as err:
+    value = real_or_none(epsilon, name)
+    if value is None:
         raise ValueError(
             f"{name} must be a positive number, got {epsilon!r}; pass e.g. {name}=1.0."
-        ) from err
+        )
     if not math.isfinite(value) or value <= 0.0:
         raise ValueError(
             f"{name} must be a finite number > 0, got {epsilon!r}. "
@@ -106,13 +138,11 @@ def check_epsilon(epsilon: float, name: str = "epsilon") -> float:
 
 def check_delta(delta: float, name: str = "delta") -> float:
     """Return ``delta`` as a float, raising ``ValueError`` unless 0 < δ < 1."""
-    _refuse_bool_or_text(delta, name)
-    try:
-        value = float(delta)
-    except (TypeError, ValueError) as err:
+    value = real_or_none(delta, name)
+    if value is None:
         raise ValueError(
             f"{name} must be a number in (0, 1), got {delta!r}; pass e.g. {name}=1e-5."
-        ) from err
+        )
     if not (0.0 < value < 1.0) or not math.isfinite(value):
         raise ValueError(
             f"{name} must lie strictly between 0 and 1, got {delta!r}. "
@@ -123,11 +153,9 @@ def check_delta(delta: float, name: str = "delta") -> float:
 
 def check_positive(value: float, name: str, *, allow_zero: bool = False) -> float:
     """Return ``value`` as a finite float that is > 0 (or >= 0 with ``allow_zero``)."""
-    _refuse_bool_or_text(value, name)
-    try:
-        v = float(value)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"{name} must be a number, got {value!r}; pass a float.") from err
+    v = real_or_none(value, name)
+    if v is None:
+        raise ValueError(f"{name} must be a number, got {value!r}; pass a float.")
     if not math.isfinite(v) or v < 0.0 or (v == 0.0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
         raise ValueError(f"{name} must be a finite number {bound}, got {value!r}; pass one.")
@@ -136,19 +164,17 @@ def check_positive(value: float, name: str, *, allow_zero: bool = False) -> floa
 
 def check_finite_number(value: Any, name: str) -> float:
     """Return ``value`` as a finite float: a real number, never a bool, text or array."""
-    _refuse_bool_or_text(value, name)
-    item = _zero_d_item(value)  # np.array(1e-4) is a number, as for check_positive
-    if not isinstance(item, numbers.Real) or not math.isfinite(float(item)):
+    v = real_or_none(value, name)  # np.array(1e-4) is a number, as for check_positive
+    if v is None or not math.isfinite(v):
         raise ValueError(f"{name} must be a finite number, got {value!r}.")
-    return float(item)
+    return v
 
 
 def real_or_nan(value: Any, name: str) -> float:
     """``value`` as a float if it is a real number (or a 0-d array of one), else NaN, for a
     caller whose own range check then says what to pass; a boolean or text is refused here."""
-    _refuse_bool_or_text(value, name)
-    item = _zero_d_item(value)
-    return float(item) if isinstance(item, numbers.Real) else math.nan
+    v = real_or_none(value, name)
+    return math.nan if v is None else v
 
 
 def check_scale(value: float, name: str) -> float:
@@ -171,12 +197,17 @@ def check_count(value: int, name: str) -> int:
     """Return ``value`` as an int >= 1 (a whole number of draws, paths, rounds …)."""
     try:
         item = _zero_d_item(value)  # np.array(True) is a bool, not the count 1
-        ok = not isinstance(item, bool | np.bool_) and int(item) == item and item >= 1
-    except (TypeError, ValueError):
+        ok = (
+            not isinstance(item, bool | np.bool_ | np.timedelta64 | np.ma.MaskedArray)
+            and isinstance(item, numbers.Real)
+            and int(item) == item
+            and item >= 1
+        )
+    except (TypeError, ValueError, OverflowError):  # inf: OverflowError from int()
         ok = False
     if not ok:
         raise ValueError(f"{name} must be a positive integer, got {value!r}; pass e.g. {name}=1.")
-    return int(value)
+    return int(item)
 
 
 def contains_dask(obj: Any) -> bool:
@@ -354,6 +385,44 @@ _NOT_REAL = (
 )
 
 
+def public_real_array(x: Any, name: str) -> NDArray[np.float64]:
+    """A PUBLIC numeric argument (a hyperparameter value, a box corner) as float64.
+
+    Booleans, text (even text that parses), complex numbers, dates and durations are refused
+    with a ``ValueError`` that may quote them (the value is public): ``np.asarray(v, float)``
+    took ``True`` as 1 and ``"1.5"`` as 1.5, and dropped an imaginary part with only a warning
+    (stop-40 fuzz: ``hyperparameters={"noise": True}`` released with noise sd 1).
+    """
+    _refuse_bool_or_text(x, name)
+    try:
+        kind = np.asarray(x).dtype.kind
+    except ValueError:  # ragged
+        kind = "O"
+    entries: Any = ()
+    if kind == "O":
+        try:
+            entries = np.asarray(x, dtype=object).ravel()
+        except ValueError:
+            entries = ()
+    if kind == "b" or any(isinstance(v, bool | np.bool_) for v in entries):
+        raise ValueError(f"{name} must hold numbers, got booleans {x!r}; pass floats.")
+    if kind in ("U", "S", "c", "M", "m") or any(isinstance(v, _NOT_REAL) for v in entries):
+        raise ValueError(
+            f"{name} must hold real numbers, got {x!r} (text, complex numbers or dates); "
+            "pass floats."
+        )
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):
+            return np.asarray(x, dtype=np.float64)
+    except OverflowError:  # 10**400: ±inf, which the caller's finiteness check refuses
+        arr = saturating_float_array(x)
+    except (TypeError, ValueError):
+        arr = None
+    if arr is None:
+        raise ValueError(f"{name} must be a number or an array of numbers, got {x!r}.")
+    return arr
+
+
 def refuse_text(x: Any, name: str, *, note: str = " (nothing was spent or drawn)") -> None:
     """Refuse text (``str``/``bytes`` entries) or complex numbers by their TYPE alone.
 
@@ -461,12 +530,17 @@ def check_public_bounds(
     ``pm_dpgp.audit.check_public_choices`` on their own data instead.
     """
     del private_values, bounds_are_public
-    try:
-        lower, upper = (float(b) for b in bounds)
-    except (TypeError, ValueError) as err:
+    pair = None
+    if not isinstance(bounds, Mapping | str | bytes | bytearray | set | frozenset):
+        try:  # a dict gave its keys, a set an arbitrary order (stop-40 fuzz)
+            pair = [real_or_none(b, name) for b in bounds]  # booleans and text refused
+        except TypeError:
+            pair = None
+    if pair is None or len(pair) != 2 or None in pair:
         raise ValueError(
             f"{name} must be a pair (lower, upper) of numbers, got {bounds!r}; pass e.g. (0, 1)."
-        ) from err
+        )
+    lower, upper = pair
     if not (math.isfinite(lower) and math.isfinite(upper)) or not lower < upper:
         raise ValueError(
             f"{name} must be finite with lower < upper, got {bounds!r}; choose the range from "
@@ -652,9 +726,7 @@ def centred_bound(
     centre ``μ₀`` is the midpoint of the interval, and larger otherwise.  All three are public.
     """
     lower, upper = check_public_bounds(y_bounds, name=name)
-    centre = float(centre)
-    if not math.isfinite(centre):
-        raise ValueError(f"the public centre (prior mean) must be finite, got {centre!r}.")
+    centre = check_finite_number(centre, "the public centre (prior mean)")
     return lower, upper, max(abs(lower - centre), abs(upper - centre))
 
 

@@ -41,9 +41,11 @@ from pm_dpgp._validation import (
     check_delta,
     check_epsilon,
     check_finite_array,
+    check_finite_number,
     check_positive,
     check_public_bounds,
     check_scale,
+    public_real_array,
 )
 from pm_dpgp.accounting import BUDGET_RTOL, GaussianEvent, Ledger, PrivacyEvent
 from pm_dpgp.accounting.ledger import FilterName
@@ -635,8 +637,8 @@ def sample_path(
     n_draws = check_count(n_draws, "n_draws")
     target = None if epsilon is None else check_epsilon(epsilon)
     lower, upper = check_public_bounds(y_bounds)
-    centre = 0.5 * (lower + upper) if prior_mean is None else float(prior_mean)
-    M_Y = centred_bound((lower, upper), centre)[2]
+    centre = 0.5 * (lower + upper) if prior_mean is None else prior_mean
+    M_Y = centred_bound((lower, upper), centre)[2]  # refuses a boolean or text centre
     kappa = _planned_kappa(kappa, cov_func, domain, kernel_scale, kernel_class)
 
     def bound_for(sd: float) -> SamplePathBound:
@@ -755,6 +757,11 @@ class ThompsonPlan:
         return self.rounds_that_fit >= self.n_rounds
 
 
+#: ``plan.thompson`` plans each round's event in turn; beyond this many rounds the loop it
+#: plans (one exact GP per round on every observation so far) is out of reach anyway.
+MAX_PLANNED_ROUNDS = 100_000
+
+
 def thompson(
     n_init: int,
     n_rounds: int,
@@ -793,15 +800,22 @@ def thompson(
     """
     n_init = check_count(n_init, "n_init")
     n_rounds = check_count(n_rounds, "n_rounds")
+    if n_rounds > MAX_PLANNED_ROUNDS:  # 10**400 rounds looped for ever (stop-40 fuzz)
+        raise ValueError(
+            f"n_rounds={n_rounds} is more than {MAX_PLANNED_ROUNDS} rounds: the loop conditions "
+            "an exact GP on every observation (an n x n Cholesky factor per round), so such a "
+            "run is not feasible; plan fewer rounds."
+        )
     target = check_epsilon(epsilon)
     delta = check_delta(delta)
     kernel_scale = check_scale(kernel_scale, "kernel_scale")
+    prior_mean = check_finite_number(prior_mean, "prior_mean")
     y_bounds = (prior_mean - 1.0, prior_mean + 1.0) if y_bounds is None else y_bounds
     lower, upper = check_public_bounds(y_bounds)
-    M_Y = centred_bound((lower, upper), float(prior_mean))[2]
+    M_Y = centred_bound((lower, upper), prior_mean)[2]
     box = None
     if domain is not None:  # the loop's form (lower, upper), one entry per input dimension
-        box = np.column_stack([np.atleast_1d(np.asarray(b, dtype=np.float64)) for b in domain])
+        box = np.column_stack([np.atleast_1d(public_real_array(b, "domain")) for b in domain])
     kappa = _planned_kappa(kappa, cov_func, box, kernel_scale, kernel_class, loop=True)
 
     def round_bound(n: int, sd: float) -> SamplePathBound:
@@ -841,7 +855,7 @@ def thompson(
         noise_sd=noise_sd,
         r2=noise_sd**2 / kernel_scale**2,
         M_Y=M_Y,
-        prior_mean=float(prior_mean),
+        prior_mean=prior_mean,
         kappa=kappa,
         n_init=n_init,
         n_rounds=n_rounds,

@@ -7,20 +7,38 @@ element everywhere a scalar is checked, and a 0-d array holding a number is acce
 was refused (``rank_tol=np.array(1e-4)``).  Public counts (tree horizon, partition levels,
 solver iterations) refuse ``np.True_`` and ``None`` with a ``ValueError`` instead of counting
 them as 1 or raising ``TypeError``.
+
+The second half is a helper's fuzz over the public API with other scalar types (xarray
+scalars, durations, complex numbers, ``Decimal``, huge integers, booleans and text for public
+settings): every case listed there was accepted with a wrong meaning, crashed with an unclear
+error, or spent the budget before failing.
 """
 
 from __future__ import annotations
 
+import decimal
+import math
+
 import numpy as np
 import pymc as pm
 import pytest
+import xarray as xr
 
-from pm_dpgp.accounting import Ledger
-from pm_dpgp.mechanisms import cloaked_release
+from pm_dpgp import plan
+from pm_dpgp.accounting import Ledger, RdpCurveEvent, rdp_to_epsilon
+from pm_dpgp.mechanisms import classification_release, cloaked_release, noise_aware_release
 from pm_dpgp.mechanisms.full.noise_aware import check_rho
+from pm_dpgp.mechanisms.full.sample_path_bounds import SamplePathBound, check_kappa
 from pm_dpgp.mechanisms.full.sqrt_counter import sqrt_factor_coefficients
 from pm_dpgp.mechanisms.label.truncation import check_rank_tol
-from pm_dpgp.models import gp_regression
+from pm_dpgp.models import (
+    gp_classification,
+    gp_regression,
+    grid_inducing_points,
+    sparse_gp_regression,
+)
+from pm_dpgp.selection.coinpress import clipped_mean_sensitivity, coinpress_mean
+from pm_dpgp.workflow import dp_ppc, dp_summary, dp_thompson_sampling, dp_thompson_sampling_tree
 from pm_dpgp.workflow.partition_features import DyadicPartitionFeatures
 
 
@@ -84,3 +102,245 @@ def test_public_counts_refuse_booleans_none_and_text(value):
         sqrt_factor_coefficients(value)
     with pytest.raises(ValueError, match="positive integer"):
         DyadicPartitionFeatures(0.0, 1.0, levels=value)
+
+
+# =====================================================================================
+# Stop-40 fuzz audit (a helper's scalar-type search): each case was accepted with a wrong
+# meaning, crashed with an unclear error, or spent the budget before failing.
+# =====================================================================================
+X12 = np.linspace(0, 6, 12)
+
+
+def _spent_nothing(ledger, rng, state):
+    assert ledger.history == [] and rng.bit_generator.state == state
+
+
+def _refused_before_the_spend(call, match):
+    ledger = Ledger(10.0, 1e-3)
+    rng = np.random.default_rng(0)
+    state = rng.bit_generator.state
+    with pytest.raises(ValueError, match=match):
+        call(ledger, rng)
+    _spent_nothing(ledger, rng, state)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [xr.DataArray(True), xr.DataArray("1.0"), np.timedelta64(1), np.datetime64(1, "ns"),
+     bytearray(b"1"), np.complex128(0.5 + 3j), pytest.param(10**400, id="10**400"),
+     np.ma.masked],
+)  # fmt: skip
+def test_other_scalar_wrappers_are_not_a_privacy_parameter(value):
+    """``xr.DataArray(True)`` was charged as ε = 1, ``np.timedelta64(1)`` as 1.0, a complex ε
+    as its real part; ``10**400`` raised ``OverflowError``."""
+    _refused_before_the_spend(
+        lambda led, rng: cloaked_release(_model(), [[0.5]], epsilon=value, delta=1e-3,
+                                         y_bounds=(-2, 2), ledger=led, rng=rng),
+        "epsilon",
+    )  # fmt: skip
+
+
+def test_decimal_and_zero_d_data_arrays_are_numbers():
+    release = cloaked_release(
+        _model(), [[0.5]], epsilon=decimal.Decimal("1.0"), delta=xr.DataArray(1e-3),
+        y_bounds=(-2, 2), rng=np.random.default_rng(0),
+    )  # fmt: skip
+    assert release.metadata["epsilon_per_draw"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("hyper", "match"),
+    [({"ell": "1.5", "noise": 0.3}, "text"), ({"ell": 1.5, "noise": True}, "boolean"),
+     ({"ell": np.complex128(0.3 + 5j), "noise": 0.3}, "real numbers")],
+)  # fmt: skip
+def test_hyperparameter_values_are_real_numbers(hyper, match):
+    """``{"noise": True}`` released with noise sd 1, ``"1.5"`` parsed, a complex lengthscale
+    lost its imaginary part with only a ComplexWarning."""
+    from pm_dpgp.models import public_hyperparameters
+
+    model = gp_regression(
+        X12, np.sin(X12), lambda: pm.gp.cov.ExpQuad(1, ls=pm.Gamma("ell", 2, 1)),
+        noise_sd=lambda: pm.HalfNormal("noise", 0.5),
+    )  # fmt: skip
+    _refused_before_the_spend(
+        lambda led, rng: cloaked_release(model, X12[:4, None], epsilon=1.0, delta=1e-6,
+                                         y_bounds=(-2, 2), hyperparameters=hyper, ledger=led,
+                                         rng=rng),
+        match,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match=match):
+        public_hyperparameters(hyper, hyperparameters_are_public=True)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [{"noise_sd": np.array(True)}, {"noise_sd": np.array("0.3")}, {"mean": True},
+     {"mean": "0.5"}, {"mean": np.array(True)}],
+)  # fmt: skip
+def test_builders_refuse_boolean_or_text_noise_and_mean(kw):
+    kw = {"noise_sd": 0.3} | kw
+    with pytest.raises((ValueError, TypeError), match="bool|text|number"):
+        gp_regression(X12, np.sin(X12), pm.gp.cov.ExpQuad(1, ls=1.5), **kw).public_gp()
+
+
+@pytest.mark.parametrize(
+    "bounds",
+    [(False, True), ("-2", "2"), {-2.0: "a", 2.0: "b"}, (np.complex128(-2 + 1j), 2.0),
+     (np.datetime64(1, "ns"), np.datetime64(3, "ns")), {-2.0, 2.0}, (0, 10**400)],
+)  # fmt: skip
+def test_y_bounds_are_a_pair_of_real_numbers(bounds):
+    """``(False, True)`` clipped to [0, 1]; a dict gave its keys; text parsed."""
+    _refused_before_the_spend(
+        lambda led, rng: cloaked_release(_model(), [[0.5]], epsilon=1.0, delta=1e-3,
+                                         y_bounds=bounds, ledger=led, rng=rng),
+        "y_bounds",
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("kappa", [True, "0.03", np.array(True)])
+def test_kappa_refuses_booleans_and_text(kappa):
+    """``kappa=True`` was κ = 1: ε 1.87 where κ = 0 gives 15.0."""
+    with pytest.raises(ValueError, match="kappa"):
+        check_kappa(kappa)
+    with pytest.raises(ValueError, match="kappa"):
+        SamplePathBound(n=50, kernel_scale=1.0, r2=4.0, M_Y=2.0, kappa=kappa)
+
+
+@pytest.mark.parametrize("prior_mean", [True, "0.5", np.array(True)])
+def test_prior_means_refuse_booleans_and_text(prior_mean):
+    """``plan.sample_path(prior_mean=True)`` planned with M_Y = 3 (ε 34.7 against 21.7)."""
+    with pytest.raises(ValueError, match="boolean|text"):
+        plan.sample_path(50, kernel_scale=1.0, y_bounds=(-2, 2), delta=1e-5, noise_sd=2.0,
+                         kappa=0.0, prior_mean=prior_mean)  # fmt: skip
+    with pytest.raises(ValueError, match="boolean|text"):
+        plan.thompson(3, 5, epsilon=5.0, delta=1e-5, y_bounds=(-2, 2), prior_mean=prior_mean)
+
+
+def test_the_tree_loop_refuses_a_text_prior_mean_before_the_spend():
+    """It spent the whole budget, then raised ``TypeError`` (float − str) in the first round."""
+    ledger = Ledger(3.0, 1e-5)
+    with pytest.raises(ValueError, match="prior_mean"):
+        dp_thompson_sampling_tree(
+            lambda Q: np.sin(6 * Q[:, 0]), pm.gp.cov.ExpQuad(1, ls=0.2), domain=(0.0, 1.0),
+            X_init=[[0.1], [0.5]], n_rounds=3, noise_sd=0.05, inducing=6, y_bounds=(-1.0, 1.0),
+            prior_mean="0.0", ledger=ledger, progressbar=False, rng=np.random.default_rng(0),
+        )  # fmt: skip
+    assert ledger.history == []
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [{"n_rounds": np.array(True)}, {"candidates": True}, {"private": None}, {"private": 0}],
+)
+def test_thompson_loop_settings_refuse_booleans_and_non_booleans(kw):
+    """``n_rounds=np.array(True)`` was one round, ``candidates=True`` one candidate, and
+    ``private=None`` ran the NON-private loop (nothing charged)."""
+    args = {"domain": (0.0, 1.0), "X_init": [[0.1], [0.5]], "n_rounds": 2, "noise_sd": 2.0,
+            "y_bounds": (-1, 1), "progressbar": False} | kw  # fmt: skip
+    _refused_before_the_spend(
+        lambda led, rng: dp_thompson_sampling(
+            lambda Q: np.sin(6 * Q[:, 0]), pm.gp.cov.ExpQuad(1, ls=0.2), ledger=led, rng=rng,
+            **args,
+        ),
+        "n_rounds|candidates|private",
+    )  # fmt: skip
+
+
+def test_the_tree_loop_refuses_a_boolean_grid_size():
+    _refused_before_the_spend(
+        lambda led, rng: dp_thompson_sampling_tree(
+            lambda Q: np.sin(6 * Q[:, 0]), pm.gp.cov.ExpQuad(1, ls=0.2), domain=(0.0, 1.0),
+            X_init=[[0.1]], n_rounds=2, noise_sd=0.05, inducing=True, y_bounds=(-1.0, 1.0),
+            ledger=led, progressbar=False, rng=rng,
+        ),
+        "inducing",
+    )  # fmt: skip
+
+
+def test_accounting_refuses_nan_orders_and_boolean_curves():
+    """A NaN order gave ε = max(0, nan) = 0; boolean values were divergences 1 and 0; the
+    text "248" was the order 248; unequal lengths raised ``IndexError``."""
+    with pytest.raises(ValueError, match="orders"):
+        rdp_to_epsilon([math.nan, 4.0], [0.1, 0.3], 1e-5)
+    with pytest.raises(ValueError, match="equal length"):
+        rdp_to_epsilon([2.0, 4.0], [0.3], 1e-5)
+    with pytest.raises(ValueError, match="values"):
+        RdpCurveEvent(orders=(2.0, 4.0), values=np.array([True, False]))
+    with pytest.raises(ValueError, match="boolean"):
+        RdpCurveEvent(orders=(2.0, 4.0), values=(0.1, 0.3), alpha_min=True)
+    with pytest.raises(ValueError, match="orders"):
+        Ledger(epsilon=1.0, orders="248")
+    assert rdp_to_epsilon([2.0, 4.0], [0.3, 0.5], 1e-5) > 0.0  # valid input as before
+
+
+def test_coinpress_settings_are_checked():
+    """``clipped_mean_sensitivity(2, -2, 50)`` was −0.08 and ``n = 0`` a ZeroDivisionError."""
+    with pytest.raises(ValueError, match="lower < upper"):
+        clipped_mean_sensitivity(2.0, -2.0, 50)
+    with pytest.raises(ValueError, match="positive integer"):
+        clipped_mean_sensitivity(-2.0, 2.0, 0)
+    assert clipped_mean_sensitivity(-2.0, 2.0, 50) > 4.0 / 50
+    with pytest.raises(ValueError, match="boolean"):
+        coinpress_mean(np.zeros(5), lower=False, upper=True, rho=0.1, rng=np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("tol", [True, "1e-9", None])
+def test_the_solver_tolerance_is_a_number(tol):
+    """``tol=True`` gave a certified gap of 0.93 instead of 7e-16; ``None`` a TypeError."""
+    _refused_before_the_spend(
+        lambda led, rng: cloaked_release(_model(), [[0.5]], epsilon=1.0, delta=1e-3,
+                                         y_bounds=(-2, 2), tol=tol, ledger=led, rng=rng),
+        "tol",
+    )  # fmt: skip
+
+
+def test_public_settings_of_other_releases_refuse_booleans_and_text():
+    """``f0=True`` was the linearisation point 1, ``chunk_size=True`` one row per chunk,
+    ``num=True`` a one-point grid, ``extra_sd="0.1"`` parsed."""
+    Xc = np.linspace(-2, 2, 20)
+    clf = gp_classification(Xc, (Xc > 0).astype(int), pm.gp.cov.ExpQuad(1, ls=0.6))
+    _refused_before_the_spend(
+        lambda led, rng: classification_release(clf, [[0.0]], epsilon=1.0, delta=1e-3, f0=True,
+                                                ledger=led, rng=rng),
+        "f0",
+    )  # fmt: skip
+    Z = grid_inducing_points(-2.0, 2.0, 5)
+    sparse = sparse_gp_regression(None, None, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z, noise_sd=0.3)
+    for chunk in (True, "4", np.array(True)):
+        _refused_before_the_spend(
+            lambda led, rng, c=chunk: noise_aware_release(
+                sparse.public_sparse_gp(), (Xc, np.sin(Xc)), epsilon=1.0, delta=1e-4,
+                y_bounds=(-2, 2), chunk_size=c, ledger=led, rng=rng,
+            ),
+            "chunk_size",
+        )  # fmt: skip
+    for bad in ({"num": True}, {"num": "5"}, {"lower": False}):
+        args = {"lower": 0.0, "upper": 6.0, "num": 5} | bad
+        with pytest.raises(ValueError, match="num|lower"):
+            grid_inducing_points(args["lower"], args["upper"], args["num"])
+    release = cloaked_release(_model(), [[0.2], [0.5]], epsilon=1.0, delta=1e-3,
+                              y_bounds=(-2, 2), rng=np.random.default_rng(0))  # fmt: skip
+    with pytest.raises(ValueError, match="extra_sd"):
+        dp_ppc(release, [[0.2], [0.5]], [0.1, 0.4], noise_sd=0.3, training=None,
+               extra_sd="0.1")  # fmt: skip
+    idata = dp_ppc(release, [[0.2], [0.5]], [0.1, 0.4], noise_sd=0.3, training=None,
+                   rng=np.random.default_rng(1))  # fmt: skip
+    with pytest.raises(ValueError, match="prob"):
+        dp_summary(idata, prob="0.9")
+
+
+def test_impossible_sizes_are_refused_before_the_spend_and_never_loop():
+    """``n_draws=10**13`` was charged (count 10**13) and then raised ``MemoryError``;
+    ``plan.thompson(3, 10**6)`` and ``levels=10**400`` looped without end."""
+    ledger = Ledger(None, 1e-3)  # accounting only: no budget to refuse it first
+    with pytest.raises(ValueError, match="more than this machine can hold"):
+        cloaked_release(_model(), [[0.5]], epsilon=1.0, delta=1e-3, y_bounds=(-2, 2),
+                        n_draws=10**13, ledger=ledger, rng=np.random.default_rng(0))  # fmt: skip
+    assert ledger.history == []
+    with pytest.raises(ValueError, match="n_rounds"):
+        plan.thompson(3, 10**6, epsilon=5.0, delta=1e-5, y_bounds=(-2, 2))
+    with pytest.raises(ValueError, match="levels"):
+        DyadicPartitionFeatures(0.0, 1.0, levels=10**400)
+    for count in (math.inf, np.ma.masked):
+        with pytest.raises(ValueError, match="positive integer"):
+            sqrt_factor_coefficients(count)

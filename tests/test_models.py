@@ -262,7 +262,7 @@ def test_prior_model_without_values_refuses(prior1d: Case) -> None:
         ({"eta": np.nan, "ell": 0.5, "sigma": 0.1}, "finite"),
         ({"eta": 1.0, "ell": -0.5, "sigma": 0.1}, "support"),
         ({"eta": 1.0, "ell": [0.5, 0.6], "sigma": 0.1}, "dimension"),
-        ({"eta": 1.0, "ell": "abc", "sigma": 0.1}, "numeric"),
+        ({"eta": 1.0, "ell": "abc", "sigma": 0.1}, "numeric|number"),
         ({"eta": 1.0, "ell": 0.0, "sigma": 0.1}, "NaN/inf"),  # in support, breaks the kernel
     ],
 )

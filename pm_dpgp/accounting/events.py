@@ -52,7 +52,13 @@ from numpy.typing import ArrayLike, NDArray
 from scipy.optimize import brentq
 from scipy.special import log_ndtr
 
-from pm_dpgp._validation import check_delta, check_epsilon, check_positive
+from pm_dpgp._validation import (
+    check_delta,
+    check_epsilon,
+    check_positive,
+    public_real_array,
+    real_or_nan,
+)
 
 __all__ = [
     "DEFAULT_ORDERS",
@@ -117,9 +123,9 @@ def _check_label(label: Any) -> str:
 
 def _check_orders(orders: ArrayLike, name: str = "orders") -> NDArray[np.float64]:
     """Return ``orders`` as a 1-D float array of finite Rényi orders α > 1."""
-    try:
-        arr = np.asarray(orders, dtype=np.float64)
-    except (TypeError, ValueError) as err:
+    try:  # "248" was the order 248, True the order 1 (stop-40 fuzz)
+        arr = public_real_array(orders, name)
+    except ValueError as err:
         raise ValueError(f"{name} must be numbers (Rényi orders α > 1), got {orders!r}.") from err
     if arr.ndim == 0:
         arr = arr[None]
@@ -154,15 +160,21 @@ def rdp_to_epsilon(orders: ArrayLike, rdp: ArrayLike, delta: float) -> float:
     order gives a finite value the result is +inf.
     """
     delta = check_delta(delta)
-    orders = np.asarray(orders, dtype=np.float64)
-    rdp = np.asarray(rdp, dtype=np.float64)
-    finite = np.isfinite(rdp)
+    orders = np.atleast_1d(public_real_array(orders, "orders"))
+    rdp = np.atleast_1d(public_real_array(rdp, "rdp"))
+    if orders.ndim != 1 or orders.shape != rdp.shape:
+        raise ValueError(
+            f"orders and rdp must be 1-D of equal length, got shapes {orders.shape} and "
+            f"{rdp.shape}."
+        )
+    if not np.all(np.isfinite(orders)) or np.any(orders < 1.0):
+        # a NaN order passed the old `orders < 1` test and made ε = max(0, nan) = 0 (stop 40)
+        raise ValueError(f"Renyi orders must be finite numbers >= 1, got {orders.tolist()}.")
+    finite = np.isfinite(rdp)  # +inf (and NaN: unknown) orders give no bound: skipped
     if not finite.all():
         if not finite.any():
             return math.inf
         orders, rdp = orders[finite], rdp[finite]
-    if np.any(orders < 1.0):
-        raise ValueError(f"Renyi divergence order must be at least 1, got {orders.min()}.")
     # The loop of dp_accounting.rdp.compute_epsilon, vectorised over the orders (same
     # formula and cases, elementwise; tests/test_accounting.py compares the two):
     # ε(α) = r + ln(1 − 1/α) − (ln δ + ln α)/(α − 1) for α > 1.01, else +inf.
@@ -516,8 +528,8 @@ class RdpCurveEvent(PrivacyEvent):
     count: int = field(default=1, kw_only=True)
 
     def __post_init__(self) -> None:
-        alpha_min = float(self.alpha_min)
-        alpha_max = float(self.alpha_max)
+        alpha_min = real_or_nan(self.alpha_min, "alpha_min")  # True / "100" refused (stop 40)
+        alpha_max = real_or_nan(self.alpha_max, "alpha_max")
         if math.isnan(alpha_min) or alpha_min < 1.0 or not math.isfinite(alpha_min):
             raise ValueError(f"alpha_min must be a finite number >= 1, got {self.alpha_min!r}.")
         if math.isnan(alpha_max) or alpha_max <= alpha_min:
@@ -526,9 +538,9 @@ class RdpCurveEvent(PrivacyEvent):
                 f"limit), got {self.alpha_max!r}."
             )
         orders = _check_orders(self.orders)
-        try:
-            values = np.asarray(self.values, dtype=np.float64).reshape(-1)
-        except (TypeError, ValueError) as err:
+        try:  # booleans were the divergences 1 and 0 (stop-40 fuzz)
+            values = public_real_array(self.values, "values").reshape(-1)
+        except ValueError as err:
             raise ValueError(f"values must be numbers, got {self.values!r}.") from err
         if values.shape != orders.shape:
             raise ValueError(

@@ -32,7 +32,12 @@ import numpy as np
 import scipy.linalg as sla
 from numpy.typing import ArrayLike, NDArray
 
-from pm_dpgp._validation import check_finite_array, is_dask_collection, refuse_misaligned_rows
+from pm_dpgp._validation import (
+    check_count,
+    check_finite_array,
+    is_dask_collection,
+    refuse_misaligned_rows,
+)
 from pm_dpgp.gp.linalg import jittered_cholesky
 
 __all__ = [
@@ -295,9 +300,8 @@ def sufficient_statistics(
     M = Zarr.shape[0]
     pre = _default_preprocess if preprocess is None else preprocess
     explicit = chunk_size is not None
-    chunk = default_chunk_size(M) if chunk_size is None else int(chunk_size)
-    if chunk < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size!r}.")
+    # a whole number of rows: True was 1 and "4" was 4 (stop-40 fuzz)
+    chunk = default_chunk_size(M) if chunk_size is None else check_count(chunk_size, "chunk_size")
 
     if isinstance(data, tuple) and data and any(is_dask_collection(a) for a in data):
         if not all(is_dask_collection(a) for a in data):

@@ -29,6 +29,7 @@ except ImportError:  # pragma: no cover - older pytensor
 from pm_dpgp._validation import (
     check_finite_array,
     check_positive,
+    real_or_none,
     refuse_dask,
     refuse_misaligned_rows,
     reject_unexpected,
@@ -368,12 +369,15 @@ def _resolve_sigma(sigma: NoiseSpec) -> float | Variable:
         )
     if callable(value) and not isinstance(value, Variable):
         value = value()
-    if isinstance(value, bool):
+    if isinstance(value, bool | np.bool_) or (
+        isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind == "b"
+    ):
         raise TypeError(
             "noise_sd must be a number or a PyMC random variable, got a bool; pass a float."
         )
     if isinstance(value, numbers.Real) or (isinstance(value, np.ndarray) and value.ndim == 0):
-        return check_positive(float(value), "noise_sd")
+        # check_positive judges a 0-d array by its element: np.array("0.3") is text (stop 40)
+        return check_positive(value, "noise_sd")
     if isinstance(value, Variable):
         if value.type.ndim != 0:
             raise ValueError(
@@ -399,15 +403,14 @@ def _check_name_and_mean(name: str, mean: float) -> float:
         mean = mean.c.data  # pt.constant(2.5): a public constant too (stop-32 review)
     elif isinstance(mean, pm.gp.mean.Constant) and not isinstance(mean.c, Variable):
         mean = mean.c
-    try:
-        mean_f = float(mean)
-    except (TypeError, ValueError) as err:
+    mean_f = real_or_none(mean, "mean")  # True and "0.5" refused (stop-40 fuzz)
+    if mean_f is None:
         raise ValueError(
             f"mean must be a public constant number (or pm.gp.mean.Zero() / Constant(c) with "
             f"a number c), got a {type(mean).__name__} (its value is not quoted: it may be "
             "data); pass a float. A non-constant mean (Linear, a random "
             "variable) is not supported: subtract a public trend from y first."
-        ) from err
+        )
     if not math.isfinite(mean_f):
         raise ValueError(f"mean must be finite, got {mean!r}; pass a finite public value.")
     return mean_f

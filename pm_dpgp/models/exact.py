@@ -54,7 +54,7 @@ try:  # pytensor >= 2.31
 except ImportError:  # pragma: no cover - older pytensor
     from pytensor.graph.basic import ancestors
 
-from pm_dpgp._validation import check_positive
+from pm_dpgp._validation import check_positive, public_real_array
 from pm_dpgp.gp.exact import ExactPosterior
 from pm_dpgp.gp.operators import CloakingOperator
 from pm_dpgp.models._common import (
@@ -469,12 +469,8 @@ class GPRegression:
         values: dict[str, HyperValue] = {}
         for rv in self._hyper_rvs:
             nm = rv.name
-            try:
-                arr = np.asarray(given[nm], dtype=np.float64)
-            except (TypeError, ValueError) as err:
-                raise ValueError(
-                    f"Hyperparameter {nm!r} must be numeric, got {given[nm]!r}."
-                ) from err
+            # public values: booleans, text and complex numbers refused (stop-40 fuzz)
+            arr = public_real_array(given[nm], f"Hyperparameter {nm!r}")
             if arr.ndim != rv.type.ndim:
                 raise ValueError(
                     f"Hyperparameter {nm!r} must have {rv.type.ndim} dimension(s), got shape "

@@ -175,9 +175,14 @@ def public_hyperparameters(
             )
         if summary is not None:
             raise ValueError("summary applies to posterior draws; a dict holds single values.")
-        values = {k: np.asarray(v, dtype=np.float64) for k, v in source.items()}
+        from pm_dpgp._validation import public_real_array
+
+        values = {
+            k: public_real_array(v, f"hyperparameter {k!r}")  # True / "1.5" refused (stop 40)
+            for k, v in source.items()
+            if not _is_transformed(k)
+        }
         kept = {k: (float(v) if v.ndim == 0 else v) for k, v in values.items()}
-        kept = {k: v for k, v in kept.items() if not _is_transformed(k)}
         return PublicHyperparameters(kept, "dict (declared public)")
     if summary not in ("median", "mean"):
         raise ValueError(

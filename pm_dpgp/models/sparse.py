@@ -46,6 +46,8 @@ from pm_dpgp._validation import (
     check_positive,
     check_rng,
     masked_as_nan,
+    public_real_array,
+    real_or_nan,
     refuse_text,
     saturating_float_array,
 )
@@ -119,13 +121,13 @@ def grid_inducing_points(
     ``(Π num, d)``.  Choose the box from public knowledge of the input domain, never from the
     private data's range.  Honkela (2024, §6) uses e.g. 15 points on ``[-3.5, 3.5]``.
     """
-    lo = np.atleast_1d(np.asarray(lower, dtype=np.float64))
-    hi = np.atleast_1d(np.asarray(upper, dtype=np.float64))
+    lo = np.atleast_1d(public_real_array(lower, "lower"))  # (False, True) was (0, 1)
+    hi = np.atleast_1d(public_real_array(upper, "upper"))
     if lo.shape != hi.shape or lo.ndim != 1:
         raise ValueError(f"lower and upper must have the same length, got {lo.shape}, {hi.shape}.")
     if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi)) and np.all(lo < hi)):
         raise ValueError("need finite lower < upper in every dimension.")
-    nums = np.broadcast_to(np.asarray(num), lo.shape)
+    nums = np.broadcast_to(public_real_array(num, "num"), lo.shape)  # True was 1, "5" an error
     if not np.all(nums == np.round(nums)) or np.any(nums < 1):
         raise ValueError(f"num must be positive integer(s), got {num!r}.")
     axes = [np.linspace(a, b, int(k)) for a, b, k in zip(lo, hi, nums, strict=True)]
@@ -583,7 +585,7 @@ def dirichlet_gp_classification(
     if X_arr.shape[1] != Z_arr.shape[1]:
         raise ValueError(f"Z must have {X_arr.shape[1]} column(s) like X, got {Z_arr.shape}.")
     tg = DirichletTargets.from_alpha(alpha_epsilon)
-    mu = tg.default_prior_mean(C) if prior_mean is None else float(prior_mean)
+    mu = tg.default_prior_mean(C) if prior_mean is None else real_or_nan(prior_mean, "prior_mean")
     if not math.isfinite(mu):
         raise ValueError(f"prior_mean must be finite, got {prior_mean!r}; pass a finite value.")
     jitter = check_positive(jitter, "jitter", allow_zero=True)

@@ -42,7 +42,13 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from pm_dpgp._validation import check_positive, check_rng
+from pm_dpgp._validation import (
+    check_count,
+    check_positive,
+    check_public_bounds,
+    check_rng,
+    real_or_nan,
+)
 from pm_dpgp.accounting import ZCDPEvent
 from pm_dpgp.mechanisms.noise import plan_discrete_gaussian
 
@@ -78,9 +84,10 @@ def coinpress_rho_schedule(
     n_steps = int(n_steps)
     if n_steps == 1:
         return (rho,)
-    if not 0.0 < float(last_share) < 1.0:
+    share = real_or_nan(last_share, "last_share")  # text and booleans refused (stop 40)
+    if not 0.0 < share < 1.0:
         raise ValueError(f"last_share must lie in (0, 1), got {last_share!r}.")
-    early = rho * (1.0 - float(last_share)) / (n_steps - 1)
+    early = rho * (1.0 - share) / (n_steps - 1)
     last = rho - early * (n_steps - 1)
     out = (early,) * (n_steps - 1) + (last,)
     while math.fsum(out) > rho:  # round-off: never charge more than rho
@@ -104,7 +111,7 @@ def check_coinpress_settings(
     candidate is drawn (audit D1).
     """
     spread = check_positive(spread, "spread")
-    if not 0.0 < float(beta) < 1.0:
+    if not 0.0 < real_or_nan(beta, "beta") < 1.0:  # text and booleans refused
         raise ValueError(f"beta must lie in (0, 1), got {beta!r}.")
     rhos = (
         coinpress_rho_schedule(rho, n_steps, last_share)
@@ -137,6 +144,8 @@ def clipped_mean_sensitivity(lower: float, upper: float, n: int) -> float:
     dividing by n these do not shrink with n, so a relative allowance alone fails for
     n ≳ 10⁷ (audit: 1 + 8.6e-10 times the relative-only Δ at n = 2²⁶, docs/selection.md §4).
     """
+    lower, upper = check_public_bounds((lower, upper), name="(lower, upper)")
+    n = check_count(n, "n")  # (2, -2, 50) gave -0.08 and n = 0 a ZeroDivisionError (stop 40)
     width = upper - lower
     return width / n * (1.0 + COINPRESS_SENSITIVITY_RTOL) + 3.0 * _U * width
 
@@ -187,7 +196,7 @@ def coinpress_mean(
     v = np.asarray(values, dtype=np.float64).ravel()
     if v.size == 0:
         raise ValueError("values must contain at least one value.")
-    lo0, hi0 = float(lower), float(upper)
+    lo0, hi0 = real_or_nan(lower, "lower"), real_or_nan(upper, "upper")  # True / "-2" refused
     if not (math.isfinite(lo0) and math.isfinite(hi0) and lo0 < hi0):
         raise ValueError("need finite public bounds lower < upper.")
     rhos, spread = check_coinpress_settings(rho, n_steps, spread, last_share, beta)

@@ -76,6 +76,7 @@ from pm_dpgp.mechanisms.full.noise_aware import (
     kernel_norm_bound,
     l2_sensitivity,
     noise_aware_release,
+    resolve_ratio,
 )
 from pm_dpgp.mechanisms.gaussian import zcdp_rho
 from pm_dpgp.mechanisms.noise import SIMULATION
@@ -210,13 +211,16 @@ def _release_event(
     epsilon: float,
     delta: float,
     y_bound: float,
-    ratio: float,
+    ratio: float | Literal["auto"],
     kernel_norm: KernelNorm | float,
     calibration: Literal["analytic", "classic"],
     secure: bool,
 ) -> PrivacyEvent:
     """The event one noise-aware release at θ would charge (public calibration only)."""
     bound = kernel_norm_bound(public, kernel_norm)
+    # as the run's release resolves it: a number (Decimal gave a TypeError here after the
+    # release accepted it; stop-40 fuzz) or "auto"
+    ratio = resolve_ratio(ratio, y_bound, bound.R_k)
     Delta = l2_sensitivity(y_bound, bound.R_k, ratio)
     sigma_a, plan = calibrate_statistics_noise(
         epsilon, delta, Delta, calibration, n_outputs=1, n_inducing=public.n_inducing, secure=secure
@@ -284,7 +288,7 @@ def select_by_random_stopping(
     validation: ArrayLike | None = None,
     n_steps: int = 12,
     spread: float = 4.0,
-    ratio: float = 1.0,
+    ratio: float | Literal["auto"] = 1.0,
     kernel_norm: KernelNorm | float = "auto",
     calibration: Literal["analytic", "classic"] = "analytic",
     owner_scores: bool = True,

@@ -73,10 +73,14 @@ class DyadicPartitionFeatures:
             raise ValueError("the public box needs finite bounds with upper > lower.")
         J = check_count(levels, "levels")
         d = int(lo.size)
-        cells = [2 ** (j * d) for j in range(1, J + 1)]
-        if sum(cells) > MAX_PARTITION_FEATURES:
+        # the finest level alone has 2^(J d) cells: decided before the list is built
+        # (levels=10**400 built it for ever; stop-40 fuzz)
+        too_many = J * d > MAX_PARTITION_FEATURES.bit_length()
+        cells = [] if too_many else [2 ** (j * d) for j in range(1, J + 1)]
+        if too_many or sum(cells) > MAX_PARTITION_FEATURES:
+            count = f"at least 2^{J * d}" if too_many else str(sum(cells))
             raise ValueError(
-                f"{J} levels in {d} dimension(s) give {sum(cells)} features (more than "
+                f"{J} levels in {d} dimension(s) give {count} features (more than "
                 f"{MAX_PARTITION_FEATURES}); use fewer levels."
             )
         if weights is None:

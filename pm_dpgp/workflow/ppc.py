@@ -56,7 +56,13 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.special import logsumexp
 
-from pm_dpgp._validation import check_count, check_finite_array, check_positive, check_rng
+from pm_dpgp._validation import (
+    check_count,
+    check_finite_array,
+    check_positive,
+    check_rng,
+    public_real_array,
+)
 from pm_dpgp.compat import get_group, group_names, make_inference_data
 from pm_dpgp.mechanisms.full.dirichlet import DirichletRelease
 from pm_dpgp.mechanisms.full.noise_aware import SparseQuRelease
@@ -356,7 +362,7 @@ def dp_ppc(
             f"var_name must be a non-empty name other than {sorted(_PPC_NAMES)}, got "
             f"{var_name!r}; pass e.g. var_name='y'."
         )
-    extra = np.broadcast_to(np.asarray(extra_sd, float), y_hold.shape)
+    extra = np.broadcast_to(public_real_array(extra_sd, "extra_sd"), y_hold.shape)
     if np.any(extra < 0) or not np.all(np.isfinite(extra)):
         raise ValueError("extra_sd must be finite and non-negative; pass e.g. extra_sd=0.")
     if posterior is not None:

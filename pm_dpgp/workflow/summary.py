@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 from scipy.stats import norm
 
+from pm_dpgp._validation import real_or_nan
 from pm_dpgp.compat import get_group, group_names, summary_stats
 
 __all__ = ["MEAN_INTERVAL_PROB", "dp_summary", "spread_meaning"]
@@ -136,6 +137,10 @@ def dp_summary(
     if group not in group_names(idata):
         raise ValueError(f"no group {group!r} in this object; groups: {group_names(idata)}.")
     ds = get_group(idata, group)
+    if prob is not None:  # "0.9" and Fraction gave NumPy's TypeError (stop-40 fuzz)
+        prob = real_or_nan(prob, "prob")
+        if not 0.0 < prob < 1.0:
+            raise ValueError(f"prob must be a number in (0, 1), got {prob!r}; pass e.g. 0.9.")
     with warnings.catch_warnings():
         # kind="stats" computes no R-hat/ESS; ArviZ may still warn about a single chain
         warnings.simplefilter("ignore", RuntimeWarning)

@@ -36,6 +36,7 @@ import dataclasses
 import functools
 import json
 import math
+import numbers
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,9 +52,11 @@ from pm_dpgp._validation import (
     centred_bound,
     check_delta,
     check_finite_array,
+    check_finite_number,
     check_positive,
     check_rng,
     check_scale,
+    public_real_array,
     refuse_text,
     reject_unexpected,
     renamed,
@@ -259,7 +262,9 @@ def _thompson_idata(
 
 def _box(domain: tuple[ArrayLike, ArrayLike], d: int) -> tuple[NDArray, NDArray]:
     try:
-        lower, upper = (np.broadcast_to(np.asarray(b, float), (d,)).copy() for b in domain)
+        lower, upper = (
+            np.broadcast_to(public_real_array(b, "domain"), (d,)).copy() for b in domain
+        )
     except (TypeError, ValueError):
         raise ValueError(
             f"domain must be a pair (lower, upper) of numbers or of length-{d} arrays (the "
@@ -337,16 +342,24 @@ def check_loop_inputs(
         raise ValueError("X_init needs at least one public initial input.")
     if np.any(X0 < lower) or np.any(X0 > upper):
         raise ValueError("X_init must lie inside the public domain.")
+    rounds = n_rounds
+    if isinstance(rounds, np.ndarray) and rounds.ndim == 0:
+        rounds = rounds.item()  # np.array(True) is a boolean, not one round (stop-40 fuzz)
     try:
         whole = (
-            not isinstance(n_rounds, bool | np.bool_)
-            and int(n_rounds) == n_rounds
-            and n_rounds >= 0
+            not isinstance(rounds, bool | np.bool_)
+            and isinstance(rounds, numbers.Real)
+            and int(rounds) == rounds
+            and rounds >= 0
         )
     except (TypeError, ValueError, OverflowError):  # None, NaN, ±inf, text
         whole = False
     if not whole:
         raise ValueError(f"n_rounds must be a non-negative integer, got {n_rounds!r}.")
+    if isinstance(candidates, bool | np.bool_):  # True was one candidate (stop-40 fuzz)
+        raise ValueError(
+            f"candidates must be a positive integer or a (k, d) array, got {candidates!r}."
+        )
     if isinstance(candidates, int | np.integer):
         if candidates < 1:
             raise ValueError("candidates must be a positive number or a (k, d) array.")
@@ -363,7 +376,11 @@ def check_refine(refine_steps: int, refine_points: int) -> None:
         ("refine_steps", refine_steps, 0),
         ("refine_points", refine_points, 1),
     ):
-        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < least:
+        if (
+            isinstance(value, bool | np.bool_)
+            or not isinstance(value, int | np.integer)
+            or value < least
+        ):
             raise ValueError(f"{name} must be an integer >= {least}, got {value!r}.")
 
 
@@ -545,6 +562,9 @@ def dp_thompson_sampling(
     """
 
     func = "dp_thompson_sampling"
+    prior_mean = check_finite_number(prior_mean, "prior_mean")  # True / "0.5" refused
+    if not isinstance(private, bool | np.bool_):  # None or 0 ran the non-private loop
+        raise ValueError(f"private must be True or False, got {private!r}.")
     kernel_scale = renamed("sigma", "kernel_scale", deprecated, kernel_scale, func=func)
     kernel_scale = 1.0 if kernel_scale is None else kernel_scale
     y_bounds = bounds_from_centred("y_bound", deprecated, y_bounds, prior_mean, func=func)

@@ -67,8 +67,10 @@ from pm_dpgp._validation import (
     centred_bound,
     check_delta,
     check_epsilon,
+    check_finite_number,
     check_positive,
     check_rng,
+    public_real_array,
     reject_unexpected,
 )
 from pm_dpgp.accounting import FilterMismatchError, Ledger
@@ -482,6 +484,9 @@ def dp_thompson_sampling_tree(
     T = int(n_rounds)
     noise_sd = check_positive(noise_sd, "noise_sd")
     func = "dp_thompson_sampling_tree"
+    # a float before anything else: "0.0" was used raw after the spend (stop-40 fuzz: the
+    # whole budget charged, then a TypeError)
+    prior_mean = check_finite_number(prior_mean, "prior_mean")
     y_bounds = bounds_from_centred("y_bound", deprecated, y_bounds, prior_mean, func=func)
     privacy_model = _privacy_model_argument(privacy_model, deprecated, func)
     if counter not in COUNTER_NAMES:
@@ -885,10 +890,10 @@ def _feature_basis(
             raise ValueError("pass a PyMC covariance function, or features= (a public basis).")
         if inducing is None:
             inducing = 8
-        if isinstance(inducing, int | np.integer):
+        if isinstance(inducing, int | np.integer) and not isinstance(inducing, bool | np.bool_):
             Z = grid_inducing_points(lower, upper, int(inducing))
-        else:
-            Z = np.asarray(inducing, dtype=np.float64)
+        else:  # True was a grid of one point per dimension (stop-40 fuzz)
+            Z = public_real_array(inducing, "inducing")
             d = len(lower)
             if Z.ndim != 2 or Z.shape[1] != d or not np.all(np.isfinite(Z)):
                 raise ValueError(f"inducing must be a finite (M, {d}) array or a grid size.")

@@ -47,6 +47,7 @@ from pm_dpgp._validation import (
     check_epsilon,
     check_positive,
     check_rng,
+    real_or_nan,
     warn_public_settings,
 )
 from pm_dpgp.accounting import Ledger
@@ -215,7 +216,11 @@ def dirichlet_calibration(
     exactly what the release does.
     """
     tg = DirichletTargets.from_alpha(alpha_epsilon)
-    mu = tg.default_prior_mean(n_classes) if prior_mean is None else float(prior_mean)
+    mu = (
+        tg.default_prior_mean(n_classes)
+        if prior_mean is None
+        else real_or_nan(prior_mean, "prior_mean")  # True / "0.5" refused (stop-40 fuzz)
+    )
     if not math.isfinite(mu):
         raise ValueError(f"prior_mean must be finite, got {prior_mean!r}.")
     bound = kernel_norm_bound(public, kernel_norm)

@@ -61,8 +61,10 @@ from pm_dpgp._validation import (
     check_delta,
     check_epsilon,
     check_positive,
+    check_public_bounds,
     check_scale,
     float_array,
+    real_or_nan,
     reject_unexpected,
     renamed,
     renamed_fields,
@@ -133,10 +135,7 @@ def check_kappa(kappa: float) -> float:
     κ must be a *public* lower bound on ``k(x, x')`` over the public input domain (the
     kernel being normalised so that ``k(x, x) ≤ 1``).  κ = 0 is always valid.
     """
-    try:
-        k = float(kappa)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"kappa must be a number in [0, 1], got {kappa!r}.") from err
+    k = real_or_nan(kappa, "kappa")  # True was κ = 1 and "0.03" was 0.03 (stop-40 fuzz)
     if not (0.0 <= k <= 1.0) or math.isnan(k):
         raise ValueError(
             f"kappa must lie in [0, 1] (a lower bound on k(x, x') for a kernel with "
@@ -738,7 +737,8 @@ def feasible_configurations(
     )
     reject_unexpected(deprecated, func=func)
     lower, upper = require(y_bounds, "y_bounds", func=func)
-    centre = 0.5 * (float(lower) + float(upper)) if prior_mean is None else prior_mean
+    lower, upper = check_public_bounds((lower, upper))
+    centre = 0.5 * (lower + upper) if prior_mean is None else prior_mean
     M_Y = centred_bound(y_bounds, centre)[2]
     target = check_epsilon(epsilon)
     delta = check_delta(delta)

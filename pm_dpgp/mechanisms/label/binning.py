@@ -62,6 +62,7 @@ from pm_dpgp._validation import (
     check_scale,
     clip_to_bounds,
     private_array,
+    real_or_nan,
     warn_public_settings,
 )
 from pm_dpgp.accounting import LaplaceEvent, Ledger, PrivacyEvent, PureDpEvent
@@ -494,7 +495,7 @@ def binned_gp(
         raise ValueError(f"method must be 'integral' or 'point', got {method!r}.")
     md = release.metadata
     lo, hi = md["clipping_bounds"]  # type: ignore[misc]
-    mu = 0.5 * (lo + hi) if mean is None else float(mean)
+    mu = 0.5 * (lo + hi) if mean is None else real_or_nan(mean, "mean")
     if not math.isfinite(mu):
         raise ValueError(f"mean must be a finite number (the public prior mean), got {mean!r}.")
     counts = np.asarray(md["bin_counts"])

@@ -51,6 +51,7 @@ from pm_dpgp._validation import (
     check_delta,
     check_epsilon,
     check_finite_array,
+    public_real_array,
     warn_public_settings,
 )
 from pm_dpgp.accounting import Ledger
@@ -84,7 +85,7 @@ CLASSIFICATION_RELATION = "replace-one-label, t_i in [0, 1] (inputs public)"
 def _linearisation_point(f0: ArrayLike | None, public: PublicLatentGP) -> NDArray[np.float64]:
     if f0 is None:
         return np.full(public.n, public.mean)
-    f0_arr = np.asarray(f0, dtype=np.float64)
+    f0_arr = public_real_array(f0, "f0")  # True was f0 = 1 (stop-40 fuzz)
     if f0_arr.ndim == 0:
         f0_arr = np.full(public.n, float(f0_arr))
     f0_arr = check_finite_array(f0_arr, "f0", ndim=1)

@@ -83,7 +83,7 @@ import scipy.linalg as sla
 import scipy.sparse as sp
 from numpy.typing import ArrayLike, NDArray
 
-from pm_dpgp._validation import ConvergenceWarning, check_count
+from pm_dpgp._validation import ConvergenceWarning, check_count, real_or_nan
 from pm_dpgp.gp.linalg import canonical_signs, sign_reference
 from pm_dpgp.gp.operators import CloakingOperator, LinearCloakingOperator, LowRankOperator
 from pm_dpgp.mechanisms.label.truncation import check_rank_tol
@@ -274,7 +274,7 @@ def _validate_matrix(C: ArrayLike) -> FloatArray:
 
 
 def _check_positive(value: float, name: str, upper: float = math.inf) -> float:
-    v = float(value)
+    v = real_or_nan(value, name)  # tol=True was 1 and "1e-9" parsed; None a TypeError (stop 40)
     if not (math.isfinite(v) and 0.0 < v < upper):
         bound = "" if upper == math.inf else f" and < {upper}"
         raise ValueError(f"{name} must be a finite number > 0{bound}, got {value!r}.")

@@ -143,6 +143,26 @@ class GaussianPerturbation:
     noise: dict[str, object]  # public description of the noise source (noise_source, grid, ...)
 
 
+def check_draws_fit(n_draws: int, width: int) -> None:
+    """Refuse, before the spend, ``n_draws`` rows of ``width`` values that cannot be held.
+
+    The ledger is charged before the noise is drawn, so ``n_draws=10**13`` (291 TiB) was
+    charged and then failed with ``MemoryError`` (stop-40 fuzz, on an accounting-only ledger).
+    One ``(n_draws, width)`` float64 array is requested and released at once: an allocation
+    the operating system refuses outright (beyond its memory and swap, or beyond NumPy's
+    size limit) is refused here.  Public sizes only.
+    """
+    try:
+        probe = np.empty((n_draws, max(int(width), 1)), dtype=np.float64)
+    except (MemoryError, ValueError):
+        gib = n_draws * max(int(width), 1) * 8 / 2**30
+        raise ValueError(
+            f"n_draws={n_draws} draws of {width} values need {gib:.3g} GiB, more than this "
+            "machine can hold; release fewer draws (nothing was spent or drawn)."
+        ) from None
+    del probe
+
+
 def perturb(
     mean: NDArray[np.float64],
     shape_factor: NDArray[np.float64],
@@ -193,6 +213,7 @@ def perturb(
     delta = check_delta(delta)
     rng = simulation_rng(rng)
     n_draws = check_count(n_draws, "n_draws")
+    check_draws_fit(n_draws, max(shape_factor.shape))
     l2 = float(data_sensitivity) * float(unit_sensitivity) + 2.0 * float(whitened_rounding)
     if not np.isfinite(l2) or l2 <= 0.0:
         raise ValueError(f"The L2 sensitivity d·s must be finite and > 0, got {l2!r}.")
