@@ -177,6 +177,18 @@ def real_or_nan(value: Any, name: str) -> float:
     return math.nan if v is None else v
 
 
+def check_flag(value: Any, name: str) -> bool:
+    """``value`` as a ``bool``: only ``True``/``False`` (or NumPy's), nothing read by truthiness.
+
+    A switch read with ``if value:`` took ``"no"``, ``"False"``, ``1`` and ``[0]`` as yes
+    (stop-40 fuzz: ``holdout_is_public="no"`` published the private training labels, and
+    ``assume_monotone="no"`` skipped the check of a kernel bound).  Public arguments only.
+    """
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    raise ValueError(f"{name} must be True or False, got {value!r}.")
+
+
 def check_scale(value: float, name: str) -> float:
     """Return ``value`` as a float > 0 whose square is a normal float64 (a kernel amplitude).
 

@@ -42,6 +42,7 @@ from pm_dpgp._validation import (
     check_epsilon,
     check_finite_array,
     check_finite_number,
+    check_flag,
     check_positive,
     check_public_bounds,
     check_scale,
@@ -103,7 +104,7 @@ def _gaussian_event(
     secure: bool,
 ) -> tuple[float, PrivacyEvent]:
     """Noise sd and event of a Gaussian release, as the releases calibrate them."""
-    if secure:
+    if check_flag(secure, "secure"):  # None planned the simulation mode (stop 40)
         plan = secure_plan(epsilon, delta, sensitivity, dim, calibration)
         return plan.sigma, plan.event(n_draws, label)
     sigma = gaussian_sigma(epsilon, delta, sensitivity, method=calibration)

@@ -20,7 +20,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from pm_dpgp import __version__
-from pm_dpgp._validation import check_finite_array, check_rng
+from pm_dpgp._validation import check_finite_array, check_flag, check_rng, public_real_array
 
 __all__ = ["Release", "draws_to_inference_data", "release_to_inference_data"]
 
@@ -277,7 +277,7 @@ def draws_to_inference_data(
     first = predictive_of or next(iter(draws))
     obs_name = "y"
     if observed_data is not None:
-        if not observed_is_public:
+        if not check_flag(observed_is_public, "observed_is_public"):  # "no" was yes (stop 40)
             raise ValueError(
                 "observed_data is published with the release: pass only a PUBLIC hold-out set "
                 "(never the private training outputs) and confirm with observed_is_public=True."
@@ -308,7 +308,7 @@ def draws_to_inference_data(
     pp_vars: dict[str, Any] = {k: post[k] for k in legacy_predictive}
     sd = None
     if predictive_sd is not None:
-        sd = np.asarray(predictive_sd, dtype=np.float64)
+        sd = public_real_array(predictive_sd, "predictive_sd")  # True / "0.3" refused (stop 40)
         if np.any(~np.isfinite(sd)) or np.any(sd < 0):
             raise ValueError("predictive_sd must be finite and non-negative (a public noise sd).")
         f = post[first]

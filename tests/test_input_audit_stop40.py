@@ -344,3 +344,168 @@ def test_impossible_sizes_are_refused_before_the_spend_and_never_loop():
     for count in (math.inf, np.ma.masked):
         with pytest.raises(ValueError, match="positive integer"):
             sqrt_factor_coefficients(count)
+
+
+# ------------------------------------------------ second fuzz round: switches read by truthiness
+@pytest.mark.parametrize("flag", ["no", "False", 1, [0], None])
+def test_privacy_declarations_accept_only_a_boolean(flag):
+    """``holdout_is_public="no"`` published the private training labels as observed data."""
+    model = _model()
+    X = np.asarray(model.X)
+    release = cloaked_release(model, X, epsilon=1.0, delta=1e-3, y_bounds=(-2, 2),
+                              rng=np.random.default_rng(0))  # fmt: skip
+    with pytest.raises(ValueError, match="holdout_is_public must be True or False"):
+        dp_ppc(release, X, model.y, noise_sd=0.3, training=model, holdout_is_public=flag)
+    with pytest.raises(ValueError, match="observed_is_public must be True or False"):
+        release.to_inference_data(observed_data={"y": np.zeros(len(X))},
+                                  observed_is_public=flag, predictive_sd=0.3)  # fmt: skip
+
+
+@pytest.mark.parametrize("flag", ["no", 0, None])
+def test_switches_that_assert_a_property_accept_only_a_boolean(flag):
+    """``assume_monotone="no"`` skipped the grid check (κ overstated 2×), ``mean_bounded``
+    and ``nonnegative_kernel`` understated a sensitivity, ``secure=None`` planned the
+    simulation mode, ``include_dp_noise="no"`` included the noise."""
+    from pm_dpgp.mechanisms.full.dirichlet import DirichletTargets, dirichlet_sensitivity
+    from pm_dpgp.mechanisms.full.sample_path_bounds import coupled_sensitivity, kernel_lower_bound
+    from pm_dpgp.mechanisms.label.classification import class_probabilities
+
+    per = pm.gp.cov.Periodic(1, period=1.0, ls=0.5)
+    with pytest.raises(ValueError, match="assume_monotone"):
+        kernel_lower_bound(lambda A, B: per(A, B).eval(), (0.0, 1.3), assume_monotone=flag)
+    with pytest.raises(ValueError, match="mean_bounded"):
+        coupled_sensitivity(50, 4.0, 1.0, 2.0, mean_bounded=flag)
+    with pytest.raises(ValueError, match="nonnegative_kernel"):
+        dirichlet_sensitivity(3, DirichletTargets.from_alpha(0.01), 0.0, 1.0,
+                              nonnegative_kernel=flag)  # fmt: skip
+    with pytest.raises(ValueError, match="secure"):
+        plan.cloaked(_model(), [[0.5]], epsilon=1.0, delta=1e-3, y_bounds=(-2, 2), secure=flag)
+    Xc = np.linspace(-2, 2, 20)
+    clf = gp_classification(Xc, (Xc > 0).astype(int), pm.gp.cov.ExpQuad(1, ls=0.6))
+    rel = classification_release(clf, [[0.0]], epsilon=1.0, delta=1e-3,
+                                 rng=np.random.default_rng(0))  # fmt: skip
+    with pytest.raises(ValueError, match="include_dp_noise"):
+        class_probabilities(rel, include_dp_noise=flag)
+
+
+@pytest.mark.parametrize(
+    "values",
+    ["25", [True, 2.0], {1.0: "a", 2.0: "b"}, ["1.5", "2"], [np.timedelta64(1)],
+     [[1.0, 2.0], [3.0, 4.0]], 2.0, [np.complex128(1 + 1j)], [10**400]],
+)  # fmt: skip
+def test_product_grid_takes_a_list_of_real_numbers(values):
+    """``"25"`` was the grid [2, 5], ``True`` the value 1, a dict its keys, a nested list four
+    values; a selection then spent its budget on those candidates."""
+    from pm_dpgp.selection import product_grid
+
+    with pytest.raises(ValueError, match="grid value|list of"):
+        product_grid({"ell": values})
+
+
+def test_grids_accept_fractions_and_refuse_bad_quantiles():
+    from fractions import Fraction
+
+    from pm_dpgp.selection import check_grid, prior_quantile_grid
+
+    assert check_grid([{"ell": Fraction(1, 2)}], ("ell",)) == [{"ell": 0.5}]
+    model = gp_regression(X12, np.sin(X12), lambda: pm.gp.cov.ExpQuad(1, ls=pm.Gamma("ell", 2, 1)),
+                          noise_sd=0.3)  # fmt: skip
+    for q in ("0.5", 0.5, {}, {"other": [0.5]}):
+        with pytest.raises(ValueError, match="quantile"):
+            prior_quantile_grid(model, q)
+
+
+def test_a_lengthscale_function_is_checked_on_the_public_inputs():
+    """Three columns for 1-D inputs were broadcast (distances counted three times); a scalar
+    raised ``IndexError`` inside PyTensor."""
+    import pytensor.tensor as pt
+
+    from pm_dpgp.models import nonstationary_gp_regression
+
+    bad = {
+        "3 columns": lambda Z: 0.5 * pt.ones((Z.shape[0], 3)),
+        "scalar": lambda Z: 0.5,
+        "negative": lambda Z: -0.5 * pt.ones((Z.shape[0],)),
+    }
+    for fn in bad.values():
+        with pytest.raises(ValueError, match="lengthscale_func"):
+            nonstationary_gp_regression(X12, np.sin(X12), fn, kernel_scale=1.0, noise_sd=0.3)
+    good = nonstationary_gp_regression(
+        X12, np.sin(X12), lambda Z: 0.5 * pt.ones((Z.shape[0],)), kernel_scale=1.0, noise_sd=0.3
+    )
+    assert good.public_gp() is not None
+
+
+def test_audit_helpers_do_not_say_nothing_found_on_bad_settings():
+    """One NaN in ``y`` made ``check_public_choices`` pass bounds equal to the data's range;
+    ``rtol=-1`` made ``scan_for_values`` match nothing; ``clopper_pearson(11, 10)`` was nan."""
+    from pm_dpgp.audit import DataDerivedChoiceError, check_public_choices, scan_for_values
+    from pm_dpgp.audit.lira import clopper_pearson
+
+    y = np.sin(6 * X12)
+    y[3] = np.nan
+    with pytest.raises(DataDerivedChoiceError):
+        check_public_choices(X=X12, y=y, y_bounds=(np.nanmin(y), np.nanmax(y)))
+    with pytest.raises(DataDerivedChoiceError):
+        check_public_choices(X=X12, y=y, mean=float(np.nanmean(y)))
+    release = cloaked_release(_model(), [[0.5]], epsilon=1.0, delta=1e-3, y_bounds=(-2, 2),
+                              rng=np.random.default_rng(0))  # fmt: skip
+    for rtol in (-1.0, math.nan, True, "0.001"):
+        with pytest.raises(ValueError, match="rtol"):
+            scan_for_values(release.to_inference_data(), [0.1], rtol=rtol)
+    for args in ((11, 10), (-1, 10), (3, 10, 1.5)):
+        with pytest.raises(ValueError):
+            clopper_pearson(*args)
+    lo, hi = clopper_pearson(3, 10)
+    assert 0.0 < lo < 0.3 < hi < 1.0
+
+
+def test_metadata_of_a_sparse_classification_release_is_json():
+    import json
+
+    Xc = np.linspace(-2, 2, 20)
+    clf = gp_classification(Xc, (Xc > 0).astype(int), pm.gp.cov.ExpQuad(1, ls=0.6))
+    rel = classification_release(clf, [[0.0]], epsilon=1.0, delta=1e-3, inducing_points=3,
+                                 kmeans_seed=np.int64(1), rng=np.random.default_rng(0))  # fmt: skip
+    text = json.dumps(rel.metadata)  # TypeError: ndarray, np.int64
+    assert '"kmeans_seed": 1' in text and len(rel.metadata["inducing_points"]) == 3
+
+
+def test_huge_counts_get_a_clear_error(tmp_path):
+    """``n_draws=10**400`` raised ``OverflowError`` inside the size message; binning raised
+    ``MemoryError``; ``GaussianEvent(count=10**400)`` was built and every ε overflowed."""
+    from pm_dpgp.accounting import GaussianEvent, PersistentLedger, dataset_fingerprint
+    from pm_dpgp.mechanisms import binned_release, make_bins
+
+    with pytest.raises(ValueError, match="more than this machine can hold"):
+        cloaked_release(_model(), [[0.5]], epsilon=1.0, delta=1e-3, y_bounds=(-2, 2),
+                        n_draws=10**400, rng=np.random.default_rng(0))  # fmt: skip
+    with pytest.raises(ValueError, match="more than this machine can hold"):
+        binned_release(X12, np.sin(X12), make_bins(np.linspace(0, 6, 4)), epsilon=1.0,
+                       y_bounds=(-2, 2), n_draws=10**13, rng=np.random.default_rng(0))  # fmt: skip
+    with pytest.raises(ValueError, match="at most"):
+        GaussianEvent(1.0, count=10**400)
+    fp = dataset_fingerprint("stop 40")
+    PersistentLedger(tmp_path / "l.db", fp, 1.0)
+    with pytest.raises(ValueError, match="boolean"):  # True == 1.0 reopened it
+        PersistentLedger(tmp_path / "l.db", fp, True)
+
+
+def test_public_numbers_of_exports_refuse_booleans_and_text():
+    """``predictive_sd=True`` built a predictive with sd 1; ``binned_gp(lengthscale=True)`` and
+    ``eq_kernel("0.3")`` were numbers."""
+    from pm_dpgp.audit.renyi import eq_kernel
+    from pm_dpgp.mechanisms import binned_gp, binned_release, make_bins
+
+    release = cloaked_release(_model(), [[0.2], [0.5]], epsilon=1.0, delta=1e-3,
+                              y_bounds=(-2, 2), rng=np.random.default_rng(0))  # fmt: skip
+    for sd in (True, "0.3"):
+        with pytest.raises(ValueError, match="predictive_sd"):
+            release.to_inference_data(predictive_sd=sd)
+    rel = binned_release(X12, np.sin(X12), make_bins(np.linspace(0, 6, 4)), epsilon=1.0,
+                         y_bounds=(-2, 2), rng=np.random.default_rng(0))  # fmt: skip
+    for ls in (True, "0.5", [0.5, 0.5]):
+        with pytest.raises(ValueError, match="lengthscale"):
+            binned_gp(rel, [[1.0]], lengthscale=ls, kernel_scale=1.0, noise_sd=0.3)
+    with pytest.raises(ValueError, match="lengthscale"):
+        eq_kernel("0.3")

@@ -112,7 +112,17 @@ def _check_count(count: Any, name: str = "count") -> int:
         )
     if count < 1:
         raise ValueError(f"{name} must be >= 1 (how many times the mechanism runs), got {count}.")
+    if count > MAX_COUNT:  # 10**400 built an event whose every epsilon raised OverflowError
+        raise ValueError(
+            f"{name} must be at most 2**53 = {MAX_COUNT} (a float64 counts exactly up to "
+            f"it), got a number of {int(count).bit_length()} bits."
+        )
     return int(count)
+
+
+#: The largest composition count: ``count × rdp`` is computed in float64, exact in the count
+#: up to ``2**53``.
+MAX_COUNT = 2**53
 
 
 def _check_label(label: Any) -> str:

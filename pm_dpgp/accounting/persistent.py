@@ -57,7 +57,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from pm_dpgp._validation import PrivacyWarning, check_positive
+from pm_dpgp._validation import PrivacyWarning, check_delta, check_epsilon, check_positive
 from pm_dpgp.accounting.events import (
     DEFAULT_ORDERS,
     PrivacyEvent,
@@ -371,6 +371,10 @@ class PersistentLedger(Ledger):
         for name, value in given.items():
             if value is _UNSET:
                 continue
+            if name == "epsilon" and value is not None:
+                value = check_epsilon(value)  # True == 1.0 matched a stored budget of 1 (stop 40)
+            elif name == "delta":
+                value = check_delta(value)
             if name == "orders":
                 same = np.array_equal(np.unique(np.asarray(value, dtype=float)), stored[name])
             else:

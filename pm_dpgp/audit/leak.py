@@ -29,6 +29,7 @@ values) is not.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import tempfile
@@ -38,6 +39,8 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+
+from pm_dpgp._validation import real_or_nan
 
 __all__ = ["LeakFinding", "scan_for_values"]
 
@@ -274,6 +277,10 @@ def scan_for_values(
         forms of a value are always compared exactly.
     """
     from pm_dpgp.compat import from_netcdf, to_netcdf
+
+    rtol = real_or_nan(rtol, "rtol")  # rtol=-1 or nan matched nothing: "no leak" (stop 40)
+    if not (math.isfinite(rtol) and rtol >= 0.0):
+        raise ValueError(f"rtol must be a finite number >= 0, got {rtol!r}; pass e.g. 1e-9.")
 
     private = _Private.of(private_values)
     tmpdir = None

@@ -43,6 +43,7 @@ binomial and Clopper–Pearson bounds apply.  Randomness only from the passed Ge
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -51,7 +52,15 @@ from numpy.typing import NDArray
 from scipy.special import gammaln, logsumexp
 from scipy.stats import beta as beta_dist
 
-from pm_dpgp._validation import check_delta, check_positive, check_rng, check_scale, renamed_fields
+from pm_dpgp._validation import (
+    check_count,
+    check_delta,
+    check_positive,
+    check_rng,
+    check_scale,
+    real_or_nan,
+    renamed_fields,
+)
 from pm_dpgp.mechanisms.full.sample_path_bounds import SamplePathBound
 
 __all__ = [
@@ -251,7 +260,13 @@ def _gaussian_logpdf(stats: NDArray[np.float64], shadow_stats: NDArray[np.float6
 def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
     """One-sided Clopper–Pearson bounds ``(lower, upper)`` for a binomial proportion ``k/n``,
     each holding with probability ``confidence``."""
-    g = 1.0 - confidence
+    n = check_count(n, "n")
+    if isinstance(k, bool | np.bool_) or not isinstance(k, numbers.Integral) or not 0 <= k <= n:
+        raise ValueError(f"k must be an integer in [0, n={n}], got {k!r}.")
+    conf = real_or_nan(confidence, "confidence")
+    if not 0.0 < conf < 1.0:  # (11, 10) and confidence=1.5 gave (nan, nan) (stop-40 fuzz)
+        raise ValueError(f"confidence must lie in (0, 1), got {confidence!r}.")
+    g = 1.0 - conf
     lower = 0.0 if k == 0 else float(beta_dist.ppf(g, k, n - k + 1))
     upper = 1.0 if k == n else float(beta_dist.ppf(1.0 - g, k + 1, n - k))
     return lower, upper

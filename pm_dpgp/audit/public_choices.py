@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from pm_dpgp._validation import bounds_from_centred, reject_unexpected
+from pm_dpgp._validation import bounds_from_centred, real_or_nan, reject_unexpected
 from pm_dpgp.gp.sparse import count_matching_rows
 from pm_dpgp.models.sparse import InducingFromDataError
 
@@ -104,7 +104,7 @@ def check_public_choices(
         "y_bound", deprecated, y_bounds, 0.0 if mean is None else mean, func=func
     )
     reject_unexpected(deprecated, func=func)
-    rtol, z_rtol = float(rtol), float(z_rtol)
+    rtol, z_rtol = real_or_nan(rtol, "rtol"), real_or_nan(z_rtol, "z_rtol")  # no text
     for name, value in (("rtol", rtol), ("z_rtol", z_rtol)):
         if not math.isfinite(value) or value < 0.0:
             raise ValueError(f"{name} must be a finite number >= 0, got {value!r}; pass e.g. 1e-3.")
@@ -124,6 +124,11 @@ def check_public_choices(
                 "Z. Use a public grid (grid_inducing_points), domain knowledge, or k-means of "
                 "public data. This is a heuristic: if Z is public, say where it came from."
             )
+    y_pairs = ya  # every record, paired with X, for the hold-out check
+    if ya is not None:
+        # the releases drop non-finite records; so do the statistics here (one NaN made every
+        # statistic NaN and every comparison False: "nothing found"; stop-40 fuzz)
+        ya = ya[np.isfinite(ya)]
     if ya is None or ya.size == 0:
         return
     y_min, y_max = float(np.min(ya)), float(np.max(ya))
@@ -152,7 +157,7 @@ def check_public_choices(
         Xh = Xh[:, None] if Xh.ndim == 1 else Xh
         yh = np.asarray(holdout[1], dtype=np.float64).reshape(-1, 1)
         if Xh.shape[1] == Xa.shape[1] and count_matching_rows(
-            np.column_stack([Xh, yh]), np.column_stack([Xa, ya[:, None]])
+            np.column_stack([Xh, yh]), np.column_stack([Xa, y_pairs[:, None]])
         ):
             raise DataDerivedChoiceError(
                 "some hold-out (x, y) pairs are private training pairs. Use a hold-out set "

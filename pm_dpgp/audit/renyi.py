@@ -45,6 +45,7 @@ from pm_dpgp._validation import (
     check_finite_array,
     check_positive,
     check_scale,
+    public_real_array,
     reject_unexpected,
     renamed,
     require,
@@ -302,7 +303,7 @@ def _points(A: ArrayLike) -> NDArray[np.float64]:
 
 
 def _scaled_dist(lengthscale: float | ArrayLike) -> Callable[[NDArray, NDArray], NDArray]:
-    ls = np.atleast_1d(np.asarray(lengthscale, dtype=np.float64))
+    ls = np.atleast_1d(public_real_array(lengthscale, "lengthscale"))  # no text or booleans
     if ls.ndim != 1 or np.any(~np.isfinite(ls)) or np.any(ls <= 0.0):
         raise ValueError(
             f"lengthscale must be > 0 (scalar or one per dimension), got {lengthscale!r}."

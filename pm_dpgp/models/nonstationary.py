@@ -66,6 +66,32 @@ class GibbsKernel(pm.gp.cov.Covariance):
                 "on the same columns."
             )
 
+    def check_lengthscales(self, X: NDArray[np.float64]) -> None:
+        """Evaluate ``lengthscale_func`` once at the PUBLIC inputs ``X`` and refuse a result
+        that is not ``(n,)`` or ``(n, d)`` finite positive floats.
+
+        A function returning 3 columns for 1-D inputs was broadcast (distances counted three
+        times), a scalar raised ``IndexError`` deep in PyTensor, and a boolean tensor was the
+        lengthscale 1 (stop-40 fuzz).  Public values only: the message may quote them.
+        """
+        Xs = np.asarray(X, dtype=np.float64)[:, self.active_dims]
+        try:
+            r = np.asarray(
+                pt.as_tensor_variable(self.lengthscale_func(pt.as_tensor_variable(Xs))).eval()
+            )
+        except Exception as err:  # noqa: BLE001 - any failure of the user's function
+            raise ValueError(
+                f"lengthscale_func failed on the public inputs ({type(err).__name__}: {err})."
+            ) from err
+        n, d = Xs.shape
+        if r.dtype.kind != "f" or r.shape not in ((n,), (n, d)):
+            raise ValueError(
+                f"lengthscale_func must return floats of shape ({n},) or ({n}, {d}) for inputs "
+                f"of shape ({n}, {d}), got dtype {r.dtype} and shape {r.shape}."
+            )
+        if not np.all(np.isfinite(r)) or np.any(r <= 0.0):
+            raise ValueError("lengthscale_func must return finite lengthscales > 0.")
+
     def _ls(self, X: Any) -> Any:
         r = pt.as_tensor_variable(self.lengthscale_func(X))
         if r.ndim == 1:
@@ -183,7 +209,9 @@ def nonstationary_gp_regression(
     """
     X_arr = data_input(X, "X", 2)[0]  # a pm.Data container passes through to gp_regression
     scale = check_scale(kernel_scale, "kernel_scale")
-    cov = scale**2 * GibbsKernel(X_arr.shape[1], lengthscale_func)
+    gibbs = GibbsKernel(X_arr.shape[1], lengthscale_func)
+    gibbs.check_lengthscales(X_arr)  # public inputs, before any release
+    cov = scale**2 * gibbs
     return gp_regression(
         X, y, cov, noise_sd=noise_sd, mean=mean, name=name, model=model, coords=coords
     )

@@ -10,12 +10,15 @@ Honkela (2024, §4.3, the candidate set Θ of Algorithm 2).
 from __future__ import annotations
 
 import itertools
+import math
 import numbers
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+
+from pm_dpgp._validation import real_or_nan, real_or_none
 
 __all__ = [
     "Configuration",
@@ -41,9 +44,17 @@ def product_grid(values: Mapping[str, Iterable[float]]) -> list[Configuration]:
     names = list(values)
     axes: list[list[float]] = []
     for nm in names:
-        arr = np.asarray(list(values[nm]), dtype=np.float64).ravel()
-        if arr.size == 0 or not np.all(np.isfinite(arr)):
+        given = values[nm]
+        # a list of numbers, each one checked: "25" was the grid [2, 5], True the value 1, a
+        # dict its keys, [[1, 2], [3, 4]] four values (stop-40 fuzz)
+        if isinstance(given, str | bytes | Mapping) or not isinstance(given, Iterable):
+            raise ValueError(
+                f"grid values for {nm!r} must be a list of numbers, got {given!r}; e.g. [1, 5]."
+            )
+        entries = [real_or_none(v, f"grid value for {nm!r}") for v in given]
+        if not entries or any(v is None or not math.isfinite(v) for v in entries):
             raise ValueError(f"grid values for {nm!r} must be a non-empty list of finite numbers.")
+        arr = np.asarray(entries, dtype=np.float64)
         distinct, counts = np.unique(arr, return_counts=True)
         if np.any(counts > 1):
             raise ValueError(
@@ -82,10 +93,10 @@ def check_grid(grid: Sequence[Mapping[str, float]], names: Sequence[str]) -> lis
             )
         row: Configuration = {}
         for nm in names:
-            v = cfg[nm]
-            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not np.isfinite(v):
-                raise ValueError(f"grid[{i}][{nm!r}] must be a finite number, got {v!r}.")
-            row[nm] = float(v)
+            v = real_or_none(cfg[nm], f"grid[{i}][{nm!r}]")  # Fraction(1, 2) is a number
+            if v is None or not math.isfinite(v):
+                raise ValueError(f"grid[{i}][{nm!r}] must be a finite number, got {cfg[nm]!r}.")
+            row[nm] = v
         key = tuple(row[nm] for nm in names)
         if key in seen:
             raise ValueError(
@@ -147,8 +158,14 @@ def prior_quantile_grid(
     values: dict[str, list[float]] = {}
     for rv in gpr._hyper_rvs:
         nm = rv.name
+        if isinstance(quantiles, Mapping) and nm not in quantiles:
+            raise ValueError(f"quantiles has no entry for the hyperparameter {nm!r}.")
         probs = quantiles[nm] if isinstance(quantiles, Mapping) else quantiles
-        q = np.asarray(list(probs), dtype=np.float64)
+        if isinstance(probs, str | bytes | Mapping) or not isinstance(probs, Iterable):
+            raise ValueError(
+                f"quantiles for {nm!r} must be a list of probabilities, got {probs!r}."
+            )
+        q = np.asarray([real_or_nan(p, "quantile") for p in probs], dtype=np.float64)
         if q.ndim != 1 or q.size == 0 or np.any(~(q > 0) | ~(q < 1)):
             raise ValueError(
                 f"quantiles for {nm!r} must be probabilities in (0, 1), got {probs!r}."

@@ -50,6 +50,7 @@ from pm_dpgp._validation import (
     centred_bound,
     check_delta,
     check_epsilon,
+    check_flag,
     check_positive,
     check_rng,
     reject_unexpected,
@@ -377,7 +378,7 @@ def select_by_random_stopping(
     event = random_stopping_event(
         base_rho, gamma, label="hyperparameter selection (Liu-Talwar random stopping)"
     )
-    if owner_check:
+    if check_flag(owner_check, "owner_check"):  # "False" switched it on (stop 40)
         from pm_dpgp.audit import check_public_choices
 
         check_public_choices(X, Z=model.Z)
@@ -429,7 +430,7 @@ def select_by_random_stopping(
 
     best_index, best_score, runs = random_stopping(len(configs), run, gamma, rng)
     owner: dict[str, Any] = {"runs": runs, "n_runs": len(runs)}
-    if owner_scores:
+    if check_flag(owner_scores, "owner_scores"):
         owner["validation_scores"] = np.array(
             [
                 _owner_score(

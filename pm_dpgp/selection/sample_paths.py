@@ -45,6 +45,7 @@ from pm_dpgp._validation import (
     check_delta,
     check_epsilon,
     check_finite_array,
+    check_flag,
     check_positive,
     check_rng,
     require,
@@ -459,7 +460,7 @@ def select_by_sample_paths(
     # each candidate's COINPRESS interval, public, checked before the spend (stop-38 audit:
     # y_bounds = +-1e-9 gave L_min == L_max, refused by COINPRESS in the first run)
     loglik = [checked_loglik_bounds(p.noise_var, M_Y) for p in publics]
-    if owner_check:
+    if check_flag(owner_check, "owner_check"):  # "False" switched it on (stop 40)
         from pm_dpgp.audit import check_public_choices
 
         check_public_choices(X, Z=X_star)
@@ -540,7 +541,7 @@ def select_by_sample_paths(
 
     best_index, best_score, runs = random_stopping(len(configs), run, gamma, rng)
     owner: dict[str, Any] = {"runs": runs, "n_runs": len(runs)}
-    if owner_scores:
+    if check_flag(owner_scores, "owner_scores"):
         y1c = np.clip(np.where(np.isfinite(y1), y1, model.mean), *s["y_bounds"])
         X1c = np.clip(X1, lower, upper)
         both = np.array(

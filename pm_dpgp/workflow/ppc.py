@@ -59,6 +59,7 @@ from scipy.special import logsumexp
 from pm_dpgp._validation import (
     check_count,
     check_finite_array,
+    check_flag,
     check_positive,
     check_rng,
     public_real_array,
@@ -193,7 +194,7 @@ def _dp_values(
     if eq.any(axis=1).all():
         idx = eq.argmax(axis=1)
         return release.draws[:, idx], attrs, F[idx]
-    if not interpolate:
+    if not check_flag(interpolate, "interpolate"):
         raise ValueError(
             f"{int((~eq.any(axis=1)).sum())} hold-out inputs are not among the release's test "
             "inputs X_star (compared exactly, in float64: values stored with another precision, "
@@ -320,7 +321,8 @@ def dp_ppc(
         ``y_holdout`` is the private training output array (same object or memory).
     """
     rng = check_rng(rng)
-    if not holdout_is_public:  # identity only, before any check reads a value
+    # a declaration: only True (holdout_is_public="no" published the training labels, stop 40)
+    if not check_flag(holdout_is_public, "holdout_is_public"):  # identity only, no value read
         _refuse_private(release, X_holdout, y_holdout, training)
     X_hold = check_finite_array(X_holdout, "X_holdout", ndim=2)
     y_hold = check_finite_array(y_holdout, "y_holdout", ndim=1)

@@ -45,6 +45,7 @@ from pm_dpgp._progress import progress_bar
 from pm_dpgp._validation import (
     check_delta,
     check_epsilon,
+    check_flag,
     check_positive,
     check_rng,
     real_or_nan,
@@ -115,7 +116,7 @@ def dirichlet_sensitivity(
     inn, out = (a_in, w_in), (a_out, w_out)
     same = np.array([[*inn, *inn]] + [[*out, *out]] * (C - 1))
     diff = np.array([[*inn, *out], [*out, *inn]] + [[*out, *out]] * (C - 2))
-    t_min = 0.0 if nonnegative_kernel else None
+    t_min = 0.0 if check_flag(nonnegative_kernel, "nonnegative_kernel") else None
     return max(
         worst_case_sensitivity(same, R_k, ratio, t_min=t_min),
         worst_case_sensitivity(diff, R_k, ratio, t_min=t_min),

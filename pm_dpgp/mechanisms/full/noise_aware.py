@@ -61,6 +61,7 @@ from pm_dpgp._validation import (
     check_clip_option,
     check_delta,
     check_epsilon,
+    check_flag,
     check_positive,
     check_rng,
     finite_rows,
@@ -1208,7 +1209,7 @@ def calibrate_statistics_noise(
     Δ.  Simulation: σ_a from the analytic (or classic) Gaussian calibration; secure: the
     discrete Gaussian plan of ``secure_plan``, σ_a = its σ.
     """
-    if not secure:
+    if not check_flag(secure, "secure"):
         sigma, plan = gaussian_sigma(epsilon, delta, Delta, method=calibration), None
     else:
         dim = n_outputs * (n_inducing + n_inducing * (n_inducing + 1) // 2)

@@ -60,6 +60,7 @@ from pm_dpgp._validation import (
     centred_bound,
     check_delta,
     check_epsilon,
+    check_flag,
     check_positive,
     check_public_bounds,
     check_scale,
@@ -249,7 +250,7 @@ def kernel_lower_bound(
             "kernel_fn does not look stationary (k(x, x + h) changes with x); "
             "kernel_lower_bound only handles stationary kernels: give kappa explicitly."
         )
-    if assume_monotone:
+    if check_flag(assume_monotone, "assume_monotone"):  # "no" skipped the grid check (stop 40)
         kappa = float(_k0(kernel_fn, w[None, :], lows, highs)[0])
         return max(0.0, min(1.0, kappa))
     if d > 12:
@@ -345,7 +346,7 @@ def coupled_sensitivity(
     c = np.clip(r2, lo, hi)
     f1 = np.sqrt(c) / (c + r2)
     h = s * np.sqrt(hi * np.minimum(1.0 - lo, lam))
-    if mean_bounded:
+    if check_flag(mean_bounded, "mean_bounded"):
         h = np.minimum(h, 1.0)
     return float(2.0 * M * np.max(f1 * (1.0 + h)) * (1.0 + 16.0 * np.finfo(float).eps))
 

@@ -45,7 +45,7 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from pm_dpgp._validation import check_count, check_delta, check_epsilon, check_positive
+from pm_dpgp._validation import check_count, check_delta, check_epsilon, check_flag, check_positive
 from pm_dpgp.accounting import GaussianEvent, PrivacyEvent
 from pm_dpgp.accounting.planned import PlannedCharge
 from pm_dpgp.mechanisms.gaussian import gaussian_sigma, zcdp_rho
@@ -130,7 +130,7 @@ def plan_sqrt_counter(
     if int(dim) != dim or dim < 1:
         raise ValueError(f"dim must be a positive integer, got {dim!r}.")
     norm = float(math.sqrt(float(c @ c)))
-    if secure:
+    if check_flag(secure, "secure"):
         plan = plan_discrete_gaussian(norm * Delta, T * int(dim), zcdp_rho(epsilon, delta))
         return SqrtCounterPlan(T, int(dim), Delta, norm, plan.sigma, plan.event(1, label), plan)
     sigma = gaussian_sigma(epsilon, delta, norm * Delta)

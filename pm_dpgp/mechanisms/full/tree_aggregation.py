@@ -38,7 +38,7 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from pm_dpgp._validation import check_count, check_delta, check_epsilon, check_positive
+from pm_dpgp._validation import check_count, check_delta, check_epsilon, check_flag, check_positive
 from pm_dpgp.accounting import GaussianEvent, PrivacyEvent
 from pm_dpgp.accounting.planned import PlannedCharge
 from pm_dpgp.mechanisms.gaussian import gaussian_sigma, zcdp_rho
@@ -140,7 +140,7 @@ def plan_tree(
     if int(dim) != dim or dim < 1:
         raise ValueError(f"dim must be a positive integer, got {dim!r}.")
     L = max_nodes_per_leaf(T)
-    if secure:
+    if check_flag(secure, "secure"):
         plan = plan_discrete_gaussian(Delta, int(dim), zcdp_rho(epsilon, delta) / L)
         return TreePlan(T, int(dim), Delta, L, plan.sigma, plan.event(L, label), plan)
     sigma = gaussian_sigma(epsilon, delta, math.sqrt(L) * Delta)

@@ -57,18 +57,24 @@ from pm_dpgp._validation import (
     check_epsilon,
     check_finite_array,
     check_finite_number,
+    check_flag,
     check_positive,
     check_public_bounds,
     check_scale,
     clip_to_bounds,
     private_array,
+    public_real_array,
     real_or_nan,
     warn_public_settings,
 )
 from pm_dpgp.accounting import LaplaceEvent, Ledger, PrivacyEvent, PureDpEvent
 from pm_dpgp.gp.integral import box_box_kernel, point_box_kernel, point_point_kernel
 from pm_dpgp.gp.linalg import cho_solve_lower, jittered_cholesky
-from pm_dpgp.mechanisms.label.output_perturbation import LABEL_PRIVACY_MODEL, LABEL_RELATION
+from pm_dpgp.mechanisms.label.output_perturbation import (
+    LABEL_PRIVACY_MODEL,
+    LABEL_RELATION,
+    check_draws_fit,
+)
 from pm_dpgp.mechanisms.noise import (
     GRID_BITS,
     INT_LIMIT,
@@ -301,7 +307,7 @@ def binning_noise(
     label = "Laplace bin means (Smith et al. 2018 §4)"
     # the closed-form scale is the smaller of the two modes': refused here, before OpenDP
     _check_scale(float(np.max(sens)) / epsilon, offset)
-    if not secure:
+    if not check_flag(secure, "secure"):
         info: dict[str, object] = {
             "noise_source": SIMULATION,
             "seed_policy": SEED_POLICY_SIMULATION,
@@ -380,6 +386,7 @@ def binned_release(
     idx, counts = bins.counts(X_arr, out_of_range)
     used, occupied = idx >= 0, counts > 0
     warn_public_settings(epsilon=epsilon)
+    check_draws_fit(n_draws, bins.n_bins)  # a clear refusal, not MemoryError (stop 40)
     noise = binning_noise(counts, epsilon, (lo, hi), n_draws, secure=rng is None)
     event, scale, noise_info = noise.event, noise.scale, noise.info
     # everything public the release returns is built before the spend: a failure here (e.g.
@@ -498,6 +505,13 @@ def binned_gp(
     mu = 0.5 * (lo + hi) if mean is None else real_or_nan(mean, "mean")
     if not math.isfinite(mu):
         raise ValueError(f"mean must be a finite number (the public prior mean), got {mean!r}.")
+    ls = np.atleast_1d(public_real_array(lengthscale, "lengthscale"))  # True was 1 (stop 40)
+    if ls.ndim != 1 or ls.size not in (1, bins.dim) or not np.all(np.isfinite(ls) & (ls > 0)):
+        raise ValueError(
+            f"lengthscale must be one positive number or one per input dimension ({bins.dim}), "
+            f"got {lengthscale!r}."
+        )
+    lengthscale = ls if ls.size > 1 else float(ls[0])
     counts = np.asarray(md["bin_counts"])
     occ = counts > 0
     b = np.asarray(md["laplace_scale"], dtype=np.float64)[occ]

@@ -51,6 +51,7 @@ from pm_dpgp._validation import (
     check_delta,
     check_epsilon,
     check_finite_array,
+    check_flag,
     public_real_array,
     warn_public_settings,
 )
@@ -284,7 +285,9 @@ def classification_release(
         # the given point itself (public), so that anyone can recompute C* and the offset
         "f0": None if f0 is None else _linearisation_point(f0, public).tolist(),
         "approximation": "exact" if Z is None else "SoR",
-        "inducing_points": None if Z is None else Z,
+        # JSON values, as the Release docstring promises (an ndarray and np.int64 seed broke
+        # json.dumps(release.metadata); stop-40 fuzz)
+        "inducing_points": None if Z is None else np.asarray(Z, dtype=np.float64).tolist(),
         "n_inducing": None if Z is None else int(Z.shape[0]),
         "inducing_method": None
         if Z is None
@@ -293,7 +296,7 @@ def classification_release(
             if isinstance(inducing_points, numbers.Integral)
             else "given"
         ),
-        "kmeans_seed": kmeans_seed if isinstance(inducing_points, numbers.Integral) else None,
+        "kmeans_seed": int(kmeans_seed) if isinstance(inducing_points, numbers.Integral) else None,
         "kmm_jitter": jitter,
         "latent_var": np.asarray(latent_var, dtype=np.float64).tolist(),  # JSON-serialisable
         "max_mahalanobis": noise.max_mahalanobis,
@@ -332,6 +335,6 @@ def class_probabilities(
     if not average:
         return expit(release.draws)
     var = np.asarray(release.metadata["latent_var"], dtype=np.float64)
-    if include_dp_noise:
+    if check_flag(include_dp_noise, "include_dp_noise"):
         var = var + release.noise_sd**2
     return probit_averaged_probability(release.draws, var[None, :])

@@ -143,6 +143,12 @@ class GaussianPerturbation:
     noise: dict[str, object]  # public description of the noise source (noise_source, grid, ...)
 
 
+def _short(k: int) -> str:
+    """A whole number in a few characters, without a float (``10**400`` overflows one) and
+    without its decimal digits (Python limits ``str`` of an int to 4,300 of them)."""
+    return str(k) if k < 10**6 else f"about 2**{k.bit_length() - 1}"
+
+
 def check_draws_fit(n_draws: int, width: int) -> None:
     """Refuse, before the spend, ``n_draws`` rows of ``width`` values that cannot be held.
 
@@ -154,11 +160,11 @@ def check_draws_fit(n_draws: int, width: int) -> None:
     """
     try:
         probe = np.empty((n_draws, max(int(width), 1)), dtype=np.float64)
-    except (MemoryError, ValueError):
-        gib = n_draws * max(int(width), 1) * 8 / 2**30
+    except (MemoryError, ValueError, OverflowError):
+        gib = n_draws * max(int(width), 1) * 8 // 2**30  # integers: 10**400 does not overflow
         raise ValueError(
-            f"n_draws={n_draws} draws of {width} values need {gib:.3g} GiB, more than this "
-            "machine can hold; release fewer draws (nothing was spent or drawn)."
+            f"n_draws = {_short(n_draws)} draws of {width} values need {_short(gib)} GiB, "
+            "more than this machine can hold; release fewer draws (nothing was spent or drawn)."
         ) from None
     del probe
 
