@@ -109,6 +109,8 @@ def real_or_none(value: Any, name: str) -> float | None:
     too large for a float64 (``10**400``) is ``±inf``, which the caller's range check refuses
     (it raised Python's ``OverflowError``; stop-40 fuzz).
     """
+    if type(value) is float:  # the common case, on the accounting's hot paths (stop-40 review)
+        return value
     _refuse_bool_or_text(value, name)
     item = _zero_d_item(value)
     if isinstance(item, np.timedelta64 | np.datetime64 | np.ma.MaskedArray):
@@ -189,6 +191,34 @@ def check_flag(value: Any, name: str) -> bool:
     raise ValueError(f"{name} must be True or False, got {value!r}.")
 
 
+def _short(k: int) -> str:
+    """A whole number in a few characters, without a float (``10**400`` overflows one) and
+    without its decimal digits (Python limits ``str`` of an int to 4,300 of them)."""
+    return str(k) if k < 10**6 else f"about 2**{k.bit_length() - 1}"
+
+
+def check_draws_fit(n_draws: int, width: int, copies: int = 3) -> None:
+    """Refuse, before the spend, ``n_draws`` rows of ``width`` values that cannot be held.
+
+    The ledger is charged before the noise is drawn, so ``n_draws=10**13`` (291 TiB) was
+    charged and then failed with ``MemoryError`` (stop-40 fuzz, on an accounting-only ledger).
+    ``copies`` arrays of ``(n_draws, width)`` float64 are requested together and released at
+    once (a release holds about three: the normals, their image and the draws; stop-40
+    review): an allocation the operating system refuses outright (beyond its memory and
+    swap, or an address-space limit, or NumPy's size limit) is refused here.  Public sizes.
+    """
+    shape = (n_draws, max(int(width), 1))
+    try:
+        probe = [np.empty(shape, dtype=np.float64) for _ in range(copies)]
+    except (MemoryError, ValueError, OverflowError):
+        gib = copies * shape[0] * shape[1] * 8 // 2**30  # integers: 10**400 does not overflow
+        raise ValueError(
+            f"n_draws = {_short(n_draws)} draws of {width} values need {_short(gib)} GiB, "
+            "more than this machine can hold; release fewer draws (nothing was spent or drawn)."
+        ) from None
+    del probe
+
+
 def check_scale(value: float, name: str) -> float:
     """Return ``value`` as a float > 0 whose square is a normal float64 (a kernel amplitude).
 
@@ -211,7 +241,7 @@ def check_count(value: int, name: str) -> int:
         item = _zero_d_item(value)  # np.array(True) is a bool, not the count 1
         ok = (
             not isinstance(item, bool | np.bool_ | np.timedelta64 | np.ma.MaskedArray)
-            and isinstance(item, numbers.Real)
+            and isinstance(item, numbers.Real | decimal.Decimal)  # Decimal(3) counts 3
             and int(item) == item
             and item >= 1
         )
@@ -405,6 +435,8 @@ def public_real_array(x: Any, name: str) -> NDArray[np.float64]:
     took ``True`` as 1 and ``"1.5"`` as 1.5, and dropped an imaginary part with only a warning
     (stop-40 fuzz: ``hyperparameters={"noise": True}`` released with noise sd 1).
     """
+    if isinstance(x, np.ndarray) and x.dtype.kind == "f" and type(x) is np.ndarray:
+        return x.astype(np.float64, copy=False)  # the common case: nothing to refuse
     _refuse_bool_or_text(x, name)
     try:
         kind = np.asarray(x).dtype.kind

@@ -238,8 +238,8 @@ def draws_to_inference_data(
 
     ``draws`` maps a variable name to its dims (without ``chain``/``draw``) and an array of
     shape ``(n_draws, *dims)``; they go to ``posterior`` with one chain.  The test-input
-    dim is ``x_star`` (coordinate: ``X_star[:, 0]`` when 1-D, distinct and increasing, else
-    the position, ``value_index_ok``; the inputs are in ``constant_data.X_star`` either way).
+    dim is ``x_star`` (coordinate: ``X_star[:, 0]`` when 1-D with distinct values, in the order
+    given, else the position; the inputs are in ``constant_data.X_star`` either way).
     ``dims`` renames a variable's dims PyMC-style (``{"f": ["age"]}``; the new name applies to every
     group sharing the dim) and ``coords`` gives coordinate values for the new names.  With
     ``predictive_sd`` (public noise sd), ``posterior_predictive`` holds ``y = f + e`` for the
@@ -266,8 +266,12 @@ def draws_to_inference_data(
         m, d = X_star.shape
         # the 1-D inputs label the dim only when they are distinct: repeated test inputs (57
         # !Kung hold-out ages, 48 distinct) made az.summary and dp_summary fail (stop-32 audit)
-        by_value = d == 1 and value_index_ok(X_star[:, 0])
-        base_coords["x_star"] = X_star[:, 0] if by_value else np.arange(m)
+        # the input values label the dim, in the order given, when they are distinct (an
+        # index needs distinct labels). In another order than increasing, slice after
+        # .sortby("x_star"): a slice of a non-monotonic index is positional (stop-40
+        # walkthrough). Repeated inputs: positions (an index of values would be refused).
+        unique_1d = d == 1 and _distinct(X_star[:, 0])
+        base_coords["x_star"] = X_star[:, 0] if unique_1d else np.arange(m)
         base_coords["input_dim"] = np.arange(d)
     base_coords.update(default_coords or {})
     post = xr.Dataset(
@@ -408,20 +412,6 @@ def _distinct(values: NDArray[Any]) -> bool:
     import pandas as pd  # an xarray dependency
 
     return bool(pd.Index(values).is_unique)
-
-
-def value_index_ok(values: NDArray[Any]) -> bool:
-    """Whether 1-D input values can label their dim: distinct *and* increasing.
-
-    An index needs distinct labels; a slice ``.sel(x=slice(a, b))`` on a non-monotonic one
-    returns the positions between ``a`` and ``b`` in storage order, silently (walkthrough 40:
-    k-means inducing inputs, ``slice(0.185, 2.667)`` gave an empty selection).  Inputs in any
-    other order are labelled by position; their values stay in ``constant_data``.
-    """
-    import pandas as pd  # an xarray dependency
-
-    index = pd.Index(values)
-    return bool(index.is_unique and index.is_monotonic_increasing)
 
 
 def _check_coord(dim: str, value: NDArray[Any], size: int) -> None:

@@ -186,7 +186,7 @@ def test_builders_refuse_boolean_or_text_noise_and_mean(kw):
 @pytest.mark.parametrize(
     "bounds",
     [(False, True), ("-2", "2"), {-2.0: "a", 2.0: "b"}, (np.complex128(-2 + 1j), 2.0),
-     (np.datetime64(1, "ns"), np.datetime64(3, "ns")), {-2.0, 2.0}, (0, 10**400)],
+     (np.datetime64(1, "ns"), np.datetime64(3, "ns")), {0.0, 1.0}, (0, 10**400)],
 )  # fmt: skip
 def test_y_bounds_are_a_pair_of_real_numbers(bounds):
     """``(False, True)`` clipped to [0, 1]; a dict gave its keys; text parsed."""
@@ -509,3 +509,31 @@ def test_public_numbers_of_exports_refuse_booleans_and_text():
             binned_gp(rel, [[1.0]], lengthscale=ls, kernel_scale=1.0, noise_sd=0.3)
     with pytest.raises(ValueError, match="lengthscale"):
         eq_kernel("0.3")
+
+
+def test_review_of_stop_40_counts_and_sample_path_sizes():
+    """The review: ``Decimal(3)`` stopped counting as 3 for public counts; a q(u) export
+    refused ``n_draws=np.array(5)``; a sample-path release of 10**13 paths was charged, then
+    raised ``MemoryError``."""
+    from pm_dpgp._validation import check_count
+    from pm_dpgp.mechanisms import sample_path_release
+
+    assert check_count(decimal.Decimal(3), "n") == 3
+    with pytest.raises(ValueError, match="positive integer"):
+        check_count(decimal.Decimal("2.5"), "n")
+    Z = grid_inducing_points(-2.0, 2.0, 5)
+    Xc = np.linspace(-2, 2, 30)
+    na = noise_aware_release(
+        sparse_gp_regression(None, None, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z, noise_sd=0.3)
+        .public_sparse_gp(),
+        (Xc, np.sin(Xc)), epsilon=1.0, delta=1e-4, y_bounds=(-2, 2), rng=np.random.default_rng(0),
+    )  # fmt: skip
+    from pm_dpgp.compat import get_group
+
+    assert get_group(na.to_inference_data(n_draws=np.array(5)), "posterior").sizes["draw"] == 5
+    ledger = Ledger(None, 1e-3)
+    with pytest.raises(ValueError, match="more than this machine can hold"):
+        sample_path_release(_model(), [[0.5]], kernel_scale=1.0, kappa=0.0, delta=1e-3,
+                            y_bounds=(-2, 2), n_draws=10**13, ledger=ledger,
+                            rng=np.random.default_rng(0))  # fmt: skip
+    assert ledger.history == []

@@ -73,6 +73,15 @@ def test_another_setting_warns_before_the_spend(selected, change, named):
     gpr, X, res = selected
     kw = {"epsilon": 1.0, "delta": 1e-5, "y_bounds": BOUNDS, "calibration": "classic"} | change
     ledger = Ledger(10.0, 1e-3)
+    rng = np.random.default_rng(1)
+    state = rng.bit_generator.state
+    with warnings.catch_warnings():  # raised as an error: nothing may be spent or drawn yet
+        warnings.simplefilter("error", UserWarning)
+        warnings.filterwarnings("ignore", message=".*BLAS.*")
+        with pytest.raises(UserWarning, match="another setting"):
+            cloaked_release(gpr, X[:3], **kw, hyperparameters=res.public_hyperparameters(),
+                            ledger=ledger, rng=rng)  # fmt: skip
+    assert ledger.history == [] and rng.bit_generator.state == state
     with pytest.warns(UserWarning, match=r"selected for a release with another setting") as rec:
         cloaked_release(gpr, X[:3], **kw, hyperparameters=res.public_hyperparameters(),
                         ledger=ledger, rng=np.random.default_rng(1))  # fmt: skip

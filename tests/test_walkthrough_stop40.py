@@ -113,13 +113,13 @@ def test_sparse_releases_print_their_guarantee(dirichlet):
     assert "(epsilon, delta) = (1.0, 0.0001)" in repr(na) and "noise_var 0.09" in repr(na)
 
 
-# --------------------------------------------------- coordinates by value only when sliceable
-def _sel_slice(da, dim, lo, hi):
-    return da.sel({dim: slice(lo, hi)})
-
-
-def test_unsorted_inducing_inputs_are_labelled_by_position():
-    """k-means order: ``.sel(inducing=slice(0.185, 2.667))`` returned nothing, silently."""
+# ------------------------------------------------------ coordinates: values, in the order given
+def test_unsorted_inducing_inputs_label_their_values_and_slice_after_sortby():
+    """Walkthrough 40: k-means order is not sorted, and a slice of a non-monotonic index is
+    positional.  A position index (tried, then reviewed) was worse: xarray's ``.sel`` on a dim
+    without an index is positional too, so ``.sel(inducing=1)`` picked the second centre
+    silently.  So: the values label the dim in Z's order, exact ``.sel`` is by value, and a
+    slice by value works after ``.sortby`` (docs/workflow.md)."""
     Z = np.array([[2.667], [-2.455], [0.185], [-1.009], [1.953], [1.061]])
     rng = np.random.default_rng(1)
     X = rng.uniform(-3, 3, 200)
@@ -129,20 +129,13 @@ def test_unsorted_inducing_inputs_are_labelled_by_position():
         rng=np.random.default_rng(2),
     )  # fmt: skip
     post = compat.get_group(rel.to_inference_data(n_draws=4), "posterior")
-    np.testing.assert_array_equal(post["inducing"].values, np.arange(6))
-    sorted_rel = noise_aware_release(
-        sparse_gp_regression(
-            None, None, pm.gp.cov.ExpQuad(1, ls=1.0), Z=np.sort(Z, axis=0), noise_sd=0.3
-        ).public_sparse_gp(),
-        (X, np.sin(X)), epsilon=1.0, delta=1e-4, y_bounds=(-2, 2), rng=np.random.default_rng(2),
-    )  # fmt: skip
-    post = compat.get_group(sorted_rel.to_inference_data(n_draws=4), "posterior")
-    np.testing.assert_array_equal(post["inducing"].values, np.sort(Z[:, 0]))
-    picked = _sel_slice(post["u"], "inducing", 0.185, 2.667)
+    np.testing.assert_array_equal(post["inducing"].values, Z[:, 0])
+    np.testing.assert_array_equal(post["u"].sel(inducing=0.185).values, post["u"].values[..., 2])
+    picked = post["u"].sortby("inducing").sel(inducing=slice(0.185, 2.667))
     np.testing.assert_array_equal(picked["inducing"].values, [0.185, 1.061, 1.953, 2.667])
 
 
-def test_unsorted_test_inputs_are_labelled_by_position_and_kept_in_constant_data():
+def test_unsorted_test_inputs_keep_their_order_and_values():
     X = np.linspace(0, 1, 20)
     model = gp_regression(X, np.sin(X), pm.gp.cov.ExpQuad(1, ls=0.3), noise_sd=0.3)
     X_star = np.array([[0.9], [0.1], [0.5]])
@@ -150,14 +143,11 @@ def test_unsorted_test_inputs_are_labelled_by_position_and_kept_in_constant_data
                           rng=np.random.default_rng(0))  # fmt: skip
     idata = rel.to_inference_data()
     post = compat.get_group(idata, "posterior")
-    np.testing.assert_array_equal(post["x_star"].values, np.arange(3))
+    np.testing.assert_array_equal(post["x_star"].values, X_star[:, 0])
+    np.testing.assert_array_equal(post["f_dp"].values[0], rel.draws)  # order kept
+    assert float(post["f_dp"].sel(x_star=0.1)[0, 0]) == rel.draws[0, 1]  # by value
     const = compat.get_group(idata, "constant_data")
     np.testing.assert_array_equal(const["X_star"].values, X_star)
-    np.testing.assert_array_equal(post["f_dp"].values[0], rel.draws)  # order kept
-    ordered = cloaked_release(model, np.sort(X_star, axis=0), epsilon=1.0, delta=1e-3,
-                              y_bounds=(-2, 2), rng=np.random.default_rng(0))  # fmt: skip
-    post = compat.get_group(ordered.to_inference_data(), "posterior")
-    np.testing.assert_array_equal(post["x_star"].values, [0.1, 0.5, 0.9])
 
 
 # ------------------------------------------------------------------------------ dims renames

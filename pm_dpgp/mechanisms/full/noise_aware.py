@@ -59,6 +59,7 @@ from pm_dpgp._validation import (
     bounds_from_centred,
     centred_bound,
     check_clip_option,
+    check_count,
     check_delta,
     check_epsilon,
     check_flag,
@@ -91,7 +92,7 @@ from pm_dpgp.mechanisms.noise import (
 )
 from pm_dpgp.models.guards import refuse_dirichlet_model
 from pm_dpgp.models.sparse import PublicSparseGP, SparseGPRegression
-from pm_dpgp.release import flat_attrs, value_index_ok
+from pm_dpgp.release import flat_attrs
 
 __all__ = [
     "DPQu",
@@ -749,10 +750,11 @@ class SparseQuRelease:
         M, d = Z.shape
         multi = self.n_outputs > 1
         od: tuple[str, ...] = ("output",) if multi else ()
-        by_value = d == 1 and value_index_ok(Z[:, 0])  # else by position (Z in constant_data)
+        # Z's values label the dims in Z's order (k-means order is not sorted: slice after
+        # .sortby("inducing"); stop-40 walkthrough)
         default_coords: dict[str, Any] = {
-            "inducing": Z[:, 0] if by_value else np.arange(M),
-            "inducing_": Z[:, 0] if by_value else np.arange(M),
+            "inducing": Z[:, 0] if d == 1 else np.arange(M),
+            "inducing_": Z[:, 0] if d == 1 else np.arange(M),
         }
         if multi:
             default_coords["output"] = list(self.output_names)
@@ -860,9 +862,7 @@ _R = TypeVar("_R", bound=SparseQuRelease)
 
 
 def _check_n_draws(n_draws: Any) -> int:
-    if isinstance(n_draws, bool) or not isinstance(n_draws, int | np.integer) or n_draws < 1:
-        raise ValueError(f"n_draws must be a positive integer, got {n_draws!r}; pass e.g. 1000.")
-    return int(n_draws)
+    return check_count(n_draws, "n_draws")  # the rule of every release (np.array(5), 3.0)
 
 
 def _as_inputs(X_star: ArrayLike, d: int) -> NDArray[np.float64]:

@@ -53,6 +53,7 @@ from pm_dpgp._validation import (
     check_clip_option,
     check_count,
     check_delta,
+    check_draws_fit,
     check_epsilon,
     check_finite_array,
     check_positive,
@@ -1182,6 +1183,7 @@ def sample_path_release(
             f"drawn. {_fitting_setting(bound, target, delta)}"
         )
     # public settings only (n is public under replace-one neighbours), before any spend
+    check_draws_fit(n_draws, len(X_first))  # 10**13 paths were charged, then MemoryError
     warn_public_settings(
         epsilon=cost,
         delta=delta,

@@ -54,6 +54,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from pm_dpgp._validation import (
     check_count,
+    check_draws_fit,
     check_epsilon,
     check_finite_array,
     check_finite_number,
@@ -70,11 +71,7 @@ from pm_dpgp._validation import (
 from pm_dpgp.accounting import LaplaceEvent, Ledger, PrivacyEvent, PureDpEvent
 from pm_dpgp.gp.integral import box_box_kernel, point_box_kernel, point_point_kernel
 from pm_dpgp.gp.linalg import cho_solve_lower, jittered_cholesky
-from pm_dpgp.mechanisms.label.output_perturbation import (
-    LABEL_PRIVACY_MODEL,
-    LABEL_RELATION,
-    check_draws_fit,
-)
+from pm_dpgp.mechanisms.label.output_perturbation import LABEL_PRIVACY_MODEL, LABEL_RELATION
 from pm_dpgp.mechanisms.noise import (
     GRID_BITS,
     INT_LIMIT,

@@ -31,6 +31,7 @@ from pm_dpgp._validation import (
     check_clip_option,
     check_count,
     check_delta,
+    check_draws_fit,
     check_epsilon,
     check_public_bounds,
     clip_to_bounds,
@@ -141,32 +142,6 @@ class GaussianPerturbation:
     calibration: str
     noise_multiplier: float  # noise std / L2 sensitivity (grid units for the secure source)
     noise: dict[str, object]  # public description of the noise source (noise_source, grid, ...)
-
-
-def _short(k: int) -> str:
-    """A whole number in a few characters, without a float (``10**400`` overflows one) and
-    without its decimal digits (Python limits ``str`` of an int to 4,300 of them)."""
-    return str(k) if k < 10**6 else f"about 2**{k.bit_length() - 1}"
-
-
-def check_draws_fit(n_draws: int, width: int) -> None:
-    """Refuse, before the spend, ``n_draws`` rows of ``width`` values that cannot be held.
-
-    The ledger is charged before the noise is drawn, so ``n_draws=10**13`` (291 TiB) was
-    charged and then failed with ``MemoryError`` (stop-40 fuzz, on an accounting-only ledger).
-    One ``(n_draws, width)`` float64 array is requested and released at once: an allocation
-    the operating system refuses outright (beyond its memory and swap, or beyond NumPy's
-    size limit) is refused here.  Public sizes only.
-    """
-    try:
-        probe = np.empty((n_draws, max(int(width), 1)), dtype=np.float64)
-    except (MemoryError, ValueError, OverflowError):
-        gib = n_draws * max(int(width), 1) * 8 // 2**30  # integers: 10**400 does not overflow
-        raise ValueError(
-            f"n_draws = {_short(n_draws)} draws of {width} values need {_short(gib)} GiB, "
-            "more than this machine can hold; release fewer draws (nothing was spent or drawn)."
-        ) from None
-    del probe
 
 
 def perturb(
