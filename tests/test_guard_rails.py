@@ -402,7 +402,13 @@ def test_numeric_sweep_result_documented_error_or_warning(models, entry, data):
             _check_failure(err)
             assert ledger.history == [] and rng.bit_generator.state == state
             result = None
-    ours = [w for w in caught if "pm_dpgp" in str(w.filename)]
+    # a ResourceWarning is the garbage collector's about an object of an earlier test (3.13's
+    # sqlite3 "unclosed database", attributed to whatever frame runs when it is collected)
+    ours = [
+        w
+        for w in caught
+        if "pm_dpgp" in str(w.filename) and not issubclass(w.category, ResourceWarning)
+    ]
     assert all(issubclass(w.category, PrivacyWarning) for w in ours), [
         (w.category.__name__, str(w.message)) for w in ours
     ]
