@@ -15,6 +15,7 @@ import math
 import re
 import sqlite3
 import warnings
+from contextlib import closing
 
 import numpy as np
 import pymc as pm
@@ -327,7 +328,10 @@ def test_persistent_ledger_stores_the_model_and_reads_old_rows(models, tmp_path)
     fp = dataset_fingerprint("guard rails persistent")
     led = PersistentLedger(path, fp, epsilon=20.0, delta=1e-3)
     led.spend(GaussianEvent(noise_multiplier=4.0))  # a row without a model, as stored before
-    with sqlite3.connect(path) as conn:  # rewrite it as a pre-issue-15 row (no new keys)
+    with (
+        closing(sqlite3.connect(path)) as conn,
+        conn,
+    ):  # rewrite it as a pre-issue-15 row (no new keys)
         (record,) = conn.execute("SELECT record FROM entries").fetchone()
         old = {
             k: v

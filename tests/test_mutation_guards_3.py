@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sqlite3
 import warnings
+from contextlib import closing
 from fractions import Fraction
 
 import numpy as np
@@ -105,7 +106,7 @@ def test_verify_detects_a_replaced_salt_on_an_earlier_ledger(tmp_path, change):
     assert not led._salt_bound
     led.spend(GaussianEvent(5.0), privacy_model="label", rng=np.random.default_rng(7))
     assert led.verify() == 1
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:
         if change == "replace":
             conn.execute("UPDATE salts SET salt = ?", (bytes(32),))
         else:

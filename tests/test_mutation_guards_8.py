@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sqlite3
 import warnings
+from contextlib import closing
 
 import numpy as np
 import pymc as pm
@@ -273,7 +274,7 @@ def test_S03_a_recreated_ledger_row_matching_the_recorded_head_is_accepted(tmp_p
     missing)."""
     path = tmp_path / "l.db"
     head = PersistentLedger(path, FP, epsilon=1.0).head_hash
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:
         conn.execute("DELETE FROM ledgers")
     reopened = PersistentLedger(path, FP, epsilon=1.0, expected_head=head)
     assert reopened.head_hash == head and reopened.spent_epsilon == 0.0

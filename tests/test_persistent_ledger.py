@@ -16,6 +16,7 @@ import os
 import pickle
 import signal
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import numpy as np
@@ -58,7 +59,7 @@ def _mixed_events() -> list:
 
 
 def _rows(path: Path) -> int:
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:
         return conn.execute("SELECT COUNT(*) FROM entries").fetchone()[0]
 
 
@@ -359,14 +360,14 @@ def _make(path: Path, key: bytes | None = None) -> PersistentLedger:
 
 
 def _edit(path: Path, sql: str, *args) -> None:
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:
         conn.execute(sql, args)
 
 
 def test_editing_a_stored_row_is_detected(tmp_path):
     path = tmp_path / "ledger.db"
     led = _make(path)
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:
         record = conn.execute("SELECT record FROM entries WHERE idx = 1").fetchone()[0]
     cheaper = record.replace('"noise_multiplier":4.0', '"noise_multiplier":40.0')
     assert cheaper != record
@@ -444,7 +445,7 @@ def test_bad_arguments_raise_clear_errors_and_store_nothing(tmp_path, kw, match)
         PersistentLedger(**{**args, **kw})
     path = tmp_path / "ledger.db"
     if path.exists():  # the file may be created, but the failed transaction stored nothing
-        with sqlite3.connect(path) as conn:
+        with closing(sqlite3.connect(path)) as conn, conn:
             tables = conn.execute("SELECT name FROM sqlite_master").fetchall()
         assert tables == []
 
@@ -541,7 +542,7 @@ def test_a_spend_that_the_file_does_not_store_is_not_reported_as_charged(tmp_pat
     1 across processes.  The entry is now read back inside the transaction."""
     path = tmp_path / "ledger.db"
     PersistentLedger(path, FP, epsilon=1.0, delta=1e-5).spend(PureDpEvent(0.5), label="ok")
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:
         conn.execute(
             "CREATE TRIGGER drop_new BEFORE INSERT ON entries WHEN NEW.idx >= 1 "
             "BEGIN SELECT RAISE(IGNORE); END"
@@ -562,7 +563,7 @@ def test_deleting_or_replacing_the_salt_is_detected(tmp_path, key, edit):
     path = tmp_path / "ledger.db"
     live = PersistentLedger(path, FP, 10.0, 1e-5, key=key)
     live.spend(GaussianEvent(5.0), privacy_model="label", rng=np.random.default_rng(7))
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:
         conn.execute(edit)
     with pytest.raises(LedgerIntegrityError, match="salt"):
         PersistentLedger(path, FP, key=key)
@@ -588,14 +589,17 @@ def _legacy(path: Path) -> None:
     led = PersistentLedger(path, FP, 10.0, 1e-5)
     params = {k: v for k, v in led._params().items() if k != "salt_id"}
     legacy = hashlib.sha256(b"\x00" + persistent._canonical(params)).hexdigest()
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:
         conn.execute("UPDATE ledgers SET genesis = ?", (legacy,))
 
 
 def test_an_earlier_ledger_refuses_a_missing_salt_once_a_row_holds_a_fingerprint(tmp_path):
     path = tmp_path / "ledger.db"
     _legacy(path)
-    with sqlite3.connect(path) as conn:  # no salted fingerprint yet: a new salt is harmless
+    with (
+        closing(sqlite3.connect(path)) as conn,
+        conn,
+    ):  # no salted fingerprint yet: a new salt is harmless
         conn.execute("DELETE FROM salts")
     led = PersistentLedger(path, FP)
     assert not led._salt_bound
@@ -604,7 +608,7 @@ def test_an_earlier_ledger_refuses_a_missing_salt_once_a_row_holds_a_fingerprint
         PersistentLedger(path, FP).spend(
             GaussianEvent(5.0), privacy_model="label", rng=np.random.default_rng(7)
         )
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:
         conn.execute("DELETE FROM salts")
     with pytest.raises(LedgerIntegrityError, match="salts row of this ledger is missing"):
         PersistentLedger(path, FP)

@@ -7,6 +7,7 @@ import hashlib
 import json
 import sqlite3
 import warnings
+from contextlib import closing
 
 import numpy as np
 import pytest
@@ -48,7 +49,7 @@ def test_refused_open_with_a_recorded_head_stores_nothing(tmp_path) -> None:
 def rewrite_stored_entries(path, **fields) -> None:
     """Rewrite fields of every stored entry as an earlier version of the accounting would
     have stored them (the hash chain recomputed, as that version would have written it)."""
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn, conn:
         genesis = conn.execute("SELECT genesis FROM ledgers").fetchone()[0]
         rows = conn.execute("SELECT idx, record FROM entries ORDER BY idx").fetchall()
         prev = genesis.encode()
