@@ -129,7 +129,7 @@ def _check_representable(sigma: float, sensitivity: float) -> None:
     if not sigma < 1e300:  # ±inf, NaN, or so close to the edge that its multiples overflow
         raise ValueError(
             f"the noise sd for L2 sensitivity {sensitivity:.3g} is {sigma:.3g}, beyond float64 "
-            "arithmetic; rescale the outputs (narrower bounds). Nothing was spent."
+            "arithmetic; choose narrower bounds or rescale the outputs. Nothing was spent."
         )
     if not sigma > 0.0:  # underflow: ε = 1e120 with Δ = 1e-300 (stop-38 review)
         raise ValueError(
