@@ -121,6 +121,8 @@ def real_or_none(value: Any, name: str) -> float | None:
         return float(item)
     except OverflowError:
         return math.inf if item > 0 else -math.inf
+    except ValueError:  # Decimal("sNaN") cannot be converted: not a usable number
+        return math.nan
 
 
 def check_epsilon(epsilon: float, name: str = "epsilon") -> float:
