@@ -537,3 +537,28 @@ def test_review_of_stop_40_counts_and_sample_path_sizes():
                             y_bounds=(-2, 2), n_draws=10**13, ledger=ledger,
                             rng=np.random.default_rng(0))  # fmt: skip
     assert ledger.history == []
+
+
+def test_low_severity_settings_of_the_second_round():
+    """``n_steps=10**400`` overflowed a float;
+    ``kfold_splits(seed=1.5)`` reached NumPy's message; ``dp_ppc(n_draws="no")`` was ignored
+    for a ``Release``; ``LiraSetting(n=np.int64(20))`` was "not an integer"; an iterator of
+    HMEQ features was used up by the name check (X of shape (800, 0))."""
+    from pm_dpgp.audit.lira import LiraSetting
+    from pm_dpgp.datasets import load_hmeq
+    from pm_dpgp.selection import kfold_splits
+    from pm_dpgp.selection.coinpress import coinpress_rho_schedule
+
+    with pytest.raises(ValueError, match="n_steps"):
+        coinpress_rho_schedule(0.1, 10**400)
+    with pytest.raises(ValueError, match="seed"):
+        kfold_splits(20, 4, order="permuted", seed=1.5)
+    release = cloaked_release(_model(), [[0.2], [0.5]], epsilon=1.0, delta=1e-3,
+                              y_bounds=(-2, 2), rng=np.random.default_rng(0))  # fmt: skip
+    with pytest.raises(ValueError, match="n_draws"):
+        dp_ppc(release, [[0.2], [0.5]], [0.1, 0.4], noise_sd=0.3, training=None, n_draws="no")
+    setting = LiraSetting(n=np.int64(20), L=np.int64(1), kernel_scale=1.0, r2=1.0)
+    assert setting.n == 20
+    with pytest.raises(ValueError, match="list or tuple"):
+        load_hmeq(iter(["DELINQ"]))
+    assert load_hmeq(["DELINQ"])[0].shape[1] == 1

@@ -40,6 +40,12 @@ def load_hmeq(
     lines, ``YOJ``: years at present job); ``bad`` is 0/1.  In the paper's setting the inputs
     are public and ``bad`` private.
     """
+    if isinstance(features, str) or not isinstance(features, list | tuple):
+        # an iterator was used up by this check (X of shape (800, 0)); a set's order is
+        # the string hash's (stop-40 fuzz)
+        raise ValueError(
+            f"features must be a list or tuple of names from {HMEQ_FEATURES}, got {features!r}."
+        )
     unknown = [f for f in features if f not in HMEQ_FEATURES]
     if unknown or not features:
         raise ValueError(

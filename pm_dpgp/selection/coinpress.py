@@ -71,6 +71,10 @@ _U = 2.0**-53  # unit round-off of float64
 MIN_STEP_RHO = 4e-24
 
 
+#: COINPRESS needs a handful of steps (Honkela §4.1 uses 12); each step splits the budget.
+MAX_COINPRESS_STEPS = 1000
+
+
 def coinpress_rho_schedule(
     rho: float, n_steps: int = 12, last_share: float = 0.75
 ) -> tuple[float, ...]:
@@ -79,8 +83,14 @@ def coinpress_rho_schedule(
     The ρ_t sum to at most ``rho`` (the last one is ``rho − Σ`` of the others, rounded down).
     """
     rho = check_positive(rho, "rho")
-    if isinstance(n_steps, bool) or not isinstance(n_steps, numbers.Integral) or n_steps < 1:
-        raise ValueError(f"n_steps must be an integer >= 1, got {n_steps!r}.")
+    if (
+        isinstance(n_steps, bool)
+        or not isinstance(n_steps, numbers.Integral)
+        or not 1 <= n_steps <= MAX_COINPRESS_STEPS  # 10**400 overflowed a float (stop 40)
+    ):
+        raise ValueError(
+            f"n_steps must be an integer in [1, {MAX_COINPRESS_STEPS}], got {n_steps!r}."
+        )
     n_steps = int(n_steps)
     if n_steps == 1:
         return (rho,)

@@ -207,8 +207,9 @@ def kfold_splits(
     if order == "interleaved":
         return [idx[k :: int(n_folds)].astype(np.intp) for k in range(int(n_folds))]
     if order == "permuted":
-        if seed is None:
-            raise ValueError("order='permuted' needs a public integer seed.")
+        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+            # None, 1.5 or -1 reached NumPy's own message (stop-40 fuzz)
+            raise ValueError(f"order='permuted' needs a public integer seed >= 0, got {seed!r}.")
         perm = np.random.default_rng(seed).permutation(idx)
         return [np.sort(a).astype(np.intp) for a in np.array_split(perm, int(n_folds))]
     raise ValueError(f"order must be 'contiguous', 'interleaved' or 'permuted', got {order!r}.")

@@ -48,6 +48,7 @@ from pm_dpgp._validation import (
     check_flag,
     check_positive,
     check_rng,
+    public_real_array,
     require,
     warn_public_settings,
 )
@@ -164,7 +165,7 @@ def _per_candidate(
     elif np.ndim(value) == 0:
         vals = [value] * k  # type: ignore[list-item]
     else:
-        vals = list(np.asarray(value, dtype=np.float64).ravel())
+        vals = list(public_real_array(value, name).ravel())  # [True, False] refused
         if len(vals) != k:
             raise ValueError(f"{name} needs one value per candidate ({k}), got {len(vals)}.")
     return [check_positive(v, name, allow_zero=allow_zero) for v in vals]
@@ -198,6 +199,8 @@ def _candidate_set_up(
         # the release's own public checks (k(x, x) <= 1, kernel_class), here before the spend
         _check_public_kernel(p, float(s), kernel_class, probes, unboxed=domain is None)
         sigmas.append(float(s))
+    if eta is None:  # float(None) raised TypeError (stop-40 fuzz)
+        raise ValueError("eta must be a number >= 0 (0: no widening) or a grid name, got None.")
     etas = [float(e) for e in _per_candidate(eta, configs, "eta", allow_zero=True)]  # type: ignore[arg-type]
     # the proved default, or the given κ checked, as each candidate's release will check it
     kappas = [

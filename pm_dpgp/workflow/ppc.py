@@ -357,6 +357,8 @@ def dp_ppc(
     # extra_sd=-1, n_replicates=0 and var_name="chain" failed after the DP values were drawn)
     if n_replicates is not None:
         n_replicates = check_count(n_replicates, "n_replicates")
+    if n_draws is not None:  # checked for every release type ("no" was ignored; stop 40)
+        n_draws = check_count(n_draws, "n_draws")
     if dp_noise not in ("marginalise", "ignore"):
         raise ValueError(f"dp_noise must be 'marginalise' or 'ignore', got {dp_noise!r}.")
     if not isinstance(var_name, str) or not var_name or var_name in _PPC_NAMES:
