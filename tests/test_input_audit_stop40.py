@@ -562,3 +562,27 @@ def test_low_severity_settings_of_the_second_round():
     with pytest.raises(ValueError, match="list or tuple"):
         load_hmeq(iter(["DELINQ"]))
     assert load_hmeq(["DELINQ"])[0].shape[1] == 1
+
+
+def test_last_settings_of_the_second_round():
+    """``gaussian_renyi_divergence(alpha="2")`` parsed; ``ReleasePosterior.interval(10**400)``
+    raised ``OverflowError``; ``z_is_public="no"`` was recorded as True."""
+    from pm_dpgp.audit.renyi import gaussian_renyi_divergence
+    from pm_dpgp.workflow import release_posterior
+
+    I2 = np.eye(2)
+    assert gaussian_renyi_divergence(np.zeros(2), I2, np.ones(2), I2, 2.0) == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="alpha"):
+        gaussian_renyi_divergence(np.zeros(2), I2, np.ones(2), I2, "2")
+    release = cloaked_release(_model(), [[0.2], [0.5]], epsilon=1.0, delta=1e-3,
+                              y_bounds=(-2, 2), rng=np.random.default_rng(0))  # fmt: skip
+    post = release_posterior(release, _model())
+    for prob in (10**400, "0.9", True):
+        with pytest.raises(ValueError, match="prob"):
+            post.interval(prob)
+    lo, hi = post.interval(np.float32(0.9))
+    assert np.all(lo < hi)
+    Z = grid_inducing_points(-2.0, 2.0, 5)
+    with pytest.raises(ValueError, match="z_is_public"):
+        sparse_gp_regression(None, None, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z, noise_sd=0.3,
+                             z_is_public="no").public_sparse_gp()  # fmt: skip

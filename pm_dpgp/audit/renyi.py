@@ -46,6 +46,7 @@ from pm_dpgp._validation import (
     check_positive,
     check_scale,
     public_real_array,
+    real_or_nan,
     reject_unexpected,
     renamed,
     require,
@@ -97,7 +98,7 @@ def _inf(alpha: float) -> RenyiTerms:
 
 
 def _check_alpha(alpha: float) -> float:
-    a = float(alpha)
+    a = real_or_nan(alpha, "alpha")  # "2" parsed (stop-40 fuzz)
     if not math.isfinite(a) or a <= 1.0:
         raise ValueError(f"alpha must be a finite Renyi order > 1, got {alpha!r}.")
     return a

@@ -43,6 +43,7 @@ from pymc.gp.util import JITTER_DEFAULT
 
 from pm_dpgp._validation import (
     check_finite_array,
+    check_flag,
     check_positive,
     check_rng,
     masked_as_nan,
@@ -337,7 +338,7 @@ class SparseGPRegression(GPRegression):
             description=description,
             jitter=float(self.jitter),
             stationary=is_stationary_decreasing(self.cov_func),
-            z_is_public=bool(self.z_is_public),
+            z_is_public=check_flag(self.z_is_public, "z_is_public"),  # "no" was True
             _kernel=kernel,
             _kernel_diag=kernel_diag,
             hyperparameter_source=hyperparameter_source(hyperparameters, self.hyperparameter_names),
@@ -427,7 +428,7 @@ def sparse_gp_regression(
                 ctx, gp, data.X_stored, data.y_stored, name=name, mean=mean_f, cov=cov, noise_sd=sig
             ),
             Z=Z_arr,
-            z_is_public=bool(z_is_public),
+            z_is_public=check_flag(z_is_public, "z_is_public"),  # "no" was True (stop 40)
             jitter=jitter,
         ),
         X,
@@ -613,7 +614,7 @@ def dirichlet_gp_classification(
         DirichletGPClassification(
             **(fields | {"noise_sd": math.sqrt(tg.var_in)}),  # a float: reaches no hyperparameter
             Z=Z_arr,
-            z_is_public=bool(z_is_public),
+            z_is_public=check_flag(z_is_public, "z_is_public"),
             jitter=jitter,
             class_gps=tuple(gps),
             n_classes=C,

@@ -47,7 +47,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.linalg import cho_factor, cho_solve, qr, solve_triangular
 
-from pm_dpgp._validation import check_count, check_finite_array, check_rng
+from pm_dpgp._validation import check_count, check_finite_array, check_rng, real_or_nan
 from pm_dpgp.gp.linalg import psd_eigen_root
 from pm_dpgp.models import GPRegression, PublicGP
 from pm_dpgp.release import Release, _jsonable
@@ -106,9 +106,10 @@ class ReleasePosterior:
         """Equal-tailed pointwise credible interval of ``f`` with probability ``prob``."""
         from scipy.stats import norm
 
-        if not (isinstance(prob, float | int) and 0.0 < float(prob) < 1.0):
+        p = real_or_nan(prob, "prob")  # 10**400 raised OverflowError (stop-40 fuzz)
+        if not 0.0 < p < 1.0:
             raise ValueError(f"prob must be in (0, 1), got {prob!r}.")
-        z = float(norm.ppf(0.5 + 0.5 * float(prob)))
+        z = float(norm.ppf(0.5 + 0.5 * p))
         return self.mean - z * self.sd, self.mean + z * self.sd
 
     def sample(self, n: int, rng: np.random.Generator | None = None) -> NDArray[np.float64]:
