@@ -237,20 +237,23 @@ def check_scale(value: float, name: str) -> float:
     return v
 
 
-def check_count(value: int, name: str) -> int:
-    """Return ``value`` as an int >= 1 (a whole number of draws, paths, rounds …)."""
+def check_count(value: int, name: str, *, minimum: int = 1) -> int:
+    """Return ``value`` as an int >= ``minimum`` (a whole number of draws, paths, rounds …)."""
     try:
         item = _zero_d_item(value)  # np.array(True) is a bool, not the count 1
         ok = (
             not isinstance(item, bool | np.bool_ | np.timedelta64 | np.ma.MaskedArray)
             and isinstance(item, numbers.Real | decimal.Decimal)  # Decimal(3) counts 3
             and int(item) == item
-            and item >= 1
+            and item >= minimum
         )
     except (TypeError, ValueError, OverflowError):  # inf: OverflowError from int()
         ok = False
     if not ok:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}; pass e.g. {name}=1.")
+        kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise ValueError(
+            f"{name} must be {kind}, got {value!r}; pass e.g. {name}={max(minimum, 1)}."
+        )
     return int(item)
 
 

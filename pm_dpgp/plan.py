@@ -501,7 +501,7 @@ def dirichlet(
         alpha_epsilon=alpha_epsilon,
         prior_mean=prior_mean,
         kernel_norm=kernel_norm,
-        ratio=ratio if isinstance(ratio, str) else check_positive(ratio, "ratio"),
+        ratio=ratio,  # resolve_ratio checks it ("auto" or a positive number)
         rho=rho,
         epsilon=epsilon,
         delta=delta,

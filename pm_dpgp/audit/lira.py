@@ -102,8 +102,7 @@ class LiraSetting:
     def __post_init__(self) -> None:
         for name in ("n", "L"):
             v = getattr(self, name)
-            if isinstance(v, bool | np.bool_) or not isinstance(v, numbers.Integral) or v < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {v!r}.")  # np.int64 ok
+            check_count(v, name)  # np.int64 is an integer
         check_scale(self.kernel_scale, "kernel_scale")
         check_positive(self.r2, "r2")
         check_positive(self.eta, "eta", allow_zero=True)
@@ -398,8 +397,7 @@ def lira_attack(
     if density not in ("mixture", "gaussian"):
         raise ValueError(f"density must be 'mixture' or 'gaussian', got {density!r}.")
     for name, v in (("n_shadow", n_shadow), ("n_eval", n_eval)):
-        if isinstance(v, bool | np.bool_) or not isinstance(v, numbers.Integral) or v < 2:
-            raise ValueError(f"{name} must be an integer >= 2, got {v!r}.")
+        check_count(v, name, minimum=2)
     n_cal = n_eval if n_calibration is None else int(n_calibration)
     if n_cal < 2:
         raise ValueError(f"n_calibration must be >= 2, got {n_calibration!r}.")

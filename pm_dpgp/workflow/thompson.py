@@ -36,7 +36,6 @@ import dataclasses
 import functools
 import json
 import math
-import numbers
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -50,6 +49,7 @@ from pm_dpgp._progress import progress_bar
 from pm_dpgp._validation import (
     bounds_from_centred,
     centred_bound,
+    check_count,
     check_delta,
     check_finite_array,
     check_finite_number,
@@ -342,20 +342,7 @@ def check_loop_inputs(
         raise ValueError("X_init needs at least one public initial input.")
     if np.any(X0 < lower) or np.any(X0 > upper):
         raise ValueError("X_init must lie inside the public domain.")
-    rounds = n_rounds
-    if isinstance(rounds, np.ndarray) and rounds.ndim == 0:
-        rounds = rounds.item()  # np.array(True) is a boolean, not one round (stop-40 fuzz)
-    try:
-        whole = (
-            not isinstance(rounds, bool | np.bool_)
-            and isinstance(rounds, numbers.Real)
-            and int(rounds) == rounds
-            and rounds >= 0
-        )
-    except (TypeError, ValueError, OverflowError):  # None, NaN, ±inf, text
-        whole = False
-    if not whole:
-        raise ValueError(f"n_rounds must be a non-negative integer, got {n_rounds!r}.")
+    check_count(n_rounds, "n_rounds", minimum=0)  # np.array(True) is not one round (stop 40)
     if isinstance(candidates, bool | np.bool_):  # True was one candidate (stop-40 fuzz)
         raise ValueError(
             f"candidates must be a positive integer or a (k, d) array, got {candidates!r}."
@@ -376,12 +363,7 @@ def check_refine(refine_steps: int, refine_points: int) -> None:
         ("refine_steps", refine_steps, 0),
         ("refine_points", refine_points, 1),
     ):
-        if (
-            isinstance(value, bool | np.bool_)
-            or not isinstance(value, int | np.integer)
-            or value < least
-        ):
-            raise ValueError(f"{name} must be an integer >= {least}, got {value!r}.")
+        check_count(value, name, minimum=least)
 
 
 def _frozen_copy(a: NDArray[np.float64]) -> NDArray[np.float64]:

@@ -46,7 +46,6 @@ from pm_dpgp._validation import (
     check_delta,
     check_epsilon,
     check_flag,
-    check_positive,
     check_rng,
     real_or_nan,
     warn_public_settings,
@@ -296,8 +295,6 @@ def dirichlet_release(
     C, alpha_epsilon, prior_mean = dirichlet_settings(model, n_classes, alpha_epsilon, prior_mean)
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta)
-    if not isinstance(ratio, str):  # text other than "auto": resolve_ratio, before the spend
-        check_positive(ratio, "ratio")
     rho = check_rho(rho)  # before anything is spent or drawn
     if variant not in ("noise_aware", "naive"):  # before anything is spent or drawn
         raise ValueError(f"variant must be 'noise_aware' or 'naive', got {variant!r}; use one.")
