@@ -296,7 +296,7 @@ def test_release_metadata_ledger_probabilities_and_idata():
         model, grid, epsilon=1.0, delta=1e-4, inducing_points=4, ledger=ledger
     )
     assert rs.metadata["noise_source"] == "opendp_discrete_gaussian"
-    assert rs.metadata["approximation"] == "SoR" and len(rs.metadata["inducing_points"]) == 4
+    assert rs.metadata["approximation"] == "SoR" and len(rs.metadata["inducing_inputs"]) == 4
     assert len(ledger.history) == 2
     idata = r.to_inference_data()
     # latent values, not outcomes: no posterior_predictive copy (stop 38; it had one)
@@ -452,7 +452,7 @@ def test_sor_k_means_is_found_as_for_fitc_and_refuses_what_fitc_refuses():
     kw = dict(epsilon=1.0, delta=1e-3, rng=np.random.default_rng(0))
     rel = classification_release(model, Xs, inducing_points=4, kmeans_seed=7, **kw)
     np.testing.assert_array_equal(
-        rel.metadata["inducing_points"], kmeans_public_inducing(X, 4, seed=7)
+        rel.metadata["inducing_inputs"], kmeans_public_inducing(X, 4, seed=7)
     )
     assert rel.metadata["n_inducing"] == 4 and rel.metadata["kmeans_seed"] == 7
     assert rel.metadata["inducing_method"].startswith("kmeans2")

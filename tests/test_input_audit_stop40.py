@@ -468,7 +468,7 @@ def test_metadata_of_a_sparse_classification_release_is_json():
     rel = classification_release(clf, [[0.0]], epsilon=1.0, delta=1e-3, inducing_points=3,
                                  kmeans_seed=np.int64(1), rng=np.random.default_rng(0))  # fmt: skip
     text = json.dumps(rel.metadata)  # TypeError: ndarray, np.int64
-    assert '"kmeans_seed": 1' in text and len(rel.metadata["inducing_points"]) == 3
+    assert '"kmeans_seed": 1' in text and len(rel.metadata["inducing_inputs"]) == 3
 
 
 def test_huge_counts_get_a_clear_error(tmp_path):

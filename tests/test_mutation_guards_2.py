@@ -96,10 +96,11 @@ SAMPLE_PATH_KEYS = {
     "sensitivity_constant", "tau", "y_bounds",
 }  # fmt: skip
 CLASSIFICATION_KEYS = {
-    "approximation", "calibration", "clipping_bounds", "data_sensitivity", "delta_per_draw",
+    "approximation", "calibration", "clipping_bounds", "data_sensitivity", "delta",
+    "delta_per_draw", "epsilon",
     "epsilon_per_draw", "epsilon_total", "f0", "hyperparameters", "hyperparameter_source",
     "inducing_method",
-    "inducing_points", "kernel", "n_inducing",
+    "inducing_inputs", "kernel", "n_inducing",
     "kmeans_seed", "kmm_jitter", "l2_sensitivity", "latent_var", "likelihood",
     "linearisation_point", "max_mahalanobis", "mechanism", "n_draws", "neighbouring_relation",
     "newton_steps", "noise_design", "noise_multiplier", "noise_rank", "noise_source",
@@ -108,7 +109,9 @@ CLASSIFICATION_KEYS = {
 }  # fmt: skip
 # stop 37: "f0" is the caller's PUBLIC linearisation point (None for the prior mean), never a
 # function of the labels; "n_inducing" and "inducing_method" describe the public Z; stop 39:
-# "hyperparameter_source" is a fixed text naming where the public hyperparameters came from
+# "hyperparameter_source" is a fixed text naming where the public hyperparameters came from;
+# stop 41: "epsilon"/"delta" are the whole release's guarantee (its event at the per-draw δ,
+# public settings only) and "inducing_inputs" is the former "inducing_points" (the public Z)
 
 
 def test_release_metadata_keys_are_the_reviewed_ones():

@@ -109,13 +109,24 @@ class LiraSetting:
         check_positive(self.lengthscale, "lengthscale")
         check_positive(self.M_Y, "M_Y")
         check_positive(self.label_noise, "label_noise", allow_zero=True)
-        lo, hi = (float(v) for v in self.domain)
+        # every coordinate through the real-number rule: jump=nan put every point on one side
+        # of the step, and domain=("0", "1") was parsed (stop-40 fuzz)
+        try:
+            lo, hi = (real_or_nan(v, "domain") for v in self.domain)
+        except (TypeError, ValueError):
+            lo = hi = math.nan
         if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
             raise ValueError(f"domain must be a finite interval (low, high), got {self.domain!r}.")
-        if not lo <= self.target_x <= hi:
-            raise ValueError(f"target_x={self.target_x} lies outside the domain {self.domain}.")
-        if self.target_y is not None and abs(self.target_y) > self.M_Y:
-            raise ValueError(f"|target_y| must be <= M_Y={self.M_Y}.")
+        for name in ("target_x", "jump"):
+            v = real_or_nan(getattr(self, name), name)
+            if not lo <= v <= hi:  # NaN fails too
+                raise ValueError(
+                    f"{name}={getattr(self, name)!r} must lie in the domain {self.domain}."
+                )
+        if self.target_y is not None:
+            ty = real_or_nan(self.target_y, "target_y")
+            if not abs(ty) <= self.M_Y:
+                raise ValueError(f"target_y must be a number with |target_y| <= M_Y={self.M_Y}.")
 
     @property
     def y_target(self) -> float:

@@ -26,6 +26,7 @@ from numpy.typing import ArrayLike, NDArray
 from scipy.optimize import minimize
 
 from pm_dpgp._validation import (
+    check_count,
     check_positive,
     check_rng,
     reject_unexpected,
@@ -143,6 +144,8 @@ def random_neighbours(
     lows, highs = parse_domain(domain)
     d = lows.size
     M = check_positive(M_Y, "M_Y")
+    n = check_count(n, "n")  # n=True was one point (stop 40)
+    n_test = check_count(n_test, "n_test")
 
     def pts(k: int) -> NDArray:
         return lows + (highs - lows) * rng.random((k, d))

@@ -145,6 +145,9 @@ def gaussian_renyi_terms(
     0.4).  Drop near-duplicate test inputs before calling.
     """
     alpha = _check_alpha(alpha)
+    support_rtol = check_positive(support_rtol, "support_rtol")  # True gave +inf (stop 40)
+    if support_rtol >= 1.0:
+        raise ValueError(f"support_rtol must be < 1, got {support_rtol!r}; e.g. 1e-11.")
     m1 = check_finite_array(mu1, "mu1", ndim=1)
     m2 = check_finite_array(mu2, "mu2", ndim=1)
     S1 = check_finite_array(cov1, "cov1", ndim=2)

@@ -41,7 +41,7 @@ from numpy.typing import ArrayLike, NDArray
 from scipy.special import ndtr
 
 from pm_dpgp._progress import progress_bar
-from pm_dpgp._validation import check_delta, check_epsilon, check_positive
+from pm_dpgp._validation import check_delta, check_epsilon, check_flag, check_positive
 from pm_dpgp.gp.exact import cloaking_matrix
 from pm_dpgp.gp.linalg import check_square_symmetric
 from pm_dpgp.mechanisms.gaussian import gaussian_sigma
@@ -552,6 +552,7 @@ def plan_cv_sse(
     utilities by the rank cut (≤ 7.2·10⁻⁶ relative on the benchmark).  Δ(θ) and the utility
     always use the same maps, whichever is chosen.
     """
+    progressbar = check_flag(progressbar, "progressbar")  # "no" showed a bar
     cloaking = getattr(type(gpr), "public_cloaking", GPRegression.public_cloaking)
     if cloaking is not GPRegression.public_cloaking:
         # the utilities are built from exact-GP fold cloaking matrices: they would score a

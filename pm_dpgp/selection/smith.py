@@ -25,7 +25,7 @@ from typing import Literal
 import numpy as np
 from numpy.typing import ArrayLike
 
-from pm_dpgp._validation import check_epsilon, check_public_bounds, check_rng
+from pm_dpgp._validation import check_epsilon, check_flag, check_public_bounds, check_rng
 from pm_dpgp.accounting import Ledger
 from pm_dpgp.selection.cv_sse import cv_sse_utilities, plan_cv_sse
 from pm_dpgp.selection.exponential import (
@@ -129,6 +129,7 @@ def select_by_cross_validated_sse(
     ['ell']
     """
     # 1. validate public inputs
+    progressbar = check_flag(progressbar, "progressbar")  # "no" showed a bar
     epsilon = check_epsilon(epsilon)
     y_bounds = check_public_bounds(y_bounds)
     if ledger is not None and not isinstance(ledger, Ledger):

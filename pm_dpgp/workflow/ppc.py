@@ -58,6 +58,7 @@ from scipy.special import logsumexp
 
 from pm_dpgp._validation import (
     check_count,
+    check_draws_fit,
     check_finite_array,
     check_flag,
     check_positive,
@@ -359,6 +360,8 @@ def dp_ppc(
         n_replicates = check_count(n_replicates, "n_replicates")
     if n_draws is not None:  # checked for every release type ("no" was ignored; stop 40)
         n_draws = check_count(n_draws, "n_draws")
+        # 10**400 gave NumPy's "maximum supported dimension" error (stop-40 fuzz)
+        check_draws_fit(n_draws, max(int(np.size(y_hold)), 1))
     if dp_noise not in ("marginalise", "ignore"):
         raise ValueError(f"dp_noise must be 'marginalise' or 'ignore', got {dp_noise!r}.")
     if not isinstance(var_name, str) or not var_name or var_name in _PPC_NAMES:

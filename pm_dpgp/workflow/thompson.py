@@ -53,6 +53,7 @@ from pm_dpgp._validation import (
     check_delta,
     check_finite_array,
     check_finite_number,
+    check_flag,
     check_positive,
     check_rng,
     check_scale,
@@ -543,6 +544,7 @@ def dp_thompson_sampling(
         the only source of randomness.
     """
 
+    progressbar = check_flag(progressbar, "progressbar")  # "no" showed a bar
     func = "dp_thompson_sampling"
     prior_mean = check_finite_number(prior_mean, "prior_mean")  # True / "0.5" refused
     if not isinstance(private, bool | np.bool_):  # None or 0 ran the non-private loop

@@ -68,6 +68,7 @@ from pm_dpgp._validation import (
     check_delta,
     check_epsilon,
     check_finite_number,
+    check_flag,
     check_positive,
     check_rng,
     public_real_array,
@@ -476,6 +477,7 @@ def dp_thompson_sampling_tree(
         OS-entropy Generator for the posterior samples and candidates.  A Generator: the
         simulation mode (float noise), the only source of randomness (reproducible).
     """
+    progressbar = check_flag(progressbar, "progressbar")  # "no" showed a bar
     noise_rng = simulation_rng(rng)
     rng = check_rng(rng)
     X0, lower, upper, fixed_cand, n_cand = check_loop_inputs(X_init, domain, n_rounds, candidates)

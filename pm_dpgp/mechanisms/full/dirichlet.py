@@ -290,6 +290,7 @@ def dirichlet_release(
         As in ``noise_aware_release``.  The ledger is
         charged once (joint mechanism over all classes) before any noise is drawn.
     """
+    progressbar = check_flag(progressbar, "progressbar")  # "no" showed a bar
     public = _as_public(model, hyperparameters)
     data = _default_data(model, data)
     C, alpha_epsilon, prior_mean = dirichlet_settings(model, n_classes, alpha_epsilon, prior_mean)

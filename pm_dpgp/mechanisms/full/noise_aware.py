@@ -1067,6 +1067,7 @@ def noise_aware_release(
     SparseQuRelease
         DP ``m`` and ``S`` on ``Z`` with metadata; ``predict`` is free post-processing.
     """
+    progressbar = check_flag(progressbar, "progressbar")  # "no" showed a bar
     func = "noise_aware_release"
     renamed("bound_is_public", "bounds_are_public", deprecated, None, func=func)
     del bounds_are_public, z_is_public  # compatibility only: never compared with private data
@@ -1444,7 +1445,9 @@ def _metadata(
         "prior_mean": public.mean,
         "jitter": public.jitter,
         "n_inducing": public.n_inducing,
-        "inducing_inputs": "public (given; never chosen from the private inputs)",
+        # the coordinates, as in a FITC release (the key meant this sentence before stop 41)
+        "inducing_inputs": np.asarray(public.Z, dtype=np.float64).tolist(),
+        "inducing_inputs_source": "public (given; never chosen from the private inputs)",
         "prediction": "Honkela eq. (17): post-processing, no privacy cost",
     }
     md.update(extra)

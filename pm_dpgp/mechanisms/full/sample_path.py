@@ -56,6 +56,7 @@ from pm_dpgp._validation import (
     check_draws_fit,
     check_epsilon,
     check_finite_array,
+    check_flag,
     check_positive,
     check_rng,
     check_scale,
@@ -1048,6 +1049,7 @@ def sample_path_release(
     progressbar:
         show a progress bar over the stages (factorisation, draw), as PyMC's samplers do.
     """
+    progressbar = check_flag(progressbar, "progressbar")  # "no" showed a bar
     func = "sample_path_release"
     n_draws = renamed("n_paths", "n_draws", deprecated, n_draws, func=func)
     kernel_scale = require(

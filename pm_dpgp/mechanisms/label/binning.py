@@ -422,12 +422,17 @@ def binned_release(
         meas = noise.measurement
         sums = noise.grid * np.array([meas(ints) for _ in range(n_draws)], dtype=np.float64)  # type: ignore[operator]
         draws[:, occupied] = centre + d * sums / counts[occupied][None, :]
+    # the whole release's guarantee, under the keys of every release type: pure DP, so the
+    # n_draws Laplace releases compose to n_draws · ε; then the per-draw calibration
+    total = float(event.count * event.eps)  # type: ignore[attr-defined]
     metadata: dict[str, object] = {
         "privacy_model": LABEL_PRIVACY_MODEL,
         "neighbouring_relation": LABEL_RELATION,
-        "epsilon_per_draw": event.eps,  # type: ignore[attr-defined]  # OpenDP's map (secure)
+        "epsilon": total,
+        "delta": 0.0,
+        "epsilon_per_draw": float(event.eps),  # type: ignore[attr-defined]  # OpenDP's map (secure)
         "delta_per_draw": 0.0,
-        "epsilon_total": event.count * event.eps,  # type: ignore[attr-defined]
+        "epsilon_total": total,
         "data_sensitivity": d,
         "clipping_bounds": [lo, hi],
         "bin_edges": [np.asarray(e).tolist() for e in bins.edges],

@@ -68,6 +68,7 @@ from pm_dpgp.mechanisms.label.output_perturbation import (
     charged_unit_sensitivity,
     model_labels,
     perturb,
+    release_guarantee,
 )
 from pm_dpgp.mechanisms.whitening import centred_whitening
 from pm_dpgp.models._common import _as_2d_inputs
@@ -227,6 +228,7 @@ def classification_release(
         DP latent values at ``X_star`` (``variable_name="f_dp"``); its metadata holds the
         public latent variance (``latent_var``) used by ``class_probabilities``.
     """
+    progressbar = check_flag(progressbar, "progressbar")  # "no" showed a bar
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta)
     public, Xs, Z, (C, offset, latent_var, jitter) = public_one_step(
@@ -267,9 +269,7 @@ def classification_release(
     metadata: dict[str, object] = {
         "privacy_model": LABEL_PRIVACY_MODEL,
         "neighbouring_relation": CLASSIFICATION_RELATION,
-        "epsilon_per_draw": result.epsilon,
-        "delta_per_draw": result.delta,
-        "epsilon_total": result.event.epsilon(result.delta),
+        **release_guarantee(result),
         "calibration": result.calibration,
         "l2_sensitivity": result.l2_sensitivity,
         "data_sensitivity": 1.0,
@@ -287,7 +287,9 @@ def classification_release(
         "approximation": "exact" if Z is None else "SoR",
         # JSON values, as the Release docstring promises (an ndarray and np.int64 seed broke
         # json.dumps(release.metadata); stop-40 fuzz)
-        "inducing_points": None if Z is None else np.asarray(Z, dtype=np.float64).tolist(),
+        # "inducing_inputs", as in FITC and noise-aware releases ("inducing_points" before
+        # stop 41, after the argument's name)
+        "inducing_inputs": None if Z is None else np.asarray(Z, dtype=np.float64).tolist(),
         "n_inducing": None if Z is None else int(Z.shape[0]),
         "inducing_method": None
         if Z is None

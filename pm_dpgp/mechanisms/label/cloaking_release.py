@@ -26,7 +26,7 @@ from numpy.typing import ArrayLike
 from scipy.linalg import solve_triangular
 
 from pm_dpgp._progress import progress_bar
-from pm_dpgp._validation import check_delta, check_epsilon, check_finite_array
+from pm_dpgp._validation import check_delta, check_epsilon, check_finite_array, check_flag
 from pm_dpgp.accounting import Ledger
 from pm_dpgp.mechanisms.label.cloaking import (
     NoiseCovariance,
@@ -247,6 +247,7 @@ def cloaked_release(
         variance on !Kung with the default rank cut, 0.45× at ``rank_tol=1e-8``).  Privacy
         is the same: the sensitivity is computed for the ``M`` used.
     """
+    progressbar = check_flag(progressbar, "progressbar")  # "no" showed a bar
     public_gp = gpr.public_cloaking(hyperparameters)
     X_star = check_finite_array(X_star, "X_star", ndim=2)
     labels = model_labels(gpr, public_gp, y_bounds, clip=clip, bounds_are_public=bounds_are_public)

@@ -304,6 +304,25 @@ def prior_sd_of_y(public_gp: PublicGP, points: NDArray[np.float64]) -> float:
 SEED_POLICY = SEED_POLICY_SIMULATION
 
 
+def release_guarantee(result: GaussianPerturbation) -> dict[str, float]:
+    """The guarantee of a label release, under the keys every release type uses.
+
+    ``epsilon``/``delta`` are the (ε, δ) of the whole release (all ``n_draws`` draws: its
+    charged event converted at the per-draw δ), the keys under which full-privacy releases
+    record theirs; ``epsilon_per_draw``/``delta_per_draw`` are the calibration of one draw
+    and ``epsilon_total`` is ``epsilon`` (kept for existing readers; ``docs/workflow.md``,
+    "Privacy metadata").
+    """
+    total = float(result.event.epsilon(result.delta))
+    return {
+        "epsilon": total,
+        "delta": float(result.delta),
+        "epsilon_per_draw": float(result.epsilon),
+        "delta_per_draw": float(result.delta),
+        "epsilon_total": total,
+    }
+
+
 def label_release_metadata(
     public_gp: PublicGP, labels: LabelData, result: GaussianPerturbation, **extra: object
 ) -> dict[str, object]:
@@ -312,9 +331,7 @@ def label_release_metadata(
     metadata: dict[str, object] = {
         "privacy_model": LABEL_PRIVACY_MODEL,
         "neighbouring_relation": LABEL_RELATION,
-        "epsilon_per_draw": result.epsilon,
-        "delta_per_draw": result.delta,
-        "epsilon_total": result.event.epsilon(result.delta),
+        **release_guarantee(result),
         "calibration": result.calibration,
         "l2_sensitivity": result.l2_sensitivity,
         "data_sensitivity": labels.data_sensitivity,
