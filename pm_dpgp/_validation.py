@@ -20,7 +20,8 @@ import math
 import numbers
 import sys
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, MappingView
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import numpy as np
@@ -318,6 +319,20 @@ def float_array(x: ArrayLike, name: str, ndim: int | None) -> NDArray[np.float64
     except (TypeError, ValueError):
         arr = None  # raised outside the handler: NumPy's message (which quotes the
         # offending entry) must not even stay attached as the error's __context__
+    if arr is None and _not_an_array(x):
+        # a generator, set, dict view or SciPy sparse matrix was reported as "some entry is not
+        # a number" (stop-41 fuzz); its type is public, its content is not read
+        raise TypeError(
+            f"{name} must be an array or a list of numbers, got a {type(x).__name__}"
+            + (
+                " (call .toarray())"
+                if hasattr(x, "toarray")
+                else " (convert it with list(...))"
+                if isinstance(x, Iterator)
+                else ""
+            )
+            + "."
+        )
     if arr is None:
         raise TypeError(
             f"{name} must be a rectangular array of numbers; some entry is not a number or the "
@@ -357,6 +372,13 @@ def saturating_float_array(x: Any) -> NDArray[np.float64] | None:
         return None
     out = np.fromiter((_saturating_float(v) for v in obj.ravel()), np.float64, obj.size)
     return out.reshape(obj.shape)
+
+
+def _not_an_array(x: Any) -> bool:
+    """An iterator, set, mapping view or SciPy sparse matrix: no array, whatever it holds."""
+    return isinstance(x, Iterator | AbstractSet | MappingView) or (
+        type(x).__module__.startswith("scipy.sparse")
+    )
 
 
 def masked_as_nan(x: np.ma.MaskedArray) -> NDArray[np.float64]:
@@ -443,6 +465,8 @@ def public_real_array(x: Any, name: str) -> NDArray[np.float64]:
     if isinstance(x, np.ndarray) and x.dtype.kind == "f" and type(x) is np.ndarray:
         return x.astype(np.float64, copy=False)  # the common case: nothing to refuse
     _refuse_bool_or_text(x, name)
+    if np.ma.is_masked(x):  # np.asarray used the hidden values (stop-41 fuzz); public: say so
+        raise ValueError(f"{name} has masked entries, got {x!r}; pass plain numbers.")
     try:
         kind = np.asarray(x).dtype.kind
     except ValueError:  # ragged

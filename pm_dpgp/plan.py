@@ -46,7 +46,6 @@ from pm_dpgp._validation import (
     check_positive,
     check_public_bounds,
     check_scale,
-    public_real_array,
 )
 from pm_dpgp.accounting import BUDGET_RTOL, GaussianEvent, Ledger, PrivacyEvent
 from pm_dpgp.accounting.ledger import FilterName
@@ -723,15 +722,16 @@ def _planned_kappa(
         if domain is None and not loop:  # the release's rule: κ > 0 needs the domain
             return _check_given_kappa(kappa, None, kernel_scale, None, cov_func)  # type: ignore[arg-type]
         return check_kappa(kappa)
-    box = np.column_stack(parse_domain(domain))
+    the_box = parse_domain(domain)  # passed on as a Box: a 2 × 2 array reads two ways
+    box = the_box.pairs
     # the kernel as the release and the loop compile it (gp_regression), at no data: a public
     # input is needed to build the model, the domain's lower corner; it is not used
     public_gp = gp_regression(
         box[None, :, 0], np.zeros(1), cov_func, noise_sd=1.0, mean_is_public=True
     ).public_gp_without_data()
-    probes = _public_probes(np.empty((0, box.shape[0])), box)
+    probes = _public_probes(np.empty((0, box.shape[0])), the_box)
     _check_public_kernel(public_gp, kernel_scale, kernel_class, probes)
-    return float(resolve_kappa(kappa, public_gp, kernel_scale, box, cov_func))
+    return float(resolve_kappa(kappa, public_gp, kernel_scale, the_box, cov_func))
 
 
 # ------------------------------------------------------------------- DP Thompson sampling
@@ -815,9 +815,8 @@ def thompson(
     y_bounds = (prior_mean - 1.0, prior_mean + 1.0) if y_bounds is None else y_bounds
     lower, upper = check_public_bounds(y_bounds)
     M_Y = centred_bound((lower, upper), prior_mean)[2]
-    box = None
-    if domain is not None:  # the loop's form (lower, upper), one entry per input dimension
-        box = np.column_stack([np.atleast_1d(public_real_array(b, "domain")) for b in domain])
+    # the loop's domain, in any form dp_thompson_sampling takes (pm_dpgp.domain)
+    box = None if domain is None else parse_domain(domain)
     kappa = _planned_kappa(kappa, cov_func, box, kernel_scale, kernel_class, loop=True)
 
     def round_bound(n: int, sd: float) -> SamplePathBound:

@@ -39,3 +39,26 @@ def assert_no_private_number(result: Any, private: np.ndarray) -> bytes:
     for v in private:
         assert np.array(v, dtype="<f8").tobytes() not in blob
     return blob
+
+
+def untouchable_private_data(monkeypatch: Any, n: int, d: int = 1) -> tuple[Any, Any]:
+    """Private ``(X, y)`` of shape ``(n, d)`` and ``(n,)`` whose values must not be read.
+
+    The selections read only the declared schema (shape and NumPy dtype) of an in-memory
+    array before the spend; every route that converts private values
+    (``private_data.float_array``, the selections' ``as_private_arrays``) is patched to raise.
+    (Stop 41: the schema is trusted for NumPy, pandas and xarray arrays only, since a SciPy
+    sparse matrix also declares one and failed to convert after the spend; the earlier test
+    double declared a schema without being an array.)
+    """
+    import pm_dpgp.selection.liu_talwar as lt
+    import pm_dpgp.selection.private_data as pd_module
+    import pm_dpgp.selection.sample_paths as sp
+
+    def read(*a: Any, **k: Any) -> None:
+        raise AssertionError("private data read")
+
+    monkeypatch.setattr(pd_module, "float_array", read)
+    monkeypatch.setattr(lt, "as_private_arrays", read)
+    monkeypatch.setattr(sp, "as_private_arrays", read)
+    return np.zeros((n, d)), np.zeros(n)

@@ -14,17 +14,25 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import pandas as pd
 import pymc as pm
 import pytest
+import scipy.sparse as sp
 
+from pm_dpgp import Box
 from pm_dpgp.accounting import Ledger
 from pm_dpgp.audit import LiraSetting, random_neighbours
 from pm_dpgp.audit.renyi import gaussian_renyi_terms
+from pm_dpgp.domain import parse_domain
 from pm_dpgp.mechanisms import (
+    binned_gp,
+    binned_release,
     classification_release,
     cloaked_release,
     dirichlet_release,
+    make_bins,
     noise_aware_release,
+    prior_noise_release,
     sample_path_release,
 )
 from pm_dpgp.models import (
@@ -33,10 +41,19 @@ from pm_dpgp.models import (
     grid_inducing_points,
     sparse_gp_regression,
 )
-from pm_dpgp.selection import select_by_cross_validated_sse
+from pm_dpgp.selection import (
+    product_grid,
+    select_by_cross_validated_sse,
+    select_by_random_stopping,
+)
 from pm_dpgp.selection.cv_sse import plan_cv_sse
 from pm_dpgp.selection.grids import kfold_splits
-from pm_dpgp.workflow import dp_ppc, dp_thompson_sampling, dp_thompson_sampling_tree
+from pm_dpgp.workflow import (
+    dp_ppc,
+    dp_thompson_sampling,
+    dp_thompson_sampling_tree,
+    release_posterior,
+)
 from tests import releases as R
 
 X = np.linspace(0.0, 6.0, 20)
@@ -167,3 +184,155 @@ def test_dp_ppc_refuses_an_impossible_number_of_draws():
     Xh = np.linspace(-2.0, 2.0, 5)
     with pytest.raises(ValueError, match="n_draws"):
         dp_ppc(rel, Xh, np.sin(2 * Xh), noise_sd=0.3, training=None, n_draws=10**400)
+
+
+# ------------------------------------------------------------------ array-input fuzz (stop 41)
+def _selection_model():
+    return sparse_gp_regression(
+        None, None, lambda: pm.gp.cov.ExpQuad(1, ls=pm.Gamma("ell", 2, 2)),
+        Z=grid_inducing_points(-3.5, 3.5, 10), noise_sd=lambda: pm.HalfNormal("sigma", 1.0),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("which", ["sparse X", "sparse y"])
+def test_a_sparse_matrix_of_private_data_is_refused_before_the_selection_spends(which):
+    """Was: the schema check trusted any object with a dtype and a shape; the ledger was
+    charged (ε 1.37), then the conversion failed with a ``TypeError``."""
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-3, 3, (100, 1))
+    y = np.sin(2 * X[:, 0]) + 0.3 * rng.standard_normal(100)
+    data = (sp.csr_matrix(X), y) if which == "sparse X" else (X, sp.csr_matrix(y[:, None]))
+    ledger = Ledger(epsilon=100.0, delta=1e-3, filter="renyi")
+    g = np.random.default_rng(1)
+    state = g.bit_generator.state
+    with pytest.raises(TypeError, match=r"csr_matrix \(call \.toarray\(\)\)"):
+        select_by_random_stopping(
+            _selection_model(), product_grid({"ell": [0.3, 1.0], "sigma": [0.3]}), data,
+            epsilon=1.0, delta=1e-5, y_bounds=(-2, 2), ledger=ledger, gamma=0.5, rng=g,
+        )  # fmt: skip
+    assert ledger.history == [] and g.bit_generator.state == state
+
+
+def test_binned_release_refuses_misaligned_pandas_rows():
+    """Was: a shuffled Series was paired with the DataFrame's rows by position."""
+    rng = np.random.default_rng(0)
+    X = pd.DataFrame({"x": rng.uniform(0, 6, 40)})
+    y = pd.Series(np.sin(X["x"]).clip(-1.9, 1.9))
+    bins = make_bins(np.linspace(0, 6, 7))
+    with pytest.raises(ValueError, match="different indexes"):
+        binned_release(X, y.sample(frac=1, random_state=1), bins, epsilon=1.0,
+                       y_bounds=(-2, 2), rng=np.random.default_rng(1))  # fmt: skip
+    r = binned_release(X, y, bins, epsilon=1.0, y_bounds=(-2, 2), rng=np.random.default_rng(1))
+    assert r.draws.shape == (1, 6)
+
+
+def _frame_model():
+    rng = np.random.default_rng(0)
+    X = pd.DataFrame(rng.uniform(0, 6, (30, 2)), columns=["age", "weight"])
+    y = np.clip(np.sin(X["age"].to_numpy()) + 0.3 * rng.standard_normal(30), -1.9, 1.9)
+    return gp_regression(X, y, pm.gp.cov.ExpQuad(2, ls=[1.5, 3.0]), noise_sd=0.3, mean=0.0)
+
+
+@pytest.mark.parametrize("entry", ["cloaked", "prior_noise", "sample_path", "release_posterior"])
+def test_a_data_frame_of_new_inputs_must_have_the_model_columns_in_order(entry):
+    """Was: ``X_star[["weight", "age"]]`` was used by position, a different release."""
+    model = _frame_model()
+    Xs = pd.DataFrame(np.random.default_rng(1).uniform(0, 6, (5, 2)), columns=["age", "weight"])
+    kw = dict(epsilon=1.0, delta=1e-3, y_bounds=(-2, 2), n_draws=1)
+    released = cloaked_release(model, Xs, rng=np.random.default_rng(0), **kw)
+    calls = {
+        "cloaked": lambda Z, led: cloaked_release(model, Z, ledger=led,
+                                                  rng=np.random.default_rng(), **kw),
+        "prior_noise": lambda Z, led: prior_noise_release(model, Z, ledger=led,
+                                                          rng=np.random.default_rng(), **kw),
+        "sample_path": lambda Z, led: sample_path_release(
+            model, Z, n_draws=1, kernel_scale=1.0, y_bounds=(-2, 2), delta=1e-5,
+            domain=Box([0, 0], [6, 6]), ledger=led, rng=np.random.default_rng()),
+        "release_posterior": lambda Z, led: release_posterior(released, model, Z),
+    }  # fmt: skip
+    ledger = Ledger(1e6, 1e-3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        calls[entry](Xs, ledger)  # the model's own order is accepted
+        calls[entry](Xs.to_numpy(), ledger)  # arrays are positional, as documented
+        spent = len(ledger.history)
+        with pytest.raises(ValueError, match=r"columns \['weight', 'age'\].*\['age', 'weight'\]"):
+            calls[entry](Xs[["weight", "age"]], ledger)
+    assert len(ledger.history) == spent
+
+
+def test_dp_ppc_checks_the_hold_out_columns_against_the_training_model():
+    model = _frame_model()
+    Xh = pd.DataFrame(np.random.default_rng(2).uniform(0, 6, (6, 2)), columns=["age", "weight"])
+    rel = cloaked_release(model, Xh, epsilon=1.0, delta=1e-3, y_bounds=(-2, 2), n_draws=2,
+                          rng=np.random.default_rng(1))  # fmt: skip
+    yh = np.zeros(6)
+    with pytest.raises(ValueError, match="X_holdout has the columns"):
+        dp_ppc(rel, Xh[["weight", "age"]], yh, noise_sd=0.3, training=model)
+    dp_ppc(rel, Xh, yh, noise_sd=0.3, training=model)
+
+
+def test_masked_entries_of_public_arrays_are_refused():
+    """Was: ``np.asarray`` dropped the mask and used the hidden values."""
+    masked = np.ma.array([1.0], mask=[True])
+    rng = np.random.default_rng(0)
+    X = rng.uniform(0, 6, 40)
+    rel = binned_release(X, np.clip(np.sin(X), -1.9, 1.9), make_bins(np.linspace(0, 6, 7)),
+                         epsilon=1.0, y_bounds=(-2, 2), rng=np.random.default_rng(1))  # fmt: skip
+    with pytest.raises(ValueError, match="lengthscale has masked entries"):
+        binned_gp(rel, np.linspace(0, 6, 5), lengthscale=masked, kernel_scale=1.0, noise_sd=0.3)
+    with pytest.raises(ValueError, match="masked"):
+        parse_domain((np.ma.array([0.0, 0.0], mask=[True, False]), [1.0, 1.0]))
+    # unmasked masked arrays are plain numbers
+    assert parse_domain((np.ma.array([0.0]), [1.0])).dim == 1
+
+
+def test_thompson_candidates_must_lie_in_the_domain():
+    """Was: candidates=[[5.0]] with domain (0, 1) was queried, then clipped by the release."""
+    calls = []
+
+    def objective(Q):
+        calls.append(Q)
+        return np.sin(3 * Q[:, 0])
+
+    ledger = Ledger(epsilon=1e7, delta=1e-5)
+    with pytest.raises(ValueError, match="candidates must lie inside the public domain"):
+        dp_thompson_sampling(objective, pm.gp.cov.ExpQuad(1, ls=0.5), domain=(0.0, 1.0),
+                             X_init=[[0.2], [0.7]], n_rounds=3, noise_sd=0.3, y_bounds=(-1, 1),
+                             ledger=ledger, candidates=np.array([[5.0]]), progressbar=False,
+                             rng=np.random.default_rng(8))  # fmt: skip
+    assert calls == [] and ledger.history == []
+
+
+def test_thompson_refuses_x_init_columns_the_kernel_does_not_take_before_observing():
+    calls = []
+    with pytest.raises(ValueError, match="X_init has 3 column"):
+        dp_thompson_sampling(lambda Q: calls.append(Q) or np.zeros(len(Q)),
+                             pm.gp.cov.ExpQuad(2, ls=0.5), domain=(0.0, 1.0),
+                             X_init=[[0.2, 0.2, 0.2]], n_rounds=1, noise_sd=0.3,
+                             y_bounds=(-1, 1), ledger=Ledger(1e7, 1e-5), progressbar=False,
+                             rng=np.random.default_rng(8))  # fmt: skip
+    assert calls == []
+
+
+def test_clearer_messages_for_arrays_of_the_wrong_kind():
+    x = np.linspace(0, 6, 30)
+    m2 = gp_regression(np.column_stack([x, x]), np.sin(x), pm.gp.cov.ExpQuad(2, ls=1.5),
+                       noise_sd=0.3)  # fmt: skip
+    with pytest.raises(ValueError, match="X_star must have 2 column"):  # was "Xa"
+        prior_noise_release(m2, np.ones((5, 3)), epsilon=1, delta=1e-3, y_bounds=(-2, 2),
+                            rng=np.random.default_rng(0))  # fmt: skip
+    m1 = _model()
+    rel = cloaked_release(m1, np.linspace(0, 6, 25), epsilon=1, delta=1e-3, y_bounds=(-2, 2),
+                          n_draws=2, rng=np.random.default_rng(0))  # fmt: skip
+    Xh = np.linspace(0, 6, 9)
+    for bad in (np.zeros((9, 1)), np.zeros(3)):  # NumPy's broadcast message before
+        with pytest.raises(ValueError, match="extra_sd must be one number or one per"):
+            dp_ppc(rel, Xh, np.sin(Xh), noise_sd=0.3, training=m1, extra_sd=bad)
+    edges = np.linspace(0, 6, 7)
+    assert make_bins(pd.Series(edges)).n_bins == make_bins(edges).n_bins == 6  # was shape ()
+    with pytest.raises(ValueError, match="iterator"):  # was "not a number of bins"
+        make_bins(v for v in edges)
+    for bad, kind in (((v for v in np.sin(x)), "generator"), (set(np.sin(x)), "set")):
+        with pytest.raises(TypeError, match=f"got a {kind}"):  # was "some entry is not a number"
+            gp_regression(x, bad, pm.gp.cov.ExpQuad(1, ls=1.5), noise_sd=0.3)

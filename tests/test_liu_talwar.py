@@ -48,7 +48,7 @@ from pm_dpgp.selection import (
     stopping_pmf,
 )
 from pm_dpgp.selection.coinpress import centred_clipped_mean
-from tests.private_checks import assert_no_private_number
+from tests.private_checks import assert_no_private_number, untouchable_private_data
 
 GRID = product_grid({"ell": [0.3, 1.0, 3.0], "sigma": [0.1, 0.3]})
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -289,33 +289,14 @@ def test_secure_selection_runs_and_records_secure_noise():
     assert res.event.base.rho >= res.public_details["coinpress_rho"]
 
 
-class _Untouchable:
-    """Private data that raise if read: only the declared schema (shape, float dtype) is public.
-
-    (Formerly only ``len()``: an object without a declared schema must now be converted
-    before the spend to check its schema, audit D3, ``check_data_schema``.)
-    """
-
-    dtype = np.dtype(np.float64)
-
-    def __init__(self, *shape: int) -> None:
-        self.shape = shape or (300,)
-
-    def __len__(self) -> int:
-        return self.shape[0]
-
-    def __array__(self, *a, **k):
-        raise AssertionError("private data read")
-
-
-def test_refusal_before_any_randomness_or_data():
+def test_refusal_before_any_randomness_or_data(monkeypatch):
     model = _sparse_model()
     ledger = Ledger(epsilon=0.5, delta=1e-5, filter="renyi")
     rng = np.random.default_rng(11)
     state = rng.bit_generator.state
     with pytest.raises(BudgetExceededError):
         select_by_random_stopping(
-            model, GRID, (_Untouchable(300, 1), _Untouchable()), epsilon=1.0, delta=1e-5,
+            model, GRID, untouchable_private_data(monkeypatch, 300), epsilon=1.0, delta=1e-5,
             y_bounds=(-2.0, 2.0), ledger=ledger, rng=rng,
         )  # fmt: skip
     assert rng.bit_generator.state == state

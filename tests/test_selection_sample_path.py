@@ -33,7 +33,7 @@ from pm_dpgp.selection import (
     select_by_sample_paths,
     select_hyperparameters,
 )
-from tests.private_checks import assert_no_private_number
+from tests.private_checks import assert_no_private_number, untouchable_private_data
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -166,25 +166,6 @@ def test_planned_curve_bounds_each_release_and_a_costlier_release_aborts(model, 
         )
 
 
-class _Untouchable:
-    """Private data that raise if read: only the declared schema (shape, float dtype) is public.
-
-    (Formerly only ``len()``: an object without a declared schema must now be converted
-    before the spend to check its schema, audit D3, ``check_data_schema``.)
-    """
-
-    dtype = np.dtype(np.float64)
-
-    def __init__(self, *shape: int) -> None:
-        self.shape = shape or (N,)
-
-    def __len__(self) -> int:
-        return self.shape[0]
-
-    def __array__(self, *a, **k):
-        raise AssertionError("private data read")
-
-
 def _raise(*a, **k):
     raise AssertionError("called before the spend")
 
@@ -197,7 +178,7 @@ def test_refusal_before_any_randomness_or_data(model, monkeypatch):
     ledger = Ledger(epsilon=1.0, delta=1e-3, filter="renyi")  # the selection costs ≈ 2.1
     with pytest.raises(BudgetExceededError):
         select_by_sample_paths(
-            model, GRID, (_Untouchable(N, 1), _Untouchable()), **OPTS, ledger=ledger, rng=rng
+            model, GRID, untouchable_private_data(monkeypatch, N), **OPTS, ledger=ledger, rng=rng
         )
     assert rng.bit_generator.state == state and ledger.history == []
     # a zCDP filter cannot hold an RDP curve: refused the same way
@@ -236,7 +217,7 @@ def test_bad_public_input_is_refused_before_the_spend(model, monkeypatch, change
     grid = kw.pop("grid")
     with pytest.raises(ValueError, match=match):
         select_by_sample_paths(
-            model, grid, (_Untouchable(N, 1), _Untouchable()), **kw, ledger=ledger, rng=rng
+            model, grid, untouchable_private_data(monkeypatch, N), **kw, ledger=ledger, rng=rng
         )
     assert ledger.history == [] and rng.bit_generator.state == state
 

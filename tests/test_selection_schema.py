@@ -36,33 +36,47 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 SECRET = "7.123456789"
 
 
-class _Declared:
-    """A float array-like that raises if its values are read: only shape and dtype are public."""
+def _declared(*shape: int) -> np.ndarray:
+    """An in-memory float array: its shape and dtype are its declared schema."""
+    return np.zeros(shape)
 
-    dtype = np.dtype(np.float64)
 
-    def __init__(self, *shape: int) -> None:
-        self.shape = shape
-
-    def __array__(self, *a, **k):
-        raise AssertionError("private data read")
+def _read(*a, **k):
+    raise AssertionError("private data read")
 
 
 # --------------------------------------------------------------------------- check_data_schema
-def test_schema_of_declared_arrays_is_read_from_the_declaration_only():
-    X, y = _Declared(5, 2), _Declared(5, 1)
-    Xc, yc, n = check_data_schema(X, y, 2)
-    assert (Xc is X, yc is y, n) == (True, True, 5)
-    assert check_data_schema(_Declared(4), _Declared(4), 1)[2] == 4  # 1-D X is one column
-    for X, y, cols in [
-        (_Declared(5, 2), _Declared(5), 1),  # wrong column count
-        (_Declared(5, 1), _Declared(5, 2), 1),  # y of pairs
-        (_Declared(5, 1, 1), _Declared(5), 1),  # 3-D inputs
-        (_Declared(5, 1), _Declared(4), 1),  # rows differ
-        (_Declared(), _Declared(5), 1),  # a scalar
-    ]:
-        with pytest.raises(ValueError, match="data must be X of shape"):
-            check_data_schema(X, y, cols)
+def test_schema_of_declared_arrays_is_read_from_the_declaration_only(monkeypatch):
+    """Only the declaration of a NumPy / pandas / xarray array is read: every conversion
+    route is patched to raise.  (Before stop 41 any object with a NumPy ``dtype`` and a
+    ``shape`` was trusted; a SciPy sparse matrix has both and failed to convert after the
+    spend: see the last lines.)"""
+    import pandas as pd
+    import xarray as xr
+
+    import pm_dpgp.selection.private_data as private_data_module
+
+    with monkeypatch.context() as patched:
+        patched.setattr(private_data_module, "float_array", _read)
+        X, y = _declared(5, 2), _declared(5, 1)
+        Xc, yc, n = check_data_schema(X, y, 2)
+        assert (Xc is X, yc is y, n) == (True, True, 5)
+        assert check_data_schema(_declared(4), _declared(4), 1)[2] == 4  # 1-D X is one column
+        s, da = pd.Series(np.zeros(4)), xr.DataArray(np.zeros((4, 1)))
+        assert check_data_schema(da, s, 1)[2] == 4
+        for X, y, cols in [
+            (_declared(5, 2), _declared(5), 1),  # wrong column count
+            (_declared(5, 1), _declared(5, 2), 1),  # y of pairs
+            (_declared(5, 1, 1), _declared(5), 1),  # 3-D inputs
+            (_declared(5, 1), _declared(4), 1),  # rows differ
+            (_declared(), _declared(5), 1),  # a scalar
+        ]:
+            with pytest.raises(ValueError, match="data must be X of shape"):
+                check_data_schema(X, y, cols)
+    import scipy.sparse as sp
+
+    with pytest.raises(TypeError, match="csr_matrix"):  # converted (and refused) here
+        check_data_schema(sp.csr_matrix(np.zeros((5, 1))), np.zeros(5), 1)
 
 
 def test_schema_of_lists_converts_and_keeps_records_whole():

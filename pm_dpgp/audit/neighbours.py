@@ -34,7 +34,7 @@ from pm_dpgp._validation import (
     require,
 )
 from pm_dpgp.audit.renyi import Kernel, RenyiTerms, posterior_renyi_terms
-from pm_dpgp.mechanisms.full.sample_path_bounds import parse_domain
+from pm_dpgp.domain import Box, parse_domain
 
 __all__ = [
     "NeighbourPair",
@@ -200,7 +200,7 @@ def _structured_start(
     k: int, lows: NDArray, highs: NDArray, n: int, m: int, M: float, rng: np.random.Generator
 ) -> NeighbourPair:
     """Starts known to be hard: T on the differing inputs, extreme and opposite responses."""
-    base = random_neighbours(np.column_stack([lows, highs]), n, M, m, rng)
+    base = random_neighbours(Box(lows, highs), n, M, m, rng)
     x = base.x
     xp = lows + (highs - lows) * (1.0 - (x - lows) / np.where(highs > lows, highs - lows, 1.0))
     if k % 3 == 1:

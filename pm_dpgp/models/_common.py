@@ -6,6 +6,7 @@ import hashlib
 import math
 import numbers
 import pickle
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -645,7 +646,35 @@ def remember_arguments(model: Any, X: Any, y: Any) -> Any:
     and cannot be recognised this way (``docs/workflow.md``).
     """
     model._X_argument, model._y_argument = X, y
+    model._input_columns = dataframe_columns(X)
     return model
+
+
+def dataframe_columns(X: Any) -> tuple[str, ...] | None:
+    """The column names of a pandas ``DataFrame`` (public: the schema, not a value), else None."""
+    pd = sys.modules.get("pandas")
+    if pd is not None and isinstance(X, pd.DataFrame):
+        return tuple(str(c) for c in X.columns)
+    return None
+
+
+def check_input_columns(X_new: Any, model: Any, name: str = "X_star") -> None:
+    """Refuse a ``DataFrame`` of new inputs whose columns are not the model's, in its order.
+
+    Inputs are used by position, so ``X_star[["weight", "age"]]`` for a model built on
+    ``["age", "weight"]`` was a different release, silently (stop-41 fuzz).  Only the column
+    names are compared (the schema); arrays, and models built from arrays, are positional as
+    documented.
+    """
+    fit = getattr(model, "_input_columns", None)
+    given = dataframe_columns(X_new)
+    if fit is None or given is None or given == fit:
+        return
+    raise ValueError(
+        f"{name} has the columns {list(given)}, but the model was built on {list(fit)}: inputs "
+        f"are used by position, so select them in that order ({name}[{list(fit)}]); nothing "
+        "was spent or drawn."
+    )
 
 
 def _model_fields(

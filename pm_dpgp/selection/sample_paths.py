@@ -77,6 +77,7 @@ from pm_dpgp.mechanisms.full.sample_path_bounds import (
 from pm_dpgp.mechanisms.gaussian import zcdp_rho
 from pm_dpgp.mechanisms.noise import SIMULATION
 from pm_dpgp.models import GPRegression
+from pm_dpgp.models._common import check_input_columns
 from pm_dpgp.models.exact import PublicGP
 from pm_dpgp.models.guards import require_exact_regression
 from pm_dpgp.selection.coinpress import check_coinpress_settings, coinpress_mean
@@ -439,6 +440,7 @@ def select_by_sample_paths(
         ``None``: paths from an OS-entropy-seeded Generator, secure COINPRESS noise and
         OS-entropy coins; a Generator: simulation mode.
     """
+    check_input_columns(X_star, model)  # a DataFrame in another column order
     if ledger is not None and not isinstance(ledger, Ledger):
         raise TypeError(f"ledger must be a pm_dpgp Ledger or None, got {type(ledger).__name__}.")
     if rng is not None:

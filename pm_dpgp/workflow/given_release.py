@@ -50,6 +50,7 @@ from scipy.linalg import cho_factor, cho_solve, qr, solve_triangular
 from pm_dpgp._validation import check_count, check_finite_array, check_rng, real_or_nan
 from pm_dpgp.gp.linalg import psd_eigen_root
 from pm_dpgp.models import GPRegression, PublicGP
+from pm_dpgp.models._common import check_input_columns
 from pm_dpgp.release import Release, _jsonable
 
 __all__ = ["ReleasePosterior", "release_posterior"]
@@ -195,6 +196,7 @@ def release_posterior(
         FITC), or a model whose kernel, hyperparameters, noise or prior mean differ from
         the release's record.
     """
+    check_input_columns(X_new, model, "X_new")  # a DataFrame in another column order
     if not isinstance(release, Release):
         raise TypeError(f"release must be a pm_dpgp Release, got {type(release).__name__}.")
     if release.mechanism not in LINEAR_GAUSSIAN_MECHANISMS:

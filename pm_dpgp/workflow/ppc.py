@@ -70,6 +70,7 @@ from pm_dpgp.mechanisms.full.dirichlet import DirichletRelease
 from pm_dpgp.mechanisms.full.noise_aware import SparseQuRelease
 from pm_dpgp.mechanisms.full.sample_path import SamplePathRelease
 from pm_dpgp.models import GPRegression
+from pm_dpgp.models._common import check_input_columns
 from pm_dpgp.release import Release, flat_attrs, released_mean_draws
 from pm_dpgp.workflow.given_release import ReleasePosterior, check_posterior_for
 
@@ -297,7 +298,10 @@ def dp_ppc(
     interpolate:
         allow linear interpolation of a 1-D ``Release`` to the hold-out inputs.
     holdout_is_public:
-        skip the identity check.
+        skip the identity check.  Without it, ``y_holdout`` (and for a fully private release
+        ``X_holdout``) is refused when it *is* the training array or shares its memory; a copy
+        (``y.copy()``, ``pd.Series(y)`` under pandas ≥ 3) is not recognised, and values are
+        never compared (``docs/workflow.md``, "Posterior predictive checks").
     dp_noise:
         for a ``Release`` (cloaking, prior noise, binning): ``"marginalise"`` (default) draws
         ``posterior["f"]`` from the released mean's posterior given the DP draws,
@@ -321,6 +325,7 @@ def dp_ppc(
     PrivateDataError
         ``y_holdout`` is the private training output array (same object or memory).
     """
+    check_input_columns(X_holdout, training, "X_holdout")  # another column order
     rng = check_rng(rng)
     # a declaration: only True (holdout_is_public="no" published the training labels, stop 40)
     if not check_flag(holdout_is_public, "holdout_is_public"):  # identity only, no value read
@@ -369,7 +374,15 @@ def dp_ppc(
             f"var_name must be a non-empty name other than {sorted(_PPC_NAMES)}, got "
             f"{var_name!r}; pass e.g. var_name='y'."
         )
-    extra = np.broadcast_to(public_real_array(extra_sd, "extra_sd"), y_hold.shape)
+    try:
+        extra = np.broadcast_to(public_real_array(extra_sd, "extra_sd"), y_hold.shape)
+    except ValueError as err:
+        if "extra_sd must" in str(err):
+            raise
+        raise ValueError(  # NumPy's broadcast message named no argument (stop-41 fuzz)
+            f"extra_sd must be one number or one per hold-out point ({y_hold.size}), got shape "
+            f"{np.shape(extra_sd)}."
+        ) from None
     if np.any(extra < 0) or not np.all(np.isfinite(extra)):
         raise ValueError("extra_sd must be finite and non-negative; pass e.g. extra_sd=0.")
     if posterior is not None:

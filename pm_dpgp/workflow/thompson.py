@@ -57,13 +57,13 @@ from pm_dpgp._validation import (
     check_positive,
     check_rng,
     check_scale,
-    public_real_array,
     refuse_text,
     reject_unexpected,
     renamed,
 )
 from pm_dpgp.accounting import BudgetExceededError, Ledger, PrivacyEvent
 from pm_dpgp.compat import get_group
+from pm_dpgp.domain import Box, parse_domain
 from pm_dpgp.gp.linalg import psd_eigen_root
 from pm_dpgp.mechanisms.full.sample_path import (
     NEIGHBOURING_RELATION,
@@ -261,18 +261,11 @@ def _thompson_idata(
     )
 
 
-def _box(domain: tuple[ArrayLike, ArrayLike], d: int) -> tuple[NDArray, NDArray]:
-    try:
-        lower, upper = (
-            np.broadcast_to(public_real_array(b, "domain"), (d,)).copy() for b in domain
-        )
-    except (TypeError, ValueError):
-        raise ValueError(
-            f"domain must be a pair (lower, upper) of numbers or of length-{d} arrays (the "
-            f"inputs have {d} column(s)), got {domain!r}."
-        ) from None
-    if not (np.all(np.isfinite(lower)) and np.all(np.isfinite(upper)) and np.all(lower < upper)):
-        raise ValueError(f"domain must be a finite box with lower < upper, got {domain!r}.")
+def _box(domain: Any, d: int) -> tuple[NDArray, NDArray]:
+    """``(lower, upper)`` of the public box in ``d`` dimensions (``pm_dpgp.domain``: the
+    corners ``(lower, upper)``, ``(low, high)`` pairs or a ``Box``; an ambiguous 2 × 2 form is
+    refused)."""
+    lower, upper = parse_domain(domain, d)
     return lower, upper
 
 
@@ -355,6 +348,10 @@ def check_loop_inputs(
     fixed = _frozen_copy(check_finite_array(candidates, "candidates", ndim=2))
     if fixed.shape[1] != d:
         raise ValueError(f"candidates must have {d} column(s).")
+    if np.any(fixed < lower) or np.any(fixed > upper):
+        # a query outside the box was made, then clipped back into it by the round's release,
+        # which then conditioned on an input other than the queried one (stop-41 fuzz)
+        raise ValueError("candidates must lie inside the public domain, like X_init.")
     return X0, lower, upper, fixed, len(fixed)
 
 
@@ -559,6 +556,14 @@ def dp_thompson_sampling(
     X0, lower, upper, fixed_cand, n_cand = check_loop_inputs(X_init, domain, n_rounds, candidates)
     check_refine(refine_steps, refine_points)
     d = X0.shape[1]
+    kernel_dim = getattr(cov_func, "input_dim", None)
+    if isinstance(kernel_dim, int) and kernel_dim != d:
+        # refused before the objective is first called (it ran once, then the model's
+        # kernel refused the inputs; stop-41 fuzz)
+        raise ValueError(
+            f"X_init has {d} column(s) but cov_func takes {kernel_dim} input dimension(s); "
+            "nothing was observed, spent or drawn."
+        )
     noise_sd = check_positive(noise_sd, "noise_sd")
     kernel_scale = check_scale(kernel_scale, "kernel_scale")
     if private:
@@ -571,9 +576,9 @@ def dp_thompson_sampling(
     model = gp_regression(X0, y0, cov_func, noise_sd=noise_sd, mean=prior_mean, mean_is_public=True)
     base = model.public_gp()
     r2 = base.noise_var / kernel_scale**2
-    domain_box = np.column_stack([lower, upper])
+    box = Box(lower, upper)  # passed on as a Box: a 2 × 2 array could be read two ways
     if private:  # proved default or the caller's κ checked: once here, not every round
-        kappa = resolve_kappa(kappa, base, kernel_scale, domain_box, model.cov_func)
+        kappa = resolve_kappa(kappa, base, kernel_scale, box, model.cov_func)
         # the rounds' public settings, checked before the first random number is drawn (a
         # refusal inside round 1 came after its candidates were drawn: stop-30 audit); the
         # kernel at the design, the fixed candidates and the domain grid
@@ -598,8 +603,8 @@ def dp_thompson_sampling(
             base,
             kernel_scale,
             kernel_class,
-            _public_probes(shown, domain_box),
-            unboxed=domain_box is None,
+            _public_probes(shown, box),
+            unboxed=False,
         )
     X_all, y_all = X0.copy(), y0.copy()
     failure: Exception | None = None
@@ -653,7 +658,7 @@ def dp_thompson_sampling(
                             y_bounds=(y_lower, y_upper),
                             delta=delta,
                             kappa=float(kappa),
-                            domain=domain_box,
+                            domain=box,
                             eta=eta,
                             kernel_class=kernel_class,
                             sensitivity=sensitivity,

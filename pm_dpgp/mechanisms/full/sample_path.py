@@ -79,7 +79,7 @@ from pm_dpgp.mechanisms.full.sample_path_bounds import (
 )
 from pm_dpgp.mechanisms.noise import SEED_POLICY_SIMULATION, SIMULATION
 from pm_dpgp.models import GPRegression, PublicGP
-from pm_dpgp.models._common import _eval_kernel
+from pm_dpgp.models._common import _eval_kernel, check_input_columns
 from pm_dpgp.models.guards import require_exact_regression
 from pm_dpgp.models.sparse import is_stationary_decreasing
 
@@ -562,7 +562,7 @@ def certified_kappa(
     if is_stationary_decreasing(cov_func):
         # the structure proves monotonicity; the corner-and-grid check is kept as evidence up
         # to d = 12 (same value, bit for bit) and skipped beyond (too many corners)
-        d = parse_domain(domain)[0].size
+        d = parse_domain(domain).dim
         return kernel_lower_bound(kernel_fn, domain, assume_monotone=d > 12)
     return 0.0
 
@@ -1049,6 +1049,7 @@ def sample_path_release(
     progressbar:
         show a progress bar over the stages (factorisation, draw), as PyMC's samplers do.
     """
+    check_input_columns(X_star, gpr)  # a DataFrame in another column order
     progressbar = check_flag(progressbar, "progressbar")  # "no" showed a bar
     func = "sample_path_release"
     n_draws = renamed("n_paths", "n_draws", deprecated, n_draws, func=func)

@@ -64,7 +64,6 @@ from pm_dpgp._validation import (
     check_positive,
     check_public_bounds,
     check_scale,
-    float_array,
     real_or_nan,
     reject_unexpected,
     renamed,
@@ -72,6 +71,7 @@ from pm_dpgp._validation import (
     require,
 )
 from pm_dpgp.accounting import DEFAULT_ORDERS, RdpCurveEvent, rdp_to_epsilon
+from pm_dpgp.domain import parse_domain
 
 __all__ = [
     "KernelClass",
@@ -151,29 +151,6 @@ def _check_L(L: Any) -> int:
             f"L (the number of released paths) must be a whole number >= 1, got {L!r}."
         )
     return int(L)
-
-
-def parse_domain(domain: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    """Return ``(lows, highs)`` of a box domain.
-
-    ``domain`` is an interval ``(low, high)`` (1-D) or a sequence of ``d`` pairs
-    ``[(low_1, high_1), …]`` / an array of shape ``(d, 2)``.  Bounds must be finite with
-    ``low ≤ high``: the domain is public, and κ = 0 is the only valid bound on an unbounded one.
-    """
-    arr = float_array(domain, "domain", None)  # text refused by type, no NumPy message
-    if arr.ndim == 1 and arr.shape == (2,):
-        arr = arr[None, :]
-    if arr.ndim != 2 or arr.shape[1] != 2 or arr.shape[0] == 0:
-        raise ValueError(
-            "domain must be an interval (low, high) or a sequence of (low, high) pairs, one per "
-            f"input dimension; got shape {np.shape(domain)}."
-        )
-    if not np.all(np.isfinite(arr)) or np.any(arr[:, 0] > arr[:, 1]):
-        raise ValueError(
-            f"domain bounds must be finite with low <= high, got {arr.tolist()}. For an "
-            "unbounded domain use kappa = 0."
-        )
-    return arr[:, 0].copy(), arr[:, 1].copy()
 
 
 # --------------------------------------------------------------------------------------------

@@ -44,7 +44,8 @@ averaged observation noise plus the Laplace variance, moment-matched by a Gaussi
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import sys
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from importlib.metadata import version
 from typing import Literal
@@ -66,6 +67,7 @@ from pm_dpgp._validation import (
     private_array,
     public_real_array,
     real_or_nan,
+    refuse_misaligned_rows,
     warn_public_settings,
 )
 from pm_dpgp.accounting import LaplaceEvent, Ledger, PrivacyEvent, PureDpEvent
@@ -190,6 +192,14 @@ class Bins:
 
 def make_bins(edges: Sequence[ArrayLike] | ArrayLike) -> Bins:
     """Public bins from edges: one increasing array per input dimension (or one array for 1-D)."""
+    pd = sys.modules.get("pandas")
+    if pd is not None and isinstance(edges, pd.Series | pd.Index):  # read as scalars (stop 41)
+        edges = edges.to_numpy()
+    if isinstance(edges, Iterator):  # a generator was "a number of bins" (stop-41 fuzz)
+        raise ValueError(
+            "make_bins takes the bin edges as an array or a list of arrays, got an iterator; "
+            "pass list(...) of it."
+        )
     if np.ndim(edges) == 0:
         raise ValueError(
             f"make_bins takes the bin edges, not a number of bins (got {edges!r}); pass e.g. "
@@ -365,6 +375,9 @@ def binned_release(
     whose metadata holds the public edges, counts and scales.
     Everything is validated before the ledger is charged; the ledger is charged before any noise.
     """
+    # rows are paired by position: a DataFrame X and a Series y with different indexes were
+    # paired silently (stop-41 fuzz; every other entry point refused them)
+    refuse_misaligned_rows((X, y), ("X", "y"))
     epsilon = check_epsilon(epsilon)
     n_draws = check_count(n_draws, "n_draws")
     rng = simulation_rng(rng)

@@ -71,7 +71,7 @@ from pm_dpgp.mechanisms.label.output_perturbation import (
     release_guarantee,
 )
 from pm_dpgp.mechanisms.whitening import centred_whitening
-from pm_dpgp.models._common import _as_2d_inputs
+from pm_dpgp.models._common import _as_2d_inputs, check_input_columns
 from pm_dpgp.models.classification import GPClassification, PublicLatentGP, binary_labels
 from pm_dpgp.models.fitc import kmeans_public_inducing
 from pm_dpgp.release import Release
@@ -228,6 +228,7 @@ def classification_release(
         DP latent values at ``X_star`` (``variable_name="f_dp"``); its metadata holds the
         public latent variance (``latent_var``) used by ``class_probabilities``.
     """
+    check_input_columns(X_star, gpc)  # a DataFrame in another column order
     progressbar = check_flag(progressbar, "progressbar")  # "no" showed a bar
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta)

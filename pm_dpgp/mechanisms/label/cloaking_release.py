@@ -40,6 +40,7 @@ from pm_dpgp.mechanisms.label.output_perturbation import (
 from pm_dpgp.mechanisms.label.truncation import RankCut, TruncationSetting
 from pm_dpgp.mechanisms.whitening import centred_whitening
 from pm_dpgp.models import GPRegression, PublicGP
+from pm_dpgp.models._common import check_input_columns
 from pm_dpgp.models.fitc import PublicFITC
 from pm_dpgp.models.hyperparameters import warn_if_not_planned
 from pm_dpgp.release import Release
@@ -247,6 +248,7 @@ def cloaked_release(
         variance on !Kung with the default rank cut, 0.45× at ``rank_tol=1e-8``).  Privacy
         is the same: the sensitivity is computed for the ``M`` used.
     """
+    check_input_columns(X_star, gpr)  # a DataFrame in another column order
     progressbar = check_flag(progressbar, "progressbar")  # "no" showed a bar
     public_gp = gpr.public_cloaking(hyperparameters)
     X_star = check_finite_array(X_star, "X_star", ndim=2)

@@ -36,12 +36,12 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.linalg import cho_solve
 
-from pm_dpgp._validation import check_finite_array
 from pm_dpgp.accounting import Ledger
 from pm_dpgp.gp.linalg import jittered_cholesky, solve_lower
 from pm_dpgp.mechanisms.label.output_perturbation import label_gaussian_release, model_labels
 from pm_dpgp.mechanisms.whitening import centred_whitening
 from pm_dpgp.models import GPRegression, PublicGP
+from pm_dpgp.models._common import _as_2d_inputs, check_input_columns
 from pm_dpgp.models.guards import require_exact_regression
 from pm_dpgp.release import Release
 
@@ -171,9 +171,11 @@ def prior_noise_release(
     ``rng=None`` (default) draws secure discrete Gaussian noise (OpenDP, OS entropy;
     ``docs/secure_noise.md``); a NumPy Generator selects the simulation mode.
     """
+    check_input_columns(X_star, gpr)  # a DataFrame in another column order
     require_exact_regression(gpr, "prior_noise_release")
     public_gp = gpr.public_gp(hyperparameters)
-    X_star = check_finite_array(X_star, "X_star", ndim=2)
+    # named and counted here: the kernel called it "Xa" (stop-41 fuzz)
+    X_star = _as_2d_inputs(X_star, "X_star", public_gp.input_dim)
     labels = model_labels(gpr, public_gp, y_bounds, clip=clip, bounds_are_public=bounds_are_public)
     parts = public_prior_noise(public_gp, X_star, bound)
     whitening = centred_whitening(parts.W, labels.y, labels.y_bounds, public_gp.mean)
