@@ -113,11 +113,18 @@ def to_netcdf(idata: Any, path: str | os.PathLike[str]) -> str:
 
 
 def from_netcdf(path: str | os.PathLike[str]) -> Any:
-    """Read a file written by ``to_netcdf`` into the native object, fully loaded."""
+    """Read a file written by ``to_netcdf`` into the native object, fully loaded, the file
+    closed (it stayed open on both stacks, so writing to the same path again raised
+    ``OSError``; stop-41 check)."""
     import arviz as az
 
-    obj = az.from_netcdf(os.fspath(path), engine="h5netcdf")
-    return obj.load() if USES_DATATREE else obj
+    if USES_DATATREE:
+        tree = az.from_netcdf(os.fspath(path), engine="h5netcdf")
+        loaded = tree.load()
+        tree.close()
+        return loaded
+    with az.rc_context({"data.load": "eager"}):  # eager: read into memory and closed
+        return az.from_netcdf(os.fspath(path), engine="h5netcdf")
 
 
 def stack_description() -> str:

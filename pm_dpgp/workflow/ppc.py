@@ -290,7 +290,11 @@ def dp_ppc(
         ``None`` skips the check.
     extra_sd:
         public extra predictive sd (scalar or ``(m,)``), e.g. the label-private
-        posterior sd at the hold-out inputs.
+        posterior sd at the hold-out inputs.  The default 0 leaves the posterior sd out of
+        the predictive, which then under-covers once the DP noise is small (90 % bands
+        covered 0.87–0.88 at ε = 30; ``docs/workflow.md``): pass
+        ``np.sqrt(model.public_gp().posterior_var(X_holdout))`` for a cloaking or prior-noise
+        release.
     n_replicates:
         noise replicates per DP draw (default: enough for ≥ 200 predictive draws).
     n_draws:

@@ -6,11 +6,12 @@ R-hat, effective sample sizes and Monte Carlo standard errors (Vehtari et al. 20
 They answer "did the Markov chains mix?".  DP draws come from no Markov chain: a cloaking or
 prior-noise release is a handful of independent DP draws (each one charged to the budget),
 a sample-path release a few independent paths, a noise-aware release any number of exact
-draws of its DP ``q(f)``.  With one chain R-hat is undefined (ArviZ prints NaN) and, with two
-or three draws, the ESS is 1–3 with a warning per variable: numbers that look like a failed
-fit when nothing failed.  ``dp_summary`` therefore asks for the statistics only
-(``kind="stats"``) and says in ``attrs["spread"]`` what the ``sd`` column measures for this
-mechanism.  What to look at instead is in ``docs/workflow.md`` ("What the spread means").
+draws of its DP ``q(f)``.  With one chain and a few draws, R-hat, ESS and MCSE all come back
+NaN (ArviZ 0.x also logs a shape-validation warning; stop-41 check on both stacks): columns
+that look like a failed fit when nothing failed.  ``dp_summary`` therefore asks for the
+statistics only (``kind="stats"``) and says in ``attrs["spread"]`` what the ``sd`` column
+measures for this mechanism.  What to look at instead is in ``docs/workflow.md`` ("What the
+spread means").
 
 For a release with additive DP noise of public sd (cloaking, prior noise, output
 perturbation, classification, binning), the spread of a few draws says little: one draw gives
@@ -86,8 +87,8 @@ def spread_meaning(mechanism: str) -> str:
             "the DP posterior q(f) (Honkela 2024, eq. 17): posterior uncertainty plus the DP "
             "noise it is aware of, NOT calibrated for the latent f: the regularisation lambda "
             "(eq. 10) biases the mean and S2 does not account for it, so 90 % intervals "
-            "covered f in 0.29-0.38 of cases (docs/noise_aware.md §11; intervals for y = f + e "
-            "0.62-0.88); draws are exact draws of q(f) and free"
+            "covered f in 0.29-0.42 of cases (docs/noise_aware.md §11; intervals for y = f + e "
+            "0.62-0.85); draws are exact draws of q(f) and free"
         )
     if mechanism.startswith("naive"):
         return (
