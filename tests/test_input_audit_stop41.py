@@ -50,6 +50,7 @@ from pm_dpgp.selection.cv_sse import plan_cv_sse
 from pm_dpgp.selection.grids import kfold_splits
 from pm_dpgp.workflow import (
     dp_ppc,
+    dp_summary,
     dp_thompson_sampling,
     dp_thompson_sampling_tree,
     release_posterior,
@@ -336,3 +337,44 @@ def test_clearer_messages_for_arrays_of_the_wrong_kind():
     for bad, kind in (((v for v in np.sin(x)), "generator"), (set(np.sin(x)), "set")):
         with pytest.raises(TypeError, match=f"got a {kind}"):  # was "some entry is not a number"
             gp_regression(x, bad, pm.gp.cov.ExpQuad(1, ls=1.5), noise_sd=0.3)
+
+
+def test_clearer_messages_for_full_privacy_data_containers():
+    rng = np.random.default_rng(3)
+    X = rng.uniform(-3, 3, 200)
+    y = np.sin(2 * X)
+    pub = _sparse_public().public_sparse_gp()
+    ledger = Ledger(100.0, 1e-3)
+    kw = dict(epsilon=1.0, delta=1e-4, y_bounds=(-2.0, 2.0), ledger=ledger,
+              rng=np.random.default_rng(4))  # fmt: skip
+    with pytest.raises(TypeError, match="zip"):  # was "len() of unsized object"
+        noise_aware_release(pub, zip(X, y, strict=True), **kw)
+    with pytest.raises(TypeError, match="got a DataFrame"):  # was "each chunk ... got str"
+        noise_aware_release(pub, pd.DataFrame({"x": X, "y": y}), **kw)
+    onehot = np.eye(3)[(X > -1).astype(int) + (X > 1).astype(int)]
+    with pytest.raises(ValueError, match=r"shape \(200, 3\).*argmax"):  # was "600 rows"
+        dirichlet_release(pub, (X, onehot), n_classes=3, epsilon=1.0, delta=1e-4,
+                          ledger=ledger, rng=np.random.default_rng(5))  # fmt: skip
+    assert ledger.history == []
+
+
+def test_dp_summary_names_and_probabilities():
+    rel = R.label_release("cloaking", _model())
+    idata = rel.to_inference_data()
+    with pytest.raises(ValueError, match=r"got array\(\[0.9\]\)"):  # was "got nan"
+        dp_summary(idata, prob=np.array([0.9]))
+    with pytest.raises(ValueError, match="list of variable names"):  # was ArviZ's KeyError
+        dp_summary(idata, var_names={"f_dp"})
+    with pytest.raises(ValueError, match=r"no variable \['f'\]"):
+        dp_summary(idata, var_names=["f"])
+    assert len(dp_summary(idata, var_names="f_dp")) == len(dp_summary(idata)) == 25
+
+
+def test_a_ragged_validation_split_gets_a_clear_error():
+    with pytest.raises(ValueError, match="1-D list or array"):  # was NumPy's message
+        select_by_random_stopping(
+            _selection_model(), product_grid({"ell": [0.3, 1.0], "sigma": [0.3]}),
+            (np.zeros((20, 1)), np.zeros(20)), epsilon=1.0, delta=1e-5, y_bounds=(-2, 2),
+            ledger=Ledger(100.0, 1e-3, filter="renyi"), validation=[[1, 2], [3]],
+            rng=np.random.default_rng(0),
+        )  # fmt: skip

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Iterable, Sequence
+import numbers
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -323,6 +324,12 @@ def sufficient_statistics(
             )
         chunks: Iterable[tuple[Any, ...]] = _split_rows(arrays, chunk)
     else:
+        if isinstance(data, Mapping) or hasattr(data, "columns"):
+            # a DataFrame or dict iterates over its column names ("got str"; stop-41 fuzz)
+            raise TypeError(
+                f"data must be a tuple (X, y[, w]) of arrays, got a {type(data).__name__}: "
+                "pass e.g. data=(df[input_columns], df[output_column])."
+            )
         try:
             iterator = iter(data)
         except TypeError as err:
@@ -347,6 +354,14 @@ def sufficient_statistics(
                         "summed on the workers."
                     )
                 refuse_misaligned_rows(tuple(item), tuple(f"chunk[{i}]" for i in range(len(item))))
+                if any(isinstance(a, numbers.Number) or getattr(a, "ndim", 1) == 0 for a in item):
+                    # zip(X, y) yields single records: y_i a number ("len() of unsized
+                    # object"; stop-41 fuzz).  Only the shape is looked at
+                    raise TypeError(
+                        "each chunk of an iterable must be a tuple of arrays with rows "
+                        "(X_chunk, y_chunk[, w_chunk]); a chunk held a single number (zip(X, y) "
+                        "gives one record at a time): pass data=(X, y)."
+                    )
                 arrs = tuple(_as_rows(a) for a in item)
                 yield from _split_rows(arrs, chunk)
 

@@ -35,8 +35,16 @@ def public_split(n: int, validation: ArrayLike | None) -> tuple[NDArray[np.intp]
             f"the default validation split (every 5th row) needs n >= 5 records, got n = {n}; "
             "pass validation=<public row indices>. Nothing was spent or drawn."
         )
-    if validation is not None and np.asarray(validation).dtype.kind not in "iu":
-        raise ValueError("validation must be integer row indices (not a mask or floats).")
+    if validation is not None:
+        try:  # a ragged list gave NumPy's "inhomogeneous shape" message (stop-41 fuzz)
+            kind = np.asarray(validation).dtype.kind
+        except ValueError:
+            kind = "O"
+        if kind not in "iu":
+            raise ValueError(
+                "validation must be integer row indices, a 1-D list or array (not a mask, "
+                "floats or nested lists)."
+            )
     val = (
         kfold_splits(n, 5)[0]
         if validation is None

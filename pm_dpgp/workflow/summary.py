@@ -139,9 +139,25 @@ def dp_summary(
         raise ValueError(f"no group {group!r} in this object; groups: {group_names(idata)}.")
     ds = get_group(idata, group)
     if prob is not None:  # "0.9" and Fraction gave NumPy's TypeError (stop-40 fuzz)
+        given = prob
         prob = real_or_nan(prob, "prob")
-        if not 0.0 < prob < 1.0:
-            raise ValueError(f"prob must be a number in (0, 1), got {prob!r}; pass e.g. 0.9.")
+        if not 0.0 < prob < 1.0:  # quotes what was passed: np.array([0.9]) read "got nan"
+            raise ValueError(f"prob must be a number in (0, 1), got {given!r}; pass e.g. 0.9.")
+    if var_names is not None:  # a set or one name gave ArviZ's KeyError (stop-41 fuzz)
+        if isinstance(var_names, str):
+            var_names = [var_names]
+        if not isinstance(var_names, list | tuple) or not all(
+            isinstance(v, str) for v in var_names
+        ):
+            raise ValueError(
+                f"var_names must be a list of variable names, got {var_names!r}; pass e.g. "
+                f"{sorted(map(str, ds.data_vars))}."
+            )
+        missing = [v for v in var_names if v.removeprefix("~") not in ds.data_vars]
+        if missing:  # ("~name" excludes a variable, as in ArviZ)
+            have = sorted(map(str, ds.data_vars))
+            raise ValueError(f"no variable {missing} in group {group!r}; it has {have}.")
+        var_names = list(var_names)
     with warnings.catch_warnings():
         # kind="stats" computes no R-hat/ESS; ArviZ may still warn about a single chain
         warnings.simplefilter("ignore", RuntimeWarning)

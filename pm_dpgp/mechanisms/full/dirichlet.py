@@ -334,6 +334,12 @@ def dirichlet_release(
         # Records with a non-finite input or a label outside 0 … C−1 are dropped (they
         # contribute zero, within the sensitivity); nothing reports whether that happened.
         Xa, ok = _inputs_chunk(X, d)
+        if np.ndim(labels) > 1 and np.shape(labels)[1:] != (1,):  # schema only
+            # one-hot labels were ravelled and reported as "600 rows" (stop-41 fuzz)
+            raise ValueError(
+                f"labels must hold one class index per record, shape (n,), got shape "
+                f"{np.shape(labels)}; for one-hot labels pass labels.argmax(axis=1)."
+            )
         lab, ok_lab = sanitise_labels(labels, C)
         if lab.shape[0] != Xa.shape[0]:
             raise ValueError(
