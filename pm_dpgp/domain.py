@@ -9,18 +9,25 @@ dimension).  In 2-D both are 2 × 2, and each entry point silently read the othe
 instead of 14,995); ``dp_thompson_sampling(domain=[(0, 1), (2, 3)])`` searched
 ``[0, 2] × [1, 3]`` instead of ``[0, 1] × [2, 3]``.
 
-``parse_domain`` now accepts either layout wherever the shape or the values decide it, and
-refuses the one case they do not: a 2 × 2 array whose two readings are both boxes, and
-different ones.  Such a box is given unambiguously as ``Box(lower, upper)`` or as
-``{"lower": …, "upper": …}``.  Every box has ``low < high`` in every dimension: a zero-width
-dimension is what a misread layout produced, and no kernel bound or search needs one.
+``parse_domain`` now accepts either layout wherever the shape or the values decide it.  A
+reading is a box when ``low ≤ high`` in every dimension and it is not a single point
+(flat dimensions, ``low == high``, are allowed as the sample-path functions always allowed
+them; the Thompson loops ask for ``strict=True``, ``low < high`` everywhere).  So
+``([0, 0], [6, 6])``, which read as pairs is the point (0, 6), is read as corners
+everywhere, and ``[(0, 6), (0, 6)]`` as pairs.  When both readings of a 2 × 2 array are
+boxes, every entry point keeps its own documented layout (``layout="pairs"`` for the
+sample-path functions, ``"corners"`` for the Thompson loops), so no call that worked
+changes meaning, and warns (``UserWarning``) naming the other reading when the two boxes
+differ.  ``Box(lower, upper)`` or ``{"lower": …, "upper": …}`` is never misread and never
+warns.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -29,14 +36,19 @@ from pm_dpgp._validation import public_real_array
 
 __all__ = ["Box", "parse_domain"]
 
+#: which reading of a 2 × 2 array an entry point takes when both are boxes
+Layout = Literal["pairs", "corners"]
+_LAYOUT_TEXT = {"pairs": "(low, high) pairs", "corners": "(lower, upper) corners"}
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, eq=False)
 class Box:
     """A public box ``[lower_1, upper_1] × … × [lower_d, upper_d]``.
 
     ``lower`` and ``upper`` are length-``d`` arrays of finite numbers with
-    ``lower < upper``; a number is one dimension.  Pass a ``Box`` as ``domain=`` to any
-    entry point; it is never misread.
+    ``lower ≤ upper``, not all equal (a point is no box); a number is one dimension.  Pass a
+    ``Box`` as ``domain=`` to any entry point; it is never misread.  Two boxes are equal when
+    their corners are.
     """
 
     lower: NDArray[np.float64]
@@ -66,6 +78,21 @@ class Box:
         """``(d, 2)`` array of ``(low, high)`` rows."""
         return np.column_stack([self.lower, self.upper])
 
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Box):
+            return NotImplemented
+        return bool(
+            np.array_equal(self.lower, other.lower) and np.array_equal(self.upper, other.upper)
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.lower.tobytes(), self.upper.tobytes()))
+
+    @property
+    def is_flat(self) -> bool:
+        """Whether some dimension has ``low == high``."""
+        return bool(np.any(self.lower == self.upper))
+
     def __iter__(self) -> Iterator[NDArray[np.float64]]:
         """``lower, upper = box``: writable copies of the two corners."""
         return iter((self.lower.copy(), self.upper.copy()))
@@ -75,50 +102,80 @@ class Box:
 
 
 def _check_corners(lo: NDArray[np.float64], hi: NDArray[np.float64], shown: str) -> None:
-    if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi)) and np.all(lo < hi)):
+    if not _is_box(lo, hi):
         raise ValueError(
-            f"domain must be a finite box with low < high in every dimension, got {shown}. For "
-            "an unbounded domain use kappa = 0."
+            f"domain must be a finite box with low <= high in every dimension and some width, "
+            f"got {shown}. For an unbounded domain use kappa = 0."
         )
 
 
 def _is_box(lo: NDArray[np.float64], hi: NDArray[np.float64]) -> bool:
-    return bool(np.all(np.isfinite(lo)) and np.all(np.isfinite(hi)) and np.all(lo < hi))
+    """Finite, ``lo ≤ hi`` everywhere, and not a single point."""
+    finite = bool(np.all(np.isfinite(lo)) and np.all(np.isfinite(hi)))
+    return finite and bool(np.all(lo <= hi)) and bool(np.any(lo < hi))
 
 
-def _from_array(arr: NDArray[np.float64], domain: Any) -> Box:
-    """A box from a 2-D array in either layout (module docstring)."""
+def _proper(lo: NDArray[np.float64], hi: NDArray[np.float64]) -> bool:
+    return _is_box(lo, hi) and bool(np.all(lo < hi))
+
+
+def _from_array(arr: NDArray[np.float64], domain: Any, layout: Layout, strict: bool) -> Box:
+    """A box from a 2-D array in either layout (module docstring); ``layout`` decides a
+    2 × 2 array whose two readings are both boxes."""
     rows, cols = arr.shape
-    pairs_ok = cols == 2 and _is_box(arr[:, 0], arr[:, 1])
-    corners_ok = rows == 2 and _is_box(arr[0], arr[1])
-    if pairs_ok and corners_ok and not np.array_equal(arr[:, 0], arr[0]):
-        raise ValueError(
-            f"domain {arr.tolist()} is ambiguous in 2-D: read as (low, high) pairs it is the "
-            f"box {arr[:, 0].tolist()} to {arr[:, 1].tolist()}, read as (lower, upper) "
-            f"corners the box {arr[0].tolist()} to {arr[1].tolist()}. Pass "
-            "domain=Box(lower=[...], upper=[...]) (pm_dpgp.Box) or "
-            "{'lower': [...], 'upper': [...]}; nothing was spent or drawn."
-        )
-    if pairs_ok:
-        return Box(arr[:, 0], arr[:, 1])
-    if corners_ok:
-        return Box(arr[0], arr[1])
-    if cols == 2 or rows == 2:
-        _check_corners(arr[:, 0] if cols == 2 else arr[0], arr[:, 1] if cols == 2 else arr[1],
-                       repr(domain))  # fmt: skip
+    ok = _proper if strict else _is_box
+    readings = {
+        "pairs": (arr[:, 0], arr[:, 1]) if cols == 2 else None,
+        "corners": (arr[0], arr[1]) if rows == 2 else None,
+    }
+    valid = {k: r for k, r in readings.items() if r is not None and ok(*r)}
+    if layout in valid:
+        other = "corners" if layout == "pairs" else "pairs"
+        # the other reading as a box with width everywhere (a flat one is no likely intent:
+        # [(0, 1), (0, 2)] as corners is {0} × [1, 2], which needs no warning)
+        if (
+            other in valid
+            and _proper(*valid[other])
+            and not np.array_equal(valid[other][0], valid[layout][0])
+        ):
+            warnings.warn(  # the layout of the other entry points, misread (stop-41 fuzz)
+                f"domain {arr.tolist()} is read as {_LAYOUT_TEXT[layout]}: the box "
+                f"{valid[layout][0].tolist()} to {valid[layout][1].tolist()}. Read as "
+                f"{_LAYOUT_TEXT[other]} it would be {valid[other][0].tolist()} to "
+                f"{valid[other][1].tolist()}; pass domain=pm_dpgp.Box(lower=..., upper=...) "
+                "to say which, and to silence this warning.",
+                UserWarning,
+                stacklevel=5,
+            )
+        return Box(*valid[layout])
+    if len(valid) == 1:  # only one reading is a box: the shape or the values decide
+        return Box(*next(iter(valid.values())))
+    shown = readings[layout] or readings["pairs"] or readings["corners"]
+    if shown is not None:  # say what is wrong with the caller's reading
+        if strict and _is_box(*shown):
+            raise ValueError(
+                f"domain must have low < high in every dimension here, got {domain!r}; nothing "
+                "was spent or drawn."
+            )
+        _check_corners(*shown, repr(domain))
     raise ValueError(
         "domain must be (low, high), (lower, upper) corners of length d, a sequence of d "
         f"(low, high) pairs, or a pm_dpgp.Box; got shape {arr.shape}."
     )
 
 
-def parse_domain(domain: Any, d: int | None = None) -> Box:
+def parse_domain(
+    domain: Any, d: int | None = None, *, strict: bool = False, layout: Layout = "pairs"
+) -> Box:
     """The public box of ``domain`` (module docstring), in ``d`` dimensions when given.
 
     Accepted: a ``Box``; ``{"lower": …, "upper": …}``; ``(low, high)`` with two numbers (one
     interval, repeated in every dimension when ``d`` is given); ``(lower, upper)`` corners,
-    each a number or a length-``d`` vector; a sequence of ``(low, high)`` pairs (a ``(d, 2)``
-    array).  A 2 × 2 array whose two readings are different boxes is refused.
+    each a number or a vector (a length-1 vector is repeated like a number); a sequence of
+    ``(low, high)`` pairs (a ``(d, 2)`` array).  A 2 × 2 array whose two readings are
+    different boxes is read in the caller's ``layout`` (``"pairs"``: the sample-path
+    functions; ``"corners"``: the Thompson loops), with a ``UserWarning`` that names the other
+    reading.  ``strict``: every dimension must have ``low < high``.
     """
     if isinstance(domain, Box):
         box = domain
@@ -130,25 +187,37 @@ def parse_domain(domain: Any, d: int | None = None) -> Box:
             )
         box = Box(domain["lower"], domain["upper"])
     else:
-        box = _parse_sequence(domain)
+        box = _parse_sequence(domain, layout, strict)
     if d is not None and box.dim != d:
-        if box.dim == 1:  # one interval for every dimension
-            return Box(np.repeat(box.lower, d), np.repeat(box.upper, d))
-        raise ValueError(f"domain has {box.dim} dimension(s), the inputs have {d}: {box!r}.")
+        if box.dim != 1:
+            raise ValueError(f"domain has {box.dim} dimension(s), the inputs have {d}: {box!r}.")
+        box = Box(np.repeat(box.lower, d), np.repeat(box.upper, d))  # one interval for all
+    if strict and box.is_flat:
+        raise ValueError(
+            f"domain must have low < high in every dimension here, got {box!r}; nothing was "
+            "spent or drawn."
+        )
     return box
 
 
-def _parse_sequence(domain: Any) -> Box:
+def _parse_sequence(domain: Any, layout: Layout, strict: bool) -> Box:
     if isinstance(domain, tuple | list) and len(domain) == 2:
-        parts = [public_real_array(b, "domain") for b in domain]
-        if any(p.ndim == 0 for p in parts):  # (lower, upper) with a number: broadcast
-            if any(p.ndim > 1 for p in parts):
-                raise ValueError(f"domain corners must be numbers or 1-D vectors, got {domain!r}.")
-            try:
-                lo, hi = np.broadcast_arrays(*(np.atleast_1d(p) for p in parts))
-            except ValueError:
-                raise ValueError(f"domain corners have different lengths: {domain!r}.") from None
+        try:
+            parts = [public_real_array(b, "domain") for b in domain]
+        except ValueError as err:
+            if "masked" in str(err):
+                raise
+            raise ValueError(  # ([0], [1, 2]) was "must be a number or an array of numbers"
+                f"domain corners (lower, upper) must be numbers or vectors, got {domain!r}."
+            ) from None
+        sizes = {p.size for p in parts}
+        if all(p.ndim <= 1 for p in parts) and (
+            any(p.ndim == 0 for p in parts) or (len(sizes) == 2 and 1 in sizes)
+        ):  # (lower, upper) with a number or a length-1 vector: repeated (the loops' rule)
+            lo, hi = np.broadcast_arrays(*(np.atleast_1d(p) for p in parts))
             return Box(lo, hi)
+        if all(p.ndim == 1 for p in parts) and len(sizes) == 2:
+            raise ValueError(f"domain corners have different lengths: {domain!r}.")
     arr = public_real_array(domain, "domain")
     if arr.ndim == 1 and arr.shape == (2,):
         return Box(arr[:1], arr[1:])
@@ -157,4 +226,4 @@ def _parse_sequence(domain: Any) -> Box:
             "domain must be (low, high), (lower, upper) corners of length d, a sequence of d "
             f"(low, high) pairs, or a pm_dpgp.Box; got shape {np.shape(arr)}."
         )
-    return _from_array(arr, domain)
+    return _from_array(arr, domain, layout, strict)

@@ -816,7 +816,17 @@ def thompson(
     lower, upper = check_public_bounds(y_bounds)
     M_Y = centred_bound((lower, upper), prior_mean)[2]
     # the loop's domain, in any form dp_thompson_sampling takes (pm_dpgp.domain)
-    box = None if domain is None else parse_domain(domain)
+    kernel_dim = getattr(cov_func, "input_dim", None)  # (0, 1) for every dimension, as the loop
+    box = (
+        None
+        if domain is None
+        else parse_domain(
+            domain,
+            kernel_dim if isinstance(kernel_dim, int) else None,
+            strict=True,
+            layout="corners",
+        )
+    )
     kappa = _planned_kappa(kappa, cov_func, box, kernel_scale, kernel_class, loop=True)
 
     def round_bound(n: int, sd: float) -> SamplePathBound:

@@ -42,18 +42,31 @@ def assert_no_private_number(result: Any, private: np.ndarray) -> bytes:
 
 
 def untouchable_private_data(monkeypatch: Any, n: int, d: int = 1) -> tuple[Any, Any]:
-    """Private ``(X, y)`` of shape ``(n, d)`` and ``(n,)`` whose values must not be read.
+    """Private ``(X, y)`` of shape ``(n, d)`` and ``(n,)`` that raise if any value is read.
 
-    The selections read only the declared schema (shape and NumPy dtype) of an in-memory
-    array before the spend; every route that converts private values
-    (``private_data.float_array``, the selections' ``as_private_arrays``) is patched to raise.
-    (Stop 41: the schema is trusted for NumPy, pandas and xarray arrays only, since a SciPy
-    sparse matrix also declares one and failed to convert after the spend; the earlier test
-    double declared a schema without being an array.)
+    xarray DataArrays over a lazily indexed backend array whose reads raise: their declared
+    schema (shape and NumPy dtype) is public, and the selections check it before the spend
+    without reading a value; ``np.asarray`` or any indexing of the values raises, whatever
+    route the code takes (stop-41 review: the first version of this helper used zero arrays
+    and patched two conversion functions, and a read of ``y`` inserted before the spend still
+    passed).  The conversion routes are patched to raise as well.  (Stop 41: the schema is
+    trusted for NumPy, pandas and xarray arrays only; a SciPy sparse matrix also declares one
+    and failed to convert after the spend.)
     """
+    import xarray as xr
+    from xarray.backends import BackendArray
+    from xarray.core import indexing
+
     import pm_dpgp.selection.liu_talwar as lt
     import pm_dpgp.selection.private_data as pd_module
     import pm_dpgp.selection.sample_paths as sp
+
+    class _Raising(BackendArray):  # type: ignore[misc]
+        def __init__(self, shape: tuple[int, ...]) -> None:
+            self.shape, self.dtype = shape, np.dtype(np.float64)
+
+        def __getitem__(self, key: Any) -> Any:
+            raise AssertionError("private data read")
 
     def read(*a: Any, **k: Any) -> None:
         raise AssertionError("private data read")
@@ -61,4 +74,6 @@ def untouchable_private_data(monkeypatch: Any, n: int, d: int = 1) -> tuple[Any,
     monkeypatch.setattr(pd_module, "float_array", read)
     monkeypatch.setattr(lt, "as_private_arrays", read)
     monkeypatch.setattr(sp, "as_private_arrays", read)
-    return np.zeros((n, d)), np.zeros(n)
+    X = xr.DataArray(indexing.LazilyIndexedArray(_Raising((n, d))), dims=("row", "col"))
+    y = xr.DataArray(indexing.LazilyIndexedArray(_Raising((n,))), dims=("row",))
+    return X, y

@@ -378,3 +378,59 @@ def test_a_ragged_validation_split_gets_a_clear_error():
             ledger=Ledger(100.0, 1e-3, filter="renyi"), validation=[[1, 2], [3]],
             rng=np.random.default_rng(0),
         )  # fmt: skip
+
+
+def test_releases_record_their_input_columns_and_refuse_another_order_later():
+    """Post-processing used a reordered DataFrame by position (stop-41 review): the
+    sample path's ``evaluate``, ``q(u)``'s ``predict``/``sample_f``, Dirichlet class
+    probabilities, ``binned_gp`` and ``dp_ppc`` with ``training=None`` or a pair."""
+    rng = np.random.default_rng(0)
+    cols = ["age", "weight"]
+    X = pd.DataFrame(rng.uniform(0, 6, (200, 2)), columns=cols)
+    y = np.clip(np.sin(X["age"].to_numpy()), -1.9, 1.9)
+    Xs = pd.DataFrame(rng.uniform(0, 6, (4, 2)), columns=cols)
+    swapped = Xs[["weight", "age"]]
+    match = r"columns \['weight', 'age'\]"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sp_rel = sample_path_release(
+            _frame_model(), Xs, n_draws=1, kernel_scale=1.0, y_bounds=(-2, 2), delta=1e-5,
+            domain=Box([0, 0], [6, 6]), ledger=Ledger(), rng=np.random.default_rng(1),
+        )  # fmt: skip
+    assert sp_rel.metadata["input_columns"] == cols
+    sp_rel.evaluate(Xs)
+    with pytest.raises(ValueError, match=match):
+        sp_rel.evaluate(swapped)
+    Z = np.array([[a, b] for a in np.linspace(0, 6, 4) for b in np.linspace(0, 6, 4)])
+    pub = sparse_gp_regression(None, None, pm.gp.cov.ExpQuad(2, ls=2.0), Z=Z,
+                               noise_sd=0.5).public_sparse_gp()  # fmt: skip
+    na = noise_aware_release(pub, (X, y), epsilon=1.0, delta=1e-4, y_bounds=(-2.0, 2.0),
+                             rng=np.random.default_rng(2))  # fmt: skip
+    assert na.metadata["input_columns"] == cols
+    na.predict(Xs)
+    for call in (
+        lambda A: na.predict(A),
+        lambda A: na.sample_f(A, 2, rng=np.random.default_rng(3)),
+    ):
+        with pytest.raises(ValueError, match=match):
+            call(swapped)
+    with pytest.raises(ValueError, match="finite"):  # NaN gave NaN predictions
+        na.predict(np.array([[np.nan, 1.0]]))
+    with pytest.raises(ValueError, match=match):
+        dp_ppc(na, swapped, np.zeros(4), noise_sd=0.3, training=None)
+    with pytest.raises(ValueError, match=match):
+        dp_ppc(na, swapped, np.zeros(4), noise_sd=0.3, training=(X, y))
+    labels = (X["age"].to_numpy() > 3).astype(int)
+    dr = dirichlet_release(pub, (X, labels), n_classes=2, epsilon=1.0, delta=1e-4,
+                           rng=np.random.default_rng(4))  # fmt: skip
+    dr.predict_proba(Xs)
+    with pytest.raises(ValueError, match=match):
+        dr.predict_proba(swapped)
+    bins = make_bins([np.linspace(0, 6, 4), np.linspace(0, 6, 4)])
+    br = binned_release(X, y, bins, epsilon=1.0, y_bounds=(-2, 2), rng=np.random.default_rng(5))
+    assert br.metadata["input_columns"] == cols
+    binned_gp(br, Xs, lengthscale=2.0, kernel_scale=1.0, noise_sd=0.3)
+    with pytest.raises(ValueError, match=match):
+        binned_gp(br, swapped, lengthscale=2.0, kernel_scale=1.0, noise_sd=0.3)
+    # arrays carry no names: positional, as documented; releases from arrays record None
+    assert R.noise_aware().metadata["input_columns"] is None

@@ -89,7 +89,7 @@ def test_tree_thompson_loop_refuses_a_reused_generator():
 #: byte scans missed) passed every other test.
 SAMPLE_PATH_KEYS = {
     "M_Y", "Phi", "V", "alpha_max", "cov_bound", "delta", "epsilon", "eta", "hyperparameters",
-    "hyperparameter_source", "kappa", "kernel", "kernel_class", "kernel_scale",
+    "hyperparameter_source", "input_columns", "kappa", "kernel", "kernel_class", "kernel_scale",
     "mean_sensitivity", "mechanism",
     "n_draws", "neighbouring_relation", "noise_source", "nugget_variance", "pm_dpgp_version",
     "prior_mean", "privacy_event", "privacy_model", "r2", "seed_policy", "sensitivity_bound",
@@ -100,7 +100,7 @@ CLASSIFICATION_KEYS = {
     "delta_per_draw", "epsilon",
     "epsilon_per_draw", "epsilon_total", "f0", "hyperparameters", "hyperparameter_source",
     "inducing_method",
-    "inducing_inputs", "kernel", "n_inducing",
+    "inducing_inputs", "input_columns", "kernel", "n_inducing",
     "kmeans_seed", "kmm_jitter", "l2_sensitivity", "latent_var", "likelihood",
     "linearisation_point", "max_mahalanobis", "mechanism", "n_draws", "neighbouring_relation",
     "newton_steps", "noise_design", "noise_multiplier", "noise_rank", "noise_source",
@@ -111,7 +111,8 @@ CLASSIFICATION_KEYS = {
 # function of the labels; "n_inducing" and "inducing_method" describe the public Z; stop 39:
 # "hyperparameter_source" is a fixed text naming where the public hyperparameters came from;
 # stop 41: "epsilon"/"delta" are the whole release's guarantee (its event at the per-draw δ,
-# public settings only) and "inducing_inputs" is the former "inducing_points" (the public Z)
+# public settings only), "inducing_inputs" is the former "inducing_points" (the public Z) and
+# "input_columns" a DataFrame's column names (the schema) or None
 
 
 def test_release_metadata_keys_are_the_reviewed_ones():

@@ -658,15 +658,41 @@ def dataframe_columns(X: Any) -> tuple[str, ...] | None:
     return None
 
 
+def columns_of(source: Any) -> tuple[str, ...] | None:
+    """The input column names ``source`` was built on, if any: a model (its builder kept
+    them), a release (``metadata["input_columns"]``), a training pair ``(X, y)`` whose ``X``
+    is a ``DataFrame``, or the names themselves."""
+    if source is None:
+        return None
+    if isinstance(source, tuple | list) and source and all(isinstance(c, str) for c in source):
+        return tuple(source)
+    cols = getattr(source, "_input_columns", None)
+    if cols is not None:
+        return tuple(cols)
+    metadata = getattr(source, "metadata", None)
+    if isinstance(metadata, dict) and metadata.get("input_columns"):
+        return tuple(str(c) for c in metadata["input_columns"])
+    if isinstance(source, tuple | list) and len(source) >= 2:
+        return dataframe_columns(source[0])
+    return None
+
+
+def input_columns_record(source: Any) -> list[str] | None:
+    """``metadata["input_columns"]`` of a release made from ``source`` (public: the schema)."""
+    cols = columns_of(source)
+    return None if cols is None else list(cols)
+
+
 def check_input_columns(X_new: Any, model: Any, name: str = "X_star") -> None:
     """Refuse a ``DataFrame`` of new inputs whose columns are not the model's, in its order.
 
     Inputs are used by position, so ``X_star[["weight", "age"]]`` for a model built on
-    ``["age", "weight"]`` was a different release, silently (stop-41 fuzz).  Only the column
+    ``["age", "weight"]`` was a different release, silently (stop-41 fuzz).  ``model`` is
+    anything ``columns_of`` reads: a model, a release, a training pair.  Only the column
     names are compared (the schema); arrays, and models built from arrays, are positional as
     documented.
     """
-    fit = getattr(model, "_input_columns", None)
+    fit = columns_of(model)
     given = dataframe_columns(X_new)
     if fit is None or given is None or given == fit:
         return

@@ -254,7 +254,8 @@ def plan_sample_path_selection(
         raise ValueError("X_star needs at least one public probe point.")
     if domain is None:
         raise ValueError("domain (the public input box, (low, high) per dimension) is required.")
-    lower, upper = parse_domain(domain)
+    domain = parse_domain(domain)  # once; passed on as a Box
+    lower, upper = domain
     if lower.size != X_star.shape[1]:
         raise ValueError(
             f"domain has {lower.size} dimension(s) but X_star has {X_star.shape[1]} column(s)."

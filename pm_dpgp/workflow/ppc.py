@@ -329,7 +329,10 @@ def dp_ppc(
     PrivateDataError
         ``y_holdout`` is the private training output array (same object or memory).
     """
-    check_input_columns(X_holdout, training, "X_holdout")  # another column order
+    # a DataFrame in another column order than the model's, the training pair's or the
+    # release's data (recorded in its metadata)
+    check_input_columns(X_holdout, training, "X_holdout")
+    check_input_columns(X_holdout, release, "X_holdout")
     rng = check_rng(rng)
     # a declaration: only True (holdout_is_public="no" published the training labels, stop 40)
     if not check_flag(holdout_is_public, "holdout_is_public"):  # identity only, no value read

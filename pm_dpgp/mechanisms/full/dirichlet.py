@@ -69,6 +69,7 @@ from pm_dpgp.mechanisms.full.noise_aware import (
     worst_case_sensitivity,
 )
 from pm_dpgp.mechanisms.noise import DiscreteGaussianPlan, simulation_rng
+from pm_dpgp.models._common import input_columns_record
 from pm_dpgp.models.sparse import (
     DirichletGPClassification,
     DirichletTargets,
@@ -415,4 +416,6 @@ def dirichlet_release(
             composition="one joint Gaussian mechanism over all classes (one ledger event)",
         )
         bar.advance("noise drawn")
+    # a DataFrame's column names (schema), so that predictions can refuse another order
+    release.metadata["input_columns"] = input_columns_record(data)
     return release

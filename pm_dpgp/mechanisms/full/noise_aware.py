@@ -66,6 +66,7 @@ from pm_dpgp._validation import (
     check_positive,
     check_rng,
     finite_rows,
+    float_array,
     private_array,
     real_or_nan,
     reject_unexpected,
@@ -90,6 +91,7 @@ from pm_dpgp.mechanisms.noise import (
     secure_plan,
     simulation_rng,
 )
+from pm_dpgp.models._common import check_input_columns, input_columns_record
 from pm_dpgp.models.guards import refuse_dirichlet_model
 from pm_dpgp.models.sparse import PublicSparseGP, SparseGPRegression
 from pm_dpgp.release import flat_attrs
@@ -654,9 +656,9 @@ class SparseQuRelease:
         """
         if self._kernel is None or self._kernel_diag is None:
             raise ValueError("this release carries no kernel; rebuild it with the public kernel.")
-        Xs = np.asarray(X_star, dtype=np.float64)
-        if Xs.ndim == 1:
-            Xs = Xs[:, None]
+        # checked like sample_f's (NaN gave NaN predictions; a DataFrame in another column
+        # order was used by position: stop-41 review)
+        Xs = _as_inputs(X_star, self.Z.shape[1], self)
         Kzv = self._kernel(self.Z, Xs)
         kvv = self._kernel(Xs) if full_cov else self._kernel_diag(Xs)
         mu0 = self.prior_mean[:, None]
@@ -704,7 +706,7 @@ class SparseQuRelease:
         n = _check_n_draws(n_draws)
         Kzv = Kvv = None
         if X_star is not None:
-            Xs = _as_inputs(X_star, self.Z.shape[1])
+            Xs = _as_inputs(X_star, self.Z.shape[1], self)
             Kzv, Kvv = self._kernel(self.Z, Xs), self._kernel(Xs)
         u, f = _sample_centred(self, Kzv, Kvv, n, check_rng(rng))
         if self.n_outputs == 1:
@@ -758,7 +760,7 @@ class SparseQuRelease:
         }
         if multi:
             default_coords["output"] = list(self.output_names)
-        Xs = None if X_star is None else _as_inputs(X_star, d)
+        Xs = None if X_star is None else _as_inputs(X_star, d, self)
         n_draws = _check_n_draws(n_draws)
         rng = check_rng(rng)
         taken = ("u", "p") if multi else ("u",)
@@ -865,8 +867,11 @@ def _check_n_draws(n_draws: Any) -> int:
     return check_count(n_draws, "n_draws")  # the rule of every release (np.array(5), 3.0)
 
 
-def _as_inputs(X_star: ArrayLike, d: int) -> NDArray[np.float64]:
-    Xs = np.asarray(X_star, dtype=np.float64)
+def _as_inputs(X_star: ArrayLike, d: int, release: Any = None) -> NDArray[np.float64]:
+    """Public test inputs as ``(m, d)`` floats: finite, ``d`` columns, and a ``DataFrame``'s
+    columns in the order the release's data had (``metadata["input_columns"]``)."""
+    check_input_columns(X_star, release)
+    Xs = float_array(X_star, "X_star", None)
     if Xs.ndim == 1:
         Xs = Xs[:, None]
     if Xs.ndim != 2 or Xs.shape[1] != d or not np.all(np.isfinite(Xs)):
@@ -1190,6 +1195,8 @@ def noise_aware_release(
             noise_var_floor=floor,
         )
         bar.advance("noise drawn")
+        # a DataFrame's column names (schema), so that predict() can refuse another order
+        release.metadata["input_columns"] = input_columns_record(data)
         return release
 
 

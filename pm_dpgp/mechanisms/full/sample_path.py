@@ -79,7 +79,7 @@ from pm_dpgp.mechanisms.full.sample_path_bounds import (
 )
 from pm_dpgp.mechanisms.noise import SEED_POLICY_SIMULATION, SIMULATION
 from pm_dpgp.models import GPRegression, PublicGP
-from pm_dpgp.models._common import _eval_kernel, check_input_columns
+from pm_dpgp.models._common import _eval_kernel, check_input_columns, input_columns_record
 from pm_dpgp.models.guards import require_exact_regression
 from pm_dpgp.models.sparse import is_stationary_decreasing
 
@@ -438,6 +438,7 @@ class SamplePathRelease:
         (block-Cholesky extension of the joint factor), so repeated and lazy
         evaluations are consistent with one path per draw.  No privacy cost.
         """
+        check_input_columns(X_new, self, "X_new")  # a DataFrame in another column order
         X_new = check_finite_array(X_new, "X_new", ndim=2)
         if X_new.shape[1] != self.public_gp.input_dim:
             raise ValueError(
@@ -562,8 +563,8 @@ def certified_kappa(
     if is_stationary_decreasing(cov_func):
         # the structure proves monotonicity; the corner-and-grid check is kept as evidence up
         # to d = 12 (same value, bit for bit) and skipped beyond (too many corners)
-        d = parse_domain(domain).dim
-        return kernel_lower_bound(kernel_fn, domain, assume_monotone=d > 12)
+        box = parse_domain(domain)  # once: passed on as a Box (one warning, if any)
+        return kernel_lower_bound(kernel_fn, box, assume_monotone=box.dim > 12)
     return 0.0
 
 
@@ -1051,6 +1052,9 @@ def sample_path_release(
     """
     check_input_columns(X_star, gpr)  # a DataFrame in another column order
     progressbar = check_flag(progressbar, "progressbar")  # "no" showed a bar
+    # parsed once and passed on as a Box: a 2 × 2 array read both ways warns once, not at
+    # each of the five places that read the box
+    domain = None if domain is None else parse_domain(domain)
     func = "sample_path_release"
     n_draws = renamed("n_paths", "n_draws", deprecated, n_draws, func=func)
     kernel_scale = require(
@@ -1241,6 +1245,8 @@ def sample_path_release(
             )
         release._extend(X_first, blocks)
         bar.advance(f"drew {n_draws} path(s)")
+    # a DataFrame's column names (schema), so that evaluate() can refuse another order
+    release.metadata["input_columns"] = input_columns_record(gpr)
     return release
 
 

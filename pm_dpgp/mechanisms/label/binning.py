@@ -83,6 +83,7 @@ from pm_dpgp.mechanisms.noise import (
     discretise,
     simulation_rng,
 )
+from pm_dpgp.models._common import check_input_columns, input_columns_record
 from pm_dpgp.release import Release
 
 __all__ = [
@@ -446,6 +447,7 @@ def binned_release(
         "epsilon_per_draw": float(event.eps),  # type: ignore[attr-defined]  # OpenDP's map (secure)
         "delta_per_draw": 0.0,
         "epsilon_total": total,
+        "input_columns": input_columns_record((X, y)),  # a DataFrame's column names, or None
         "data_sensitivity": d,
         "clipping_bounds": [lo, hi],
         "bin_edges": [np.asarray(e).tolist() for e in bins.edges],
@@ -515,6 +517,7 @@ def binned_gp(
     noise_sd = check_positive(noise_sd, "noise_sd")
     if method not in ("integral", "point"):
         raise ValueError(f"method must be 'integral' or 'point', got {method!r}.")
+    check_input_columns(X_star, release)  # a DataFrame in another column order
     md = release.metadata
     lo, hi = md["clipping_bounds"]  # type: ignore[misc]
     mu = 0.5 * (lo + hi) if mean is None else real_or_nan(mean, "mean")

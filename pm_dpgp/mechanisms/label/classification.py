@@ -71,7 +71,7 @@ from pm_dpgp.mechanisms.label.output_perturbation import (
     release_guarantee,
 )
 from pm_dpgp.mechanisms.whitening import centred_whitening
-from pm_dpgp.models._common import _as_2d_inputs, check_input_columns
+from pm_dpgp.models._common import _as_2d_inputs, check_input_columns, input_columns_record
 from pm_dpgp.models.classification import GPClassification, PublicLatentGP, binary_labels
 from pm_dpgp.models.fitc import kmeans_public_inducing
 from pm_dpgp.release import Release
@@ -268,6 +268,7 @@ def classification_release(
         )
         bar.advance("noise drawn")
     metadata: dict[str, object] = {
+        "input_columns": input_columns_record(gpc),  # a DataFrame's column names, or None
         "privacy_model": LABEL_PRIVACY_MODEL,
         "neighbouring_relation": CLASSIFICATION_RELATION,
         **release_guarantee(result),

@@ -40,7 +40,7 @@ from pm_dpgp.mechanisms.label.output_perturbation import (
 from pm_dpgp.mechanisms.label.truncation import RankCut, TruncationSetting
 from pm_dpgp.mechanisms.whitening import centred_whitening
 from pm_dpgp.models import GPRegression, PublicGP
-from pm_dpgp.models._common import check_input_columns
+from pm_dpgp.models._common import check_input_columns, input_columns_record
 from pm_dpgp.models.fitc import PublicFITC
 from pm_dpgp.models.hyperparameters import warn_if_not_planned
 from pm_dpgp.release import Release
@@ -299,6 +299,7 @@ def cloaked_release(
             solver_gap_bound=noise.gap_bound,
             solver_converged=bool(noise.converged),
             noise_design=noise.design,
+            input_columns=input_columns_record(gpr),  # a DataFrame's column names, or None
             **public_gp.cloaking_metadata(),
         )
         bar.advance("noise drawn")

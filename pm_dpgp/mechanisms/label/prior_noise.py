@@ -41,7 +41,7 @@ from pm_dpgp.gp.linalg import jittered_cholesky, solve_lower
 from pm_dpgp.mechanisms.label.output_perturbation import label_gaussian_release, model_labels
 from pm_dpgp.mechanisms.whitening import centred_whitening
 from pm_dpgp.models import GPRegression, PublicGP
-from pm_dpgp.models._common import _as_2d_inputs, check_input_columns
+from pm_dpgp.models._common import _as_2d_inputs, check_input_columns, input_columns_record
 from pm_dpgp.models.guards import require_exact_regression
 from pm_dpgp.release import Release
 
@@ -196,6 +196,7 @@ def prior_noise_release(
         X_star=X_star,
         whitening=whitening,
         sensitivity_bound=bound,
+        input_columns=input_columns_record(gpr),  # a DataFrame's column names, or None
         # the jitter of the factorisation and the inputs fingerprint, as a cloaked release
         # records them (public: X is public under label privacy)
         **public_gp.cloaking_metadata(),
