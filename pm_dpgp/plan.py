@@ -67,6 +67,7 @@ from pm_dpgp.mechanisms.full.sample_path_bounds import (
 )
 from pm_dpgp.mechanisms.gaussian import gaussian_sigma
 from pm_dpgp.mechanisms.noise import secure_plan
+from pm_dpgp.models._common import check_input_columns
 from pm_dpgp.models.exact import gp_regression
 from pm_dpgp.models.guards import refuse_dirichlet_model, require_exact_regression
 from pm_dpgp.release import noise_sd_of
@@ -211,6 +212,7 @@ def cloaked(
     delta = check_delta(delta)
     n_draws = check_count(n_draws, "n_draws")
     lower, upper = check_public_bounds(y_bounds)
+    check_input_columns(X_star, model)  # as the release does (stop-41 walkthrough)
     public_gp = model.public_cloaking(hyperparameters)
     X_star = check_finite_array(X_star, "X_star", ndim=2)
     parts = public_cloaking(
@@ -261,6 +263,7 @@ def prior_noise(
     n_draws = check_count(n_draws, "n_draws")
     lower, upper = check_public_bounds(y_bounds)
     require_exact_regression(model, "prior_noise_release (planned here)")
+    check_input_columns(X_star, model)  # as the release does
     public_gp = model.public_gp(hyperparameters)
     X_star = check_finite_array(X_star, "X_star", ndim=2)
     parts = public_prior_noise(public_gp, X_star, bound)
@@ -305,6 +308,7 @@ def classification(
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta)
     n_draws = check_count(n_draws, "n_draws")
+    check_input_columns(X_star, model)  # as the release does
     C = public_one_step(model, X_star, hyperparameters, f0, inducing_points, kmeans_seed)[3][0]
     parts = cloaking_parts(
         C, LABEL_BOUNDS, tol=tol, rank_tol=rank_tol, design=design, privacy=(epsilon, delta)

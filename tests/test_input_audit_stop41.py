@@ -19,10 +19,11 @@ import pymc as pm
 import pytest
 import scipy.sparse as sp
 
-from pm_dpgp import Box
-from pm_dpgp.accounting import Ledger
+from pm_dpgp import Box, plan
+from pm_dpgp.accounting import Ledger, event_from_metadata
 from pm_dpgp.audit import LiraSetting, random_neighbours
 from pm_dpgp.audit.renyi import gaussian_renyi_terms
+from pm_dpgp.compat import get_group
 from pm_dpgp.domain import parse_domain
 from pm_dpgp.mechanisms import (
     binned_gp,
@@ -36,6 +37,8 @@ from pm_dpgp.mechanisms import (
     sample_path_release,
 )
 from pm_dpgp.models import (
+    PrivateHyperparameterError,
+    dirichlet_gp_classification,
     gp_classification,
     gp_regression,
     grid_inducing_points,
@@ -434,3 +437,89 @@ def test_releases_record_their_input_columns_and_refuse_another_order_later():
         binned_gp(br, swapped, lengthscale=2.0, kernel_scale=1.0, noise_sd=0.3)
     # arrays carry no names: positional, as documented; releases from arrays record None
     assert R.noise_aware().metadata["input_columns"] is None
+
+
+# ------------------------------------------------------------ pandas walkthrough (stop 41)
+def test_dp_ppc_refuses_a_hold_out_series_with_another_index():
+    """Was: a shuffled ``y_holdout`` was paired by position (elpd -719 instead of -308)."""
+    model = _frame_model()
+    Xh = pd.DataFrame(np.random.default_rng(2).uniform(0, 6, (6, 2)), columns=["age", "weight"])
+    yh = pd.Series(np.zeros(6), index=Xh.index)
+    rel = cloaked_release(model, Xh, epsilon=1.0, delta=1e-3, y_bounds=(-2, 2), n_draws=2,
+                          rng=np.random.default_rng(1))  # fmt: skip
+    with pytest.raises(ValueError, match="X_holdout and y_holdout are pandas objects"):
+        dp_ppc(rel, Xh, yh.sample(frac=1, random_state=0), noise_sd=0.3, training=model)
+    dp_ppc(rel, Xh, yh, noise_sd=0.3, training=model)
+
+
+def test_sparse_models_from_data_frames_give_releases_their_columns():
+    """Was: a noise-aware or Dirichlet release of a model built on a DataFrame (no data=)
+    recorded no columns and took a reordered DataFrame by position; the Dirichlet builder
+    paired a shuffled label Series by position."""
+    rng = np.random.default_rng(0)
+    X = pd.DataFrame(rng.uniform(0, 6, (150, 2)), columns=["age", "weight"])
+    y = pd.Series(np.sin(X["age"].to_numpy()), index=X.index)
+    Z = np.array([[a, b] for a in np.linspace(0, 6, 3) for b in np.linspace(0, 6, 3)])
+    cov = pm.gp.cov.ExpQuad(2, ls=2.0)
+    model = sparse_gp_regression(X, y, cov, Z=Z, noise_sd=0.5)
+    na = noise_aware_release(model, epsilon=1.0, delta=1e-4, y_bounds=(-2.0, 2.0),
+                             rng=np.random.default_rng(1))  # fmt: skip
+    assert na.metadata["input_columns"] == ["age", "weight"]
+    with pytest.raises(ValueError, match="columns"):
+        na.predict(X[["weight", "age"]].iloc[:3])
+    labels = pd.Series((X["age"].to_numpy() > 3).astype(int), index=X.index)
+    with pytest.raises(ValueError, match="X and labels are pandas objects"):
+        dirichlet_gp_classification(X, labels.sample(frac=1, random_state=0), cov, Z=Z,
+                                    n_classes=2)  # fmt: skip
+    dmodel = dirichlet_gp_classification(X, labels, cov, Z=Z, n_classes=2)
+    dr = dirichlet_release(dmodel, epsilon=1.0, delta=1e-4, rng=np.random.default_rng(2))
+    assert dr.metadata["input_columns"] == ["age", "weight"]
+    with pytest.raises(ValueError, match="columns"):
+        dr.predict_proba(X[["weight", "age"]].iloc[:3])
+
+
+def test_plans_refuse_a_reordered_data_frame_as_their_release_does():
+    """Was: ``plan.cloaked`` planned noise for swapped inputs (sd off by up to 262 cm)."""
+    model = _frame_model()
+    Xs = pd.DataFrame(np.random.default_rng(1).uniform(0, 6, (5, 2)), columns=["age", "weight"])
+    kw = dict(epsilon=1.0, delta=1e-3, y_bounds=(-2, 2))
+    plan.cloaked(model, Xs, **kw)
+    for f in (plan.cloaked, plan.prior_noise):
+        with pytest.raises(ValueError, match=r"columns \['weight', 'age'\]"):
+            f(model, Xs[["weight", "age"]], **kw)
+    gpc = gp_classification(Xs.iloc[[0, 1, 2, 3]].reset_index(drop=True), [0, 1, 0, 1],
+                            pm.gp.cov.ExpQuad(2, ls=2.0))  # fmt: skip
+    with pytest.raises(ValueError, match="columns"):
+        plan.classification(gpc, Xs[["weight", "age"]], epsilon=1.0, delta=1e-3)
+
+
+def test_release_posterior_uses_the_hyperparameters_the_release_records():
+    """Was: a model with free hyperparameters was refused although the release records the
+    values it used; the message pointed at ``public_gp({...})``."""
+    rng = np.random.default_rng(0)
+    X = np.sort(rng.uniform(0, 6, 30))
+    y = np.clip(np.sin(X) + 0.3 * rng.standard_normal(30), -1.9, 1.9)
+    model = gp_regression(X, y, lambda: pm.gp.cov.ExpQuad(1, ls=pm.Gamma("ell", 2, 2)),
+                          noise_sd=lambda: pm.HalfNormal("noise", 1.0), mean=0.0)  # fmt: skip
+    hp = {"ell": 1.5, "noise": 0.3}
+    Xs = np.linspace(0, 6, 8)
+    rel = cloaked_release(model, Xs, epsilon=1.0, delta=1e-3, y_bounds=(-2, 2),
+                          hyperparameters=hp, rng=np.random.default_rng(1))  # fmt: skip
+    a = release_posterior(rel, model, Xs)
+    b = release_posterior(rel, model, Xs, hyperparameters=hp)
+    np.testing.assert_array_equal(a.mean, b.mean)
+    with pytest.raises(ValueError, match="differs from the release"):  # still checked
+        release_posterior(rel, model, Xs, hyperparameters={"ell": 1.0, "noise": 0.3})
+    with pytest.raises(PrivateHyperparameterError, match="hyperparameters=\\{"):
+        model.public_gp()
+
+
+def test_event_from_metadata_reads_the_json_text_of_an_arviz_attr():
+    rel = R.label_release("cloaking", _model())
+    attrs = get_group(rel.to_inference_data(), "posterior").attrs
+    assert isinstance(attrs["privacy_event"], str)
+    assert event_from_metadata(attrs["privacy_event"]) == event_from_metadata(
+        rel.metadata["privacy_event"]
+    )
+    with pytest.raises(ValueError, match="not JSON"):
+        event_from_metadata("{not json")

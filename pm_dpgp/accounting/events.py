@@ -39,6 +39,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import json
 import math
 import numbers
 from abc import ABC, abstractmethod
@@ -1031,6 +1032,11 @@ def event_from_metadata(meta: dict[str, Any]) -> PrivacyEvent:
     equals ``e``.  Derived fields in the metadata (``mu`` of a Gaussian event) are ignored;
     the constructors re-validate every parameter, so a corrupted record raises ``ValueError``.
     """
+    if isinstance(meta, str | bytes):  # the JSON text of an ArviZ attr (stop-41 walkthrough)
+        try:
+            meta = json.loads(meta)
+        except ValueError:
+            raise ValueError("event metadata text is not JSON.") from None
     if not isinstance(meta, dict) or "type" not in meta:
         raise ValueError("event metadata must be a dict with a 'type' field.")
     kind = meta["type"]

@@ -461,10 +461,12 @@ class GPRegression:
                 f"{list(names)}). Hyperparameters fitted to the private data (MAP, posterior "
                 "draws, maximum marginal likelihood) are functions of y and are NOT public: "
                 "using them in a private release leaks information about y. Pass public "
-                "values, e.g. public_gp({"
+                "values as hyperparameters={"
                 + ", ".join(f"{nm!r}: ..." for nm in names)
-                + "}), chosen a priori (domain knowledge, public or set-aside data) or by a "
-                "differentially private selection mechanism whose cost is accounted for."
+                + "} (the argument of every release, plan and release_posterior; or a "
+                "selection's result.hyperparameters), chosen a priori (domain knowledge, "
+                "public or set-aside data) or by a differentially private selection mechanism "
+                "whose cost is accounted for."
             )
         values: dict[str, HyperValue] = {}
         for rv in self._hyper_rvs:

@@ -49,6 +49,7 @@ from pm_dpgp._validation import (
     masked_as_nan,
     public_real_array,
     real_or_nan,
+    refuse_misaligned_rows,
     refuse_text,
     saturating_float_array,
 )
@@ -571,6 +572,9 @@ def dirichlet_gp_classification(
     the classifier again rather than relying on the container.
     """
     C = check_n_classes(n_classes)
+    # a shuffled label Series was paired by position, as the other builders refuse
+    # (stop-41 walkthrough)
+    refuse_misaligned_rows((X, labels), ("X", "labels"))
     Z_arr = check_finite_array(Z, "Z", ndim=2)
     X_arr = data_input(X, "X", 2)[0]
     labels_argument = labels  # the object passed (dp_ppc's identity check)

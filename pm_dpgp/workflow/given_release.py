@@ -187,7 +187,8 @@ def release_posterior(
     X_new:
         public inputs ``(h,)`` / ``(h, d)``; default the release's test inputs.
     hyperparameters:
-        the public hyperparameters the release used (as for ``model.public_gp``).
+        the public hyperparameters the release used (as for ``model.public_gp``); default:
+        the values the release records, when the model has free hyperparameters.
 
     Raises
     ------
@@ -207,6 +208,13 @@ def release_posterior(
         )
     if not isinstance(model, GPRegression):
         raise TypeError(f"model must be a GPRegression, got {type(model).__name__}.")
+    recorded = release.metadata.get("hyperparameters")
+    if hyperparameters is None and recorded and tuple(getattr(model, "hyperparameter_names", ())):
+        # the values the release used and published (e.g. a private selection's choice): the
+        # posterior given the release is conditioned with them (stop-41 walkthrough: the
+        # model's free hyperparameters were refused although the release records them);
+        # _check_model below confirms the model matches the record
+        hyperparameters = dict(recorded)
     public = model.public_cloaking(hyperparameters)  # the view the release's C came from
     if not isinstance(public, PublicGP):
         raise ValueError(

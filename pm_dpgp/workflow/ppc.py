@@ -64,6 +64,7 @@ from pm_dpgp._validation import (
     check_positive,
     check_rng,
     public_real_array,
+    refuse_misaligned_rows,
 )
 from pm_dpgp.compat import get_group, group_names, make_inference_data
 from pm_dpgp.mechanisms.full.dirichlet import DirichletRelease
@@ -333,6 +334,9 @@ def dp_ppc(
     # release's data (recorded in its metadata)
     check_input_columns(X_holdout, training, "X_holdout")
     check_input_columns(X_holdout, release, "X_holdout")
+    # a shuffled y_holdout Series was paired by position (elpd -719 instead of -308;
+    # stop-41 walkthrough): public indexes, compared as the builders compare theirs
+    refuse_misaligned_rows((X_holdout, y_holdout), ("X_holdout", "y_holdout"))
     rng = check_rng(rng)
     # a declaration: only True (holdout_is_public="no" published the training labels, stop 40)
     if not check_flag(holdout_is_public, "holdout_is_public"):  # identity only, no value read

@@ -417,5 +417,5 @@ def dirichlet_release(
         )
         bar.advance("noise drawn")
     # a DataFrame's column names (schema), so that predictions can refuse another order
-    release.metadata["input_columns"] = input_columns_record(data)
+    release.metadata["input_columns"] = input_columns_record(data) or input_columns_record(model)
     return release

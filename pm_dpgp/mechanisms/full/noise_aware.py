@@ -1196,7 +1196,9 @@ def noise_aware_release(
         )
         bar.advance("noise drawn")
         # a DataFrame's column names (schema), so that predict() can refuse another order
-        release.metadata["input_columns"] = input_columns_record(data)
+        release.metadata["input_columns"] = input_columns_record(data) or input_columns_record(
+            model
+        )
         return release
 
 
