@@ -134,6 +134,7 @@ def test_the_sample_path_release_reads_the_corners_form_as_the_box_it_means():
                 domain=domain, ledger=Ledger(), rng=np.random.default_rng(1),
             )  # fmt: skip
     for name in ("corners", "box"):
+        assert out[name].metadata["domain"] == [[0.0, 6.0], [0.0, 6.0]]  # recorded (stop 41)
         assert out[name].metadata["epsilon"] == out["pairs"].metadata["epsilon"]
         assert out[name].metadata["kappa"] == out["pairs"].metadata["kappa"] < 1e-3
         np.testing.assert_array_equal(out[name].released_values, out["pairs"].released_values)

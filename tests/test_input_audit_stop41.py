@@ -262,6 +262,8 @@ def test_a_data_frame_of_new_inputs_must_have_the_model_columns_in_order(entry):
         spent = len(ledger.history)
         with pytest.raises(ValueError, match=r"columns \['weight', 'age'\].*\['age', 'weight'\]"):
             calls[entry](Xs[["weight", "age"]], ledger)
+        with pytest.raises(ValueError, match="rename and order them"):  # not X_star[[...]]
+            calls[entry](Xs.rename(columns={"age": "Age"}), ledger)
     assert len(ledger.history) == spent
 
 

@@ -88,7 +88,8 @@ def test_tree_thompson_loop_refuses_a_reused_generator():
 #: mutants that wrote α = (K + σ²I)⁻¹(y − μ) or the labels into the attrs (as lists, which the
 #: byte scans missed) passed every other test.
 SAMPLE_PATH_KEYS = {
-    "M_Y", "Phi", "V", "alpha_max", "cov_bound", "delta", "epsilon", "eta", "hyperparameters",
+    "M_Y", "Phi", "V", "alpha_max", "cov_bound", "delta", "domain", "epsilon", "eta",
+    "hyperparameters",
     "hyperparameter_source", "input_columns", "kappa", "kernel", "kernel_class", "kernel_scale",
     "mean_sensitivity", "mechanism",
     "n_draws", "neighbouring_relation", "noise_source", "nugget_variance", "pm_dpgp_version",
@@ -112,7 +113,8 @@ CLASSIFICATION_KEYS = {
 # "hyperparameter_source" is a fixed text naming where the public hyperparameters came from;
 # stop 41: "epsilon"/"delta" are the whole release's guarantee (its event at the per-draw δ,
 # public settings only), "inducing_inputs" is the former "inducing_points" (the public Z) and
-# "input_columns" a DataFrame's column names (the schema) or None
+# "input_columns" a DataFrame's column names (the schema) or None; "domain" the sample-path
+# release's public box as (low, high) pairs, or None
 
 
 def test_release_metadata_keys_are_the_reviewed_ones():

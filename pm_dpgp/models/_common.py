@@ -696,10 +696,14 @@ def check_input_columns(X_new: Any, model: Any, name: str = "X_star") -> None:
     given = dataframe_columns(X_new)
     if fit is None or given is None or given == fit:
         return
+    how = (
+        f"select them in that order ({name}[{list(fit)}])"
+        if sorted(given) == sorted(fit)
+        else "rename and order them as the model's"  # X_star[...] would be a KeyError
+    )
     raise ValueError(
         f"{name} has the columns {list(given)}, but the model was built on {list(fit)}: inputs "
-        f"are used by position, so select them in that order ({name}[{list(fit)}]); nothing "
-        "was spent or drawn."
+        f"are used by position, so {how}; nothing was spent or drawn."
     )
 
 

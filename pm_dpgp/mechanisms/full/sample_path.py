@@ -1245,8 +1245,11 @@ def sample_path_release(
             )
         release._extend(X_first, blocks)
         bar.advance(f"drew {n_draws} path(s)")
-    # a DataFrame's column names (schema), so that evaluate() can refuse another order
+    # a DataFrame's column names (schema), so that evaluate() can refuse another order, and
+    # the box the inputs were clipped into and κ computed on (a reader could not recover it;
+    # stop-41 walkthrough)
     release.metadata["input_columns"] = input_columns_record(gpr)
+    release.metadata["domain"] = None if domain is None else domain.pairs.tolist()
     return release
 
 
