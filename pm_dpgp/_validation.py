@@ -401,6 +401,13 @@ def masked_as_nan(x: np.ma.MaskedArray) -> NDArray[np.float64]:
     return np.where(mask, np.nan, values)
 
 
+def library_instance(x: Any, module: str, *names: str) -> bool:
+    """Whether ``x`` is one of the classes ``names`` of ``module`` (``"pandas"``,
+    ``"xarray"``), without importing it: nothing can be an instance before it is imported."""
+    mod = sys.modules.get(module)
+    return mod is not None and isinstance(x, tuple(getattr(mod, n) for n in names))
+
+
 def refuse_misaligned_rows(arrays: tuple[Any, ...], names: tuple[str, ...]) -> None:
     """Refuse pandas objects whose indexes differ: pm_dpgp pairs the rows of ``X`` and ``y``
     (and ``w``) by position, so ``y`` shuffled or filtered apart from ``X`` was paired with the
@@ -409,12 +416,9 @@ def refuse_misaligned_rows(arrays: tuple[Any, ...], names: tuple[str, ...]) -> N
     Only the row labels the caller arranged are compared (``Index.equals``), never a value,
     and nothing is quoted; non-pandas arrays are paired by position as documented.
     """
-    pd = sys.modules.get("pandas")
-    if pd is None:  # no pandas object can have been passed
-        return
     indexed = [
         (nm, a.index) for a, nm in zip(arrays, names, strict=True)
-        if isinstance(a, pd.Series | pd.DataFrame)
+        if library_instance(a, "pandas", "Series", "DataFrame")
     ]  # fmt: skip
     for nm, index in indexed[1:]:
         if not index.equals(indexed[0][1]):

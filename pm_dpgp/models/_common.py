@@ -6,7 +6,6 @@ import hashlib
 import math
 import numbers
 import pickle
-import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -30,6 +29,7 @@ except ImportError:  # pragma: no cover - older pytensor
 from pm_dpgp._validation import (
     check_finite_array,
     check_positive,
+    library_instance,
     real_or_none,
     refuse_dask,
     refuse_misaligned_rows,
@@ -652,8 +652,7 @@ def remember_arguments(model: Any, X: Any, y: Any) -> Any:
 
 def dataframe_columns(X: Any) -> tuple[str, ...] | None:
     """The column names of a pandas ``DataFrame`` (public: the schema, not a value), else None."""
-    pd = sys.modules.get("pandas")
-    if pd is not None and isinstance(X, pd.DataFrame):
+    if library_instance(X, "pandas", "DataFrame"):
         return tuple(str(c) for c in X.columns)
     return None
 

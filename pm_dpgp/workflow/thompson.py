@@ -263,8 +263,8 @@ def _thompson_idata(
 
 def _box(domain: Any, d: int) -> tuple[NDArray, NDArray]:
     """``(lower, upper)`` of the public box in ``d`` dimensions (``pm_dpgp.domain``: the
-    corners ``(lower, upper)``, ``(low, high)`` pairs or a ``Box``; an ambiguous 2 × 2 form is
-    refused)."""
+    corners ``(lower, upper)``, ``(low, high)`` pairs or a ``Box``; a 2 × 2 array that is a
+    box both ways is read as corners, with a warning)."""
     # a search needs low < high; a 2 × 2 array is read as the loop's (lower, upper) corners
     lower, upper = parse_domain(domain, d, strict=True, layout="corners")
     return lower, upper

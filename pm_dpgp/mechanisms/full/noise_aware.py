@@ -66,7 +66,6 @@ from pm_dpgp._validation import (
     check_positive,
     check_rng,
     finite_rows,
-    float_array,
     private_array,
     real_or_nan,
     reject_unexpected,
@@ -91,7 +90,7 @@ from pm_dpgp.mechanisms.noise import (
     secure_plan,
     simulation_rng,
 )
-from pm_dpgp.models._common import check_input_columns, input_columns_record
+from pm_dpgp.models._common import _as_2d_inputs, check_input_columns, input_columns_record
 from pm_dpgp.models.guards import refuse_dirichlet_model
 from pm_dpgp.models.sparse import PublicSparseGP, SparseGPRegression
 from pm_dpgp.release import flat_attrs
@@ -871,12 +870,7 @@ def _as_inputs(X_star: ArrayLike, d: int, release: Any = None) -> NDArray[np.flo
     """Public test inputs as ``(m, d)`` floats: finite, ``d`` columns, and a ``DataFrame``'s
     columns in the order the release's data had (``metadata["input_columns"]``)."""
     check_input_columns(X_star, release)
-    Xs = float_array(X_star, "X_star", None)
-    if Xs.ndim == 1:
-        Xs = Xs[:, None]
-    if Xs.ndim != 2 or Xs.shape[1] != d or not np.all(np.isfinite(Xs)):
-        raise ValueError(f"X_star must be finite with {d} column(s) like Z, got shape {Xs.shape}.")
-    return Xs
+    return _as_2d_inputs(X_star, "X_star", d)  # the models' rule: finite, d columns, a hint
 
 
 def _sample_centred(

@@ -44,7 +44,6 @@ averaged observation noise plus the Laplace variance, moment-matched by a Gaussi
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from importlib.metadata import version
@@ -64,6 +63,7 @@ from pm_dpgp._validation import (
     check_public_bounds,
     check_scale,
     clip_to_bounds,
+    library_instance,
     private_array,
     public_real_array,
     real_or_nan,
@@ -193,8 +193,7 @@ class Bins:
 
 def make_bins(edges: Sequence[ArrayLike] | ArrayLike) -> Bins:
     """Public bins from edges: one increasing array per input dimension (or one array for 1-D)."""
-    pd = sys.modules.get("pandas")
-    if pd is not None and isinstance(edges, pd.Series | pd.Index):  # read as scalars (stop 41)
+    if library_instance(edges, "pandas", "Series", "Index"):  # read as scalars (stop 41)
         edges = edges.to_numpy()
     if isinstance(edges, Iterator):  # a generator was "a number of bins" (stop-41 fuzz)
         raise ValueError(
