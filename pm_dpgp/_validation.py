@@ -417,16 +417,26 @@ def refuse_misaligned_rows(arrays: tuple[Any, ...], names: tuple[str, ...]) -> N
     and nothing is quoted; non-pandas arrays are paired by position as documented.
     """
     indexed = [
-        (nm, a.index) for a, nm in zip(arrays, names, strict=True)
-        if library_instance(a, "pandas", "Series", "DataFrame")
+        (nm, row_labels(a)) for a, nm in zip(arrays, names, strict=True)
+        if row_labels(a) is not None
     ]  # fmt: skip
     for nm, index in indexed[1:]:
-        if not index.equals(indexed[0][1]):
-            raise ValueError(
-                f"{indexed[0][0]} and {nm} are pandas objects with different indexes, but rows "
-                "are paired by position: align them first (e.g. y = y.loc[X.index]) or pass "
-                "arrays. (Only the two indexes were compared; nothing was spent or drawn.)"
-            )
+        refuse_other_rows(indexed[0][1], indexed[0][0], index, nm)
+
+
+def row_labels(x: Any) -> Any:
+    """The row index of a pandas ``Series`` / ``DataFrame``, else ``None`` (positional)."""
+    return x.index if library_instance(x, "pandas", "Series", "DataFrame") else None
+
+
+def refuse_other_rows(first: Any, first_name: str, other: Any, other_name: str) -> None:
+    """Refuse two row indexes (``row_labels``) that differ; ``None`` is positional."""
+    if first is not None and other is not None and not other.equals(first):
+        raise ValueError(
+            f"{first_name} and {other_name} are pandas objects with different indexes, but "
+            "rows are paired by position: align them first (e.g. y = y.loc[X.index]) or pass "
+            "arrays. (Only the two indexes were compared; nothing was spent or drawn.)"
+        )
 
 
 def check_finite_array(x: ArrayLike, name: str, *, ndim: int | None = None) -> NDArray[np.float64]:

@@ -20,7 +20,14 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from pm_dpgp import __version__
-from pm_dpgp._validation import check_finite_array, check_flag, check_rng, public_real_array
+from pm_dpgp._validation import (
+    check_finite_array,
+    check_flag,
+    check_rng,
+    public_real_array,
+    refuse_other_rows,
+    row_labels,
+)
 
 __all__ = ["Release", "draws_to_inference_data", "release_to_inference_data"]
 
@@ -62,6 +69,10 @@ class Release:
         ``(m, k)`` public factor ``F`` with DP-noise covariance ``F Fᵀ``.
     metadata:
         Privacy metadata (JSON-serialisable values only).
+    x_star_rows:
+        the row index of ``X_star`` when it was a pandas object (public labels of public
+        rows; never serialised), else ``None``: ``to_inference_data`` refuses an
+        ``observed_data`` Series with other row labels (paired by position, stop 42).
     """
 
     mechanism: str
@@ -70,6 +81,7 @@ class Release:
     noise_factor: NDArray[np.float64]
     metadata: dict[str, Any] = field(default_factory=dict)
     variable_name: str = "f_dp"
+    x_star_rows: Any = field(default=None, repr=False, compare=False)
 
     @property
     def n_draws(self) -> int:
@@ -132,10 +144,12 @@ class Release:
         predictive_sd: float | ArrayLike | None = None,
         rng: np.random.Generator | None = None,
         dp_noise: Literal["marginalise", "ignore"] = "marginalise",
+        var_name: str | None = None,
     ) -> Any:
         """Store the release as ``arviz.InferenceData`` (ArviZ 0.x) or ``DataTree`` (ArviZ 1).
 
-        * ``posterior[variable_name]``: dims ``(chain, draw, x_star)``, one chain, one entry
+        * ``posterior[variable_name]`` (or ``var_name``, the keyword of the other exports and
+          of ``dp_ppc``): dims ``(chain, draw, x_star)``, one chain, one entry
           of ``draw`` per DP draw; the test-input dim is ``x_star`` (coordinate: the inputs
           when 1-D and distinct, else an index) unless renamed with
           ``dims={variable_name: ["age"]}`` and given values with ``coords={"age": ...}``.
@@ -162,6 +176,9 @@ class Release:
 
         if dp_noise not in ("marginalise", "ignore"):
             raise ValueError(f"dp_noise must be 'marginalise' or 'ignore', got {dp_noise!r}.")
+        name = self.variable_name if var_name is None else var_name
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"var_name must be a non-empty str, got {var_name!r}.")
         if predictive_sd is not None:
             self.check_gaussian_predictive()
         X = np.asarray(self.X_star, dtype=np.float64)
@@ -172,7 +189,7 @@ class Release:
             },
         )
         return draws_to_inference_data(
-            {self.variable_name: (("x_star",), self.draws)},
+            {name: (("x_star",), self.draws)},
             X_star=X,
             attrs=_flat_attrs(self),
             constant_data=const,
@@ -180,11 +197,12 @@ class Release:
             coords=coords,
             observed_data=observed_data,
             observed_is_public=observed_is_public,
+            x_star_rows=self.x_star_rows,
             predictive_sd=predictive_sd,
             rng=rng,
             # no deprecated copy of latent logits, which az.plot_ppc would read as outcomes
             # (stop-38 usability audit)
-            legacy_predictive=(self.variable_name,) if self.draws_are_outcomes else (),
+            legacy_predictive=(name,) if self.draws_are_outcomes else (),
             predictive_centre=self._released_mean_draws if dp_noise == "marginalise" else None,
         )
 
@@ -228,6 +246,7 @@ def draws_to_inference_data(
     coords: Mapping[str, ArrayLike] | None = None,
     observed_data: Mapping[str, ArrayLike] | None = None,
     observed_is_public: bool = False,
+    x_star_rows: Any = None,
     predictive_sd: float | ArrayLike | None = None,
     predictive_of: str | None = None,
     rng: np.random.Generator | None = None,
@@ -244,7 +263,8 @@ def draws_to_inference_data(
     group sharing the dim) and ``coords`` gives coordinate values for the new names.  With
     ``predictive_sd`` (public noise sd), ``posterior_predictive`` holds ``y = f + e`` for the
     variable ``predictive_of`` (default: the first), named as the observed variable.
-    ``observed_data`` (a PUBLIC hold-out set at ``X_star``) needs ``observed_is_public=True``.
+    ``observed_data`` (a PUBLIC hold-out set at ``X_star``) needs ``observed_is_public=True``;
+    a pandas one must have the row labels ``x_star_rows`` of ``X_star`` when those are known.
     ``legacy_predictive`` variables are copied to ``posterior_predictive`` as well.
     ``predictive_centre(rng)``, when given, returns the ``(n_draws, *dims)`` values the
     predictive noise is added to instead of the draws themselves (``Release``: draws of the
@@ -299,6 +319,9 @@ def draws_to_inference_data(
         if obs_name in draws:
             raise ValueError(f"observed variable {obs_name!r} clashes with a posterior variable.")
         fdims = draws[first][0]
+        # rows are paired by position: a hold-out Series in another order than a DataFrame
+        # X_star put each height beside another person's age (stop-42 audit)
+        refuse_other_rows(x_star_rows, "X_star", row_labels(obs_values), "observed_data")
         obs = check_finite_array(obs_values, f"observed_data[{obs_name!r}]")
         if obs.shape != tuple(post[first].shape[2:]):
             raise ValueError(

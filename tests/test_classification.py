@@ -406,7 +406,7 @@ def test_hmeq_loader_and_regression_mechanisms_refuse_classification_models():
     from pm_dpgp.mechanisms import cloaked_release
 
     model = gp_classification(X[:20, :1], bad[:20], pm.gp.cov.ExpQuad(1, ls=4.0))
-    with pytest.raises(AttributeError, match="classification_release"):
+    with pytest.raises(TypeError, match="classification_release"):
         cloaked_release(model, X[:3, :1], epsilon=1.0, delta=1e-3, y_bounds=(0.0, 1.0))
 
 

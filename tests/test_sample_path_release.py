@@ -128,7 +128,9 @@ def test_release_contains_nothing_private(model, tmp_path):
         model, np.linspace(0, 1, 30), n_draws=4, rng=np.random.default_rng(0), **KW
     )
     rel.evaluate(np.array([[0.33], [0.66]]))
-    idata = rel.to_inference_data()
+    # the default exports the release's X_star only; evaluate()'s inputs on request (stop 42)
+    assert rel.to_inference_data().posterior_predictive["f_path"].shape == (1, 4, 30)
+    idata = rel.to_inference_data(include_evaluated=True)
     assert idata.posterior_predictive["f_path"].shape == (1, 4, 32)
     attrs = idata.posterior_predictive.attrs
     assert attrs["privacy_model"] == "full"

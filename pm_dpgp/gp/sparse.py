@@ -39,7 +39,7 @@ from pm_dpgp._validation import (
     is_dask_collection,
     refuse_misaligned_rows,
 )
-from pm_dpgp.gp.linalg import jittered_cholesky
+from pm_dpgp.gp.linalg import CholeskyError, jittered_cholesky, psd_eigen_root
 
 __all__ = [
     "Preprocess",
@@ -534,11 +534,12 @@ def sample_from_qu(
     r"""Joint draws of ``u ~ q(u) = N(m, S)`` and ``f(V) | u ~ p(f | u)`` (Titsias 2009, eq. 8).
 
     ``f = μ + K_VZ K⁻¹ (u − μ) + L_C ξ`` with ``C = K_VV − K_VZ K⁻¹ K_ZV`` (the conditional
-    prior covariance, ``C = L_C L_Cᵀ``, jittered Cholesky), so that ``f`` is marginally the
-    predictive ``q(f) = ∫ p(f | u) q(u) du`` of Honkela (2024, eq. 17) and each ``f`` draw is
-    consistent with its ``u`` draw.  ``m`` is ``(M,)`` or ``(T, M)``, ``S`` ``(M, M)`` or
-    ``(T, M, M)``; returns ``u`` ``(n_draws, [T,] M)`` and ``f`` ``(n_draws, [T,] n)`` (``None``
-    without ``Kzv``).  Post-processing of ``q(u)``: no privacy cost.
+    prior covariance, ``C = L_C L_Cᵀ``, jittered Cholesky; when ``C`` is numerically only
+    semi-definite, its eigen-root with round-off eigenvalues clipped at 0), so that ``f`` is
+    marginally the predictive ``q(f) = ∫ p(f | u) q(u) du`` of Honkela (2024, eq. 17) and each
+    ``f`` draw is consistent with its ``u`` draw.  ``m`` is ``(M,)`` or ``(T, M)``, ``S``
+    ``(M, M)`` or ``(T, M, M)``; returns ``u`` ``(n_draws, [T,] M)`` and ``f``
+    ``(n_draws, [T,] n)`` (``None`` without ``Kzv``).  Post-processing of ``q(u)``: no privacy cost.
     """
     K = np.asarray(Kzz, dtype=np.float64)
     single, m2, S3 = _batched(m, S)
@@ -549,7 +550,15 @@ def sample_from_qu(
         return (u[:, 0] if single else u), None
     A, W = _projections(K, Kzv)
     C = np.asarray(Kvv, dtype=np.float64) - A.T @ A
-    L_C, _ = jittered_cholesky(0.5 * (C + C.T), check=False)
+    C = 0.5 * (C + C.T)
+    try:
+        L_C, _ = jittered_cholesky(C, check=False)
+    except CholeskyError:
+        # C is PSD by construction, but its round-off is set by K_VV (of order n·u·max k(v, v)),
+        # not by its own diagonal, which is tiny when Z is dense for the lengthscale (stop-42
+        # audit: diag C ~ 3e-6 beside k(v, v) = 900, 50 test points): every jitter the schedule
+        # tries, relative to mean(diag C), was below that round-off
+        L_C = psd_eigen_root(C)
     n = A.shape[1]
     f = mean + (u - mean) @ W + rng.standard_normal((n_draws, T, n)) @ L_C.T
     return (u[:, 0], f[:, 0]) if single else (u, f)

@@ -651,9 +651,26 @@ def remember_arguments(model: Any, X: Any, y: Any) -> Any:
 
 
 def dataframe_columns(X: Any) -> tuple[str, ...] | None:
-    """The column names of a pandas ``DataFrame`` (public: the schema, not a value), else None."""
+    """The input column names of labelled inputs (public: the schema, not a value), else None.
+
+    A pandas ``DataFrame``'s columns; a named pandas ``Series`` (one input column, e.g.
+    ``df["age"]``); an xarray ``DataArray``: its name when 1-D, the labels of its last
+    dimension when 2-D and labelled with text (stop-42 audit: a model built on ``df["age"]``
+    accepted ``df["weight"]`` as ages, and a ``DataArray`` with ``feature = ["weight",
+    "age"]`` was used by position for an ``["age", "weight"]`` model).
+    """
     if library_instance(X, "pandas", "DataFrame"):
         return tuple(str(c) for c in X.columns)
+    if library_instance(X, "pandas", "Series"):
+        return None if X.name is None else (str(X.name),)
+    if library_instance(X, "xarray", "DataArray"):
+        if X.ndim == 1:
+            return None if X.name is None else (str(X.name),)
+        last = X.dims[-1] if X.ndim == 2 else None
+        if last is not None and last in X.coords:
+            labels = X.coords[last].values
+            if labels.dtype.kind in "OUS" and all(isinstance(v, str) for v in labels.tolist()):
+                return tuple(labels.tolist())
     return None
 
 

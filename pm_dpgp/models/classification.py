@@ -117,6 +117,15 @@ class GPClassification(GPRegression):
     non-private inference and ``public_gp`` for releases.
     """
 
+    def public_cloaking(self, hyperparameters: Mapping[str, ArrayLike] | None = None) -> Any:
+        """Refused: the regression cloaking does not apply to binary labels (the
+        ``AttributeError`` of the latent view was the only message; stop-42 audit)."""
+        raise TypeError(
+            "a binary GP classification model has no regression cloaking: use "
+            "pm_dpgp.mechanisms.classification_release (Smith et al. 2021, §4). Nothing was "
+            "spent or drawn."
+        )
+
     def public_gp(self, hyperparameters: Mapping[str, ArrayLike] | None = None) -> PublicLatentGP:  # type: ignore[override]
         """The latent prior at fixed public hyperparameters (see
         ``GPRegression.public_gp`` for the rules on ``hyperparameters``)."""

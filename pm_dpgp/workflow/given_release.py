@@ -198,8 +198,12 @@ def release_posterior(
         the release's record.
     """
     check_input_columns(X_new, model, "X_new")  # a DataFrame in another column order
-    if not isinstance(release, Release):
-        raise TypeError(f"release must be a pm_dpgp Release, got {type(release).__name__}.")
+    if not isinstance(release, Release):  # e.g. q(u) is a release, but not linear in y
+        raise TypeError(
+            "release_posterior needs a cloaking or prior-noise Release (draws linear in the "
+            f"outputs plus Gaussian noise), got a {type(release).__name__}. For other releases "
+            "use dp_ppc (docs/workflow.md)."
+        )
     if release.mechanism not in LINEAR_GAUSSIAN_MECHANISMS:
         raise ValueError(
             f"release_posterior needs a cloaking or prior-noise release (draws linear in the "

@@ -158,6 +158,22 @@ def _refuse_private(
 
 
 # --------------------------------------------------------------------------- DP values
+def _check_release_type(release: Any) -> None:
+    if not isinstance(release, Release | SparseQuRelease | SamplePathRelease):
+        run = type(release).__name__ in ("ThompsonResult", "OwnerRecord")
+        raise TypeError(
+            "release must be a pm_dpgp Release, SamplePathRelease or SparseQuRelease (noise-aware "
+            f"or Dirichlet), got {type(release).__name__}"
+            + (
+                ": the trace of a search (Thompson sampling, random search) is a run, not a "
+                "release of the posterior (a ThompsonResult's rounds are in "
+                "result.to_inference_data())."
+                if run
+                else "."
+            )
+        )
+
+
 def _dp_values(
     release: AnyRelease,
     X_hold: NDArray[np.float64],
@@ -181,11 +197,7 @@ def _dp_values(
         _, f = release.sample_f(X_hold, 200 if n_draws is None else n_draws, rng)
         assert f is not None
         return f, release.attrs(), None
-    if not isinstance(release, Release):
-        raise TypeError(
-            "release must be a pm_dpgp Release, SamplePathRelease or SparseQuRelease (noise-aware "
-            f"or Dirichlet), got {type(release).__name__}."
-        )
+    _check_release_type(release)
     attrs = _gaussian_release_attrs(release)
     X_star = np.asarray(release.X_star, float)
     if X_star.shape[1] != X_hold.shape[1]:
@@ -330,6 +342,9 @@ def dp_ppc(
     PrivateDataError
         ``y_holdout`` is the private training output array (same object or memory).
     """
+    # the release's type before its arguments: a Thompson trace was asked for noise_sd first
+    # (stop-42 audit)
+    _check_release_type(release)
     # a DataFrame in another column order than the model's, the training pair's or the
     # release's data (recorded in its metadata)
     check_input_columns(X_holdout, training, "X_holdout")
@@ -561,7 +576,7 @@ def _ppc_groups(
     )
 
 
-def holdout_elpd(idata: Any, var_name: str = "y") -> tuple[float, NDArray[np.float64]]:
+def holdout_elpd(idata: Any, var_name: str | None = None) -> tuple[float, NDArray[np.float64]]:
     """Hold-out expected log predictive density ``Σᵢ log p(yᵢ | release)`` and its terms.
 
     The hold-out counterpart of ``az.loo``'s elpd, and what to use instead of it: no
@@ -575,9 +590,22 @@ def holdout_elpd(idata: Any, var_name: str = "y") -> tuple[float, NDArray[np.flo
     ``dp_ppc`` stores only in this case); otherwise, e.g. ``dp_noise="ignore"``,
     ``Σᵢ log mean_s p(yᵢ | f_s)`` over the stored draws (exact for the mixture of a release's
     own draws, e.g. sample paths or the plug-in DP draws; a Monte Carlo estimate for draws of
-    a noise-aware ``q(f)``).
+    a noise-aware ``q(f)``).  ``var_name``: the observed variable; by default the only one in
+    ``observed_data`` (``dp_ppc``'s ``var_name``, ``"y"`` unless renamed).
     """
     names = group_names(idata)
+    observed = list(get_group(idata, "observed_data").data_vars) if "observed_data" in names else []
+    if var_name is None:  # dp_ppc(var_name="height") gave xarray's KeyError 'y' (stop-42 audit)
+        if len(observed) != 1:
+            raise ValueError(
+                f"pass var_name=, the observed variable to score (observed_data holds {observed})."
+            )
+        var_name = observed[0]
+    elif var_name not in observed:
+        raise ValueError(
+            f"var_name={var_name!r} is not an observed variable of this object ({observed}); "
+            "pass the var_name given to dp_ppc."
+        )
     const = get_group(idata, "constant_data") if "constant_data" in names else None
     closed = None
     if const is not None and {"f_mean", "f_sd", "predictive_sd"} <= set(const):
@@ -667,7 +695,7 @@ def plot_dp_release(
         if release.public_gp.input_dim != 1:
             raise ValueError("plot_dp_release draws 1-D releases only.")
         grid = (
-            np.sort(np.unique(release.released_inputs[:, 0]))
+            np.sort(np.unique(release.published_inputs[:, 0]))
             if X_grid is None
             else np.asarray(X_grid, float).ravel()
         )

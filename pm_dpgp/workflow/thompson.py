@@ -295,10 +295,7 @@ def _observe(
     # the observed values are private: text is refused by its type, and a failed conversion
     # does not keep NumPy's message (which quotes the entry) even as the error's context
     refuse_text(raw, "objective(X)", note="")
-    try:
-        y: NDArray[np.float64] | None = np.asarray(raw, dtype=np.float64).reshape(-1)
-    except (TypeError, ValueError):
-        y = None
+    y = _as_observed_floats(raw)
     if y is None:
         raise TypeError(
             "objective(X) must return real numbers, one per row of X (a float array); "
@@ -317,6 +314,38 @@ def _observe(
             "return finite values."
         )
     return y
+
+
+def _as_observed_floats(raw: Any) -> NDArray[np.float64] | None:
+    """The observed values as float64, or ``None`` if some value is not a number.
+
+    A real number float64 cannot hold (the Python int ``10**400``, a ``Fraction`` of it, a
+    long double ``1e400``) becomes NaN, i.e. non-finite: the private loops replace it by the
+    prior mean like any non-finite value, the non-private ones refuse it.  It used to raise
+    ``OverflowError`` (an ``ObjectiveError`` naming its round, for one private value) or to
+    warn of the overflow only for such values (stop-42 audit of the tree loop).  Silent: no
+    warning depends on a value.
+    """
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return np.asarray(raw, dtype=np.float64).reshape(-1)
+        except OverflowError:
+            pass
+        except (TypeError, ValueError):
+            return None
+        try:  # value by value: only in this rare case, so a Python loop is fine here
+            values = np.asarray(raw, dtype=object).reshape(-1)
+            return np.array([_float_or_nan(v) for v in values], dtype=np.float64)
+        except (TypeError, ValueError):
+            return None
+
+
+def _float_or_nan(value: Any) -> float:
+    try:
+        return float(value)
+    except OverflowError:
+        return math.nan
 
 
 def check_loop_inputs(
@@ -501,8 +530,11 @@ def dp_thompson_sampling(
     ----------
     objective:
         ``objective(X) -> y`` for ``X`` of shape ``(k, d)``: the curator's (noisy)
-        observations, the private data.  ``X`` is a read-only copy of the queried inputs
-        (what the objective does cannot change the published queries; copy it to modify it).
+        observations, the private data.  ``X`` is a read-only copy of the queried inputs, a
+        float64 NumPy array in the column order of ``cov_func`` (also when ``X_init`` was a
+        ``DataFrame``: wrap it, e.g. ``pd.DataFrame(X, columns=...)``, if the objective reads
+        names); what the objective does cannot change the published queries (copy it to
+        modify it).
     cov_func:
         PyMC covariance with public, fixed hyperparameters; ``cov_func / kernel_scale²`` must
         satisfy ``k(x, x) ≤ 1``.

@@ -240,9 +240,14 @@ def label_statistics(
     ``[a, b]`` would let round-off of order ``|μ|·u`` exceed the charged sensitivity).  The
     loop adds the public ``(c − μ) Σ φ(xᵢ)`` after the noise (post-processing: the inputs are
     published).
+    The residual is clipped to ``±h``, ``h = (b − a)/2`` as computed: the midpoint is rounded
+    (``(1e16, 1e16 + 2)`` has the midpoint ``1e16`` in float64), and a residual of up to
+    ``b − a`` moved one leaf by √2 times the charge under full privacy (stop-42 audit); with
+    the clip ``|ξ − ξ'| ≤ 2h = b − a`` holds in floating point too.
     """
     lo, hi = y_bounds
-    return Phi.T @ (np.clip(y, lo, hi) - 0.5 * (lo + hi))
+    h = 0.5 * (hi - lo)
+    return Phi.T @ np.clip(np.clip(y, lo, hi) - 0.5 * (lo + hi), -h, h)
 
 
 def public_inputs_posterior(

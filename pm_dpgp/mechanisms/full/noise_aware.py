@@ -71,6 +71,7 @@ from pm_dpgp._validation import (
     reject_unexpected,
     renamed,
     require,
+    row_labels,
     warn_public_settings,
 )
 from pm_dpgp.accounting import GaussianEvent, Ledger, PrivacyEvent
@@ -775,6 +776,7 @@ class SparseQuRelease:
             return self._inference_data(
                 Xs, predictive, u, f, od, default_coords, var_name, dims, coords,
                 observed_data, observed_is_public, predictive_sd, generator,
+                row_labels(X_star),
             )  # fmt: skip
 
         # a dry run on zero-stride zeros of the draws' shapes (no memory; its predictive noise
@@ -805,9 +807,11 @@ class SparseQuRelease:
         observed_is_public: bool,
         predictive_sd: float | None,
         rng: np.random.Generator,
+        x_star_rows: Any = None,
     ) -> Any:
         """``to_inference_data`` for given draws ``u`` (and ``f`` at ``Xs``, where
-        ``predictive = self.predict(Xs)``)."""
+        ``predictive = self.predict(Xs)``; ``x_star_rows``: the row index of a pandas
+        ``X_star``)."""
         import xarray as xr
 
         from pm_dpgp.release import draws_to_inference_data
@@ -853,6 +857,7 @@ class SparseQuRelease:
             coords=coords,
             observed_data=observed_data,
             observed_is_public=observed_is_public,
+            x_star_rows=x_star_rows,
             predictive_sd=sd if Xs is not None else None,
             predictive_of=var_name if Xs is not None else None,
             rng=rng,
@@ -1193,6 +1198,9 @@ def noise_aware_release(
         release.metadata["input_columns"] = input_columns_record(data) or input_columns_record(
             model
         )
+        # the public clipping range as given (R_y alone did not say it; stop-42 audit), the
+        # key of the label and sample-path releases
+        release.metadata["y_bounds"] = [float(y_lower), float(y_upper)]
         return release
 
 

@@ -64,6 +64,7 @@ from pm_dpgp._validation import (
     reject_unexpected,
     renamed,
     require,
+    row_labels,
     warn_public_settings,
 )
 from pm_dpgp.accounting import BUDGET_RTOL, Ledger, RdpCurveEvent
@@ -176,6 +177,9 @@ class _PathState:
         self.W = np.empty((0, n_draws))  # (q, L) standard normals behind the values
         self.F = np.empty((0, n_draws))  # (q, L) the released values minus μ₀: m + L W
         self.blocks: list[tuple[NDArray[np.float64], RFPTriangle]] = []
+        # (q,) rows declared public: the release's X_star and to_inference_data(X_star=...);
+        # evaluate()'s inputs stay with the owner unless exported (stop-42 audit)
+        self.published = np.empty(0, dtype=bool)
 
     @property
     def q(self) -> int:
@@ -209,7 +213,9 @@ class _PathState:
         )
         for arr in grown:
             arr.flags.writeable = False
+        published = np.concatenate([self.published, np.zeros(len(X_new), dtype=bool)])
         self.X, self.mean, self.W, self.F = grown
+        self.published = published
         self.blocks.append((off, diag))
 
     def _refuse_copy(self, *_: Any) -> Any:
@@ -437,12 +443,20 @@ class SamplePathRelease:
         Drawn from the posterior conditional on every value released so far
         (block-Cholesky extension of the joint factor), so repeated and lazy
         evaluations are consistent with one path per draw.  No privacy cost.
+        ``X_new`` stays with this object: ``to_inference_data()`` exports the release's
+        ``X_star`` and the inputs passed to it as ``X_star=``, not these, unless
+        ``include_evaluated=True`` (under full privacy the owner may evaluate the paths at
+        the private training inputs, e.g. for residuals).
         """
-        check_input_columns(X_new, self, "X_new")  # a DataFrame in another column order
-        X_new = check_finite_array(X_new, "X_new", ndim=2)
+        return self._state.values(self._rows_of(X_new, "X_new")).T
+
+    def _rows_of(self, X_new: ArrayLike, name: str) -> NDArray[np.intp]:
+        """Rows of the path state holding ``X_new`` (drawn now if new), in its order."""
+        check_input_columns(X_new, self, name)  # a DataFrame in another column order
+        X_new = check_finite_array(X_new, name, ndim=2)
         if X_new.shape[1] != self.public_gp.input_dim:
             raise ValueError(
-                f"X_new must have {self.public_gp.input_dim} column(s), got {X_new.shape}."
+                f"{name} must have {self.public_gp.input_dim} column(s), got {X_new.shape}."
             )
         known = np.zeros(len(X_new), dtype=bool)
         if self._state is not None:
@@ -450,7 +464,7 @@ class SamplePathRelease:
         if self._state is None or not known.all():  # one match when every row is known
             self._extend(_distinct_rows(X_new[~known]))
             _, where = _match_rows(X_new, self._state.X)
-        return self._state.values(where).T
+        return where
 
     def _extend(
         self,
@@ -470,8 +484,18 @@ class SamplePathRelease:
 
     @property
     def released_inputs(self) -> NDArray[np.float64]:
-        """All inputs at which values were released so far (public queries; read-only)."""
+        """All inputs at which path values were drawn so far, ``evaluate()``'s included
+        (read-only; owner-side: see ``published_inputs`` for what ``to_inference_data()``
+        exports)."""
         return np.empty((0, self.public_gp.input_dim)) if self._state is None else self._state.X
+
+    @property
+    def published_inputs(self) -> NDArray[np.float64]:
+        """The inputs declared public: the release's ``X_star`` and every ``X_star=`` passed
+        to ``to_inference_data`` (what ``to_inference_data()`` exports by default)."""
+        if self._state is None:
+            return np.empty((0, self.public_gp.input_dim))
+        return self._state.X[self._state.published]
 
     @property
     def released_values(self) -> NDArray[np.float64]:
@@ -492,15 +516,21 @@ class SamplePathRelease:
         observed_is_public: bool = False,
         predictive_sd: float | ArrayLike | None = None,
         rng: np.random.Generator | None = None,
+        include_evaluated: bool = False,
     ) -> Any:
         """Released path values as ``InferenceData`` / ``DataTree`` (DP content only).
 
         ``posterior[variable_name]`` has dims ``(chain, draw, x_star)`` with one draw per
         released path (a posterior sample path: its spread is posterior uncertainty plus the
-        privacy widening ``η``), at ``X_star`` (evaluated lazily first, free) or, by default,
-        at every input released so far; a copy stays in ``posterior_predictive`` (deprecated
-        location).  ``dims``/``coords``, ``observed_data`` (public hold-out at ``X_star``,
-        ``observed_is_public=True``) and ``predictive_sd`` (``y = f + e`` in
+        privacy widening ``η``), at ``X_star`` (evaluated lazily first, free; these inputs are
+        then public) or, by default, at the inputs declared public so far
+        (``published_inputs``: the release's ``X_star`` and earlier ``X_star=`` of this
+        method).  Inputs given only to ``evaluate()`` are exported only with
+        ``include_evaluated=True`` (every input drawn so far, ``released_inputs``): under
+        full privacy the owner may have evaluated the paths at private inputs (stop-42
+        audit: the default published them).  A copy stays in ``posterior_predictive``
+        (deprecated location).  ``dims``/``coords``, ``observed_data`` (public hold-out at
+        ``X_star``, ``observed_is_public=True``) and ``predictive_sd`` (``y = f + e`` in
         ``posterior_predictive``) as in ``pm_dpgp.release.release_to_inference_data``.
         The query inputs are published in ``constant_data`` (and as the coordinate): under
         full privacy pass public inputs, never the private training inputs.  ``var_name=`` is
@@ -524,13 +554,21 @@ class SamplePathRelease:
                 f"name (a str), got {type(variable_name).__name__}; pass the inputs by "
                 "keyword: to_inference_data(X_star=X_new)."
             )
-        if X_star is None:
-            X, values = self.released_inputs, self.released_values
+        every = check_flag(include_evaluated, "include_evaluated")
+        if X_star is not None:
+            rows = self._rows_of(X_star, "X_star")  # column order checked (stop 42)
+        elif self._state is None:
+            rows = np.empty(0, dtype=np.intp)
         else:
-            X = check_finite_array(X_star, "X_star", ndim=2)
-            values = self.evaluate(X)
+            rows = np.arange(self._state.q) if every else np.flatnonzero(self._state.published)
+        if len(rows) == 0:
+            raise ValueError(
+                "no public inputs to export: pass X_star= (public inputs), or "
+                "include_evaluated=True to export the inputs given to evaluate()."
+            )
+        X, values = self._state.X[rows], self._state.values(rows).T
         attrs = flat_attrs("sample_path", self.metadata, n_draws=int(values.shape[0]))
-        return draws_to_inference_data(
+        idata = draws_to_inference_data(
             {variable_name: (("x_star",), values)},
             X_star=X,
             attrs=attrs,
@@ -539,10 +577,14 @@ class SamplePathRelease:
             coords=coords,
             observed_data=observed_data,
             observed_is_public=observed_is_public,
+            x_star_rows=None if X_star is None else row_labels(X_star),
             predictive_sd=predictive_sd,
             rng=rng,
             legacy_predictive=(variable_name,),
         )
+        if X_star is not None:  # exported: declared public from now on
+            self._state.published[rows] = True
+        return idata
 
 
 def certified_kappa(
@@ -1244,6 +1286,7 @@ def sample_path_release(
                 f"inputs at these hyperparameters ({public_gp.hyperparameters})."
             )
         release._extend(X_first, blocks)
+        release._state.published[:] = True  # X_star was declared public
         bar.advance(f"drew {n_draws} path(s)")
     # a DataFrame's column names (schema), so that evaluate() can refuse another order, and
     # the box the inputs were clipped into and κ computed on (a reader could not recover it;

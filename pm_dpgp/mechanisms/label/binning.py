@@ -68,6 +68,7 @@ from pm_dpgp._validation import (
     public_real_array,
     real_or_nan,
     refuse_misaligned_rows,
+    row_labels,
     warn_public_settings,
 )
 from pm_dpgp.accounting import LaplaceEvent, Ledger, PrivacyEvent, PureDpEvent
@@ -517,6 +518,7 @@ def binned_gp(
     if method not in ("integral", "point"):
         raise ValueError(f"method must be 'integral' or 'point', got {method!r}.")
     check_input_columns(X_star, release)  # a DataFrame in another column order
+    x_star_rows = row_labels(X_star)  # a hold-out Series must match them (stop 42)
     md = release.metadata
     lo, hi = md["clipping_bounds"]  # type: ignore[misc]
     mu = 0.5 * (lo + hi) if mean is None else real_or_nan(mean, "mean")
@@ -564,4 +566,5 @@ def binned_gp(
         X_star=Xs,
         noise_factor=A * (math.sqrt(2.0) * b)[None, :],
         metadata=metadata,
+        x_star_rows=x_star_rows,
     )

@@ -53,6 +53,7 @@ from pm_dpgp._validation import (
     check_finite_array,
     check_flag,
     public_real_array,
+    row_labels,
     warn_public_settings,
 )
 from pm_dpgp.accounting import Ledger
@@ -229,6 +230,7 @@ def classification_release(
         public latent variance (``latent_var``) used by ``class_probabilities``.
     """
     check_input_columns(X_star, gpc)  # a DataFrame in another column order
+    x_star_rows = row_labels(X_star)  # a hold-out Series must match them (stop 42)
     progressbar = check_flag(progressbar, "progressbar")  # "no" showed a bar
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta)
@@ -320,6 +322,7 @@ def classification_release(
         X_star=Xs,
         noise_factor=result.noise_factor,
         metadata=metadata,
+        x_star_rows=x_star_rows,
     )
 
 

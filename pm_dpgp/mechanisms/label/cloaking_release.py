@@ -18,6 +18,7 @@ calibration for L2 sensitivity ``d · sqrt(max_i cᵢᵀ M⁺ cᵢ)`` in the
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -26,7 +27,13 @@ from numpy.typing import ArrayLike
 from scipy.linalg import solve_triangular
 
 from pm_dpgp._progress import progress_bar
-from pm_dpgp._validation import check_delta, check_epsilon, check_finite_array, check_flag
+from pm_dpgp._validation import (
+    check_delta,
+    check_epsilon,
+    check_finite_array,
+    check_flag,
+    row_labels,
+)
 from pm_dpgp.accounting import Ledger
 from pm_dpgp.mechanisms.label.cloaking import (
     NoiseCovariance,
@@ -249,6 +256,7 @@ def cloaked_release(
         is the same: the sensitivity is computed for the ``M`` used.
     """
     check_input_columns(X_star, gpr)  # a DataFrame in another column order
+    x_star_rows = row_labels(X_star)  # a hold-out Series must match them (stop 42)
     progressbar = check_flag(progressbar, "progressbar")  # "no" showed a bar
     public_gp = gpr.public_cloaking(hyperparameters)
     X_star = check_finite_array(X_star, "X_star", ndim=2)
@@ -303,4 +311,4 @@ def cloaked_release(
             **public_gp.cloaking_metadata(),
         )
         bar.advance("noise drawn")
-    return release
+    return dataclasses.replace(release, x_star_rows=x_star_rows)

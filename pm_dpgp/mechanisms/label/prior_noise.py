@@ -29,6 +29,7 @@ Sensitivity bounds offered (``bound=``), each per unit label change:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
@@ -36,6 +37,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.linalg import cho_solve
 
+from pm_dpgp._validation import row_labels
 from pm_dpgp.accounting import Ledger
 from pm_dpgp.gp.linalg import jittered_cholesky, solve_lower
 from pm_dpgp.mechanisms.label.output_perturbation import label_gaussian_release, model_labels
@@ -172,6 +174,7 @@ def prior_noise_release(
     ``docs/secure_noise.md``); a NumPy Generator selects the simulation mode.
     """
     check_input_columns(X_star, gpr)  # a DataFrame in another column order
+    x_star_rows = row_labels(X_star)  # a hold-out Series must match them (stop 42)
     require_exact_regression(gpr, "prior_noise_release")
     public_gp = gpr.public_gp(hyperparameters)
     # named and counted here: the kernel called it "Xa" (stop-41 fuzz)
@@ -180,7 +183,7 @@ def prior_noise_release(
     parts = public_prior_noise(public_gp, X_star, bound)
     whitening = centred_whitening(parts.W, labels.y, labels.y_bounds, public_gp.mean)
     shape, unit = parts.shape_factor, parts.unit_sensitivity
-    return label_gaussian_release(
+    release = label_gaussian_release(
         "prior_noise",
         public_gp,
         labels,
@@ -201,3 +204,4 @@ def prior_noise_release(
         # records them (public: X is public under label privacy)
         **public_gp.cloaking_metadata(),
     )
+    return dataclasses.replace(release, x_star_rows=x_star_rows)
