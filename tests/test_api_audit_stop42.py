@@ -397,3 +397,41 @@ def test_label_leaf_residuals_stay_within_half_the_range_when_the_midpoint_round
     # the input moves too, full privacy)
     assert abs(b - a)[0] <= hi - lo
     assert abs(a)[0] <= 0.5 * (hi - lo) and abs(b)[0] <= 0.5 * (hi - lo)
+
+
+def test_thompson_traces_keep_the_column_names_of_a_dataframe_design(tmp_path):
+    from pm_dpgp.accounting import Ledger
+    from pm_dpgp.compat import from_netcdf, to_netcdf
+    from pm_dpgp.workflow import dp_thompson_sampling
+
+    X0 = pd.DataFrame({"temp": [0.1, 0.5, 0.9], "speed": [0.2, 0.4, 0.6]})
+    seen = []
+
+    def objective(X):
+        seen.append(type(X))
+        return np.sin(3 * X[:, 0]) + X[:, 1]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = dp_thompson_sampling(
+            objective,
+            pm.gp.cov.ExpQuad(2, ls=0.3),
+            domain=([0, 0], [1, 1]),
+            X_init=X0,
+            n_rounds=2,
+            noise_sd=2.0,
+            y_bounds=(-1.0, 2.0),
+            ledger=Ledger(epsilon=100.0, delta=1e-5),
+            candidates=16,
+            progressbar=False,
+            rng=np.random.default_rng(0),
+        )
+    assert set(seen) == {np.ndarray}  # as documented: float64 arrays in the kernel's order
+    for idata in (res.idata, res.to_inference_data()):
+        for group in ("posterior", "constant_data"):
+            names = get_group(idata, group).coords["input_dim"].values.tolist()
+            assert names == ["temp", "speed"]
+    path = tmp_path / "trace.nc"
+    to_netcdf(res.idata, str(path))
+    back = get_group(from_netcdf(str(path)), "posterior").coords["input_dim"].values.tolist()
+    assert back == ["temp", "speed"]

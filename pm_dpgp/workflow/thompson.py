@@ -80,6 +80,7 @@ from pm_dpgp.mechanisms.full.sample_path_bounds import (
     Sensitivity,
 )
 from pm_dpgp.models import GPRegression, PublicGP, gp_regression
+from pm_dpgp.models._common import dataframe_columns
 
 __all__ = [
     "ObjectiveError",
@@ -467,9 +468,12 @@ def trace_inference_data(
     lower: NDArray[np.float64],
     upper: NDArray[np.float64],
     attrs: dict[str, Any],
+    X_init: Any = None,
 ) -> Any:
     """InferenceData of a Thompson run (``_thompson_idata``): ``posterior`` (draw = round),
-    group ``thompson`` (dim ``round``) and ``constant_data``.
+    group ``thompson`` (dim ``round``) and ``constant_data``.  The ``input_dim`` coordinate
+    is the column names of a labelled ``X_init`` (a ``DataFrame``; ``dataframe_columns``),
+    else ``0 … d−1`` (stop-42 audit: a DataFrame's names were dropped).
 
     ``rows["x_chosen"]`` holds the ``(d,)`` chosen inputs; every other key of ``dtypes`` is a
     per-round scalar column of that dtype.  Only DP outputs and public values may be passed.
@@ -482,7 +486,9 @@ def trace_inference_data(
     d = len(lower)
     R = len(rows["x_chosen"])
     x_ch = np.asarray(rows["x_chosen"], float).reshape(R, d)
-    coords = {"round": np.arange(R), "input_dim": np.arange(d)}
+    names = dataframe_columns(X_init)
+    labels: Any = np.arange(d) if names is None or len(names) != d else list(names)
+    coords = {"round": np.arange(R), "input_dim": labels}
     data: dict[str, Any] = {"x_chosen": (("round", "input_dim"), x_ch)}
     for key, dtype in dtypes.items():
         data[key] = (("round",), np.asarray(rows[key], dtype=dtype))
@@ -493,7 +499,7 @@ def trace_inference_data(
             "domain_lower": (("input_dim",), lower),
             "domain_upper": (("input_dim",), upper),
         },
-        coords={"init": np.arange(len(X0)), "input_dim": np.arange(d)},
+        coords={"init": np.arange(len(X0)), "input_dim": labels},
         attrs=attrs,
     )
     return _thompson_idata(trace, const)
@@ -813,6 +819,7 @@ def dp_thompson_sampling(
         lower,
         upper,
         attrs,
+        X_init,
     )
     owner = OwnerRecord(X=X_all, y=y_all, n_init=len(X0))
     result = ThompsonResult(

@@ -787,6 +787,7 @@ def dp_thompson_sampling_tree(
         lower,
         upper,
         attrs,
+        X_init,
     )
     owner = OwnerRecord(X=X_all, y=y_all, n_init=len(X0))
     result = ThompsonResult(
