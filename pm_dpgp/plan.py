@@ -734,7 +734,7 @@ def _planned_kappa(
         box[None, :, 0], np.zeros(1), cov_func, noise_sd=1.0, mean_is_public=True
     ).public_gp_without_data()
     probes = _public_probes(np.empty((0, box.shape[0])), the_box)
-    _check_public_kernel(public_gp, kernel_scale, kernel_class, probes)
+    _check_public_kernel(public_gp, kernel_scale, kernel_class, probes, cov=cov_func)
     return float(resolve_kappa(kappa, public_gp, kernel_scale, the_box, cov_func))
 
 

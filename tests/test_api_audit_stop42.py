@@ -435,3 +435,88 @@ def test_thompson_traces_keep_the_column_names_of_a_dataframe_design(tmp_path):
     to_netcdf(res.idata, str(path))
     back = get_group(from_netcdf(str(path)), "posterior").coords["input_dim"].values.tolist()
     assert back == ["temp", "speed"]
+
+
+# ---------------------------------------------------------------- sample-path kernel checks
+def _path_model(cov):
+    rng = np.random.default_rng(0)
+    X = rng.uniform(0, 1, 10)
+    return gp_regression(X, np.sin(X), cov, noise_sd=2.0)
+
+
+def _path_release(cov, **kw):
+    opts = dict(
+        kernel_scale=1.0,
+        y_bounds=(-1.0, 1.0),
+        delta=1e-5,
+        epsilon=1e9,
+        domain=(0.0, 1.0),
+        rng=np.random.default_rng(0),
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return sample_path_release(_path_model(cov), [[0.5]], **(opts | kw))
+
+
+@pytest.mark.parametrize(
+    ("cov", "kernel_class"),
+    [
+        # 1 at every point of the 33-point domain grid: the numerical check called it constant
+        # (exact Rényi divergence 1.2x the charge, stop-42 proof audit)
+        (pm.gp.cov.Cosine(1, ls=1 / 32), "constant"),
+        (pm.gp.cov.Periodic(1, period=1 / 32, ls=1.0), "constant"),
+        # the two extreme probes uncorrelated: the Markov check passed vacuously
+        (pm.gp.cov.ExpQuad(1, ls=0.05), "exponential_1d"),
+        (pm.gp.cov.Matern32(1, ls=0.03), "exponential_1d"),
+        (pm.gp.cov.Exponential(1, ls=0.3) + pm.gp.cov.Constant(0.1), "exponential_1d"),
+    ],
+)
+def test_kernel_classes_are_checked_by_structure(cov, kernel_class):
+    with pytest.raises(ValueError, match="sensitivity bound would not hold"):
+        _path_release(cov, kernel_class=kernel_class, kernel_scale=float(np.sqrt(1.1)))
+
+
+_MATERN12 = pm.gp.cov.Matern12(1, ls=0.3)
+
+
+@pytest.mark.parametrize(
+    ("cov", "kernel_class"),
+    [
+        (0.5 * pm.gp.cov.Exponential(1, ls=0.3), "exponential_1d"),
+        (pm.gp.cov.Exponential(1, ls=0.3) * pm.gp.cov.Constant(0.5), "exponential_1d"),
+        (_MATERN12, "exponential_1d"),
+        (pm.gp.cov.Constant(0.7), "constant"),
+    ],
+)
+def test_kernels_of_the_class_are_still_accepted(cov, kernel_class):
+    scale = np.sqrt(0.7 if kernel_class == "constant" else 0.5 if cov is not _MATERN12 else 1.0)
+    rel = _path_release(cov, kernel_class=kernel_class, kernel_scale=float(scale))
+    assert rel.metadata["kernel_class"] == kernel_class
+
+
+@pytest.mark.parametrize(
+    "cov",
+    [
+        -1.0 * pm.gp.cov.ExpQuad(1, ls=0.3),  # exact D_3 = 2.2e9 against 0.95 charged
+        pm.gp.cov.ExpQuad(1, ls=0.2) + (-0.5) * pm.gp.cov.Matern52(1, ls=0.2),
+        pm.gp.cov.ExpQuad(1, ls=0.2) + (-0.9) * pm.gp.cov.ExpQuad(1, ls=0.05),
+    ],
+)
+def test_a_kernel_that_is_not_a_covariance_is_refused_before_the_spend(cov):
+    from pm_dpgp.accounting import Ledger
+    from pm_dpgp.models.sparse import is_stationary_decreasing
+
+    assert not is_stationary_decreasing(cov)  # -1 * ExpQuad was "recognised"
+    ledger = Ledger(epsilon=1e9, delta=1e-5)
+    with pytest.raises(ValueError, match="not a covariance"):
+        _path_release(cov, kappa=0.0, ledger=ledger, epsilon=None)
+    assert not ledger.history
+
+
+def test_covariances_the_package_does_not_recognise_are_still_accepted():
+    for cov in (
+        pm.gp.cov.Cosine(1, ls=0.3),
+        pm.gp.cov.Periodic(1, period=0.5, ls=0.3),
+        pm.gp.cov.Linear(1, c=0.5),
+    ):
+        assert _path_release(cov, kappa=0.0).epsilon > 0

@@ -199,9 +199,9 @@ def test_kernel_class_is_checked():
     rng = np.random.default_rng(0)
     X = rng.uniform(0, 1, 10)
     eq = gp_regression(X, np.sin(X), pm.gp.cov.ExpQuad(1, ls=0.3), noise_sd=2.0)
-    with pytest.raises(ValueError, match="not of class 'exponential_1d'"):
+    with pytest.raises(ValueError, match="kernel_class='exponential_1d'.*would not hold"):
         sample_path_release(eq, [0.5], **KW)
-    with pytest.raises(ValueError, match="not of class 'constant'"):
+    with pytest.raises(ValueError, match="kernel_class='constant'.*would not hold"):
         sample_path_release(eq, [0.5], **{**KW, "kernel_class": "constant"})
     const = gp_regression(X, np.sin(X), pm.gp.cov.Constant(1.0), noise_sd=2.0)
     rel = sample_path_release(

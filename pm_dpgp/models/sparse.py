@@ -185,22 +185,79 @@ def kmeans_inducing_points(
 
 
 def is_stationary_decreasing(cov: Any) -> bool:
-    """Structural check: built from decreasing stationary kernels, sums, products, scalars."""
+    """Structural check: built from decreasing stationary kernels, sums, products, scalars.
+
+    A numeric scalar must be positive in a product and non-negative in a sum, and a numeric
+    ``Constant`` non-negative: ``-1 * ExpQuad`` is no covariance (stop-42 proof audit: a
+    sample-path release of it added only the nugget, exact Rényi divergence 2·10⁹ against
+    0.95 charged).  A symbolic scalar (a hyperparameter) has no sign here; the releases check
+    ``k(x, x) ≥ 0`` at public points for it.
+    """
+    return _built_from(cov, _DECREASING_STATIONARY, numeric_only=False)
+
+
+def is_positive_combination(cov: Any) -> bool:
+    """Whether ``cov`` is a covariance by construction: decreasing stationary kernels and
+    constants combined by sums and products with positive NUMERIC scalars only (sums and
+    products of covariances are covariances; Rasmussen & Williams 2006, §4.2.4)."""
+    return _built_from(cov, _DECREASING_STATIONARY, numeric_only=True)
+
+
+def _numeric_scalar(part: Any) -> float | None:
+    """The value of a plain-number factor of a sum or product, else ``None`` (symbolic)."""
+    if isinstance(part, numbers.Real) or (isinstance(part, np.ndarray) and part.ndim == 0):
+        return float(part)
+    return None
+
+
+def _built_from(cov: Any, kinds: tuple[type, ...], *, numeric_only: bool) -> bool:
     gpc = pm.gp.cov
-    if isinstance(cov, _DECREASING_STATIONARY):
+    if isinstance(cov, kinds):
         return True
     if isinstance(cov, gpc.Constant):
-        return True
+        c = _numeric_scalar(getattr(cov, "c", None))
+        return (c is not None and c >= 0.0) or (c is None and not numeric_only)
     if isinstance(cov, gpc.Add | gpc.Prod):
+        product = isinstance(cov, gpc.Prod)
         for part in cov._factor_list:
             if isinstance(part, BaseCovariance):
-                if not is_stationary_decreasing(part):
+                if not _built_from(part, kinds, numeric_only=numeric_only):
                     return False
-            elif np.ndim(part) != 0 and not (
-                hasattr(part, "type") and getattr(part.type, "ndim", 1) == 0
-            ):
+                continue
+            value = _numeric_scalar(part)
+            if value is not None:
+                if not (value > 0.0 if product else value >= 0.0):
+                    return False
+            elif numeric_only or not (hasattr(part, "type") and getattr(part.type, "ndim", 1) == 0):
                 return False
         return True
+    return False
+
+
+def is_scaled_constant(cov: Any) -> bool:
+    """``cov`` is structurally constant: ``Constant`` kernels and scalars in sums/products."""
+    return _built_from(cov, (), numeric_only=False)
+
+
+def is_scaled_exponential_1d(cov: Any) -> bool:
+    """``cov`` is ``c · exp(−|x − x'|/ℓ)`` on one input: one ``Exponential`` (or ``Matern12``)
+    of one active dimension in a product with scalars and constants, nothing else (the
+    Markov property ``k(a, c) k(b, b) = k(a, b) k(b, c)`` the exponential class needs)."""
+    gpc = pm.gp.cov
+    exponential = (gpc.Exponential, gpc.Matern12)
+
+    def one_dim(k: Any) -> bool:
+        active = getattr(k, "active_dims", None)
+        return active is not None and len(np.atleast_1d(active)) == 1
+
+    if isinstance(cov, exponential):
+        return one_dim(cov)
+    if isinstance(cov, gpc.Prod):
+        kernels = [p for p in cov._factor_list if isinstance(p, BaseCovariance)]
+        markov = [k for k in kernels if is_scaled_exponential_1d(k)]
+        constant = all(is_scaled_constant(k) for k in kernels if k not in markov)
+        # the scalars' signs as every recognised kernel's (is_stationary_decreasing)
+        return len(markov) == 1 and constant and is_stationary_decreasing(cov)
     return False
 
 

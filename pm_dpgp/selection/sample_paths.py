@@ -198,7 +198,9 @@ def _candidate_set_up(
                 )
             s = math.sqrt(top)
         # the release's own public checks (k(x, x) <= 1, kernel_class), here before the spend
-        _check_public_kernel(p, float(s), kernel_class, probes, unboxed=domain is None)
+        _check_public_kernel(
+            p, float(s), kernel_class, probes, unboxed=domain is None, cov=model.cov_func
+        )
         sigmas.append(float(s))
     if eta is None:  # float(None) raised TypeError (stop-40 fuzz)
         raise ValueError("eta must be a number >= 0 (0: no widening) or a grid name, got None.")

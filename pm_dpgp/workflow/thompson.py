@@ -644,6 +644,7 @@ def dp_thompson_sampling(
             kernel_class,
             _public_probes(shown, box),
             unboxed=False,
+            cov=cov_func,
         )
     X_all, y_all = X0.copy(), y0.copy()
     failure: Exception | None = None

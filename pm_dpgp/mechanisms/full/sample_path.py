@@ -82,7 +82,12 @@ from pm_dpgp.mechanisms.noise import SEED_POLICY_SIMULATION, SIMULATION
 from pm_dpgp.models import GPRegression, PublicGP
 from pm_dpgp.models._common import _eval_kernel, check_input_columns, input_columns_record
 from pm_dpgp.models.guards import require_exact_regression
-from pm_dpgp.models.sparse import is_stationary_decreasing
+from pm_dpgp.models.sparse import (
+    is_positive_combination,
+    is_scaled_constant,
+    is_scaled_exponential_1d,
+    is_stationary_decreasing,
+)
 
 #: ``noise_source`` of a sample-path release drawn without a caller's Generator.
 SAMPLE_PATH_OS_ENTROPY = "numpy_os_entropy"
@@ -769,6 +774,7 @@ def _check_public_kernel(
     unboxed: bool = False,
     columns: NDArray[np.float64] | None = None,
     first: int = 0,
+    cov: Any = None,
 ) -> tuple[float, tuple[NDArray[np.float64], NDArray[np.float64]] | None]:
     """The release's checks of its public kernel setting, at the PUBLIC ``probes`` only.
 
@@ -798,6 +804,12 @@ def _check_public_kernel(
     2 MiB, less than one of the 8 MiB strips of the unfused check), and the caller holds
     ``first · (n + first)`` doubles (≤ 1 MiB) through its training factor, which the
     evaluation after the spend allocates anyway.
+    The kernel must be a covariance (stop-42 proof audit: ``-1 * ExpQuad`` was released with
+    only the nugget as noise): ``k(x, x) ≥ 0`` at the probes, and unless ``cov`` (the PyMC
+    kernel) is a covariance by construction (``is_positive_combination``), its matrix on up
+    to ``_PSD_PROBES`` distinct probes (the domain grid first) has no eigenvalue below
+    ``−1e-8`` × its largest: evidence on public points, not a proof, for kernels the
+    package does not recognise.
     Returns ``(max kernel(x, x)`` over the probes (the prior variance the release's warning
     on the public range uses), those two blocks or ``None)``.
     """
@@ -832,25 +844,59 @@ def _check_public_kernel(
         probes = probes[:-2]
     diag = public_gp.kernel_diag(probes)
     ratio = diag / kernel_scale**2
+    if np.any(ratio < 0.0):
+        raise ValueError(_NOT_A_COVARIANCE)
+    if cov is None or not is_positive_combination(cov):
+        _check_psd_at(public_gp, distinct[-_PSD_PROBES:])
     if np.any(ratio > 1 + 1e-9):
         raise ValueError(
             f"k(x, x) = kernel(x, x) / kernel_scale² reaches {ratio.max():.4g} > 1 at public "
             "points (X_star and the domain): pass kernel_scale equal to the kernel's public "
             "amplitude sd (k(x, x) <= 1, docs/sample_paths.md §1)."
         )
-    _check_kernel_class(public_gp, kernel_class, kernel_scale, probes)
+    _check_kernel_class(public_gp, kernel_class, kernel_scale, probes, cov)
     return float(np.max(diag)), blocks
 
 
+#: At most this many public probes (the domain grid ends the probes) in the PSD evidence of
+#: a kernel not recognised as a covariance (an eigenvalue problem of this size, ~1 ms).
+_PSD_PROBES = 128
+
+_NOT_A_COVARIANCE = (
+    "the kernel is not a covariance (a negative variance k(x, x) or a kernel matrix with a "
+    "negative eigenvalue at public points: X_star and the domain grid), e.g. a negative "
+    "scale factor; the sample-path bound assumes a positive semi-definite kernel. Nothing "
+    "was spent or drawn."
+)
+
+
+def _check_psd_at(public_gp: PublicGP, points: NDArray[np.float64]) -> None:
+    """Refuse a kernel whose matrix at the PUBLIC ``points`` is not numerically PSD."""
+    K = public_gp.kernel(points, points)
+    w = np.linalg.eigvalsh(0.5 * (K + K.T))
+    if w[0] < -1e-8 * max(abs(w[-1]), np.finfo(float).tiny):
+        raise ValueError(_NOT_A_COVARIANCE)
+
+
 def _check_kernel_class(
-    public_gp: PublicGP, kernel_class: str, kernel_scale: float, points: NDArray[np.float64]
+    public_gp: PublicGP,
+    kernel_class: str,
+    kernel_scale: float,
+    points: NDArray[np.float64],
+    cov: Any = None,
 ) -> None:
     """Refuse a kernel class whose sensitivity bound does not apply to this kernel.
 
     ``"exponential_1d"`` relies on the Markov property of ``exp(−|x − x'|/ℓ)`` in 1-D,
     ``k(a, c) = k(a, b) k(b, c)`` for ``a ≤ b ≤ c``; ``"constant"`` on ``k`` being constant.
-    Both are checked numerically at the PUBLIC ``points`` (``_public_probes``), never at
-    the private training inputs.
+    Both are properties of the kernel's STRUCTURE (``cov``, the PyMC kernel:
+    ``is_scaled_exponential_1d``, ``is_scaled_constant``); a kernel known only as a
+    function (``cov=None``) cannot use them.  Stop-42 proof audit: the numerical check at
+    public points alone accepted ``Cosine(ls=1/32)``, which is 1 at every grid point, as
+    constant (exact Rényi divergence 1.2× the charge), and any kernel whose two extreme
+    probes are uncorrelated (EQ with ``ℓ ≤ 0.07`` on [0, 1]) as exponential.  The numerical
+    check at the PUBLIC ``points`` (``_public_probes``; never the private training inputs)
+    is kept on top, for the hyperparameter values.
     """
     if kernel_class == "generic":
         return
@@ -858,6 +904,18 @@ def _check_kernel_class(
         raise ValueError(
             "kernel_class must be 'generic', 'exponential_1d' or 'constant', got "
             f"{kernel_class!r}; use one of them."
+        )
+    structural = is_scaled_constant if kernel_class == "constant" else is_scaled_exponential_1d
+    if cov is None or not structural(cov):
+        raise ValueError(
+            f"kernel_class={kernel_class!r} needs a kernel built as "
+            + (
+                "pm.gp.cov.Constant (times positive numbers)"
+                if kernel_class == "constant"
+                else "one pm.gp.cov.Exponential (or Matern12) of one input dimension, times "
+                "positive numbers or constants"
+            )
+            + "; its sensitivity bound would not hold for this one. Use kernel_class='generic'."
         )
     x = np.unique(points, axis=0)
     K = public_gp.kernel(x, x) / kernel_scale**2
@@ -1195,6 +1253,7 @@ def sample_path_release(
         unboxed=domain is None,
         columns=X if stationary else None,  # capped below otherwise: a different kernel
         first=len(X_first),
+        cov=cov,
     )
     # k(x, x) <= kernel_scale² at every input, not only at the probes.  A decreasing
     # stationary kernel has a constant diagonal, so the probe check above proves it; any
