@@ -445,14 +445,8 @@ def _path_model(cov):
 
 
 def _path_release(cov, **kw):
-    opts = dict(
-        kernel_scale=1.0,
-        y_bounds=(-1.0, 1.0),
-        delta=1e-5,
-        epsilon=1e9,
-        domain=(0.0, 1.0),
-        rng=np.random.default_rng(0),
-    )
+    opts = {k: v for k, v in SP.items() if k != "kernel_class"}
+    opts |= dict(y_bounds=(-1.0, 1.0), rng=np.random.default_rng(0))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return sample_path_release(_path_model(cov), [[0.5]], **(opts | kw))
