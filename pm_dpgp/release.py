@@ -71,8 +71,10 @@ class Release:
         Privacy metadata (JSON-serialisable values only).
     x_star_rows:
         the row index of ``X_star`` when it was a pandas object (public labels of public
-        rows; never serialised), else ``None``: ``to_inference_data`` refuses an
-        ``observed_data`` Series with other row labels (paired by position, stop 42).
+        rows; not in the metadata or the exported InferenceData, though a pickled
+        ``Release`` keeps it, as it keeps ``X_star``), else ``None``: ``to_inference_data``
+        refuses an ``observed_data`` Series with other row labels (paired by position, stop
+        42).
     """
 
     mechanism: str

@@ -124,6 +124,52 @@ def test_cloaked_export_refuses_a_hold_out_series_in_another_order(labelled):
     )
 
 
+def _label_releases(X, y, hold):
+    """Every label release made at a pandas ``X_star`` (``hold``), by name."""
+    from pm_dpgp.mechanisms import (
+        binned_gp,
+        binned_release,
+        classification_release,
+        make_bins,
+        prior_noise_release,
+    )
+    from pm_dpgp.models import gp_classification
+
+    train = X.drop(hold.index)
+    kw = dict(epsilon=1.0, delta=1e-5, rng=np.random.default_rng(0))
+    model = gp_regression(
+        train, y.loc[train.index], 30.0**2 * pm.gp.cov.ExpQuad(1, ls=25.0), noise_sd=8.0
+    )
+    labels = (y.loc[train.index] > 140).astype(float)
+    classes = gp_classification(train, labels, pm.gp.cov.ExpQuad(1, ls=25.0))
+    bins = binned_release(
+        train, y.loc[train.index], make_bins([np.linspace(0, 81, 5)]), epsilon=1.0,
+        y_bounds=(50, 230), rng=np.random.default_rng(0),
+    )  # fmt: skip
+    return {
+        "prior_noise": prior_noise_release(model, hold, y_bounds=(50, 230), **kw),
+        "classification": classification_release(classes, hold, **kw),
+        "binned_gp": binned_gp(bins, hold, lengthscale=25.0, kernel_scale=30.0, noise_sd=8.0),
+    }
+
+
+@pytest.mark.parametrize("kind", ["prior_noise", "classification", "binned_gp"])
+def test_every_label_release_keeps_the_row_labels_of_its_x_star(labelled, kind):
+    X, y = labelled
+    hold = X.iloc[1::3]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rel = _label_releases(X, y, hold)[kind]
+    assert rel.x_star_rows is not None and rel.x_star_rows.equals(hold.index)
+    if rel.draws_are_outcomes:  # a Gaussian predictive applies: the export checks the labels
+        with pytest.raises(ValueError, match="different indexes"):
+            rel.to_inference_data(
+                observed_data={"y": y.loc[hold.index].iloc[::-1]},
+                observed_is_public=True,
+                predictive_sd=8.0,
+            )
+
+
 def test_q_u_export_refuses_a_hold_out_series_in_another_order(labelled):
     X, y = labelled
     rel = _q_release(X, y, 30.0**2, grid_inducing_points(0, 80, 8), (50, 230))
@@ -355,6 +401,7 @@ def _tree_run(value_in_round_3, model: str):
         noise_sd=0.05,
         inducing=6,
         y_bounds=(-1.0, 1.0),
+        prior_mean=0.5,  # not 0: an overflow mapped to 0.0 would differ from NaN -> 0.5
         ledger=Ledger(epsilon=3.0, delta=1e-5),
         candidates=32,
         refine_steps=1,
@@ -514,3 +561,75 @@ def test_covariances_the_package_does_not_recognise_are_still_accepted():
         pm.gp.cov.Linear(1, c=0.5),
     ):
         assert _path_release(cov, kappa=0.0).epsilon > 0
+
+
+def test_an_observed_none_beside_an_overflow_is_non_finite_too():
+    """Stop-42 review: ``float(None)`` raised, so ``[None, 10**400]`` was refused where
+    ``[None, 5.0]`` and ``[5.0, 10**400]`` ran (a refusal depending on a private value)."""
+    from pm_dpgp.workflow.thompson import _as_observed_floats
+
+    for raw in ([None, 10**400], [None, 5.0], [5.0, 10**400]):
+        values = _as_observed_floats(np.array(raw, dtype=object))
+        assert values is not None and values.shape == (2,)
+    np.testing.assert_array_equal(_as_observed_floats([None, 10**400]), [np.nan, np.nan])
+
+
+def test_sample_path_exports_check_row_labels_and_publish_only_what_was_exported(labelled):
+    X, y = labelled
+    hold = X.iloc[1::3]
+    train = X.drop(hold.index)
+    scale = 30.0
+    model = gp_regression(
+        train, y.loc[train.index] - 140, scale**2 * pm.gp.cov.ExpQuad(1, ls=25.0), noise_sd=60.0
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rel = sample_path_release(
+            model, hold, n_draws=2, kernel_scale=scale, y_bounds=(-90.0, 90.0), delta=1e-5,
+            epsilon=1e9, domain=(0.0, 81.0), rng=np.random.default_rng(0),
+        )  # fmt: skip
+    shuffled = {"y": (y.loc[hold.index] - 140).iloc[::-1]}
+    kw = dict(observed_is_public=True, predictive_sd=8.0)
+    for call in (
+        lambda: rel.to_inference_data(observed_data=shuffled, **kw),  # the default export
+        lambda: rel.to_inference_data(X_star=hold, observed_data=shuffled, **kw),
+    ):
+        with pytest.raises(ValueError, match="different indexes"):
+            call()
+    rel.to_inference_data(observed_data={"y": y.loc[hold.index] - 140}, **kw)
+    # a failed export publishes nothing; the values at evaluate()'s inputs stay owner-side
+    new = np.array([[5.5], [6.5]])
+    with pytest.raises(ValueError):
+        rel.to_inference_data(X_star=new, dims={"f_path": ["a", "b"]})
+    assert len(rel.published_inputs) == len(hold)
+    rel.evaluate(train.to_numpy())
+    assert rel.published_values.shape == (2, len(hold))
+    assert rel.released_values.shape == (2, len(hold) + 2 + len(train))
+
+
+def test_plot_of_a_sample_path_release_leaves_out_the_evaluated_inputs(path_release):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from pm_dpgp.workflow import plot_dp_release
+
+    rel, X_private = path_release
+    rel.evaluate(X_private[:, None])
+    ax = plot_dp_release(rel, rng=np.random.default_rng(0))
+    xs = np.concatenate([line.get_xdata() for line in ax.get_lines()])
+    assert not np.isin(X_private, xs).any() and np.isin(np.linspace(0, 1, 5), xs).all()
+    plt.close(ax.figure)
+
+
+def test_dataarray_names_and_numeric_labels():
+    xr = pytest.importorskip("xarray")
+    from pm_dpgp.models._common import dataframe_columns
+
+    assert dataframe_columns(xr.DataArray(np.zeros(3), dims="obs", name="age")) == ("age",)
+    assert dataframe_columns(xr.DataArray(np.zeros(3), dims="obs")) is None
+    numeric = xr.DataArray(np.zeros((3, 2)), dims=("obs", "f"), coords={"f": [0, 1]})
+    assert dataframe_columns(numeric) is None  # positions, not names
+    text = xr.DataArray(np.zeros((3, 2)), dims=("obs", "f"), coords={"f": ["a", "b"]})
+    assert dataframe_columns(text) == ("a", "b")

@@ -48,6 +48,7 @@ from pm_dpgp.mechanisms.gaussian import gaussian_sigma
 from pm_dpgp.mechanisms.label.cloaking import NoiseCovariance, solve_noise_covariance
 from pm_dpgp.mechanisms.label.cloaking_batch import solve_noise_covariances
 from pm_dpgp.mechanisms.label.cloaking_release import SENSITIVITY_SAFETY
+from pm_dpgp.models.classification import GPClassification
 from pm_dpgp.models.exact import GPRegression
 from pm_dpgp.selection.grids import check_folds
 
@@ -553,6 +554,12 @@ def plan_cv_sse(
     always use the same maps, whichever is chosen.
     """
     progressbar = check_flag(progressbar, "progressbar")  # "no" showed a bar
+    if isinstance(gpr, GPClassification):  # its public_cloaking refuses, since stop 42
+        raise TypeError(
+            "the CV-SSE selection scores regression cloaking, which does not apply to binary "
+            "labels (their release is pm_dpgp.mechanisms.classification_release): choose a "
+            "classification model's hyperparameters publicly. Nothing was spent."
+        )
     cloaking = getattr(type(gpr), "public_cloaking", GPRegression.public_cloaking)
     if cloaking is not GPRegression.public_cloaking:
         # the utilities are built from exact-GP fold cloaking matrices: they would score a

@@ -343,8 +343,10 @@ def _as_observed_floats(raw: Any) -> NDArray[np.float64] | None:
 
 
 def _float_or_nan(value: Any) -> float:
+    """NumPy's float64 conversion of one value (``None`` is NaN, as in an array), NaN where
+    it overflows (stop-42 review: ``float(None)`` raised for ``[None, 10**400]`` only)."""
     try:
-        return float(value)
+        return float(np.float64(value))
     except OverflowError:
         return math.nan
 

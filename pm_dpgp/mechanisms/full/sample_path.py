@@ -337,6 +337,10 @@ class SamplePathRelease:
     #: nugget variance of every conditional draw, fixed at release (the public ``metadata``
     #: is a mutable dict, and a nugget of 0 set there made the next rounds blow up, stop 35)
     _nugget_variance: float = field(default=math.nan, repr=False)
+    #: the row index of a pandas ``X_star`` of the release (public labels; ``None`` otherwise):
+    #: the default export, when it is exactly that ``X_star``, refuses an ``observed_data``
+    #: Series with other labels (stop-42 review)
+    _x_star_rows: Any = field(default=None, repr=False)
 
     def __repr__(self) -> str:
         """One line of public settings (the dataclass repr printed the public GP and its
@@ -361,7 +365,7 @@ class SamplePathRelease:
             "and two copies would extend that path with the same noise at different inputs, "
             "which cancels it (a noise-free function of the private data). Evaluate the path "
             "at every input you need (evaluate(X_new), free), and publish or store those values "
-            "(released_values, to_inference_data) instead of the object."
+            "(published_values, to_inference_data) instead of the object."
         )
 
     __copy__ = __deepcopy__ = __reduce_ex__ = __reduce__ = _refuse_copy
@@ -503,8 +507,17 @@ class SamplePathRelease:
         return self._state.X[self._state.published]
 
     @property
+    def published_values(self) -> NDArray[np.float64]:
+        """``(L, p)``: the values at ``published_inputs`` (what ``to_inference_data()``
+        exports), in query order."""
+        if self._state is None:
+            return np.empty((self.n_draws, 0))
+        return self._state.values(np.flatnonzero(self._state.published)).T
+
+    @property
     def released_values(self) -> NDArray[np.float64]:
-        """``(L, q)``: all values released so far, in query order."""
+        """``(L, q)``: all values drawn so far, ``evaluate()``'s included, in query order
+        (owner-side, like ``released_inputs``; ``published_values`` is what is exported)."""
         if self._state is None:
             return np.empty((self.n_draws, 0))
         return self._state.values().T
@@ -566,6 +579,11 @@ class SamplePathRelease:
             rows = np.empty(0, dtype=np.intp)
         else:
             rows = np.arange(self._state.q) if every else np.flatnonzero(self._state.published)
+        # the row labels of the release's pandas X_star, when the export is exactly it
+        labels = row_labels(X_star) if X_star is not None else None
+        first = self._x_star_rows
+        if X_star is None and first is not None and np.array_equal(rows, np.arange(len(first))):
+            labels = first
         if len(rows) == 0:
             raise ValueError(
                 "no public inputs to export: pass X_star= (public inputs), or "
@@ -582,7 +600,7 @@ class SamplePathRelease:
             coords=coords,
             observed_data=observed_data,
             observed_is_public=observed_is_public,
-            x_star_rows=None if X_star is None else row_labels(X_star),
+            x_star_rows=labels,
             predictive_sd=predictive_sd,
             rng=rng,
             legacy_predictive=(variable_name,),
@@ -1203,6 +1221,7 @@ def sample_path_release(
             f"got {nugget:g}: conditioning later rounds on a (nearly) singular factor amplifies "
             "round-off without bound; nothing was spent."
         )
+    x_star_rows = row_labels(X_star)  # a hold-out Series must match them (stop 42)
     X_star = check_finite_array(X_star, "X_star", ndim=2)
     check_clip_option(clip)
     # full privacy: the inputs and outputs are read as stored, unchecked (a refusal on a
@@ -1346,6 +1365,8 @@ def sample_path_release(
             )
         release._extend(X_first, blocks)
         release._state.published[:] = True  # X_star was declared public
+        if len(X_first) == len(X_star):  # the default export is X_star, row for row
+            release._x_star_rows = x_star_rows
         bar.advance(f"drew {n_draws} path(s)")
     # a DataFrame's column names (schema), so that evaluate() can refuse another order, and
     # the box the inputs were clipped into and κ computed on (a reader could not recover it;
