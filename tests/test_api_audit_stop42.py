@@ -633,3 +633,17 @@ def test_dataarray_names_and_numeric_labels():
     assert dataframe_columns(numeric) is None  # positions, not names
     text = xr.DataArray(np.zeros((3, 2)), dims=("obs", "f"), coords={"f": ["a", "b"]})
     assert dataframe_columns(text) == ("a", "b")
+
+
+def test_cv_sse_planning_names_a_classification_model():
+    from pm_dpgp.models import gp_classification
+    from pm_dpgp.selection.cv_sse import plan_cv_sse
+    from pm_dpgp.selection.grids import kfold_splits
+
+    X = np.linspace(0, 1, 20)[:, None]
+    model = gp_classification(X, (X[:, 0] > 0.5).astype(float), pm.gp.cov.ExpQuad(1, ls=0.3))
+    with pytest.raises(TypeError, match="binary labels.*classification_release"):
+        plan_cv_sse(
+            model, [{}], kfold_splits(20, 4), y_bounds=(0.0, 1.0), release_epsilon=None,
+            release_delta=None,
+        )  # fmt: skip
