@@ -647,3 +647,77 @@ def test_cv_sse_planning_names_a_classification_model():
             model, [{}], kfold_splits(20, 4), y_bounds=(0.0, 1.0), release_epsilon=None,
             release_delta=None,
         )  # fmt: skip
+
+
+# ---------------------------------------------------------------- noise-aware proof audit
+@pytest.mark.parametrize(
+    ("build", "value"),
+    [
+        (lambda h: pm.gp.cov.ExpQuad(1, ls=1.0) + h, -0.9),  # k(x, x) = 0.1, k -> -0.9 far off
+        (lambda h: pm.gp.cov.ExpQuad(1, ls=1.0) + pm.gp.cov.Constant(h), -0.9),
+        (lambda h: h * pm.gp.cov.ExpQuad(1, ls=1.0), -1.0),
+    ],
+)
+def test_noise_aware_refuses_a_kernel_that_is_not_a_covariance(build, value):
+    """A symbolic scale or constant with a negative public value: eq. (4) charged
+    R_k = 0.39 while ||k(Z, x)|| reached 3.49 far from Z (9.4x the sensitivity)."""
+    from pm_dpgp.accounting import Ledger
+    from pm_dpgp.mechanisms import dirichlet_release
+    from pm_dpgp.mechanisms.full.noise_aware import kernel_norm_bound
+
+    Z = np.linspace(-3.5, 3.5, 15)[:, None]
+    X = np.linspace(-3, 3, 30)[:, None]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pm.Model():
+            h = pm.Normal("h", 0, 1)
+            model = sparse_gp_regression(X, np.sin(X[:, 0]), build(h), Z=Z, noise_sd=0.1)
+    public = model.public_sparse_gp({"h": value})
+    with pytest.raises(ValueError, match="not a covariance"):
+        kernel_norm_bound(public, "auto")
+    ledger = Ledger(epsilon=10.0, delta=1e-5)
+    kw = dict(epsilon=1.0, delta=1e-5, ledger=ledger, rng=np.random.default_rng(0))
+    with pytest.raises(ValueError, match="not a covariance"):
+        noise_aware_release(public, (X, np.sin(X[:, 0])), y_bounds=(-2, 2), **kw)
+    labels = (np.arange(30) % 2).astype(float)
+    with pytest.raises(ValueError, match="not a covariance"):
+        dirichlet_release(public, (X, labels), n_classes=2, **kw)
+    assert not ledger.history
+
+
+def test_noise_aware_statistics_raise_no_floating_point_error_for_a_private_value():
+    """A private noise variance of 1e308 underflowed its weight: FloatingPointError under
+    np.seterr(all="raise"), RuntimeWarnings under "warn", for that record only."""
+    Z = np.linspace(-3.5, 3.5, 15)[:, None]
+    X = np.linspace(-3, 3, 50)[:, None]
+    y = np.sin(X[:, 0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        public = sparse_gp_regression(
+            X[:3], y[:3], pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z, noise_sd=0.1
+        ).public_sparse_gp()
+    v = np.full(50, 0.02)
+    v[0] = 1e308
+    old = np.seterr(all="raise")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            noise_aware_release(
+                public, (X, y, v), epsilon=1.0, delta=1e-5, y_bounds=(-2, 2),
+                noise_var_floor=0.01, rng=np.random.default_rng(1),
+            )  # fmt: skip
+    finally:
+        np.seterr(**old)
+
+
+def test_min_spacing_is_exact_far_from_the_origin():
+    from scipy.spatial.distance import pdist
+
+    from pm_dpgp.mechanisms.full.noise_aware import _min_spacing
+
+    rng = np.random.default_rng(3)
+    for _ in range(60):  # the audit's fuzz: up to 13,475x too large before (offset 1.6e8)
+        Z = 10.0 ** rng.uniform(3, 8) + np.sort(rng.uniform(0, 1, int(rng.integers(5, 40))))[
+            :, None
+        ] * 10 ** rng.uniform(-4, 0)
+        assert _min_spacing(Z) == pytest.approx(pdist(Z).min(), rel=1e-12)

@@ -216,7 +216,26 @@ def _chunk_pack(
     n_targets: int,
     n_extras: int,
 ) -> tuple[NDArray, NDArray, int, NDArray]:
-    X, R, W, extras = preprocess(*arrays)
+    # the private records pass through here: no floating-point error state may depend on
+    # them (stop-42 audit: a noise variance of 1e308 underflowed its weight, which raised
+    # under np.seterr(all="raise") and warned under "warn"); every value is mapped record-wise
+    with np.errstate(all="ignore"):
+        X, R, W, extras = preprocess(*arrays)
+        return _chunk_statistics_of(kernel, Z, X, R, W, extras, n_targets, n_extras)
+
+
+def _chunk_statistics_of(
+    kernel: Callable[[NDArray, NDArray], NDArray],
+    Z: NDArray[np.float64],
+    X: Any,
+    R: Any,
+    W: Any,
+    extras: Any,
+    n_targets: int,
+    n_extras: int,
+) -> tuple[NDArray, NDArray, int, NDArray]:
+    """``(A, B, n, extras)`` of one preprocessed chunk (``chunk_statistics``: Honkela 2024,
+    eqs. 3 and 37); records whose kernel column is not finite contribute nothing."""
     extras = np.asarray(extras, dtype=np.float64).ravel()
     if extras.size != n_extras:
         raise ValueError(f"preprocess returned {extras.size} extras, expected {n_extras}.")
