@@ -416,10 +416,8 @@ def refuse_misaligned_rows(arrays: tuple[Any, ...], names: tuple[str, ...]) -> N
     Only the row labels the caller arranged are compared (``Index.equals``), never a value,
     and nothing is quoted; non-pandas arrays are paired by position as documented.
     """
-    indexed = [
-        (nm, row_labels(a)) for a, nm in zip(arrays, names, strict=True)
-        if row_labels(a) is not None
-    ]  # fmt: skip
+    labelled = [(nm, row_labels(a)) for a, nm in zip(arrays, names, strict=True)]
+    indexed = [(nm, index) for nm, index in labelled if index is not None]
     for nm, index in indexed[1:]:
         refuse_other_rows(indexed[0][1], indexed[0][0], index, nm)
 

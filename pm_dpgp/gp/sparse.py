@@ -221,47 +221,32 @@ def _chunk_pack(
     # under np.seterr(all="raise") and warned under "warn"); every value is mapped record-wise
     with np.errstate(all="ignore"):
         X, R, W, extras = preprocess(*arrays)
-        return _chunk_statistics_of(kernel, Z, X, R, W, extras, n_targets, n_extras)
-
-
-def _chunk_statistics_of(
-    kernel: Callable[[NDArray, NDArray], NDArray],
-    Z: NDArray[np.float64],
-    X: Any,
-    R: Any,
-    W: Any,
-    extras: Any,
-    n_targets: int,
-    n_extras: int,
-) -> tuple[NDArray, NDArray, int, NDArray]:
-    """``(A, B, n, extras)`` of one preprocessed chunk (``chunk_statistics``: Honkela 2024,
-    eqs. 3 and 37); records whose kernel column is not finite contribute nothing."""
-    extras = np.asarray(extras, dtype=np.float64).ravel()
-    if extras.size != n_extras:
-        raise ValueError(f"preprocess returned {extras.size} extras, expected {n_extras}.")
-    # reshape to the expected width (a "-1" cannot be inferred for zero rows, and whether
-    # every record was dropped depends on the private data: it must not raise)
-    R = np.asarray(R, dtype=np.float64)
-    if R.size != X.shape[0] * n_targets:
-        raise ValueError(
-            f"preprocess returned {R.size} target values, expected {n_targets} per row."
-        )
-    R = R.reshape(X.shape[0], n_targets)
-    if X.shape[0] == 0:
-        M = Z.shape[0]
-        return np.zeros((M, n_targets)), np.zeros((n_targets, M, M)), 0, extras
-    K = kernel(Z, X)
-    dropped = ~np.all(np.isfinite(K), axis=0)
-    if dropped.any():
-        # records whose kernel column is not finite (private inputs so large that the kernel
-        # overflows) contribute nothing, like non-finite records: a record-wise map, never
-        # reported (a refusal would depend on the private data; docs/errors.md)
-        K = np.where(dropped[None, :], 0.0, K)
-        R = np.where(dropped[:, None], 0.0, R)
-        if W is not None:
-            W = np.where(dropped.reshape(-1, *([1] * (np.ndim(W) - 1))), 0.0, W)
-    A, B = chunk_statistics(K, R, W)
-    return A, B, int(X.shape[0] - np.count_nonzero(dropped)), extras
+        extras = np.asarray(extras, dtype=np.float64).ravel()
+        if extras.size != n_extras:
+            raise ValueError(f"preprocess returned {extras.size} extras, expected {n_extras}.")
+        # reshape to the expected width (a "-1" cannot be inferred for zero rows, and whether
+        # every record was dropped depends on the private data: it must not raise)
+        R = np.asarray(R, dtype=np.float64)
+        if R.size != X.shape[0] * n_targets:
+            raise ValueError(
+                f"preprocess returned {R.size} target values, expected {n_targets} per row."
+            )
+        R = R.reshape(X.shape[0], n_targets)
+        if X.shape[0] == 0:
+            M = Z.shape[0]
+            return np.zeros((M, n_targets)), np.zeros((n_targets, M, M)), 0, extras
+        K = kernel(Z, X)
+        dropped = ~np.all(np.isfinite(K), axis=0)
+        if dropped.any():
+            # records whose kernel column is not finite (private inputs so large that the kernel
+            # overflows) contribute nothing, like non-finite records: a record-wise map, never
+            # reported (a refusal would depend on the private data; docs/errors.md)
+            K = np.where(dropped[None, :], 0.0, K)
+            R = np.where(dropped[:, None], 0.0, R)
+            if W is not None:
+                W = np.where(dropped.reshape(-1, *([1] * (np.ndim(W) - 1))), 0.0, W)
+        A, B = chunk_statistics(K, R, W)
+        return A, B, int(X.shape[0] - np.count_nonzero(dropped)), extras
 
 
 def _split_rows(arrays: Sequence[Any], chunk_size: int) -> Iterable[tuple[Any, ...]]:

@@ -18,7 +18,6 @@ calibration for L2 sensitivity ``d · sqrt(max_i cᵢᵀ M⁺ cᵢ)`` in the
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -299,6 +298,7 @@ def cloaked_release(
             label="cloaked GP release (Smith et al. 2018)",
             X_star=X_star,
             whitening=whitening,
+            x_star_rows=x_star_rows,
             max_mahalanobis=noise.max_mahalanobis,
             noise_rank=noise.rank,
             rank_tol=noise.rank_tol,
@@ -311,4 +311,4 @@ def cloaked_release(
             **public_gp.cloaking_metadata(),
         )
         bar.advance("noise drawn")
-    return dataclasses.replace(release, x_star_rows=x_star_rows)
+    return release

@@ -393,9 +393,11 @@ def label_gaussian_release(
     label: str = "",
     X_star: NDArray[np.float64],
     whitening: CentredWhitening,
+    x_star_rows: Any = None,
     **extra_metadata: object,
 ) -> Release:
-    """``perturb`` the clipped-label mean and wrap the draws as a ``Release``.
+    """``perturb`` the clipped-label mean and wrap the draws as a ``Release``
+    (``x_star_rows``: the row index of a pandas ``X_star``, ``Release.x_star_rows``).
 
     ``whitening`` (``centred_whitening``) gives the mean
     as ``μ + F (public + private)`` with ``F = shape_factor``: the noise is added to the private
@@ -442,4 +444,5 @@ def label_gaussian_release(
         X_star=X_star,
         noise_factor=result.noise_factor,
         metadata=label_release_metadata(public_gp, labels, result, **extra_metadata),
+        x_star_rows=x_star_rows,
     )

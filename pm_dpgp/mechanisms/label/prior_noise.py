@@ -29,7 +29,6 @@ Sensitivity bounds offered (``bound=``), each per unit label change:
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
@@ -198,10 +197,11 @@ def prior_noise_release(
         label="prior-noise GP release (Hall et al. 2013)",
         X_star=X_star,
         whitening=whitening,
+        x_star_rows=x_star_rows,
         sensitivity_bound=bound,
         input_columns=input_columns_record(gpr),  # a DataFrame's column names, or None
         # the jitter of the factorisation and the inputs fingerprint, as a cloaked release
         # records them (public: X is public under label privacy)
         **public_gp.cloaking_metadata(),
     )
-    return dataclasses.replace(release, x_star_rows=x_star_rows)
+    return release
