@@ -270,6 +270,7 @@ def sufficient_statistics(
     n_targets: int = 1,
     n_extras: int = 0,
     chunk_size: int | None = None,
+    check_inputs: Callable[[Any], None] | None = None,
 ) -> SufficientStatistics:
     r"""Accumulate ``A = Σ ωᵢ rᵢ kᵢ`` and ``B = Σ ωᵢ kᵢ kᵢᵀ`` (Honkela eq. 3 / 37) chunk by chunk.
 
@@ -298,6 +299,10 @@ def sufficient_statistics(
     chunk_size
         Rows per chunk (default ``default_chunk_size``); for Dask input, blocks are
         re-chunked to it only when it is given.
+    check_inputs
+        Called with the inputs ``X`` of the tuple (of each chunk of an iterable) as given,
+        before their conversion to an array: the caller's schema check (e.g. the column names
+        of a ``DataFrame``, ``models.check_input_columns``), which a refusal raises.
 
     Memory is ``O(M² T + M · chunk_size)``, independent of the number of points.
     """
@@ -317,9 +322,12 @@ def sufficient_statistics(
             )
         return _dask_statistics(kernel, Zarr, data, pre, n_targets, n_extras, chunk, explicit)
 
+    check = (lambda X: None) if check_inputs is None else check_inputs
     acc = _Accumulator(M, n_targets, n_extras)
     if isinstance(data, tuple):
         refuse_misaligned_rows(data, tuple(f"data[{i}]" for i in range(len(data))))
+        if data:
+            check(data[0])
         arrays = tuple(_as_rows(a) for a in data)
         if not arrays or any(a.shape[:1] != arrays[0].shape[:1] for a in arrays):
             raise ValueError(
@@ -358,6 +366,8 @@ def sufficient_statistics(
                         "summed on the workers."
                     )
                 refuse_misaligned_rows(tuple(item), tuple(f"chunk[{i}]" for i in range(len(item))))
+                if item:
+                    check(item[0])
                 if any(isinstance(a, numbers.Number) or getattr(a, "ndim", 1) == 0 for a in item):
                     # zip(X, y) yields single records: y_i a number ("len() of unsized
                     # object"; stop-41 fuzz).  Only the shape is looked at

@@ -290,6 +290,9 @@ class PublicSparseGP:
         The caller asserted ``Z`` was fixed without looking at the private inputs.
     hyperparameter_source : str
         Where the hyperparameter values came from (``models.hyperparameter_source``).
+
+    The input column names of a model built on a ``DataFrame`` travel with it (public: the
+    schema), so that private ``data=`` in another column order is refused by the releases.
     """
 
     Z: NDArray[np.float64] = field(repr=False)
@@ -305,6 +308,7 @@ class PublicSparseGP:
     )
     _kernel_diag: Callable[[NDArray[np.float64]], NDArray[np.float64]] = field(repr=False)
     hyperparameter_source: str = CALLER_DECLARED
+    _input_columns: tuple[str, ...] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         # as PublicGP: a zero noise variance is refused on every path (issue 15, point 3)
@@ -400,6 +404,7 @@ class SparseGPRegression(GPRegression):
             _kernel=kernel,
             _kernel_diag=kernel_diag,
             hyperparameter_source=hyperparameter_source(hyperparameters, self.hyperparameter_names),
+            _input_columns=getattr(self, "_input_columns", None),
         )
         public.kzz()  # fail early on a broken kernel
         return public

@@ -358,7 +358,7 @@ def select_by_random_stopping(
     check_coinpress_settings(zcdp_rho(epsilon, delta), n_steps, spread)
     # the schema of the private data only (conversion, shapes; audit D3): n is public under
     # replace-one neighbours, and no value is inspected before the spend
-    X, y, n = check_data_schema(*private_data(model, data), int(model.Z.shape[1]))
+    X, y, n = check_data_schema(*private_data(model, data), int(model.Z.shape[1]), model)
     train, val = public_split(n, validation)
     # --- public plan: events of every candidate, COINPRESS bounds -----------------------------
     publics = [model.public_sparse_gp(c) for c in configs]

@@ -22,6 +22,7 @@ from pm_dpgp._validation import (
     refuse_dask,
     refuse_misaligned_rows,
 )
+from pm_dpgp.models._common import check_input_columns
 from pm_dpgp.selection.grids import kfold_splits
 
 __all__ = ["as_private_arrays", "check_data_schema", "private_data", "public_split", "usable_rows"]
@@ -70,7 +71,7 @@ def private_data(model: Any, data: tuple[Any, Any] | None) -> tuple[Any, Any]:
     return data[0], data[1]
 
 
-def check_data_schema(X: Any, y: Any, n_cols: int) -> tuple[Any, Any, int]:
+def check_data_schema(X: Any, y: Any, n_cols: int, model: Any = None) -> tuple[Any, Any, int]:
     """``(X, y, n)`` after refusing a wrong SCHEMA of the private data, before the spend.
 
     The schema is: ``X`` 2-D with the model's ``n_cols`` columns (1-D is one column), ``y`` of
@@ -89,6 +90,9 @@ def check_data_schema(X: Any, y: Any, n_cols: int) -> tuple[Any, Any, int]:
     to pass a ``len`` check and be ravelled to ``2n`` values (one record in both D₁ and D₂).
     """
     refuse_misaligned_rows((X, y), ("X", "y"))
+    # a DataFrame (named Series, labelled DataArray) whose columns are not the model's, in its
+    # order, was used by position: another data set scored and charged (stop-43 audit F1)
+    check_input_columns(X, model, "X")
     (X, x_shape), (y, y_shape) = (_declared_or_converted(v, nm) for v, nm in ((X, "X"), (y, "y")))
     x_ok = (len(x_shape) == 2 and x_shape[1] == n_cols) or (len(x_shape) == 1 and n_cols == 1)
     y_ok = len(y_shape) == 1 or (len(y_shape) == 2 and y_shape[1] == 1)

@@ -451,7 +451,7 @@ def select_by_sample_paths(
     _check_model(model)
     # the schema of the private data only (conversion, shapes; audit D3): n is public under
     # replace-one neighbours, and no value is inspected before the spend
-    X, y, n = check_data_schema(*private_data(model, data), model.input_dim)
+    X, y, n = check_data_schema(*private_data(model, data), model.input_dim, model)
     plan = plan_sample_path_selection(
         model, grid, n=n, X_star=X_star, domain=domain, y_bounds=y_bounds, epsilon=epsilon,
         delta=delta, gamma=gamma, validation=validation, kernel_scale=kernel_scale, eta=eta,

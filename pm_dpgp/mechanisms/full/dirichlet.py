@@ -69,7 +69,7 @@ from pm_dpgp.mechanisms.full.noise_aware import (
     worst_case_sensitivity,
 )
 from pm_dpgp.mechanisms.noise import DiscreteGaussianPlan, simulation_rng
-from pm_dpgp.models._common import input_columns_record
+from pm_dpgp.models._common import check_input_columns, input_columns_record
 from pm_dpgp.models.sparse import (
     DirichletGPClassification,
     DirichletTargets,
@@ -362,6 +362,9 @@ def dirichlet_release(
             n_targets=C,
             n_extras=1,
             chunk_size=chunk_size,
+            # a DataFrame in another column order than the model's was used by position
+            # (stop-43 audit): the column names are the schema, checked before the spend
+            check_inputs=lambda X: check_input_columns(X, model, "X"),
         )
         if stats.extras[0] == 0:  # the number of records is public
             raise ValueError("the data contain no records; pass at least one (x, label) record.")

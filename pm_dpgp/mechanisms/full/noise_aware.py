@@ -1154,6 +1154,9 @@ def noise_aware_release(
             n_targets=1,
             n_extras=1,
             chunk_size=chunk_size,
+            # a DataFrame in another column order than the model's was used by position
+            # (stop-43 audit): the column names are the schema, checked before the spend
+            check_inputs=lambda X: check_input_columns(X, model, "X"),
         )
         if stats.extras[0] == 0:  # the number of records is public
             raise ValueError("the data contain no records; pass at least one (x, y) record.")
