@@ -4,6 +4,10 @@
   selections, noise-aware and Dirichlet releases) compared only the number of columns: a
   ``DataFrame`` in another column order than the model's was used by position, so another
   data set was scored or released and charged (the same swap in ``X_star`` was refused).
+- Label releases near float64's edge: bounds whose whitened mean can overflow, a secure noise
+  sd beyond float64, test points so far from the data that c² underflowed in the trace
+  design's gap (ZeroDivisionError) or W overflowed (a misleading message), and a Gibbs
+  lengthscale that is 0 at a test input (released with noise sd 0 there).
 """
 
 from __future__ import annotations
@@ -13,11 +17,18 @@ import warnings
 import numpy as np
 import pandas as pd
 import pymc as pm
+import pytensor.tensor as pt
 import pytest
 
 from pm_dpgp.accounting import Ledger
-from pm_dpgp.mechanisms import dirichlet_release, noise_aware_release
-from pm_dpgp.models import gp_regression, sparse_gp_regression
+from pm_dpgp.mechanisms import (
+    cloaked_release,
+    dirichlet_release,
+    noise_aware_release,
+    prior_noise_release,
+)
+from pm_dpgp.mechanisms.label.output_perturbation import perturb
+from pm_dpgp.models import gp_regression, nonstationary_gp_regression, sparse_gp_regression
 from pm_dpgp.selection import product_grid, select_by_random_stopping, select_by_sample_paths
 
 
@@ -90,3 +101,81 @@ def test_private_data_in_the_model_order_is_still_released(two_columns):
         y_bounds=(-2, 2), rng=np.random.default_rng(1),
     )  # fmt: skip
     assert release.metadata["input_columns"] == ["age", "weight"]
+
+
+# ------------------------------------------------- label releases near float64's edge (audit C)
+def _far_model(n: int = 400):
+    X = np.linspace(0, 10, n)[:, None]
+    return X, gp_regression(X, np.zeros(n), pm.gp.cov.ExpQuad(1, ls=3.0), noise_sd=0.5)
+
+
+@pytest.mark.parametrize("release", [cloaked_release, prior_noise_release])
+def test_bounds_whose_whitened_mean_can_overflow_are_refused_before_the_spend(release):
+    """Secure noise at y_bounds = ±3e305: fl(W(y − c)) was inf for a neighbour and finite for
+    the other, and the neighbour's draws were non-finite with probability 1.00 against 0.49
+    (DP at ε = 0.1 allows 0.54); the simulation mode refused only through the noise sd."""
+    _, model = _far_model()
+    ledger = Ledger(100.0, 1e-3)
+    with pytest.raises(ValueError, match="beyond float64 arithmetic.*Nothing was spent"):
+        release(model, np.linspace(0, 10, 5)[:, None], epsilon=0.1, delta=1e-5,
+                y_bounds=(-3e305, 3e305), ledger=ledger)  # fmt: skip
+    assert ledger.history == []
+
+
+def test_wide_bounds_within_float64_are_still_released_finite():
+    _, model = _far_model()
+    release = cloaked_release(
+        model, np.linspace(0, 10, 5)[:, None], epsilon=0.1, delta=1e-5, y_bounds=(-1e290, 1e290)
+    )
+    assert np.all(np.isfinite(release.draws))
+
+
+def test_secure_noise_sd_beyond_float64_is_refused_like_the_simulation_mode():
+    """The secure plan had no limit on σ: at ±1e307 every draw was ±inf, and charged."""
+    parts = _secure_parts(l2=1e306)
+    ledger = Ledger(100.0, 1e-3)
+    with pytest.raises(ValueError, match="beyond float64 arithmetic.*Nothing was spent"):
+        perturb(**parts, ledger=ledger)
+    assert ledger.history == []
+
+
+def _secure_parts(l2: float) -> dict:
+    return dict(
+        mean=np.zeros(2), shape_factor=np.eye(2), data_sensitivity=l2, unit_sensitivity=1.0,
+        whitened_rounding=0.0, epsilon=0.1, delta=1e-5, offset=np.zeros(2),
+        whitened_mean=np.zeros(2),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("design", ["logdet", "trace"])
+def test_test_points_far_from_the_data(design):
+    """30 lengthscales away (max |C| ≈ 1e-197) the trace design divided c² (underflowed to 0)
+    by c²; 38 away W overflows and the refusal now says why (it said 'L2 sensitivity d·s must
+    be finite')."""
+    rng = np.random.default_rng(0)
+    X = np.sort(rng.uniform(0, 10, 10))[:, None]
+    model = gp_regression(X, rng.uniform(-1, 1, 10), pm.gp.cov.ExpQuad(1, ls=1.0), noise_sd=0.3)
+    kw = dict(epsilon=1.0, delta=1e-5, y_bounds=(-1, 1), design=design)
+    near = cloaked_release(model, np.array([[40.0], [40.5], [-30.0]]),
+                           rng=np.random.default_rng(0), **kw)  # fmt: skip
+    assert near.metadata["max_mahalanobis"] == pytest.approx(1.0, rel=1e-9)
+    ledger = Ledger(100.0, 1e-3)
+    with pytest.raises(ValueError, match="whitening map W .* far from every training input"):
+        cloaked_release(model, np.array([[48.0], [48.5], [-38.0]]), ledger=ledger, **kw)
+    assert ledger.history == []
+
+
+def test_a_gibbs_lengthscale_that_is_not_positive_at_a_test_input_is_refused():
+    """check_lengthscales saw the training inputs only: 0 at x* = 12 released the prior mean
+    with noise sd 0 there, silently (prior noise raised a NaN-kernel error)."""
+    rng = np.random.default_rng(0)
+    X = np.sort(rng.uniform(0, 10, 10))[:, None]
+    model = nonstationary_gp_regression(
+        X, rng.uniform(-1, 1, 10), lambda Z: pt.switch(pt.gt(Z[:, 0], 11.0), 0.0, 1.0),
+        kernel_scale=1.0, noise_sd=0.3,
+    )  # fmt: skip
+    kw = dict(epsilon=1.0, delta=1e-5, y_bounds=(-1, 1), rng=np.random.default_rng(0))
+    for release in (cloaked_release, prior_noise_release):
+        with pytest.raises(ValueError, match="Gibbs lengthscale_func is finite and > 0"):
+            release(model, np.array([[5.0], [12.0]]), **kw)
+    assert np.all(cloaked_release(model, np.array([[5.0], [10.5]]), **kw).noise_sd > 0)

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["CentredWhitening", "centred_whitening"]
+__all__ = ["CentredWhitening", "centred_whitening", "check_whitened_range"]
 
 _U = float(np.finfo(np.float64).eps) / 2.0  # unit round-off
 
@@ -66,6 +66,30 @@ class CentredWhitening:
     rounding: float
 
 
+#: Largest public bound on ``|fl(W fl(y − c))|`` accepted (the noise sd has the same limit in
+#: ``gaussian._check_representable``): the round-off bound ``r`` assumes no overflow.
+_MAX_WHITENED = 1e300
+
+
+def check_whitened_range(bound: float) -> None:
+    """Refuse public settings under which ``fl(W fl(y − c))`` could overflow, before any spend.
+
+    ``bound = (d/2) · max_i Σ_j |W_ij| · (1 + γ_n)`` bounds every computed coordinate for every
+    data set in the public range.  Beyond float64 the rounding analysis above fails: one data
+    set's coordinate rounded to ``inf`` (clamped by the discretisation) while its neighbour's
+    stayed finite, and the computed vectors differed by far more than ``Δ_W + 2r`` (stop-43
+    audit: ``y_bounds = ±3e305``, secure noise, the neighbour gave a non-finite draw with
+    probability 1.00 against 0.49, where (ε = 0.1, δ = 1e-5)-DP allows 0.54).  Depends on
+    the public ``W`` and bounds only.
+    """
+    if not bound < _MAX_WHITENED:
+        raise ValueError(
+            f"the whitened mean W(y - c) of labels in y_bounds can reach {bound:.3g}, beyond "
+            "float64 arithmetic: the public bounds are far too wide for the kernel and noise; "
+            "choose narrower y_bounds or rescale the outputs. Nothing was spent or drawn."
+        )
+
+
 def centred_whitening(
     W: NDArray[np.float64],
     y: NDArray[np.float64],
@@ -82,9 +106,18 @@ def centred_whitening(
     k, n = W.shape
     centre = lo + 0.5 * (hi - lo)  # public; any public centre works, the midpoint is tightest
     half_width = max(hi - centre, centre - lo)  # ≥ d/2 despite the rounding of the midpoint
+    if not np.all(np.isfinite(W)):  # public: W is computed from public quantities only
+        raise ValueError(
+            "the whitening map W of the release overflows float64 (its noise factor is "
+            "subnormal): the test points are so far from every training input that the "
+            "release matrix is nearly zero and says almost nothing about the labels; drop "
+            "those test points (their prior is public) or rescale the inputs. Nothing was "
+            "spent or drawn."
+        )
+    abs_row_sums = np.abs(W).sum(axis=1)
+    check_whitened_range(half_width * float(np.max(abs_row_sums, initial=0.0)) * (1.0 + _gamma(n)))
     private = W @ (np.asarray(y, dtype=np.float64) - centre)
     public = (centre - float(prior_mean)) * W.sum(axis=1)
-    abs_row_sums = np.abs(W).sum(axis=1)
     rounding = _gamma(n + 1) * (1.0 + _U) * half_width * float(np.linalg.norm(abs_row_sums))
     column = float(np.sqrt(np.max(np.einsum("ij,ij->j", W, W)))) * (hi - lo)
     column *= 1.0 + _gamma(k + 2)

@@ -232,7 +232,8 @@ def _eval_kernel(
         raise ValueError(
             "The kernel evaluated to NaN/inf at these inputs and hyperparameters "
             f"({view.hyperparameters}); check the hyperparameter values and the scale of the "
-            "inputs (e.g. 1e200 overflows the squared distance)."
+            "inputs (e.g. 1e200 overflows the squared distance), and that a Gibbs "
+            "lengthscale_func is finite and > 0 at every input."
         )
     return K
 

@@ -94,6 +94,11 @@ class GibbsKernel(pm.gp.cov.Covariance):
 
     def _ls(self, X: Any) -> Any:
         r = pt.as_tensor_variable(self.lengthscale_func(X))
+        # a lengthscale that is not finite and > 0 makes the kernel NaN there, which every
+        # public evaluation refuses (``_eval_kernel``): ``check_lengthscales`` sees only the
+        # training inputs, and 0 at a test input gave a cloaked release equal to the prior
+        # mean with noise sd 0, silently (stop-43 audit)
+        r = pt.switch(pt.gt(r, 0.0) & pt.lt(r, np.inf), r, np.nan)
         if r.ndim == 1:
             return r[:, None] * pt.ones((1, self.n_dims))
         return r

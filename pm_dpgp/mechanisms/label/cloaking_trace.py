@@ -492,13 +492,16 @@ def trace_covariance(red: _Reduced, tol: float, max_iter: int) -> NoiseCovarianc
             "(cloaked_release's default 'auto' never goes below 1e-10) or design='logdet'."
         ) from exc
     r = trace_point(At, lam_reps)[0]
-    lower_bound = c * c * float(np.sum(r)) ** 2 / float(np.sum(lam_reps))
+    # the duality gap in the units of Ã: tr(M_k) = c² s ‖L‖²_F and the lower bound
+    # c² (Σ r)² / Σ λ share the factor c², which underflowed to 0 for c ≈ 1e-197 (test points
+    # 30 lengthscales from the data: ZeroDivisionError; stop-43 audit)
+    lower_scaled = float(np.sum(r)) ** 2 / float(np.sum(lam_reps))
     chol_k = (c * math.sqrt(s)) * L
     M_k = chol_k @ chol_k.T
     M_k = 0.5 * (M_k + M_k.T)
     W = _lower_solve(chol_k, red.proj)
     max_mahalanobis = float(np.max(np.einsum("ij,ij->j", W, W)))
-    gap = max(0.0, float(np.trace(M_k)) * max_mahalanobis / lower_bound - 1.0)
+    gap = max(0.0, s * float(np.sum(L * L)) * max_mahalanobis / lower_scaled - 1.0)
     lam = np.zeros(red.proj.shape[1])
     lam[red.reps] = (c * s) ** 2 * lam_reps
     arrays = {"basis": red.basis, "projected": red.proj, "M_k": M_k, "chol_k": chol_k, "lam": lam}

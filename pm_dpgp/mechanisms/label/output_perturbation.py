@@ -39,6 +39,7 @@ from pm_dpgp._validation import (
     warn_public_settings,
 )
 from pm_dpgp.accounting import GaussianEvent, Ledger, PrivacyEvent
+from pm_dpgp.mechanisms.gaussian import _check_representable as check_representable
 from pm_dpgp.mechanisms.gaussian import gaussian_sigma
 from pm_dpgp.mechanisms.noise import (
     SEED_POLICY_SECURE,
@@ -215,6 +216,9 @@ def perturb(
     if offset is None or whitened_mean is None:
         raise ValueError("secure noise needs the public offset and the whitened mean.")
     plan = secure_plan(epsilon, delta, l2, shape_factor.shape[1], calibration)
+    # the simulation mode's limit on the noise sd (gaussian_sigma), here too: at 1e307 every
+    # draw was non-finite, and charged (stop-43 audit)
+    check_representable(plan.sigma, l2)
     event = plan.event(n_draws, label)
     noise = {**plan.metadata(), "seed_policy": SEED_POLICY_SECURE}  # built before spending
     if ledger is not None:
