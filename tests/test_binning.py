@@ -27,10 +27,21 @@ from pm_dpgp.mechanisms.label.binning import (
     binned_predict,
     binned_release,
     make_bins,
+    occupied_bins,
 )
 from tests.tolerances import scalar_rtol
 
 BOUNDS = (50.0, 180.0)
+
+
+def dense_bins(release):
+    """``(counts, laplace_scale)`` with one entry per bin of the grid (0 for an empty bin),
+    from the release's occupied-bin metadata (stop 43)."""
+    index, counts, scale = occupied_bins(release)
+    n_bins = release.draws.shape[1]  # one DP mean per bin
+    dense_counts, dense_scale = np.zeros(n_bins, dtype=np.int64), np.zeros(n_bins)
+    dense_counts[index], dense_scale[index] = counts, scale
+    return dense_counts, dense_scale
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +66,7 @@ def test_laplace_scale_is_the_closed_form(kung):
     r = binned_release(X, y, bins, epsilon=eps, y_bounds=BOUNDS, rng=np.random.default_rng(0))
     _, counts = _exact_means(X, y, bins)
     d = BOUNDS[1] - BOUNDS[0]
-    b = np.asarray(r.metadata["laplace_scale"])
+    b = np.asarray(dense_bins(r)[1])
     np.testing.assert_allclose(b, d / counts / eps, rtol=scalar_rtol(3), atol=0)
     assert (
         r.metadata["privacy_event"]
@@ -63,7 +74,7 @@ def test_laplace_scale_is_the_closed_form(kung):
     )
     # secure sampler: the scale is the closed form up to its grid (relative ≤ 2^-18), never below
     s = binned_release(X, y, bins, epsilon=eps, y_bounds=BOUNDS)
-    bs = np.asarray(s.metadata["laplace_scale"])
+    bs = np.asarray(dense_bins(s)[1])
     assert np.all(bs >= d / counts / eps) and np.all(bs <= d / counts / eps * (1 + 2.0**-18))
     assert s.metadata["privacy_event"]["type"] == "PureDpEvent"
     assert s.metadata["privacy_event"]["epsilon"] <= eps
@@ -79,7 +90,7 @@ def test_noise_has_the_laplace_law(kung, secure):
     r = binned_release(X, y, bins, epsilon=1.0, y_bounds=BOUNDS, n_draws=n, rng=rng)
     means, _ = _exact_means(X, y, bins)
     noise = r.draws - means[None, :]
-    b = np.asarray(r.metadata["laplace_scale"])
+    b = np.asarray(dense_bins(r)[1])
     mad = np.mean(np.abs(noise), axis=0)
     assert np.all(np.abs(mad - b) <= 5 * b / math.sqrt(n))  # sd of |Lap(b)| is b
     assert np.all(np.abs(np.median(noise, axis=0)) <= 5 * b / math.sqrt(n) * 1.5)
@@ -100,7 +111,7 @@ def test_privacy_loss_of_worst_neighbour(kung):
         for yy in (y1, y2)
     )
     diff = r2.draws[0] - r1.draws[0]  # same noise: the change of the exact means
-    b = np.asarray(r1.metadata["laplace_scale"])
+    b = np.asarray(dense_bins(r1)[1])
     loss = np.sum(np.abs(diff)[b > 0] / b[b > 0])  # sup of the Laplace log-likelihood ratio
     assert loss <= eps * (1 + scalar_rtol(10))
     assert loss >= eps * (1 - 1e-9)  # tight: the worst change uses the whole budget
@@ -126,7 +137,7 @@ def test_empty_bins_and_out_of_range_inputs(kung):
         rng=np.random.default_rng(0),
         ledger=ledger,
     )
-    counts = np.asarray(r.metadata["bin_counts"])
+    counts = np.asarray(dense_bins(r)[0])
     assert counts[1] == 0 and counts.sum() == np.count_nonzero(Xk[:, 0] <= 40)
     assert r.draws[0, 1] == pytest.approx(115.0)  # public midpoint, no noise
     assert r.noise_sd[1] == 0.0 and np.all(r.noise_sd[counts > 0] > 0)
@@ -141,7 +152,7 @@ def test_empty_bins_and_out_of_range_inputs(kung):
         rng=np.random.default_rng(1),
         ledger=ledger,
     )
-    counts_c = np.asarray(r_fill.metadata["bin_counts"])
+    counts_c = np.asarray(dense_bins(r_fill)[0])
     assert counts_c.sum() == len(yk) and counts_c[-1] > counts[-1]  # ages > 40 in the last bin
     assert r_fill.draws[0, 1] == 140.0
     # prediction: out-of-range test points clipped (default), refused, or NaN
@@ -268,7 +279,7 @@ def test_binned_gp_and_leak_scan(kung):
         g2 = binned_gp(
             r_shift, Xs, lengthscale=15.0, kernel_scale=30.0, noise_sd=5.0, method=method
         )
-        A1 = g.noise_factor @ (1.0 / (math.sqrt(2.0) * np.asarray(r.metadata["laplace_scale"])))
+        A1 = g.noise_factor @ (1.0 / (math.sqrt(2.0) * np.asarray(dense_bins(r)[1])))
         np.testing.assert_allclose(g2.draws[0] - g.draws[0], A1, rtol=1e-8, atol=1e-10)
         means, _ = _exact_means(X, y, bins)
         private = np.concatenate([y, np.clip(y, *BOUNDS), means])
@@ -325,8 +336,8 @@ def test_binned_gp_mean_equals_an_independent_gp_computation(method):
     ls, s, nsd, mu = np.array([0.7, 2.0]), 1.2, 0.3, 0.4
     Xs = np.array([[0.2, 0.3], [2.7, 3.5], [3.9, 1.0], [6.0, -1.0]])
     g = binned_gp(r, Xs, lengthscale=ls, kernel_scale=s, noise_sd=nsd, mean=mu, method=method)
-    counts = np.asarray(r.metadata["bin_counts"])
-    b = np.asarray(r.metadata["laplace_scale"])
+    counts = np.asarray(dense_bins(r)[0])
+    b = np.asarray(dense_bins(r)[1])
     lower, upper = make_bins(edges).boxes()
 
     def k1(u, v, l):

@@ -34,6 +34,7 @@ from pm_dpgp.mechanisms.label.binning import Bins, binned_release, make_bins
 from pm_dpgp.mechanisms.label.classification import classification_release
 from pm_dpgp.mechanisms.label.truncation import TruncationSetting
 from pm_dpgp.models import gp_classification, gp_regression
+from tests.test_binning import dense_bins
 from tests.test_persistent_ledger_guards import rewrite_stored_entries
 
 FP = dataset_fingerprint("stop-36 mutation round")
@@ -246,7 +247,7 @@ def test_B19_B20_the_noise_factor_has_one_column_per_occupied_bin() -> None:
     y = np.sin(X[:, 0])
     rel = binned_release(X, y, make_bins(EDGES), epsilon=1.0, y_bounds=(-1.0, 1.0),
                          rng=np.random.default_rng(0))  # fmt: skip
-    scale = np.asarray(rel.metadata["laplace_scale"])
+    scale = np.asarray(dense_bins(rel)[1])
     F = np.asarray(rel.noise_factor)
     assert F.shape == (5, 3)
     np.testing.assert_allclose(F @ F.T, np.diag(2.0 * scale**2), rtol=1e-14, atol=0.0)

@@ -29,6 +29,7 @@ from pm_dpgp.mechanisms.label.cloaking import solve_noise_covariance
 from pm_dpgp.models import gp_regression
 from pm_dpgp.workflow import dp_summary, release_posterior
 from pm_dpgp.workflow import given_release as gr
+from tests.test_binning import dense_bins
 from tests.test_cloaking_solver import gp_cloaking_matrix, low_rank
 from tests.test_cloaking_trace import feasible_trace, lower_bound
 from tests.test_liu_talwar import GRID, _sparse_model
@@ -247,7 +248,7 @@ def test_S6_summary_of_a_binned_release_has_the_noise_interval() -> None:
         y_bounds=(-2.0, 2.0), bounds_are_public=True, rng=np.random.default_rng(1),
     )  # fmt: skip
     table = dp_summary(rel, prob=0.9)
-    sd = math.sqrt(2.0) * np.asarray(rel.metadata["laplace_scale"])
+    sd = math.sqrt(2.0) * np.asarray(dense_bins(rel)[1])
     np.testing.assert_allclose(table["dp_noise_sd"].astype(float), sd, rtol=1e-12)
     np.testing.assert_allclose(table["mean_sd"].astype(float), sd, rtol=1e-12)  # S = 1
     z = norm.ppf(0.95)

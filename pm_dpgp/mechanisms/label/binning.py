@@ -23,17 +23,20 @@ are public; ``out_of_range`` decides: ``"raise"`` (default), ``"drop"`` (those r
 used) or ``"clip"`` (assigned to the nearest edge bin).
 
 **Noise source** (as ``pm_dpgp.mechanisms.noise`` for the Gaussian releases).  A NumPy
-Generator (``rng=``) is the simulation mode: continuous ``rng.laplace`` with exactly
-``b_j = d / (n_j ε)``.  ``rng=None`` (default) is secure: the centred sums ``s_j = Σ_{i∈B_j}
-(y_i − c)/d`` (``c`` the midpoint; ``|s_j − s′_j| ≤ 1``, plus a public round-off bound ``r``)
-are rounded to the grid γ = 2^(⌊log₂(1/ε)⌋ − 20), OpenDP's discrete Laplace on ``i64`` vectors
-(Canonne, Kamath & Steinke 2020) is added with its privacy map at the integer L1 sensitivity
-``⌈(1 + 4u + 2r)/γ⌉ + 1`` (``u`` the unit round-off: the computed width may round below
-``hi − lo``), and ``m̃_j = c + d γ ñ_j / n_j``.  The event is then a
-``pm_dpgp.accounting.PureDpEvent`` at the map's ε (≤ the requested ε); the Laplace scale
-actually used exceeds ``d/(n_j ε)`` by a relative ``≈ 2γ = 2^(⌊log₂(1/ε)⌋ − 19)``: ``≤ 2^-18``
-for ε > 1/4, ``1.2·10⁻⁴`` at ε = 10⁻², but 1.6 % at 10⁻⁴ and a factor 2 at 10⁻⁶ (the grid
-follows ``1/ε``, not the unit sensitivity; ``docs/binning.md``; stop-31 audit).
+Generator (``rng=``) is the simulation mode: continuous ``rng.laplace`` at the normalised
+scale ``1/(n_j ε)`` added to ``s_j/n_j`` (below), i.e. ``b_j = d / (n_j ε)``.  ``rng=None``
+(default) is secure: the centred sums ``s_j = Σ_{i∈B_j} (y_i − c)/d`` (``c`` the midpoint;
+``|s_j − s′_j| ≤ 1 + 4u``, plus twice a public round-off bound ``r``, ``summation_rounding``:
+``math.fsum`` for bins above 256 records, so ``r ≤ 2u·n_max``) are rounded to the grid
+``γ`` (``2^(⌊log₂(1/ε)⌋ − 20)`` for ε > 1, ``2^-20`` for 2^-31 < ε ≤ 1, coarser below),
+OpenDP's discrete Laplace on ``i64`` vectors (Canonne, Kamath & Steinke 2020) is added with
+its privacy map at the integer L1 sensitivity ``⌈(1 + 4u + 2r)/γ⌉ + 1`` (``u`` the unit
+round-off: the computed width may round below ``hi − lo``), and ``m̃_j = c + d γ ñ_j / n_j``.
+The event is then a ``pm_dpgp.accounting.PureDpEvent`` at the map's ε (≤ the requested ε);
+the Laplace scale actually used exceeds ``d/(n_j ε)`` by a relative ``≈ 2γ``: ``2^-19`` for
+2^-31 < ε ≤ 1, less for ε > 1, whatever the bin counts (stop-43 audit: it was 127× at
+ε = 10⁻⁸, and 222 % at n_max = 10⁸; ``docs/binning.md``).  A width ``d``, sensitivity or
+scale below the normal float64 range is refused before any charge.
 
 **GP on the DP bin means** (``binned_gp``): post-processing.  ``method="integral"`` models
 ``m̃_j`` as the average of ``f`` over ``B_j`` (``pm_dpgp.gp.integral``), ``"point"`` as
@@ -95,10 +98,21 @@ __all__ = [
     "binned_release",
     "binning_noise",
     "make_bins",
+    "occupied_bins",
+    "summation_rounding",
 ]
 
 OutOfRange = Literal["raise", "drop", "clip"]
 _U = float(np.finfo(np.float64).eps) / 2.0
+#: The smallest normal float64: below it a quotient keeps no relative precision (stop-43 audit:
+#: y_bounds = (0, 5e-324) gave the Laplace scale 0, i.e. no noise, charged ε).
+_TINY = float(np.finfo(np.float64).tiny)
+#: Bins with more records than this are summed with ``math.fsum`` (correctly rounded), the
+#: others by ``np.bincount`` (recursive summation, error ≤ γ_{255}·256 < 10⁻¹¹): the round-off
+#: bound of the secure mode no longer grows like n_max² u (stop-43 audit; docs/binning.md).
+_FSUM_FROM = 256
+#: The secure grid's integer noise scale stays below about 2^_SCALE_BITS (module docstring).
+_SCALE_BITS = 50
 SECURE_LAPLACE = "opendp_discrete_laplace"
 
 
@@ -138,9 +152,15 @@ class Bins:
     def n_bins(self) -> int:
         return int(np.prod(self.shape))
 
-    def boxes(self) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-        """``(lower, upper)`` corners, each ``(n_bins, dim)``, in bin order."""
-        idx = np.indices(self.shape).reshape(self.dim, -1)
+    def boxes(
+        self, index: NDArray[np.intp] | None = None
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """``(lower, upper)`` corners, each ``(n_bins, dim)`` in bin order, or of the bins
+        with the flat indices ``index`` only (e.g. the occupied ones)."""
+        if index is None:
+            idx = np.indices(self.shape).reshape(self.dim, -1)
+        else:
+            idx = np.stack(np.unravel_index(np.asarray(index, dtype=np.intp), self.shape))
         lower = np.stack([e[i] for e, i in zip(self.edges, idx, strict=True)], axis=1)
         upper = np.stack([e[i + 1] for e, i in zip(self.edges, idx, strict=True)], axis=1)
         return lower, upper
@@ -253,7 +273,7 @@ def _secure_laplace(
     import opendp.prelude as dp
 
     dp.enable_features("contrib")
-    gamma = 2.0 ** (math.frexp(1.0 / epsilon)[1] - 1 - GRID_BITS)
+    gamma = _grid(epsilon)
     if (0.5 * n_max + 1.0) / gamma > INT_LIMIT:
         raise ValueError(
             f"epsilon={epsilon!r} with {n_max} records in a bin is too large for the secure "
@@ -271,6 +291,14 @@ def _secure_laplace(
             "simulation mode (rng=np.random.default_rng(seed)); nothing was spent or drawn."
         )
     scale = d_int / epsilon
+    if _TAIL_SCALES * scale > 2.0**62:  # the noisy sums would saturate OpenDP's i64
+        raise ValueError(
+            f"epsilon={epsilon!r} is too small for the secure discrete Laplace: its integer "
+            "noise would exceed OpenDP's 64-bit integers, which saturate (stop-43 audit: "
+            "epsilon=1e-20 released the clamp value, 6.5e32, instead of Laplace noise). Use a "
+            "larger epsilon or the simulation mode (rng=np.random.default_rng(seed)); nothing "
+            "was spent or drawn."
+        )
     meas = None
     for _ in range(80):
         meas = dp.m.make_laplace(
@@ -294,6 +322,53 @@ def _secure_laplace(
     return meas, gamma, eps_map, gamma * scale, info
 
 
+def _grid(epsilon: float) -> float:
+    """The secure grid γ, a power of two: ``2^(⌊log₂(1/ε)⌋ − 20)`` for ε > 1 (the noise, of
+    scale 1/ε, is then below the unit sensitivity), ``2^-20`` for ε ≤ 1 as long as the integer
+    noise scale ``≈ 1/(γε)`` stays below ``2^_SCALE_BITS`` (ε > 2^-31), coarser beyond.
+
+    Before the stop-43 audit γ followed 1/ε for every ε: at ε = 10⁻⁸ the grid step was 64
+    and the scale used 128× the closed form; now it exceeds it by 2^-19.
+    """
+    e = math.frexp(1.0 / epsilon)[1] - 1  # ⌊log₂(1/ε)⌋, exact
+    return math.ldexp(1.0, e - GRID_BITS if e < 0 else max(-GRID_BITS, e - _SCALE_BITS))
+
+
+def summation_rounding(counts: NDArray[np.int64]) -> float:
+    """Public bound ``r`` on the round-off of every bin's computed sum ``ŝ_j`` (docs/binning.md).
+
+    The terms satisfy ``|t_i| ≤ 1``.  A bin with ``n ≤ _FSUM_FROM`` records is summed by
+    ``np.bincount`` (recursive summation in data order): ``|ŝ − s| ≤ γ_{n−1} n`` (Higham 2002,
+    eq. 4.4); a larger bin by ``math.fsum``, correctly rounded (Shewchuk 1997), within one ulp
+    even on a platform that double-rounds (Python docs): ``|ŝ − s| ≤ 2u|s| ≤ 2u n``.
+    """
+    n_max = int(counts.max())
+    n_small = int(counts[counts <= _FSUM_FROM].max(initial=0))
+    k = max(n_small - 1, 0)
+    r_small = k * _U / (1.0 - k * _U) * n_small
+    r_fsum = 2.0 * _U * n_max if n_max > _FSUM_FROM else 0.0
+    return max(r_small, r_fsum)
+
+
+def _bin_sums(
+    idx: NDArray[np.intp], terms: NDArray[np.float64], counts: NDArray[np.int64]
+) -> NDArray[np.float64]:
+    """``Σ_{i∈B_j} terms_i`` for the occupied bins, within ``summation_rounding(counts)``.
+
+    ``np.bincount`` for all bins, then the bins above ``_FSUM_FROM`` records again with
+    ``math.fsum`` after one sort of their records by bin (a loop over those bins only, at
+    most ``n/_FSUM_FROM`` of them).
+    """
+    sums = np.bincount(idx, weights=terms, minlength=counts.size)
+    big = np.flatnonzero(counts > _FSUM_FROM)
+    if big.size:
+        in_big = counts[idx] > _FSUM_FROM
+        order = np.argsort(idx[in_big])  # any order within a bin: fsum rounds the exact sum
+        parts = np.split(terms[in_big][order], np.cumsum(counts[big])[:-1])
+        sums[big] = [math.fsum(part.tolist()) for part in parts]
+    return sums[counts > 0]
+
+
 def binning_noise(
     counts: NDArray[np.int64],
     epsilon: float,
@@ -313,8 +388,14 @@ def binning_noise(
     occupied = counts > 0
     sens = np.where(occupied, d / np.maximum(counts, 1), 0.0)  # Δ_j = d / n_j
     label = "Laplace bin means (Smith et al. 2018 §4)"
-    # the closed-form scale is the smaller of the two modes': refused here, before OpenDP
-    _check_scale(float(np.max(sens)) / epsilon, offset)
+    n_max = int(counts.max())
+    # the closed-form scale is the smaller of the two modes': refused here, before OpenDP.
+    # Smallest: Δ_j, b_j = Δ_j/ε and the normalised scale 1/(n_j ε) the simulation draws at;
+    # a subnormal one has lost its relative precision (stop-43 audit: d = 5e-324 gave b = 0)
+    sens_min, sens_max = d / n_max, float(np.max(sens))
+    _check_scale(
+        min(sens_min, sens_min / epsilon, 1.0 / (n_max * epsilon)), sens_max / epsilon, offset
+    )
     if not check_flag(secure, "secure"):
         info: dict[str, object] = {
             "noise_source": SIMULATION,
@@ -324,12 +405,12 @@ def binning_noise(
         return BinningNoise(
             LaplaceEvent(1.0 / epsilon, label, count=n_draws), sens, sens / epsilon, info, None, 0.0
         )
-    n_max = int(counts.max())
-    rounding = 2.0 * (n_max + 3) * _U / (1.0 - (n_max + 3) * _U) * (0.5 * n_max + 1.0)
+    rounding = summation_rounding(counts)
     meas, gamma, eps_map, unit_scale, info = _secure_laplace(
         int(occupied.sum()), epsilon, rounding, n_max
     )
-    _check_scale(float(np.max(sens)) * unit_scale, offset)
+    info["summation_rounding"] = rounding
+    _check_scale(sens_min * unit_scale, sens_max * unit_scale, offset)
     return BinningNoise(
         PureDpEvent(eps_map, label, count=n_draws), sens, sens * unit_scale, info, meas, gamma
     )
@@ -339,12 +420,23 @@ def binning_noise(
 _TAIL_SCALES = 40.0
 
 
-def _check_scale(b_max: float, offset: float = 0.0) -> None:
-    """Refuse, before any charge, a Laplace scale whose draws would overflow float64.
+def _check_scale(b_min: float, b_max: float, offset: float = 0.0) -> None:
+    """Refuse, before any charge, Laplace scales that are not normal positive floats, or whose
+    draws would overflow float64.
 
+    ``b_min`` is the smallest scale (or sensitivity) computed, ``b_max`` the largest and
     ``offset`` bounds the public part of a released value (``|centre| + d/2``).  Stop-36
-    audit: bounds of ±8e307 or ε = 1e-300 were charged and released only ``inf``.
+    audit: bounds of ±8e307 or ε = 1e-300 were charged and released only ``inf``; stop-43
+    audit: a subnormal y_bounds width gave the scale 0 (no noise) or rounded it down by 33 %.
     """
+    if not b_min >= _TINY:  # also NaN
+        raise ValueError(
+            f"a bin sensitivity or Laplace scale of the bin means would be {b_min:.3g}, below "
+            f"the smallest normal float64 ({_TINY:.3g}): it would lose its relative precision "
+            "(a subnormal scale rounds down, to 0 at worst: too little noise). Use wider "
+            "y_bounds (rescale the outputs, e.g. multiply y and y_bounds by 1e300) or a "
+            "smaller epsilon; nothing was spent or drawn."
+        )
     if not (math.isfinite(b_max) and offset + _TAIL_SCALES * b_max < 1e300):
         raise ValueError(
             f"the Laplace scale of the bin means would be {b_max:.3g}, beyond float64 "
@@ -373,7 +465,9 @@ def binned_release(
     Returns a ``pm_dpgp.release.Release`` at the bin centres (``variable_name =
     "bin_mean_dp"``) whose ``noise_factor`` holds the columns of ``diag(√2 b_j)`` for the
     occupied bins (the Laplace noise covariance ``diag(2 b_j²)``; empty bins have none) and
-    whose metadata holds the public edges, counts and scales.
+    whose metadata holds the public edges and, for the occupied bins only, their flat indices,
+    counts, sensitivities and scales (``occupied_bins``, ``occupied_counts``,
+    ``occupied_sensitivity``, ``occupied_laplace_scale``; read them with ``occupied_bins``).
     Everything is validated before the ledger is charged; the ledger is charged before any noise.
     """
     # rows are paired by position: a DataFrame X and a Series y with different indexes were
@@ -395,47 +489,23 @@ def binned_release(
             f"X and y must have the same number of rows, got {X_arr.shape[0]} and {y_arr.shape[0]}."
         )
     idx, counts = bins.counts(X_arr, out_of_range)
-    used, occupied = idx >= 0, counts > 0
+    used = idx >= 0
+    occ = np.flatnonzero(counts > 0)  # the occupied bins: only they carry data and noise
     warn_public_settings(epsilon=epsilon)
     check_draws_fit(n_draws, bins.n_bins)  # a clear refusal, not MemoryError (stop 40)
     noise = binning_noise(counts, epsilon, (lo, hi), n_draws, secure=rng is None)
-    event, scale, noise_info = noise.event, noise.scale, noise.info
+    event, scale = noise.event, noise.scale
     # everything public the release returns is built before the spend: a failure here (e.g.
-    # memory for the n_bins × n_bins noise factor) spends nothing (stop-36 audit)
+    # memory for the n_bins × n_bins noise factor, or the metadata) spends nothing (stop-36
+    # audit; stop 43: the per-bin metadata lists were built after the spend and failed with
+    # MemoryError on a 4000 × 4000 grid, charged; they now hold the occupied bins only)
     X_star = bins.centres()
     # one column per occupied bin (empty bins carry no noise): the covariance diag(2 b²)
     # without the zero columns of np.diag (10⁴ bins, 3,858 occupied: 309 MB instead of 800)
-    cols = np.flatnonzero(occupied)
-    noise_factor = np.zeros((bins.n_bins, cols.size))
-    noise_factor[cols, np.arange(cols.size)] = math.sqrt(2.0) * scale[cols]
+    noise_factor = np.zeros((bins.n_bins, occ.size))
+    noise_factor[occ, np.arange(occ.size)] = math.sqrt(2.0) * scale[occ]
     draws = np.full((n_draws, bins.n_bins), fill)
-    y_c = clip_to_bounds(y_arr[used], (lo, hi))
-    # centred, normalised sums s_j = Σ (y_i − c)/d, |terms| ≤ ½ (≤ 1 when the midpoint rounds,
-    # d ≈ ulp(lo): covered by r's factor 2): sensitivity 1 + 4u in one coordinate
-    s = np.bincount(idx[used], weights=(y_c - centre) / d, minlength=bins.n_bins)[occupied]
-    if ledger is not None:
-        ledger.spend(
-            event,
-            label=event.label,
-            privacy_model=LABEL_PRIVACY_MODEL,
-            neighbouring_relation=LABEL_RELATION,
-            rng=rng,
-        )
-    if rng is not None:
-        # the noise is added to the centred normalised means s_j/n_j (sensitivity 1/n_j,
-        # Laplace scale b_j/d) and the public centre and width last: the rounding of
-        # ``c + d·(…)`` is then post-processing.  Adding the noise after the centre rounded
-        # the private mean at the centre's magnitude first (stop-30 audit: 12.5× the
-        # sensitivity at y_bounds = (1e15, 1e15 + 1))
-        noisy = s / counts[occupied] + rng.laplace(
-            0.0, scale[occupied] / d, (n_draws, int(occupied.sum()))
-        )
-        draws[:, occupied] = centre + d * noisy
-    else:
-        ints = discretise(s, noise.grid).tolist()
-        meas = noise.measurement
-        sums = noise.grid * np.array([meas(ints) for _ in range(n_draws)], dtype=np.float64)  # type: ignore[operator]
-        draws[:, occupied] = centre + d * sums / counts[occupied][None, :]
+    n_occ = counts[occ].astype(np.float64)
     # the whole release's guarantee, under the keys of every release type: pure DP, so the
     # n_draws Laplace releases compose to n_draws · ε; then the per-draw calibration
     total = float(event.count * event.eps)  # type: ignore[attr-defined]
@@ -452,15 +522,44 @@ def binned_release(
         "clipping_bounds": [lo, hi],
         "bin_edges": [np.asarray(e).tolist() for e in bins.edges],
         # lists, not arrays: metadata holds JSON-serialisable values only (Release docstring;
-        # stop-30 serialisation audit: json.dumps(release.metadata) raised TypeError)
-        "bin_counts": counts.tolist(),
-        "bin_sensitivity": noise.sensitivity.tolist(),
-        "laplace_scale": scale.tolist(),
+        # stop-30 serialisation audit: json.dumps(release.metadata) raised TypeError); for the
+        # occupied bins only, in flat bin order (stop 43: one Python object per bin of the
+        # grid, 1.6·10⁷ of them, failed after the spend); empty bins have count 0, no noise
+        "occupied_bins": occ.tolist(),
+        "occupied_counts": counts[occ].tolist(),
+        "occupied_sensitivity": noise.sensitivity[occ].tolist(),
+        "occupied_laplace_scale": scale[occ].tolist(),
         "empty_value": fill,
         "out_of_range": out_of_range,
         "privacy_event": event.to_metadata(),
-        **noise_info,
+        **noise.info,
     }
+    y_c = clip_to_bounds(y_arr[used], (lo, hi))
+    # centred, normalised sums s_j = Σ (y_i − c)/d, |terms| ≤ 1 (≤ ½ unless the midpoint
+    # rounds): sensitivity 1 + 4u in one coordinate, round-off ≤ summation_rounding(counts)
+    s = _bin_sums(idx[used], (y_c - centre) / d, counts)
+    if ledger is not None:
+        ledger.spend(
+            event,
+            label=event.label,
+            privacy_model=LABEL_PRIVACY_MODEL,
+            neighbouring_relation=LABEL_RELATION,
+            rng=rng,
+        )
+    if rng is not None:
+        # the noise is added to the centred normalised means s_j/n_j (sensitivity 1/n_j)
+        # at the normalised scale 1/(n_j ε), computed without d, and the public centre and
+        # width last: the rounding of ``c + d·(…)`` is then post-processing.  Adding the
+        # noise after the centre rounded the private mean at the centre's magnitude first
+        # (stop-30 audit: 12.5× the sensitivity at y_bounds = (1e15, 1e15 + 1)); drawing it
+        # at b_j/d lost b_j's precision for a subnormal d (stop-43 audit)
+        noisy = s / n_occ + rng.laplace(0.0, 1.0 / (n_occ * epsilon), (n_draws, occ.size))
+        draws[:, occ] = centre + d * noisy
+    else:
+        ints = discretise(s, noise.grid).tolist()
+        meas = noise.measurement
+        sums = noise.grid * np.array([meas(ints) for _ in range(n_draws)], dtype=np.float64)  # type: ignore[operator]
+        draws[:, occ] = centre + d * sums / n_occ[None, :]
     return Release(
         mechanism="laplace_binning",
         draws=draws,
@@ -477,6 +576,28 @@ def _bins_of(release: Release) -> Bins:
     return make_bins([np.asarray(e, dtype=np.float64) for e in release.metadata["bin_edges"]])
 
 
+def occupied_bins(
+    release: Release,
+) -> tuple[NDArray[np.intp], NDArray[np.int64], NDArray[np.float64]]:
+    """``(index, counts, laplace_scale)`` of the occupied bins of a binned release.
+
+    The metadata keys ``occupied_bins`` / ``occupied_counts`` / ``occupied_laplace_scale``
+    (since stop 43); a release written before, with one ``bin_counts`` / ``laplace_scale``
+    entry per bin of the grid, is read too.
+    """
+    md = release.metadata
+    if "occupied_bins" in md:
+        index = np.asarray(md["occupied_bins"], dtype=np.intp)
+        counts = np.asarray(md["occupied_counts"], dtype=np.int64)
+        scale = np.asarray(md["occupied_laplace_scale"], dtype=np.float64)
+    else:  # the dense lists of a release from before stop 43
+        dense = np.asarray(md["bin_counts"], dtype=np.int64)
+        index = np.flatnonzero(dense > 0)
+        counts = dense[index]
+        scale = np.asarray(md["laplace_scale"], dtype=np.float64)[index]
+    return index, counts, scale
+
+
 def binned_predict(
     release: Release, X_star: ArrayLike, *, out_of_range: OutOfRange = "clip"
 ) -> NDArray[np.float64]:
@@ -485,7 +606,9 @@ def binned_predict(
     Empty bins give the release's public ``empty_value``; test points outside the grid are
     assigned the nearest bin (``"clip"``, default), refused (``"raise"``) or NaN (``"drop"``).
     """
-    idx = _bins_of(release).index(X_star, out_of_range)
+    bins = _bins_of(release)
+    check_input_columns(X_star, release)  # a DataFrame in another column order (stop 43)
+    idx = bins.index(X_star, out_of_range)
     out = release.draws[:, np.maximum(idx, 0)]
     out[:, idx < 0] = np.nan
     return out
@@ -531,10 +654,8 @@ def binned_gp(
             f"got {lengthscale!r}."
         )
     lengthscale = ls if ls.size > 1 else float(ls[0])
-    counts = np.asarray(md["bin_counts"])
-    occ = counts > 0
-    b = np.asarray(md["laplace_scale"], dtype=np.float64)[occ]
-    lower, upper = (c[occ] for c in bins.boxes())
+    occ, counts, b = occupied_bins(release)
+    lower, upper = bins.boxes(occ)
     if method == "integral":
         K = box_box_kernel(lower, upper, lower, upper, lengthscale, kernel_scale)
         K_sb = point_box_kernel(Xs, lower, upper, lengthscale, kernel_scale)
@@ -542,8 +663,16 @@ def binned_gp(
         centres = 0.5 * (lower + upper)
         K = point_point_kernel(centres, centres, lengthscale, kernel_scale)
         K_sb = point_point_kernel(Xs, centres, lengthscale, kernel_scale)
+    if not (np.isfinite(K).all() and np.isfinite(K_sb).all()):  # public values only
+        raise ValueError(
+            f"the {method} kernel between the bins (and X_star) is not finite for these edges "
+            f"and lengthscale={lengthscale!r}: bins far wider than ~1e300 or narrower than "
+            "~1e-150 times the lengthscale overflow the box integrals. Rescale the inputs (the "
+            "bin edges and X_star) or choose a lengthscale comparable to the bin widths; "
+            "method='point' avoids the box integrals."
+        )
     K = 0.5 * (K + K.T)
-    K[np.diag_indices_from(K)] += noise_sd**2 / counts[occ] + 2.0 * b**2
+    K[np.diag_indices_from(K)] += noise_sd**2 / counts + 2.0 * b**2
     L, jitter = jittered_cholesky(K, overwrite_a=True)
     A = cho_solve_lower(L, K_sb.T).T  # (m, K_occ)
     draws = mu + (release.draws[:, occ] - mu) @ A.T

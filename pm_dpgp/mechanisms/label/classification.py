@@ -339,9 +339,12 @@ def class_probabilities(
     """
     if release.mechanism != "laplace_classification_cloaking":
         raise ValueError(f"expected a classification release, got {release.mechanism!r}.")
+    # both switches as bools: average="False" was read by truthiness as True (stop-43 audit)
+    average = check_flag(average, "average")
+    include_dp_noise = check_flag(include_dp_noise, "include_dp_noise")
     if not average:
         return expit(release.draws)
     var = np.asarray(release.metadata["latent_var"], dtype=np.float64)
-    if check_flag(include_dp_noise, "include_dp_noise"):
+    if include_dp_noise:
         var = var + release.noise_sd**2
     return probit_averaged_probability(release.draws, var[None, :])
