@@ -105,8 +105,9 @@ DEFAULT_ORDERS: NDArray[np.float64] = _build_default_orders()
 # Validation and small numerical helpers
 # --------------------------------------------------------------------------------------------
 def _check_count(count: Any, name: str = "count") -> int:
-    """Return ``count`` as an ``int`` ≥ 1, refusing floats, bools and non-numbers."""
-    if isinstance(count, bool) or not isinstance(count, numbers.Integral):
+    """Return ``count`` as an ``int`` ≥ 1, refusing floats, bools, durations and non-numbers."""
+    # np.timedelta64 is a numbers.Integral (a NumPy signed integer): a duration, not a count
+    if isinstance(count, bool | np.timedelta64) or not isinstance(count, numbers.Integral):
         raise ValueError(
             f"{name} must be a whole number >= 1 (how many times the mechanism runs), "
             f"got {count!r}."
@@ -237,14 +238,81 @@ def _gdp_log_delta(mu: float, epsilon: float, *, fast: bool = False) -> float:
 
     Balle & Wang (2018), Thm. 8, with Δ/σ = μ:
     δ(ε) = Φ(μ/2 − ε/μ) − e^ε Φ(−μ/2 − ε/μ)   (Dong, Roth & Su 2019, Cor. 2.13).
-    Evaluated in the log domain so that δ down to 1e-300 is accurate.  ``fast=True`` uses
-    ``_log_phi`` (relative error ≲ 2·10⁻¹³, for the root search only); the safety check
-    of every reported ε uses ``scipy.special.log_ndtr``.
+    Evaluated in the log domain so that δ down to 1e-300 is accurate.  For μ > ``_MILLS_MU``
+    as ``a + ln(1 − e^{b−a})`` (``_gdp_log_terms``); ``fast=True`` uses ``_log_phi``
+    (relative error ≲ 2·10⁻¹³, for the root search only).  For μ ≤ ``_MILLS_MU`` the two
+    terms cancel (stop-43 audit: at ε = 1e-12, δ = 1e-50 the computed ``b − a`` had no correct
+    digit), so the Mills-ratio form ``_gdp_log_delta_mills`` is used; ``fast=True`` keeps the
+    two-term form where its estimated error is below 1e-9 (the root search only).
     """
+    if mu <= _MILLS_MU:
+        if fast:
+            a, b = _gdp_log_terms(mu, epsilon, fast=True)
+            if b < a and 1e-12 * (1.0 + abs(a) + abs(b)) < -1e-9 * math.expm1(b - a):
+                return a + math.log1p(-math.exp(b - a))
+        return _gdp_log_delta_mills(mu, epsilon)[0]
     a, b = _gdp_log_terms(mu, epsilon, fast=fast)
-    if b >= a:  # rounding at extreme ε; the true δ is 0 there
+    if b >= a:  # only where ln δ(ε) < −2·10⁵ for μ > 0.5 (measured): δ(ε) is 0 in float64
         return -math.inf
     return a + math.log1p(-math.exp(b - a))
+
+
+#: Below this μ, δ(ε) is evaluated in the Mills-ratio form (``_gdp_log_delta_mills``).
+_MILLS_MU = 0.5
+
+#: 8-point Gauss–Legendre nodes and weights on [−1, 1] (``_gdp_log_delta_mills``).
+_GL_NODES = tuple(zip(*(v.tolist() for v in np.polynomial.legendre.leggauss(8)), strict=True))
+
+
+def _mills_slope(s: float) -> float:
+    """``g(s) = 1 − s·R(s)`` with Mills' ratio ``R(s) = Φ(−s)/φ(s)``; ``g = −R′ > 0``.
+
+    For ``s < 6`` directly, ``R(s) = √(π/2)·erfc(s/√2)·e^{s²/2}`` (the cancellation in
+    ``1 − sR`` grows like s²: relative error ≤ 1.1e-13 measured against 60-digit mpmath); for
+    ``s ≥ 6`` from Laplace's continued fraction ``R(s) = 1/(s + K)``,
+    ``K = 1/(s + 2/(s + 3/(s + …)))``, as ``g = K/(s + K)``: a ratio of positive terms, without
+    that cancellation (``g ≈ 1/s²``); 20 levels give a relative error below 1e-15 there (same
+    check).
+    """
+    if s < 6.0:
+        return 1.0 - s * _SQRT_HALF_PI * math.erfc(s / _SQRT2) * math.exp(0.5 * s * s)
+    acc = 0.0
+    for k in range(20, 1, -1):
+        acc = k / (s + acc)
+    kk = 1.0 / (s + acc)
+    return kk / (s + kk)
+
+
+_SQRT2 = math.sqrt(2.0)
+_SQRT_HALF_PI = math.sqrt(math.pi / 2.0)
+_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+def _gdp_log_delta_mills(mu: float, epsilon: float) -> tuple[float, float]:
+    """``(ln δ(ε), bound on its absolute error)`` of μ-GDP without cancellation (μ ≤ 0.5).
+
+    With ``t = ε/μ``, ``h = μ/2`` and Mills' ratio ``R(s) = Φ(−s)/φ(s)``, the identity
+    ``e^ε φ(t + h) = φ(t − h)`` (``2th = ε``) turns Balle & Wang's Thm. 8 into
+    ``δ(ε) = φ(t − h)·[R(t − h) − R(t + h)] = φ(t − h)·∫_{t−h}^{t+h} g(s) ds`` with
+    ``g = −R′ = 1 − sR > 0`` (``_mills_slope``).  The integral (width ``μ ≤ 0.5``, ``g``
+    entire) is an 8-point Gauss–Legendre sum around the midpoint ``t`` (no ``t ± h`` that rounds
+    to ``t``), and ``ln φ(t − h) = −t²/2 + ε/2 − h²/2 − ln √(2π)``.  Every term is positive:
+    nothing cancels, for any ε ≥ 0 and μ > 0 (6 points already agree with 8 to 1e-14).
+
+    The error bound: ``8u(1 + t²/2 + ε)`` for the exponent (its terms are exact to a few ulp,
+    and ``t`` itself to one), plus 2e-12 for the sum (measured ≤ 1e-13 against 80-digit mpmath,
+    ``tests/test_audit_stop43_accounting.py``).
+    """
+    t = epsilon / mu
+    h = 0.5 * mu
+    total = math.fsum(w * _mills_slope(t + h * x) for x, w in _GL_NODES)
+    if not total > 0.0 or not math.isfinite(t):  # g underflows for t ≳ 1e154: δ(ε) is 0
+        return -math.inf, 0.0
+    # ln h from ln μ (a subnormal μ/2 would lose digits)
+    exponent = -0.5 * t * t + 0.5 * epsilon - 0.5 * h * h - _HALF_LOG_2PI
+    log_delta = exponent + math.log(mu) - math.log(2.0) + math.log(total)
+    error = 8.0 * np.finfo(float).eps * (1.0 + 0.5 * t * t + epsilon) + 2e-12
+    return log_delta, error
 
 
 def _gdp_log_terms(mu: float, epsilon: float, *, fast: bool = False) -> tuple[float, float]:
@@ -287,22 +355,33 @@ def _log_delta_ok(log_delta: float, delta: float, margin: float = 1e-12) -> bool
 
 
 def _gdp_delta_certified(mu: float, epsilon: float, delta: float) -> bool:
-    """Whether δ(ε) ≤ ``delta`` for μ-GDP holds despite rounding (``_gdp_log_delta``, exact path).
+    """Whether δ(ε) ≤ ``delta`` for μ-GDP holds despite rounding (never True when it is false).
 
-    ``ln δ = a + ln(1 − e^{b−a})`` with ``a, b`` the two ``log_ndtr`` terms, each accurate to a
-    few ulp of its magnitude.  An absolute error ``η`` in ``b − a`` moves ``ln(1 − e^{b−a})``
-    by about ``η e^{b−a}/(1 − e^{b−a})``: for small μ the terms nearly cancel and this grows as
-    ``1/(1 − e^{b−a})``, so the margin is ``1e-12 + 16u(1 + |a| + |b|)/(1 − e^{b−a})`` (twice
-    the estimate of ``η``; ``8·ε_mach`` in the code, ``u = ε_mach/2``).  A
-    fixed 1e-12 margin was too small there (stop-26 audit: 14 of 2,000 cases with μ < 0.02
-    had the exact δ(ε) up to 4.4e-12 relative above δ).
+    For μ ≤ ``_MILLS_MU``: the cancellation-free Mills-ratio form with its error bound
+    (``_gdp_log_delta_mills``) as the margin.  The two-term form ``a + ln(1 − e^{b−a})`` used
+    there before returned True when rounding made ``b ≥ a`` and capped its margin at ½, while
+    for small μ the computed ``b − a`` had no correct digit (stop-43 audit: at ε = 1e-12,
+    δ = 1e-50 ``gaussian_sigma`` returned 8.94e12 where 1.257e13 is needed, true δ(ε) = 2.3e-33).
+
+    For μ > ``_MILLS_MU``: ``ln δ = a + ln(1 − e^{b−a})`` with ``a, b`` the two ``log_ndtr``
+    terms, each accurate to a few ulp of its magnitude.  An absolute error ``η`` in ``b − a``
+    moves ``ln(1 − e^{b−a})`` by about ``η e^{b−a}/(1 − e^{b−a})``, so the margin is
+    ``1e-12 + 16u(1 + |a| + |b|)/(1 − e^{b−a})`` (twice the estimate of ``η``; ``8·ε_mach`` in
+    the code, ``u = ε_mach/2``; stop-26 audit).  Where that margin exceeds 1e-3 or ``b ≥ a``
+    (for μ > 0.5 only where ln δ(ε) < −2·10⁵) the bound ``δ(ε) ≤ Φ(μ/2 − ε/μ) = e^a`` (the
+    subtracted term is ≥ 0) decides instead: it cannot cancel.
     """
+    if mu <= _MILLS_MU:
+        log_delta, error = _gdp_log_delta_mills(mu, epsilon)
+        return log_delta + (1e-12 + error) <= math.log(delta)  # error: absolute in ln δ(ε)
     a, b = _gdp_log_terms(mu, epsilon)
-    if b >= a:  # rounding at extreme ε; the true δ is 0 there
-        return True
-    r = -math.expm1(b - a)
-    margin = min(0.5, 1e-12 + 8.0 * np.finfo(float).eps * (1.0 + abs(a) + abs(b)) / r)
-    return _log_delta_ok(a + math.log1p(-math.exp(b - a)), delta, margin)
+    ulps = 8.0 * np.finfo(float).eps
+    if b < a:
+        r = -math.expm1(b - a)
+        margin = 1e-12 + ulps * (1.0 + abs(a) + abs(b)) / r
+        if margin <= 1e-3:
+            return _log_delta_ok(a + math.log1p(-math.exp(b - a)), delta, margin)
+    return a + (1e-12 + ulps * (1.0 + abs(a))) <= math.log(delta)  # absolute error in a
 
 
 def gdp_epsilon(mu: float, delta: float) -> float:
@@ -318,6 +397,11 @@ def gdp_epsilon(mu: float, delta: float) -> float:
     mu = check_positive(mu, "mu")
     delta = check_delta(delta)
     return _gdp_epsilon(mu, delta)
+
+
+#: Brent's absolute tolerance in ``_gdp_epsilon``: 1e-15 made the root's error absolute in ε,
+#: 10% at ε = 1e-14 (stop-43 audit); the relative tolerance 4u now decides.
+_XTOL = 1e-300
 
 
 @functools.lru_cache(maxsize=4096)
@@ -341,8 +425,29 @@ def _gdp_epsilon(mu: float, delta: float) -> float:
         lo, hi = 0.0, 1.0
         while excess(hi) > 0.0:
             lo, hi = hi, 2.0 * hi
-        eps = float(brentq(excess, lo, hi, xtol=1e-15, rtol=4.0 * np.finfo(float).eps))
+        eps = float(brentq(excess, lo, hi, xtol=_XTOL, rtol=4.0 * np.finfo(float).eps))
     return _nudge_up(eps, lambda e: _gdp_delta_certified(mu, e, delta))
+
+
+def _gdp_unit_sigma(epsilon: float, delta: float, start: float) -> float:
+    """The σ of unit sensitivity with δ(ε; μ = 1/σ) = ``delta`` (the root, not yet certified).
+
+    Brent's method in ln μ on ``ln δ(ε; μ) − ln δ`` (increasing in μ) with the log-domain
+    ``_gdp_log_delta``, bracketed by doubling/halving μ from ``1/start``.  For settings where
+    ``dp_accounting.get_sigma_gaussian`` misses the root (its δ(ε) cancels for tiny μ: ε = 1e-12,
+    δ = 1e-50 gave 8.94e12 for 1.257e13; ``gaussian_sigma``).
+    """
+    log_delta = math.log(delta)
+
+    def excess(log_mu: float) -> float:
+        return max(_gdp_log_delta(math.exp(log_mu), epsilon, fast=True) - log_delta, -1e3)
+
+    lo = hi = -math.log(start)
+    while excess(lo) > 0.0:
+        lo -= math.log(2.0)
+    while excess(hi) <= 0.0:
+        hi += math.log(2.0)
+    return math.exp(-float(brentq(excess, lo, hi, xtol=1e-15, rtol=4.0 * np.finfo(float).eps)))
 
 
 # --------------------------------------------------------------------------------------------
@@ -440,6 +545,13 @@ class GaussianEvent(PrivacyEvent):
 
     def __post_init__(self) -> None:
         z = check_positive(self.noise_multiplier, "noise_multiplier")
+        if not 0.0 < z * z < math.inf:
+            # μ² = count/z² overflowed (z = 1e160: OverflowError on every use, stop-43 audit)
+            # or divided by zero (z = 1e-170): such an event could never be accounted
+            raise ValueError(
+                f"noise_multiplier must lie in [1e-154, 1e154] (its square must be a finite "
+                f"nonzero float64), got {z!r}."
+            )
         object.__setattr__(self, "noise_multiplier", z)
         object.__setattr__(self, "count", _check_count(self.count))
         object.__setattr__(self, "label", _check_label(self.label))
@@ -456,7 +568,8 @@ class GaussianEvent(PrivacyEvent):
 
     def rdp(self, orders: ArrayLike = DEFAULT_ORDERS) -> NDArray[np.float64]:
         alpha = _check_orders(orders)
-        return alpha * (self.mu_squared / 2.0)
+        with np.errstate(over="ignore"):  # +inf for z near 1e-154: no bound at that order
+            return alpha * (self.mu_squared / 2.0)
 
     def epsilon(self, delta: float) -> float:
         return gdp_epsilon(self.mu, delta)

@@ -122,7 +122,7 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from pm_dpgp._validation import check_delta, check_epsilon
+from pm_dpgp._validation import check_delta, check_epsilon, public_real_array
 from pm_dpgp.accounting.events import (
     DEFAULT_ORDERS,
     ApproxDpEvent,
@@ -267,6 +267,12 @@ class _Totals:
     pure_eps: float  # Σ count·ε of pure events
     approx_eps: float  # Σ count·ε of approximate events
     approx_delta: Fraction  # Σ count·δ of approximate events, exact (rationals)
+    # events without an RDP curve that are not ``ApproxDpEvent``s (a user's subclass of
+    # ``PrivacyEvent`` with ``has_rdp`` False): only their own ε bounds them, so the "rdp" bound
+    # is +inf while one is recorded (stop-43 audit: such an event was left out of it, a
+    # filter="fixed" ledger reported 1.09 where the event alone costs 6.05); a default for
+    # totals pickled before stop 43
+    n_opaque: int = 0
 
     @classmethod
     def empty(cls, n_orders: int) -> _Totals:
@@ -275,7 +281,7 @@ class _Totals:
     def add(self, event: PrivacyEvent, orders: NDArray[np.float64]) -> _Totals:
         rdp, n_rdp = self.rdp, self.n_rdp
         if event.has_rdp:
-            rdp = rdp + event.rdp(orders)
+            rdp = rdp + _checked_rdp(event, orders)
             n_rdp += 1
         gauss_mu2, n_gauss = self.gauss_mu2, self.n_gauss
         if isinstance(event, GaussianEvent):
@@ -303,6 +309,7 @@ class _Totals:
             pure_eps,
             approx_eps,
             approx_delta,
+            self.n_opaque + (not event.has_rdp and not isinstance(event, ApproxDpEvent)),
         )
         if len(new.events) <= _BASIC_MAX_EVENTS and not isinstance(event, ApproxDpEvent):
             # ``_basic_lower`` extends this one's sum by the new event (same summation order)
@@ -353,7 +360,9 @@ class _Totals:
         out: dict[str, float] = {}
         rest = self.delta_left(delta)  # δ left for the non-approximate events
         # (a) RDP composition + basic composition with the approximate events.
-        if self.n_rdp == 0:
+        if self.n_opaque:  # an event neither RDP nor approximate: no RDP-based total
+            out["rdp"] = math.inf
+        elif self.n_rdp == 0:
             out["rdp"] = self.approx_eps if rest >= 0.0 else math.inf
         elif rest > 0.0:
             out["rdp"] = rdp_to_epsilon(orders, self.rdp, rest) + self.approx_eps
@@ -392,12 +401,12 @@ class _Totals:
         if parent is not None and parent.events:
             event = self.events[-1]
             total = parent._basic_lower(delta)
-            total += memo_epsilon(event, rest, functools.partial(event.epsilon, rest))
+            total += _own_epsilon(event, rest)
         else:
             total = self.approx_eps
             for event in self.events:
                 if not isinstance(event, ApproxDpEvent):
-                    total += memo_epsilon(event, rest, functools.partial(event.epsilon, rest))
+                    total += _own_epsilon(event, rest)
         if len(cache) >= 8:
             cache.clear()
         cache[delta] = total
@@ -414,8 +423,49 @@ class _Totals:
         total = self.approx_eps
         for event in self.events:
             if not isinstance(event, ApproxDpEvent):
-                total += event.epsilon(share)
+                total += _sound_epsilon(event.epsilon(share))
         return total
+
+
+def _sound_epsilon(eps: float) -> float:
+    """An event's own ε as a term of the basic bound: +inf (no bound) unless it is a number
+    ≥ 0, so a user event's NaN or negative ε cannot lower the total (stop 43)."""
+    return eps if eps >= 0.0 else math.inf
+
+
+def _own_epsilon(event: PrivacyEvent, delta: float) -> float:
+    """``_sound_epsilon`` of ``event.epsilon(delta)``, memoised in the event."""
+    return _sound_epsilon(memo_epsilon(event, delta, functools.partial(event.epsilon, delta)))
+
+
+def _checked_rdp(event: PrivacyEvent, orders: NDArray[np.float64]) -> NDArray[np.float64]:
+    """``event.rdp(orders)`` if it is a possible RDP bound: one real value ≥ 0 (or +inf) per
+    order; else ``ValueError`` (before anything is recorded).
+
+    A Rényi divergence of order α > 1 is ≥ 0 (van Erven & Harremoës 2014, Thm. 8), so a
+    negative or NaN value is a bug in the event, and the conversion maps a negative total to
+    ε = 0 (stop-43 audit: a user curve with −1e6 at α = 32 let 50 Gaussian releases of ε = 1
+    through a budget of 1).  Checked on every spend; the package's events always pass.
+    """
+    try:
+        curve = public_real_array(event.rdp(orders), "rdp")
+    except ValueError:
+        curve = None
+    if curve is None or curve.shape != orders.shape:
+        raise ValueError(
+            f"{type(event).__name__}.rdp(orders) must return one real number per order "
+            f"({orders.size} orders); nothing was recorded."
+        )
+    bad = ~(curve >= 0.0)  # NaN or negative
+    if bad.any():
+        i = int(np.argmax(bad))
+        value, order = float(curve[i]), float(orders[i])
+        raise ValueError(
+            f"{type(event).__name__}.rdp(orders) is {value!r} at order {order!r}: a "
+            "Renyi divergence is >= 0 at every order (use +inf where no bound is known). "
+            "Nothing was recorded."
+        )
+    return curve
 
 
 #: Relative margin on the basic bound's lower bound: the conversions are monotone in δ only up
@@ -440,6 +490,12 @@ def _mismatch_hint(event: PrivacyEvent) -> str:
         return (
             "approximate events compose only under filter='basic' (with pure events) "
             "or 'fixed' (all parameters fixed in advance)"
+        )
+    if not event.has_rdp:
+        return (
+            "an event without an RDP curve that is not an ApproxDpEvent composes only under "
+            "filter='fixed' (all parameters fixed in advance), by basic composition of its "
+            "own epsilon; or spend it as ApproxDpEvent(epsilon, delta)"
         )
     return (
         "create the ledger with filter='renyi' to mix Gaussian, zCDP, curve "
@@ -591,6 +647,10 @@ class Ledger:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         del state["_lock"]
+        # a copy (copy.copy goes through here too) is an independent budget
+        # (docs/accounting.md): it must not share the list of entries with the original, whose
+        # history then listed the copy's releases that its totals did not count (stop-43 audit)
+        state["_entries"] = list(self._entries)
         state.pop("_last_added", None)  # memos, not state
         state.pop("_prov_index", None)
         return state

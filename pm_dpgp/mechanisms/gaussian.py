@@ -37,6 +37,7 @@ from pm_dpgp.accounting.events import (
     GaussianEvent,
     ZCDPEvent,
     _gdp_delta_certified,
+    _gdp_unit_sigma,
     _nudge_up,
     gdp_epsilon,
 )
@@ -100,6 +101,26 @@ def gaussian_sigma(
             f"method must be 'analytic' or 'classic', got {method!r}; use one of them."
         )
 
+    sigma = _delta_certified_sigma(epsilon, delta, sensitivity)
+    # then until the charged event's own ε at δ (``GaussianEvent(σ/Δ).epsilon``, the ledger's
+    # inversion) is ≤ ε as well: that inversion rounds up, by an amount that is absolute in ε
+    # (~1e-15), so at tiny ε it exceeded the target that σ certifies (ε = 1e-9: +3.2e-6
+    # relative) and a Ledger(epsilon=ε) refused the release.  Only σ grows, by ~1e-10
+    # relative there; nothing changes where the event's ε is already ≤ ε
+    # (docs/gaussian_calibration.md, "The event's own ε")
+    return _nudge_up(
+        sigma,
+        lambda sig: GaussianEvent(noise_multiplier=sig / sensitivity).epsilon(delta) <= epsilon,
+    )
+
+
+def _delta_certified_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
+    """The analytic σ certified δ(ε) ≤ δ (before the event's-own-ε nudge of ``gaussian_sigma``).
+
+    ``dp_accounting.get_sigma_gaussian``'s root, replaced by ``_gdp_unit_sigma``'s (the
+    cancellation-free curve) when it is more than 1e-9 relative off the root on either side,
+    then nudged up until ``_gdp_delta_certified``.  Checked arguments.
+    """
     try:
         sigma = float(get_sigma_gaussian(epsilon, delta)) * sensitivity
     except (ValueError, ArithmeticError) as err:
@@ -111,17 +132,15 @@ def gaussian_sigma(
             "nothing. Choose epsilon <= 10 (e.g. 1). Nothing was spent or drawn."
         ) from err
     _check_representable(sigma, sensitivity)
-    sigma = _nudge_up(sigma, lambda sig: _gdp_delta_certified(sensitivity / sig, epsilon, delta))
-    # then until the charged event's own ε at δ (``GaussianEvent(σ/Δ).epsilon``, the ledger's
-    # inversion) is ≤ ε as well: that inversion rounds up, by an amount that is absolute in ε
-    # (~1e-15), so at tiny ε it exceeded the target that σ certifies (ε = 1e-9: +3.2e-6
-    # relative) and a Ledger(epsilon=ε) refused the release.  Only σ grows, by ~1e-10
-    # relative there; nothing changes where the event's ε is already ≤ ε
-    # (docs/gaussian_calibration.md, "The event's own ε")
-    return _nudge_up(
-        sigma,
-        lambda sig: GaussianEvent(noise_multiplier=sig / sensitivity).epsilon(delta) <= epsilon,
-    )
+    if not _gdp_delta_certified(sensitivity / (sigma * (1.0 + 1e-9)), epsilon, delta) or (
+        _gdp_delta_certified(sensitivity / (sigma * (1.0 - 1e-9)), epsilon, delta)
+    ):
+        # dp_accounting's root is more than 1e-9 off (its δ(ε) cancels for tiny μ; stop-43
+        # audit: ε = 1e-12, δ = 1e-50 gave 8.94e12 where 1.257e13 is needed, and ε = 1e-12,
+        # δ = 1e-20 5.2e-4 too much): solve on the cancellation-free curve instead
+        sigma = _gdp_unit_sigma(epsilon, delta, sigma / sensitivity) * sensitivity
+        _check_representable(sigma, sensitivity)
+    return _nudge_up(sigma, lambda sig: _gdp_delta_certified(sensitivity / sig, epsilon, delta))
 
 
 def _check_representable(sigma: float, sensitivity: float) -> None:

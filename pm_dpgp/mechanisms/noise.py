@@ -45,8 +45,9 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from pm_dpgp._validation import check_positive, check_rng
+from pm_dpgp._validation import check_count, check_positive, check_rng
 from pm_dpgp.accounting import ZCDPEvent
+from pm_dpgp.accounting.events import MAX_COUNT
 from pm_dpgp.mechanisms.gaussian import gaussian_sigma, zcdp_rho
 
 __all__ = [
@@ -108,6 +109,15 @@ def grid_for(sigma: float) -> float:
     return math.ldexp(1.0, e - 1 - GRID_BITS)
 
 
+def _check_dim(dim: int) -> int:
+    """The whitened dimension k as an ``int`` in [1, 2**53] (``check_count``: True, complex
+    numbers, durations and 1.5 refused; stop-43 audit: ``int(dim) != dim`` let them through)."""
+    k = check_count(dim, "dim")
+    if k > MAX_COUNT:  # 1e308 is a whole number, but no vector of that length exists
+        raise ValueError(f"dim must be at most 2**53, got {dim!r}.")
+    return k
+
+
 def integer_sensitivity(sensitivity: float, gamma: float, dim: int) -> int:
     """Exact ``ceil((Δ + γ√k)/γ)``: the L2 sensitivity of the rounded vector in grid units.
 
@@ -116,11 +126,10 @@ def integer_sensitivity(sensitivity: float, gamma: float, dim: int) -> int:
     """
     sensitivity = check_positive(sensitivity, "sensitivity")
     gamma = check_positive(gamma, "gamma")
-    if int(dim) != dim or dim < 1:
-        raise ValueError(f"dim must be a positive integer, got {dim!r}.")
+    dim = _check_dim(dim)
     x = Fraction(sensitivity) / Fraction(gamma)
-    n = math.floor(x) + math.isqrt(int(dim))
-    while n < x or (n - x) ** 2 < int(dim):
+    n = math.floor(x) + math.isqrt(dim)
+    while n < x or (n - x) ** 2 < dim:
         n += 1
     return int(n)
 
@@ -227,9 +236,7 @@ def plan_discrete_gaussian(sensitivity: float, dim: int, rho: float) -> Discrete
     """
     sensitivity = check_positive(sensitivity, "sensitivity")
     rho = check_positive(rho, "rho")
-    if int(dim) != dim or dim < 1:
-        raise ValueError(f"dim must be a positive integer, got {dim!r}.")
-    dim = int(dim)
+    dim = _check_dim(dim)
     gamma = grid_for(sensitivity / math.sqrt(2.0 * rho))
     d_int = integer_sensitivity(sensitivity, gamma, dim)
     scale = d_int / math.sqrt(2.0 * rho)
@@ -263,6 +270,7 @@ def secure_plan(
     σ = c(δ)Δ/ε of Hall et al. (ε ≤ 1), i.e. ρ = min(zcdp_rho(ε, δ), Δ²/(2σ²)), so the noise is
     never below the paper's and the charge never above ε.
     """
+    dim = _check_dim(dim)
     rho = zcdp_rho(epsilon, delta)
     if calibration == "classic":
         sigma = gaussian_sigma(epsilon, delta, sensitivity, method="classic")
