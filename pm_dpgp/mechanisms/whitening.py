@@ -108,11 +108,11 @@ def centred_whitening(
     half_width = max(hi - centre, centre - lo)  # ≥ d/2 despite the rounding of the midpoint
     if not np.all(np.isfinite(W)):  # public: W is computed from public quantities only
         raise ValueError(
-            "the whitening map W of the release overflows float64 (its noise factor is "
-            "subnormal): the test points are so far from every training input that the "
-            "release matrix is nearly zero and says almost nothing about the labels; drop "
-            "those test points (their prior is public) or rescale the inputs. Nothing was "
-            "spent or drawn."
+            "the whitening map W of the release is not finite in float64 (its noise factor "
+            "is subnormal or the kernel's scale extreme): typically the test points are so "
+            "far from every training input that the release matrix is nearly zero and says "
+            "almost nothing about the labels; drop those test points (their prior is public) "
+            "or rescale the inputs and outputs. Nothing was spent or drawn."
         )
     abs_row_sums = np.abs(W).sum(axis=1)
     check_whitened_range(half_width * float(np.max(abs_row_sums, initial=0.0)) * (1.0 + _gamma(n)))
