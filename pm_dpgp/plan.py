@@ -54,6 +54,7 @@ from pm_dpgp.mechanisms.full.sample_path import (
     _check_given_kappa,
     _check_public_kernel,
     _public_probes,
+    require_domain_unless_stationary,
     resolve_kappa,
     sample_path_event,
 )
@@ -70,6 +71,7 @@ from pm_dpgp.mechanisms.noise import secure_plan
 from pm_dpgp.models._common import check_input_columns
 from pm_dpgp.models.exact import gp_regression
 from pm_dpgp.models.guards import refuse_dirichlet_model, require_exact_regression
+from pm_dpgp.models.sparse import is_stationary_decreasing
 from pm_dpgp.release import noise_sd_of
 
 __all__ = [
@@ -712,10 +714,15 @@ def _planned_kappa(
       (the proved ``certified_kappa`` when no κ is given, else the given κ checked against
       it);
     * without a domain: for ``sample_path_release`` a given κ > 0 is refused
-      (``_check_given_kappa``: private inputs are not confined); the Thompson loop
-      (``loop=True``) always has its domain, so there the κ is used as is;
+      (``_check_given_kappa``: private inputs are not confined), and so is a kernel not
+      recognised as stationary (``require_domain_unless_stationary``);
     * with a domain and no ``cov_func``: the given κ is used as is (it cannot be checked
-      without the kernel; the release checks it).
+      without the kernel; the release checks it);
+    * for the Thompson loop (``loop=True``), which always has its kernel and domain, a κ
+      given without both is used as is: the loop checks it against the bound proved for its
+      kernel on its domain, and may refuse a κ the plan accepted (stop-43 audit:
+      ``kappa=0.5`` was planned, and refused by the loop, whose proved value on (0, 1) was
+      3.7e-6); ``plan.thompson`` says so.
     """
     if domain is None or cov_func is None:
         if kappa is None:
@@ -723,7 +730,12 @@ def _planned_kappa(
                 "give kappa (a public lower bound of the normalised kernel, 0 is always valid) "
                 "or the public domain= and cov_func= to compute it."
             )
-        if domain is None and not loop:  # the release's rule: κ > 0 needs the domain
+        if loop:
+            return check_kappa(kappa)
+        if domain is None:  # the release's rules: κ > 0 needs the domain, and so does a
+            # kernel not recognised as stationary (stop-43 audit: the plan accepted them)
+            if cov_func is not None:
+                require_domain_unless_stationary(is_stationary_decreasing(cov_func))
             return _check_given_kappa(kappa, None, kernel_scale, None, cov_func)  # type: ignore[arg-type]
         return check_kappa(kappa)
     the_box = parse_domain(domain)  # passed on as a Box: a 2 × 2 array reads two ways
@@ -801,7 +813,10 @@ def thompson(
     defaults apply: ``y_bounds = prior_mean ± 1``.  With ``cov_func`` and ``domain`` the
     loop's public kernel checks (finite kernel, ``k(x, x) ≤ 1``, ``kernel_class``, κ) run here
     too, with the release's own functions and errors (on the domain grid: the plan does not
-    know ``X_init`` or fixed candidates).  The plan is for a fresh ledger; the rounds a ledger
+    know ``X_init`` or fixed candidates).  A ``kappa`` given without ``cov_func`` and
+    ``domain`` is used as is: the loop checks it against the bound proved for its kernel on
+    its domain and refuses a larger one (give both to have the plan check it, or take
+    ``kappa`` from such a plan).  The plan is for a fresh ledger; the rounds a ledger
     already charged accepts are not planned (``docs/accounting.md``, "What plans cannot do").
     """
     n_init = check_count(n_init, "n_init")

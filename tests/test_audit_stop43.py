@@ -8,6 +8,9 @@
   sd beyond float64, test points so far from the data that c² underflowed in the trace
   design's gap (ZeroDivisionError) or W overflowed (a misleading message), and a Gibbs
   lengthscale that is 0 at a test input (released with noise sd 0 there).
+- The sample-path Thompson loop: a round charged and then interrupted or failed inside its
+  release was missing from ``events`` (or the whole result was lost); ``rng=None`` was
+  recorded as a caller's seed. Plans accepted settings the release or loop refuse.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import pymc as pm
 import pytensor.tensor as pt
 import pytest
 
+from pm_dpgp import plan
 from pm_dpgp.accounting import Ledger
 from pm_dpgp.mechanisms import (
     cloaked_release,
@@ -30,6 +34,7 @@ from pm_dpgp.mechanisms import (
 from pm_dpgp.mechanisms.label.output_perturbation import perturb
 from pm_dpgp.models import gp_regression, nonstationary_gp_regression, sparse_gp_regression
 from pm_dpgp.selection import product_grid, select_by_random_stopping, select_by_sample_paths
+from pm_dpgp.workflow import LoopError, ReleaseError, dp_thompson_sampling
 
 
 # ------------------------------------------- private data in another column order (audit D F1)
@@ -179,3 +184,77 @@ def test_a_gibbs_lengthscale_that_is_not_positive_at_a_test_input_is_refused():
         with pytest.raises(ValueError, match="Gibbs lengthscale_func is finite and > 0"):
             release(model, np.array([[5.0], [12.0]]), **kw)
     assert np.all(cloaked_release(model, np.array([[5.0], [10.5]]), **kw).noise_sd > 0)
+
+
+# ------------------------------------------------------------ Thompson loop and plans (audit F)
+def _loop(ledger, failing=None, at=3, **kw):
+    """A 5-round sample-path loop whose round-``at`` release fails after its charge."""
+    import pm_dpgp.mechanisms.full.sample_path as sp
+
+    original, calls = sp._training_factor, {"n": 0}
+
+    def factor(public_gp):  # the O(n³) factorisation, right after ledger.spend
+        calls["n"] += 1
+        if calls["n"] == at and failing is not None:
+            raise failing
+        return original(public_gp)
+
+    sp._training_factor = factor
+    try:
+        return dp_thompson_sampling(
+            lambda X: np.sin(6 * X[:, 0]), pm.gp.cov.ExpQuad(1, ls=0.2), domain=(0, 1),
+            X_init=[[0.1], [0.5], [0.9]], n_rounds=5, noise_sd=2.0, y_bounds=(-1, 1),
+            ledger=ledger, candidates=32, progressbar=False, **kw,
+        )  # fmt: skip
+    finally:
+        sp._training_factor = original
+
+
+def _replayed(events) -> float:
+    replay = Ledger(30.0, 1e-5)
+    for event in events:
+        replay.spend(event)
+    return replay.epsilon()
+
+
+def test_a_round_interrupted_inside_its_release_is_in_the_events():
+    """Ctrl-C in the factorisation after the charge: the ledger held 3 rounds (7.898), the
+    result's events 2 (replayed 6.660)."""
+    ledger = Ledger(30.0, 1e-5)
+    res = _loop(ledger, KeyboardInterrupt(), rng=np.random.default_rng(0))
+    assert res.stop_reason == "interrupted" and res.n_rounds == 2
+    assert len(res.events) == len(ledger.history) == 3
+    assert _replayed(res.events) == pytest.approx(ledger.epsilon(), rel=1e-12)
+
+
+def test_a_release_failing_after_its_charge_keeps_the_completed_rounds():
+    """Any other failure there (MemoryError at large n) lost the whole result."""
+    ledger = Ledger(30.0, 1e-5)
+    with pytest.raises(ReleaseError, match="round 3 .*stop_reason='release_error'") as info:
+        _loop(ledger, MemoryError(), rng=np.random.default_rng(0))
+    res = info.value.result
+    assert isinstance(info.value, LoopError) and isinstance(info.value.__cause__, MemoryError)
+    assert res.stop_reason == "release_error" and res.n_rounds == 2 and len(res.events) == 3
+    assert _replayed(res.events) == pytest.approx(ledger.epsilon(), rel=1e-12)
+    assert res.idata.thompson.attrs["stop_reason"] == "release_error"
+
+
+def test_the_loop_records_os_entropy_when_no_generator_is_given():
+    """rng=None: the record said 'numpy_simulation' (a seed the caller holds)."""
+    attrs = _loop(Ledger(30.0, 1e-5), at=0).idata.thompson.attrs
+    assert attrs["noise_source"] == "numpy_os_entropy"
+    assert "OS entropy" in attrs["seed_policy"]
+    seeded = _loop(Ledger(30.0, 1e-5), at=0, rng=np.random.default_rng(0))
+    assert seeded.idata.thompson.attrs["noise_source"] == "numpy_simulation"
+
+
+@pytest.mark.parametrize(
+    "cov", [pm.gp.cov.Periodic(1, period=1.0, ls=0.5), 0.2 * pm.gp.cov.Linear(1, c=0.0)]
+)
+def test_plan_sample_path_refuses_an_unrecognised_kernel_without_a_domain(cov):
+    with pytest.raises(ValueError, match="not recognised as stationary"):
+        plan.sample_path(25, noise_sd=3.0, kernel_scale=1.0, y_bounds=(-1, 1), delta=1e-5,
+                         kappa=0.0, cov_func=cov)  # fmt: skip
+    eq = pm.gp.cov.ExpQuad(1, ls=0.2)
+    assert plan.sample_path(25, noise_sd=3.0, kernel_scale=1.0, y_bounds=(-1, 1), delta=1e-5,
+                            kappa=0.0, cov_func=eq).epsilon > 0  # fmt: skip

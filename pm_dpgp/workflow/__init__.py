@@ -20,8 +20,10 @@ from pm_dpgp.workflow.partition_features import DyadicPartitionFeatures
 from pm_dpgp.workflow.ppc import PrivateDataError, dp_ppc, holdout_elpd, plot_dp_release
 from pm_dpgp.workflow.summary import dp_summary, spread_meaning
 from pm_dpgp.workflow.thompson import (
+    LoopError,
     ObjectiveError,
     OwnerRecord,
+    ReleaseError,
     ThompsonResult,
     dp_thompson_sampling,
     random_search,
@@ -30,9 +32,11 @@ from pm_dpgp.workflow.thompson_tree import dp_thompson_sampling_tree
 
 __all__ = [
     "DyadicPartitionFeatures",
+    "LoopError",
     "ObjectiveError",
     "OwnerRecord",
     "PrivateDataError",
+    "ReleaseError",
     "ReleasePosterior",
     "ThompsonResult",
     "dp_ppc",

@@ -68,6 +68,8 @@ from pm_dpgp.gp.linalg import psd_eigen_root
 from pm_dpgp.mechanisms.full.sample_path import (
     NEIGHBOURING_RELATION,
     PRIVACY_MODEL,
+    SAMPLE_PATH_OS_ENTROPY,
+    SEED_POLICY_OS_ENTROPY,
     PrivateRows,
     _check_public_kernel,
     _public_probes,
@@ -79,19 +81,22 @@ from pm_dpgp.mechanisms.full.sample_path_bounds import (
     SamplePathBound,
     Sensitivity,
 )
+from pm_dpgp.mechanisms.noise import SEED_POLICY_SIMULATION, SIMULATION
 from pm_dpgp.models import GPRegression, PublicGP, gp_regression
 from pm_dpgp.models._common import dataframe_columns
 
 __all__ = [
+    "LoopError",
     "ObjectiveError",
     "OwnerRecord",
+    "ReleaseError",
     "ThompsonResult",
     "dp_thompson_sampling",
     "random_search",
 ]
 
 Objective = Callable[[NDArray[np.float64]], ArrayLike]
-StopReason = Literal["completed", "budget", "interrupted", "objective_error"]
+StopReason = Literal["completed", "budget", "interrupted", "objective_error", "release_error"]
 
 
 @dataclass
@@ -132,11 +137,13 @@ class ThompsonResult:
     ledger:
         the ledger charged by the run (``None`` for non-private runs).
     events:
-        the privacy event of each charged round (empty for non-private runs); on
-        ``ObjectiveError.result`` it includes the failed round's, which was charged.
+        the privacy event of each charged round (empty for non-private runs), including a
+        round charged whose release or objective then failed or was interrupted (replaying
+        them on a fresh ledger gives the run's total).
     stop_reason:
-        ``"completed"``, ``"budget"`` (the next round would overspend), ``"interrupted"``
-        or ``"objective_error"`` (only on ``ObjectiveError.result``).
+        ``"completed"``, ``"budget"`` (the next round would overspend), ``"interrupted"``,
+        ``"objective_error"`` (only on ``ObjectiveError.result``) or ``"release_error"``
+        (only on ``ReleaseError.result``).
     """
 
     idata: Any
@@ -186,7 +193,25 @@ class ThompsonResult:
         )
 
 
-class ObjectiveError(RuntimeError):
+class LoopError(RuntimeError):
+    """A Thompson loop failed after privacy charges: ``result`` is the run up to the last
+    completed round (a ``ThompsonResult``), whose charges stand (``ObjectiveError``,
+    ``ReleaseError``)."""
+
+    def __init__(self, message: str, result: ThompsonResult) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+class ReleaseError(LoopError):
+    """A round's sample-path release failed after the ledger charged it (e.g. ``MemoryError``
+    in its O(n³) factorisation at large n): ``result`` holds the completed rounds and, in
+    ``events``, the failed round's charge, with ``stop_reason="release_error"`` (stop-43
+    audit: the completed rounds were lost).  The release's own exception is ``__cause__``.
+    """
+
+
+class ObjectiveError(LoopError):
     """The objective failed during a round, after that round's privacy charge.
 
     The charges already made stand (their noise was drawn: a path released, or the whole
@@ -195,10 +220,6 @@ class ObjectiveError(RuntimeError):
     with ``stop_reason="objective_error"``.  The message holds counts only; the objective's
     own exception is chained as ``__cause__`` (the curator's code: what it says is its own).
     """
-
-    def __init__(self, message: str, result: ThompsonResult) -> None:
-        super().__init__(message)
-        self.result = result
 
 
 def warn_no_round(loop: str, advice: str) -> None:
@@ -213,8 +234,9 @@ def warn_no_round(loop: str, advice: str) -> None:
     )
 
 
-def objective_failure(result: ThompsonResult) -> ObjectiveError:
-    """The ``ObjectiveError`` of a loop whose objective failed after ``result``'s rounds."""
+def objective_failure(result: ThompsonResult, stage: str = "objective") -> LoopError:
+    """The ``ObjectiveError`` of a loop whose objective failed after ``result``'s rounds, or
+    with ``stage="release"`` the ``ReleaseError`` of a release that failed after its charge."""
     done = result.n_rounds
     charged = (
         "(a non-private run: nothing was charged)"
@@ -222,9 +244,11 @@ def objective_failure(result: ThompsonResult) -> ObjectiveError:
         else f"after the run's privacy charges so far (ledger total epsilon "
         f"{float(result.ledger.epsilon()):.6g}), which stay charged"
     )
-    return ObjectiveError(
-        f"objective(X) failed in round {done + 1} {charged}; the {done} completed round(s) "
-        "are in err.result (stop_reason='objective_error'). The objective's own error is "
+    what = "objective(X)" if stage == "objective" else "the round's sample-path release"
+    error = ObjectiveError if stage == "objective" else ReleaseError
+    return error(
+        f"{what} failed in round {done + 1} {charged}; the {done} completed round(s) "
+        f"are in err.result (stop_reason='{stage}_error'). The {stage}'s own error is "
         "chained below.",
         result,
     )
@@ -593,6 +617,14 @@ def dp_thompson_sampling(
     reject_unexpected(deprecated, func=func)
     y_bounds = (prior_mean - 1.0, prior_mean + 1.0) if y_bounds is None else y_bounds
     y_lower, y_upper, M_Y = centred_bound(y_bounds, prior_mean)
+    # how the paths' noise is drawn, for the record: without a caller's Generator the loop's
+    # own is seeded from OS entropy (stop-43 audit: the record said 'numpy_simulation', a
+    # seed the caller holds)
+    noise_record = (
+        {"noise_source": SAMPLE_PATH_OS_ENTROPY, "seed_policy": SEED_POLICY_OS_ENTROPY}
+        if rng is None
+        else {"noise_source": SIMULATION, "seed_policy": SEED_POLICY_SIMULATION}
+    )
     rng = check_rng(rng)
     X0, lower, upper, fixed_cand, n_cand = check_loop_inputs(X_init, domain, n_rounds, candidates)
     check_refine(refine_steps, refine_points)
@@ -691,6 +723,7 @@ def dp_thompson_sampling(
                         GPRegression,
                         PrivateRows(base, X_all, y_all, model.cov_func, proved_kappa=kappa),
                     )
+                    n_entries = len(ledger.history)
                     try:
                         release = sample_path_release(
                             data,
@@ -714,6 +747,18 @@ def dp_thompson_sampling(
                         if ledger.can_afford(charged):
                             raise
                         stop = "budget"
+                        break
+                    except BaseException as err:
+                        # charged, then failed (MemoryError, Ctrl-C in the factorisation): the
+                        # charge is in events too, so that replaying them gives the ledger's
+                        # total (stop-43 audit: 6.66 replayed against 7.90 charged)
+                        if len(ledger.history) > n_entries:
+                            events.append(
+                                charged.with_label(f"Thompson round path (n={n}), then failed")
+                            )
+                        if not isinstance(err, Exception):  # KeyboardInterrupt: stop below
+                            raise
+                        failure, stop = err, "release_error"
                         break
                     path = release.evaluate
                     f_c = path(X_c)[0]
@@ -806,8 +851,8 @@ def dp_thompson_sampling(
                 "epsilon_spent_total": float(ledger.epsilon()),
             }
         )
-    if private and events:  # how the paths' noise was drawn: as every round's release says
-        attrs.update({k: release.metadata[k] for k in ("noise_source", "seed_policy")})
+    if private and events:  # how the paths' noise was drawn
+        attrs.update(noise_record)
     idata = trace_inference_data(
         rows,
         {
@@ -839,7 +884,7 @@ def dp_thompson_sampling(
             "with pm_dpgp.plan.thompson) or eta, or give the ledger a larger budget.",
         )
     if failure is not None:
-        raise objective_failure(result) from failure
+        raise objective_failure(result, stop.removesuffix("_error")) from failure
     return result
 
 

@@ -91,6 +91,11 @@ from pm_dpgp.models.sparse import (
 
 #: ``noise_source`` of a sample-path release drawn without a caller's Generator.
 SAMPLE_PATH_OS_ENTROPY = "numpy_os_entropy"
+#: ``seed_policy`` of paths drawn with ``rng=None``.
+SEED_POLICY_OS_ENTROPY = (
+    "no stored seed: numpy Generator seeded from OS entropy (float sampler; see "
+    "docs/secure_noise.md, 'Sample paths')"
+)
 
 __all__ = [
     "PrivateRows",
@@ -631,6 +636,16 @@ def certified_kappa(
         box = parse_domain(domain)  # once: passed on as a Box (one warning, if any)
         return kernel_lower_bound(kernel_fn, box, assume_monotone=box.dim > 12)
     return 0.0
+
+
+def require_domain_unless_stationary(stationary: bool) -> None:
+    """Without a public domain only a recognised stationary kernel can be checked (the
+    release's rule; ``plan.sample_path`` applies it too)."""
+    if not stationary:
+        raise ValueError(
+            "the kernel is not recognised as stationary, so k(x, x) <= 1 cannot be checked "
+            "from public information alone; give the public input domain (domain=(low, high))."
+        )
 
 
 def _check_given_kappa(
@@ -1257,11 +1272,8 @@ def sample_path_release(
         # private inputs are clipped into the public domain, silently (docs/errors.md)
         public_gp = dataclasses.replace(public_gp, X=np.clip(X, lower, upper))
         X = public_gp.X
-    elif not stationary:
-        raise ValueError(
-            "the kernel is not recognised as stationary, so k(x, x) <= 1 cannot be checked "
-            "from public information alone; give the public input domain (domain=(low, high))."
-        )
+    else:
+        require_domain_unless_stationary(stationary)
     probes = _public_probes(X_star, domain)
     X_first = _distinct_rows(X_star)  # where the first values are drawn
     prior_var, blocks = _check_public_kernel(
@@ -1482,10 +1494,7 @@ def _finish_sample_path_release(
         "noise_source": noise_source,
         "seed_policy": SEED_POLICY_SIMULATION
         if noise_source == SIMULATION
-        else (
-            "no stored seed: numpy Generator seeded from OS entropy (float sampler; see "
-            "docs/secure_noise.md, 'Sample paths')"
-        ),
+        else SEED_POLICY_OS_ENTROPY,
     }
     return SamplePathRelease(
         public_gp=public_gp,
