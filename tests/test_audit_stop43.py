@@ -11,6 +11,8 @@
 - The sample-path Thompson loop: a round charged and then interrupted or failed inside its
   release was missing from ``events`` (or the whole result was lost); ``rng=None`` was
   recorded as a caller's seed. Plans accepted settings the release or loop refuse.
+- The public views' own predictions (``PublicGP``, ``PublicFITC``, ``PublicLatentGP``) read a
+  reordered ``DataFrame`` by position.
 """
 
 from __future__ import annotations
@@ -32,7 +34,13 @@ from pm_dpgp.mechanisms import (
     prior_noise_release,
 )
 from pm_dpgp.mechanisms.label.output_perturbation import perturb
-from pm_dpgp.models import gp_regression, nonstationary_gp_regression, sparse_gp_regression
+from pm_dpgp.models import (
+    fitc_gp_regression,
+    gp_classification,
+    gp_regression,
+    nonstationary_gp_regression,
+    sparse_gp_regression,
+)
 from pm_dpgp.selection import product_grid, select_by_random_stopping, select_by_sample_paths
 from pm_dpgp.workflow import LoopError, ReleaseError, dp_thompson_sampling
 
@@ -258,3 +266,27 @@ def test_plan_sample_path_refuses_an_unrecognised_kernel_without_a_domain(cov):
     eq = pm.gp.cov.ExpQuad(1, ls=0.2)
     assert plan.sample_path(25, noise_sd=3.0, kernel_scale=1.0, y_bounds=(-1, 1), delta=1e-5,
                             kappa=0.0, cov_func=eq).epsilon > 0  # fmt: skip
+
+
+# ------------------------------------------------- public views read DataFrames by name (audit G)
+def test_public_views_refuse_test_inputs_in_another_column_order(two_columns):
+    """PublicGP.predict / posterior_var / cloaking_matrix, PublicFITC.predict and
+    PublicLatentGP.predict used a reordered DataFrame by position (posterior_var, the
+    documented source of dp_ppc's extra_sd, moved by 0.13)."""
+    df, y, _, _ = two_columns
+    X_star = pd.DataFrame({"age": [1.0, 5.0, 9.0], "weight": [0.2, 0.5, 0.9]})
+    swapped = X_star[["weight", "age"]]
+    cov = pm.gp.cov.ExpQuad(2, ls=[0.5, 3.0])
+    exact = gp_regression(df, y, cov, noise_sd=0.3).public_gp()
+    fitc = fitc_gp_regression(df, y, cov, noise_sd=0.3, n_inducing=5, seed=1).public_cloaking()
+    latent = gp_classification(df, (y > 0).astype(int), cov).public_gp()
+    calls = [
+        lambda X: exact.predict(y, X), lambda X: exact.posterior_var(X),
+        lambda X: exact.cloaking_matrix(X), lambda X: fitc.predict(y, X),
+        lambda X: fitc.cloaking_operator(X), lambda X: latent.predict((y > 0).astype(int), X),
+    ]  # fmt: skip
+    for call in calls:
+        with pytest.raises(ValueError, match=r"X_star has the columns \['weight', 'age'\]"):
+            call(swapped)
+        call(X_star)  # the model's order is still read
+    assert np.allclose(exact.posterior_var(X_star), exact.posterior_var(X_star.to_numpy()))

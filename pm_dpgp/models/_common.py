@@ -724,6 +724,15 @@ def check_input_columns(X_new: Any, model: Any, name: str = "X_star") -> None:
     )
 
 
+def view_inputs(view: Any, X_new: ArrayLike, name: str = "X_star") -> NDArray[np.float64]:
+    """New inputs of a public view as ``(m, d)`` floats, after ``check_input_columns``: the
+    views' own ``predict`` / ``posterior_var`` / cloaking matrices read inputs by position,
+    and a hold-out ``DataFrame`` in another column order gave another answer, silently
+    (stop-43 audit: ``posterior_var``, recommended for ``dp_ppc(extra_sd=)``, moved 0.13)."""
+    check_input_columns(X_new, view, name)
+    return _as_2d_inputs(X_new, name, view.input_dim)
+
+
 def _model_fields(
     ctx: pm.Model,
     gp: Any,

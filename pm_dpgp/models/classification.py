@@ -31,7 +31,6 @@ from pm_dpgp.models._common import (
     HyperValue,
     PublicInputsView,
     PublicKernel,
-    _as_2d_inputs,
     _builder_inputs,
     _check_kernel,
     _check_name_and_mean,
@@ -42,6 +41,7 @@ from pm_dpgp.models._common import (
     _resolve_cov,
     remember_arguments,
     resolve_model,
+    view_inputs,
 )
 from pm_dpgp.models.exact import GPRegression
 from pm_dpgp.models.hyperparameters import CALLER_DECLARED, hyperparameter_source
@@ -76,6 +76,8 @@ class PublicLatentGP(PublicInputsView):
     _kernel_diag: Callable[..., NDArray[np.float64]] = field(repr=False)
     #: where the hyperparameter values came from (``models.hyperparameter_source``)
     hyperparameter_source: str = CALLER_DECLARED
+    #: the model's input column names (a ``DataFrame``'s; public: the schema), or None
+    _input_columns: tuple[str, ...] | None = field(default=None, repr=False)
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for missing attributes: a regression mechanism given a classification
@@ -103,7 +105,7 @@ class PublicLatentGP(PublicInputsView):
         self, t: ArrayLike, X_star: ArrayLike, *, max_iter: int = 100
     ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """NON-private latent mean and variance at ``X_star`` at the Laplace mode (R&W Alg. 3.2)."""
-        Xs = _as_2d_inputs(X_star, "X_star", self.input_dim)
+        Xs = view_inputs(self, X_star)
         state = self.laplace(t, max_iter=max_iter)
         return state.predict(self.kernel(Xs, self.X), self.kernel_diag(Xs), mean=self.mean)
 
@@ -148,6 +150,7 @@ class GPClassification(GPRegression):
             _kernel=PublicKernel(self._function("kernel"), args),
             _kernel_diag=PublicKernel(self._function("diag"), args, diag=True),
             hyperparameter_source=hyperparameter_source(hyperparameters, self.hyperparameter_names),
+            _input_columns=getattr(self, "_input_columns", None),
         )
         public.kernel_diag(self.X[:1])  # fail early on broken hyperparameters
         return public

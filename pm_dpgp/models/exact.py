@@ -65,7 +65,6 @@ from pm_dpgp.models._common import (
     PublicInputsView,
     PublicKernel,
     ThreadSafeFunction,
-    _as_2d_inputs,
     _builder_inputs,
     _check_name_and_mean,
     _describe_cov,
@@ -80,6 +79,7 @@ from pm_dpgp.models._common import (
     resolve_model,
     stored_input_dim,
     stored_value,
+    view_inputs,
 )
 from pm_dpgp.models.hyperparameters import (
     CALLER_DECLARED,
@@ -178,6 +178,8 @@ class PublicGP(PublicInputsView):
     )
     _kernel_diag: Callable[[NDArray[np.float64]], NDArray[np.float64]] = field(repr=False)
     hyperparameter_source: str = CALLER_DECLARED
+    #: the model's input column names (a ``DataFrame``'s; public: the schema), or None
+    _input_columns: tuple[str, ...] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         # The same check as the builder's ``sigma`` (issue 15, point 3): a noise variance of 0
@@ -201,12 +203,12 @@ class PublicGP(PublicInputsView):
 
     def cloaking_matrix(self, X_star: ArrayLike) -> NDArray[np.float64]:
         """Cloaking matrix ``C = k(X*, X)(k(X, X) + σ_n² I)⁻¹`` (Smith et al. 2018, §3)."""
-        Xs = _as_2d_inputs(X_star, "X_star", self.input_dim)
+        Xs = view_inputs(self, X_star)
         return self.posterior().cloaking_matrix(self.kernel(Xs, self.X))
 
     def cloaking_operator(self, X_star: ArrayLike) -> CloakingOperator:
         """``C = k(X*, X)(k(X, X) + σ_n² I)⁻¹`` as an operator (one ``n × n`` Cholesky factor)."""
-        Xs = _as_2d_inputs(X_star, "X_star", self.input_dim)
+        Xs = view_inputs(self, X_star)
         # K_sf in Fortran order (the transpose of k(X, X*)): the range finder's sparse sketch
         # reads K_fs row by row
         return CloakingOperator(self.kernel(self.X, Xs).T, self.posterior().L)
@@ -240,7 +242,7 @@ class PublicGP(PublicInputsView):
         Returns ``(mean, cov)`` with ``cov`` of shape ``(m, m)``, or ``(mean, var)``
         with ``var`` of shape ``(m,)`` when ``full_cov=False``.
         """
-        Xs = _as_2d_inputs(X_star, "X_star", self.input_dim)
+        Xs = view_inputs(self, X_star)
         post = self.posterior()
         K_sf = self.kernel(Xs, self.X)
         mu = post.mean(K_sf, y, mean_f=self.mean, mean_s=self.mean)
@@ -253,7 +255,7 @@ class PublicGP(PublicInputsView):
         ``k(x, x) − k(x, X)(K + σ_n² I)⁻¹ k(X, x)``.  It depends on the inputs and the
         hyperparameters only, not on ``y``, so under label privacy it is public: pass its
         square root as ``dp_ppc(extra_sd=…)`` (``docs/workflow.md``)."""
-        Xs = _as_2d_inputs(X_star, "X_star", self.input_dim)
+        Xs = view_inputs(self, X_star)
         return self.posterior().var(self.kernel(Xs, self.X), self.kernel_diag(Xs))
 
 
@@ -563,6 +565,7 @@ class GPRegression:
             _kernel=kernel,
             _kernel_diag=kernel_diag,
             hyperparameter_source=hyperparameter_source(hyperparameters, self.hyperparameter_names),
+            _input_columns=getattr(self, "_input_columns", None),
         )
 
     def public_gp(self, hyperparameters: Mapping[str, ArrayLike] | None = None) -> PublicGP:

@@ -45,6 +45,7 @@ from pm_dpgp.models._common import (
     _resolve_cov_and_sigma,
     remember_arguments,
     resolve_model,
+    view_inputs,
 )
 from pm_dpgp.models.exact import GPRegression, PublicGP
 
@@ -111,6 +112,10 @@ class PublicFITC:
         return self.exact.X
 
     @property
+    def _input_columns(self) -> tuple[str, ...] | None:
+        return self.exact._input_columns
+
+    @property
     def n(self) -> int:
         return self.exact.n
 
@@ -164,7 +169,7 @@ class PublicFITC:
 
     def cloaking_operator(self, X_star: ArrayLike) -> LowRankOperator:
         """FITC cloaking matrix ``C = k_*M Q_MM⁻¹ K_MN (Λ + σ²I)⁻¹`` (Smith et al. 2021, §3.2)."""
-        Xs = _as_2d_inputs(X_star, "X_star", self.input_dim)
+        Xs = view_inputs(self, X_star)
         return self._fitc.cloaking_operator(self.kernel(self.Z, Xs))
 
     def cloaking_metadata(self) -> dict[str, Any]:
@@ -182,7 +187,7 @@ class PublicFITC:
         self, y: ArrayLike, X_star: ArrayLike
     ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """NON-private FITC posterior mean and latent variance at ``X_star`` (eq. 9)."""
-        Xs = _as_2d_inputs(X_star, "X_star", self.input_dim)
+        Xs = view_inputs(self, X_star)
         K_Ms = self.kernel(self.Z, Xs)
         post = self._fitc
         return post.mean(K_Ms, y, prior_mean=self.mean), post.var(K_Ms, self.kernel_diag(Xs))
