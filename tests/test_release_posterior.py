@@ -194,7 +194,7 @@ def test_dp_ppc_draws_f_from_the_release_posterior(small):
     with pytest.raises(TypeError, match="ReleasePosterior"):
         dp_ppc(rel, X_h, y_h, noise_sd=0.3, training=model, posterior=(rp.mean, rp.cov))
     # nothing private in the serialised object: the training outputs are not in it
-    assert scan_for_values(idata, model.y, rtol=0) == []
+    assert scan_for_values(idata, model.y) == []  # rtol=0 missed a 1-ulp recomputation
 
 
 def test_sampling_and_intervals(small):

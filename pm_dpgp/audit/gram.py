@@ -10,6 +10,11 @@ the generic class, stronger than searching over the inputs of one fixed kernel
 
 Parametrisation: ``G = κ 11ᵀ + (1 − κ) F Fᵀ`` with the rows of ``F`` scaled into the unit ball
 (and made non-negative when ``κ > 0``), so ``G`` is PSD with ``G_ii ≤ 1`` and ``G_ij ≥ κ``.
+The converse does not hold: for ``κ > 0`` this reaches only the matrices whose ``G − κ 11ᵀ`` is
+PSD (and completely positive), a subset of the class (stop-43 audit: ``[[κ, √κ], [√κ, 1]]``
+at ``κ = 0.5`` is a valid rank-one Gram matrix outside it, and a wider penalty search found
+2.775 against this search's 2.764 at ``κ = 0.3``, both below the bound 3.64).  The search is
+an adversary of a large part of the class, not a proof over all of it.
 Responses are ``M_Y tanh(z)``.  Rows: ``0..n−2`` the core, ``n−1`` the point ``x`` of ``D``,
 ``n`` the point ``x'`` of ``D'``, then the test points.
 

@@ -13,7 +13,9 @@ looks for given private numbers everywhere in an ``InferenceData`` (or ArviZ 1
 2. **float64 bytes** of each private value anywhere in the raw file;
 3. **float32 bytes** of each private value anywhere in the raw file *outside* the
    storage of float datasets (whose elements level 1 compares at their own
-   alignment), and decimal text of the value as a whole token.
+   alignment), and decimal text of the value as a whole token; levels 2 and 3 also
+   on the decoded bytes of opaque datasets (bytes, 1-byte integers), which
+   compression hides from the raw file.
 
 How each stored number is compared with a private value ``v``
 (``docs/privacy_model.md``, "The leak scan"): a float32 element or attribute
@@ -23,7 +25,9 @@ matches if ``|c - v| <= rtol |v|`` or ``c`` is ``v`` rounded to float32, exactly
 float64).  So a private value stored as float32 anywhere is found, while a
 float32-sized byte pattern that occurs by chance inside float data (which fired
 about once in eight runs of a release with 1,680 float64 draws and 800 private
-values) is not.
+values) is not.  float16 storage matches ``float16(v)`` exactly, complex storage by
+its parts, and a decimal token of at least ``_ROUNDED_DIGITS`` significant digits
+every ``v`` that rounds to it (stop-43 audit).
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ class _Private:
     f32: NDArray[np.float32]  # float32(v)
     f32_exact: NDArray[np.float64]  # float64(float32(v))
     f32_short: NDArray[np.float64]  # the shortest decimal of float32(v), parsed as float64
+    f16: NDArray[np.float16]  # float16(v): compared exactly with float16 storage only
 
     @classmethod
     def of(cls, private_values: ArrayLike) -> _Private:
@@ -71,8 +76,32 @@ class _Private:
         v = v[np.isfinite(v)]
         with np.errstate(over="ignore"):
             f32 = v.astype(np.float32)  # beyond float32's range: inf, matches no finite number
+            f16 = v.astype(np.float16)
         short = np.array([float(str(x)) for x in f32], dtype=np.float64)
-        return cls(v, f32, f32.astype(np.float64), short)
+        return cls(v, f32, f32.astype(np.float64), short, f16)
+
+
+#: A decimal token of text with its half unit in the last place: a private value that rounds
+#: to the token at its own number of digits is found (``_strings_numbers``).
+_TEXT = np.dtype([("value", np.float64), ("half_ulp", np.float64)])
+
+#: Decimal tokens with at least this many significant digits are also compared after rounding
+#: the private values to the token's digits (``'%.8g'``, ``round(v, 6)`` in JSON, ``f'{v:.4f}'``
+#: of a value above 100 were missed at rtol 1e-9; stop-43 audit).  Fewer digits match too many
+#: unrelated numbers to be evidence.
+_ROUNDED_DIGITS = 6
+
+
+def _text_token(token: str) -> tuple[float, float]:
+    """``(value, half unit in its last place)`` of a decimal token, the latter 0 when the
+    token has fewer than ``_ROUNDED_DIGITS`` significant digits."""
+    mantissa, _, exponent = token.lower().lstrip("+-").partition("e")
+    whole, _, fraction = mantissa.partition(".")
+    significant = (whole + fraction).lstrip("0")
+    if len(significant) < _ROUNDED_DIGITS:
+        return float(token), 0.0
+    last = -len(fraction) + (int(exponent) if exponent else 0)
+    return float(token), 0.5 * 10.0**last
 
 
 def _strings_numbers(text: str) -> list[NDArray[Any]]:
@@ -84,7 +113,7 @@ def _strings_numbers(text: str) -> list[NDArray[Any]]:
         pass
     tokens = [t for t in _DECIMAL.findall(text) if any(c in t for c in ".eE")]
     if tokens:
-        out.append(np.array([float(t) for t in tokens], dtype=np.float64))
+        out.append(np.array([_text_token(t) for t in tokens], dtype=_TEXT))
     return out
 
 
@@ -104,8 +133,10 @@ def _numbers_in(obj: Any) -> list[NDArray[Any]]:
         return [x for v in obj for x in _numbers_in(v)]
     if isinstance(obj, np.ndarray | np.generic):
         arr = np.asarray(obj)
-        if arr.dtype.kind in "fiu" and arr.dtype != np.float16:
+        if arr.dtype.kind in "fiu":  # float16 too, compared at its own precision (stop 43)
             return [arr.ravel()]
+        if arr.dtype.kind == "c":  # the real and imaginary parts (complex was skipped)
+            return [arr.real.ravel(), arr.imag.ravel()]
         if arr.dtype.kind in "SUO":
             return [x for v in arr.ravel().tolist() for x in _numbers_in(v)]
         if arr.dtype.names:  # compound HDF5 type: each field
@@ -136,8 +167,18 @@ def _hits(arrays: list[NDArray[Any]], private: _Private, rtol: float) -> NDArray
     hit = np.zeros(private.values.shape, dtype=bool)
     if private.values.size == 0:
         return hit
+    text = [a.ravel() for a in arrays if a.dtype == _TEXT]
+    arrays = [a["value"] if a.dtype == _TEXT else a for a in arrays]
+    f16 = [a.ravel() for a in arrays if a.dtype == np.float16]
+    if f16:
+        c16 = np.concatenate(f16)
+        hit |= np.isin(private.f16, c16[np.isfinite(c16)]) & np.isfinite(private.f16)
     f32 = [a.ravel() for a in arrays if a.dtype == np.float32]
-    other = [a.ravel().astype(np.float64) for a in arrays if a.dtype != np.float32]
+    other = [
+        a.ravel().astype(np.float64) for a in arrays if a.dtype not in (np.float32, np.float16)
+    ]
+    if text:
+        hit |= _rounded_hits(np.concatenate(text), private.values)
     if f32:
         c32 = np.concatenate(f32)
         c32 = c32[np.isfinite(c32)]
@@ -147,6 +188,21 @@ def _hits(arrays: list[NDArray[Any]], private: _Private, rtol: float) -> NDArray
         c = c[np.isfinite(c)]
         hit |= _within(c, private.values, rtol)
         hit |= np.isin(private.f32_exact, c) | np.isin(private.f32_short, c)
+    return hit
+
+
+def _rounded_hits(tokens: NDArray[Any], private: NDArray[np.float64]) -> NDArray[np.bool_]:
+    """Mask over the sorted ``private`` values that round to one of the decimal ``tokens``
+    (within its half unit in the last place, with a relative 1e-12 for the parsing)."""
+    hit = np.zeros(private.shape, dtype=bool)
+    tokens = tokens[(tokens["half_ulp"] > 0.0) & np.isfinite(tokens["value"])]
+    if tokens.size == 0:
+        return hit
+    width = tokens["half_ulp"] + 1e-12 * np.abs(tokens["value"])
+    lo = np.searchsorted(private, tokens["value"] - width, side="left")
+    hi = np.searchsorted(private, tokens["value"] + width, side="right")
+    for a, b in zip(lo[hi > lo], hi[hi > lo], strict=True):
+        hit[a:b] = True
     return hit
 
 
@@ -196,6 +252,12 @@ def _scan_hdf5(path: Path, private: _Private, rtol: float):
         if not isinstance(obj, h5py.Dataset) or obj.shape is None:
             return
         findings.extend(_findings(f"netCDF {name}", _numbers_in(obj[()]), private, rtol))
+        if obj.dtype.kind in "SV" or (obj.dtype.kind in "iu" and obj.dtype.itemsize == 1):
+            # an opaque byte blob (a pickled array stored as uint8): its decoded bytes, which
+            # compression hides from the raw-file scan (stop-43 audit)
+            blob = np.asarray(obj[()]).tobytes()
+            found = _scan_bytes(blob, private, [])
+            findings.extend(LeakFinding(f"netCDF {name} ({f.where})", f.value) for f in found)
         if obj.dtype.kind == "f":
             dsid = obj.id
             if obj.chunks is not None:

@@ -175,8 +175,10 @@ def gaussian_renyi_terms(
     keep = lam > support_rtol * lam[-1]
     U = U[:, keep]
     resid = dmu - U @ (U.T @ dmu)
-    scale = math.sqrt(lam[-1])
-    if np.linalg.norm(resid) > 1e-9 * max(scale, np.linalg.norm(dmu)):
+    # relative to Δμ alone (the projection's round-off is ~ m u ‖Δμ‖): against the largest sd
+    # too, a deterministic coordinate whose means differ by less than 1e-9 sd was ignored and
+    # gave 0 where the divergence is +inf (stop-43 audit: Δμ = (0, 5e-10), Σ = diag(1, 0))
+    if np.linalg.norm(resid) > 1e-9 * np.linalg.norm(dmu):
         return _inf(alpha)  # the means differ along a direction neither law charges
     P1 = U.T @ S1 @ U
     P2 = U.T @ S2 @ U
