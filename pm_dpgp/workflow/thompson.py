@@ -234,7 +234,9 @@ def warn_no_round(loop: str, advice: str) -> None:
     )
 
 
-def objective_failure(result: ThompsonResult, stage: str = "objective") -> LoopError:
+def loop_failure(
+    result: ThompsonResult, stage: Literal["objective", "release"] = "objective"
+) -> LoopError:
     """The ``ObjectiveError`` of a loop whose objective failed after ``result``'s rounds, or
     with ``stage="release"`` the ``ReleaseError`` of a release that failed after its charge."""
     done = result.n_rounds
@@ -884,7 +886,10 @@ def dp_thompson_sampling(
             "with pm_dpgp.plan.thompson) or eta, or give the ledger a larger budget.",
         )
     if failure is not None:
-        raise objective_failure(result, stop.removesuffix("_error")) from failure
+        stage: Literal["objective", "release"] = (
+            "release" if stop == "release_error" else "objective"
+        )
+        raise loop_failure(result, stage) from failure
     return result
 
 

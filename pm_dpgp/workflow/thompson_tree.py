@@ -108,7 +108,7 @@ from pm_dpgp.workflow.thompson import (
     _observe,
     check_loop_inputs,
     check_refine,
-    objective_failure,
+    loop_failure,
     trace_inference_data,
     warn_no_round,
 )
@@ -798,7 +798,7 @@ def dp_thompson_sampling_tree(
         stop_reason=stop,
     )
     if failure is not None:
-        raise objective_failure(result) from failure
+        raise loop_failure(result) from failure
     return result
 
 
