@@ -13,10 +13,17 @@
   recorded as a caller's seed. Plans accepted settings the release or loop refuse.
 - The public views' own predictions (``PublicGP``, ``PublicFITC``, ``PublicLatentGP``) read a
   reordered ``DataFrame`` by position.
+- The persistent ledger: a file bind mount (a second name with one link), a full disk
+  reported as "cannot rollback", a file switched to WAL from outside, a file deleted under an
+  open handle, and a fork while another thread used the ledger.
 """
 
 from __future__ import annotations
 
+import os
+import sqlite3
+import threading
+import time
 import warnings
 
 import numpy as np
@@ -26,7 +33,12 @@ import pytensor.tensor as pt
 import pytest
 
 from pm_dpgp import plan
-from pm_dpgp.accounting import Ledger
+from pm_dpgp.accounting import GaussianEvent, Ledger, persistent
+from pm_dpgp.accounting.persistent import (
+    LedgerIntegrityError,
+    PersistentLedger,
+    dataset_fingerprint,
+)
 from pm_dpgp.mechanisms import (
     cloaked_release,
     dirichlet_release,
@@ -290,3 +302,112 @@ def test_public_views_refuse_test_inputs_in_another_column_order(two_columns):
             call(swapped)
         call(X_star)  # the model's order is still read
     assert np.allclose(exact.posterior_var(X_star), exact.posterior_var(X_star.to_numpy()))
+
+
+# ------------------------------------------------- persistent ledger under faults (audit H)
+@pytest.fixture()
+def stored(tmp_path):
+    path = tmp_path / "ledger.db"
+    ledger = PersistentLedger(path, dataset_fingerprint("stop43"), epsilon=10.0, delta=1e-5)
+    ledger.spend(GaussianEvent(5.0))
+    return path, ledger
+
+
+@pytest.mark.parametrize("how", ["this path", "another name"])
+def test_a_bind_mounted_ledger_file_is_refused(stored, tmp_path, monkeypatch, how):
+    """A file bind mount gives the file a second name with one link: a crash in one name's
+    commit was rolled back over the other's spends (4 releases on a budget of 3)."""
+    path, ledger = stored
+    real = os.path.realpath(path)
+    st = os.stat(real)
+    device = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
+    other = tmp_path / "other.db"
+    other.symlink_to(real)  # stands in for the mount point: the same inode
+    line = (
+        f"99 1 {device} / {real} rw - ext4 /dev/x rw"
+        if how == "this path"
+        else f"99 1 {device} /srv/ledger.db {other} rw - ext4 /dev/x rw"
+    )
+    monkeypatch.setattr(persistent, "_mount_table", lambda: ["1 0 8:1 / / rw - ext4 /dev/x", line])
+    with pytest.raises(ValueError, match="bind-mounted as a file"):
+        ledger.spend(GaussianEvent(5.0))
+    monkeypatch.undo()
+    assert len(ledger.history) == 1
+
+
+def test_a_full_disk_is_reported_as_such(stored, monkeypatch):
+    """SQLite rolls back by itself on SQLITE_FULL; the second ROLLBACK raised 'cannot
+    rollback - no transaction is active' and hid the real error."""
+    path, ledger = stored
+
+    def full(self, conn, full_count=True):
+        conn.execute("ROLLBACK")  # what SQLite does on SQLITE_FULL
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(PersistentLedger, "_sync", full)
+    with pytest.raises(sqlite3.OperationalError, match="disk is full") as info:
+        ledger.spend(GaussianEvent(5.0))
+    assert info.value.__context__ is None
+    monkeypatch.undo()
+    assert len(ledger.history) == 1
+
+
+def test_a_ledger_file_switched_to_wal_is_refused(stored):
+    path, ledger = stored
+    with sqlite3.connect(path) as outside:
+        outside.execute("PRAGMA journal_mode=WAL")
+    with pytest.raises(LedgerIntegrityError, match="WAL journal mode"):
+        ledger.spend(GaussianEvent(5.0))
+    with pytest.raises(LedgerIntegrityError, match="WAL journal mode"):
+        PersistentLedger(path, dataset_fingerprint("stop43"))
+
+
+def test_a_ledger_file_deleted_under_the_handle(stored):
+    """Reads raised a bare 'no such table' and re-created an empty file at the path."""
+    path, ledger = stored
+    path.unlink()
+    with pytest.raises(LedgerIntegrityError, match="deleted"):
+        ledger.can_afford(GaussianEvent(5.0))
+    assert not path.exists()
+    with pytest.raises(LedgerIntegrityError):
+        ledger.spend(GaussianEvent(5.0))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX fork")
+def test_fork_while_another_thread_uses_the_ledger(stored):
+    """The child inherited the lock held by the busy thread and hung in spend (20 of 20)."""
+    path, ledger = stored
+    stop = threading.Event()
+
+    def busy():
+        while not stop.is_set():
+            ledger.can_afford(GaussianEvent(5.0))
+
+    thread = threading.Thread(target=busy)
+    thread.start()
+    outcomes = []
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads
+            for _ in range(5):
+                pid = os.fork()
+                if pid == 0:  # the child: one spend, then exit without cleanup
+                    try:
+                        ledger.spend(GaussianEvent(20.0))
+                        os._exit(0)
+                    except BaseException:
+                        os._exit(1)
+                deadline = time.monotonic() + 30.0
+                while (done := os.waitpid(pid, os.WNOHANG))[0] == 0:
+                    if time.monotonic() > deadline:
+                        os.kill(pid, 9)
+                        os.waitpid(pid, 0)
+                        done = (pid, -1)
+                        break
+                    time.sleep(0.01)
+                outcomes.append(done[1])
+    finally:
+        stop.set()
+        thread.join()
+    assert outcomes == [0] * 5
+    assert len(ledger.history) == 6

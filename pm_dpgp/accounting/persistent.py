@@ -436,7 +436,7 @@ class PersistentLedger(Ledger):
             )
 
     # -- SQLite -------------------------------------------------------------------------------
-    def _check_single_name(self) -> None:
+    def _check_single_name(self, create: bool = True) -> None:
         """Create the file readable by its owner only, and refuse a file with hard links.
 
         SQLite names its rollback journal after the path it was opened by.  Through a second
@@ -447,20 +447,41 @@ class PersistentLedger(Ledger):
         salt next to the salted Generator fingerprints, from which a simulation-mode seed can
         be searched for (stop-34 audit: seed 31337 in 0.8 s), so it is created with mode 0600.
         Checked before every transaction: a link made while a handle is open is refused too.
+        A file bind mount (``docker -v /host/ledger.db:/data/ledger.db``) is a second name
+        with one link: refused through either name where ``/proc/self/mountinfo`` shows it
+        (stop-43 audit: four releases drew noise on a budget of three). Read-only operations
+        (``create=False``) do not create a missing file.
         """
+        if create:
+            try:
+                fd = os.open(self._path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+            except FileExistsError:
+                pass
+            else:
+                os.close(fd)
         try:
-            fd = os.open(self._path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-        except FileExistsError:
-            pass
-        else:
-            os.close(fd)
-        try:
-            links = os.stat(self._path).st_nlink
+            stat = os.stat(self._path)
         except FileNotFoundError:  # a symbolic link to a missing file (O_EXCL does not follow)
+            if not create:  # deleted under an open handle
+                self._integrity_failure = "the ledger file was deleted"
+                raise LedgerIntegrityError(
+                    f"the ledger file {str(self._path)!r} was deleted while this handle was "
+                    "open. Do not release from it; restore it from a trusted copy."
+                ) from None
             raise ValueError(
                 f"the ledger path {str(self._path)!r} is a symbolic link to a missing file; "
                 "point it at an existing file or give the target path."
             ) from None
+        links = stat.st_nlink
+        mounted = _file_mounts(os.path.realpath(self._path), stat)
+        if mounted:
+            raise ValueError(
+                f"the ledger file {str(self._path)!r} is bind-mounted as a file (mount point "
+                f"{mounted[0]!r}): SQLite keeps one crash journal per file name, so a crash "
+                "while one name commits can undo spends made through another (budget "
+                "overspent). Mount the directory that holds the ledger, not the file; nothing "
+                "was recorded."
+            )
         if links > 1:
             raise ValueError(
                 f"the ledger file {str(self._path)!r} has {links} hard links: SQLite keeps one "
@@ -477,11 +498,20 @@ class PersistentLedger(Ledger):
         A new connection per operation keeps the ledger safe to use after ``fork`` and to
         pickle; opening one costs well under a millisecond.
         """
-        self._check_single_name()
+        self._check_single_name(create=write)
         try:
             with self._connection(write=write) as conn:
                 yield conn
         except sqlite3.DatabaseError as err:
+            if isinstance(err, sqlite3.OperationalError) and "no such table" in str(err):
+                # the file was deleted (or replaced by another database) under this handle
+                # (stop-43 audit: reads raised a bare OperationalError and re-created it)
+                self._integrity_failure = "the ledger file lost its tables (deleted or replaced)"
+                raise LedgerIntegrityError(
+                    f"the ledger file {str(self._path)!r} holds no ledger tables: it was "
+                    "deleted or replaced while this handle was open. Do not release from it; "
+                    "restore it from a trusted copy."
+                ) from None
             if type(err) is not sqlite3.DatabaseError:  # locked (OperationalError) etc. as is
                 raise
             # "file is not a database", "database disk image is malformed": a damaged file
@@ -499,6 +529,16 @@ class PersistentLedger(Ledger):
             # with FULL a power loss right after a spend could bring the journal back and roll
             # the spend back on the next open, after its noise was released (stop-36 audit)
             conn.execute("PRAGMA synchronous = EXTRA")
+            if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
+                # set from outside (a database browser): committed spends then stay in the
+                # -wal file, so a copy of the ledger file taken after a spend lacks it, and
+                # the -shm file is named after the path (stop-43 audit)
+                raise LedgerIntegrityError(
+                    f"the ledger file {str(self._path)!r} is in WAL journal mode, set from "
+                    "outside: a copy of the file can then lack committed spends. Close every "
+                    "other program using it and run  sqlite3 <file> 'PRAGMA journal_mode=DELETE'"
+                    "  (nothing was recorded)."
+                )
             conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             try:
                 if write:
@@ -518,7 +558,11 @@ class PersistentLedger(Ledger):
                     )
                 yield conn
             except BaseException:
-                conn.execute("ROLLBACK")
+                # SQLite has already rolled back after SQLITE_FULL / IOERR / NOMEM; a second
+                # ROLLBACK raised "no transaction is active" and hid the real error (stop-43
+                # audit: a full disk read "cannot rollback")
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
         finally:
@@ -799,6 +843,50 @@ class PersistentLedger(Ledger):
             return f"Persistent{super().__repr__()[:-1]}, path={str(self._path)!r})"
         except ValueError as err:  # e.g. the file gained a hard link: repr must not raise
             return f"PersistentLedger(<unreadable: {err}>, path={str(self._path)!r})"
+
+
+def _unescape_mount(field: str) -> str:
+    """A path of ``/proc/self/mountinfo`` with its octal escapes (``\\040`` a space) decoded."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def _mount_table() -> list[str]:
+    """The lines of ``/proc/self/mountinfo`` (Linux), else none."""
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as table:
+            return table.read().splitlines()
+    except OSError:
+        return []
+
+
+def _file_mounts(real_path: str, stat: os.stat_result) -> list[str]:
+    """Mount points (Linux ``/proc/self/mountinfo``) that are this file under another name or
+    this very path: a file bind mount.  Empty where the table is not available.
+
+    A line is ``id parent major:minor root mount_point …``; a file bind mount has the file's
+    path in its filesystem as ``root``.  The path itself listed as a mount point is one;
+    otherwise a mount point on the same device whose ``root`` has the file's name is checked
+    with ``os.stat`` (same inode).
+    """
+    lines = _mount_table()
+    device = f"{os.major(stat.st_dev)}:{os.minor(stat.st_dev)}"
+    name = os.path.basename(real_path)
+    found = []
+    for line in lines:
+        fields = line.split(" ")
+        if len(fields) < 5:
+            continue
+        root, mount_point = _unescape_mount(fields[3]), _unescape_mount(fields[4])
+        if mount_point == real_path:
+            found.append(mount_point)
+        elif fields[2] == device and root != "/" and os.path.basename(root) == name:
+            try:
+                other = os.stat(mount_point)
+            except OSError:
+                continue
+            if (other.st_dev, other.st_ino) == (stat.st_dev, stat.st_ino):
+                found.append(mount_point)
+    return found
 
 
 def _check_storable(event: PrivacyEvent) -> None:
