@@ -39,6 +39,7 @@ from pm_dpgp.accounting.persistent import (
     PersistentLedger,
     dataset_fingerprint,
 )
+from pm_dpgp.audit import scan_for_values
 from pm_dpgp.mechanisms import (
     cloaked_release,
     dirichlet_release,
@@ -435,3 +436,26 @@ def test_totals_keep_counters_not_every_event():
     restored = _Totals.__new__(_Totals)
     restored.__setstate__(old)
     assert (restored.n_events, restored.n_zcdp, len(restored.events)) == (200, 200, 65)
+
+
+def test_a_release_refused_before_its_charge_is_raised_as_it_is(monkeypatch):
+    """Only a failure after the charge is a ReleaseError; a refusal before it (a ValueError)
+    was wrapped and said the round had been charged (stop-43 review)."""
+    import pm_dpgp.workflow.thompson as loop
+
+    def refuse(*args, **kwargs):
+        raise ValueError("refused before any spend")
+
+    monkeypatch.setattr(loop, "sample_path_release", refuse)
+    ledger = Ledger(30.0, 1e-5)
+    with pytest.raises(ValueError, match="refused before any spend"):
+        _loop(ledger, rng=np.random.default_rng(0))
+    assert ledger.history == []
+
+
+def test_leak_scan_reads_decimal_text_beyond_float64():
+    """'1.234567e+400' in an attribute raised OverflowError in the rounded-text matching."""
+    from tests.test_leak_scan import _release, _with
+
+    idata = _with(_release(), "posterior_predictive", attr_note='{"note": "1.234567e+400"}')
+    assert scan_for_values(idata, [1.5, 2.5]) == []

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 import pickle
 from dataclasses import dataclass
 
@@ -339,3 +340,77 @@ def test_a_noise_multiplier_whose_square_is_not_a_float_is_a_clear_error(z):
         ledger = Ledger(epsilon=None, delta=1e-5)
         ledger.spend(GaussianEvent(ok))
         assert ledger.spent_epsilon >= 0.0
+
+
+# ============================================================================================
+# Review of the stop-43 diff
+# ============================================================================================
+def test_two_threads_forking_at_once_leave_no_ledger_lock_held():
+    """Each fork's hook cleared the one list of held locks: with two forks at once a ledger's
+    lock stayed held for ever and every later spend hung (run in a subprocess: it hangs)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        """
+        import os, threading, time
+        from pm_dpgp.accounting import ledger as L
+        a, b = L.Ledger(1.0, 1e-5), L.Ledger(1.0, 1e-5)
+        first, second = list(L._LIVE_LEDGERS)[:2]
+        def busy():
+            with second._lock:
+                time.sleep(1.0)
+        def forker(delay):
+            time.sleep(delay)
+            pid = os.fork()
+            if pid == 0:
+                os._exit(0)
+            os.waitpid(pid, 0)
+        ts = [threading.Thread(target=busy, daemon=True),
+              threading.Thread(target=forker, args=(0.1,), daemon=True),
+              threading.Thread(target=forker, args=(0.3,), daemon=True)]
+        for t in ts:
+            t.start()
+        time.sleep(3.0)
+        print(first._lock.locked(), ts[2].is_alive(), first._lock.acquire(timeout=1.0))
+        os._exit(0)
+        """
+    )
+    if not hasattr(os, "fork"):
+        pytest.skip("POSIX fork")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["False", "False", "True"], out.stdout + out.stderr
+
+
+def test_totals_pickled_before_stop_43_count_opaque_events():
+    """The counters were rebuilt for old pickles except n_opaque: the user event left the
+    "rdp" bound again (0.236 where the event alone costs 6)."""
+    from pm_dpgp.accounting.ledger import _Totals
+
+    ledger = Ledger(None, 1e-5, filter="fixed")
+    ledger.spend(GaussianEvent(5.0))
+    ledger.spend(_OtherAccountant(6.0))
+    fresh = ledger._totals
+    counters = ("n_events", "n_zcdp", "n_pure", "n_approx", "n_opaque")
+    old = {k: v for k, v in vars(fresh).items() if not k.startswith("_") and k not in counters}
+    restored = _Totals.__new__(_Totals)
+    restored.__setstate__(old)
+    assert restored.n_opaque == 1
+    assert restored.bounds(1e-5, ledger.orders)["rdp"] == math.inf
+
+
+def test_gdp_epsilon_at_a_tiny_mu_converges():
+    """Brent's method bisected a flat bracket from 1 down to a root near 1e-154 and ran out
+    of iterations (RuntimeError) once its absolute tolerance was 1e-300."""
+    eps = gdp_epsilon(2.14e-154, 6.1e-157)
+    assert 0.0 < eps < 1e-150
+    assert _gdp_delta_certified(2.14e-154, eps, 6.1e-157)
+
+
+def test_a_noise_multiplier_whose_mu_squared_overflows_is_refused():
+    """Between about 1e-162 and 1e-154 z**2 is subnormal and count / z**2 overflows: the
+    event was built and its epsilon raised scipy's 'function value at x=inf is NaN'."""
+    for z in (1e-155, 1e-160, 1e-161):
+        with pytest.raises(ValueError, match="noise_multiplier must lie"):
+            GaussianEvent(z)

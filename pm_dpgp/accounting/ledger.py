@@ -302,6 +302,12 @@ class _Totals:
                 "n_pure": sum(isinstance(e, PureDpEvent) for e in events),
                 "n_approx": sum(isinstance(e, ApproxDpEvent) for e in events),
             }
+        if "n_opaque" not in state:  # before the stop-43 audit: count them (it fell back to 0)
+            events = tuple(state["events"])
+            state = {
+                **state,
+                "n_opaque": sum(not e.has_rdp and not isinstance(e, ApproxDpEvent) for e in events),
+            }
         self.__dict__.update(state)
 
     def add(self, event: PrivacyEvent, orders: NDArray[np.float64]) -> _Totals:
@@ -460,6 +466,9 @@ class _Totals:
 #: Every ledger of this process, for the fork hooks below (weak: a ledger is not kept alive).
 _LIVE_LEDGERS: weakref.WeakSet[Ledger] = weakref.WeakSet()
 _HELD_AT_FORK: list[threading.Lock] = []
+#: One fork at a time: two threads forking at once cleared each other's list of held locks,
+#: and one ledger's lock stayed held for ever (stop-43 review).
+_FORKING = threading.Lock()
 
 
 def _acquire_before_fork() -> None:
@@ -467,9 +476,16 @@ def _acquire_before_fork() -> None:
     thread at fork time stays held in the child for ever, and a persistent ledger's SQLite
     connection would be copied mid-transaction (stop-43 audit: 20 of 20 children forked
     while a thread called ``can_afford`` hung in ``spend``).  An operation holds one ledger's
-    lock and never waits for another's, so acquiring them all cannot deadlock."""
-    _HELD_AT_FORK.clear()
-    for ledger in list(_LIVE_LEDGERS):
+    lock and never waits for another's, so acquiring them all cannot deadlock; forks are
+    serialised by ``_FORKING`` (released after the fork, in the parent and in the child)."""
+    _FORKING.acquire()
+    while True:
+        try:
+            ledgers = list(_LIVE_LEDGERS)  # a ledger created meanwhile changes the set
+            break
+        except RuntimeError:
+            continue
+    for ledger in ledgers:
         lock = ledger.__dict__.get("_lock")
         if lock is not None:
             lock.acquire()
@@ -479,6 +495,7 @@ def _acquire_before_fork() -> None:
 def _release_after_fork() -> None:
     while _HELD_AT_FORK:
         _HELD_AT_FORK.pop().release()
+    _FORKING.release()
 
 
 if hasattr(os, "register_at_fork"):  # POSIX

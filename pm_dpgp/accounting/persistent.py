@@ -523,7 +523,10 @@ class PersistentLedger(Ledger):
     @contextmanager
     def _connection(self, *, write: bool) -> Iterator[sqlite3.Connection]:
         """The connection and transaction of ``_transaction``."""
-        conn = sqlite3.connect(self._path, timeout=self._timeout, isolation_level=None)
+        # a read opens the file read-write without creating it: deleted between the check
+        # and here, a plain connect re-created it with the umask's mode (stop-43 review)
+        target = self._path if write else f"{self._path.as_uri()}?mode=rw"
+        conn = sqlite3.connect(target, timeout=self._timeout, isolation_level=None, uri=not write)
         try:
             # EXTRA: also sync the directory after the journal's deletion, the commit itself;
             # with FULL a power loss right after a spend could bring the journal back and roll

@@ -98,10 +98,14 @@ def _text_token(token: str) -> tuple[float, float]:
     mantissa, _, exponent = token.lower().lstrip("+-").partition("e")
     whole, _, fraction = mantissa.partition(".")
     significant = (whole + fraction).lstrip("0")
-    if len(significant) < _ROUNDED_DIGITS:
-        return float(token), 0.0
+    value = float(token)
+    if len(significant) < _ROUNDED_DIGITS or not math.isfinite(value):
+        return value, 0.0
     last = -len(fraction) + (int(exponent) if exponent else 0)
-    return float(token), 0.5 * 10.0**last
+    try:
+        return value, 0.5 * 10.0**last
+    except OverflowError:  # "1.234567e+400" (stop-43 review): no finite value rounds to it
+        return value, 0.0
 
 
 def _strings_numbers(text: str) -> list[NDArray[Any]]:

@@ -754,11 +754,17 @@ def dp_thompson_sampling(
                         # charged, then failed (MemoryError, Ctrl-C in the factorisation): the
                         # charge is in events too, so that replaying them gives the ledger's
                         # total (stop-43 audit: 6.66 replayed against 7.90 charged)
-                        if len(ledger.history) > n_entries:
+                        try:
+                            charged_now = len(ledger.history) > n_entries
+                        except Exception:  # noqa: BLE001 - cannot tell: count it (conservative)
+                            charged_now = True
+                        if charged_now:
                             events.append(
                                 charged.with_label(f"Thompson round path (n={n}), then failed")
                             )
-                        if not isinstance(err, Exception):  # KeyboardInterrupt: stop below
+                        if not isinstance(err, Exception) or not charged_now:
+                            # KeyboardInterrupt: stop below; a refusal before the charge (a
+                            # ValueError, ReusedGeneratorError) is raised as it is
                             raise
                         failure, stop = err, "release_error"
                         break

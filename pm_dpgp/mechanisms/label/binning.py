@@ -277,9 +277,9 @@ def _secure_laplace(
     if (0.5 * n_max + 1.0) / gamma > INT_LIMIT:
         raise ValueError(
             f"epsilon={epsilon!r} with {n_max} records in a bin is too large for the secure "
-            "discrete Laplace: the bin sums on its grid (step ~ 2^-20 / epsilon) would not fit "
-            "64-bit integers. Use a smaller epsilon or the simulation mode "
-            "(rng=np.random.default_rng(seed)); nothing was spent or drawn."
+            "discrete Laplace: the bin sums on its grid (step 2^-20 for epsilon <= 1, "
+            "~2^-20 / epsilon above) would not fit 64-bit integers. Use a smaller epsilon or "
+            "the simulation mode (rng=np.random.default_rng(seed)); nothing was spent or drawn."
         )
     # 1 + 4u: the computed width d may round below hi − lo (relative u)
     d_int = math.ceil((1.0 + 4.0 * _U + 2.0 * rounding) / gamma) + 1
