@@ -400,6 +400,20 @@ def test_totals_pickled_before_stop_43_count_opaque_events():
     assert restored.bounds(1e-5, ledger.orders)["rdp"] == math.inf
 
 
+def test_old_totals_count_an_opaque_event_beyond_the_kept_events():
+    """The counters of an old pickle are counted over every event, not over the first 65
+    that the totals keep (the opaque event was counted after the cut)."""
+    from pm_dpgp.accounting.ledger import _Totals
+
+    old = vars(_Totals.empty(3)).copy()
+    for key in ("n_events", "n_zcdp", "n_pure", "n_approx", "n_opaque"):
+        old.pop(key, None)
+    old["events"] = (GaussianEvent(50.0),) * 100 + (_OtherAccountant(6.0),)
+    restored = _Totals.__new__(_Totals)
+    restored.__setstate__(old)
+    assert (restored.n_events, restored.n_opaque, len(restored.events)) == (101, 1, 65)
+
+
 def test_gdp_epsilon_at_a_tiny_mu_converges():
     """Brent's method bisected a flat bracket from 1 down to a root near 1e-154 and ran out
     of iterations (RuntimeError) once its absolute tolerance was 1e-300."""

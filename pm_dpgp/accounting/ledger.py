@@ -291,7 +291,8 @@ class _Totals:
         return cls((), np.zeros(n_orders), 0, 0.0, 0, 0, 0.0, 0.0, Fraction(0))
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        """Totals pickled before stop 43 hold every event and no counters."""
+        """Totals pickled before stop 43 hold every event and no counters: count them all
+        (before keeping the first events only; the counters were introduced together)."""
         if "n_events" not in state:
             events = tuple(state["events"])
             state = {
@@ -301,11 +302,6 @@ class _Totals:
                 "n_zcdp": sum(isinstance(e, ZCDPEvent) for e in events),
                 "n_pure": sum(isinstance(e, PureDpEvent) for e in events),
                 "n_approx": sum(isinstance(e, ApproxDpEvent) for e in events),
-            }
-        if "n_opaque" not in state:  # before the stop-43 audit: count them (it fell back to 0)
-            events = tuple(state["events"])
-            state = {
-                **state,
                 "n_opaque": sum(not e.has_rdp and not isinstance(e, ApproxDpEvent) for e in events),
             }
         self.__dict__.update(state)
