@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,7 @@ from pm_dpgp._validation import (
     check_count,
     check_finite_array,
     is_dask_collection,
+    library_instance,
     refuse_misaligned_rows,
 )
 from pm_dpgp.gp.linalg import CholeskyError, jittered_cholesky, psd_eigen_root
@@ -165,7 +167,10 @@ def _as_dask_array(obj: Any, name: str) -> Any:
         # and categories)
         if any(getattr(t, "kind", "O") not in "biuf" for t in dtypes):
             raise TypeError(_DASK_DTYPE.format(name=name, dtype=dtypes))
-        if any(not isinstance(t, np.dtype) for t in dtypes):  # pandas extension dtypes
+        # pandas extension dtypes; or numeric columns of several dtypes, which pandas turns into
+        # an object array when one is bool (stop-44 audit: [bool, float] was refused here as
+        # "dtype object", while the in-memory path converts it to float64)
+        if any(not isinstance(t, np.dtype) for t in dtypes) or len(set(dtypes)) > 1:
             obj = obj.map_partitions(_nullable_as_float, meta=_float_meta(obj))
         arr = obj.to_dask_array(lengths=True)
     else:
@@ -313,6 +318,7 @@ def sufficient_statistics(
     # a whole number of rows: True was 1 and "4" was 4 (stop-40 fuzz)
     chunk = default_chunk_size(M) if chunk_size is None else check_count(chunk_size, "chunk_size")
 
+    check = (lambda X: None) if check_inputs is None else check_inputs
     if isinstance(data, tuple) and data and any(is_dask_collection(a) for a in data):
         if not all(is_dask_collection(a) for a in data):
             raise TypeError(
@@ -320,9 +326,11 @@ def sufficient_statistics(
                 "through the scheduler inside the task graph. Pass all of (X, y[, w]) as Dask "
                 "collections, or all in memory."
             )
+        # the schema (column names: Dask metadata, nothing is computed), as in memory
+        # (stop-44 audit: a Dask DataFrame in another column order was used by position)
+        check(data[0])
         return _dask_statistics(kernel, Zarr, data, pre, n_targets, n_extras, chunk, explicit)
 
-    check = (lambda X: None) if check_inputs is None else check_inputs
     acc = _Accumulator(M, n_targets, n_extras)
     if isinstance(data, tuple):
         refuse_misaligned_rows(data, tuple(f"data[{i}]" for i in range(len(data))))
@@ -404,6 +412,45 @@ def _packed_block_statistics(
     return np.concatenate([A.ravel(), B.ravel(), [float(cnt)], extras])[None, :]
 
 
+def _refuse_misaligned_dask_rows(
+    data: tuple[Any, ...], arrays: Sequence[Any], names: Sequence[str]
+) -> None:
+    """Refuse Dask DataFrames / Series whose row indexes differ, as ``refuse_misaligned_rows``
+    refuses pandas objects: rows are paired by position (stop-44 audit: a Dask ``y`` in another
+    row order than ``X`` was released as if aligned).  The labels are compared on the
+    workers; one bit per pair comes back (the row labels are the schema the caller arranged).
+    """
+    import dask
+    import dask.array as da
+
+    with warnings.catch_warnings():
+        # a text index becomes an object array ("limited support for converting pandas
+        # extension dtypes"): the labels are compared as they are
+        warnings.filterwarnings("ignore", "Dask currently has limited support", UserWarning)
+        labels = [
+            (
+                names[i] if i < len(names) else f"data[{i}]",
+                a.index.to_dask_array(lengths=arr.chunks[0]),
+            )
+            for i, (a, arr) in enumerate(zip(data, arrays, strict=True))
+            if library_instance(a, "dask.dataframe", "DataFrame", "Series")
+        ]
+    if len(labels) < 2:
+        return
+    (first_name, first), others = labels[0], labels[1:]
+    checks = [
+        da.all((first == ix.rechunk(first.chunks)) | ((first != first) & (ix != ix)))
+        for _, ix in others
+    ]
+    for (name, _), same in zip(others, dask.compute(*checks), strict=True):
+        if not bool(same):
+            raise ValueError(
+                f"{first_name} and {name} are Dask DataFrames/Series with different indexes, but "
+                "rows are paired by position: align them first or pass arrays. (Only the two "
+                "indexes were compared, on the workers; nothing was spent or drawn.)"
+            )
+
+
 def _dask_statistics(
     kernel: Callable[[NDArray, NDArray], NDArray],
     Z: NDArray[np.float64],
@@ -435,6 +482,7 @@ def _dask_statistics(
             f"Dask arrays must be 1- or 2-dimensional (one row per record), got shapes "
             f"{[a.shape for a in arrays]}; reshape them."
         )
+    _refuse_misaligned_dask_rows(data, arrays, names)
     ndims = [a.ndim for a in arrays]
     as2d = [a if a.ndim == 2 else a[:, None] for a in arrays]  # no reshape: n may be 0
     rows: Any = chunk if explicit else as2d[0].chunks[0]

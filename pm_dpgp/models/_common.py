@@ -660,9 +660,14 @@ def dataframe_columns(X: Any) -> tuple[str, ...] | None:
     accepted ``df["weight"]`` as ages, and a ``DataArray`` with ``feature = ["weight",
     "age"]`` was used by position for an ``["age", "weight"]`` model).
     """
-    if library_instance(X, "pandas", "DataFrame"):
+    # a Dask DataFrame / Series: its columns and name are metadata, read without computing
+    # (stop-44 audit: the Dask path of the releases read no schema, so a Dask DataFrame in
+    # another column order than the model's was used by position, and recorded no columns)
+    if library_instance(X, "pandas", "DataFrame") or library_instance(
+        X, "dask.dataframe", "DataFrame"
+    ):
         return tuple(str(c) for c in X.columns)
-    if library_instance(X, "pandas", "Series"):
+    if library_instance(X, "pandas", "Series") or library_instance(X, "dask.dataframe", "Series"):
         return None if X.name is None else (str(X.name),)
     if library_instance(X, "xarray", "DataArray"):
         if X.ndim == 1:
