@@ -544,8 +544,19 @@ def private_array(x: ArrayLike, name: str, *, ndim: int) -> NDArray[np.float64]:
 
     The shape (number of records, number of columns) is public; the values are not
     inspected, so nothing here depends on them.  A 1-D input becomes one column when
-    ``ndim == 2``; non-numeric content is a ``TypeError`` that quotes no value.
+    ``ndim == 2``; non-numeric content is a ``TypeError`` that quotes no value.  A Dask
+    collection is refused: converting it would gather every private row on the client
+    (stop-44 audit: ``binned_release(X, y_dask)`` computed ``y`` here, while the README says
+    that whatever would gather the rows is refused); only the noise-aware and Dirichlet
+    releases sum Dask data on the workers (their blocks arrive here as NumPy arrays).
     """
+    if contains_dask(x):
+        raise TypeError(
+            f"{name} is (or holds) a Dask collection: this release reads the private values "
+            "in this process, so every row would be gathered on the client. Call .compute() "
+            "first if that is intended (noise_aware_release and dirichlet_release sum Dask "
+            "data on the workers)."
+        )
     return float_array(x, name, ndim)
 
 

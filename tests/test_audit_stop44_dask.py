@@ -112,3 +112,26 @@ def test_dask_dataframe_with_a_bool_column_gives_the_in_memory_release() -> None
     on_dask = _release(model, (ddf[["a", "flag"]], ddf["y"]))
     in_memory = _release(model, (df[["a", "flag"]], y))
     assert np.allclose(on_dask.m, in_memory.m, rtol=0, atol=1e-9)
+
+
+def test_binned_release_refuses_a_dask_y_instead_of_gathering_it() -> None:
+    da = pytest.importorskip("dask.array")
+    from dask.callbacks import Callback
+
+    from pm_dpgp.mechanisms.label.binning import binned_release, make_bins
+
+    rng = np.random.default_rng(0)
+    X, y = rng.uniform(0, 1, (100, 1)), rng.uniform(-1, 1, 100)
+    computed = []
+    ledger = Ledger()
+    with Callback(start=lambda dsk: computed.append(1)), pytest.raises(TypeError, match="Dask"):
+        binned_release(
+            X,
+            da.from_array(y, chunks=25),
+            bins=make_bins([np.linspace(0, 1, 5)]),
+            epsilon=1.0,
+            y_bounds=(-1, 1),
+            rng=np.random.default_rng(0),
+            ledger=ledger,
+        )
+    assert computed == [] and len(ledger.history) == 0
