@@ -100,6 +100,10 @@ def test_dask_y_in_another_row_order_is_refused_before_the_spend(frame) -> None:
     on_dask = _release(_model(), (X, y))
     in_memory = _release(_model(), (frame[["a", "b"]], frame["y"]))
     assert np.allclose(on_dask.m, in_memory.m, rtol=0, atol=1e-9)
+    # a nullable index with a missing label equals itself, as pandas' Index.equals says
+    nullable = frame.set_axis(pd.array([None, *range(1, len(frame))], dtype="Int64"))
+    ddf = dd.from_pandas(nullable, npartitions=3, sort=False)
+    assert np.allclose(_release(_model(), (ddf[["a", "b"]], ddf["y"])).m, in_memory.m, atol=1e-9)
 
 
 def test_dask_dataframe_with_a_bool_column_gives_the_in_memory_release() -> None:

@@ -412,6 +412,14 @@ def _packed_block_statistics(
     return np.concatenate([A.ravel(), B.ravel(), [float(cnt)], extras])[None, :]
 
 
+def _same_labels(a: NDArray, b: NDArray) -> NDArray[np.bool_]:
+    """Whether two blocks of row labels are equal, as ``pandas.Index.equals`` (missing labels
+    equal each other; one bit per block, computed on a worker)."""
+    import pandas as pd
+
+    return np.array([pd.Index(a).equals(pd.Index(b))])
+
+
 def _refuse_misaligned_dask_rows(
     data: tuple[Any, ...], arrays: Sequence[Any], names: Sequence[str]
 ) -> None:
@@ -438,8 +446,11 @@ def _refuse_misaligned_dask_rows(
     if len(labels) < 2:
         return
     (first_name, first), others = labels[0], labels[1:]
+    per_block = ((1,) * len(first.chunks[0]),)
     checks = [
-        da.all((first == ix.rechunk(first.chunks)) | ((first != first) & (ix != ix)))
+        da.map_blocks(
+            _same_labels, first, ix.rechunk(first.chunks), chunks=per_block, dtype=bool
+        ).all()
         for _, ix in others
     ]
     for (name, _), same in zip(others, dask.compute(*checks), strict=True):
