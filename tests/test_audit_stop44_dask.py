@@ -139,3 +139,19 @@ def test_binned_release_refuses_a_dask_y_instead_of_gathering_it() -> None:
             ledger=ledger,
         )
     assert computed == [] and len(ledger.history) == 0
+
+
+def test_categorical_dask_column_never_quotes_its_categories(frame) -> None:
+    ddf = dd.from_pandas(frame, npartitions=3)
+    secret = frame["y"].map(lambda v: f"secret{v:.6f}").astype("category")
+    y_text = dd.from_pandas(secret, npartitions=3)
+    ledger = Ledger()
+    with pytest.raises(TypeError) as info:
+        _release(_model(), (ddf[["a", "b"]], y_text), ledger)
+    assert "secret" not in str(info.value) and "category" in str(info.value)
+    assert len(ledger.history) == 0
+    # numeric categories are numbers, as np.asarray of the pandas column reads them
+    y_num = dd.from_pandas(frame["y"].astype("category"), npartitions=3)
+    on_dask = _release(_model(), (ddf[["a", "b"]], y_num))
+    in_memory = _release(_model(), (frame[["a", "b"]], frame["y"].astype("category")))
+    assert np.allclose(on_dask.m, in_memory.m, rtol=0, atol=1e-9)

@@ -163,10 +163,10 @@ def _as_dask_array(obj: Any, name: str) -> Any:
         arr = data
     elif hasattr(obj, "to_dask_array"):  # dask.dataframe DataFrame / Series
         dtypes = [obj.dtype] if hasattr(obj, "dtype") else list(obj.dtypes)
-        # NumPy and pandas extension dtypes both have ``kind`` ("f" for Float64, "O" for text
-        # and categories)
-        if any(getattr(t, "kind", "O") not in "biuf" for t in dtypes):
-            raise TypeError(_DASK_DTYPE.format(name=name, dtype=dtypes))
+        if any(_column_kind(t) not in "biuf" for t in dtypes):
+            # dtype names only: a CategoricalDtype's repr lists its categories, the private
+            # values themselves (stop-44 audit: the refusal quoted every distinct y)
+            raise TypeError(_DASK_DTYPE.format(name=name, dtype=[_dtype_name(t) for t in dtypes]))
         # pandas extension dtypes; or numeric columns of several dtypes, which pandas turns into
         # an object array when one is bool (stop-44 audit: [bool, float] was refused here as
         # "dtype object", while the in-memory path converts it to float64)
@@ -184,6 +184,21 @@ _DASK_DTYPE = (
     "{name} has dtype {dtype}: the Dask path takes numbers only (decided from the public "
     "dtype before any task runs); convert it to float64, with missing values as NaN."
 )
+
+
+def _column_kind(t: Any) -> str:
+    """The kind of a column's values: NumPy and pandas extension dtypes both have ``kind``
+    ("f" for Float64, "O" for text); a categorical column has its categories' kind, so that
+    numeric categories convert to float64 as in memory (``np.asarray`` of the column)."""
+    categories = getattr(t, "categories", None)
+    if categories is not None:
+        return str(getattr(categories.dtype, "kind", "O"))
+    return str(getattr(t, "kind", "O"))
+
+
+def _dtype_name(t: Any) -> str:
+    """A dtype's name (``"category"``, ``"Float64"``, ``"object"``), never its repr."""
+    return str(getattr(t, "name", type(t).__name__))
 
 
 def _nullable_as_float(part: Any) -> Any:
