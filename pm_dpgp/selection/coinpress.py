@@ -47,6 +47,7 @@ from pm_dpgp._validation import (
     check_positive,
     check_public_bounds,
     check_rng,
+    private_array,
     real_or_nan,
 )
 from pm_dpgp.accounting import ZCDPEvent
@@ -203,7 +204,8 @@ def coinpress_mean(
     initial interval (Honkela eqs. 30–31).  ``rng=None``: secure discrete Gaussian noise; a
     Generator: simulation.  No accounting here: the caller charges ``ZCDPEvent(Σρ_t)`` first.
     """
-    v = np.asarray(values, dtype=np.float64).ravel()
+    # text is refused by its type, never quoted (NumPy's message names the entry)
+    v = private_array(values, "values", ndim=1)
     if v.size == 0:
         raise ValueError("values must contain at least one value.")
     lo0, hi0 = real_or_nan(lower, "lower"), real_or_nan(upper, "upper")  # True / "-2" refused

@@ -41,7 +41,13 @@ from numpy.typing import ArrayLike, NDArray
 from scipy.special import ndtr
 
 from pm_dpgp._progress import progress_bar
-from pm_dpgp._validation import check_delta, check_epsilon, check_flag, check_positive
+from pm_dpgp._validation import (
+    check_delta,
+    check_epsilon,
+    check_flag,
+    check_positive,
+    private_array,
+)
 from pm_dpgp.gp.exact import cloaking_matrix
 from pm_dpgp.gp.linalg import check_square_symmetric
 from pm_dpgp.mechanisms.gaussian import gaussian_sigma
@@ -727,7 +733,11 @@ def cv_sse_utilities(plan: CvSsePlan, y: ArrayLike) -> NDArray[np.float64]:
     Dropped configurations get ``−inf`` (they are never selected).
     """
     lo, hi = plan.y_bounds
-    yv = np.asarray(y, dtype=np.float64)
+    yv = private_array(y, "y", ndim=1)  # text refused by type, never quoted
+    n = sum(len(f) for f in plan.folds)  # the folds partition the records (public)
+    if yv.shape[0] != n:
+        # a longer y was read by its first n entries, a shorter one raised IndexError
+        raise ValueError(f"y has {yv.shape[0]} records, the plan's folds {n}; pass the plan's y.")
     yv = np.clip(np.where(np.isfinite(yv), yv, 0.5 * (lo + hi)), lo, hi)
     mu = plan.prior_mean
     u = np.full(len(plan.configs), -np.inf)
