@@ -204,10 +204,13 @@ def summary_stats(
         ds = ds.rename({"label": "label_"})
     tree = xr.DataTree.from_dict({group: ds})
     names = list(ds.data_vars)
-    if var_names is not None and all(str(v).startswith("~") for v in var_names):
-        names = [n for n in names if f"~{n}" not in var_names]
-    elif var_names is not None:
-        names = list(var_names)
+    if var_names is not None:
+        # as ArviZ 0.x reads them: the names given (all variables when only "~name"s are given)
+        # less the "~name"s. A mixed list (["f", "~p"]) summarised "~p" on its own, i.e. every
+        # variable but p, so f's rows came twice on ArviZ 1 (stop-44 audit of the two stacks)
+        excluded = {str(v)[1:] for v in var_names if str(v).startswith("~")}
+        included = [str(v) for v in var_names if not str(v).startswith("~")]
+        names = [n for n in (included or names) if n not in excluded]
     tables = [
         az.summary(tree, var_names=[n], group=group, kind="stats", ci_prob=prob, round_to="none")
         for n in names

@@ -95,7 +95,7 @@ from pm_dpgp.mechanisms.noise import (
 from pm_dpgp.models._common import _as_2d_inputs, check_input_columns, input_columns_record
 from pm_dpgp.models.guards import refuse_dirichlet_model
 from pm_dpgp.models.sparse import PublicSparseGP, SparseGPRegression
-from pm_dpgp.release import flat_attrs
+from pm_dpgp.release import _distinct, flat_attrs
 
 __all__ = [
     "DPQu",
@@ -764,11 +764,11 @@ class SparseQuRelease:
         multi = self.n_outputs > 1
         od: tuple[str, ...] = ("output",) if multi else ()
         # Z's values label the dims in Z's order (k-means order is not sorted: slice after
-        # .sortby("inducing"); stop-40 walkthrough)
-        default_coords: dict[str, Any] = {
-            "inducing": Z[:, 0] if d == 1 else np.arange(M),
-            "inducing_": Z[:, 0] if d == 1 else np.arange(M),
-        }
+        # .sortby("inducing"); stop-40 walkthrough), when they are distinct as an index needs
+        # them to be: repeated inducing inputs made every export of the (charged) release fail
+        # with "coords['inducing'] repeats a value" (stop-44 audit); positions then, as x_star
+        labels = Z[:, 0] if d == 1 and _distinct(Z[:, 0]) else np.arange(M)
+        default_coords: dict[str, Any] = {"inducing": labels, "inducing_": labels}
         if multi:
             default_coords["output"] = list(self.output_names)
         Xs = None if X_star is None else _as_inputs(X_star, d, self)
