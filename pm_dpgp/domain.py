@@ -18,8 +18,9 @@ everywhere, and ``[(0, 6), (0, 6)]`` as pairs.  When both readings of a 2 × 2 a
 boxes, every entry point keeps its own documented layout (``layout="pairs"`` for the
 sample-path functions, ``"corners"`` for the Thompson loops), so no call that worked
 changes meaning, and warns (``UserWarning``) naming the other reading when the two boxes
-differ.  ``Box(lower, upper)`` or ``{"lower": …, "upper": …}`` is never misread and never
-warns.
+differ; it warns too when the caller's own reading reverses a dimension (``low > high``) and
+the other reading is taken (stop 44).  ``Box(lower, upper)`` or
+``{"lower": …, "upper": …}`` is never misread and never warns.
 """
 
 from __future__ import annotations
@@ -149,7 +150,22 @@ def _from_array(arr: NDArray[np.float64], domain: Any, layout: Layout, strict: b
             )
         return Box(*valid[layout])
     if len(valid) == 1:  # only one reading is a box: the shape or the values decide
-        return Box(*next(iter(valid.values())))
+        ((chosen, box),) = valid.items()
+        mine = readings[layout]
+        if chosen != layout and mine is not None and bool(np.any(mine[0] > mine[1])):
+            # the caller's own layout reverses a dimension: a typo ([(1, 0), (3, 2)] for the
+            # pairs (0, 1), (2, 3)) was read silently as the corners (1, 0) to (3, 2), another
+            # box (stop-44 audit); a layout read as a point or flat box (([0, 0], [6, 6]) as
+            # pairs) is no likely intent and stays silent
+            warnings.warn(
+                f"domain {arr.tolist()} read as {_LAYOUT_TEXT[layout]} has low > high, so it "
+                f"is read as {_LAYOUT_TEXT[chosen]}: the box {box[0].tolist()} to "
+                f"{box[1].tolist()}. If that is not the box meant, pass "
+                "domain=pm_dpgp.Box(lower=..., upper=...) (which also silences this warning).",
+                UserWarning,
+                stacklevel=5,
+            )
+        return Box(*box)
     shown = readings[layout] or readings["pairs"] or readings["corners"]
     if shown is not None:  # say what is wrong with the caller's reading
         if strict and _is_box(*shown):
