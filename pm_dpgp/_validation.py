@@ -484,7 +484,8 @@ def public_real_array(x: Any, name: str) -> NDArray[np.float64]:
     except ValueError:  # ragged
         kind = "O"
     entries: Any = ()
-    if kind == "O":
+    if kind == "O" or not isinstance(x, np.ndarray):
+        # a list's entries too: [True, 1.0] converts to float64 with True as 1 (stop-44 audit)
         try:
             entries = np.asarray(x, dtype=object).ravel()
         except ValueError:

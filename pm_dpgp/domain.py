@@ -87,7 +87,9 @@ class Box:
         )
 
     def __hash__(self) -> int:
-        return hash((self.lower.tobytes(), self.upper.tobytes()))
+        # + 0.0 maps -0.0 to 0.0: equal boxes hash equally (stop-44 audit: Box([-0.0], [1]) ==
+        # Box([0.0], [1]) but their hashes differed)
+        return hash(((self.lower + 0.0).tobytes(), (self.upper + 0.0).tobytes()))
 
     @property
     def is_flat(self) -> bool:

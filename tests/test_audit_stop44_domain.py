@@ -44,3 +44,37 @@ def test_no_warning_where_the_callers_layout_reverses_nothing(domain, layout):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         parse_domain(domain, layout=layout)
+
+
+def test_equal_boxes_hash_equally_across_signed_zero():
+    from pm_dpgp.domain import Box
+
+    a, b = Box(np.array([-0.0]), np.array([1.0])), Box(np.array([0.0]), np.array([1.0]))
+    assert a == b and hash(a) == hash(b) and len({a, b}) == 1
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"lower": True, "upper": 2.0},
+        {"lower": 0.0, "upper": "1"},
+        {"lower": 0.0, "upper": 1.0, "weights": [True, 1.0]},
+    ],
+)
+def test_dyadic_partition_refuses_booleans_and_text(kwargs):
+    from pm_dpgp.workflow.partition_features import DyadicPartitionFeatures
+
+    kw = {"levels": 2, **kwargs}
+    if "weights" in kw:
+        kw["kernel_scale"] = None
+    with pytest.raises(ValueError, match="lower|upper|weights"):
+        DyadicPartitionFeatures(**kw)
+
+
+def test_dyadic_partition_from_lengthscale_refuses_text():
+    from pm_dpgp.workflow.partition_features import DyadicPartitionFeatures
+
+    with pytest.raises(ValueError, match="lengthscale"):
+        DyadicPartitionFeatures.from_lengthscale(0.0, 1.0, "0.25")
+    f = DyadicPartitionFeatures.from_lengthscale(0.0, 1.0, 0.25)
+    assert f.levels == 3

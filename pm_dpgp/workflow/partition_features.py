@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from pm_dpgp._validation import check_count, check_finite_array, check_scale
+from pm_dpgp._validation import check_count, check_finite_array, check_scale, public_real_array
 
 __all__ = ["DyadicPartitionFeatures", "MAX_PARTITION_FEATURES"]
 
@@ -65,8 +65,9 @@ class DyadicPartitionFeatures:
         kernel_scale: float | None = 1.0,
         weights: ArrayLike | None = None,
     ) -> None:
-        lo = np.atleast_1d(np.asarray(lower, dtype=np.float64))
-        hi = np.atleast_1d(np.asarray(upper, dtype=np.float64))
+        # True as 1 and "1" as 1.0 were accepted (stop-44 audit): public_real_array refuses them
+        lo = np.atleast_1d(public_real_array(lower, "lower"))
+        hi = np.atleast_1d(public_real_array(upper, "upper"))
         if lo.ndim != 1 or lo.shape != hi.shape:
             raise ValueError("lower and upper must be scalars or 1-D arrays of equal length.")
         if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi)) and np.all(hi > lo)):
@@ -92,7 +93,7 @@ class DyadicPartitionFeatures:
                 raise ValueError("give kernel_scale or weights, not both.")
             # a private read-only copy: R_φ below is charged for these weights, so a later
             # change to the caller's array must not change the features (stop-26 audit)
-            w = np.array(np.atleast_1d(np.asarray(weights, dtype=np.float64)), copy=True)
+            w = np.array(np.atleast_1d(public_real_array(weights, "weights")), copy=True)
             if w.shape != (J,) or not np.all(np.isfinite(w)) or np.any(w < 0) or not np.any(w):
                 raise ValueError(f"weights must be {J} finite non-negative values, not all 0.")
         lo, hi = np.array(lo, copy=True), np.array(hi, copy=True)
@@ -139,9 +140,9 @@ class DyadicPartitionFeatures:
         ``J = max(1, ⌈log₂(2 max_i (b_i − a_i)/ℓ_i)⌉)`` — features of size ``ℓ`` are then
         resolved by at least two finest cells per dimension (docs/thompson_tree.md §10.1).
         """
-        lo = np.atleast_1d(np.asarray(lower, dtype=np.float64))
-        hi = np.atleast_1d(np.asarray(upper, dtype=np.float64))
-        ell = np.broadcast_to(np.asarray(lengthscale, dtype=np.float64), lo.shape)
+        lo = np.atleast_1d(public_real_array(lower, "lower"))
+        hi = np.atleast_1d(public_real_array(upper, "upper"))
+        ell = np.broadcast_to(public_real_array(lengthscale, "lengthscale"), lo.shape)
         if not (np.all(np.isfinite(ell)) and np.all(ell > 0)):
             raise ValueError("lengthscale must be positive and finite.")
         ratio = float(np.max(2.0 * (hi - lo) / ell))
