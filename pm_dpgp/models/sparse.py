@@ -203,6 +203,31 @@ def is_positive_combination(cov: Any) -> bool:
     return _built_from(cov, _DECREASING_STATIONARY, numeric_only=True)
 
 
+def is_nonnegative_by_construction(cov: Any) -> bool:
+    """Whether ``k ≥ 0`` everywhere follows from the structure of ``cov`` and ``k(x, x) > 0``.
+
+    ``is_positive_combination`` (numeric scalars only), or a product whose kernel factors are
+    such and whose scalars may be symbolic: a product of non-negative kernels times scalars
+    has one sign everywhere, the sign of ``k(x, x)`` (checked positive at release time).  A
+    symbolic scalar in a *sum* has no sign here: ``ExpQuad(ℓ=1) − (1/1.2)·ExpQuad(ℓ=1.2)`` is
+    a covariance, non-negative and non-increasing out to 1.09 and negative beyond (down to
+    −0.44 k(0)); probes of the profile over a bounded range cannot see that (stop-44 audit).
+    """
+    if is_positive_combination(cov):
+        return True
+    if not isinstance(cov, pm.gp.cov.Prod):
+        return False
+    for part in cov._factor_list:
+        if isinstance(part, BaseCovariance):
+            if not is_nonnegative_by_construction(part):
+                return False
+        elif _numeric_scalar(part) is None and not (
+            hasattr(part, "type") and getattr(part.type, "ndim", 1) == 0
+        ):
+            return False
+    return True
+
+
 def _numeric_scalar(part: Any) -> float | None:
     """The value of a plain-number factor of a sum or product, else ``None`` (symbolic)."""
     if isinstance(part, numbers.Real) or (isinstance(part, np.ndarray) and part.ndim == 0):
@@ -309,6 +334,9 @@ class PublicSparseGP:
     _kernel_diag: Callable[[NDArray[np.float64]], NDArray[np.float64]] = field(repr=False)
     hyperparameter_source: str = CALLER_DECLARED
     _input_columns: tuple[str, ...] | None = field(default=None, repr=False)
+    #: ``k ≥ 0`` everywhere by construction (``is_nonnegative_by_construction``); the probes
+    #: of ``kernel_norm_bound`` cover a bounded range only
+    nonnegative: bool = False
 
     def __post_init__(self) -> None:
         # as PublicGP: a zero noise variance is refused on every path (issue 15, point 3)
@@ -405,6 +433,7 @@ class SparseGPRegression(GPRegression):
             _kernel_diag=kernel_diag,
             hyperparameter_source=hyperparameter_source(hyperparameters, self.hyperparameter_names),
             _input_columns=getattr(self, "_input_columns", None),
+            nonnegative=is_nonnegative_by_construction(self.cov_func),
         )
         public.kzz()  # fail early on a broken kernel
         return public

@@ -274,7 +274,10 @@ def kernel_norm_bound(
         eqn,
         sigma_f2,
         d_z if math.isfinite(d_z) else None,
-        nonneg and profile_ok,
+        # the probes reach (M + 1) d_z only: k >= 0 beyond must follow from the structure
+        # (stop-44 audit: ExpQuad(1) - ExpQuad(1.2)/1.2, a covariance, passed the probes and
+        # is negative beyond 1.09; t >= 0 in the Dirichlet sensitivity was exceeded by 1.8%)
+        nonneg and profile_ok and bool(getattr(public, "nonnegative", False)),
         cands,
     )
 
