@@ -64,3 +64,85 @@ def test_nonnegative_by_construction_keeps_a_symbolic_overall_scale():
         lambda h: pm.gp.cov.ExpQuad(1, ls=1.0) + h * pm.gp.cov.ExpQuad(1, ls=2.0), 0.3
     )
     assert not public.nonnegative and not kernel_norm_bound(public, "auto").nonnegative
+
+
+# ------------------------------------------------------------------ input validation
+def _dirichlet_model():
+    from pm_dpgp.models import dirichlet_gp_classification, grid_inducing_points
+
+    X = np.linspace(-4, 4, 40)
+    labels = (X > 0).astype(int) + (X > 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = dirichlet_gp_classification(
+            X, labels, pm.gp.cov.ExpQuad(1, ls=1.0), Z=grid_inducing_points(-3.5, 3.5, 6),
+            n_classes=3,
+        )  # fmt: skip
+    return model, X, labels
+
+
+def test_dirichlet_refuses_a_third_data_column_clearly_and_spends_nothing():
+    """``(X, labels, w)`` raised ``TypeError: preprocess() takes 2 positional arguments``."""
+    import pytest
+
+    from pm_dpgp.accounting import Ledger
+    from pm_dpgp.mechanisms.full.dirichlet import dirichlet_release
+
+    model, X, labels = _dirichlet_model()
+    ledger = Ledger(epsilon=10.0, delta=1e-3)
+    g = np.random.default_rng(5)
+    state = g.bit_generator.state
+    with pytest.raises(ValueError, match=r"data must be \(X, labels\)"):
+        dirichlet_release(
+            model, (X, labels, np.ones(40)), epsilon=1.0, delta=1e-5, ledger=ledger, rng=g
+        )
+    assert not ledger.history and g.bit_generator.state == state
+
+
+def test_predict_proba_refuses_a_count_that_is_not_one():
+    """``n_samples=0`` gave NaN probabilities; 2.5 and ``"10"`` were taken as 2 and 10."""
+    import pytest
+
+    from pm_dpgp.mechanisms.full.dirichlet import dirichlet_release
+
+    model, _, _ = _dirichlet_model()
+    rel = dirichlet_release(model, epsilon=1.0, delta=1e-5, rng=np.random.default_rng(1))
+    Xs = np.linspace(-3, 3, 4)
+    for bad in (0, 2.5, "10", True, -1):
+        g = np.random.default_rng(0)
+        state = g.bit_generator.state
+        with pytest.raises(ValueError, match="n_samples"):
+            rel.predict_proba(Xs, method="mc", n_samples=bad, rng=g)
+        assert g.bit_generator.state == state
+    p = rel.predict_proba(Xs, method="mc", n_samples=50, rng=np.random.default_rng(0))
+    assert np.allclose(p.sum(axis=1), 1.0)
+
+
+def test_dirichlet_targets_of_a_large_alpha_are_positive_variances():
+    """``log(1/α + 1)`` was 0 for α > 2^53: ``ZeroDivisionError`` in the release."""
+    import math
+
+    from pm_dpgp.models.sparse import DirichletTargets
+
+    t = DirichletTargets.from_alpha(0.01)
+    assert t.var_out == math.log(101.0) and t.var_in == math.log(1 / 1.01 + 1)
+    for a in (1e16, 1e300):
+        t = DirichletTargets.from_alpha(a)
+        assert t.var_in > 0.0 and t.var_out > 0.0
+
+
+def test_a_huge_noise_sd_is_refused_by_name():
+    """``noise_sd=1e200``: ``OverflowError: (34, 'Numerical result out of range')``."""
+    import pytest
+
+    from pm_dpgp.models import grid_inducing_points
+
+    X = np.linspace(-3, 3, 10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = sparse_gp_regression(
+            X, np.sin(X), pm.gp.cov.ExpQuad(1, ls=1.0), Z=grid_inducing_points(-3, 3, 4),
+            noise_sd=1e200,
+        )  # fmt: skip
+    with pytest.raises(ValueError, match=r"noise variance \(noise_sd\*\*2\)"):
+        model.public_sparse_gp()

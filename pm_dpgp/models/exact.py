@@ -517,12 +517,15 @@ class GPRegression:
         """
         args = tuple(values[nm] for nm in self.hyperparameter_names)
         if isinstance(self.noise_sd, Variable):
-            sigma_val = float(np.asarray(self._function("noise")(*args)))
-            noise_var = check_positive(
-                sigma_val**2, "noise variance (noise_sd**2)", allow_zero=allow_zero_noise
-            )
+            sigma_val = np.float64(np.asarray(self._function("noise")(*args)))
         else:
-            noise_var = float(self.noise_sd) ** 2
+            sigma_val = np.float64(self.noise_sd)
+        # float64 squares: a noise sd of 1e200 raised Python's bare OverflowError (stop-44
+        # audit); its inf is refused here with the parameter's name
+        with np.errstate(over="ignore", under="ignore"):
+            noise_var = check_positive(
+                float(sigma_val**2), "noise variance (noise_sd**2)", allow_zero=allow_zero_noise
+            )
 
         kernel = PublicKernel(wrap(self._function("kernel")), args)
         kernel_diag = PublicKernel(wrap(self._function("diag")), args, diag=True)

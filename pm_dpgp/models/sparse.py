@@ -547,8 +547,15 @@ class DirichletTargets:
     def from_alpha(cls, alpha_epsilon: float) -> DirichletTargets:
         """``α = 1{l = c} + α_ε``, ``σ̃² = log(1/α + 1)``, ``ỹ = log α − σ̃²/2``."""
         a = check_positive(alpha_epsilon, "alpha_epsilon")
-        var_in = math.log(1.0 / (1.0 + a) + 1.0)
-        var_out = math.log(1.0 / a + 1.0)
+        # log1p: log(1/a + 1) was 0 for a > 2^53 (stop-44 audit: ZeroDivisionError)
+        var_in = math.log1p(1.0 / (1.0 + a))
+        var_out = math.log1p(1.0 / a)
+        if not (var_in > 0.0 and var_out > 0.0):
+            raise ValueError(
+                f"alpha_epsilon={alpha_epsilon!r} is too large (its noise variance "
+                "log(1/alpha_epsilon + 1) is 0 in float64); Milios et al. take 0 < alpha_epsilon "
+                "<< 1, e.g. 0.01."
+            )
         return cls(
             a, math.log(1.0 + a) - var_in / 2.0, math.log(a) - var_out / 2.0, var_in, var_out
         )

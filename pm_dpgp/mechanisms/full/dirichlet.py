@@ -43,6 +43,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from pm_dpgp._progress import progress_bar
 from pm_dpgp._validation import (
+    check_count,
     check_delta,
     check_epsilon,
     check_flag,
@@ -150,8 +151,11 @@ class DirichletRelease(SparseQuRelease):
             return (p / p.sum(axis=0, keepdims=True)).T
         if method != "mc":
             raise ValueError(f"method must be 'moment' or 'mc', got {method!r}.")
+        # a whole number >= 1, before the generator is used (stop-44 audit: n_samples=0 gave
+        # NaN probabilities, 2.5 two draws and the text "10" ten)
+        n = check_count(n_samples, "n_samples")
         g = check_rng(rng)
-        f = mu[None] + np.sqrt(var)[None] * g.standard_normal((int(n_samples), *mu.shape))
+        f = mu[None] + np.sqrt(var)[None] * g.standard_normal((n, *mu.shape))
         f = f - f.max(axis=1, keepdims=True)
         e = np.exp(f)
         return (e / e.sum(axis=1, keepdims=True)).mean(axis=0).T
@@ -331,9 +335,15 @@ def dirichlet_release(
     Z, d = public.Z, public.input_dim
     classes = np.arange(C)
 
-    def preprocess(X: Any, labels: Any) -> tuple[Any, Any, Any, Any]:
+    def preprocess(X: Any, labels: Any, *extra: Any) -> tuple[Any, Any, Any, Any]:
         # Records with a non-finite input or a label outside 0 … C−1 are dropped (they
         # contribute zero, within the sensitivity); nothing reports whether that happened.
+        if extra:  # schema only (stop-44 audit: "preprocess() takes 2 positional arguments")
+            raise ValueError(
+                f"data must be (X, labels), got {2 + len(extra)} arrays per chunk; a Dirichlet "
+                "release takes no per-point noise variances (they follow from the labels, "
+                "Honkela eq. 21)."
+            )
         Xa, ok = _inputs_chunk(X, d)
         if np.ndim(labels) > 1 and np.shape(labels)[1:] != (1,):  # schema only
             # one-hot labels were ravelled and reported as "600 rows" (stop-41 fuzz)
