@@ -222,6 +222,27 @@ def check_draws_fit(n_draws: int, width: int, copies: int = 3) -> None:
     del probe
 
 
+def check_doubles_fit(count: int, what: str) -> None:
+    """Refuse, before the spend, a computation whose arrays need ``count`` float64 values.
+
+    Like ``check_draws_fit`` for arrays that are not draws: one allocation of ``count``
+    doubles is requested (never touched, so the operating system does not commit it) and
+    released at once; if the system refuses it, ``ValueError`` says so, naming ``what``
+    (stop-44 audit: a sample-path release at 8·10⁴ distinct ``X_star`` rows, whose packed
+    covariance is 24 GiB, was charged and then raised ``MemoryError``).  Public sizes only.
+    """
+    count = max(int(count), 1)
+    try:
+        probe = np.empty(count, dtype=np.float64)
+    except (MemoryError, ValueError, OverflowError):
+        gib = count * 8 // 2**30
+        raise ValueError(
+            f"{what} needs {_short(count)} float64 values ({_short(gib)} GiB), more than this "
+            "machine can hold; nothing was spent or drawn."
+        ) from None
+    del probe
+
+
 def check_scale(value: float, name: str) -> float:
     """Return ``value`` as a float > 0 whose square is a normal float64 (a kernel amplitude).
 

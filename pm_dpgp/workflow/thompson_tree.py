@@ -66,6 +66,7 @@ from pm_dpgp._validation import (
     bounds_from_centred,
     centred_bound,
     check_delta,
+    check_doubles_fit,
     check_epsilon,
     check_finite_number,
     check_flag,
@@ -553,6 +554,15 @@ def dp_thompson_sampling_tree(
     else:  # §3: replace-one (x, y), the stacked (A, c B̂)
         Delta, dim = l2_sensitivity(R_y, feats.R, c), M + M * (M + 1) // 2
         leaf_equation = " * eq. (6) with R_k = R_phi, docs/thompson_tree.md §3"
+    if counter == "sqrt" and T > 0:
+        # the square-root counter keeps every leaf and every release (T × dim each) and stacks
+        # the releases for each prefix: refused here, before the charge (stop-44 audit: T = 2·10⁶
+        # rounds of dim 2144 charged the run, then raised MemoryError in SqrtCounter)
+        check_doubles_fit(
+            3 * T * dim,
+            f"the square-root counter of {T} rounds of {dim} released values (it keeps every "
+            "leaf and release; use counter='tree' or fewer rounds)",
+        )
     plan: TreePlan | SqrtCounterPlan | None = None
     stop: StopReason = "completed"
 

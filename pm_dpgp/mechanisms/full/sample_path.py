@@ -53,6 +53,7 @@ from pm_dpgp._validation import (
     check_clip_option,
     check_count,
     check_delta,
+    check_doubles_fit,
     check_draws_fit,
     check_epsilon,
     check_finite_array,
@@ -1276,6 +1277,15 @@ def sample_path_release(
         require_domain_unless_stationary(stationary)
     probes = _public_probes(X_star, domain)
     X_first = _distinct_rows(X_star)  # where the first values are drawn
+    # the release's peak, n(n+1)/2 + n m + m(m+1)/2 doubles (the packed training factor,
+    # V = L_K⁻¹k(X, X*) and the packed covariance; docs/sample_paths.md, "Memory"): refused
+    # here, before the spend and before the O(m²) kernel check (stop-44 audit: 8·10⁴ rows of
+    # X_star were charged, then MemoryError).  n and m are public
+    n_rows, m_first = X.shape[0], len(X_first)
+    check_doubles_fit(
+        n_rows * (n_rows + 1) // 2 + n_rows * m_first + m_first * (m_first + 1) // 2,
+        f"a sample-path release of n = {n_rows} records at {m_first} distinct X_star rows",
+    )
     prior_var, blocks = _check_public_kernel(
         public_gp,
         kernel_scale,

@@ -1,0 +1,98 @@
+"""Stop-44 audit of the sample-path release and the tree/square-root Thompson loop.
+
+Each test fails on the code before the fix it accompanies.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+
+import numpy as np
+import pymc as pm
+import pytest
+
+from pm_dpgp.accounting import Ledger
+from pm_dpgp.mechanisms.full.sample_path import PrivateRows, sample_path_release
+from pm_dpgp.mechanisms.full.sqrt_counter import sqrt_factor_coefficients
+from pm_dpgp.models import gp_regression
+from pm_dpgp.workflow import dp_thompson_sampling_tree
+
+
+def _state(rng: np.random.Generator) -> str:
+    return json.dumps(rng.bit_generator.state, sort_keys=True)
+
+
+def test_a_release_too_large_to_factorise_is_refused_before_the_spend() -> None:
+    """n = 3·10⁶ records: the packed training factor alone is 4.5·10¹² doubles (36 TB).
+
+    The release charged the ledger and then raised ``MemoryError`` in the factorisation;
+    the size is public (replace-one neighbours), so it is refused before the spend."""
+    model = gp_regression(
+        np.array([[0.2], [0.8]]),
+        np.array([0.1, -0.1]),
+        pm.gp.cov.ExpQuad(1, ls=0.3),
+        noise_sd=2.0,
+        mean=0.0,
+        mean_is_public=True,
+    )
+    n = 3_000_000
+    X = np.linspace(0.0, 1.0, n)[:, None]
+    rows = PrivateRows(model.public_gp(), X, np.zeros(n))
+    ledger = Ledger(epsilon=1e6, delta=1e-5)
+    rng = np.random.default_rng(0)
+    before = _state(rng)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ValueError, match="more than this machine can hold"):
+            sample_path_release(
+                rows,
+                np.array([[0.5]]),
+                kernel_scale=1.0,
+                y_bounds=(-1.0, 1.0),
+                delta=1e-5,
+                domain=(0.0, 1.0),
+                ledger=ledger,
+                rng=rng,
+            )
+    assert len(ledger.history) == 0
+    assert _state(rng) == before
+
+
+def test_a_square_root_counter_too_large_to_hold_is_refused_before_the_charge() -> None:
+    """The square-root counter keeps every leaf: T × dim doubles (here 10⁷ × 45,450).
+
+    The loop charged the whole run and then raised ``MemoryError`` in ``SqrtCounter``."""
+    ledger = Ledger(epsilon=3.0, delta=1e-5)
+    rng = np.random.default_rng(1)
+    before = _state(rng)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ValueError, match="more than this machine can hold"):
+            dp_thompson_sampling_tree(
+                lambda X: np.sin(3.0 * X[:, 0]),
+                pm.gp.cov.ExpQuad(1, ls=0.3),
+                domain=(0.0, 1.0),
+                X_init=np.array([[0.1], [0.5], [0.9]]),
+                n_rounds=10_000_000,
+                noise_sd=0.1,
+                inducing=300,  # M = 300: dim = M + M(M + 1)/2 = 45,450 for posterior="prefix"
+                y_bounds=(-1.0, 1.0),
+                ledger=ledger,
+                counter="sqrt",
+                posterior="prefix",
+                rng=rng,
+                progressbar=False,
+            )
+    assert len(ledger.history) == 0
+    assert _state(rng) == before
+
+
+@pytest.mark.parametrize("T", [10, 100, 1000, 100_000])
+def test_sqrt_counter_noise_factor_matches_its_documented_growth(T: int) -> None:
+    """``Σ_{k<T} c_k² ≈ (ln T + γ + 4 ln 2)/π`` (the module docstring said
+    ``1 + (ln T + 1.27)/π``, 0.34 too large at every T)."""
+    c = sqrt_factor_coefficients(T)
+    approx = (math.log(T) + 0.5772156649 + 4.0 * math.log(2.0)) / math.pi
+    assert abs(float(c @ c) - approx) < 0.01
