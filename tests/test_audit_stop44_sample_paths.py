@@ -96,3 +96,30 @@ def test_sqrt_counter_noise_factor_matches_its_documented_growth(T: int) -> None
     c = sqrt_factor_coefficients(T)
     approx = (math.log(T) + 0.5772156649 + 4.0 * math.log(2.0)) / math.pi
     assert abs(float(c @ c) - approx) < 0.01
+
+
+def test_a_sample_path_loop_stopped_by_the_budget_draws_nothing_from_the_generator() -> None:
+    """The ledger cannot afford round 1: the loop warns that nothing was spent or drawn.
+
+    It had drawn the round's 256 candidates from the caller's Generator before asking the
+    ledger (the tree loop asks first)."""
+    from pm_dpgp.workflow import dp_thompson_sampling
+
+    rng = np.random.default_rng(3)
+    before = _state(rng)
+    ledger = Ledger(epsilon=0.01, delta=1e-5)
+    with pytest.warns(UserWarning, match="nothing was spent or drawn"):
+        res = dp_thompson_sampling(
+            lambda X: np.sin(3.0 * X[:, 0]),
+            pm.gp.cov.ExpQuad(1, ls=0.3),
+            domain=(0.0, 1.0),
+            X_init=np.array([[0.1], [0.5]]),
+            n_rounds=3,
+            noise_sd=0.5,
+            ledger=ledger,
+            rng=rng,
+            progressbar=False,
+        )
+    assert res.stop_reason == "budget" and res.n_rounds == 0
+    assert len(ledger.history) == 0
+    assert _state(rng) == before

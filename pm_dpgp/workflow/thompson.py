@@ -704,6 +704,20 @@ def dp_thompson_sampling(
         try:
             for _ in range(int(n_rounds)):
                 n = len(y_all)
+                if private:
+                    assert ledger is not None and delta is not None and kappa is not None
+                    bound = round_bound(n=n)
+                    # the budget first: a round the ledger cannot afford stops the loop before
+                    # its candidates are drawn (stop-44 audit: a run stopped by the budget
+                    # before round 1 had advanced the caller's Generator by 256 draws while
+                    # saying nothing was drawn) and before the release's own checks and
+                    # warnings.  ``sample_path_event`` is memoised per bound, so the release
+                    # spends this same object: one composition and one ε conversion for both
+                    # the check and the spend.
+                    charged = sample_path_event(bound, 1)
+                    if not ledger.can_afford(charged):
+                        stop = "budget"
+                        break
                 X_c = (
                     fixed_cand
                     if fixed_cand is not None
@@ -711,15 +725,6 @@ def dp_thompson_sampling(
                 )
                 if private:
                     assert ledger is not None and delta is not None and kappa is not None
-                    bound = round_bound(n=n)
-                    # the budget first: a round the ledger cannot afford stops the loop before
-                    # the release's own checks and warnings.  ``sample_path_event`` is memoised
-                    # per bound, so the release spends this same object: one composition and
-                    # one ε conversion for both the check and the spend.
-                    charged = sample_path_event(bound, 1)
-                    if not ledger.can_afford(charged):
-                        stop = "budget"
-                        break
                     # the rows so far with the first model's public GP (kernel compiled once)
                     data = cast(
                         GPRegression,
