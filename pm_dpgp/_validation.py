@@ -18,6 +18,7 @@ import datetime
 import decimal
 import math
 import numbers
+import os
 import sys
 import warnings
 from collections.abc import Iterator, Mapping, MappingView
@@ -200,6 +201,14 @@ def _short(k: int) -> str:
     return str(k) if k < 10**6 else f"about 2**{k.bit_length() - 1}"
 
 
+def _physical_memory() -> int | float:
+    """Bytes of physical memory (``inf`` where the platform does not say)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return math.inf
+
+
 def check_draws_fit(n_draws: int, width: int, copies: int = 3) -> None:
     """Refuse, before the spend, ``n_draws`` rows of ``width`` values that cannot be held.
 
@@ -233,6 +242,10 @@ def check_doubles_fit(count: int, what: str) -> None:
     """
     count = max(int(count), 1)
     try:
+        # beyond the physical memory too: with vm.overcommit_memory = 1 the system grants any
+        # allocation below the address-space limit (128 TiB), and the probe alone proves nothing
+        if count * 8 > _physical_memory():
+            raise MemoryError
         probe = np.empty(count, dtype=np.float64)
     except (MemoryError, ValueError, OverflowError):
         gib = count * 8 // 2**30

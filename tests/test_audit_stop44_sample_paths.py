@@ -123,3 +123,41 @@ def test_a_sample_path_loop_stopped_by_the_budget_draws_nothing_from_the_generat
     assert res.stop_reason == "budget" and res.n_rounds == 0
     assert len(ledger.history) == 0
     assert _state(rng) == before
+
+
+def test_check_doubles_fit_refuses_beyond_physical_memory_even_if_granted(monkeypatch) -> None:
+    """With ``vm.overcommit_memory = 1`` an untouched 11 TB ``np.empty`` can succeed; the
+    refusal must not depend on that (stop-44 review)."""
+    import pm_dpgp._validation as v
+
+    monkeypatch.setattr(v, "_physical_memory", lambda: 2**30)
+    with pytest.raises(ValueError, match="more than this machine can hold"):
+        v.check_doubles_fit(2**28, "a test array")  # 2 GiB > the 1 GiB pretended
+    v.check_doubles_fit(2**20, "a test array")  # 8 MiB: fine
+
+
+def test_a_later_round_refused_before_its_charge_keeps_the_charged_rounds(monkeypatch) -> None:
+    """Round 3 refused before its charge (too large to hold at that n): the two charged
+    rounds were lost with the raised ValueError (stop-44 audit); now a ReleaseError holds them."""
+    import pm_dpgp.workflow.thompson as loop
+    from pm_dpgp.workflow import ReleaseError
+
+    original, calls = loop.sample_path_release, []
+
+    def refuse_third(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise ValueError("too large to hold; nothing was spent or drawn")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "sample_path_release", refuse_third)
+    ledger = Ledger(30.0, 1e-5)
+    with pytest.raises(ReleaseError, match="round 3") as info:
+        loop.dp_thompson_sampling(
+            lambda X: np.sin(6 * X[:, 0]), pm.gp.cov.ExpQuad(1, ls=0.2), domain=(0, 1),
+            X_init=[[0.1], [0.5], [0.9]], n_rounds=5, noise_sd=2.0, y_bounds=(-1, 1),
+            ledger=ledger, candidates=32, progressbar=False, rng=np.random.default_rng(0),
+        )  # fmt: skip
+    res = info.value.result
+    assert isinstance(info.value.__cause__, ValueError)
+    assert res.n_rounds == 2 and len(res.events) == len(ledger.history) == 2

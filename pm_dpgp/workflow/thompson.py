@@ -207,7 +207,9 @@ class ReleaseError(LoopError):
     """A round's sample-path release failed after the ledger charged it (e.g. ``MemoryError``
     in its O(n³) factorisation at large n): ``result`` holds the completed rounds and, in
     ``events``, the failed round's charge, with ``stop_reason="release_error"`` (stop-43
-    audit: the completed rounds were lost).  The release's own exception is ``__cause__``.
+    audit: the completed rounds were lost), or refused before its charge in a later round (a
+    release too large to hold at that round's ``n``: stop-44 audit).  The release's own
+    exception is ``__cause__``.
     """
 
 
@@ -767,9 +769,11 @@ def dp_thompson_sampling(
                             events.append(
                                 charged.with_label(f"Thompson round path (n={n}), then failed")
                             )
-                        if not isinstance(err, Exception) or not charged_now:
-                            # KeyboardInterrupt: stop below; a refusal before the charge (a
-                            # ValueError, ReusedGeneratorError) is raised as it is
+                        if not isinstance(err, Exception) or not (charged_now or events):
+                            # KeyboardInterrupt: stop below; a refusal before the first charge
+                            # (a ValueError, ReusedGeneratorError) is raised as it is.  After
+                            # charged rounds it is a ReleaseError holding them (stop-44 audit:
+                            # the memory refusal of a late round, at large n, lost the run)
                             raise
                         failure, stop = err, "release_error"
                         break
