@@ -221,6 +221,8 @@ def check_draws_fit(n_draws: int, width: int, copies: int = 3) -> None:
     """
     shape = (n_draws, max(int(width), 1))
     try:
+        if copies * shape[0] * shape[1] * 8 > _physical_memory():  # as check_doubles_fit
+            raise MemoryError
         probe = [np.empty(shape, dtype=np.float64) for _ in range(copies)]
     except (MemoryError, ValueError, OverflowError):
         gib = copies * shape[0] * shape[1] * 8 // 2**30  # integers: 10**400 does not overflow

@@ -161,3 +161,12 @@ def test_a_later_round_refused_before_its_charge_keeps_the_charged_rounds(monkey
     res = info.value.result
     assert isinstance(info.value.__cause__, ValueError)
     assert res.n_rounds == 2 and len(res.events) == len(ledger.history) == 2
+
+
+def test_check_draws_fit_refuses_beyond_physical_memory_even_if_granted(monkeypatch) -> None:
+    import pm_dpgp._validation as v
+
+    monkeypatch.setattr(v, "_physical_memory", lambda: 2**30)
+    with pytest.raises(ValueError, match="more than this machine can hold"):
+        v.check_draws_fit(2**14, 2**12)  # 3 copies of 0.5 GiB > the 1 GiB pretended
+    v.check_draws_fit(16, 16)
