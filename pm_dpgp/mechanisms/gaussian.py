@@ -169,7 +169,13 @@ def gaussian_epsilon(sigma: float, delta: float, sensitivity: float = 1.0) -> fl
     sigma = check_positive(sigma, "sigma")
     delta = check_delta(delta)
     sensitivity = check_positive(sensitivity, "sensitivity")
-    return gdp_epsilon(sensitivity / sigma, delta)
+    mu = sensitivity / sigma
+    if not mu <= 1e154:  # ε ≈ μ²/2 leaves float64 (stop-44 audit: SciPy's "value at x=inf is NaN")
+        raise ValueError(
+            f"sensitivity / sigma = {mu:.3g} is so large that epsilon (about its square / 2) "
+            "exceeds float64: such a release protects nothing. Use a larger sigma."
+        )
+    return gdp_epsilon(mu, delta)
 
 
 def zcdp_rho(epsilon: float, delta: float) -> float:

@@ -239,6 +239,15 @@ def plan_discrete_gaussian(sensitivity: float, dim: int, rho: float) -> Discrete
     dim = _check_dim(dim)
     gamma = grid_for(sensitivity / math.sqrt(2.0 * rho))
     d_int = integer_sensitivity(sensitivity, gamma, dim)
+    if d_int > INT_LIMIT:  # public: ρ and k (d_int ≈ 2^20·√(2ρ) + √k)
+        # OpenDP's map takes an i64 d_in: at ε = 1e30 its refusal quoted a 22-digit integer
+        # ("... is not representable by i64"; stop-44 audit)
+        raise ValueError(
+            f"the discrete Gaussian's integer sensitivity exceeds 2^61 (ρ = {rho:.3g}, {dim} "
+            "coordinates): the privacy target is so weak (epsilon far too large) that the "
+            "secure noise cannot be calibrated in int64. Choose epsilon <= 10 (e.g. 1). "
+            "Nothing was spent."
+        )
     scale = d_int / math.sqrt(2.0 * rho)
     if scale > _MAX_SCALE:  # public settings only: ρ and k
         raise ValueError(

@@ -381,6 +381,25 @@ def planned_l2_sensitivity(
     return charged_l2_sensitivity(unit_sensitivity, upper - lower, public_part)
 
 
+def check_public_offset(
+    offset: NDArray[np.float64], y_bounds: tuple[float, float], prior_mean: float
+) -> None:
+    """Refuse a non-finite public offset ``μ + F (c − μ) W 1`` before anything is spent.
+
+    The offset depends on the public ``F``, ``W``, bounds and prior mean only.  When it
+    overflows (labels near +1.7e308 with the prior mean near −1.7e308: ``c − μ`` is ``inf``)
+    every draw is ``inf`` or NaN whatever the noise; before stop 44 the release was charged
+    and returned them (``tests/test_audit_stop44_label_noise.py``).
+    """
+    if not np.all(np.isfinite(offset)):
+        raise ValueError(
+            f"the release's public offset mu + F (c - mu) W 1 (prior mean {prior_mean!r}, "
+            f"y_bounds {tuple(y_bounds)!r}) is not finite in float64: the prior mean is far "
+            "too far from the bounds; rescale the outputs or use a prior mean inside "
+            "y_bounds. Nothing was spent or drawn."
+        )
+
+
 def label_gaussian_release(
     mechanism: str,
     public_gp: PublicGP,
@@ -425,6 +444,7 @@ def label_gaussian_release(
     )
     d = labels.data_sensitivity
     offset = public_gp.mean + shape_factor @ whitening.public
+    check_public_offset(offset, labels.y_bounds, public_gp.mean)
     unit_sensitivity = charged_unit_sensitivity(unit_sensitivity, d, whitening)
     result = perturb(
         offset + shape_factor @ whitening.private,
