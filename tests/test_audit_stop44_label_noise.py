@@ -70,3 +70,11 @@ def test_gaussian_epsilon_beyond_float64_is_refused_clearly():
     with pytest.raises(ValueError, match="larger sigma"):
         gaussian_epsilon(1e-310, 1e-5, 1.0)
     assert gaussian_epsilon(1.0, 1e-5, 1e154) > 1e307
+
+
+def test_gdp_epsilon_beyond_float64_is_refused_clearly():
+    from pm_dpgp.accounting import gdp_epsilon
+
+    with pytest.raises(ValueError, match="exceeds float64"):
+        gdp_epsilon(1e160, 1e-5)
+    assert gdp_epsilon(1e154, 1e-5) > 1e307

@@ -396,6 +396,11 @@ def gdp_epsilon(mu: float, delta: float) -> float:
     """
     mu = check_positive(mu, "mu")
     delta = check_delta(delta)
+    if not mu <= 1e154:  # ε ≈ μ²/2 leaves float64 (stop-44 audit: SciPy's "value at x=inf is NaN")
+        raise ValueError(
+            f"mu = {mu:.3g} is so large that epsilon (about mu^2 / 2) exceeds float64: such a "
+            "mechanism protects nothing (for a Gaussian release, use a larger sigma)."
+        )
     return _gdp_epsilon(mu, delta)
 
 
