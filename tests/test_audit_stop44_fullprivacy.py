@@ -6,6 +6,7 @@ import warnings
 
 import numpy as np
 import pymc as pm
+import pytest
 
 from pm_dpgp.mechanisms.full.dirichlet import dirichlet_calibration
 from pm_dpgp.mechanisms.full.noise_aware import kernel_norm_bound, upper_vector
@@ -37,8 +38,14 @@ def test_dirichlet_sensitivity_holds_for_a_covariance_negative_beyond_the_probes
     assert np.linalg.eigvalsh(public.kernel(G)).min() > -1e-9  # a covariance
     assert public.kernel(Z[:1], np.array([[1.94]]))[0, 0] < 0.0
     C = 2
+    # no bound on ||k(Z, x)|| is proved from the structure with a negative public scalar: the
+    # caller supplies one (eq. 4's sqrt(M) k(0), valid as the kernel is a covariance)
+    assert not public.nonnegative and not public.covariance
+    with pytest.raises(ValueError, match="not a covariance with a non-negative"):
+        kernel_norm_bound(public, "auto")
+    R_k = float(np.sqrt(Z.shape[0]) * public.kernel_diag(Z[:1])[0])
     cal = dirichlet_calibration(
-        public, C, alpha_epsilon=0.01, prior_mean=5.0, kernel_norm="auto", ratio=1.0, rho=0.01,
+        public, C, alpha_epsilon=0.01, prior_mean=5.0, kernel_norm=R_k, ratio=1.0, rho=0.01,
         epsilon=1.0, delta=1e-5, calibration="analytic", secure=False,
     )  # fmt: skip
     tg, mu, c = cal.tg, cal.mu, cal.ratio_c
@@ -60,10 +67,16 @@ def test_nonnegative_by_construction_keeps_a_symbolic_overall_scale():
     """The common ``η² · ExpQuad`` keeps ⟨k, k'⟩ ≥ 0 (its sign is that of k(x, x) > 0)."""
     public, _ = _public(lambda h: h**2 * pm.gp.cov.ExpQuad(1, ls=1.0), 0.7)
     assert public.nonnegative and kernel_norm_bound(public, "auto").nonnegative
+    # a sum is non-negative when its scalars are at their public values (stop-44 audit,
+    # kernel_structure): 0.3 is, -0.3 is not (and then no bound on ||k(Z, x)|| is proved)
     public, _ = _public(
         lambda h: pm.gp.cov.ExpQuad(1, ls=1.0) + h * pm.gp.cov.ExpQuad(1, ls=2.0), 0.3
     )
-    assert not public.nonnegative and not kernel_norm_bound(public, "auto").nonnegative
+    assert public.nonnegative and kernel_norm_bound(public, "auto").nonnegative
+    public, _ = _public(
+        lambda h: pm.gp.cov.ExpQuad(1, ls=1.0) + h * pm.gp.cov.ExpQuad(1, ls=2.0), -0.3
+    )
+    assert not public.nonnegative
 
 
 # ------------------------------------------------------------------ input validation

@@ -86,6 +86,7 @@ __all__ = [
     "dirichlet_targets",
     "grid_inducing_points",
     "is_stationary_decreasing",
+    "kernel_structure",
     "kmeans_inducing_points",
     "sparse_gp_regression",
 ]
@@ -203,29 +204,116 @@ def is_positive_combination(cov: Any) -> bool:
     return _built_from(cov, _DECREASING_STATIONARY, numeric_only=True)
 
 
-def is_nonnegative_by_construction(cov: Any) -> bool:
-    """Whether ``k ≥ 0`` everywhere follows from the structure of ``cov`` and ``k(x, x) > 0``.
+@dataclass(frozen=True)
+class KernelStructure:
+    """What the structure of a covariance proves at the PUBLIC hyperparameter values.
 
-    ``is_positive_combination`` (numeric scalars only), or a product whose kernel factors are
-    such and whose scalars may be symbolic: a product of non-negative kernels times scalars
-    has one sign everywhere, the sign of ``k(x, x)`` (checked positive at release time).  A
-    symbolic scalar in a *sum* has no sign here: ``ExpQuad(ℓ=1) − (1/1.2)·ExpQuad(ℓ=1.2)`` is
-    a covariance, non-negative and non-increasing out to 1.09 and negative beyond (down to
-    −0.44 k(0)); probes of the profile over a bounded range cannot see that (stop-44 audit).
+    ``covariance``: built from ExpQuad/Matern/Exponential/RatQuad kernels (RatQuad with
+    ``α > 0``) and constants ``c ≥ 0`` by sums whose scalars are ``≥ 0`` and products whose
+    scalars multiply to ``> 0``, every scalar and constant at its public value.  Each such
+    kernel is ``k(0) k_r(ρ)`` with ``k_r`` positive definite, ``> 0`` and non-increasing in its
+    scaled distance ``ρ`` (Rasmussen & Williams 2006, §4.2); non-negative combinations and
+    products of covariances are covariances (§4.2.4), and of non-negative non-increasing
+    functions are non-negative and non-increasing.  So ``k ≥ 0`` everywhere, and
+    ``|k(x, x')| ≤ k(x, x)``.
+    ``isotropic``: moreover every kernel reads every input column with one lengthscale (at
+    its public value), so ``k(x, x') = k(0) k_r(‖x − x'‖)`` with ``k_r`` non-negative and
+    non-increasing on all of ``[0, ∞)`` — what Honkela's (2024) eqs. 7–8 need.
+    A negative public scalar in a sum (e.g. ``ExpQuad(1) − ExpQuad(1.2)/1.2``, a covariance
+    negative beyond 1.09, or ``ExpQuad(1) − 0.7 ExpQuad(10)``, no covariance) proves neither;
+    probes over a bounded range of distances cannot stand in for this (stop-44 audit).
     """
-    if is_positive_combination(cov):
-        return True
-    if not isinstance(cov, pm.gp.cov.Prod):
-        return False
-    for part in cov._factor_list:
-        if isinstance(part, BaseCovariance):
-            if not is_nonnegative_by_construction(part):
-                return False
-        elif _numeric_scalar(part) is None and not (
-            hasattr(part, "type") and getattr(part.type, "ndim", 1) == 0
-        ):
-            return False
-    return True
+
+    covariance: bool
+    isotropic: bool
+
+
+def symbolic_parts(cov: Any) -> list[Any]:
+    """The symbolic scalars, constants, lengthscales and RatQuad ``α`` of ``cov`` whose public
+    values ``kernel_structure`` needs (in the order it reads them)."""
+    found: list[Any] = []
+
+    def record(part: Any) -> NDArray[np.float64]:
+        if _value(part) is None:
+            found.append(part)
+        return np.ones(())
+
+    _structure(cov, record, None)
+    return found
+
+
+def kernel_structure(
+    cov: Any, input_dim: int, values: Callable[[Any], NDArray[np.float64]] | None = None
+) -> KernelStructure:
+    """``KernelStructure`` of ``cov`` at public values; ``values(part)`` gives a symbolic
+    part's public value (``None``: every symbolic part is treated as unknown, proving
+    nothing about its sign)."""
+
+    def value_of(part: Any) -> NDArray[np.float64] | None:
+        v = _value(part)
+        if v is None and values is not None:
+            got = values(part)
+            v = None if got is None else np.asarray(got, dtype=np.float64)
+        return v
+
+    return _structure(cov, value_of, input_dim)
+
+
+def _value(part: Any) -> NDArray[np.float64] | None:
+    """A numeric part's value (numbers, arrays, PyTensor constants), else ``None``."""
+    if isinstance(part, bool | str):
+        return None
+    if isinstance(part, numbers.Real | np.ndarray | list | tuple):
+        try:
+            return np.asarray(part, dtype=np.float64)
+        except (TypeError, ValueError):
+            return None
+    data = getattr(part, "data", None)
+    if data is not None and type(part).__name__ == "TensorConstant":
+        return np.asarray(data, dtype=np.float64)
+    return None
+
+
+def _structure(
+    cov: Any, value_of: Callable[[Any], NDArray[np.float64] | None], input_dim: int | None
+) -> KernelStructure:
+    gpc = pm.gp.cov
+    no = KernelStructure(False, False)
+    if isinstance(cov, _DECREASING_STATIONARY):
+        ls = value_of(getattr(cov, "ls", 1.0))
+        if isinstance(cov, gpc.RatQuad):
+            a = value_of(cov.alpha)
+            if a is None or a.size != 1 or not (float(a) > 0.0):
+                return no  # α ≤ 0: (1 − r²/(2|α|ℓ²))^|α| is no covariance (unbounded)
+        if ls is None or not np.all(np.isfinite(ls)) or not np.all(ls != 0.0):
+            return no
+        active = np.atleast_1d(np.asarray(getattr(cov, "active_dims", []))).ravel()
+        full = input_dim is not None and sorted(active.tolist()) == list(range(input_dim))
+        one_scale = bool(np.all(np.abs(ls) == np.abs(ls.ravel()[0])))
+        return KernelStructure(True, full and one_scale)
+    if isinstance(cov, gpc.Constant):
+        c = value_of(getattr(cov, "c", None))
+        ok = c is not None and c.size == 1 and float(c) >= 0.0
+        return KernelStructure(ok, ok)
+    if isinstance(cov, gpc.Add | gpc.Prod):
+        product = isinstance(cov, gpc.Prod)
+        covariance, isotropic, sign = True, True, 1.0
+        for part in cov._factor_list:
+            if isinstance(part, BaseCovariance):
+                sub = _structure(part, value_of, input_dim)
+                covariance, isotropic = covariance and sub.covariance, isotropic and sub.isotropic
+                continue
+            v = value_of(part)
+            if v is None or v.size != 1 or not np.isfinite(float(v)):
+                return no
+            if product:
+                sign *= float(np.sign(v))
+            elif not (float(v) >= 0.0):
+                return no
+        if product and not sign > 0.0:
+            return no
+        return KernelStructure(covariance, covariance and isotropic)
+    return no
 
 
 def _numeric_scalar(part: Any) -> float | None:
@@ -238,7 +326,9 @@ def _numeric_scalar(part: Any) -> float | None:
 def _built_from(cov: Any, kinds: tuple[type, ...], *, numeric_only: bool) -> bool:
     gpc = pm.gp.cov
     if isinstance(cov, kinds):
-        return True
+        # (1 − r²/(2|α|ℓ²))^|α| for α < 0 is no covariance: unbounded as r grows (stop-44)
+        alpha = _value(getattr(cov, "alpha", 1.0)) if isinstance(cov, gpc.RatQuad) else None
+        return alpha is None or (alpha.size == 1 and float(alpha) > 0.0)
     if isinstance(cov, gpc.Constant):
         c = _numeric_scalar(getattr(cov, "c", None))
         return (c is not None and c >= 0.0) or (c is None and not numeric_only)
@@ -334,9 +424,15 @@ class PublicSparseGP:
     _kernel_diag: Callable[[NDArray[np.float64]], NDArray[np.float64]] = field(repr=False)
     hyperparameter_source: str = CALLER_DECLARED
     _input_columns: tuple[str, ...] | None = field(default=None, repr=False)
-    #: ``k ≥ 0`` everywhere by construction (``is_nonnegative_by_construction``); the probes
-    #: of ``kernel_norm_bound`` cover a bounded range only
+    #: ``k ≥ 0`` everywhere by construction at the public values (``kernel_structure``); the
+    #: probes of ``kernel_norm_bound`` cover a bounded range only
     nonnegative: bool = False
+    #: a covariance by construction at the public hyperparameter values, ``k ≥ 0`` and
+    #: ``|k(x, x')| ≤ k(x, x)`` everywhere (``KernelStructure.covariance``)
+    covariance: bool = False
+    #: moreover isotropic with a non-negative, non-increasing profile on all of ``[0, ∞)``
+    #: (``KernelStructure.isotropic``): what Honkela's eqs. 7–8 need
+    isotropic: bool = False
 
     def __post_init__(self) -> None:
         # as PublicGP: a zero noise variance is refused on every path (issue 15, point 3)
@@ -420,6 +516,7 @@ class SparseGPRegression(GPRegression):
         description += (
             f"; inducing inputs: {self.Z.shape[0]} public points; jitter: {self.jitter:g}"
         )
+        structure = self.kernel_structure(values)
         public = PublicSparseGP(
             Z=_readonly(self.Z),
             noise_var=noise_var,
@@ -433,10 +530,36 @@ class SparseGPRegression(GPRegression):
             _kernel_diag=kernel_diag,
             hyperparameter_source=hyperparameter_source(hyperparameters, self.hyperparameter_names),
             _input_columns=getattr(self, "_input_columns", None),
-            nonnegative=is_nonnegative_by_construction(self.cov_func),
+            nonnegative=structure.covariance,
+            covariance=structure.covariance,
+            isotropic=structure.isotropic,
         )
         public.kzz()  # fail early on a broken kernel
         return public
+
+    def kernel_structure(self, values: Mapping[str, Any]) -> KernelStructure:
+        """``kernel_structure`` of the covariance with its symbolic scalars, constants,
+        lengthscales and RatQuad ``α`` at the public hyperparameter ``values`` (checked
+        ones, ``_check_hyperparameters``): one small PyTensor function of the
+        hyperparameters, compiled once per model."""
+        parts = symbolic_parts(self.cov_func)
+        if not parts:
+            return kernel_structure(self.cov_func, int(self.Z.shape[1]))
+        fn = self._compiled.get("structure")
+        if fn is None:
+            import pytensor
+            import pytensor.tensor as pt
+
+            outs = self._replace([pt.as_tensor_variable(p) for p in parts])
+            fn = pytensor.function(
+                list(self._hyper_inputs), outs, on_unused_input="ignore", mode="FAST_COMPILE"
+            )
+            self._compiled["structure"] = fn
+        args = [values[nm] for nm in self.hyperparameter_names]
+        found = {
+            id(p): np.asarray(v, dtype=np.float64) for p, v in zip(parts, fn(*args), strict=True)
+        }
+        return kernel_structure(self.cov_func, int(self.Z.shape[1]), lambda p: found.get(id(p)))
 
 
 def sparse_gp_regression(

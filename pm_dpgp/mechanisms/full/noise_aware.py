@@ -197,12 +197,14 @@ def kernel_norm_bound(
     * a float: a public ``R_k`` supplied by the caller (used as is).
 
     The bounds need a stationary kernel ``k = σ_f² k_r(‖x − x'‖)`` with ``k_r`` non-increasing
-    and ≥ 0 (eq. 4 only needs a constant diagonal and ``|k(z, x)| ≤ k(x, x)``, true for every
-    covariance; checked at the probes, since a symbolic scale or constant may take a negative
-    public value).  This is checked structurally (the PyMC
-    covariance is built from ExpQuad/Matern/Exponential/RatQuad, constants, sums and
-    products) and numerically at probe points (isotropy, monotonicity, non-negativity);
-    otherwise ``ValueError`` asks for an explicit public ``R_k``.
+    and ≥ 0 on all of ``[0, ∞)`` (eq. 4 only needs a constant diagonal and
+    ``|k(z, x)| ≤ k(x, x)``, true for every covariance).  Both are proved from the structure
+    at the public hyperparameter values (``pm_dpgp.models.sparse.kernel_structure``:
+    ExpQuad/Matern/Exponential/RatQuad with ``α > 0``, constants, sums and products whose
+    scalars are ≥ 0 at their public values; eqs. 7–8 moreover one lengthscale over every
+    input column), and checked numerically at probe points (isotropy, monotonicity,
+    non-negativity, ``|k| ≤ k(x, x)``), which reach ``(M + 1) d_z`` only and prove nothing
+    beyond; otherwise ``ValueError`` asks for an explicit public ``R_k``.
     """
     if not isinstance(method, str):
         R_k = check_positive(method, "kernel_norm (a public bound R_k)")
@@ -217,6 +219,19 @@ def kernel_norm_bound(
             "Matern, Exponential, RatQuad, constants, sums and products of these), so the "
             "bounds of Honkela eqs. (4), (7), (8) on ||k(Z, x)|| do not apply. Pass a public "
             "bound kernel_norm=R_k (a float with ||k(Z, x)|| <= R_k for every possible x)."
+        )
+    if not getattr(public, "covariance", False):
+        # eqs. (4), (7), (8) all assume a covariance, and (7), (8) a non-negative,
+        # non-increasing profile on all of [0, inf); the probes below reach (M + 1) d_z only
+        # (stop-44 audit: ExpQuad(1) + h ExpQuad(10) with the public value h = -0.7 passed
+        # them, charged R_k = 0.595 by eq. 7 and ||k(Z, x)|| reached 1.317 far from Z)
+        raise ValueError(
+            "the kernel is not a covariance with a non-negative, non-increasing profile by "
+            "construction at these public hyperparameter values (a scalar or constant of a "
+            "sum with a negative public value, or a RatQuad alpha <= 0), so the bounds of "
+            "Honkela eqs. (4), (7), (8) on ||k(Z, x)|| are not proved. Pass a public bound "
+            "kernel_norm=R_k (a float with ||k(Z, x)|| <= R_k for every possible x). "
+            "Nothing was spent."
         )
     Z = public.Z
     M = Z.shape[0]
@@ -243,7 +258,9 @@ def kernel_norm_bound(
     if not np.allclose(D, sigma_f2, rtol=1e-10, atol=0.0):
         raise ValueError("k(z, z) differs between inducing inputs: the kernel is not stationary.")
     cands: dict[str, float] = {"eq4": math.sqrt(M) * sigma_f2}
-    profile_ok = isotropic and nonneg and monotone
+    # isotropy and the profile's sign and monotonicity on all of [0, inf) follow from the
+    # structure at the public values (public.isotropic); the probes are a consistency check
+    profile_ok = bool(getattr(public, "isotropic", False)) and isotropic and nonneg and monotone
     if profile_ok and M >= 1:
 
         def k_r(r: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -275,9 +292,10 @@ def kernel_norm_bound(
         sigma_f2,
         d_z if math.isfinite(d_z) else None,
         # the probes reach (M + 1) d_z only: k >= 0 beyond must follow from the structure
-        # (stop-44 audit: ExpQuad(1) - ExpQuad(1.2)/1.2, a covariance, passed the probes and
-        # is negative beyond 1.09; t >= 0 in the Dirichlet sensitivity was exceeded by 1.8%)
-        nonneg and profile_ok and bool(getattr(public, "nonnegative", False)),
+        # at the public values (stop-44 audit: ExpQuad(1) - ExpQuad(1.2)/1.2, a covariance,
+        # passed the probes and is negative beyond 1.09; t >= 0 in the Dirichlet sensitivity
+        # was exceeded by 1.8%)
+        nonneg and bool(getattr(public, "nonnegative", False)),
         cands,
     )
 
