@@ -71,7 +71,7 @@ from pm_dpgp.mechanisms.noise import secure_plan
 from pm_dpgp.models._common import check_input_columns
 from pm_dpgp.models.exact import gp_regression
 from pm_dpgp.models.guards import refuse_dirichlet_model, require_exact_regression
-from pm_dpgp.models.sparse import is_stationary_decreasing
+from pm_dpgp.models.sparse import is_stationary_decreasing, kernel_structure_at
 from pm_dpgp.release import noise_sd_of
 
 __all__ = [
@@ -735,7 +735,11 @@ def _planned_kappa(
         if domain is None:  # the release's rules: κ > 0 needs the domain, and so does a
             # kernel not recognised as stationary (stop-43 audit: the plan accepted them)
             if cov_func is not None:
-                require_domain_unless_stationary(is_stationary_decreasing(cov_func))
+                # a symbolic scalar or RatQuad alpha has no public value here: no proof
+                require_domain_unless_stationary(
+                    is_stationary_decreasing(cov_func)
+                    and kernel_structure_at(cov_func, {}).covariance
+                )
             return _check_given_kappa(kappa, None, kernel_scale, None, cov_func)  # type: ignore[arg-type]
         return check_kappa(kappa)
     the_box = parse_domain(domain)  # passed on as a Box: a 2 × 2 array reads two ways

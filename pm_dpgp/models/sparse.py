@@ -87,6 +87,7 @@ __all__ = [
     "grid_inducing_points",
     "is_stationary_decreasing",
     "kernel_structure",
+    "kernel_structure_at",
     "kmeans_inducing_points",
     "sparse_gp_regression",
 ]
@@ -257,6 +258,40 @@ def kernel_structure(
         return v
 
     return _structure(cov, value_of, input_dim)
+
+
+def kernel_structure_at(cov: Any, hyperparameters: Mapping[str, Any]) -> KernelStructure:
+    """``kernel_structure`` of a PyMC covariance whose symbolic parts depend on named
+    hyperparameter variables, at their PUBLIC ``hyperparameters`` (``{name: value}``, as a
+    ``PublicGP`` holds them): each named variable is replaced by its value and the parts are
+    evaluated by one small PyTensor function (none for a numeric kernel).  A part that
+    still depends on a random variable is unknown (proves nothing).  ``covariance`` only is
+    meaningful here (``input_dim`` unknown: ``isotropic`` is ``False``)."""
+    parts = symbolic_parts(cov)
+    if not parts:
+        return kernel_structure(cov, -1)
+    import pytensor
+    import pytensor.tensor as pt
+    from pytensor.graph.basic import ancestors
+    from pytensor.graph.replace import clone_replace
+
+    from pm_dpgp.models.exact import _is_random
+
+    try:
+        outs = [pt.as_tensor_variable(p) for p in parts]
+        mapping = {
+            v: pt.as_tensor_variable(np.asarray(hyperparameters[v.name], dtype=np.float64))
+            for v in ancestors(outs)
+            if v.name is not None and v.name in hyperparameters and v.owner is not None
+        }
+        new = clone_replace(outs, replace=mapping) if mapping else outs
+        if any(_is_random(v) for v in ancestors(new)):
+            return KernelStructure(False, False)  # evaluating would draw random numbers
+        got = pytensor.function([], new, mode="FAST_COMPILE", on_unused_input="ignore")()
+    except Exception:  # a part PyTensor cannot evaluate without more inputs: unknown
+        return KernelStructure(False, False)
+    found = {id(p): np.asarray(v, dtype=np.float64) for p, v in zip(parts, got, strict=True)}
+    return kernel_structure(cov, -1, lambda p: found.get(id(p)))
 
 
 def _value(part: Any) -> NDArray[np.float64] | None:
