@@ -272,10 +272,9 @@ def kernel_structure_at(cov: Any, hyperparameters: Mapping[str, Any]) -> KernelS
         return kernel_structure(cov, -1)
     import pytensor
     import pytensor.tensor as pt
-    from pytensor.graph.basic import ancestors
     from pytensor.graph.replace import clone_replace
 
-    from pm_dpgp.models.exact import _is_random
+    from pm_dpgp.models.exact import _is_random, ancestors  # PyTensor 2 and 3 locations
 
     try:
         outs = [pt.as_tensor_variable(p) for p in parts]
