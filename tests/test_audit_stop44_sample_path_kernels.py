@@ -125,3 +125,25 @@ def test_a_covariance_at_the_public_values_is_released(hyper, cov) -> None:
         kernel_scale=1.7**0.5 if "h" in hyper else 1.0,
     )
     assert np.all(np.isfinite(rel.released_values))
+
+
+def test_the_thompson_loop_refuses_such_a_kernel_before_drawing_anything():
+    """The loop's kernel checks refuse it before its first round: no charge, no draw."""
+    import pytensor.tensor as pt
+
+    from pm_dpgp.workflow import dp_thompson_sampling
+
+    h = -pt.sqrt(pt.constant(0.49))  # an expression of constants: the structure-only check
+    # cannot read its sign
+    cov = pm.gp.cov.ExpQuad(1, ls=1.0) + h * pm.gp.cov.ExpQuad(1, ls=10.0)
+    ledger = Ledger(epsilon=30.0, delta=1e-5)
+    rng = np.random.default_rng(0)
+    before = json.dumps(rng.bit_generator.state, sort_keys=True)
+    with pytest.raises(ValueError, match="not a covariance by construction"):
+        dp_thompson_sampling(
+            lambda X: np.sin(6 * X[:, 0]), cov, domain=(0, 1), X_init=[[0.1], [0.5], [0.9]],
+            n_rounds=3, noise_sd=2.0, y_bounds=(-1, 1), ledger=ledger, candidates=32,
+            progressbar=False, rng=rng,
+        )  # fmt: skip
+    assert ledger.history == []
+    assert json.dumps(rng.bit_generator.state, sort_keys=True) == before
