@@ -204,9 +204,12 @@ def _short(k: int) -> str:
 def _physical_memory() -> int | float:
     """Bytes of physical memory (``inf`` where the platform does not say)."""
     try:
-        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+        page, pages = int(os.sysconf("SC_PAGE_SIZE")), int(os.sysconf("SC_PHYS_PAGES"))
     except (AttributeError, ValueError, OSError):
         return math.inf
+    # os.sysconf returns -1 for a value the platform does not define (and 0 is no answer
+    # either): such a "size" refused every release that checks its memory (stop-44 review)
+    return page * pages if page > 0 and pages > 0 else math.inf
 
 
 def check_draws_fit(n_draws: int, width: int, copies: int = 3) -> None:

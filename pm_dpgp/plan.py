@@ -51,6 +51,7 @@ from pm_dpgp.accounting import BUDGET_RTOL, GaussianEvent, Ledger, PrivacyEvent
 from pm_dpgp.accounting.ledger import FilterName
 from pm_dpgp.accounting.planned import PlannedCharge
 from pm_dpgp.mechanisms.full.sample_path import (
+    _NOT_PROVED_COVARIANCE,
     _check_given_kappa,
     _check_public_kernel,
     _public_probes,
@@ -71,7 +72,11 @@ from pm_dpgp.mechanisms.noise import secure_plan
 from pm_dpgp.models._common import check_input_columns
 from pm_dpgp.models.exact import gp_regression
 from pm_dpgp.models.guards import refuse_dirichlet_model, require_exact_regression
-from pm_dpgp.models.sparse import is_stationary_decreasing, kernel_structure_at
+from pm_dpgp.models.sparse import (
+    depends_on_random_variables,
+    is_stationary_decreasing,
+    kernel_structure_at,
+)
 from pm_dpgp.release import noise_sd_of
 
 __all__ = [
@@ -735,11 +740,21 @@ def _planned_kappa(
         if domain is None:  # the release's rules: κ > 0 needs the domain, and so does a
             # kernel not recognised as stationary (stop-43 audit: the plan accepted them)
             if cov_func is not None:
-                # a symbolic scalar or RatQuad alpha has no public value here: no proof
-                require_domain_unless_stationary(
-                    is_stationary_decreasing(cov_func)
-                    and kernel_structure_at(cov_func, {}).covariance
-                )
+                # the release's rule: a recognised stationary kernel needs no domain, and is
+                # refused (with or without one) unless it is a covariance by construction at
+                # its public hyperparameter values.  Those are decided here for a kernel of
+                # no random variable; a hyperparameter's value is given at release time only
+                # (stop-44 review: a model's eta**2 * ExpQuad(ls=ell), which the release takes
+                # without a domain, was refused as "not recognised as stationary", and with a
+                # domain the plan cannot build a kernel of another model's variables)
+                stationary = is_stationary_decreasing(cov_func)
+                if (
+                    stationary
+                    and not depends_on_random_variables(cov_func)
+                    and not kernel_structure_at(cov_func, {}).covariance
+                ):
+                    raise ValueError(_NOT_PROVED_COVARIANCE)
+                require_domain_unless_stationary(stationary)
             return _check_given_kappa(kappa, None, kernel_scale, None, cov_func)  # type: ignore[arg-type]
         return check_kappa(kappa)
     the_box = parse_domain(domain)  # passed on as a Box: a 2 × 2 array reads two ways

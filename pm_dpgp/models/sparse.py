@@ -293,6 +293,24 @@ def kernel_structure_at(cov: Any, hyperparameters: Mapping[str, Any]) -> KernelS
     return kernel_structure(cov, -1, lambda p: found.get(id(p)))
 
 
+def depends_on_random_variables(cov: Any) -> bool:
+    """Whether a symbolic part of ``cov`` (``symbolic_parts``) depends on a random variable,
+    i.e. on a hyperparameter whose public value is given only at release time (so that
+    ``kernel_structure_at(cov, {})`` cannot decide the structure)."""
+    parts = symbolic_parts(cov)
+    if not parts:
+        return False
+    import pytensor.tensor as pt
+
+    from pm_dpgp.models.exact import _is_random, ancestors
+
+    try:
+        outs = [pt.as_tensor_variable(p) for p in parts]
+    except Exception:  # noqa: BLE001 - not a PyTensor expression: nothing random in it
+        return False
+    return any(_is_random(v) for v in ancestors(outs))
+
+
 def _value(part: Any) -> NDArray[np.float64] | None:
     """A numeric part's value (numbers, arrays, PyTensor constants), else ``None``."""
     if isinstance(part, bool | str):

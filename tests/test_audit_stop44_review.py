@@ -1,0 +1,64 @@
+"""Adversarial review of the stop-44 fixes (each test fails on the code before this review).
+
+* ``_physical_memory``: ``os.sysconf`` returns -1 for a value the platform does not define;
+  the product was then negative and ``check_doubles_fit`` / ``check_draws_fit`` refused
+  every release that checks its memory.
+* ``plan.sample_path`` without a domain: a model's ``eta**2 * ExpQuad(ls=ell)`` (random-variable
+  hyperparameters), which ``sample_path_release`` takes without a domain at positive public
+  values, was refused as "not recognised as stationary" (and with a domain the plan cannot
+  build a kernel of another model's variables).  A kernel of no random variable that is no
+  covariance is refused with the release's own error.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pymc as pm
+import pytensor.tensor as pt
+import pytest
+
+import pm_dpgp._validation as validation
+from pm_dpgp import plan
+from pm_dpgp._validation import check_doubles_fit, check_draws_fit
+
+
+@pytest.mark.parametrize("answer", [-1, 0])
+def test_an_undefined_physical_memory_refuses_nothing(monkeypatch, answer) -> None:
+    monkeypatch.setattr(
+        validation.os, "sysconf", lambda name: 4096 if name == "SC_PAGE_SIZE" else answer
+    )
+    assert validation._physical_memory() == float("inf")
+    check_doubles_fit(10, "ten doubles")
+    check_draws_fit(1, 1)
+
+
+def _plan(cov_func):
+    return plan.sample_path(
+        30,
+        kernel_scale=1.5,
+        y_bounds=(-1.0, 1.0),
+        delta=1e-5,
+        noise_sd=0.6,
+        kappa=0.0,
+        cov_func=cov_func,
+    )
+
+
+def test_plan_without_domain_takes_a_model_kernel_the_release_takes() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pm.Model():
+            eta, ell = pm.HalfNormal("eta", 1.0), pm.Gamma("ell", 2.0, 4.0)
+            cov = eta**2 * pm.gp.cov.ExpQuad(1, ls=ell)
+        assert _plan(cov).epsilon == _plan(None).epsilon
+
+
+def test_plan_without_domain_refuses_a_constant_kernel_that_is_no_covariance() -> None:
+    h = pt.constant(-0.7) * pt.constant(1.0)  # symbolic, no random variable
+    cov = pm.gp.cov.ExpQuad(1, ls=1.0) + h * pm.gp.cov.ExpQuad(1, ls=10.0)
+    with pytest.raises(ValueError, match="not a covariance by construction"):
+        _plan(cov)
+    # a positive one is planned as before
+    cov = pm.gp.cov.ExpQuad(1, ls=1.0) + (-h) * pm.gp.cov.ExpQuad(1, ls=10.0)
+    assert _plan(cov).epsilon == _plan(None).epsilon
