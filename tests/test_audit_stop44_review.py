@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import warnings
 
+import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 import pytest
 
 import pm_dpgp._validation as validation
 from pm_dpgp import plan
-from pm_dpgp._validation import check_doubles_fit, check_draws_fit
+from pm_dpgp._validation import check_doubles_fit, check_draws_fit, public_real_array
 
 
 @pytest.mark.parametrize("answer", [-1, 0])
@@ -62,3 +63,22 @@ def test_plan_without_domain_refuses_a_constant_kernel_that_is_no_covariance() -
     # a positive one is planned as before
     cov = pm.gp.cov.ExpQuad(1, ls=1.0) + (-h) * pm.gp.cov.ExpQuad(1, ls=10.0)
     assert _plan(cov).epsilon == _plan(None).epsilon
+
+
+class _FloatArrayLike:
+    """A float container (as a pandas Series or xarray DataArray of floats): its values are
+    read as float64, never entry by entry as Python objects."""
+
+    dtype = np.dtype(np.float64)
+
+    def __array__(self, dtype=None, copy=None):
+        if dtype is not None and np.dtype(dtype) == np.dtype(object):
+            raise AssertionError("a float container was read entry by entry")
+        return np.arange(3.0)
+
+
+def test_public_real_array_reads_a_float_container_without_its_entries() -> None:
+    np.testing.assert_array_equal(public_real_array(_FloatArrayLike(), "x"), np.arange(3.0))
+    # lists are still read entry by entry
+    with pytest.raises(ValueError, match="booleans"):
+        public_real_array([True, 1.0], "x")
