@@ -205,12 +205,13 @@ def summary_stats(
     tree = xr.DataTree.from_dict({group: ds})
     names = list(ds.data_vars)
     if var_names is not None:
-        # as ArviZ 0.x reads them: the names given (all variables when only "~name"s are given)
-        # less the "~name"s. A mixed list (["f", "~p"]) summarised "~p" on its own, i.e. every
-        # variable but p, so f's rows came twice on ArviZ 1 (stop-44 audit of the two stacks)
+        # as ArviZ (0.x and 1: arviz.utils / arviz_base.utils._subset_list) reads them: with
+        # any "~name", every variable but the excluded ones (the other names add nothing);
+        # else the names given.  A mixed list (["f", "~p"]) summarised "~p" on its own, so
+        # f's rows came twice (stop-44 audit); stop-44 review: not "f only" either, since
+        # az.summary on ArviZ 0.x (the other stack) gives f and every other variable but p
         excluded = {str(v)[1:] for v in var_names if str(v).startswith("~")}
-        included = [str(v) for v in var_names if not str(v).startswith("~")]
-        names = [n for n in (included or names) if n not in excluded]
+        names = [n for n in names if n not in excluded] if excluded else list(var_names)
     tables = [
         az.summary(tree, var_names=[n], group=group, kind="stats", ci_prob=prob, round_to="none")
         for n in names

@@ -82,3 +82,25 @@ def test_public_real_array_reads_a_float_container_without_its_entries() -> None
     # lists are still read entry by entry
     with pytest.raises(ValueError, match="booleans"):
         public_real_array([True, 1.0], "x")
+
+
+def test_dp_summary_reads_a_mixed_var_names_list_as_arviz_on_both_stacks() -> None:
+    """ArviZ (0.x and 1) reads ``["f", "~p"]`` as every variable but ``p``: ``f`` and ``q`` of a
+    group ``f, p, q``.  Since stop 44 ArviZ 1's path gave ``f`` only (ArviZ 0.x: ``f``, ``q``)."""
+    import xarray as xr
+
+    from pm_dpgp.compat import make_inference_data
+    from pm_dpgp.workflow.summary import dp_summary
+
+    draws = np.random.default_rng(0).normal(size=(1, 20, 2))
+    ds = xr.Dataset(
+        {
+            "f": (("chain", "draw", "i"), draws),
+            "p": (("chain", "draw"), draws[..., 0]),
+            "q": (("chain", "draw"), draws[..., 1]),
+        }
+    )
+    idata = make_inference_data({"posterior": ds})
+    for var_names, expected in ((["f", "~p"], ["f", "f", "q"]), (["f", "~f"], ["p", "q"])):
+        table = dp_summary(idata, var_names=var_names)
+        assert [str(i).split("[")[0] for i in table.index] == expected

@@ -70,7 +70,7 @@ def test_dp_summary_reads_include_and_exclude_as_arviz_0x(dirichlet_ppc, var_nam
     assert [str(i).split("[")[0] for i in table.index] == [v for v in expected for _ in range(12)]
 
 
-@pytest.mark.parametrize("var_names", [["~f", "~p"], ["f", "~f"]])
+@pytest.mark.parametrize("var_names", [["~f", "~p"], ["f", "~f", "~p"]])
 def test_dp_summary_refuses_a_selection_of_no_variable(dirichlet_ppc, var_names):
     with pytest.raises(ValueError, match="leaves no variable"):
         dp_summary(dirichlet_ppc, var_names=var_names)

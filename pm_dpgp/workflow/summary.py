@@ -158,10 +158,11 @@ def dp_summary(
             have = sorted(map(str, ds.data_vars))
             raise ValueError(f"no variable {missing} in group {group!r}; it has {have}.")
         var_names = list(var_names)
+        # ArviZ's rule on both stacks: with any "~name", every variable but the excluded ones
         excluded = {v[1:] for v in var_names if v.startswith("~")}
-        chosen = [v for v in var_names if not v.startswith("~")] or list(map(str, ds.data_vars))
-        if not [v for v in chosen if v not in excluded]:  # xarray's "'chain', 'draw' do not
-            # exist" (ArviZ 0.x) or pandas' "No objects to concatenate" (ArviZ 1; stop 44)
+        if excluded and not [v for v in map(str, ds.data_vars) if v not in excluded]:
+            # xarray's "'chain', 'draw' do not exist" (ArviZ 0.x) or pandas' "No objects to
+            # concatenate" (ArviZ 1; stop 44)
             raise ValueError(f"var_names={var_names!r} leaves no variable of group {group!r}.")
     with warnings.catch_warnings():
         # kind="stats" computes no R-hat/ESS; ArviZ may still warn about a single chain
