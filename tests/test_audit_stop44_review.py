@@ -8,6 +8,10 @@
   values, was refused as "not recognised as stationary" (and with a domain the plan cannot
   build a kernel of another model's variables).  A kernel of no random variable that is no
   covariance is refused with the release's own error.
+* ``public_real_array`` read a float pandas Series / xarray DataArray entry by entry as Python
+  objects (0.7 s per 10⁶ values); only lists, scalars and object containers need it.
+* ``dp_summary(var_names=["f", "~p"])``: ArviZ (0.x and 1) reads it as every variable but
+  ``p``; the stop-44 rule gave ``f`` alone on ArviZ 1 and refused ``["f", "~f"]``.
 """
 
 from __future__ import annotations
