@@ -108,3 +108,31 @@ def test_dp_summary_reads_a_mixed_var_names_list_as_arviz_on_both_stacks() -> No
     for var_names, expected in ((["f", "~p"], ["f", "f", "q"]), (["f", "~f"], ["p", "q"])):
         table = dp_summary(idata, var_names=var_names)
         assert [str(i).split("[")[0] for i in table.index] == expected
+
+
+def test_an_integer_hyperparameter_refuses_a_fractional_value_clearly():
+    """DiscreteUniform alpha = 2.5: the kernel used 2 silently (before stop 44), and the
+    structure check of stop 44 raised PyTensor's TypeError; now a ValueError naming it."""
+    import numpy as np
+    import pymc as pm
+
+    from pm_dpgp.accounting import Ledger
+    from pm_dpgp.mechanisms.full.noise_aware import noise_aware_release
+    from pm_dpgp.models import sparse_gp_regression
+
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-2, 2, (30, 1))
+    model = sparse_gp_regression(
+        X,
+        np.sin(X[:, 0]),
+        lambda: pm.gp.cov.RatQuad(1, alpha=pm.DiscreteUniform("a", 1, 5), ls=1.0),
+        Z=np.linspace(-2, 2, 5)[:, None],
+        noise_sd=0.3,
+    )
+    ledger = Ledger(epsilon=5.0, delta=1e-5)
+    kw = {"epsilon": 1.0, "delta": 1e-5, "y_bounds": (-1, 1), "ledger": ledger}
+    with pytest.raises(ValueError, match="integer-valued"):
+        noise_aware_release(model, hyperparameters={"a": 2.5}, rng=np.random.default_rng(1), **kw)
+    assert ledger.history == []
+    noise_aware_release(model, hyperparameters={"a": 2}, rng=np.random.default_rng(1), **kw)
+    assert len(ledger.history) == 1

@@ -489,6 +489,13 @@ class GPRegression:
                 raise ValueError(
                     f"Hyperparameter {nm!r} must be finite, got {given[nm]!r}; pass a finite value."
                 )
+            if rv.type.dtype.startswith(("int", "uint")) and not np.all(arr == np.round(arr)):
+                # the compiled kernel casts 2.5 to 2 silently (allow_input_downcast) and the
+                # structure check of stop 44 raised PyTensor's TypeError (stop-44 review)
+                raise ValueError(
+                    f"Hyperparameter {nm!r} is integer-valued ({rv.type.dtype}), got "
+                    f"{given[nm]!r}; pass a whole number."
+                )
             lo, hi = self._support[nm]
             if np.any(arr < lo) or np.any(arr > hi):
                 raise ValueError(
