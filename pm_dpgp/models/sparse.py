@@ -260,16 +260,18 @@ def kernel_structure(
     return _structure(cov, value_of, input_dim)
 
 
-def kernel_structure_at(cov: Any, hyperparameters: Mapping[str, Any]) -> KernelStructure:
+def kernel_structure_at(
+    cov: Any, hyperparameters: Mapping[str, Any], input_dim: int = -1
+) -> KernelStructure:
     """``kernel_structure`` of a PyMC covariance whose symbolic parts depend on named
     hyperparameter variables, at their PUBLIC ``hyperparameters`` (``{name: value}``, as a
     ``PublicGP`` holds them): each named variable is replaced by its value and the parts are
     evaluated by one small PyTensor function (none for a numeric kernel).  A part that
-    still depends on a random variable is unknown (proves nothing).  ``covariance`` only is
-    meaningful here (``input_dim`` unknown: ``isotropic`` is ``False``)."""
+    still depends on a random variable is unknown (proves nothing).  ``isotropic`` needs the
+    ``input_dim`` (the default ``-1``: unknown, ``False``)."""
     parts = symbolic_parts(cov)
     if not parts:
-        return kernel_structure(cov, -1)
+        return kernel_structure(cov, input_dim)
     import pytensor
     import pytensor.tensor as pt
     from pytensor.graph.replace import clone_replace
@@ -290,7 +292,7 @@ def kernel_structure_at(cov: Any, hyperparameters: Mapping[str, Any]) -> KernelS
     except Exception:  # a part PyTensor cannot evaluate without more inputs: unknown
         return KernelStructure(False, False)
     found = {id(p): np.asarray(v, dtype=np.float64) for p, v in zip(parts, got, strict=True)}
-    return kernel_structure(cov, -1, lambda p: found.get(id(p)))
+    return kernel_structure(cov, input_dim, lambda p: found.get(id(p)))
 
 
 def depends_on_random_variables(cov: Any) -> bool:
@@ -590,28 +592,9 @@ class SparseGPRegression(GPRegression):
         return public
 
     def kernel_structure(self, values: Mapping[str, Any]) -> KernelStructure:
-        """``kernel_structure`` of the covariance with its symbolic scalars, constants,
-        lengthscales and RatQuad ``α`` at the public hyperparameter ``values`` (checked
-        ones, ``_check_hyperparameters``): one small PyTensor function of the
-        hyperparameters, compiled once per model."""
-        parts = symbolic_parts(self.cov_func)
-        if not parts:
-            return kernel_structure(self.cov_func, int(self.Z.shape[1]))
-        fn = self._compiled.get("structure")
-        if fn is None:
-            import pytensor
-            import pytensor.tensor as pt
-
-            outs = self._replace([pt.as_tensor_variable(p) for p in parts])
-            fn = pytensor.function(
-                list(self._hyper_inputs), outs, on_unused_input="ignore", mode="FAST_COMPILE"
-            )
-            self._compiled["structure"] = fn
-        args = [values[nm] for nm in self.hyperparameter_names]
-        found = {
-            id(p): np.asarray(v, dtype=np.float64) for p, v in zip(parts, fn(*args), strict=True)
-        }
-        return kernel_structure(self.cov_func, int(self.Z.shape[1]), lambda p: found.get(id(p)))
+        """``kernel_structure_at`` of the covariance at the public hyperparameter ``values``
+        (checked ones, ``_check_hyperparameters``), with the inputs' dimension (isotropy)."""
+        return kernel_structure_at(self.cov_func, values, int(self.Z.shape[1]))
 
 
 def sparse_gp_regression(
