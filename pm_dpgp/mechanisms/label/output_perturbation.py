@@ -400,6 +400,20 @@ def check_public_offset(
         )
 
 
+def check_planned_offset(
+    shape_factor: NDArray[np.float64],
+    W: NDArray[np.float64],
+    y_bounds: tuple[float, float],
+    prior_mean: float,
+) -> None:
+    """``check_public_offset`` in a plan: the offset ``μ + F (c − μ) W 1`` that the release
+    will add (``centred_whitening``'s public part) depends on public quantities only, so a
+    plan refuses what the release would refuse instead of planning a release of inf/NaN."""
+    public = centred_whitening(W, np.full(W.shape[1], 0.5 * (y_bounds[0] + y_bounds[1])),
+                               y_bounds, prior_mean).public  # fmt: skip
+    check_public_offset(prior_mean + shape_factor @ public, y_bounds, prior_mean)
+
+
 def label_gaussian_release(
     mechanism: str,
     public_gp: PublicGP,
