@@ -1,5 +1,7 @@
 """Stop 45: items noticed at earlier stops and left, fixed now.
 
+* ``dp_thompson_sampling_tree``'s default all-releases posterior needs about ``4 n²`` doubles
+  in its last round (n ≈ T records); a run too large to hold is refused before the charge.
 * ``plan.cloaked`` / ``plan.prior_noise`` planned a release whose public offset
   ``μ + F (c − μ) W 1`` is not finite in float64 (prior mean far from ``y_bounds``), which the
   release itself refuses since stop 44 (``tests/test_audit_stop44_label_noise.py``); the plan
@@ -42,3 +44,45 @@ def test_a_plan_refuses_a_non_finite_public_offset_like_the_release(which):
         )
         got = planner(ok, np.linspace(0.0, 5.0, 3), epsilon=1.0, delta=1e-5, y_bounds=(-1, 1))
     assert np.all(np.isfinite(got.noise_sd)) and np.all(got.noise_sd > 0)
+
+
+def test_an_all_releases_posterior_too_large_to_hold_is_refused_before_the_charge():
+    """``posterior="all_releases"`` (the default) conditions on every release: its last round
+    holds four n × n matrices for n ≈ T records (here T = 2·10⁵: 1.6·10¹¹ doubles).  The
+    loop charged the whole run and would have raised ``MemoryError`` in a late round."""
+    import json
+
+    from pm_dpgp.accounting import Ledger
+    from pm_dpgp.workflow import dp_thompson_sampling_tree
+
+    calls = []
+
+    def objective(X):
+        # the initial design is observed before the plan; a later call ends the old code's
+        # run at round 1 (after its charge) instead of running 2·10⁵ rounds
+        calls.append(len(X))
+        if len(calls) > 1:
+            raise RuntimeError("round 1 reached")
+        return np.sin(3.0 * X[:, 0])
+
+    ledger = Ledger(epsilon=3.0, delta=1e-5)
+    rng = np.random.default_rng(1)
+    before = json.dumps(rng.bit_generator.state, sort_keys=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ValueError, match="all-releases posterior of 200000 rounds"):
+            dp_thompson_sampling_tree(
+                objective,
+                pm.gp.cov.ExpQuad(1, ls=0.3),
+                domain=(0.0, 1.0),
+                X_init=np.array([[0.1], [0.5], [0.9]]),
+                n_rounds=200_000,
+                noise_sd=0.1,
+                inducing=10,
+                y_bounds=(-1.0, 1.0),
+                ledger=ledger,
+                rng=rng,
+                progressbar=False,
+            )
+    assert len(ledger.history) == 0 and calls == [3]
+    assert json.dumps(rng.bit_generator.state, sort_keys=True) == before

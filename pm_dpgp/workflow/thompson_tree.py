@@ -563,6 +563,16 @@ def dp_thompson_sampling_tree(
             f"the square-root counter of {T} rounds of {dim} released values (it keeps every "
             "leaf and release; use counter='tree' or fewer rounds)",
         )
+    if all_releases and T > 0:
+        # the last round's all-releases posterior holds W (T × T), H = W[:, leaf] (T × n) and
+        # four n × n matrices (J, ΦΦᵀ, HᵀH, G) for n = min(n₀, M) + T − 1 (pseudo-)records
+        # (``all_releases_posterior``): refused before the charge, not after T rounds
+        n_max = min(len(X0), M) + T - 1
+        check_doubles_fit(
+            4 * n_max**2 + T * n_max + T * T,
+            f"the all-releases posterior of {T} rounds ({n_max} records; it conditions on "
+            "every release, docs/thompson_tree.md §13; use posterior='prefix' or fewer rounds)",
+        )
     plan: TreePlan | SqrtCounterPlan | None = None
     stop: StopReason = "completed"
 
