@@ -378,6 +378,9 @@ def select_by_random_stopping(
     event = random_stopping_event(
         base_rho, gamma, label="hyperparameter selection (Liu-Talwar random stopping)"
     )
+    # a public switch, read before the spend (stop-45 audit: "no" was refused after the charge
+    # and every run, so the whole selection was paid for and lost)
+    owner_scores = check_flag(owner_scores, "owner_scores")
     if check_flag(owner_check, "owner_check"):  # "False" switched it on (stop 40)
         from pm_dpgp.audit import check_public_choices
 
@@ -430,7 +433,7 @@ def select_by_random_stopping(
 
     best_index, best_score, runs = random_stopping(len(configs), run, gamma, rng)
     owner: dict[str, Any] = {"runs": runs, "n_runs": len(runs)}
-    if check_flag(owner_scores, "owner_scores"):
+    if owner_scores:
         owner["validation_scores"] = np.array(
             [
                 _owner_score(

@@ -468,6 +468,9 @@ def select_by_sample_paths(
     # each candidate's COINPRESS interval, public, checked before the spend (stop-38 audit:
     # y_bounds = +-1e-9 gave L_min == L_max, refused by COINPRESS in the first run)
     loglik = [checked_loglik_bounds(p.noise_var, M_Y) for p in publics]
+    # a public switch, read before the spend (stop-45 audit: "no" was refused after the charge
+    # and every run, so the whole selection was paid for and lost)
+    owner_scores = check_flag(owner_scores, "owner_scores")
     if check_flag(owner_check, "owner_check"):  # "False" switched it on (stop 40)
         from pm_dpgp.audit import check_public_choices
 
@@ -549,7 +552,7 @@ def select_by_sample_paths(
 
     best_index, best_score, runs = random_stopping(len(configs), run, gamma, rng)
     owner: dict[str, Any] = {"runs": runs, "n_runs": len(runs)}
-    if check_flag(owner_scores, "owner_scores"):
+    if owner_scores:
         y1c = np.clip(np.where(np.isfinite(y1), y1, model.mean), *s["y_bounds"])
         X1c = np.clip(X1, lower, upper)
         both = np.array(
