@@ -4,6 +4,9 @@ code before its fix.
 * F1: ``owner_scores`` (a public switch) was read with ``check_flag`` only after the ledger was
   charged and after every run of random stopping, so ``owner_scores="no"`` spent the whole
   selection (ε ≈ 1.37 at δ = 10⁻³ on the test problem) and drew its noise, then raised.
+* F2: ``prior_quantile_grid`` cast the probabilities to the variable's dtype before PyMC's
+  ``icdf``; for an integer prior that made 0.1/0.5/0.9 all 0, so DiscreteUniform(1, 10) gave
+  the one-candidate grid ``[1]`` (SciPy: 1, 5, 9), Geometric(0.3) ``[0]`` (1, 2, 7).
 """
 
 from __future__ import annotations
@@ -13,10 +16,16 @@ import warnings
 import numpy as np
 import pymc as pm
 import pytest
+from scipy import stats
 
 from pm_dpgp.accounting import Ledger
 from pm_dpgp.models import gp_regression, grid_inducing_points, sparse_gp_regression
-from pm_dpgp.selection import product_grid, select_by_random_stopping, select_by_sample_paths
+from pm_dpgp.selection import (
+    prior_quantile_grid,
+    product_grid,
+    select_by_random_stopping,
+    select_by_sample_paths,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -87,3 +96,19 @@ def test_a_bad_owner_scores_switch_is_refused_before_the_spend(method, flag):
                 )
     assert ledger.history == []
     assert _state(rng) == before
+
+
+@pytest.mark.parametrize(
+    ("prior", "reference"),
+    [
+        (lambda: pm.DiscreteUniform("k", 1, 10), stats.randint(1, 11)),
+        (lambda: pm.Binomial("k", 20, 0.5), stats.binom(20, 0.5)),
+        (lambda: pm.Geometric("k", 0.3), stats.geom(0.3)),
+    ],
+)
+def test_prior_quantile_grid_of_an_integer_prior_is_its_quantiles(prior, reference):
+    X = np.linspace(0.0, 10.0, 12)[:, None]
+    gpr = gp_regression(X, np.sin(X[:, 0]), lambda: pm.gp.cov.ExpQuad(1, ls=prior()), noise_sd=0.3)
+    q = (0.1, 0.5, 0.9)
+    expected = list(dict.fromkeys(float(v) for v in reference.ppf(q)))
+    assert [c["k"] for c in prior_quantile_grid(gpr, q)] == expected

@@ -114,8 +114,12 @@ def _prior_quantiles(model: Any, rv: Any, q: NDArray[np.float64], n_draws: int, 
     import pymc as pm
 
     del model
+    # the probabilities in the variable's float type, never in an integer one: q.astype(int64)
+    # turned 0.1/0.5/0.9 into 0, 0, 0, so a DiscreteUniform(1, 10) prior gave the one-candidate
+    # grid [1] instead of [1, 5, 9] (stop-45 audit)
+    value = q.astype(rv.dtype) if str(rv.dtype).startswith("float") else q
     try:
-        vals = np.asarray(pm.icdf(rv, q.astype(rv.dtype)).eval(), dtype=np.float64)
+        vals = np.asarray(pm.icdf(rv, value).eval(), dtype=np.float64)
         if vals.shape == q.shape and np.all(np.isfinite(vals)):
             return vals
     except Exception:  # noqa: BLE001 - no icdf for this distribution: use prior draws
