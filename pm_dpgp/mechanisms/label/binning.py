@@ -221,7 +221,9 @@ def make_bins(edges: Sequence[ArrayLike] | ArrayLike) -> Bins:
             "make_bins takes the bin edges as an array or a list of arrays, got an iterator; "
             "pass list(...) of it."
         )
-    if np.ndim(edges) == 0:
+    # a list or tuple is never one number; np.ndim of it would build one array of all the
+    # edges and fail on a grid with different numbers of edges per dimension (stop-45 audit)
+    if not isinstance(edges, Sequence) and np.ndim(edges) == 0:
         raise ValueError(
             f"make_bins takes the bin edges, not a number of bins (got {edges!r}); pass e.g. "
             "np.linspace(low, high, k + 1) for k bins on [low, high]."
