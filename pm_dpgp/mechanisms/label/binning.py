@@ -670,8 +670,8 @@ def binned_gp(
     if not (np.isfinite(K).all() and np.isfinite(K_sb).all()):  # public values only
         raise ValueError(
             f"the {method} kernel between the bins (and X_star) is not finite for these edges "
-            f"and lengthscale={lengthscale!r}: bins far wider than ~1e300 or narrower than "
-            "~1e-150 times the lengthscale overflow the box integrals. Rescale the inputs (the "
+            f"and lengthscale={lengthscale!r}: bins far wider than ~1e300 times the "
+            "lengthscale overflow the box integrals. Rescale the inputs (the "
             "bin edges and X_star) or choose a lengthscale comparable to the bin widths; "
             "method='point' avoids the box integrals."
         )
