@@ -132,10 +132,17 @@ def laplace_mode(
     """Newton iteration for the posterior mode ``f̂`` (R&W Algorithm 3.1), NON-private.
 
     ``max_iter=1`` gives the single step from ``f₀`` (default ``f₀ = μ·1``, the prior mean)
-    used by the DP mechanism.  Convergence: ``max |f_new − f| ≤ tol·(1 + max |f|)``.  The
-    objective ``Ψ(f) = log p(t|f) − ½ (f − μ)ᵀ K⁻¹ (f − μ)`` is strictly concave, so the
-    full Newton step converges from any start for this likelihood in practice (R&W §3.4.1);
-    no line search is used.
+    used by the DP mechanism (always the full step).  Convergence:
+    ``max |f_new − f| ≤ tol·(1 + max |f|)``.
+
+    The objective ``Ψ(a) = log p(t | μ + K a) − ½ aᵀ K a`` (``f = μ + K a``) is concave, but the
+    full Newton step can overshoot: with a large kernel variance the undamped iteration
+    diverged (stop-45 audit: EQ kernel, variance 10⁵, lengthscale 0.3, 60 inputs on
+    ``[0, 10]``: ``max |f| = 4.9·10⁵`` after 100 steps, ``Ψ = −9.2·10⁶``, where the mode has
+    ``max |f| = 123``, ``Ψ = −8.5``).  So from the second step on, where ``a`` of the current
+    iterate is known, the step in ``a`` is halved until ``Ψ`` does not decrease (backtracking
+    line search, as in GPML's ``infLaplace``; Nocedal & Wright 2006, §3.1).  The first step
+    is the full Newton step from ``f₀``, whose ``a`` (``K⁻¹(f₀ − μ)``) is not formed.
     """
     if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
         raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}.")
@@ -149,11 +156,30 @@ def laplace_mode(
         raise ValueError(f"f0 must have shape ({n},), got {f.shape}.")
     converged = False
     n_iter = 0
+    a: NDArray[np.float64] | None = None  # K⁻¹(f − μ) of the current iterate, once known
     while n_iter < int(max_iter):
         n_iter += 1
-        f_new, a, sqrt_w, L = _newton_step(K, t, f, mean)
+        f_new, a_new, sqrt_w, L = _newton_step(K, t, f, mean)
+        # convergence is judged on the full Newton step: a damped step is short by design
         step = float(np.max(np.abs(f_new - f)))
-        f = f_new
+        if a is not None:
+            # backtracking on Ψ(a) = log p(t|f) − ½ aᵀ(f − μ) along the Newton direction
+            lik, quad = logistic_log_likelihood(t, f), float(a @ (f - mean))
+            psi = lik - 0.5 * quad
+            # a generous allowance for the round-off of the computed Ψ (√u of its scale; ill-
+            # conditioned K make aᵀ(f − μ) cancel): only a step that clearly lowers Ψ is damped,
+            # never one at the round-off floor near the mode (Newton's quadratic phase)
+            scale = abs(lik) + float(np.abs(a) @ np.abs(f - mean))
+            slack = np.sqrt(np.finfo(np.float64).eps) * (1.0 + scale)
+            da = a_new - a
+            for _ in range(60):
+                psi_new = logistic_log_likelihood(t, f_new) - 0.5 * float(a_new @ (f_new - mean))
+                if psi_new >= psi - slack:
+                    break
+                da = 0.5 * da
+                a_new = a + da
+                f_new = mean + K @ a_new
+        f, a = f_new, a_new
         if step <= tol * (1.0 + float(np.max(np.abs(f)))):
             converged = True
             break
