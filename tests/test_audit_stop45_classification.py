@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pymc as pm
+import pytest
 import scipy.optimize
 from scipy.special import expit
 
@@ -95,3 +96,26 @@ def test_one_newton_step_is_still_the_full_step():
     w = expit(f0) * (1 - expit(f0))
     ref = K @ np.linalg.solve(np.eye(len(t)) + w[:, None] * K, w * f0 + t - expit(f0))
     assert np.max(np.abs(one.f - ref)) < 1e-6 * (1 + np.max(np.abs(ref)))
+
+
+def test_non_finite_public_offset_refused_before_spending():
+    """f₀ = 1e308 with prior mean −1e308: W₀ = 0 and f₀ − μ = inf, so the public offset was
+    NaN and the release charged the ledger for NaN draws."""
+    from pm_dpgp.accounting import Ledger
+    from pm_dpgp.mechanisms import classification_release
+    from pm_dpgp.plan import classification as plan_classification
+
+    rng = np.random.default_rng(0)
+    X = rng.uniform(0, 5, (20, 1))
+    t = (rng.uniform(size=20) < 0.5).astype(float)
+    model = gp_classification(X, t, pm.gp.cov.ExpQuad(1, ls=0.8), mean=-1e308)
+    ledger = Ledger(epsilon=10.0, delta=1e-2)
+    gen = np.random.default_rng(1)
+    state = gen.bit_generator.state
+    Xs = np.linspace(0, 5, 4)[:, None]
+    with pytest.raises(ValueError, match="not finite"):
+        classification_release(model, Xs, epsilon=1.0, delta=1e-3, f0=1e308, ledger=ledger, rng=gen)
+    assert len(ledger.history) == 0
+    assert gen.bit_generator.state == state
+    with pytest.raises(ValueError, match="not finite"):
+        plan_classification(model, Xs, epsilon=1.0, delta=1e-3, f0=1e308)

@@ -148,7 +148,16 @@ def one_step_cloaking(
         C, var, jitter = sor_one_step_matrix(
             public.kernel(Z), public.kernel(Z, public.X), public.kernel(Z, Xs), sqrt_w
         )
-    return C, public.mean + C @ b_public, var, jitter
+    offset = public.mean + C @ b_public
+    if not np.all(np.isfinite(offset)):
+        # public: f₀ = 1e308 with μ = −1e308 gave W₀(f₀ − μ) = 0·inf = NaN, and a charged
+        # release of NaN draws (stop-45 audit)
+        raise ValueError(
+            "the public part of the one-step release, mu + C*(W0 (f0 - mu) - pi0), is not "
+            "finite in float64: the linearisation point f0 and the prior mean are too far "
+            "apart (or too large); choose a moderate f0. Nothing was spent or drawn."
+        )
+    return C, offset, var, jitter
 
 
 def public_one_step(
