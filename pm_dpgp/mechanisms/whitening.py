@@ -16,7 +16,8 @@ This module removes that dependence in two steps (Higham 2002, §3.1, §3.5 for 
    ``v = fl(y − c)`` with ``|v_j| ≤ d/2`` (``d`` the public width) meets private data.
 2. **Bound the rounding of the private part from public quantities**: with ``γ_n = n u /
    (1 − n u)``, ``|fl(v) − (y − c)| ≤ u d/2`` and ``|fl(W fl(v)) − W fl(v)| ≤ γ_n |W| |fl(v)|``
-   componentwise, so ``‖fl(w_priv) − W(y − c)‖₂ ≤ γ_{n+1} (1 + u) (d/2) ‖ |W| 1 ‖₂ =: r``.  Two
+   componentwise, so ``‖fl(w_priv) − W(y − c)‖₂ ≤ γ_{n+1} (1 + u) (d/2) ‖ |W| 1 ‖₂ =: r``
+   (plus ``√k (n + 4) 2⁻¹⁰⁷⁴`` for products that underflow, which err absolutely).  Two
    neighbours' computed private parts then differ by at most ``Δ_W + 2r`` with the exact
    column sensitivity ``Δ_W = d · max_j ‖W e_j‖₂`` of the *computed* ``W`` (evaluated here
    with a relative allowance for its own rounding).  The releases charge
@@ -28,6 +29,7 @@ the public part is added afterwards (post-processing).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,6 +38,7 @@ from numpy.typing import NDArray
 __all__ = ["CentredWhitening", "centred_whitening", "check_whitened_range"]
 
 _U = float(np.finfo(np.float64).eps) / 2.0  # unit round-off
+_SMALLEST_SUBNORMAL = 2.0**-1074  # twice the largest absolute error of an underflowing product
 
 
 def _gamma(n: int) -> float:
@@ -119,6 +122,12 @@ def centred_whitening(
     private = W @ (np.asarray(y, dtype=np.float64) - centre)
     public = (centre - float(prior_mean)) * W.sum(axis=1)
     rounding = _gamma(n + 1) * (1.0 + _U) * half_width * float(np.linalg.norm(abs_row_sums))
+    # gradual underflow: a product in the subnormal range errs by up to 2⁻¹⁰⁷⁵ absolutely
+    # (fl(xy) = xy(1 + δ) + η, Higham 2002, §2.1, eq. 2.8; sums of subnormals are exact), which
+    # no relative bound covers: n per component, ≤ √k n 2⁻¹⁰⁷⁵ in the 2-norm (2× here, and 4
+    # more smallest subnormals for the rounding of r itself).  Stop-45 audit: at y_bounds
+    # (0, 1e-320) two neighbours' whitened means differed by 1.0005e-320 with 1e-320 charged.
+    rounding += (n + 4) * math.sqrt(k) * _SMALLEST_SUBNORMAL
     column = float(np.sqrt(np.max(np.einsum("ij,ij->j", W, W)))) * (hi - lo)
     column *= 1.0 + _gamma(k + 2)
     return CentredWhitening(private, public, column, rounding * (1.0 + _gamma(n + k)))

@@ -164,9 +164,16 @@ class NoiseCovariance:
         ``U_k (A r)`` with this very matrix, so the change caused by one label is
         ``t · U_k a_i``, whose Mahalanobis norm is what ``max_mahalanobis`` bounds.
     M_k:
-        ``k × k`` positive-definite covariance in that basis.
+        ``k × k`` positive-definite covariance in that basis, formed as ``chol_k @ chol_k.T``
+        for inspection only: no release uses it.  It squares the scale of ``C`` and the
+        condition of ``chol_k``, so it underflows to 0 for ``|C| ≲ 1e-154`` (test points far
+        from the data), overflows for ``|C| ≳ 1e154`` (as ``lam`` does for the trace design),
+        and its Mahalanobis values match ``max_mahalanobis`` only up to the rounding of forming
+        it, which grows with ``cond(M_k)`` (stop-45 audit: ``4·10⁻⁴`` relative at
+        ``cond(M_k) ≈ 10¹⁹``, against ``4·10⁻¹⁶`` from ``chol_k``).
     chol_k:
         Lower Cholesky factor of ``M_k``; draw noise as ``basis @ chol_k @ N(0, I_k)``.
+        ``max_mahalanobis`` is computed from it exactly as a release whitens with it.
     lam:
         ``n`` weights ``λ_i ≥ 0`` with ``M_k = Σ_i λ_i (U_kᵀ c_i)(U_kᵀ c_i)ᵀ`` (Smith et al.
         2018, supplement: ``P⁻¹ = C Λ Cᵀ``), restricted to the basis.
@@ -1416,7 +1423,8 @@ def solve_noise_covariance(
     ------
     ValueError
         If ``C`` is not a finite, non-empty, not-all-zero real 2-D array, or a parameter is out
-        of range.
+        of range, or if ``max_mahalanobis`` is not finite in float64 (subnormal singular values
+        of ``C``: ``check_certified``).
 
     Warns
     -----
@@ -1451,8 +1459,31 @@ def solve_noise_covariance(
         weights = np.zeros(arr.shape[1])
         weights[red.reps] = u_reps
         result = _assemble(red, weights, iterations, converged, tol=tol)
+    check_certified([result])
     warn_unconverged([result], design, tol, stacklevel=3)
     return result
+
+
+def check_certified(results: list[NoiseCovariance]) -> None:
+    """Refuse a design whose ``max_mahalanobis`` is not finite (public: ``C`` only).
+
+    When the retained singular values of ``C`` are subnormal (test points ~38 lengthscales
+    from every training input), ``chol_k`` is subnormal, LAPACK's triangular solve takes its
+    reciprocal (``inf``) and ``max_mahalanobis`` came out ``inf`` or NaN, with
+    ``converged=True`` and no warning (stop-45 audit: ``C = [[1e-320, 0]]`` gave NaN).  The
+    release refused later, at its whitening map; a direct caller of the solver got a
+    non-finite sensitivity.
+    """
+    for result in results:
+        if not math.isfinite(result.max_mahalanobis):
+            raise ValueError(
+                "the Mahalanobis sensitivity max_i c_i' M+ c_i of C is not finite in float64: "
+                "the noise factor chol(M_k) is subnormal, so the whitening map W = "
+                "chol(M_k)^-1 U_k' C overflows; typically the test points are so far from every "
+                "training input that C is nearly zero and the release says almost nothing "
+                "about the labels; drop those test points (their prior is public) or rescale "
+                "the inputs and outputs. Nothing was spent or drawn."
+            )
 
 
 def warn_unconverged(

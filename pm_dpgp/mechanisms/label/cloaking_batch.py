@@ -67,6 +67,7 @@ from pm_dpgp.mechanisms.label.cloaking import (
     _Reduced,
     _solve_design,
     _validate_matrix,
+    check_certified,
     warn_unconverged,
 )
 from pm_dpgp.mechanisms.label.truncation import check_rank_tol
@@ -130,6 +131,7 @@ def solve_noise_covariances(
             members.append((reds[i], weights, iterations, converged))
         for i, nc in zip(group, _assemble_group(members, tol), strict=True):
             out[i] = nc
+    check_certified(out)  # type: ignore[arg-type]
     warn_unconverged(out, "logdet", tol, stacklevel=3)  # type: ignore[arg-type]
     return out  # type: ignore[return-value]
 

@@ -503,7 +503,10 @@ def trace_covariance(red: _Reduced, tol: float, max_iter: int) -> NoiseCovarianc
     max_mahalanobis = float(np.max(np.einsum("ij,ij->j", W, W)))
     gap = max(0.0, s * float(np.sum(L * L)) * max_mahalanobis / lower_scaled - 1.0)
     lam = np.zeros(red.proj.shape[1])
-    lam[red.reps] = (c * s) ** 2 * lam_reps
+    # (c s)² as a Python float raised OverflowError for |C| ≳ 1e154 (stop-45 audit), where the
+    # log det design returns; λ ~ |C|² then overflows as M_k does in both designs (NoiseCovariance)
+    with np.errstate(over="ignore"):
+        lam[red.reps] = (c * s) * ((c * s) * lam_reps)
     arrays = {"basis": red.basis, "projected": red.proj, "M_k": M_k, "chol_k": chol_k, "lam": lam}
     for arr in arrays.values():
         arr.setflags(write=False)
