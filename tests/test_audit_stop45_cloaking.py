@@ -19,10 +19,15 @@ Findings, each test failing on the code before the fix:
    underflow (labels in a subnormal range, ``y_bounds = (0, 1e-320)``) were not covered: two
    neighbours' computed whitened means differed by ``1.0006 ×`` the charged
    ``column sensitivity + 2r``.
+4. The secure plan with ``calibration="classic"`` squared ``Δ`` and ``σ``: ``ZeroDivisionError``
+   for ``Δ ≲ 1e-154``, ``OverflowError`` for ``Δ ≳ 1e154`` (before the spend, but a crash of the
+   default secure release where ``"analytic"`` works); and a grid ``σ·2⁻²⁰`` that underflows
+   gave "gamma must be ... pass one." instead of saying why.
 """
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -30,6 +35,7 @@ import pytest
 
 from pm_dpgp.mechanisms.label.cloaking import solve_noise_covariance
 from pm_dpgp.mechanisms.label.cloaking_batch import solve_noise_covariances
+from pm_dpgp.mechanisms.noise import grid_for, secure_plan
 from pm_dpgp.mechanisms.whitening import centred_whitening
 
 
@@ -86,3 +92,25 @@ def test_whitening_rounding_covers_gradual_underflow():
                 diff = float(np.linalg.norm((a.private - b.private) / hi)) * hi  # no underflow
                 worst = max(worst, diff / (a.column_sensitivity + 2.0 * a.rounding))
     assert worst <= 1.0, worst
+
+
+@pytest.mark.parametrize("sensitivity", [1e-200, 1e-160, 1.0, 1e160])
+def test_classic_secure_plan_at_extreme_sensitivities(sensitivity):
+    """``Δ²/(2σ²)`` raised ZeroDivisionError (``Δ ≲ 1e-154``) or OverflowError (``Δ ≳ 1e154``):
+    the default secure cloaked release with ``calibration="classic"`` crashed at
+    ``y_bounds = (0, 1e-200)`` or ``(0, 1e160)`` where ``"analytic"`` works.  The noise is still
+    never below the classic ``c(δ) Δ / ε``."""
+    plan = secure_plan(0.5, 1e-5, sensitivity, 4, "classic")
+    classic = math.sqrt(2.0 * math.log(2.0 / 1e-5)) / 0.5
+    assert plan.sigma / sensitivity >= classic * (1.0 - 1e-12)
+    unit = secure_plan(0.5, 1e-5, 1.0, 4, "classic")
+    assert plan.rho == pytest.approx(unit.rho, rel=1e-9)
+
+
+def test_a_noise_sd_whose_grid_underflows_is_a_clear_error():
+    """σ ≈ 4e-320 (``y_bounds = (0, 1e-320)``): the grid σ·2⁻²⁰ underflowed to 0 and the secure
+    release said "gamma must be a finite number > 0, got 0.0; pass one." (no gamma is passed)."""
+    with pytest.raises(ValueError, match="discretisation grid .* underflows float64"):
+        grid_for(4e-320)
+    with pytest.raises(ValueError, match="discretisation grid .* underflows float64"):
+        secure_plan(1.0, 1e-5, 1e-320, 4)

@@ -106,7 +106,14 @@ def grid_for(sigma: float) -> float:
     """
     sigma = check_positive(sigma, "sigma")
     _, e = math.frexp(sigma)
-    return math.ldexp(1.0, e - 1 - GRID_BITS)
+    gamma = math.ldexp(1.0, e - 1 - GRID_BITS)
+    if gamma == 0.0:  # stop-45 audit: "gamma must be a finite number > 0, got 0.0; pass one."
+        raise ValueError(
+            f"the noise sd {sigma:.3g} is so small that its discretisation grid (sd·2^-"
+            f"{GRID_BITS}) underflows float64: the outputs' scale is far too small or epsilon "
+            "far too large; rescale the outputs. Nothing was spent."
+        )
+    return gamma
 
 
 def _check_dim(dim: int) -> int:
@@ -282,8 +289,11 @@ def secure_plan(
     dim = _check_dim(dim)
     rho = zcdp_rho(epsilon, delta)
     if calibration == "classic":
-        sigma = gaussian_sigma(epsilon, delta, sensitivity, method="classic")
-        rho = min(rho, sensitivity**2 / (2.0 * sigma**2))
+        # Δ²/(2σ²) with σ = c(δ)Δ/ε, from the scale-free σ/Δ: squaring Δ and σ raised
+        # ZeroDivisionError for Δ ≲ 1e-154 and OverflowError for Δ ≳ 1e154 (stop-45 audit:
+        # secure cloaked releases with y_bounds (0, 1e-200) or (0, 1e160), where "analytic" works)
+        unit = gaussian_sigma(epsilon, delta, 1.0, method="classic")
+        rho = min(rho, 0.5 / (unit * unit))
     elif calibration != "analytic":
         raise ValueError(f"calibration must be 'analytic' or 'classic', got {calibration!r}.")
     return plan_discrete_gaussian(sensitivity, dim, rho)
