@@ -175,13 +175,17 @@ def adversarial_gram(
         case = GramWorstCase(G, yc, y, yp, math.nan, objective)
         t = gram_divergence(case, alpha=float(alpha), kernel_scale=kernel_scale, r2=r2, eta=eta)
         v = t.mean if objective == "mean" else t.total
-        return v if math.isfinite(v) else -math.inf
+        # +inf (Σ_α not PD) is the worst case, kept as such (it was −inf, and the search
+        # avoided it: finite values at α = 2 > α_max = 1.5; stop-45 audit); NaN is −inf
+        return v if not math.isnan(v) else -math.inf
 
     def f(z: NDArray) -> float:
         try:
             v = value(*_build(z, N, p, n, kappa, M))
         except (np.linalg.LinAlgError, ValueError):
             return 1e6
+        if v == math.inf:
+            return -1e15  # finite stand-in for D_α = +inf (L-BFGS-B needs finite values)
         return -v if math.isfinite(v) else 1e6
 
     best: GramWorstCase | None = None

@@ -48,8 +48,10 @@ from pm_dpgp._validation import real_or_nan
 
 __all__ = ["LeakFinding", "scan_for_values"]
 
-#: decimal number tokens in text (integers are read from JSON only, see ``_numbers_in``)
-_DECIMAL = re.compile(r"(?<![\w.])[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?(?![\w.])")
+#: decimal number tokens in text (integers are read from JSON only, see ``_numbers_in``); a
+#: token may touch letters or ``_`` (a label ``"obs_2.7182818"``, a unit ``"2.7182818s"``: the
+#: old boundary ``[\w.]`` hid both, stop-45 audit), not digits or dots (``"5.10.3"``)
+_DECIMAL = re.compile(r"(?<![\d.])[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?(?![\d.])")
 
 
 @dataclass(frozen=True)
@@ -261,6 +263,10 @@ def _scan_hdf5(path: Path, private: _Private, rtol: float):
             # compression hides from the raw-file scan (stop-43 audit)
             blob = np.asarray(obj[()]).tobytes()
             found = _scan_bytes(blob, private, [])
+            if obj.dtype.kind != "S":  # (bytes are read as text above) JSON or text stored as
+                # 1-byte integers: its decimal tokens, rounded ones too (the raw-bytes text scan
+                # knows only exact forms: round(v, 6) in such JSON was missed, stop-45 audit)
+                found += _findings("text", _strings_numbers(blob.decode("latin-1")), private, rtol)
             findings.extend(LeakFinding(f"netCDF {name} ({f.where})", f.value) for f in found)
         if obj.dtype.kind == "f":
             dsid = obj.id

@@ -47,6 +47,9 @@ __all__ = [
 
 Objective = Literal["total", "mean", "cov"]
 
+#: Finite stand-in for D_α = +inf in the search's objective (L-BFGS-B needs finite values).
+_INFINITE = 1e15
+
 
 @dataclass(frozen=True, eq=False)
 class NeighbourPair:
@@ -288,7 +291,8 @@ class _BatchedObjective:
         )
 
     def values(self, Z: NDArray[np.float64]) -> NDArray[np.float64]:
-        """Objective value of each row of ``Z`` (−inf where the divergence is not finite)."""
+        """Objective value of each row of ``Z``: ``+inf`` where ``Σ_2`` or ``Σ_α`` is not PD
+        (``D_α = +∞``), ``−inf`` where it cannot be evaluated or the test points are too close."""
         n, d, m, N = self.n, self.d, self.m, Z.shape[0]
         i = (n - 1) * d
         Xc = Z[:, :i].reshape(N, n - 1, d)
@@ -335,7 +339,12 @@ class _BatchedObjective:
             cov_part = np.sum(a * np.log1p(delta) - np.log1p(a * delta), axis=1) / (2 * (a - 1))
         val = {"total": mean_part + cov_part, "mean": mean_part, "cov": cov_part}[self.objective]
         val = self.L * val
-        return np.where(ok & sep_ok & np.isfinite(val), val, -math.inf)
+        # Σ_2 or Σ_α not PD: D_α = +inf, the worst case, not a point to avoid (the search was
+        # repelled from it: at α = 1.55 > α_max it reported 6.1 where 2% of random pairs give
+        # +inf; stop-45 audit).  Non-finite δ (a failed decomposition) stays −inf.
+        infinite = np.all(np.isfinite(delta), axis=1) & ~ok
+        val = np.where(ok & np.isfinite(val), val, -math.inf)
+        return np.where(sep_ok, np.where(infinite, math.inf, val), -math.inf)
 
     def __call__(self, z: NDArray[np.float64]) -> tuple[float, NDArray[np.float64]]:
         """``(−value, −gradient)`` at ``z`` for L-BFGS-B (forward differences, one batch)."""
@@ -343,8 +352,11 @@ class _BatchedObjective:
         h = np.where(z + h > self.hi, -h, h)  # stay inside the box
         Z = np.vstack([z[None, :], z[None, :] + np.diag(h)])
         v = self.values(Z)
+        if v[0] == math.inf:  # D_α = +inf found: the best value; stop here (zero gradient)
+            return -_INFINITE, np.zeros_like(z)
         if not np.isfinite(v[0]):
             return 1e6, np.zeros_like(z)
+        v = np.where(v == math.inf, _INFINITE, v)  # a step into D_α = +inf is uphill
         g = np.where(np.isfinite(v[1:]), (v[1:] - v[0]) / h, 0.0)
         return -float(v[0]), -g
 

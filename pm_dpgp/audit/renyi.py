@@ -170,8 +170,9 @@ def gaussian_renyi_terms(
         pass
     # Common support of Σ1 and Σ2 (pseudo-determinants / pseudo-inverses).
     lam, U = np.linalg.eigh(0.5 * (S1 + S2))
-    if lam[-1] <= 0.0:
-        return RenyiTerms(alpha, 0.0 if np.allclose(dmu, 0.0) else math.inf, 0.0)
+    if lam[-1] <= 0.0:  # two point masses: +inf unless they coincide (allclose's absolute
+        # 1e-8 gave 0 for means 5e-9 apart, stop-45 audit; the support rule below is the same)
+        return RenyiTerms(alpha, 0.0 if not np.any(dmu) else math.inf, 0.0)
     keep = lam > support_rtol * lam[-1]
     U = U[:, keep]
     resid = dmu - U @ (U.T @ dmu)
