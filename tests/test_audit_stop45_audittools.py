@@ -110,3 +110,22 @@ def test_leak_scan_reads_rounded_json_stored_as_bytes():
 def test_leak_scan_no_new_false_positive_on_versions_and_short_numbers():
     other = "pymc5.16.2 arviz0.20.0 python3.11.9 x_0.5 run_2.25s"
     assert _found(_release(labels=other)) == set()
+
+
+def test_public_choices_refuse_inputs_of_another_width():
+    """Z = X[:3, :1] of a 2-column X was "found" (byte rows of different widths compared), a
+    hold-out of another width was skipped: "nothing flagged"."""
+    import pytest
+
+    from pm_dpgp.audit import check_public_choices
+    from pm_dpgp.gp.sparse import count_matching_rows
+
+    X = np.random.default_rng(0).uniform(size=(10, 2))
+    y = np.arange(10.0)
+    with pytest.raises(ValueError, match="same number of columns"):
+        count_matching_rows(X[:3, :1], X)
+    with pytest.raises(ValueError, match="one column per input dimension"):
+        check_public_choices(X, y, Z=X[:3, :1])
+    with pytest.raises(ValueError, match="holdout"):
+        check_public_choices(X, y, holdout=(X[:3, 0], y[:3]))
+    assert check_public_choices(X, y, Z=X[:3] + 0.25) is None

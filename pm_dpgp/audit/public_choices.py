@@ -115,6 +115,12 @@ def check_public_choices(
     if Z is not None and Xa is not None and Xa.size:
         Za = np.asarray(Z, dtype=np.float64)
         Za = Za[:, None] if Za.ndim == 1 else Za
+        if Za.ndim != 2 or Za.shape[1] != Xa.shape[1]:  # (a 1-column Z was compared with
+            # every column of X, and X[:3, :1] was "found" in a 2-column X; stop-45 audit)
+            raise ValueError(
+                f"Z must have one column per input dimension of X ({Xa.shape[1]}), got shape "
+                f"{Za.shape}."
+            )
         span = np.ptp(Za, axis=0) if Za.shape[0] > 1 else np.zeros(Za.shape[1])
         span = np.where(span > 0, span, np.ptp(Xa, axis=0))
         if count_matching_rows(Za, Xa) or (z_rtol > 0 and _near_rows(Za, Xa, z_rtol * span)):
@@ -156,9 +162,13 @@ def check_public_choices(
         Xh = np.asarray(holdout[0], dtype=np.float64)
         Xh = Xh[:, None] if Xh.ndim == 1 else Xh
         yh = np.asarray(holdout[1], dtype=np.float64).reshape(-1, 1)
-        if Xh.shape[1] == Xa.shape[1] and count_matching_rows(
-            np.column_stack([Xh, yh]), np.column_stack([Xa, y_pairs[:, None]])
-        ):
+        if Xh.ndim != 2 or Xh.shape[1] != Xa.shape[1] or yh.shape[0] != Xh.shape[0]:
+            # a hold-out of another width was skipped: "nothing flagged" (stop-45 audit)
+            raise ValueError(
+                f"holdout must be (X_h, y_h) with one column per input dimension of X "
+                f"({Xa.shape[1]}) and one y per row, got shapes {Xh.shape} and {yh.shape[:1]}."
+            )
+        if count_matching_rows(np.column_stack([Xh, yh]), np.column_stack([Xa, y_pairs[:, None]])):
             raise DataDerivedChoiceError(
                 "some hold-out (x, y) pairs are private training pairs. Use a hold-out set "
                 "that was not used to fit the released model."

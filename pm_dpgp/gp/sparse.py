@@ -93,6 +93,12 @@ def count_matching_rows(Z: ArrayLike, X: ArrayLike) -> int:
         Zc = Zc[:, None]
     if Xc.ndim == 1:
         Xc = Xc[:, None]
+    if Zc.ndim != 2 or Xc.ndim != 2 or Zc.shape[1] != Xc.shape[1]:
+        # rows of different widths were compared as byte strings: Z = X[:3, :1] "matched" 3
+        # rows of a 2-column X (stop-45 audit)
+        raise ValueError(
+            f"Z and X must have the same number of columns, got shapes {Zc.shape} and {Xc.shape}."
+        )
     if Xc.shape[0] == 0 or Zc.shape[0] == 0:
         return 0
     row = np.dtype((np.void, Zc.dtype.itemsize * Zc.shape[1]))
