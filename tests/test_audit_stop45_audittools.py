@@ -129,3 +129,12 @@ def test_public_choices_refuse_inputs_of_another_width():
     with pytest.raises(ValueError, match="holdout"):
         check_public_choices(X, y, holdout=(X[:3, 0], y[:3]))
     assert check_public_choices(X, y, Z=X[:3] + 0.25) is None
+
+
+def test_gram_search_validates_its_counts():
+    import pytest
+
+    kw = {"n": 2, "r2": 1.0, "kappa": 0.1, "M_Y": 1.0, "maxiter": 2}
+    for bad in ({"n_extra_test": -1}, {"n_extra_test": 1.7}, {"restarts": 0}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            adversarial_gram(**kw, **{"restarts": 1, **bad})

@@ -38,7 +38,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.optimize import minimize
 
-from pm_dpgp._validation import check_positive, check_rng
+from pm_dpgp._validation import check_count, check_positive, check_rng
 from pm_dpgp.audit.renyi import RenyiTerms, posterior_renyi_terms
 from pm_dpgp.mechanisms.full.sample_path_bounds import check_kappa
 
@@ -166,7 +166,12 @@ def adversarial_gram(
         raise ValueError(f"objective must be 'rkhs', 'mean' or 'total', got {objective!r}.")
     if objective != "rkhs" and alpha is None:
         raise ValueError("objective 'mean'/'total' needs the Renyi order alpha.")
-    N = n + 1 + int(n_extra_test)
+    # n_extra_test=-1 raised IndexError, 1.7 was used as 1, restarts=0 said "found no finite
+    # case" (stop-45 audit)
+    n_extra = check_count(n_extra_test, "n_extra_test", minimum=0)
+    restarts = check_count(restarts, "restarts")
+    maxiter = check_count(maxiter, "maxiter")
+    N = n + 1 + n_extra
     p = N
 
     def value(G: NDArray, yc: NDArray, y: float, yp: float) -> float:
