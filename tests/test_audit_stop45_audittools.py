@@ -138,3 +138,16 @@ def test_gram_search_validates_its_counts():
     for bad in ({"n_extra_test": -1}, {"n_extra_test": 1.7}, {"restarts": 0}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             adversarial_gram(**kw, **{"restarts": 1, **bad})
+
+
+def test_lira_refuses_an_attack_without_operating_points():
+    """fprs=() gave no calibrated point and dp_consistent(any ε) was True (vacuous)."""
+    import pytest
+
+    from pm_dpgp.audit import LiraSetting, lira_attack
+
+    s = LiraSetting(n=5, L=2)
+    with pytest.raises(ValueError, match="fprs"):
+        lira_attack(s, n_shadow=10, n_eval=20, fprs=(), rng=np.random.default_rng(0))
+    with pytest.raises(ValueError, match="n_calibration"):
+        lira_attack(s, n_shadow=10, n_eval=20, n_calibration=2.9, rng=np.random.default_rng(0))

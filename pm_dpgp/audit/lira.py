@@ -409,9 +409,14 @@ def lira_attack(
         raise ValueError(f"density must be 'mixture' or 'gaussian', got {density!r}.")
     for name, v in (("n_shadow", n_shadow), ("n_eval", n_eval)):
         check_count(v, name, minimum=2)
-    n_cal = n_eval if n_calibration is None else int(n_calibration)
-    if n_cal < 2:
-        raise ValueError(f"n_calibration must be >= 2, got {n_calibration!r}.")
+    # 2.9 was used as 2 (int()); no target FPR gave no calibrated point, and dp_consistent()
+    # was then True for every epsilon (stop-45 audit)
+    n_cal = (
+        n_eval if n_calibration is None else check_count(n_calibration, "n_calibration", minimum=2)
+    )
+    fprs = tuple(fprs)
+    if not fprs:
+        raise ValueError("fprs must name at least one target false-positive rate, e.g. (1e-2,).")
     for f in fprs:
         if not 0.0 < f < 1.0:
             raise ValueError(f"target FPRs must lie in (0, 1), got {f!r}.")
