@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -131,6 +132,38 @@ class Release:
                 "its released class probabilities (docs/classification.md)."
             )
 
+    def remember_training(self, training: Any) -> Release:
+        """Keep WEAK references to the training data this release was computed from: the
+        model, or an ``(X, y)`` pair of its arguments; return ``self``.
+
+        Identity only: no value is read, nothing is kept alive, copied, pickled or exported
+        (``__getstate__`` drops them).  ``to_inference_data`` refuses ``observed_data`` that
+        *is* the training output array or shares its memory while they are alive, as
+        ``dp_ppc`` does: ``observed_is_public=True`` is needed to attach any
+        ``observed_data``, so it cannot also be what skips the check (stop-45 audit: the
+        training ``y`` passed as ``observed_data`` was published beside the DP draws).
+        Objects that take no weak reference (a list ``y`` of ``binned_release``) are not
+        remembered; a model keeps its own arguments, lists too.
+        """
+        refs = tuple(_weak(t) for t in training) if isinstance(training, tuple) else _weak(training)
+        object.__setattr__(self, "_training_refs", refs)
+        return self
+
+    def training_source(self) -> Any:
+        """The remembered training model or ``(X, y)`` pair while alive, else ``None``
+        (``remember_training``; identity checks only)."""
+        refs = self.__dict__.get("_training_refs")
+        if isinstance(refs, tuple):
+            X, y = (None if r is None else r() for r in refs)
+            return None if y is None else (X, y)
+        return None if refs is None else refs()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The fields only: the weak references to the training data are not pickled."""
+        state = dict(self.__dict__)
+        state.pop("_training_refs", None)
+        return state
+
     def noise_band(self, width: float = 1.0) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """Return first draw ∓ ``width`` × noise sd (public; post-processing of the release)."""
         centre = self.draws[0]
@@ -199,6 +232,7 @@ class Release:
             coords=coords,
             observed_data=observed_data,
             observed_is_public=observed_is_public,
+            training=self.training_source(),
             x_star_rows=self.x_star_rows,
             predictive_sd=predictive_sd,
             rng=rng,
@@ -248,6 +282,7 @@ def draws_to_inference_data(
     coords: Mapping[str, ArrayLike] | None = None,
     observed_data: Mapping[str, ArrayLike] | None = None,
     observed_is_public: bool = False,
+    training: Any = None,
     x_star_rows: Any = None,
     predictive_sd: float | ArrayLike | None = None,
     predictive_of: str | None = None,
@@ -266,7 +301,9 @@ def draws_to_inference_data(
     ``predictive_sd`` (public noise sd), ``posterior_predictive`` holds ``y = f + e`` for the
     variable ``predictive_of`` (default: the first), named as the observed variable.
     ``observed_data`` (a PUBLIC hold-out set at ``X_star``) needs ``observed_is_public=True``;
-    a pandas one must have the row labels ``x_star_rows`` of ``X_star`` when those are known.
+    a pandas one must have the row labels ``x_star_rows`` of ``X_star`` when those are known,
+    and is refused (``PrivateDataError``) when it *is* the output array of ``training`` (a
+    model or an ``(X, y)`` pair; by identity or shared memory only, as ``dp_ppc``).
     ``legacy_predictive`` variables are copied to ``posterior_predictive`` as well.
     ``predictive_centre(rng)``, when given, returns the ``(n_draws, *dims)`` values the
     predictive noise is added to instead of the draws themselves (``Release``: draws of the
@@ -313,6 +350,9 @@ def draws_to_inference_data(
                 "observed_data must be a mapping {name: values}, e.g. {'y': y_holdout}."
             )
         ((obs_name, obs_values),) = observed_data.items()
+        # identity only, before any value is read (as dp_ppc: a value check of the private
+        # array could turn the refusal into another error, an oracle; stop 26)
+        refuse_training_outputs(obs_values, training, f"observed_data[{obs_name!r}]")
         if predictive_sd is None:
             raise ValueError(
                 "observed_data needs predictive_sd (the public observation-noise sd): the "
@@ -391,6 +431,38 @@ def draws_to_inference_data(
             f_values.shape
         )
     return make_inference_data(out)
+
+
+def _weak(obj: Any) -> Any:
+    """``weakref.ref(obj)``, or ``None`` for an object that takes no weak reference."""
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return None
+
+
+def refuse_training_outputs(values: Any, training: Any, what: str) -> None:
+    """Raise ``PrivateDataError`` when ``values`` is the training output array of
+    ``training`` (a model, or an ``(X, y)`` pair) or shares its memory.
+
+    Identity and memory only, as ``dp_ppc``'s check (``pm_dpgp.workflow.ppc``): no value is
+    read or compared (a refusal that compared values would be a membership oracle,
+    ``docs/errors.md``); a copy is not recognised.
+    """
+    if training is None:
+        return
+    from pm_dpgp.workflow.ppc import PrivateDataError, _same_object
+
+    if isinstance(training, tuple):
+        outputs = [training[1]]
+    else:
+        outputs = [training.unchecked_data()[1], getattr(training, "_y_argument", None)]
+    if any(y is not None and _same_object(values, y) for y in outputs):
+        raise PrivateDataError(
+            f"{what} is the private training output array of this release. The DP guarantee "
+            "covers the released draws, not the data: as observed_data it would be published "
+            "unprotected. Pass a public hold-out set that was not used to fit the model."
+        )
 
 
 def _check_names(

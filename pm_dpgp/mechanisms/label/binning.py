@@ -571,7 +571,7 @@ def binned_release(
         noise_factor=noise_factor,
         metadata=metadata,
         variable_name="bin_mean_dp",
-    )
+    ).remember_training((X, y))  # identity only (Release.remember_training)
 
 
 def _bins_of(release: Release) -> Bins:
@@ -700,4 +700,4 @@ def binned_gp(
         noise_factor=A * (math.sqrt(2.0) * b)[None, :],
         metadata=metadata,
         x_star_rows=x_star_rows,
-    )
+    ).remember_training(release.training_source())  # the bin release's data, identity only

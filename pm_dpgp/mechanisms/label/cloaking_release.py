@@ -311,4 +311,6 @@ def cloaked_release(
             **public_gp.cloaking_metadata(),
         )
         bar.advance("noise drawn")
-    return release
+    # weak references to the model (identity only): to_inference_data refuses its training
+    # outputs as observed_data (stop-45 audit)
+    return release.remember_training(gpr)

@@ -204,4 +204,4 @@ def prior_noise_release(
         # records them (public: X is public under label privacy)
         **public_gp.cloaking_metadata(),
     )
-    return release
+    return release.remember_training(gpr)  # identity only (Release.remember_training)

@@ -1,0 +1,99 @@
+"""Stop-45 audit of ``Release`` and its ArviZ export.
+
+1. ``Release.to_inference_data(observed_data=..., observed_is_public=True)`` had no identity
+   check: the flag is required to attach any ``observed_data``, so it could not also be the
+   way to skip a check, and the training outputs themselves (``{"y": y}`` or
+   ``{"y": model.y}`` at a release made at the training inputs) were published beside the
+   DP draws (the leak scan found all 30 training outputs, 90 places).  ``dp_ppc`` refuses
+   the same object by identity; now the release keeps weak references to its training data
+   (identity only, never pickled) and refuses it the same way, before anything is drawn.
+"""
+
+from __future__ import annotations
+
+import copy
+import gc
+import pickle
+
+import numpy as np
+import pandas as pd
+import pymc as pm
+import pytest
+
+from pm_dpgp.mechanisms import cloaked_release, prior_noise_release
+from pm_dpgp.mechanisms.label.binning import binned_gp, binned_release, make_bins
+from pm_dpgp.models import gp_regression
+from pm_dpgp.workflow import PrivateDataError
+
+
+def _data(n: int = 30):
+    rng = np.random.default_rng(0)
+    X = np.sort(rng.uniform(0, 6, n))
+    y = np.clip(np.sin(X) + 0.3 * rng.standard_normal(n), -1.9, 1.9)
+    return X, y
+
+
+def _release(fn, model, X_star):
+    return fn(
+        model,
+        X_star,
+        epsilon=1.0,
+        delta=1e-3,
+        y_bounds=(-2.0, 2.0),
+        n_draws=2,
+        rng=np.random.default_rng(1),
+    )
+
+
+def _export(release, y_obs, rng):
+    return release.to_inference_data(
+        observed_data={"y": y_obs}, observed_is_public=True, predictive_sd=0.3, rng=rng
+    )
+
+
+@pytest.mark.parametrize("fn", [cloaked_release, prior_noise_release])
+@pytest.mark.parametrize("kind", ["array", "series", "model_y", "view"])
+def test_training_outputs_refused_as_observed_data(fn, kind) -> None:
+    X, y = _data()
+    y_arg = pd.Series(y, name="height") if kind == "series" else y
+    model = gp_regression(X, y_arg, pm.gp.cov.ExpQuad(1, ls=1.5), noise_sd=0.3, mean=0.0)
+    release = _release(fn, model, X)  # released at the training inputs: shapes agree
+    obs = {"array": y, "series": y_arg, "model_y": model.y, "view": y[:]}[kind]
+    rng = np.random.default_rng(7)
+    state = rng.bit_generator.state
+    with pytest.raises(PrivateDataError, match="private training output"):
+        _export(release, obs, rng)
+    assert rng.bit_generator.state == state  # nothing drawn
+    # a public hold-out set (another object, even with equal values) is accepted
+    idata = _export(release, y.copy() + 0.0, rng)
+    assert idata is not None
+
+
+def test_binned_release_remembers_its_outputs() -> None:
+    X, y = _data(40)
+    bins = make_bins([np.linspace(0, 6, 41)])  # 40 bins: the shape of y
+    release = binned_release(
+        X, y, bins, epsilon=1.0, y_bounds=(-2.0, 2.0), rng=np.random.default_rng(2)
+    )
+    with pytest.raises(PrivateDataError):
+        _export(release, y, np.random.default_rng(3))
+    smoothed = binned_gp(release, X[:, None], lengthscale=1.0, kernel_scale=1.0, noise_sd=0.3)
+    with pytest.raises(PrivateDataError):
+        _export(smoothed, y, np.random.default_rng(3))
+
+
+def test_references_are_weak_and_not_serialised() -> None:
+    X, y = _data()
+    model = gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=1.5), noise_sd=0.3, mean=0.0)
+    release = _release(cloaked_release, model, np.linspace(0, 6, 25))
+    assert release.training_source() is model
+    raw = pickle.dumps(release)
+    back = pickle.loads(raw)
+    assert back.training_source() is None  # nothing of the model in the pickle
+    assert not any(np.float64(v).tobytes() in raw for v in y)
+    np.testing.assert_array_equal(back.draws, release.draws)
+    assert back.metadata == release.metadata
+    assert copy.deepcopy(release).training_source() is None
+    del model
+    gc.collect()
+    assert release.training_source() is None  # the release keeps nothing alive
