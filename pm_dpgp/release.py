@@ -86,6 +86,12 @@ class Release:
     variable_name: str = "f_dp"
     x_star_rows: Any = field(default=None, repr=False, compare=False)
 
+    def __post_init__(self) -> None:
+        # the release's own copy of the public test inputs: a view of the caller's X_star
+        # moved with it (`X_star += 1` after the release shifted the inputs dp_ppc and the
+        # export pair the draws with; stop-45 audit).  m × d values only.
+        object.__setattr__(self, "X_star", np.array(self.X_star, dtype=np.float64))
+
     @property
     def n_draws(self) -> int:
         return int(self.draws.shape[0])
@@ -216,7 +222,10 @@ class Release:
             raise ValueError(f"var_name must be a non-empty str, got {var_name!r}.")
         if predictive_sd is not None:
             self.check_gaussian_predictive()
-        X = np.asarray(self.X_star, dtype=np.float64)
+        # copies: the exported object shared the release's arrays, so an edit of it in place
+        # (`idata.posterior["f_dp"] *= 100`, a change of units) rescaled release.draws for every
+        # later export and dp_ppc (stop-45 audit, both stacks)
+        X = np.array(self.X_star, dtype=np.float64)
         const = xr.Dataset(
             {
                 "X_star": (("x_star", "input_dim"), X),
@@ -224,7 +233,7 @@ class Release:
             },
         )
         return draws_to_inference_data(
-            {name: (("x_star",), self.draws)},
+            {name: (("x_star",), np.array(self.draws))},
             X_star=X,
             attrs=_flat_attrs(self),
             constant_data=const,

@@ -7,6 +7,12 @@
    DP draws (the leak scan found all 30 training outputs, 90 places).  ``dp_ppc`` refuses
    the same object by identity; now the release keeps weak references to its training data
    (identity only, never pickled) and refuses it the same way, before anything is drawn.
+2. The exported object shared the release's arrays on both stacks: an in-place edit of it
+   (``idata.posterior["f_dp"] *= 100``, a change of units) multiplied ``release.draws`` by
+   100 for every later export and ``dp_ppc`` (max change 330.5).  And ``release.X_star``
+   was a view of the caller's ``X_star``: ``X_star += 1`` after the release moved the
+   inputs the draws are paired with by 1.0.  The release now owns its inputs and the export
+   holds copies.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import pandas as pd
 import pymc as pm
 import pytest
 
+from pm_dpgp.compat import get_group
 from pm_dpgp.mechanisms import cloaked_release, prior_noise_release
 from pm_dpgp.mechanisms.label.binning import binned_gp, binned_release, make_bins
 from pm_dpgp.models import gp_regression
@@ -97,3 +104,22 @@ def test_references_are_weak_and_not_serialised() -> None:
     del model
     gc.collect()
     assert release.training_source() is None  # the release keeps nothing alive
+
+
+def test_export_and_caller_arrays_do_not_alias_the_release() -> None:
+    X, y = _data()
+    model = gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=1.5), noise_sd=0.3, mean=0.0)
+    X_star = np.linspace(0, 6, 25)
+    release = _release(cloaked_release, model, X_star)
+    draws, inputs = release.draws.copy(), release.X_star.copy()
+    idata = release.to_inference_data(predictive_sd=0.3, rng=np.random.default_rng(0))
+    posterior = get_group(idata, "posterior")
+    assert not np.shares_memory(posterior["f_dp"].values, release.draws)
+    assert not np.shares_memory(get_group(idata, "constant_data")["X_star"].values, X_star)
+    edited = idata.posterior if hasattr(idata, "posterior") else idata["posterior"]
+    edited["f_dp"] *= 100.0  # a change of units of the exported object, in place
+    np.testing.assert_array_equal(release.draws, draws)
+    X_star += 1.0  # the caller reuses its array
+    np.testing.assert_array_equal(release.X_star, inputs)
+    again = get_group(release.to_inference_data(), "posterior")["f_dp"].values[0]
+    np.testing.assert_array_equal(again, draws)
