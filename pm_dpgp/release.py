@@ -30,7 +30,12 @@ from pm_dpgp._validation import (
     row_labels,
 )
 
-__all__ = ["Release", "draws_to_inference_data", "release_to_inference_data"]
+__all__ = [
+    "Release",
+    "RemembersTraining",
+    "draws_to_inference_data",
+    "release_to_inference_data",
+]
 
 
 def _jsonable(value: Any) -> Any:
@@ -53,8 +58,47 @@ def noise_sd_of(noise_factor: NDArray[np.float64]) -> NDArray[np.float64]:
     return np.hypot.reduce(noise_factor, axis=1, initial=0.0)
 
 
+class RemembersTraining:
+    """Weak references to the training data a release was computed from (identity only).
+
+    ``remember_training`` keeps them; ``to_inference_data`` refuses ``observed_data`` that
+    *is* the training output array or shares its memory while they are alive, as ``dp_ppc``
+    does: ``observed_is_public=True`` is needed to attach any ``observed_data``, so it cannot
+    also be what skips the check (stop-45 audit: the training ``y`` passed as
+    ``observed_data`` was published beside the DP draws).  No value is read; nothing is kept
+    alive, copied, pickled or exported (``__getstate__`` drops them).  Objects that take no
+    weak reference (a list ``y`` given to ``binned_release``) are not remembered; a model
+    keeps its own arguments, lists too.
+    """
+
+    def remember_training(self, training: Any) -> Any:
+        """Keep weak references to ``training`` (a model, or the ``(X, y, ...)`` tuple of the
+        data arguments); return ``self``."""
+        refs = (
+            tuple(_weak(t) for t in training[:2])
+            if isinstance(training, tuple)
+            else _weak(training)
+        )
+        object.__setattr__(self, "_training_refs", refs)
+        return self
+
+    def training_source(self) -> Any:
+        """The remembered training model or ``(X, y)`` pair while alive, else ``None``."""
+        refs = self.__dict__.get("_training_refs")
+        if isinstance(refs, tuple):
+            X, y = (None if r is None else r() for r in refs)
+            return None if y is None else (X, y)
+        return None if refs is None else refs()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The fields only: the weak references to the training data are not pickled."""
+        state = dict(self.__dict__)
+        state.pop("_training_refs", None)
+        return state
+
+
 @dataclass(frozen=True, repr=False)
-class Release:
+class Release(RemembersTraining):
     """Differentially private draws at public test inputs, with their metadata.
 
     Attributes
@@ -137,38 +181,6 @@ class Release:
                 "draws are latent values of binary outcomes. Check it on a hold-out set with "
                 "its released class probabilities (docs/classification.md)."
             )
-
-    def remember_training(self, training: Any) -> Release:
-        """Keep WEAK references to the training data this release was computed from: the
-        model, or an ``(X, y)`` pair of its arguments; return ``self``.
-
-        Identity only: no value is read, nothing is kept alive, copied, pickled or exported
-        (``__getstate__`` drops them).  ``to_inference_data`` refuses ``observed_data`` that
-        *is* the training output array or shares its memory while they are alive, as
-        ``dp_ppc`` does: ``observed_is_public=True`` is needed to attach any
-        ``observed_data``, so it cannot also be what skips the check (stop-45 audit: the
-        training ``y`` passed as ``observed_data`` was published beside the DP draws).
-        Objects that take no weak reference (a list ``y`` of ``binned_release``) are not
-        remembered; a model keeps its own arguments, lists too.
-        """
-        refs = tuple(_weak(t) for t in training) if isinstance(training, tuple) else _weak(training)
-        object.__setattr__(self, "_training_refs", refs)
-        return self
-
-    def training_source(self) -> Any:
-        """The remembered training model or ``(X, y)`` pair while alive, else ``None``
-        (``remember_training``; identity checks only)."""
-        refs = self.__dict__.get("_training_refs")
-        if isinstance(refs, tuple):
-            X, y = (None if r is None else r() for r in refs)
-            return None if y is None else (X, y)
-        return None if refs is None else refs()
-
-    def __getstate__(self) -> dict[str, Any]:
-        """The fields only: the weak references to the training data are not pickled."""
-        state = dict(self.__dict__)
-        state.pop("_training_refs", None)
-        return state
 
     def noise_band(self, width: float = 1.0) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """Return first draw ∓ ``width`` × noise sd (public; post-processing of the release)."""
@@ -464,9 +476,17 @@ def refuse_training_outputs(values: Any, training: Any, what: str) -> None:
 
     if isinstance(training, tuple):
         outputs = [training[1]]
-    else:
+    elif callable(getattr(training, "unchecked_data", None)):  # a model or PrivateRows
         outputs = [training.unchecked_data()[1], getattr(training, "_y_argument", None)]
-    if any(y is not None and _same_object(values, y) for y in outputs):
+    else:  # e.g. an iterable of chunks: nothing to compare by identity
+        return
+
+    def same(y: Any) -> bool:
+        if type(y).__module__.split(".")[0] == "dask":  # identity only: never computed
+            return values is y
+        return _same_object(values, y)
+
+    if any(y is not None and same(y) for y in outputs):
         raise PrivateDataError(
             f"{what} is the private training output array of this release. The DP guarantee "
             "covers the released draws, not the data: as observed_data it would be published "

@@ -123,3 +123,55 @@ def test_export_and_caller_arrays_do_not_alias_the_release() -> None:
     np.testing.assert_array_equal(release.X_star, inputs)
     again = get_group(release.to_inference_data(), "posterior")["f_dp"].values[0]
     np.testing.assert_array_equal(again, draws)
+
+
+def test_other_release_types_refuse_their_training_outputs() -> None:
+    """The same hole in ``SamplePathRelease`` and ``SparseQuRelease.to_inference_data`` (one
+    shared builder): released at the training inputs, ``{"y": y}`` was published."""
+    import warnings
+
+    from pm_dpgp.accounting import Ledger
+    from pm_dpgp.mechanisms import noise_aware_release, sample_path_release
+    from pm_dpgp.models import grid_inducing_points, sparse_gp_regression
+
+    X, y = _data()
+    model = gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=1.5), noise_sd=0.3, mean=0.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        paths = sample_path_release(
+            model,
+            np.linspace(0, 6, 20),
+            n_draws=2,
+            kernel_scale=1.0,
+            y_bounds=(-2.0, 2.0),
+            delta=1e-5,
+            ledger=Ledger(),
+            domain=(0.0, 6.0),
+            rng=np.random.default_rng(2),
+        )
+    rng = np.random.default_rng(5)
+    state = rng.bit_generator.state
+    with pytest.raises(PrivateDataError):
+        paths.to_inference_data(
+            X_star=X, observed_data={"y": y}, observed_is_public=True, predictive_sd=0.3, rng=rng
+        )
+    assert rng.bit_generator.state == state
+
+    Z = grid_inducing_points(0.0, 6.0, 6)
+    public = sparse_gp_regression(
+        None, None, pm.gp.cov.ExpQuad(1, ls=1.5), Z=Z, noise_sd=0.3
+    ).public_sparse_gp()
+    X_n, y_n = np.linspace(0, 6, 200), np.sin(np.linspace(0, 6, 200))
+    qu = noise_aware_release(
+        public,
+        (X_n, y_n),
+        epsilon=1.0,
+        delta=1e-4,
+        y_bounds=(-2.0, 2.0),
+        rng=np.random.default_rng(4),
+    )
+    with pytest.raises(PrivateDataError):
+        qu.to_inference_data(X_n, observed_data={"y": y_n}, observed_is_public=True, rng=rng)
+    assert rng.bit_generator.state == state
+    qu.to_inference_data(X_n, observed_data={"y": y_n.copy()}, observed_is_public=True, rng=rng)
+    assert pickle.loads(pickle.dumps(qu)).training_source() is None

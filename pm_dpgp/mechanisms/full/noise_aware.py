@@ -95,7 +95,7 @@ from pm_dpgp.mechanisms.noise import (
 from pm_dpgp.models._common import _as_2d_inputs, check_input_columns, input_columns_record
 from pm_dpgp.models.guards import refuse_dirichlet_model
 from pm_dpgp.models.sparse import PublicSparseGP, SparseGPRegression
-from pm_dpgp.release import _distinct, flat_attrs
+from pm_dpgp.release import RemembersTraining, _distinct, flat_attrs
 
 __all__ = [
     "DPQu",
@@ -617,7 +617,7 @@ def dp_qu(
 
 # =========================================================================== release
 @dataclass(frozen=True, eq=False)
-class SparseQuRelease:
+class SparseQuRelease(RemembersTraining):
     """A DP ``q(u) = N(m, S)`` on public inducing inputs, per output, and its metadata.
 
     Holds only public and DP content: ``Z``, the DP ``u_mean`` ``(T, M)`` (prior mean
@@ -889,6 +889,7 @@ class SparseQuRelease:
             coords=coords,
             observed_data=observed_data,
             observed_is_public=observed_is_public,
+            training=self.training_source(),  # identity only (RemembersTraining)
             x_star_rows=x_star_rows,
             predictive_sd=sd if Xs is not None else None,
             predictive_of=var_name if Xs is not None else None,
@@ -1112,6 +1113,7 @@ def noise_aware_release(
     y_bounds = bounds_from_centred("y_bound", deprecated, y_bounds, public.mean, func=func)
     reject_unexpected(deprecated, func=func)
     y_lower, y_upper, R_y = centred_bound(require(y_bounds, "y_bounds", func=func), public.mean)
+    given = data
     data = _default_data(model, data)
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta)
@@ -1236,7 +1238,9 @@ def noise_aware_release(
         # the public clipping range as given (R_y alone did not say it; stop-42 audit), the
         # key of the label and sample-path releases
         release.metadata["y_bounds"] = [float(y_lower), float(y_upper)]
-        return release
+        # weak references (identity only): to_inference_data refuses the training outputs
+        # as observed_data (stop-45 audit)
+        return release.remember_training(model if given is None else given)
 
 
 def calibrate_statistics_noise(

@@ -89,6 +89,7 @@ from pm_dpgp.models.sparse import (
     is_stationary_decreasing,
     kernel_structure_at,
 )
+from pm_dpgp.release import RemembersTraining
 
 #: ``noise_source`` of a sample-path release drawn without a caller's Generator.
 SAMPLE_PATH_OS_ENTROPY = "numpy_os_entropy"
@@ -311,7 +312,7 @@ class _PathStream:
 
 
 @dataclass(repr=False)
-class SamplePathRelease:
+class SamplePathRelease(RemembersTraining):
     """``L`` released posterior paths, evaluable anywhere (curator-side object).
 
     Attributes
@@ -606,6 +607,7 @@ class SamplePathRelease:
             coords=coords,
             observed_data=observed_data,
             observed_is_public=observed_is_public,
+            training=self.training_source(),  # identity only (RemembersTraining)
             x_star_rows=labels,
             predictive_sd=predictive_sd,
             rng=rng,
@@ -1416,7 +1418,9 @@ def sample_path_release(
     # stop-41 walkthrough)
     release.metadata["input_columns"] = input_columns_record(gpr)
     release.metadata["domain"] = None if domain is None else domain.pairs.tolist()
-    return release
+    # weak reference (identity only): to_inference_data refuses the training outputs as
+    # observed_data (stop-45 audit)
+    return release.remember_training(gpr)
 
 
 #: Without a domain, input coordinates are clipped to ``±_UNBOXED`` (squared distances stay
