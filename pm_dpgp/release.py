@@ -593,6 +593,11 @@ def flat_attrs(mechanism: str, metadata: Mapping[str, Any], **extra: Any) -> dic
             attrs[key] = "none"
         elif isinstance(value, bool):
             attrs[key] = int(value)
+        elif isinstance(value, int) and not -(2**63) <= value < 2**64:
+            # netCDF-4 stores 64-bit integers only: kmeans_seed=2**64 (a valid NumPy seed)
+            # made the export of a charged release fail with h5py's "Object dtype" TypeError
+            # (stop-45 audit); its decimal text, as for other JSON values
+            attrs[key] = json.dumps(value)
         elif isinstance(value, str | int | float):
             attrs[key] = value
         else:

@@ -13,6 +13,12 @@
    was a view of the caller's ``X_star``: ``X_star += 1`` after the release moved the
    inputs the draws are paired with by 1.0.  The release now owns its inputs and the export
    holds copies.
+3. ``SamplePathRelease`` and ``SparseQuRelease`` share the export builder and had the same
+   hole as 1.
+4. An integer metadata value outside 64 bits (``classification_release(...,
+   kmeans_seed=2**64)``, a valid NumPy seed; the release was charged) made
+   ``to_netcdf`` of the export fail with h5py's "Object dtype ... has no native HDF5
+   equivalent" on both stacks.  Such values are stored as decimal text.
 """
 
 from __future__ import annotations
@@ -175,3 +181,20 @@ def test_other_release_types_refuse_their_training_outputs() -> None:
     assert rng.bit_generator.state == state
     qu.to_inference_data(X_n, observed_data={"y": y_n.copy()}, observed_is_public=True, rng=rng)
     assert pickle.loads(pickle.dumps(qu)).training_source() is None
+
+
+@pytest.mark.parametrize("value", [2**64, -(2**63) - 1, 10**30, 2**63, -(2**63)])
+def test_integer_metadata_beyond_64_bits_round_trips_through_netcdf(value, tmp_path) -> None:
+    from pm_dpgp.compat import from_netcdf, to_netcdf
+    from pm_dpgp.release import Release
+
+    release = Release(
+        "cloaking",
+        np.zeros((1, 3)),
+        np.arange(3.0)[:, None],
+        np.eye(3),
+        metadata={"kmeans_seed": value, "epsilon": 1.0},
+    )
+    path = to_netcdf(release.to_inference_data(), tmp_path / "release.nc")
+    stored = get_group(from_netcdf(path), "posterior").attrs["kmeans_seed"]
+    assert int(stored) == value
