@@ -218,8 +218,9 @@ class Release(RemembersTraining):
         * ``observed_data``: a PUBLIC hold-out set at the release's test inputs, e.g.
           ``{"y": y_holdout}`` (needs ``observed_is_public=True``; never the training outputs).
         * ``constant_data``: the public test inputs ``X_star`` and the public DP-noise sd.
-        * attrs of every group: the privacy metadata, flat; nested values are stored as JSON
-          strings so that the object round-trips through netCDF.
+        * attrs of every group: the privacy metadata, flat; nested values (and integers
+          beyond 64 bits) are stored as JSON strings so that the object round-trips through
+          netCDF.
 
         The spread of the draws of a cloaking / prior-noise release is the DP noise around
         the posterior mean, not posterior uncertainty; see
