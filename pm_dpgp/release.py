@@ -5,7 +5,8 @@ inputs, the public shape of the DP noise (it depends only on public inputs,
 public hyperparameters and the privacy parameters) and the privacy metadata the
 design requires (mechanism, privacy model, neighbouring relation, ε, δ,
 sensitivity, clipping bounds, hyperparameters, seed policy, version).  It never
-holds the private training outputs or the non-DP posterior mean.
+holds the private training outputs or the non-DP posterior mean (only weak references to
+the training data, for identity checks: ``RemembersTraining``; never read or pickled).
 """
 
 from __future__ import annotations
