@@ -464,35 +464,56 @@ def _weak(obj: Any) -> Any:
         return None
 
 
-def refuse_training_outputs(values: Any, training: Any, what: str) -> None:
-    """Raise ``PrivateDataError`` when ``values`` is the training output array of
-    ``training`` (a model, or an ``(X, y)`` pair) or shares its memory.
-
-    Identity and memory only, as ``dp_ppc``'s check (``pm_dpgp.workflow.ppc``): no value is
-    read or compared (a refusal that compared values would be a membership oracle,
-    ``docs/errors.md``); a copy is not recognised.
-    """
-    if training is None:
-        return
-    from pm_dpgp.workflow.ppc import PrivateDataError, _same_object
+def _is_training_array(values: Any, training: Any, column: int) -> bool:
+    """Whether ``values`` is column ``column`` (0: inputs, 1: outputs) of ``training`` (a
+    model, or an ``(X, y, ...)`` tuple) or shares its memory: identity and memory only, as
+    ``dp_ppc``'s check (``pm_dpgp.workflow.ppc``); no value is read or compared (a refusal
+    that compared values would be a membership oracle, ``docs/errors.md``); a copy is not
+    recognised."""
+    if training is None or values is None:
+        return False
+    from pm_dpgp.workflow.ppc import _same_object
 
     if isinstance(training, tuple):
-        outputs = [training[1]]
+        arrays = [training[column]]
     elif callable(getattr(training, "unchecked_data", None)):  # a model or PrivateRows
-        outputs = [training.unchecked_data()[1], getattr(training, "_y_argument", None)]
+        argument = ("_X_argument", "_y_argument")[column]
+        arrays = [training.unchecked_data()[column], getattr(training, argument, None)]
     else:  # e.g. an iterable of chunks: nothing to compare by identity
-        return
+        return False
 
-    def same(y: Any) -> bool:
-        if type(y).__module__.split(".")[0] == "dask":  # identity only: never computed
-            return values is y
-        return _same_object(values, y)
+    def same(a: Any) -> bool:
+        if type(a).__module__.split(".")[0] == "dask":  # identity only: never computed
+            return values is a
+        return _same_object(values, a)
 
-    if any(y is not None and same(y) for y in outputs):
+    return any(a is not None and same(a) for a in arrays)
+
+
+def refuse_training_outputs(values: Any, training: Any, what: str) -> None:
+    """Raise ``PrivateDataError`` when ``values`` is the training output array of
+    ``training`` (a model, or an ``(X, y)`` pair) or shares its memory (identity only)."""
+    from pm_dpgp.workflow.ppc import PrivateDataError
+
+    if _is_training_array(values, training, 1):
         raise PrivateDataError(
             f"{what} is the private training output array of this release. The DP guarantee "
             "covers the released draws, not the data: as observed_data it would be published "
             "unprotected. Pass a public hold-out set that was not used to fit the model."
+        )
+
+
+def refuse_training_inputs(values: Any, training: Any, what: str) -> None:
+    """Raise ``PrivateDataError`` when ``values`` is the training input array of a fully
+    private release's ``training`` or shares its memory (identity only, as ``dp_ppc``)."""
+    from pm_dpgp.workflow.ppc import PrivateDataError
+
+    if _is_training_array(values, training, 0):
+        raise PrivateDataError(
+            f"{what} is the private training input array of this fully private release: "
+            "exported inputs are published (constant_data and the coordinate), and under full "
+            "privacy the training inputs are private. Pass public query inputs. Nothing was "
+            "drawn."
         )
 
 

@@ -95,7 +95,7 @@ from pm_dpgp.mechanisms.noise import (
 from pm_dpgp.models._common import _as_2d_inputs, check_input_columns, input_columns_record
 from pm_dpgp.models.guards import refuse_dirichlet_model
 from pm_dpgp.models.sparse import PublicSparseGP, SparseGPRegression
-from pm_dpgp.release import RemembersTraining, _distinct, flat_attrs
+from pm_dpgp.release import RemembersTraining, _distinct, flat_attrs, refuse_training_inputs
 
 __all__ = [
     "DPQu",
@@ -776,10 +776,14 @@ class SparseQuRelease(RemembersTraining):
           ``f_mean``, ``f_var`` (Honkela 2024, eq. 17).
         * ``constant_data``: the public ``Z`` (dims ``inducing, input_dim``) and ``X_star``.
           ``X_star`` is published (here and as the ``x_star`` coordinate): under full privacy
-          the training inputs are private, so pass public query inputs, never them
-          (``dp_ppc`` refuses the training arrays by identity; this method cannot know them).
+          the training inputs are private, so pass public query inputs, never them (the
+          training input array itself is refused by identity while it is alive, as
+          ``dp_ppc`` refuses it; a copy is not recognised).
         * attrs of every group: the privacy metadata (nested values as JSON strings).
         """
+        # identity only, before anything is read or drawn (stop-45 audit: the training X
+        # passed as X_star was published, 2,000 leak-scan hits for 200 records)
+        refuse_training_inputs(X_star, self.training_source(), "X_star")
         Z = self.Z
         M, d = Z.shape
         multi = self.n_outputs > 1

@@ -89,7 +89,7 @@ from pm_dpgp.models.sparse import (
     is_stationary_decreasing,
     kernel_structure_at,
 )
-from pm_dpgp.release import RemembersTraining
+from pm_dpgp.release import RemembersTraining, refuse_training_inputs
 
 #: ``noise_source`` of a sample-path release drawn without a caller's Generator.
 SAMPLE_PATH_OS_ENTROPY = "numpy_os_entropy"
@@ -548,7 +548,8 @@ class SamplePathRelease(RemembersTraining):
         ``posterior[variable_name]`` has dims ``(chain, draw, x_star)`` with one draw per
         released path (a posterior sample path: its spread is posterior uncertainty plus the
         privacy widening ``η``), at ``X_star`` (evaluated lazily first, free; these inputs are
-        then public) or, by default, at the inputs declared public so far
+        then public; the training input array itself is refused by identity) or, by default,
+        at the inputs declared public so far
         (``published_inputs``: the release's ``X_star`` and earlier ``X_star=`` of this
         method).  Inputs given only to ``evaluate()`` are exported only with
         ``include_evaluated=True`` (every input drawn so far, ``released_inputs``): under
@@ -579,6 +580,9 @@ class SamplePathRelease(RemembersTraining):
                 f"name (a str), got {type(variable_name).__name__}; pass the inputs by "
                 "keyword: to_inference_data(X_star=X_new)."
             )
+        # identity only, before the path is extended (stop-45 audit: the training X passed
+        # as X_star was published, as dp_ppc refuses it)
+        refuse_training_inputs(X_star, self.training_source(), "X_star")
         every = check_flag(include_evaluated, "include_evaluated")
         if X_star is not None:
             rows = self._rows_of(X_star, "X_star")  # column order checked (stop 42)
