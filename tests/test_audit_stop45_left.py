@@ -6,6 +6,8 @@
   ``μ + F (c − μ) W 1`` is not finite in float64 (prior mean far from ``y_bounds``), which the
   release itself refuses since stop 44 (``tests/test_audit_stop44_label_noise.py``); the plan
   now refuses it with the same message.
+* A Dirichlet release's export did not refuse its training inputs as ``X_star`` (the
+  stop-45 audit's fix covered the sparse-GP ``q(u)`` release, not its Dirichlet subclass).
 """
 
 from __future__ import annotations
@@ -86,3 +88,29 @@ def test_an_all_releases_posterior_too_large_to_hold_is_refused_before_the_charg
             )
     assert len(ledger.history) == 0 and calls == [3]
     assert json.dumps(rng.bit_generator.state, sort_keys=True) == before
+
+
+def test_a_dirichlet_export_refuses_the_training_inputs_as_x_star():
+    """The stop-45 audit made the sparse-GP q(u) export refuse its training inputs as
+    ``X_star`` (they would be published in ``constant_data``); a Dirichlet release is a
+    ``SparseQuRelease`` too but kept no reference to its data, so it published them."""
+    from pm_dpgp.mechanisms import dirichlet_release
+    from pm_dpgp.models import grid_inducing_points, sparse_gp_regression
+    from pm_dpgp.workflow.ppc import PrivateDataError
+
+    rng = np.random.default_rng(2)
+    X = rng.uniform(-4, 4, 300)
+    lab = np.where(X < -1.5, 0, np.where(X < 1.5, 1, 2))
+    pub = sparse_gp_regression(
+        None, None, pm.gp.cov.ExpQuad(1, ls=1.0), Z=grid_inducing_points(-4, 4, 8), noise_sd=1.0
+    ).public_sparse_gp()
+    rel = dirichlet_release(
+        pub, (X, lab), n_classes=3, epsilon=3.0, delta=1e-4, rng=np.random.default_rng(0)
+    )
+    gen = np.random.default_rng(5)
+    state = gen.bit_generator.state
+    for X_star in (X, X[:50], X[:, None]):
+        with pytest.raises(PrivateDataError, match="training input"):
+            rel.to_inference_data(X_star, rng=gen)
+    assert gen.bit_generator.state == state
+    rel.to_inference_data(X.copy(), n_draws=3, rng=gen)  # a copy is not recognised (identity)

@@ -297,6 +297,7 @@ def dirichlet_release(
     """
     progressbar = check_flag(progressbar, "progressbar")  # "no" showed a bar
     public = _as_public(model, hyperparameters)
+    given = data
     data = _default_data(model, data)
     C, alpha_epsilon, prior_mean = dirichlet_settings(model, n_classes, alpha_epsilon, prior_mean)
     epsilon = check_epsilon(epsilon)
@@ -431,4 +432,6 @@ def dirichlet_release(
         bar.advance("noise drawn")
     # a DataFrame's column names (schema), so that predictions can refuse another order
     release.metadata["input_columns"] = input_columns_record(data) or input_columns_record(model)
-    return release
+    # weak references (identity only): to_inference_data refuses the training inputs as
+    # X_star, as for the sparse-GP release (stop-45 audit)
+    return release.remember_training(model if given is None else given)
