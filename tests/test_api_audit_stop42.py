@@ -256,8 +256,11 @@ def test_sample_path_export_checks_dataframe_columns():
             domain=[(0.0, 1.0), (0.0, 1.0)],
             rng=np.random.default_rng(1),
         )
+    # public query rows in another column order (a copy: since stop 45 the training input
+    # frame itself, or a lazy copy sharing its memory, is refused as private first)
+    X_pub = pd.DataFrame({"a": [0.1, 0.5, 0.9], "b": [0.2, 0.4, 0.6]})
     with pytest.raises(ValueError, match="column"):
-        rel.to_inference_data(X_star=X.iloc[:3][["b", "a"]])
+        rel.to_inference_data(X_star=X_pub[["b", "a"]])
 
 
 # ---------------------------------------------------------------- labelled 1-D and xarray inputs
