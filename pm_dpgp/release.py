@@ -67,7 +67,9 @@ class RemembersTraining:
     does: ``observed_is_public=True`` is needed to attach any ``observed_data``, so it cannot
     also be what skips the check (stop-45 audit: the training ``y`` passed as
     ``observed_data`` was published beside the DP draws).  No value is read; nothing is kept
-    alive, copied, pickled or exported (``__getstate__`` drops them).  Objects that take no
+    alive, copied, pickled or exported (``__getstate__`` drops them; ``copy.copy`` and
+    ``copy.deepcopy`` of a release share them, so a copy refuses the same arrays; a pickled
+    and restored release, or ``dataclasses.replace``, has none).  Objects that take no
     weak reference (a list ``y`` given to ``binned_release``) are not remembered; a model
     keeps its own arguments, lists too.
     """
@@ -96,6 +98,25 @@ class RemembersTraining:
         state = dict(self.__dict__)
         state.pop("_training_refs", None)
         return state
+
+    def __copy__(self) -> Any:
+        """A shallow copy that keeps the weak references (``copy.copy`` would go through
+        ``__getstate__`` and drop them, so a copy exported the training outputs that the
+        original refuses; stop-45 review)."""
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        return new
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        """A deep copy of the fields that shares the weak references (they point at the same
+        training data, which is neither copied nor kept alive)."""
+        import copy
+
+        new = object.__new__(type(self))
+        memo[id(self)] = new
+        for key, value in self.__dict__.items():
+            new.__dict__[key] = value if key == "_training_refs" else copy.deepcopy(value, memo)
+        return new
 
 
 @dataclass(frozen=True, repr=False)

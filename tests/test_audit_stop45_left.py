@@ -8,6 +8,8 @@
   now refuses it with the same message.
 * A Dirichlet release's export did not refuse its training inputs as ``X_star`` (the
   stop-45 audit's fix covered the sparse-GP ``q(u)`` release, not its Dirichlet subclass).
+* ``copy.copy`` / ``copy.deepcopy`` of a release dropped its weak references to the training
+  data, so a copy exported what the original refuses (stop-45 review).
 """
 
 from __future__ import annotations
@@ -114,3 +116,42 @@ def test_a_dirichlet_export_refuses_the_training_inputs_as_x_star():
             rel.to_inference_data(X_star, rng=gen)
     assert gen.bit_generator.state == state
     rel.to_inference_data(X.copy(), n_draws=3, rng=gen)  # a copy is not recognised (identity)
+
+
+def test_copies_of_a_release_refuse_the_training_outputs_too():
+    """Stop-45 review: ``copy.copy`` / ``copy.deepcopy`` went through ``__getstate__``, which
+    drops the weak references (so that nothing is pickled), and a copy of a cloaked release
+    at the training inputs exported the training outputs its original refuses."""
+    import copy
+
+    from pm_dpgp.mechanisms import cloaked_release, noise_aware_release
+    from pm_dpgp.models import grid_inducing_points, sparse_gp_regression
+    from pm_dpgp.workflow import PrivateDataError
+
+    rng = np.random.default_rng(0)
+    X = np.sort(rng.uniform(0, 6, 30))
+    y = np.clip(np.sin(X) + 0.3 * rng.standard_normal(30), -1.9, 1.9)
+    model = gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=1.5), noise_sd=0.3)
+    release = cloaked_release(
+        model, X, epsilon=1.0, delta=1e-3, y_bounds=(-2, 2), rng=np.random.default_rng(1)
+    )
+    for twin in (copy.copy(release), copy.deepcopy(release)):
+        assert twin is not release and twin.training_source() is model
+        np.testing.assert_array_equal(twin.draws, release.draws)
+        with pytest.raises(PrivateDataError, match="private training output"):
+            twin.to_inference_data(
+                observed_data={"y": y}, observed_is_public=True, predictive_sd=0.3,
+                rng=np.random.default_rng(2),
+            )  # fmt: skip
+    assert copy.deepcopy(release).draws is not release.draws  # a deep copy of the fields
+    Z = grid_inducing_points(0.0, 6.0, 6)
+    public = sparse_gp_regression(
+        None, None, pm.gp.cov.ExpQuad(1, ls=1.5), Z=Z, noise_sd=0.3
+    ).public_sparse_gp()
+    qu = noise_aware_release(
+        public, (X, y), epsilon=1.0, delta=1e-4, y_bounds=(-2.0, 2.0),
+        rng=np.random.default_rng(4),
+    )  # fmt: skip
+    for twin in (copy.copy(qu), copy.deepcopy(qu)):
+        with pytest.raises(PrivateDataError, match="training input"):
+            twin.to_inference_data(X, rng=np.random.default_rng(5))
