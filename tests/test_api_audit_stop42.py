@@ -247,7 +247,7 @@ def test_sample_path_export_checks_dataframe_columns():
         warnings.simplefilter("ignore")
         rel = sample_path_release(
             model,
-            X.iloc[:3],
+            pd.DataFrame({"a": [0.2, 0.5, 0.8], "b": [0.3, 0.6, 0.9]}),  # public query rows
             n_draws=2,
             kernel_scale=1.0,
             y_bounds=(-2.0, 2.0),

@@ -10,6 +10,8 @@
   stop-45 audit's fix covered the sparse-GP ``q(u)`` release, not its Dirichlet subclass).
 * ``copy.copy`` / ``copy.deepcopy`` of a release dropped its weak references to the training
   data, so a copy exported what the original refuses (stop-45 review).
+* ``sample_path_release`` accepted the training input array as ``X_star`` and published it
+  (the export refuses it since the stop-45 release audit).
 """
 
 from __future__ import annotations
@@ -155,3 +157,30 @@ def test_copies_of_a_release_refuse_the_training_outputs_too():
     for twin in (copy.copy(qu), copy.deepcopy(qu)):
         with pytest.raises(PrivateDataError, match="training input"):
             twin.to_inference_data(X, rng=np.random.default_rng(5))
+
+
+def test_a_sample_path_release_refuses_the_training_inputs_as_x_star():
+    """Under full privacy the release publishes its ``X_star`` (and every export does): the
+    training input array itself, a view of it or the model's own array was accepted and
+    published, while the export of the same release refuses it (stop-45 release audit).
+    Refused by identity or shared memory before anything is read, spent or drawn; a public
+    array with other values is released."""
+    from pm_dpgp.accounting import Ledger
+    from pm_dpgp.mechanisms import sample_path_release
+    from pm_dpgp.workflow import PrivateDataError
+
+    X = np.linspace(0.0, 1.0, 12)
+    y = np.sin(3.0 * X)
+    model = gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=0.5), noise_sd=2.0)
+    kw = dict(kernel_scale=1.0, y_bounds=(-2.0, 2.0), delta=1e-5, epsilon=1e9, domain=(0.0, 1.0))
+    ledger = Ledger()
+    rng = np.random.default_rng(1)
+    before = rng.bit_generator.state
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for X_star in (X, X[:4], X[:, None], model.X):
+            with pytest.raises(PrivateDataError, match="private training input"):
+                sample_path_release(model, X_star, ledger=ledger, rng=rng, **kw)
+        assert len(ledger.history) == 0 and rng.bit_generator.state == before
+        rel = sample_path_release(model, np.linspace(0.05, 0.95, 4), ledger=ledger, rng=rng, **kw)
+    assert len(ledger.history) == 1 and rel.metadata["privacy_model"] == "full"

@@ -560,7 +560,8 @@ def _small_path_release():
     X = np.linspace(0.0, 6.0, 20)
     model = gp_regression(X, np.sin(X), pm.gp.cov.ExpQuad(1, ls=1.0), noise_sd=0.3, mean=0.0)
     return sample_path_release(
-        model, X[:3, None], kernel_scale=1.0, y_bounds=(-2, 2), delta=1e-5, eta=1.0,
+        model, np.array([[0.5], [2.5], [4.5]]), kernel_scale=1.0, y_bounds=(-2, 2), delta=1e-5,
+        eta=1.0,
         domain=(0.0, 6.0), epsilon=1e6, rng=np.random.default_rng(0),
     )  # fmt: skip
 

@@ -1264,6 +1264,10 @@ def sample_path_release(
             f"got {nugget:g}: conditioning later rounds on a (nearly) singular factor amplifies "
             "round-off without bound; nothing was spent."
         )
+    # full privacy: X_star is published (the release's inputs and every export), so the
+    # training input array itself is refused, by identity or shared memory only, before
+    # anything is read, spent or drawn (as the export and dp_ppc do; stop 45)
+    refuse_training_inputs(X_star, gpr, "X_star")
     x_star_rows = row_labels(X_star)  # a hold-out Series must match them (stop 42)
     X_star = check_finite_array(X_star, "X_star", ndim=2)
     check_clip_option(clip)
