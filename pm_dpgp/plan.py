@@ -214,7 +214,6 @@ def cloaked(
     ``docs/cloaking.md`` §8; ``"auto"`` is the same public rule in both).
     """
     from pm_dpgp.mechanisms.label.cloaking_release import public_cloaking
-    from pm_dpgp.mechanisms.label.output_perturbation import check_planned_offset
 
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta)
@@ -232,7 +231,6 @@ def cloaked(
         design=design,
         privacy=(epsilon, delta),
     )
-    check_planned_offset(parts.shape_factor, parts.W, (lower, upper), public_gp.mean)
     return _gaussian_plan(
         epsilon,
         delta,
@@ -264,10 +262,7 @@ def prior_noise(
     (Smith et al. 2018, eqs. 1–4), the prior covariance shape at ``X_star`` and the charged
     L2 sensitivity ``d·s + 2r`` as ``prior_noise_release`` computes them.
     """
-    from pm_dpgp.mechanisms.label.output_perturbation import (
-        check_planned_offset,
-        planned_l2_sensitivity,
-    )
+    from pm_dpgp.mechanisms.label.output_perturbation import planned_l2_sensitivity
     from pm_dpgp.mechanisms.label.prior_noise import public_prior_noise
 
     epsilon = check_epsilon(epsilon)
@@ -279,8 +274,13 @@ def prior_noise(
     public_gp = model.public_gp(hyperparameters)
     X_star = check_finite_array(X_star, "X_star", ndim=2)
     parts = public_prior_noise(public_gp, X_star, bound)
-    l2 = planned_l2_sensitivity(parts.unit_sensitivity, parts.W, (lower, upper))
-    check_planned_offset(parts.shape_factor, parts.W, (lower, upper), public_gp.mean)
+    l2 = planned_l2_sensitivity(
+        parts.unit_sensitivity,
+        parts.W,
+        (lower, upper),
+        shape_factor=parts.shape_factor,
+        prior_mean=public_gp.mean,
+    )
     label = "prior-noise GP release (Hall et al. 2013)"
     return _gaussian_plan(
         epsilon, delta, l2, parts.shape_factor, calibration, n_draws, label, secure

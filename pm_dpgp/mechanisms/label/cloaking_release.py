@@ -167,8 +167,9 @@ def cloaking_parts(
     # mean = μ + (U L_k) w with w = W (y − μ), W = L_k⁻¹ U_kᵀ C public (k × n)
     W = solve_triangular(noise.chol_k, noise.projected, lower=True)
     unit = float(np.sqrt(noise.max_mahalanobis)) * SENSITIVITY_SAFETY
-    l2 = planned_l2_sensitivity(unit, W, y_bounds)
-    return PublicCloaking(noise, W, noise.basis @ noise.chol_k, unit, l2, cut)
+    F = noise.basis @ noise.chol_k
+    l2 = planned_l2_sensitivity(unit, W, y_bounds, shape_factor=F, prior_mean=prior_mean)
+    return PublicCloaking(noise, W, F, unit, l2, cut)
 
 
 def cloaked_release(

@@ -369,15 +369,26 @@ def charged_l2_sensitivity(
 
 
 def planned_l2_sensitivity(
-    unit_sensitivity: float, W: NDArray[np.float64], y_bounds: tuple[float, float]
+    unit_sensitivity: float,
+    W: NDArray[np.float64],
+    y_bounds: tuple[float, float],
+    *,
+    shape_factor: NDArray[np.float64] | None = None,
+    prior_mean: float = 0.0,
 ) -> float:
     """``charged_l2_sensitivity`` before any label is read (plans, public parts).
 
     The whitening's column sensitivity and round-off depend on the public ``W`` and
-    ``y_bounds`` only, never on y, so they are evaluated at the bounds' midpoint.
+    ``y_bounds`` only, never on y, so they are evaluated at the bounds' midpoint.  With the
+    release's ``shape_factor`` F and ``prior_mean`` μ, the public offset ``μ + F (c − μ) W 1``
+    of that same whitening is checked too (``check_public_offset``), so that a plan refuses
+    what its release refuses.
     """
     lower, upper = float(y_bounds[0]), float(y_bounds[1])
-    public_part = centred_whitening(W, np.full(W.shape[1], 0.5 * (lower + upper)), y_bounds, 0.0)
+    mid = np.full(W.shape[1], 0.5 * (lower + upper))
+    public_part = centred_whitening(W, mid, y_bounds, prior_mean)
+    if shape_factor is not None:
+        check_public_offset(prior_mean + shape_factor @ public_part.public, y_bounds, prior_mean)
     return charged_l2_sensitivity(unit_sensitivity, upper - lower, public_part)
 
 
@@ -398,20 +409,6 @@ def check_public_offset(
             "too far from the bounds; rescale the outputs or use a prior mean inside "
             "y_bounds. Nothing was spent or drawn."
         )
-
-
-def check_planned_offset(
-    shape_factor: NDArray[np.float64],
-    W: NDArray[np.float64],
-    y_bounds: tuple[float, float],
-    prior_mean: float,
-) -> None:
-    """``check_public_offset`` in a plan: the offset ``μ + F (c − μ) W 1`` that the release
-    will add (``centred_whitening``'s public part) depends on public quantities only, so a
-    plan refuses what the release would refuse instead of planning a release of inf/NaN."""
-    public = centred_whitening(W, np.full(W.shape[1], 0.5 * (y_bounds[0] + y_bounds[1])),
-                               y_bounds, prior_mean).public  # fmt: skip
-    check_public_offset(prior_mean + shape_factor @ public, y_bounds, prior_mean)
 
 
 def label_gaussian_release(
