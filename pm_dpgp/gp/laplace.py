@@ -31,6 +31,7 @@ import scipy.linalg
 from numpy.typing import ArrayLike, NDArray
 from scipy.special import expit
 
+from pm_dpgp._validation import check_finite_number, check_positive
 from pm_dpgp.gp.linalg import cho_solve_lower, jittered_cholesky, solve_lower
 
 __all__ = [
@@ -146,6 +147,10 @@ def laplace_mode(
     """
     if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
         raise ValueError(f"max_iter must be a positive integer, got {max_iter!r}.")
+    # a NaN or negative tolerance never converges and a bool is a slip: refuse them (the
+    # tolerance and the prior mean are public settings, so echoing them is safe)
+    tol = check_positive(tol, "tol", allow_zero=True)
+    mean = check_finite_number(mean, "mean")
     K = np.asarray(K, dtype=np.float64)
     t = np.asarray(t, dtype=np.float64)
     n = t.shape[0]

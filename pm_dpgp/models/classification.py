@@ -16,6 +16,7 @@ labels ``t`` private; hyperparameters must be public exactly as for
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -104,9 +105,21 @@ class PublicLatentGP(PublicInputsView):
     def predict(
         self, t: ArrayLike, X_star: ArrayLike, *, max_iter: int = 100
     ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-        """NON-private latent mean and variance at ``X_star`` at the Laplace mode (R&W Alg. 3.2)."""
+        """NON-private latent mean and variance at ``X_star`` at the Laplace mode (R&W Alg. 3.2).
+
+        Warns (``RuntimeWarning``) when the Newton iteration did not converge within
+        ``max_iter`` steps: the returned values are then at the last iterate, not the mode.
+        """
         Xs = view_inputs(self, X_star)
         state = self.laplace(t, max_iter=max_iter)
+        if not state.converged:
+            warnings.warn(
+                f"the Laplace Newton iteration did not converge in max_iter={max_iter} steps; "
+                "the predictions are at the last iterate, not the posterior mode (raise "
+                "max_iter, or check laplace(t).converged).",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         return state.predict(self.kernel(Xs, self.X), self.kernel_diag(Xs), mean=self.mean)
 
 

@@ -1,0 +1,66 @@
+"""Stop 46: items left open by the stop-45 audits, now fixed (each test fails on the old code)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pymc as pm
+import pytest
+from scipy.special import expit
+
+from pm_dpgp.gp.laplace import laplace_mode
+from pm_dpgp.models.classification import gp_classification
+
+
+def _data(n: int = 30):
+    """Labels from a smooth logit on a regular grid, and the EQ Gram (variance 2, scale 1)."""
+    X = np.linspace(0.0, 10.0, n)
+    t = (np.random.default_rng(3).uniform(size=n) < expit(2 * np.sin(X))).astype(float)
+    return X, t
+
+
+def _eq(X, variance, ls):
+    return variance * np.exp(-0.5 * np.subtract.outer(X, X) ** 2 / ls**2)
+
+
+@pytest.mark.parametrize("tol", [float("nan"), -1e-8, float("inf"), True, "1e-8"])
+def test_laplace_tolerance_is_validated(tol):
+    """A NaN or negative tolerance never converged (silently ``converged=False`` after
+    ``max_iter`` steps); ``tol=True`` was used as 1."""
+    X, t = _data()
+    with pytest.raises(ValueError, match="tol"):
+        laplace_mode(_eq(X, 2.0, 1.0), t, tol=tol)
+
+
+@pytest.mark.parametrize("mean", [float("nan"), float("inf"), True])
+def test_laplace_prior_mean_is_validated(mean):
+    """A NaN prior mean gave a NaN 'mode' without an error."""
+    X, t = _data()
+    with pytest.raises(ValueError, match="mean"):
+        laplace_mode(_eq(X, 2.0, 1.0), t, mean=mean)
+
+
+def test_laplace_zero_tolerance_and_numpy_scalars_accepted():
+    X, t = _data()
+    K = _eq(X, 2.0, 1.0)
+    ref = laplace_mode(K, t)
+    same = laplace_mode(K, t, tol=np.float32(1e-10), mean=np.float64(0.0))
+    assert np.array_equal(ref.f, same.f)
+    zero = laplace_mode(K, t, tol=0.0, max_iter=40)
+    assert np.max(np.abs(zero.f - ref.f)) < 1e-8
+
+
+def test_owner_predict_warns_when_newton_did_not_converge():
+    """``PublicLatentGP.predict(max_iter=1)`` returned the one-step values as if they were
+    at the mode, without a word."""
+    X, t = _data()
+    model = gp_classification(X[:, None], t, 2.0 * pm.gp.cov.ExpQuad(1, ls=1.0))
+    pub = model.public_gp()
+    Xs = np.linspace(0.5, 9.5, 4)[:, None]
+    with pytest.warns(RuntimeWarning, match="did not converge"):
+        pub.predict(t, Xs, max_iter=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mu, var = pub.predict(t, Xs)
+    assert np.all(np.isfinite(mu)) and np.all(var > 0)
