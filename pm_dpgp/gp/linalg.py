@@ -195,8 +195,9 @@ def jittered_cholesky(
     First tries ``A + jitter·I`` (``jitter`` may be 0).  If that is not
     numerically positive definite, retries with jitter
     ``j_k = s · 10^k`` for ``k = 0, 1, …`` (at most ``max_tries`` attempts in
-    total), where ``s = max(jitter, 1e-10 · mean(diag A))`` times 10 when
-    ``jitter > 0``.  This is the usual "jitchol" strategy for kernel matrices
+    total), where ``s = max(10·jitter, 1e-10 · mean(diag A))`` (``1e-10 · mean(diag A)``
+    when ``jitter`` is 0; ``jitter_schedule``).  This is the usual "jitchol" strategy for
+    kernel matrices
     (cf. GPy's ``jitchol``; Rasmussen & Williams 2006, §A.4 / Algorithm 2.1).
 
     The factorisation is LAPACK ``dpotrf`` on one working matrix: a copy of ``A``, or with
