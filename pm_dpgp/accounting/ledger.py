@@ -962,18 +962,24 @@ class Ledger:
         Kept per entry list and extended by the entries appended since the last call (the
         list only grows in place; a persistent ledger's refresh replaces it), so a check is
         O(1) per new entry instead of a pass over the whole history on every spend.
+
+        The length is read once, before the slice: ``check_privacy_model`` runs without the
+        lock, and a ``spend`` on another thread that appended between the slice and a later
+        ``len`` had its entry marked as indexed without being read, so its Generator
+        fingerprint and privacy model were never checked again (stop-46 audit).
         """
         entries = self._entries
+        n = len(entries)
         index = self.__dict__.get("_prov_index")
-        if index is None or index[0] is not entries or index[1] > len(entries):
+        if index is None or index[0] is not entries or index[1] > n:
             index = (entries, 0, set(), set())
         _, done, fingerprints, models = index
-        for e in entries[done:]:
+        for e in entries[done:n]:
             if e.generator_fingerprint is not None:
                 fingerprints.add(e.generator_fingerprint)
             if e.privacy_model is not None:
                 models.add(e.privacy_model)
-        self._prov_index = (entries, len(entries), fingerprints, models)
+        self._prov_index = (entries, n, fingerprints, models)
         return fingerprints, models
 
     def _check_provenance(
