@@ -573,6 +573,19 @@ def dp_thompson_sampling_tree(
             f"the all-releases posterior of {T} rounds ({n_max} records; it conditions on "
             "every release, docs/thompson_tree.md §13; use posterior='prefix' or fewer rounds)",
         )
+    if T > 0:
+        # every round evaluates the features of a batch of public rows: the initial design
+        # (round 1; its leaf is then compressed by a QR factorisation), the candidates and the
+        # refinement points, each an (rows × M) matrix held with up to three more of its size
+        # (the kernel block, the clipped copy, the QR factor): refused before the charge
+        # (stop-46 audit: 10⁵ initial rows or 10⁵ candidates of the 2046-feature partition
+        # basis charged the run, then raised MemoryError under a 1 GiB allowance)
+        rows_max = max(len(X0), n_cand, refine_points if refine_steps else 0)
+        check_doubles_fit(
+            4 * rows_max * M,
+            f"the features of {rows_max} rows (initial design, candidates or refinement "
+            f"points) in a basis of {M} features (use fewer rows or a smaller basis)",
+        )
     plan: TreePlan | SqrtCounterPlan | None = None
     stop: StopReason = "completed"
 
