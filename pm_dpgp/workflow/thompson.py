@@ -51,6 +51,7 @@ from pm_dpgp._validation import (
     centred_bound,
     check_count,
     check_delta,
+    check_doubles_fit,
     check_finite_array,
     check_finite_number,
     check_flag,
@@ -734,6 +735,23 @@ def dp_thompson_sampling(
                     )
                     n_entries = len(ledger.history)
                     try:
+                        if refine_steps:
+                            # the refinement extends the round's path lazily by refine_steps
+                            # batches of refine_points rows, after the charge: its path state
+                            # (the release's arrays at every row the round may evaluate) and
+                            # one extension's two q × refine_points blocks are refused here,
+                            # before the charge (stop-46 audit: 2·10⁴ refinement points
+                            # charged round 2, then raised MemoryError and lost round 1)
+                            m_all = n_cand + refine_steps * refine_points
+                            check_doubles_fit(
+                                n * (n + 1) // 2
+                                + n * m_all
+                                + m_all * (m_all + 1) // 2
+                                + 2 * (m_all - refine_points) * refine_points,
+                                f"the refinement of a sample path of n = {n} records at up to "
+                                f"{m_all} rows ({n_cand} candidates and {refine_steps} steps "
+                                f"of {refine_points} refine_points; use fewer)",
+                            )
                         release = sample_path_release(
                             data,
                             X_c,
@@ -825,6 +843,11 @@ def dp_thompson_sampling(
                 rows["n_data"].append(n)
                 rows["alpha_max"].append(alpha_max)
                 rows["event"].append(meta)
+                if private:
+                    # the round's path (its state holds every evaluated row) is freed before the
+                    # next round's release is built, not kept alive beside it (stop-46 audit:
+                    # the two together doubled the peak memory of a refined round)
+                    del release, path, evaluate
                 bar.advance(f"ε = {eps_cum:.3g}" if private else "")
         except KeyboardInterrupt:
             stop = "interrupted"
