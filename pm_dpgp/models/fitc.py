@@ -242,7 +242,7 @@ def fitc_gp_regression(
     ----------
     X, y
         Public inputs ``(n,)``/``(n, d)`` and private outputs ``(n,)``.
-    cov_func, noise_sd, mean, name, model
+    cov_func, noise_sd, mean, name, model, coords
         As in ``pm_dpgp.models.gp_regression``.
     Z
         Public inducing inputs ``(M,)``/``(M, d)``; or give ``n_inducing`` and ``seed`` to

@@ -327,6 +327,9 @@ def select_by_random_stopping(
         public indices of the validation rows D₂; default every 5th row.
     n_steps, spread
         COINPRESS steps and public half-width of the log-likelihoods' bulk (nats).
+    ratio, kernel_norm, calibration
+        of each candidate's noise-aware release, as in
+        ``pm_dpgp.mechanisms.noise_aware_release`` (default ``ratio=1.0``, the paper's).
     owner_scores
         also compute the non-private validation scores of every candidate for the owner.
     owner_check

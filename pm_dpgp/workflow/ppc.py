@@ -319,6 +319,9 @@ def dp_ppc(
         ``X_holdout``) is refused when it *is* the training array or shares its memory; a copy
         (``y.copy()``, ``pd.Series(y)`` under pandas ≥ 3) is not recognised, and values are
         never compared (``docs/workflow.md``, "Posterior predictive checks").
+    var_name:
+        name of the observed / predictive variable (default ``"y"``); not one of the
+        dimension names ``chain``, ``draw``, ``obs_id``, ``class``, ``input_dim``.
     dp_noise:
         for a ``Release`` (cloaking, prior noise, binning): ``"marginalise"`` (default) draws
         ``posterior["f"]`` from the released mean's posterior given the DP draws,

@@ -584,6 +584,9 @@ def dp_thompson_sampling(
     noise_sd:
         public observation-noise sd of the GP model (``σ √r²``; a larger value
         lowers the per-round ε).
+    prior_mean:
+        public constant prior mean ``μ₀`` of the GP (default 0); the observations are clipped
+        to ``y_bounds`` around it, ``M_Y = max(|lower − μ₀|, |upper − μ₀|)``.
     kernel_scale, y_bounds, eta, kernel_class, kappa:
         public parameters of the sample-path mechanism, as in
         ``sample_path_release`` (``kernel_scale``

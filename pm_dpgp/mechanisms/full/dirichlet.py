@@ -290,6 +290,8 @@ def dirichlet_release(
         Public constant prior mean of every latent ``f_c``; default
         ``(ỹ_in + (C−1) ỹ_out)/C`` (the targets' mean under uniform class frequencies — a
         function of ``C`` and ``α_ε`` only).
+    hyperparameters
+        Public values for any hyperparameter with a prior in ``model``.
     epsilon, delta, ratio, kernel_norm, rho, variant, s22_form, calibration, ledger, rng,
     z_is_public, chunk_size, progressbar
         As in ``noise_aware_release``.  The ledger is

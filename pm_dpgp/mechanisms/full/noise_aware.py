@@ -1100,6 +1100,10 @@ def noise_aware_release(
         Accepted for compatibility, not used: the bounds and ``Z`` are never compared with
         the private data (a refusal that did would leak it).  The data owner can run
         ``pm_dpgp.audit.check_public_choices`` on their own data.
+    chunk_size
+        Rows per chunk of the in-memory and iterator paths (longer chunks are split);
+        default ``max(1024, 2²²/|Z|)`` rows, about 32 MB of ``K_ZX``
+        (``docs/noise_aware.md`` §1).  Public; it changes only the summation order.
     progressbar
         Show a progress bar over the stages (statistics, noise, posterior), as PyMC does.
 

@@ -1203,6 +1203,16 @@ def sample_path_release(
         ``"paper"`` (``Δ = 2B√Φ``, eq. SP4).
     cov_bound:
         covariance term: ``"inertia"`` (default, eq. SP10) or the paper's ``"paper"`` (2ψ).
+    hyperparameters:
+        public values for any hyperparameter that has a prior in ``gpr``.
+    ledger:
+        charged with the ``RdpCurveEvent`` of the ``n_draws`` paths before any path is drawn;
+        a setting it cannot afford is refused with ``BudgetExceededError``.
+    rng:
+        ``None`` (default): the paths are drawn from a fresh Generator seeded from OS entropy
+        (``noise_source = "numpy_os_entropy"``; float code, ``docs/secure_noise.md``, "Sample
+        paths").  A NumPy Generator: the simulation mode, for tests and reproducible
+        notebooks; its seed is never stored.
     clip:
         ``"warn"`` (clip to the public bounds, silently); ``"raise"`` is refused.
     nugget:
