@@ -138,7 +138,7 @@ class DyadicPartitionFeatures:
         """Levels from a public lengthscale: the finest cells at most half a lengthscale wide.
 
         ``J = max(1, ⌈log₂(2 max_i (b_i − a_i)/ℓ_i)⌉)`` — features of size ``ℓ`` are then
-        resolved by at least two finest cells per dimension (docs/thompson_tree.md §10.1).
+        resolved by at least two finest cells per dimension (docs/thompson_tree.md §10).
         """
         lo = np.atleast_1d(public_real_array(lower, "lower"))
         hi = np.atleast_1d(public_real_array(upper, "upper"))
