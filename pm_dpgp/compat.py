@@ -211,7 +211,10 @@ def summary_stats(
         # f's rows came twice (stop-44 audit); stop-44 review: not "f only" either, since
         # az.summary on ArviZ 0.x (the other stack) gives f and every other variable but p
         excluded = {str(v)[1:] for v in var_names if str(v).startswith("~")}
-        names = [n for n in names if n not in excluded] if excluded else list(var_names)
+        # each name once, as ArviZ 0.x reads ["f", "f"] (stop-46 audit: f's rows came twice)
+        names = (
+            [n for n in names if n not in excluded] if excluded else list(dict.fromkeys(var_names))
+        )
     tables = [
         az.summary(tree, var_names=[n], group=group, kind="stats", ci_prob=prob, round_to="none")
         for n in names

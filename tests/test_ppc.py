@@ -79,7 +79,8 @@ def test_hold_out_inputs_are_not_compared_with_private_inputs(split):
     (docs/errors.md); both hold-out sets give an InferenceData of the same layout."""
     model, _, _ = split
     rel = _sample_path_release(model, n_draws=3, seed=2)
-    a = dp_ppc(rel, model.X[:3], np.zeros(3), noise_sd=0.3, training=None)
+    # a copy: the training inputs themselves (a view) are refused by identity (stop 46)
+    a = dp_ppc(rel, model.X[:3].copy(), np.zeros(3), noise_sd=0.3, training=None)
     b = dp_ppc(rel, model.X[:3] + 0.01, np.zeros(3), noise_sd=0.3, training=None)
     assert a.posterior_predictive["y"].shape == b.posterior_predictive["y"].shape
 

@@ -39,6 +39,26 @@ __all__ = ["DyadicPartitionFeatures", "MAX_PARTITION_FEATURES"]
 MAX_PARTITION_FEATURES = 4096
 
 
+def _public_box(lower: ArrayLike, upper: ArrayLike) -> tuple[NDArray, NDArray]:
+    """The public box's corners as 1-D float64 arrays: finite, ``upper > lower`` and a width
+    ``upper − lower`` that is a finite float64 (``cells`` divides by it: at ``(-1e308,
+    1e308)`` it overflowed and every point fell into the first cell; stop-46 audit)."""
+    # True as 1 and "1" as 1.0 were accepted (stop-44 audit): public_real_array refuses them
+    lo = np.atleast_1d(public_real_array(lower, "lower"))
+    hi = np.atleast_1d(public_real_array(upper, "upper"))
+    if lo.ndim != 1 or lo.shape != hi.shape:
+        raise ValueError("lower and upper must be scalars or 1-D arrays of equal length.")
+    if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi)) and np.all(hi > lo)):
+        raise ValueError("the public box needs finite bounds with upper > lower.")
+    with np.errstate(over="ignore"):
+        width = hi - lo
+    if not np.all(np.isfinite(width)):
+        raise ValueError(
+            "the public box is so wide that upper - lower overflows float64; rescale the inputs."
+        )
+    return lo, hi
+
+
 class DyadicPartitionFeatures:
     """Indicator features of nested dyadic partitions of a public box (module docstring).
 
@@ -65,13 +85,7 @@ class DyadicPartitionFeatures:
         kernel_scale: float | None = 1.0,
         weights: ArrayLike | None = None,
     ) -> None:
-        # True as 1 and "1" as 1.0 were accepted (stop-44 audit): public_real_array refuses them
-        lo = np.atleast_1d(public_real_array(lower, "lower"))
-        hi = np.atleast_1d(public_real_array(upper, "upper"))
-        if lo.ndim != 1 or lo.shape != hi.shape:
-            raise ValueError("lower and upper must be scalars or 1-D arrays of equal length.")
-        if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi)) and np.all(hi > lo)):
-            raise ValueError("the public box needs finite bounds with upper > lower.")
+        lo, hi = _public_box(lower, upper)
         J = check_count(levels, "levels")
         d = int(lo.size)
         # the finest level alone has 2^(J d) cells: decided before the list is built
@@ -140,12 +154,24 @@ class DyadicPartitionFeatures:
         ``J = max(1, ⌈log₂(2 max_i (b_i − a_i)/ℓ_i)⌉)`` — features of size ``ℓ`` are then
         resolved by at least two finest cells per dimension (docs/thompson_tree.md §10).
         """
-        lo = np.atleast_1d(public_real_array(lower, "lower"))
-        hi = np.atleast_1d(public_real_array(upper, "upper"))
-        ell = np.broadcast_to(public_real_array(lengthscale, "lengthscale"), lo.shape)
+        lo, hi = _public_box(lower, upper)
+        ell = public_real_array(lengthscale, "lengthscale")
+        if ell.ndim > 1 or ell.size not in (1, lo.size):  # NumPy's broadcast message before
+            raise ValueError(
+                f"lengthscale must be one value or one per dimension ({lo.size}), got shape "
+                f"{ell.shape}."
+            )
+        ell = np.broadcast_to(ell.reshape(-1), lo.shape)
         if not (np.all(np.isfinite(ell)) and np.all(ell > 0)):
             raise ValueError("lengthscale must be positive and finite.")
-        ratio = float(np.max(2.0 * (hi - lo) / ell))
+        with np.errstate(over="ignore"):
+            ratio = float(np.max(2.0 * (hi - lo) / ell))
+        if not math.isfinite(ratio):  # ceil(log2(inf)) raised OverflowError (stop-46 audit)
+            raise ValueError(
+                f"the box is more than 1e308 lengthscales wide (lengthscale {lengthscale!r}): "
+                f"its levels would give more than {MAX_PARTITION_FEATURES} features; use a "
+                "larger lengthscale or a smaller box."
+            )
         levels = max(1, math.ceil(math.log2(ratio) - 1e-12)) if ratio > 1 else 1
         return cls(lo, hi, levels, kernel_scale=kernel_scale)
 

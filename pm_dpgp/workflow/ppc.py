@@ -72,7 +72,14 @@ from pm_dpgp.mechanisms.full.noise_aware import SparseQuRelease
 from pm_dpgp.mechanisms.full.sample_path import SamplePathRelease
 from pm_dpgp.models import GPRegression
 from pm_dpgp.models._common import check_input_columns
-from pm_dpgp.release import Release, flat_attrs, released_mean_draws
+from pm_dpgp.release import (
+    Release,
+    RemembersTraining,
+    flat_attrs,
+    refuse_training_inputs,
+    refuse_training_outputs,
+    released_mean_draws,
+)
 from pm_dpgp.workflow.given_release import ReleasePosterior, check_posterior_for
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -155,6 +162,19 @@ def _refuse_private(
         raise PrivateDataError(
             f"X_holdout is the private training input array of a fully private release. {why}"
         )
+
+
+def _refuse_remembered(release: AnyRelease, X_raw: Any, y_raw: Any) -> None:
+    """Raise ``PrivateDataError`` when the hold-out set is the training data the release
+    remembers (``RemembersTraining``: weak references, identity and memory only, no value
+    read).  ``holdout_is_public=True`` and ``training=None`` do not skip it: a declaration
+    cannot make the training array itself public (stop-45 rule of ``to_inference_data``)."""
+    source = release.training_source() if isinstance(release, RemembersTraining) else None
+    if source is None:
+        return
+    refuse_training_outputs(y_raw, source, "y_holdout")
+    if isinstance(release, SparseQuRelease | DirichletRelease | SamplePathRelease):
+        refuse_training_inputs(X_raw, source, "X_holdout")
 
 
 # --------------------------------------------------------------------------- DP values
@@ -300,7 +320,8 @@ def dp_ppc(
         the private training data (a model with ``.y`` or ``(X, y)``), used only to
         check that ``y_holdout`` is not the training output array itself (by identity;
         values are never compared, ``docs/errors.md``); nothing from it is stored.
-        ``None`` skips the check.
+        ``None`` skips this check (not the one against the training data the release
+        remembers).
     extra_sd:
         public extra predictive sd (scalar or ``(m,)``), e.g. the label-private
         posterior sd at the hold-out inputs.  The default 0 leaves the posterior sd out of
@@ -315,10 +336,12 @@ def dp_ppc(
     interpolate:
         allow linear interpolation of a 1-D ``Release`` to the hold-out inputs.
     holdout_is_public:
-        skip the identity check.  Without it, ``y_holdout`` (and for a fully private release
-        ``X_holdout``) is refused when it *is* the training array or shares its memory; a copy
-        (``y.copy()``, ``pd.Series(y)`` under pandas ≥ 3) is not recognised, and values are
-        never compared (``docs/workflow.md``, "Posterior predictive checks").
+        skip the identity check against ``training``.  Without it, ``y_holdout`` (and for a
+        fully private release ``X_holdout``) is refused when it *is* the training array or
+        shares its memory; a copy (``y.copy()``, ``pd.Series(y)`` under pandas ≥ 3) is not
+        recognised, and values are never compared (``docs/workflow.md``, "Posterior predictive
+        checks").  The training data the release itself remembers are refused in any case
+        (as its ``to_inference_data`` does).
     var_name:
         name of the observed / predictive variable (default ``"y"``); not one of the
         dimension names ``chain``, ``draw``, ``obs_id``, ``class``, ``input_dim``.
@@ -359,6 +382,10 @@ def dp_ppc(
     # a declaration: only True (holdout_is_public="no" published the training labels, stop 40)
     if not check_flag(holdout_is_public, "holdout_is_public"):  # identity only, no value read
         _refuse_private(release, X_holdout, y_holdout, training)
+    # the training data the release itself remembers, whatever training= and the declaration
+    # say, as its own to_inference_data does (stop-46 audit: dp_ppc(release, X, y,
+    # training=None) published the training outputs that release.to_inference_data refuses)
+    _refuse_remembered(release, X_holdout, y_holdout)
     X_hold = check_finite_array(X_holdout, "X_holdout", ndim=2)
     y_hold = check_finite_array(y_holdout, "y_holdout", ndim=1)
     if len(X_hold) != len(y_hold):
