@@ -125,3 +125,20 @@ def test_a_variable_named_twice_is_summarised_once_on_both_stacks(label_data):
     np.testing.assert_array_equal(twice["mean_lb"].values, once["mean_lb"].values)
     table = summary_stats(idata, var_names=[name, name])
     assert table.index.is_unique and len(table) == len(once)
+
+
+def test_plot_dp_release_refuses_the_training_outputs_as_hold_out_points(label_data):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from pm_dpgp.workflow import plot_dp_release
+
+    X, y, model, release = label_data
+    with pytest.raises(PrivateDataError, match="y_holdout"):
+        plot_dp_release(release, X_holdout=X, y_holdout=y)
+    with pytest.raises(PrivateDataError, match="y_holdout"):
+        plot_dp_release(release, X_holdout=X, y_holdout=model.y)
+    ax = plot_dp_release(release, X_holdout=X, y_holdout=y.copy())  # a copy: not recognised
+    plt.close(ax.figure)

@@ -697,6 +697,10 @@ def plot_dp_release(
     """
     import matplotlib.pyplot as plt
 
+    # the points are drawn as the "public hold-out set": never the training data the release
+    # remembers (identity only, before anything is drawn; as dp_ppc, stop-46 audit)
+    if y_holdout is not None:
+        _refuse_remembered(release, X_holdout, y_holdout)
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 4.5))
     noise_sd = None
