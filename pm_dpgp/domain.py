@@ -107,14 +107,21 @@ class Box:
 def _check_corners(lo: NDArray[np.float64], hi: NDArray[np.float64], shown: str) -> None:
     if not _is_box(lo, hi):
         raise ValueError(
-            f"domain must be a finite box with low <= high in every dimension and some width, "
+            f"domain must be a finite box with low <= high in every dimension, a finite width "
+            f"(high - low) and some width, "
             f"got {shown}. For an unbounded domain use kappa = 0."
         )
 
 
 def _is_box(lo: NDArray[np.float64], hi: NDArray[np.float64]) -> bool:
-    """Finite, ``lo ≤ hi`` everywhere, and not a single point."""
-    finite = bool(np.all(np.isfinite(lo)) and np.all(np.isfinite(hi)))
+    """Finite corners and widths, ``lo ≤ hi`` everywhere, and not a single point.
+
+    A width ``hi − lo`` that overflows (``(−1e308, 1e308)``) is no finite box: every use of
+    the box divides by or scales with it (stop-46 audit: the partition features put every
+    point in the first cell, the Thompson loop refused with a NaN-kernel message)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        width_finite = np.all(np.isfinite(hi - lo))
+    finite = bool(np.all(np.isfinite(lo)) and np.all(np.isfinite(hi)) and width_finite)
     return finite and bool(np.all(lo <= hi)) and bool(np.any(lo < hi))
 
 

@@ -64,3 +64,16 @@ def test_owner_predict_warns_when_newton_did_not_converge():
         warnings.simplefilter("error")
         mu, var = pub.predict(t, Xs)
     assert np.all(np.isfinite(mu)) and np.all(var > 0)
+
+
+@pytest.mark.parametrize("lower, upper", [(-1e308, 1e308), ([0.0, -1e308], [1.0, 1.7e308])])
+def test_a_box_whose_width_overflows_is_refused(lower, upper):
+    """``Box(-1e308, 1e308)`` was accepted; its width is inf, so the Thompson loop refused it
+    later with a NaN-kernel message that did not name the domain (stop-46 workflow audit)."""
+    from pm_dpgp.domain import Box, parse_domain
+
+    with pytest.raises(ValueError, match="finite width"):
+        Box(lower, upper)
+    with pytest.raises(ValueError, match="finite width"):
+        parse_domain((lower, upper))
+    Box(-1e307, 1e307)  # a wide box whose width is finite is still a box
