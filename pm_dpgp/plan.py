@@ -430,6 +430,7 @@ def noise_aware(
     from pm_dpgp.mechanisms.full.noise_aware import (
         _as_public,
         calibrate_statistics_noise,
+        check_inducing_covariance,
         check_posterior_arithmetic,
         kernel_norm_bound,
         l2_sensitivity,
@@ -455,6 +456,7 @@ def noise_aware(
     floor = None if noise_var_floor is None else check_positive(noise_var_floor, "noise_var_floor")
     scale = 1.0 / (floor if floor is not None else public.noise_var)
     check_posterior_arithmetic(scale, sigma_a, sigma_b)  # as the release
+    check_inducing_covariance(public)  # as the release (stop-46 audit)
     lam = regularisation_lambda(sigma_b, scale, M, rho)
     return NoiseAwarePlan(epsilon, delta, Delta, sigma_a, sigma_b, lam, R_y, bound.R_k, event, c)
 

@@ -61,6 +61,7 @@ from pm_dpgp.mechanisms.full.noise_aware import (
     _default_data,
     _inputs_chunk,
     calibrate_statistics_noise,
+    check_inducing_covariance,
     check_posterior_arithmetic,
     check_rho,
     kernel_norm_bound,
@@ -242,6 +243,7 @@ def dirichlet_calibration(
     sigma_b = sigma_a / ratio
     scale = 1.0 / tg.var_in
     check_posterior_arithmetic(scale, sigma_a, sigma_b)
+    check_inducing_covariance(public)  # K_ZZ must factorise: before any data (stop-46 audit)
     lam = regularisation_lambda(sigma_b, scale, M, rho)
     return DirichletCalibration(
         tg, mu, bound, Delta, R_y, ratio, per_class, sigma_a, sigma_b, lam, scale, plan

@@ -102,6 +102,7 @@ __all__ = [
     "KernelNormBound",
     "SparseQuRelease",
     "calibrate_statistics_noise",
+    "check_inducing_covariance",
     "check_posterior_arithmetic",
     "dp_qu",
     "eq6_sensitivity",
@@ -1146,6 +1147,7 @@ def noise_aware_release(
     sigma_b = sigma_a / c
     check_posterior_arithmetic(scale, sigma_a, sigma_b)
     lam = regularisation_lambda(sigma_b, scale, M, rho)
+    check_inducing_covariance(public)
 
     # --- private sufficient statistics (clipped per chunk) ---------------------------------
     Z, d, mu = public.Z, public.input_dim, public.mean
@@ -1249,6 +1251,28 @@ def noise_aware_release(
         # weak references (identity only): to_inference_data refuses the training outputs
         # as observed_data (stop-45 audit)
         return release.remember_training(model if given is None else given)
+
+
+def check_inducing_covariance(public: PublicSparseGP) -> NDArray[np.float64]:
+    """``K_ZZ`` (with the model's jitter) once it is known to factorise: public only, checked
+    before any data are read or budget spent.
+
+    ``dp_qu`` (eq. 9) factorises ``K_ZZ``; a kernel that is not a covariance at the public
+    inducing inputs (e.g. ``ExpQuad(1) + (-0.7)·ExpQuad(10)``, which needs the caller's
+    ``kernel_norm=R_k``, ``docs/noise_aware.md`` §3) failed there *after* the ledger was
+    charged and the noise drawn (stop-46 audit: ε = 1 spent, then ``CholeskyError``).
+    """
+    Kzz = public.kzz()
+    try:
+        jittered_cholesky(Kzz)
+    except np.linalg.LinAlgError as err:
+        raise ValueError(
+            "K_ZZ, the kernel at the public inducing inputs Z, is not positive definite even "
+            "with jitter, so the posterior q(u) (Honkela eq. 9) cannot be computed: the kernel "
+            "is not a covariance at these public hyperparameters. Use a "
+            "positive semi-definite kernel. Nothing was spent."
+        ) from err
+    return Kzz
 
 
 def calibrate_statistics_noise(
@@ -1362,6 +1386,7 @@ def _account_draw_release(
     goes to ``_metadata`` (``sensitivity_equation``, ``noise_model``, … and extras).
     """
     event: PrivacyEvent
+    Kzz = check_inducing_covariance(public)  # public; before the spend (stop-46 audit)
     if plan is None:
         if rng is None:
             raise ValueError("secure noise needs a calibrated plan (calibrate_statistics_noise).")
@@ -1380,7 +1405,6 @@ def _account_draw_release(
             neighbouring_relation=NEIGHBOURING_RELATION,
             rng=rng if plan is None else None,
         )
-    Kzz = public.kzz()
     qs = []
     noisy = (
         [_privatise(stats, t, sigma_a, sigma_b, rng) for t in range(stats.A.shape[1])]
