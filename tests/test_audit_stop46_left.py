@@ -77,3 +77,40 @@ def test_a_box_whose_width_overflows_is_refused(lower, upper):
     with pytest.raises(ValueError, match="finite width"):
         parse_domain((lower, upper))
     Box(-1e307, 1e307)  # a wide box whose width is finite is still a box
+
+
+def test_noise_aware_release_records_the_jitter_its_q_u_used():
+    """Repeated inducing inputs with ``jitter=0``: ``dp_qu`` factorised ``K_ZZ`` with ~1e-10
+    added jitter, but the release recorded ``jitter == 0``, so its own ``K_ZZ`` did not
+    factorise and the predictions could not be rebuilt from the release (stop-46 gp audit)."""
+    from pm_dpgp.accounting import Ledger
+    from pm_dpgp.mechanisms import noise_aware_release
+    from pm_dpgp.models import sparse_gp_regression
+
+    rng = np.random.default_rng(0)
+    X = rng.uniform(0, 2, (40, 1))
+    y = np.sin(3 * X[:, 0]) + 0.1 * rng.standard_normal(40)
+    Z = np.array([[0.0], [0.5], [0.5], [1.0], [1.5], [2.0]])
+    reg = sparse_gp_regression(
+        X, y, pm.gp.cov.ExpQuad(1, ls=0.5), Z=Z, noise_sd=0.3, jitter=0.0, z_is_public=True
+    )
+    rel = noise_aware_release(
+        reg, epsilon=2.0, delta=1e-4, y_bounds=(-2.0, 2.0), ledger=Ledger(5.0, 1e-3), rng=rng
+    )
+    assert rel.jitter > 0.0
+    assert rel.metadata["jitter"] == rel.jitter
+    Kzz = reg.public_sparse_gp().kernel(Z) + rel.jitter * np.eye(6)
+    np.linalg.cholesky(Kzz)  # the recorded matrix factorises without further jitter
+    # eq. (17) rebuilt from the recorded K_ZZ + j I alone equals the release's prediction
+    Xs = np.linspace(0, 2, 7)[:, None]
+    pub = reg.public_sparse_gp()
+    Kzs = pub.kernel(Z, Xs)
+    A = np.linalg.solve(Kzz, Kzs)
+    mu_ref = rel.prior_mean[0] + A.T @ (rel.m - rel.prior_mean[0])
+    var_ref = (
+        pub.kernel_diag(Xs) - np.einsum("ij,ij->j", Kzs, A) + np.einsum("ij,ik,kj->j", A, rel.S, A)
+    )
+    mu, var = rel.predict(Xs)
+    # measured 1e-16; K_ZZ + j I has condition number ~1e10 (two equal rows), so allow 1e-6
+    assert np.max(np.abs(mu - mu_ref)) < 1e-6 * (1 + np.max(np.abs(mu_ref)))
+    assert np.max(np.abs(var - var_ref)) < 1e-6 * (1 + np.max(np.abs(var_ref)))

@@ -1253,18 +1253,23 @@ def noise_aware_release(
         return release.remember_training(model if given is None else given)
 
 
-def check_inducing_covariance(public: PublicSparseGP) -> NDArray[np.float64]:
-    """``K_ZZ`` (with the model's jitter) once it is known to factorise: public only, checked
-    before any data are read or budget spent.
+def check_inducing_covariance(public: PublicSparseGP) -> tuple[NDArray[np.float64], float]:
+    """``(K_ZZ + j·I, j)`` once ``K_ZZ`` is known to factorise: public only, checked before any
+    data are read or budget spent.
 
     ``dp_qu`` (eq. 9) factorises ``K_ZZ``; a kernel that is not a covariance at the public
     inducing inputs (e.g. ``ExpQuad(1) + (-0.7)·ExpQuad(10)``, which needs the caller's
     ``kernel_norm=R_k``, ``docs/noise_aware.md`` §3) failed there *after* the ledger was
     charged and the noise drawn (stop-46 audit: ε = 1 spent, then ``CholeskyError``).
+
+    ``j`` is the model's jitter plus whatever ``jittered_cholesky`` had to add (repeated or
+    nearly repeated inducing inputs): the release records it and predicts with ``K_ZZ + j·I``,
+    the matrix its ``q(u)`` was computed with (stop-46 audit: the added jitter was used but
+    not recorded, so the recorded ``K_ZZ`` did not factorise).
     """
     Kzz = public.kzz()
     try:
-        jittered_cholesky(Kzz)
+        _, extra = jittered_cholesky(Kzz)
     except np.linalg.LinAlgError as err:
         raise ValueError(
             "K_ZZ, the kernel at the public inducing inputs Z, is not positive definite even "
@@ -1272,7 +1277,9 @@ def check_inducing_covariance(public: PublicSparseGP) -> NDArray[np.float64]:
             "is not a covariance at these public hyperparameters. Use a "
             "positive semi-definite kernel. Nothing was spent."
         ) from err
-    return Kzz
+    if extra > 0.0:
+        Kzz[np.diag_indices_from(Kzz)] += extra
+    return Kzz, float(public.jitter) + float(extra)
 
 
 def calibrate_statistics_noise(
@@ -1386,7 +1393,7 @@ def _account_draw_release(
     goes to ``_metadata`` (``sensitivity_equation``, ``noise_model``, … and extras).
     """
     event: PrivacyEvent
-    Kzz = check_inducing_covariance(public)  # public; before the spend (stop-46 audit)
+    Kzz, jitter = check_inducing_covariance(public)  # public; before the spend (stop-46)
     if plan is None:
         if rng is None:
             raise ValueError("secure noise needs a calibrated plan (calibrate_statistics_noise).")
@@ -1449,6 +1456,7 @@ def _account_draw_release(
     )
     md["prior_mean"] = prior_mean
     md["noise_var"] = noise_var  # None: per-point (private) variances, floored
+    md["jitter"] = jitter  # the model's jitter plus any added to factorise K_ZZ (public)
     return cls(
         mechanism=mechanism,
         Z=np.array(public.Z),
@@ -1456,7 +1464,7 @@ def _account_draw_release(
         u_cov=np.array([q.S for q in qs]),
         prior_mean=np.full(len(qs), prior_mean),
         noise_var=noise_var,
-        jitter=public.jitter,
+        jitter=jitter,
         metadata=md,
         output_names=output_names,
         _kernel=public.kernel,
