@@ -425,6 +425,8 @@ def _resolve_cov_and_sigma(
     cov = _resolve_cov(cov_func)
     sig = _resolve_sigma(sigma)
     _check_kernel(cov, n_cols, inputs_name)
+    if isinstance(sig, Variable):
+        _check_graph_inputs([sig], "noise_sd", "the noise sd")
     return cov, sig
 
 
@@ -476,18 +478,27 @@ def _check_kernel(cov: BaseCovariance, n_cols: int, inputs_name: str) -> None:
             "cross-covariances, so the releases would drop it; give the observation noise as "
             "noise_sd= (regression), or leave the nugget out (classification)."
         )
+    _check_graph_inputs(_kernel_graphs(cov), "cov_func", "a kernel parameter")
+
+
+def _check_graph_inputs(graphs: list[Variable], what: str, role: str) -> None:
+    """Refuse a random variable that is not a free variable of the model, and a ``pm.Data`` /
+    shared variable, among the inputs of ``graphs`` (the kernel, or the noise sd).
+
+    A shared variable may hold the private outputs themselves: ``noise_sd=pt.std(y_data)`` on
+    the model's own ``pm.Data`` of ``y`` was taken as a public noise variance, and the release
+    charged nothing for it and published ``var(y)`` as ``noise_var`` (stop-46 audit).
+    """
     own = list(pm.modelcontext(None).free_RVs)
-    reached = [
-        v for v in ancestors(_kernel_graphs(cov), blockers=own) if all(v is not r for r in own)
-    ]
+    reached = [v for v in ancestors(graphs, blockers=own) if all(v is not r for r in own)]
     for var in reached:
         owner = getattr(var, "owner", None)
         op_classes = type(owner.op).__mro__ if owner is not None else ()
         if any("RandomVariable" in t.__name__ for t in op_classes):
             raise ValueError(
-                f"cov_func uses the random variable {var.name or var!s}, which is not a free "
+                f"{what} uses the random variable {var.name or var!s}, which is not a free "
                 "variable of this model (a .dist() or another model's variable: evaluating "
-                "the kernel would draw it); create it inside the model's `with` block, or "
+                f"the {what} would draw it); create it inside the model's `with` block, or "
                 "build there (model=)."
             )
     shared = [
@@ -499,10 +510,10 @@ def _check_kernel(cov: BaseCovariance, n_cols: int, inputs_name: str) -> None:
     if shared:
         names = ", ".join(repr(v.name) for v in shared)
         raise ValueError(
-            f"cov_func depends on pm.Data / shared variable(s) {names}: a kernel parameter must "
-            "be a number, or a random variable whose public value is given in hyperparameters= "
-            "at release time (the public views cache kernel matrices, and pm.set_data would "
-            "change them behind a release)."
+            f"{what} depends on pm.Data / shared variable(s) {names}: {role} must be a number, "
+            "or a random variable whose public value is given in hyperparameters= at release "
+            "time (a container may hold the private data, and the public views cache kernel "
+            "matrices, which pm.set_data would change behind a release)."
         )
 
 

@@ -1,0 +1,50 @@
+"""Stop-46 audit of the model builders (pm_dpgp.models)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pymc as pm
+import pytensor.tensor as pt
+import pytest
+
+from pm_dpgp.models import fitc_gp_regression, gp_regression, sparse_gp_regression
+
+RNG = np.random.default_rng(46)
+X = RNG.uniform(0.0, 5.0, (12, 1))
+Y = RNG.uniform(-1.0, 1.0, 12)
+Z = np.linspace(0.0, 5.0, 4)[:, None]
+
+
+@pytest.mark.parametrize("builder", ["exact", "fitc", "sparse"])
+def test_noise_sd_computed_from_the_output_container_is_refused(builder: str) -> None:
+    """``noise_sd=pt.std(y_data)`` made the noise variance ``var(y)``: a statistic of the
+    private outputs, taken as public, charged nothing and published as ``noise_var`` in the
+    release metadata.  The kernel already refused pm.Data; the noise sd now does too."""
+    with pm.Model():
+        y_data = pm.Data("y", Y)
+        kwargs = {"noise_sd": pt.std(y_data)}
+        cov = pm.gp.cov.ExpQuad(1, ls=1.0)
+        with pytest.raises(ValueError, match=r"noise_sd depends on pm.Data / shared .*'y'"):
+            if builder == "exact":
+                gp_regression(X, y_data, cov, **kwargs)
+            elif builder == "fitc":
+                fitc_gp_regression(X, y_data, cov, Z=Z, **kwargs)
+            else:
+                sparse_gp_regression(X, y_data, cov, Z=Z, **kwargs)
+
+
+def test_noise_sd_from_a_dist_is_refused_when_built() -> None:
+    """A ``.dist()`` noise sd draws fresh noise at every evaluation; refused at build time
+    as the kernel's own (it used to be refused only by ``public_gp``)."""
+    with pytest.raises(ValueError, match="noise_sd uses the random variable"):
+        gp_regression(X, Y, pm.gp.cov.ExpQuad(1, ls=1.0), noise_sd=pm.HalfNormal.dist(1.0))
+
+
+def test_noise_sd_free_variable_with_data_hyperprior_is_accepted() -> None:
+    """A free noise RV is blocked at itself: a hyperprior held in pm.Data is not its input."""
+    with pm.Model():
+        scale = pm.Data("scale", 1.0)
+        s = pm.HalfNormal("s", scale)
+        reg = gp_regression(X, Y, pm.gp.cov.ExpQuad(1, ls=1.0), noise_sd=s)
+    assert reg.hyperparameter_names == ("s",)
+    assert reg.public_gp({"s": 0.5}).noise_var == pytest.approx(0.25)
