@@ -48,3 +48,34 @@ def test_noise_sd_free_variable_with_data_hyperprior_is_accepted() -> None:
         reg = gp_regression(X, Y, pm.gp.cov.ExpQuad(1, ls=1.0), noise_sd=s)
     assert reg.hyperparameter_names == ("s",)
     assert reg.public_gp({"s": 0.5}).noise_var == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize("value", [[1.0], [1.0, 2.0, 3.0]])
+def test_hyperparameter_of_a_dims_shape_is_checked_against_the_model(value: list[float]) -> None:
+    """ARD lengthscales declared with ``dims=`` have no static shape; a value of the wrong
+    length reached PyTensor, whose error quoted its input values (stop-46 audit)."""
+    X2 = RNG.uniform(0.0, 5.0, (12, 2))
+    with pm.Model(coords={"feature": ["a", "b"]}):
+        reg = gp_regression(
+            X2,
+            Y,
+            lambda: pm.gp.cov.ExpQuad(2, ls=pm.Gamma("ell", 2, 1, dims="feature")),
+            noise_sd=0.3,
+        )
+    with pytest.raises(ValueError, match=r"'ell' must have shape \(2,\), got \(" + str(len(value))):
+        reg.public_gp({"ell": value})
+    assert reg.public_gp({"ell": [1.0, 2.0]}).hyperparameters["ell"].shape == (2,)
+
+
+def test_hyperparameter_of_a_dims_shape_reduced_by_the_kernel() -> None:
+    """A kernel that reduces a dims-shaped hyperparameter (here a sum of amplitudes) took a
+    value of any length, silently."""
+    with pm.Model(coords={"part": ["a", "b"]}):
+        reg = gp_regression(
+            X,
+            Y,
+            lambda: pt.sum(pm.HalfNormal("amp", 1.0, dims="part")) * pm.gp.cov.ExpQuad(1, ls=1.0),
+            noise_sd=0.3,
+        )
+    with pytest.raises(ValueError, match=r"'amp' must have shape \(2,\)"):
+        reg.public_gp({"amp": [1.0, 2.0, 3.0]})

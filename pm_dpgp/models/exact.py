@@ -471,6 +471,7 @@ class GPRegression:
                 "whose cost is accounted for."
             )
         values: dict[str, HyperValue] = {}
+        runtime_shapes: dict[str, Any] | None = None
         for rv in self._hyper_rvs:
             nm = rv.name
             # public values: booleans, text and complex numbers refused (stop-40 fuzz)
@@ -481,6 +482,15 @@ class GPRegression:
                     f"{arr.shape}."
                 )
             static = rv.type.shape
+            if None in static:
+                # a shape given by dims= (or by another variable) is not static: read the
+                # model's current one (public: the model's structure).  A wrong length failed
+                # deep in PyTensor, quoting its input values, or was summed silently by a
+                # kernel that reduces the vector (stop-46 audit)
+                if runtime_shapes is None:
+                    runtime_shapes = self.model.eval_rv_shapes()
+                got = runtime_shapes.get(nm)
+                static = static if got is None else tuple(int(k) for k in got)
             if any(s is not None and s != a for s, a in zip(static, arr.shape, strict=True)):
                 raise ValueError(
                     f"Hyperparameter {nm!r} must have shape {static}, got {arr.shape}."
