@@ -7,7 +7,12 @@ import pymc as pm
 import pytensor.tensor as pt
 import pytest
 
-from pm_dpgp.models import fitc_gp_regression, gp_regression, sparse_gp_regression
+from pm_dpgp.models import (
+    fitc_gp_regression,
+    gp_classification,
+    gp_regression,
+    sparse_gp_regression,
+)
 
 RNG = np.random.default_rng(46)
 X = RNG.uniform(0.0, 5.0, (12, 1))
@@ -79,3 +84,24 @@ def test_hyperparameter_of_a_dims_shape_reduced_by_the_kernel() -> None:
         )
     with pytest.raises(ValueError, match=r"'amp' must have shape \(2,\)"):
         reg.public_gp({"amp": [1.0, 2.0, 3.0]})
+
+
+@pytest.mark.parametrize("builder", ["exact", "fitc", "classification"])
+def test_inputs_widened_by_set_data_are_refused(builder: str) -> None:
+    """``pm.set_data`` gave the input container a third column; the kernel, built for two,
+    ignored it in every public view and release (a third test column moved nothing)."""
+    X2 = RNG.uniform(0.0, 5.0, (12, 2))
+    with pm.Model() as model:
+        X_data = pm.Data("X", X2)
+        cov = pm.gp.cov.ExpQuad(2, ls=1.0)
+        if builder == "exact":
+            reg = gp_regression(X_data, Y, cov, noise_sd=0.3)
+        elif builder == "fitc":
+            reg = fitc_gp_regression(X_data, Y, cov, Z=X2[:3], noise_sd=0.3)
+        else:
+            reg = gp_classification(X_data, (Y > 0).astype(float), cov)
+    view = reg.public_cloaking if builder == "fitc" else reg.public_gp
+    assert view().input_dim == 2
+    pm.set_data({"X": np.c_[X2, X2[:, 0]]}, model=model)
+    with pytest.raises(ValueError, match=r"now have 3 column\(s\) but the kernel was built for 2"):
+        view()

@@ -144,6 +144,7 @@ class GPClassification(GPRegression):
     def public_gp(self, hyperparameters: Mapping[str, ArrayLike] | None = None) -> PublicLatentGP:  # type: ignore[override]
         """The latent prior at fixed public hyperparameters (see
         ``GPRegression.public_gp`` for the rules on ``hyperparameters``)."""
+        self.input_dim  # noqa: B018 - refuses inputs whose width is no longer the kernel's
         values = self._check_hyperparameters(hyperparameters)
         args = tuple(values[nm] for nm in self.hyperparameter_names)
         if self._cov_description is None:

@@ -340,8 +340,21 @@ class GPRegression:
     def input_dim(self) -> int:
         """Number of input columns ``d``, from the shape of the inputs (or their ``pm.Data``
         container) only: no value is read or checked, so data-free planning
-        (``public_gp_without_data``) never depends on the private inputs."""
-        return stored_input_dim(self._X)
+        (``public_gp_without_data``) never depends on the private inputs.
+
+        Refuses inputs whose number of columns is no longer the kernel's: ``pm.set_data`` can
+        give a ``pm.Data`` container more columns after the build, and the kernel (built for
+        the old number) then ignored the new ones silently in every release (stop-46 audit).
+        """
+        d = stored_input_dim(self._X)
+        k = getattr(self.cov_func, "input_dim", None)
+        if k is not None and d != k:
+            raise ValueError(
+                f"the training inputs now have {d} column(s) but the kernel was built for {k} "
+                "(pm.set_data changed the shape of their pm.Data container); build the model "
+                "again for the new inputs. Nothing was spent or drawn."
+            )
+        return d
 
     def unchecked_data(self) -> tuple[Any, Any]:
         """``(X, y)`` as stored (the current values of their ``pm.Data`` containers), without
