@@ -105,3 +105,32 @@ def test_inputs_widened_by_set_data_are_refused(builder: str) -> None:
     pm.set_data({"X": np.c_[X2, X2[:, 0]]}, model=model)
     with pytest.raises(ValueError, match=r"now have 3 column\(s\) but the kernel was built for 2"):
         view()
+
+
+def test_dirichlet_model_keeps_every_record_for_its_release() -> None:
+    """The builder stored only the records with a valid label, so a release of the model's
+    data took their (private) number as the number of records: its delta > 1/n warning fired
+    or not with it and quoted it.  The model now keeps every record, an invalid label as −1,
+    which the release drops exactly as when the raw data are passed."""
+    import warnings
+
+    from pm_dpgp.mechanisms.full.dirichlet import dirichlet_release
+    from pm_dpgp.models import dirichlet_gp_classification
+
+    Xd = RNG.uniform(-3.0, 3.0, (40, 1))
+    lab = RNG.integers(0, 3, 40).astype(float)
+    lab[:15] = 7.0  # invalid for n_classes=3: dropped, silently
+    zd = np.linspace(-3.5, 3.5, 6)[:, None]
+    model = dirichlet_gp_classification(Xd, lab, pm.gp.cov.ExpQuad(1, ls=1.0), Z=zd, n_classes=3)
+    assert model.unchecked_data()[0].shape == (40, 1)
+    kw = dict(epsilon=1.0, delta=0.03, rng=np.random.default_rng(0))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        from_model = dirichlet_release(model, **kw)
+    text = " ".join(str(w.message) for w in caught)
+    assert "n = 40 records" in text and "n = 25" not in text
+    kw["rng"] = np.random.default_rng(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from_raw = dirichlet_release(model, (Xd, lab), **kw)
+    np.testing.assert_array_equal(from_model.u_mean, from_raw.u_mean)

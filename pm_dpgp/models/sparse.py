@@ -790,7 +790,8 @@ class DirichletGPClassification(SparseGPRegression):
     ``class_gps[c]`` is a ``pymc.gp.MarginalApprox`` on the class-``c`` targets with
     per-point noise ``σ̃²`` (``approx="DTC"``: PyMC's VFE trace term assumes one scalar noise;
     at fixed hyperparameters DTC and VFE share the same optimal q(u), Titsias 2009 — the
-    trace term only matters for hyperparameter learning).  ``y`` holds the integer labels.
+    trace term only matters for hyperparameter learning).  ``y`` holds the integer labels of
+    every record (an invalid one as −1, dropped by the release as by the PyMC model).
     The inherited ``sigma`` is ``√σ̃²_in`` (the smallest noise), used by no mechanism.
     """
 
@@ -841,7 +842,11 @@ def dirichlet_gp_classification(
         raise ValueError(f"X has {X_arr.shape[0]} rows but labels has {lab.shape[0]}.")
     # Records whose label is not an integer in 0 … C−1 are left out, silently: refusing them
     # would let a caller learn the largest private label by varying n_classes (an uncharged
-    # oracle found by an audit; docs/errors.md).  The release drops the same records.
+    # oracle found by an audit; docs/errors.md).  The release drops the same records.  The
+    # model keeps every record (an invalid label as -1, which the release drops again): with
+    # only the valid ones stored, a release of the model's data saw their number as "the
+    # number of records" and its delta > 1/n PrivacyWarning quoted it (stop-46 audit).
+    X_all, stored_labels = X_arr, np.where(valid, lab, -1).astype(np.float64)
     X_arr, lab = X_arr[valid], lab[valid]
     if X_arr.shape[1] != Z_arr.shape[1]:
         raise ValueError(f"Z must have {X_arr.shape[1]} column(s) like X, got {Z_arr.shape}.")
@@ -868,7 +873,7 @@ def dirichlet_gp_classification(
             )
             gps.append(gp)
     fields = _model_fields(
-        ctx, gps[0], X_arr, lab.astype(np.float64), name=name, mean=mu, cov=cov, noise_sd=None
+        ctx, gps[0], X_all, stored_labels, name=name, mean=mu, cov=cov, noise_sd=None
     )
     return remember_arguments(
         DirichletGPClassification(
