@@ -501,7 +501,10 @@ class GPRegression:
                 # deep in PyTensor, quoting its input values, or was summed silently by a
                 # kernel that reduces the vector (stop-46 audit)
                 if runtime_shapes is None:
-                    runtime_shapes = self.model.eval_rv_shapes()
+                    try:
+                        runtime_shapes = self.model.eval_rv_shapes()
+                    except Exception:  # noqa: BLE001 - a shape PyMC cannot evaluate: unchecked
+                        runtime_shapes = {}
                 got = runtime_shapes.get(nm)
                 static = static if got is None else tuple(int(k) for k in got)
             if any(s is not None and s != a for s, a in zip(static, arr.shape, strict=True)):
