@@ -73,6 +73,7 @@ from pm_dpgp.mechanisms.full.noise_aware import (
     KernelNorm,
     SparseQuRelease,
     calibrate_statistics_noise,
+    check_inducing_covariance,
     check_posterior_arithmetic,
     kernel_norm_bound,
     l2_sensitivity,
@@ -228,6 +229,10 @@ def _release_event(
     )
     # the run's release would refuse it after the selection's spend (stop-32 audit)
     check_posterior_arithmetic(1.0 / public.noise_var, sigma_a, sigma_a / ratio)
+    # and so would a K_ZZ that does not factorise (a kernel that is no covariance at this
+    # candidate, with the caller's kernel_norm): its run raised "Nothing was spent" after
+    # the selection's charge (stop-46 review)
+    check_inducing_covariance(public)
     return plan.event(1) if plan is not None else GaussianEvent(sigma_a / Delta)
 
 

@@ -1,0 +1,48 @@
+"""Stop-46 review: sibling paths of the stop-46 fixes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pymc as pm
+import pytest
+
+from pm_dpgp.accounting import Ledger
+from pm_dpgp.models import grid_inducing_points, sparse_gp_regression
+
+
+def test_random_stopping_refuses_an_indefinite_kzz_before_the_selection_spend() -> None:
+    """A candidate whose kernel is no covariance at ``Z`` (``ExpQuad(1) + w·ExpQuad(10)`` at
+    ``w = −0.7``, with the caller's ``kernel_norm``) was refused by its run's
+    ``noise_aware_release`` (``"Nothing was spent"``) after the selection had charged its
+    whole event; the plan now checks every candidate's ``K_ZZ`` first, as the release does."""
+    from pm_dpgp.selection import select_by_random_stopping
+
+    rng = np.random.default_rng(0)
+    X = rng.uniform(0.0, 3.0, 60)
+    y = np.sin(X)
+    with pm.Model():
+        w = pm.Normal("w", 0.0, 1.0)
+        reg = sparse_gp_regression(
+            X,
+            y,
+            lambda: pm.gp.cov.ExpQuad(1, ls=1.0) + w * pm.gp.cov.ExpQuad(1, ls=10.0),
+            Z=grid_inducing_points(0.0, 3.0, 10),
+            noise_sd=0.1,
+        )
+    ledger = Ledger(epsilon=50.0, delta=1e-3)
+    g = np.random.default_rng(1)
+    state = g.bit_generator.state
+    with pytest.raises(ValueError, match="K_ZZ"):
+        select_by_random_stopping(
+            reg,
+            [{"w": 0.5}, {"w": -0.7}],
+            epsilon=1.0,
+            delta=1e-4,
+            y_bounds=(-2.0, 2.0),
+            kernel_norm=5.0,
+            ledger=ledger,
+            rng=g,
+            gamma=0.01,
+        )
+    assert ledger.history == []
+    assert g.bit_generator.state == state
