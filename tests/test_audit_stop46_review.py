@@ -46,3 +46,28 @@ def test_random_stopping_refuses_an_indefinite_kzz_before_the_selection_spend() 
         )
     assert ledger.history == []
     assert g.bit_generator.state == state
+
+
+def test_plot_dp_release_refuses_the_training_labels_of_a_classification_release() -> None:
+    """``classification_release`` remembered no training data (every other label release
+    does), so ``plot_dp_release(release, X_holdout=X, y_holdout=t)`` drew the private
+    training labels under the label "public hold-out set"."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from pm_dpgp.mechanisms import classification_release
+    from pm_dpgp.models import gp_classification
+    from pm_dpgp.workflow.ppc import PrivateDataError, plot_dp_release
+
+    rng = np.random.default_rng(0)
+    X = rng.uniform(0.0, 3.0, 30)[:, None]
+    t = (X[:, 0] > 1.5).astype(float)
+    gpc = gp_classification(X, t, pm.gp.cov.ExpQuad(1, ls=1.0))
+    release = classification_release(gpc, X, epsilon=1.0, delta=1e-5, rng=np.random.default_rng(1))
+    try:
+        with pytest.raises(PrivateDataError):
+            plot_dp_release(release, X_holdout=X, y_holdout=t)
+    finally:
+        plt.close("all")

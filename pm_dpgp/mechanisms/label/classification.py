@@ -325,6 +325,8 @@ def classification_release(
         "privacy_event": result.event.to_metadata(),
         **result.noise,
     }
+    # identity only, as every other label release: plot_dp_release drew the training labels
+    # as the "public hold-out set" (stop-46 review)
     return Release(
         mechanism="laplace_classification_cloaking",
         draws=result.draws,
@@ -332,7 +334,7 @@ def classification_release(
         noise_factor=result.noise_factor,
         metadata=metadata,
         x_star_rows=x_star_rows,
-    )
+    ).remember_training(gpc)
 
 
 def class_probabilities(
