@@ -71,3 +71,44 @@ def test_plot_dp_release_refuses_the_training_labels_of_a_classification_release
             plot_dp_release(release, X_holdout=X, y_holdout=t)
     finally:
         plt.close("all")
+
+
+def test_thompson_refinement_refusal_in_round_one_draws_and_observes_nothing(
+    monkeypatch,
+) -> None:
+    """The stop-46 refinement memory check ran inside round 1, after the round's candidates
+    were drawn from the caller's Generator (and after the objective was called at
+    ``X_init``), while its message said "nothing was spent or drawn"; round 1's setting is
+    now refused before the objective and the first random number (as the other public
+    settings of the rounds, stop-30 audit)."""
+    import pm_dpgp._validation as validation
+    from pm_dpgp.workflow import dp_thompson_sampling
+
+    monkeypatch.setattr(validation, "_physical_memory", lambda: 16 * 2**20)
+    calls: list[int] = []
+
+    def objective(X: np.ndarray) -> np.ndarray:
+        calls.append(len(X))
+        return np.sin(3.0 * X[:, 0])
+
+    ledger = Ledger(epsilon=100.0, delta=1e-5)
+    rng = np.random.default_rng(0)
+    state = rng.bit_generator.state
+    with pytest.raises(ValueError, match="nothing was spent or drawn"):
+        dp_thompson_sampling(
+            objective,
+            pm.gp.cov.ExpQuad(1, ls=0.3),
+            domain=(0.0, 1.0),
+            X_init=np.array([[0.2], [0.7]]),
+            noise_sd=3.0,
+            ledger=ledger,
+            progressbar=False,
+            candidates=16,
+            rng=rng,
+            n_rounds=2,
+            refine_steps=1,
+            refine_points=3000,
+        )
+    assert ledger.history == []
+    assert rng.bit_generator.state == state
+    assert calls == []

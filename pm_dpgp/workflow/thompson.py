@@ -536,6 +536,27 @@ def trace_inference_data(
     return _thompson_idata(trace, const)
 
 
+def _check_refinement_fits(n: int, n_cand: int, refine_steps: int, refine_points: int) -> None:
+    """Refuse a round whose lazy refinement the machine cannot hold (public sizes only).
+
+    The round's path is extended after its charge by ``refine_steps`` batches of
+    ``refine_points`` rows: its state at every row the round may evaluate (the release's
+    ``n(n + 1)/2 + n m + m(m + 1)/2`` doubles at ``m = n_cand + refine_steps·refine_points``
+    rows, ``sample_path_release``) and one extension's two ``q × refine_points`` blocks
+    (``S_on`` and ``L_no``, ``q = m − refine_points``).
+    """
+    m_all = n_cand + refine_steps * refine_points
+    check_doubles_fit(
+        n * (n + 1) // 2
+        + n * m_all
+        + m_all * (m_all + 1) // 2
+        + 2 * (m_all - refine_points) * refine_points,
+        f"the refinement of a sample path of n = {n} records at up to {m_all} rows "
+        f"({n_cand} candidates and {refine_steps} steps of {refine_points} refine_points; use "
+        "fewer)",
+    )
+
+
 def dp_thompson_sampling(
     objective: Objective,
     cov_func: Any,
@@ -651,6 +672,11 @@ def dp_thompson_sampling(
         if ledger is None:
             raise ValueError("private=True needs a Ledger with the privacy budget.")
         delta = check_delta(ledger.delta if delta is None else delta)
+        if refine_steps and int(n_rounds) > 0:
+            # round 1's refinement, before the objective is called and before the first
+            # random number is drawn: inside round 1 its refusal came after the candidates
+            # were drawn from the caller's Generator ("nothing was drawn"; stop-46 review)
+            _check_refinement_fits(len(X0), n_cand, refine_steps, refine_points)
 
     fill = float(prior_mean) if private else None
     y0 = _observe(objective, X0, fill)
@@ -740,21 +766,10 @@ def dp_thompson_sampling(
                     try:
                         if refine_steps:
                             # the refinement extends the round's path lazily by refine_steps
-                            # batches of refine_points rows, after the charge: its path state
-                            # (the release's arrays at every row the round may evaluate) and
-                            # one extension's two q × refine_points blocks are refused here,
+                            # batches of refine_points rows, after the charge: refused here,
                             # before the charge (stop-46 audit: 2·10⁴ refinement points
                             # charged round 2, then raised MemoryError and lost round 1)
-                            m_all = n_cand + refine_steps * refine_points
-                            check_doubles_fit(
-                                n * (n + 1) // 2
-                                + n * m_all
-                                + m_all * (m_all + 1) // 2
-                                + 2 * (m_all - refine_points) * refine_points,
-                                f"the refinement of a sample path of n = {n} records at up to "
-                                f"{m_all} rows ({n_cand} candidates and {refine_steps} steps "
-                                f"of {refine_points} refine_points; use fewer)",
-                            )
+                            _check_refinement_fits(n, n_cand, refine_steps, refine_points)
                         release = sample_path_release(
                             data,
                             X_c,
