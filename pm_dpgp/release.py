@@ -86,11 +86,16 @@ class RemembersTraining:
         return self
 
     def training_source(self) -> Any:
-        """The remembered training model or ``(X, y)`` pair while alive, else ``None``."""
+        """The remembered training model or ``(X, y)`` pair while alive, else ``None``.
+
+        A pair is returned while either array is alive (the other as ``None``): the inputs
+        of a fully private release were not refused once the outputs had died, e.g. after
+        ``data=(X, y - y.mean())``, whose temporary is freed at once (stop-46 review).
+        """
         refs = self.__dict__.get("_training_refs")
         if isinstance(refs, tuple):
             X, y = (None if r is None else r() for r in refs)
-            return None if y is None else (X, y)
+            return None if X is None and y is None else (X, y)
         return None if refs is None else refs()
 
     def __getstate__(self) -> dict[str, Any]:

@@ -112,3 +112,41 @@ def test_thompson_refinement_refusal_in_round_one_draws_and_observes_nothing(
     assert ledger.history == []
     assert rng.bit_generator.state == state
     assert calls == []
+
+
+def test_training_inputs_are_refused_after_the_training_outputs_died() -> None:
+    """``training_source`` returned ``None`` as soon as the remembered outputs were freed, so
+    after ``data=(X, y - 5.0)`` (a temporary, freed at once) the training inputs of this fully
+    private release were accepted as ``X_holdout`` by ``dp_ppc`` (the stop-46 refusal) and as
+    ``X_star`` by ``to_inference_data`` (published in ``constant_data``)."""
+    import gc
+
+    from pm_dpgp.mechanisms.full.noise_aware import noise_aware_release
+    from pm_dpgp.workflow.ppc import PrivateDataError, dp_ppc
+
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-3.0, 3.0, (60, 1))
+    y_raw = np.sin(X[:, 0]) + 5.0
+    reg = sparse_gp_regression(
+        None, None, pm.gp.cov.ExpQuad(1, ls=1.0), Z=grid_inducing_points(-3.5, 3.5, 6), noise_sd=0.1
+    )
+    release = noise_aware_release(
+        reg,
+        data=(X, y_raw - 5.0),
+        epsilon=1.0,
+        delta=1e-4,
+        y_bounds=(-2.0, 2.0),
+        rng=np.random.default_rng(1),
+    )
+    gc.collect()
+    with pytest.raises(PrivateDataError):
+        release.to_inference_data(X, n_draws=10)
+    with pytest.raises(PrivateDataError):
+        dp_ppc(
+            release,
+            X,
+            rng.standard_normal(60),
+            training=None,
+            noise_sd=0.1,
+            rng=np.random.default_rng(2),
+        )
