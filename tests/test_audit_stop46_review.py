@@ -8,6 +8,7 @@ import pytest
 
 from pm_dpgp.accounting import Ledger
 from pm_dpgp.models import grid_inducing_points, sparse_gp_regression
+from tests.test_audit_stop46_tree import _sample_path_run
 
 
 def test_random_stopping_refuses_an_indefinite_kzz_before_the_selection_spend() -> None:
@@ -82,7 +83,6 @@ def test_thompson_refinement_refusal_in_round_one_draws_and_observes_nothing(
     now refused before the objective and the first random number (as the other public
     settings of the rounds, stop-30 audit)."""
     import pm_dpgp._validation as validation
-    from pm_dpgp.workflow import dp_thompson_sampling
 
     monkeypatch.setattr(validation, "_physical_memory", lambda: 16 * 2**20)
     calls: list[int] = []
@@ -95,20 +95,7 @@ def test_thompson_refinement_refusal_in_round_one_draws_and_observes_nothing(
     rng = np.random.default_rng(0)
     state = rng.bit_generator.state
     with pytest.raises(ValueError, match="nothing was spent or drawn"):
-        dp_thompson_sampling(
-            objective,
-            pm.gp.cov.ExpQuad(1, ls=0.3),
-            domain=(0.0, 1.0),
-            X_init=np.array([[0.2], [0.7]]),
-            noise_sd=3.0,
-            ledger=ledger,
-            progressbar=False,
-            candidates=16,
-            rng=rng,
-            n_rounds=2,
-            refine_steps=1,
-            refine_points=3000,
-        )
+        _sample_path_run(ledger, rng, objective, n_rounds=2, refine_steps=1, refine_points=3000)
     assert ledger.history == []
     assert rng.bit_generator.state == state
     assert calls == []

@@ -49,13 +49,13 @@ def test_feature_matrices_too_large_are_refused_before_the_charge(monkeypatch, r
     assert rng.bit_generator.state == state
 
 
-def _sample_path_run(ledger, rng, **kwargs):
+def _sample_path_run(ledger, rng, objective=_objective, **kwargs):
     import pymc as pm
 
     from pm_dpgp.workflow import dp_thompson_sampling
 
     return dp_thompson_sampling(
-        _objective,
+        objective,
         pm.gp.cov.ExpQuad(1, ls=0.3),
         domain=(0.0, 1.0),
         X_init=np.array([[0.2], [0.7]]),
