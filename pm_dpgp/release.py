@@ -71,14 +71,15 @@ class RemembersTraining:
     ``copy.deepcopy`` of a release share them, so a copy refuses the same arrays; a pickled
     and restored release, or ``dataclasses.replace``, has none).  Objects that take no
     weak reference (a list ``y`` given to ``binned_release``) are not remembered; a model
-    keeps its own arguments, lists too.
+    keeps its own arguments, lists too.  A NumPy view given as data (``x[:, None]``, which
+    dies at once) is remembered by its layout in the array owning its memory (``_ViewRef``).
     """
 
     def remember_training(self, training: Any) -> Any:
         """Keep weak references to ``training`` (a model, or the ``(X, y, ...)`` tuple of the
         data arguments); return ``self``."""
         refs = (
-            tuple(_weak(t) for t in training[:2])
+            tuple(_weak_array(t) for t in training[:2])
             if isinstance(training, tuple)
             else _weak(training)
         )
@@ -488,6 +489,54 @@ def _weak(obj: Any) -> Any:
         return weakref.ref(obj)
     except TypeError:
         return None
+
+
+def _memory_owner(a: np.ndarray) -> np.ndarray:
+    """The last ``ndarray`` along ``a.base`` (the array whose memory ``a`` views)."""
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
+
+
+class _ViewRef:
+    """A weak reference to a NumPy view that outlives the view object: while the array that
+    owns its memory is alive, calling it rebuilds the same view (same memory, shape, strides
+    and dtype) from that owner, weakly referenced too.
+
+    ``data=(x[:, None], y)`` passes a temporary view that dies at once, so the identity and
+    memory checks no longer recognised ``x[:, None]`` as the training inputs (stop-46
+    review: a fully private release then exported them as ``X_star``).  No value is read,
+    copied or kept alive: only the view's layout (public: its shape and where it lies in the
+    owner's memory) is stored.
+    """
+
+    __slots__ = ("_ref", "_owner", "_layout")
+
+    def __init__(self, view: np.ndarray, owner: np.ndarray) -> None:
+        self._ref = weakref.ref(view)
+        self._owner = weakref.ref(owner)
+        offset = view.__array_interface__["data"][0] - owner.__array_interface__["data"][0]
+        self._layout = (view.shape, view.dtype, offset, view.strides)
+
+    def __call__(self) -> Any:
+        view = self._ref()
+        if view is not None:
+            return view
+        owner = self._owner()
+        if owner is None:
+            return None
+        shape, dtype, offset, strides = self._layout
+        try:
+            return np.ndarray(shape, dtype, buffer=owner, offset=offset, strides=strides)
+        except (TypeError, ValueError, BufferError):  # an owner without a plain buffer
+            return None
+
+
+def _weak_array(obj: Any) -> Any:
+    """``_weak(obj)``, or a ``_ViewRef`` for a NumPy view of another array's memory."""
+    if isinstance(obj, np.ndarray) and isinstance(obj.base, np.ndarray):
+        return _ViewRef(obj, _memory_owner(obj))
+    return _weak(obj)
 
 
 def _is_training_array(values: Any, training: Any, column: int) -> bool:

@@ -146,3 +146,38 @@ def test_zcdp_rho_is_certified_in_exact_arithmetic():
             worst = max(worst, float(_exact_zcdp_epsilon(rho, delta) / eps - 1))
     assert worst <= 0.0, worst
     assert worst > -1e-11  # and ρ is still tight
+
+
+def test_a_temporary_view_of_the_training_inputs_is_still_recognised():
+    """``data=(x[:, None], y)`` passes a view that dies at once: the release's weak reference
+    to it was dead, so ``to_inference_data(x[:, None])`` published the training inputs of a
+    fully private release (stop-46 review, left open there).  The view is now rebuilt from
+    the array that owns its memory while that array is alive; a hold-out array elsewhere is
+    still accepted, and nothing keeps the owner alive."""
+    import gc
+    import weakref
+
+    from pm_dpgp.mechanisms import noise_aware_release
+    from pm_dpgp.models import grid_inducing_points, sparse_gp_regression
+    from pm_dpgp.workflow.ppc import PrivateDataError
+
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-3.0, 3.0, 60)
+    y = np.sin(x)
+    reg = sparse_gp_regression(
+        None, None, pm.gp.cov.ExpQuad(1, ls=1.0), Z=grid_inducing_points(-3.5, 3.5, 6), noise_sd=0.1
+    )
+    release = noise_aware_release(
+        reg, data=(x[:, None], y), epsilon=1.0, delta=1e-4, y_bounds=(-2.0, 2.0), rng=rng
+    )
+    gc.collect()
+    with pytest.raises(PrivateDataError):
+        release.to_inference_data(x[:, None], n_draws=5)
+    with pytest.raises(PrivateDataError):  # part of the same memory, as for a live view
+        release.to_inference_data(x[::2, None], n_draws=5)
+    public = np.linspace(-3.0, 3.0, 7)[:, None]
+    assert release.to_inference_data(public, n_draws=5) is not None
+    owner = weakref.ref(x)
+    del x
+    gc.collect()
+    assert owner() is None  # the release does not keep the training inputs alive
