@@ -402,6 +402,30 @@ class NoiseAwarePlan(_LedgerEpsilon):
     R_k: float
     event: PrivacyEvent
     ratio_c: float  # c = sigma_a / sigma_b as the release uses it (ratio, or "auto": R_y / R_k)
+    summation_margin: float = 0.0  # 2η charged on top of l2_sensitivity (0 without n_records)
+
+    @property
+    def charged_sensitivity(self) -> float:
+        """``l2_sensitivity + summation_margin``: what σ_a is calibrated to."""
+        return self.l2_sensitivity + self.summation_margin
+
+
+def _planned_depth(n_records: int | None, chunk_size: int | None, n_inducing: int) -> int | None:
+    """``summation_depth`` of the release's default in-memory layout (a tuple of ``n_records``
+    rows in chunks of ``chunk_size``, default ``default_chunk_size``), or None."""
+    from pm_dpgp.gp.sparse import default_chunk_size, in_memory_summation_depth
+
+    if n_records is None:
+        if chunk_size is not None:
+            raise ValueError("chunk_size needs n_records (the layout of n_records rows).")
+        return None
+    n = check_count(n_records, "n_records")
+    chunk = (
+        default_chunk_size(n_inducing)
+        if chunk_size is None
+        else check_count(chunk_size, "chunk_size")
+    )
+    return in_memory_summation_depth(n, chunk)
 
 
 def noise_aware(
@@ -417,6 +441,8 @@ def noise_aware(
     calibration: Literal["analytic", "classic"] = "analytic",
     secure: bool = True,
     noise_var_floor: float | None = None,
+    n_records: int | None = None,
+    chunk_size: int | None = None,
 ) -> NoiseAwarePlan:
     """Plan a ``noise_aware_release``.
 
@@ -426,6 +452,14 @@ def noise_aware(
     release pass its public ``noise_var_floor``: the release then scales the statistics by
     ``1/noise_var_floor`` instead of ``1/noise_var``, which sets the regulariser ``λ`` and the
     arithmetic check (stop-35 audit: the plan's ``λ`` was 890 where the release used 1603).
+
+    The release charges ``Δ + 2η``, ``2η`` the floating-point round-off of its sums, which
+    depends on the public number of records and their layout (``docs/noise_aware.md`` §1).
+    With ``n_records`` (and the release's ``chunk_size``, default ``default_chunk_size``) the
+    plan computes that margin for the default in-memory layout, a tuple ``(X, y)``, and
+    equals the release's ``σ_a``; without it the plan is at ``Δ`` alone (``summation_margin``
+    0), slightly below what the release charges (relative ``2η/Δ`` about 1.5·10⁻⁸ at
+    ``n = 10⁴``, 6·10⁻⁶ at ``10⁶``, 7·10⁻⁴ at ``10⁸``, for ``M = 100``).  Iterator and Dask layouts have their own (recorded) depth.
     """
     from pm_dpgp.mechanisms.full.noise_aware import (
         _as_public,
@@ -434,6 +468,7 @@ def noise_aware(
         check_posterior_arithmetic,
         kernel_norm_bound,
         l2_sensitivity,
+        regression_margin,
         regularisation_lambda,
         resolve_ratio,
     )
@@ -447,10 +482,12 @@ def noise_aware(
     c = resolve_ratio(ratio, R_y, bound.R_k)
     Delta = l2_sensitivity(R_y, bound.R_k, c)
     M = public.n_inducing
+    depth = _planned_depth(n_records, chunk_size, M)
+    margin = 0.0 if depth is None else regression_margin(n_records, depth, R_y, bound.R_k, c, M)
     sigma_a, dplan = calibrate_statistics_noise(
-        epsilon, delta, Delta, calibration, n_outputs=1, n_inducing=M, secure=secure
+        epsilon, delta, Delta + margin, calibration, n_outputs=1, n_inducing=M, secure=secure
     )
-    event = _statistics_event(sigma_a, Delta, dplan, "noise-aware DP sparse GP (Honkela)")
+    event = _statistics_event(sigma_a, Delta + margin, dplan, "noise-aware DP sparse GP (Honkela)")
     sigma_b = sigma_a / c
     # the scale of the statistics, as the release sets it
     floor = None if noise_var_floor is None else check_positive(noise_var_floor, "noise_var_floor")
@@ -458,7 +495,9 @@ def noise_aware(
     check_posterior_arithmetic(scale, sigma_a, sigma_b)  # as the release
     check_inducing_covariance(public)  # as the release (stop-46 audit)
     lam = regularisation_lambda(sigma_b, scale, M, rho)
-    return NoiseAwarePlan(epsilon, delta, Delta, sigma_a, sigma_b, lam, R_y, bound.R_k, event, c)
+    return NoiseAwarePlan(
+        epsilon, delta, Delta, sigma_a, sigma_b, lam, R_y, bound.R_k, event, c, margin
+    )
 
 
 def _statistics_event(sigma_a: float, Delta: float, dplan: Any, label: str) -> PrivacyEvent:
@@ -483,6 +522,12 @@ class DirichletPlan(_LedgerEpsilon):
     R_k: float
     event: PrivacyEvent
     ratio_c: float = 1.0  # c = sigma_a / sigma_b as the release uses it ("auto": R_y / R_k)
+    summation_margin: float = 0.0  # 2η charged on top of l2_sensitivity (0 without n_records)
+
+    @property
+    def charged_sensitivity(self) -> float:
+        """``l2_sensitivity + summation_margin``: what σ_a is calibrated to."""
+        return self.l2_sensitivity + self.summation_margin
 
 
 def dirichlet(
@@ -499,11 +544,16 @@ def dirichlet(
     rho: float = 0.01,
     calibration: Literal["analytic", "classic"] = "analytic",
     secure: bool = True,
+    n_records: int | None = None,
+    chunk_size: int | None = None,
 ) -> DirichletPlan:
     """Plan a ``dirichlet_release``: public ``Z``, kernel, number of classes and ``α_ε`` only.
 
     Defaults follow the release: a ``dirichlet_gp_classification`` model supplies
-    ``n_classes``, ``alpha_epsilon`` and the prior mean.
+    ``n_classes``, ``alpha_epsilon`` and the prior mean.  With ``n_records`` (and
+    ``chunk_size``) the plan includes the summation margin ``2η`` of the default in-memory
+    layout and equals the release's ``σ_a``; without it the plan is at ``Δ`` alone, slightly
+    below the release's charge (``noise_aware``; ``docs/noise_aware.md`` §1).
     """
     from pm_dpgp.mechanisms.full.dirichlet import dirichlet_calibration, dirichlet_settings
     from pm_dpgp.mechanisms.full.noise_aware import _as_public, check_rho
@@ -525,9 +575,11 @@ def dirichlet(
         delta=delta,
         calibration=calibration,
         secure=secure,
+        n_records=n_records,
+        summation_depth=_planned_depth(n_records, chunk_size, public.n_inducing),
     )
     label = f"noise-aware DP Dirichlet GP classification, {C} classes (Honkela §5)"
-    event = _statistics_event(cal.sigma_a, cal.Delta, cal.plan, label)
+    event = _statistics_event(cal.sigma_a, cal.charged, cal.plan, label)
     return DirichletPlan(
         epsilon,
         delta,
@@ -540,6 +592,7 @@ def dirichlet(
         cal.bound.R_k,
         event,
         cal.ratio_c,
+        cal.margin,
     )
 
 

@@ -90,7 +90,9 @@ def test_simulated_statistics_noise_is_iid_sigma_a_in_whitened_coordinates():
     """N11 (half the noise on B̂ in simulation mode): the whitened (A, c B̂) then has noise
     σ_a/2 on its B̂ part, i.e. the charged Δ 22.08 is really 39.91 (ε 1.96 for 1.0)."""
     M, reps, sigma_a, c = 6, 400, 0.7, 2.0
-    stats = SufficientStatistics(A=np.zeros((M, 1)), B=np.zeros((1, M, M)), n=0, extras=np.zeros(1))
+    stats = SufficientStatistics(
+        A=np.zeros((M, 1)), B=np.zeros((1, M, M)), n=0, extras=np.zeros(1), summation_depth=0
+    )
     rng = np.random.default_rng(0)
     a_noise, b_noise = [], []
     for _ in range(reps):
@@ -111,7 +113,7 @@ def test_secure_statistics_are_whitened_with_the_ratio():
     F = rng.normal(size=(M, 10))
     B = 100.0 * (F @ F.T)  # statistics far above the noise (sd ≈ 0.05 here, 0.2 on B̃)
     A = 100.0 * rng.normal(size=(M, 1))
-    stats = SufficientStatistics(A=A, B=B[None], n=10, extras=np.zeros(1))
+    stats = SufficientStatistics(A=A, B=B[None], n=10, extras=np.zeros(1), summation_depth=11)
     c = 0.25
     v = na.whitened_statistics(stats, c)
     np.testing.assert_array_equal(v, np.concatenate([A[:, 0], c * upper_vector(B)]))

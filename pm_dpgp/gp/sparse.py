@@ -49,6 +49,7 @@ __all__ = [
     "chunk_statistics",
     "count_matching_rows",
     "default_chunk_size",
+    "in_memory_summation_depth",
     "predict_from_qu",
     "sufficient_statistics",
     "titsias_qu",
@@ -68,17 +69,37 @@ class SufficientStatistics:
     """``A`` ``(M, T)``, ``B`` ``(T, M, M)``, the number of points and the summed extras.
 
     These are functions of the private data: never release them without noise.
+    ``summation_depth`` is public (it depends on the row counts and the layout only): an upper
+    bound on the number of floating-point additions on the path of any one record's term into
+    an entry of ``A`` or ``B`` — (the most rows in one chunk or block) + (the number of chunks
+    or blocks), + 1 for the Dask path's symmetrisation ``(B + Bᵀ)/2``.  A dot product or
+    ``syrk`` over ``L`` rows adds each term at most ``L − 1`` times in any order, a sequential
+    or tree sum of ``b`` partial sums at most ``b − 1`` times, so every computed entry is
+    ``Σᵢ termᵢ (1 + θᵢ)`` with ``|θᵢ| ≤ γ_{depth + products}`` (Higham 2002, eq. 3.5 and
+    Lemma 3.1); ``docs/noise_aware.md`` §1 turns it into the charged round-off margin.
     """
 
     A: NDArray[np.float64]
     B: NDArray[np.float64]
     n: int
     extras: NDArray[np.float64]
+    summation_depth: int
 
 
 def default_chunk_size(n_inducing: int) -> int:
     """Rows per chunk so that one ``K_ZX`` chunk is about 32 MB (``2²² / M`` rows, ≥ 1024)."""
     return max(1024, (1 << 22) // max(int(n_inducing), 1))
+
+
+def in_memory_summation_depth(n_rows: int, chunk_size: int) -> int:
+    """``summation_depth`` of a tuple of ``n_rows`` in-memory rows cut into ``chunk_size`` chunks:
+    (rows of the largest chunk) + (number of chunks).  Public (``n`` is public under
+    replace-one neighbours); ``pm_dpgp.plan`` uses it for the default layout."""
+    n = int(n_rows)
+    chunk = int(chunk_size)
+    if n <= 0:
+        return 0
+    return min(n, chunk) + -(-n // chunk)
 
 
 def count_matching_rows(Z: ArrayLike, X: ArrayLike) -> int:
@@ -223,15 +244,23 @@ class _Accumulator:
         self.B = np.zeros((T, M, M))
         self.n = 0
         self.extras = np.zeros(E)
+        # public layout: the most rows in one chunk (as given, before any record is dropped)
+        # and the number of chunks added (SufficientStatistics.summation_depth)
+        self.max_rows = 0
+        self.n_chunks = 0
 
-    def add(self, A: NDArray, B: NDArray, n: int, extras: NDArray) -> None:
+    def add(self, A: NDArray, B: NDArray, n: int, extras: NDArray, rows: int = 0) -> None:
         self.A += A
         self.B += B
         self.n += n
         self.extras += extras
+        self.max_rows = max(self.max_rows, int(rows))
+        self.n_chunks += 1
 
     def result(self) -> SufficientStatistics:
-        return SufficientStatistics(self.A, self.B, self.n, self.extras)
+        return SufficientStatistics(
+            self.A, self.B, self.n, self.extras, self.max_rows + self.n_chunks
+        )
 
 
 def _chunk_pack(
@@ -410,7 +439,8 @@ def sufficient_statistics(
 
         chunks = _chunks()
     for arrs in chunks:
-        acc.add(*_chunk_pack(kernel, Zarr, pre, arrs, n_targets, n_extras))
+        # the chunk's row count as given (public layout), an upper bound on the rows summed
+        acc.add(*_chunk_pack(kernel, Zarr, pre, arrs, n_targets, n_extras), rows=len(arrs[0]))
     return acc.result()
 
 
@@ -539,7 +569,12 @@ def _dask_statistics(
     B = total[M * T : M * T + T * M * M].reshape(T, M, M)
     cnt = int(round(total[M * T + T * M * M]))
     extras = total[M * T + T * M * M + 1 :]
-    return SufficientStatistics(A, 0.5 * (B + np.swapaxes(B, 1, 2)), cnt, extras)
+    # each block is summed by one dot product / syrk over its rows, the blocks by Dask's tree
+    # reduction (each partial sum added at most nblocks - 1 times), then one addition in the
+    # symmetrisation below: public (block sizes are the layout)
+    largest = max((int(c) for c in as2d[0].chunks[0]), default=0)
+    depth = largest + nblocks + 1
+    return SufficientStatistics(A, 0.5 * (B + np.swapaxes(B, 1, 2)), cnt, extras, depth)
 
 
 def titsias_qu(

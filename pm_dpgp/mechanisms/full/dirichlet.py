@@ -35,7 +35,7 @@ the log-normal moment approximation ``∝ exp(μ_c + v_c/2)`` (``method="moment"
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -68,6 +68,7 @@ from pm_dpgp.mechanisms.full.noise_aware import (
     l2_sensitivity,
     regularisation_lambda,
     resolve_ratio,
+    summation_margin,
     worst_case_sensitivity,
 )
 from pm_dpgp.mechanisms.noise import DiscreteGaussianPlan, simulation_rng
@@ -87,6 +88,8 @@ __all__ = [
     "DirichletRelease",
     "DirichletTargets",
     "dirichlet_calibration",
+    "dirichlet_margin",
+    "dirichlet_record_norm",
     "dirichlet_release",
     "dirichlet_settings",
     "dirichlet_sensitivity",
@@ -122,6 +125,50 @@ def dirichlet_sensitivity(
     return max(
         worst_case_sensitivity(same, R_k, ratio, t_min=t_min),
         worst_case_sensitivity(diff, R_k, ratio, t_min=t_min),
+    )
+
+
+def dirichlet_record_norm(
+    n_classes: int, targets: DirichletTargets, prior_mean: float, R_k: float, ratio: float = 1.0
+) -> float:
+    r"""``B_rec ≥ ‖vᵢ‖₂``, one record's contribution to the whitened statistics of all classes.
+
+    A record with label ``l`` contributes ``(a_c k, c w_c t_b(k kᵀ))`` to class ``c``, with
+    ``(a, w) = (ω_in r_in, ω_in)`` for ``c = l`` and ``(ω_out r_out, ω_out)`` otherwise
+    (``dirichlet_sensitivity``), so ``‖vᵢ‖² = Σ_c (a_c² ‖k‖² + c² w_c² ‖k‖⁴)``
+    ``≤ (a_in² + (C−1) a_out²) R_k² + c² (w_in² + (C−1) w_out²) R_k⁴``, the same for every label
+    (``docs/noise_aware.md`` §9).
+    """
+    C = check_n_classes(n_classes)
+    w_in, w_out = 1.0, targets.var_in / targets.var_out
+    a_in = w_in * (targets.y_in - prior_mean)
+    a_out = w_out * (targets.y_out - prior_mean)
+    a_in, a_out, w_out = np.float64(a_in), np.float64(a_out), np.float64(w_out)
+    Rk2, c2 = np.float64(R_k) ** 2, np.float64(ratio) ** 2
+    with np.errstate(over="ignore", invalid="ignore"):
+        sq = (a_in**2 + (C - 1) * a_out**2) * Rk2 + c2 * (w_in**2 + (C - 1) * w_out**2) * Rk2**2
+        return float(np.sqrt(sq))
+
+
+def dirichlet_margin(
+    n_classes: int,
+    targets: DirichletTargets,
+    prior_mean: float,
+    R_k: float,
+    ratio: float,
+    n_inducing: int,
+    n_records: int,
+    summation_depth: int,
+) -> float:
+    """``2η`` of a Dirichlet release (``summation_margin`` with ``dirichlet_record_norm``)."""
+    M = int(n_inducing)
+    R_y = max(abs(targets.y_in - prior_mean), abs(targets.y_out - prior_mean))
+    return summation_margin(
+        n_records,
+        summation_depth,
+        dirichlet_record_norm(n_classes, targets, prior_mean, R_k, ratio),
+        dimension=n_classes * (M + M * (M + 1) // 2),
+        factor_bound=4.0 * max(1.0, R_y) * max(1.0, R_k) ** 2 * max(1.0, ratio),
     )
 
 
@@ -200,6 +247,12 @@ class DirichletCalibration:
     lam: float
     scale: float  # 1 / var_in, the noise-variance floor's precision
     plan: DiscreteGaussianPlan | None  # secure noise plan, None in simulation
+    margin: float = 0.0  # 2η, the summation round-off charged on top of Delta (0: not yet)
+
+    @property
+    def charged(self) -> float:
+        """The charged sensitivity ``Δ + 2η`` (σ_a is calibrated to it)."""
+        return self.Delta + self.margin
 
 
 def dirichlet_calibration(
@@ -215,11 +268,15 @@ def dirichlet_calibration(
     delta: float,
     calibration: Literal["analytic", "classic"],
     secure: bool,
+    n_records: int | None = None,
+    summation_depth: int | None = None,
 ) -> DirichletCalibration:
     """Targets, joint sensitivity (``dirichlet_sensitivity``) and noise scales (Honkela §5).
 
     Shared by ``dirichlet_release`` and ``pm_dpgp.plan.dirichlet`` so that the plan charges
-    exactly what the release does.
+    exactly what the release does.  With ``n_records`` and ``summation_depth`` (public) the
+    noise is calibrated to ``Δ + 2η`` (``dirichlet_margin``), as the release charges it;
+    without them to ``Δ`` alone (the release's first check, before the data are read).
     """
     tg = DirichletTargets.from_alpha(alpha_epsilon)
     mu = (
@@ -245,9 +302,65 @@ def dirichlet_calibration(
     check_posterior_arithmetic(scale, sigma_a, sigma_b)
     check_inducing_covariance(public)  # K_ZZ must factorise: before any data (stop-46 audit)
     lam = regularisation_lambda(sigma_b, scale, M, rho)
-    return DirichletCalibration(
+    cal = DirichletCalibration(
         tg, mu, bound, Delta, R_y, ratio, per_class, sigma_a, sigma_b, lam, scale, plan
     )
+    if n_records is None and summation_depth is None:
+        return cal
+    if n_records is None or summation_depth is None:
+        raise ValueError("give both n_records and summation_depth, or neither.")
+    return charge_summation_margin(
+        cal,
+        n_classes,
+        n_inducing=M,
+        n_records=n_records,
+        summation_depth=summation_depth,
+        rho=rho,
+        epsilon=epsilon,
+        delta=delta,
+        calibration=calibration,
+        secure=secure,
+    )
+
+
+def charge_summation_margin(
+    cal: DirichletCalibration,
+    n_classes: int,
+    *,
+    n_inducing: int,
+    n_records: int,
+    summation_depth: int,
+    rho: float,
+    epsilon: float,
+    delta: float,
+    calibration: Literal["analytic", "classic"],
+    secure: bool,
+) -> DirichletCalibration:
+    """``cal`` recalibrated to ``Δ + 2η`` (public ``n`` and layout): σ_a, σ_b, λ and the plan,
+    with the posterior's arithmetic checked again.  Nothing is spent or drawn."""
+    margin = dirichlet_margin(
+        n_classes,
+        cal.tg,
+        cal.mu,
+        cal.bound.R_k,
+        cal.ratio_c,
+        n_inducing,
+        n_records,
+        summation_depth,
+    )
+    sigma_a, plan = calibrate_statistics_noise(
+        epsilon,
+        delta,
+        cal.Delta + margin,
+        calibration,
+        n_outputs=n_classes,
+        n_inducing=n_inducing,
+        secure=secure,
+    )
+    sigma_b = sigma_a / cal.ratio_c
+    check_posterior_arithmetic(cal.scale, sigma_a, sigma_b)
+    lam = regularisation_lambda(sigma_b, cal.scale, n_inducing, rho)
+    return replace(cal, sigma_a=sigma_a, sigma_b=sigma_b, lam=lam, plan=plan, margin=margin)
 
 
 def dirichlet_release(
@@ -386,6 +499,21 @@ def dirichlet_release(
         bar.advance("statistics")
         # public settings only (n is public under replace-one neighbours), before any spend
         warn_public_settings(epsilon=epsilon, delta=delta, n_records=int(stats.extras[0]))
+        # the round-off of the computed sums: neighbours' computed statistics differ by up to
+        # Δ + 2η (n and the layout are public), charged before any spend
+        cal = charge_summation_margin(
+            cal,
+            C,
+            n_inducing=public.n_inducing,
+            n_records=int(stats.extras[0]),
+            summation_depth=stats.summation_depth,
+            rho=float(rho),
+            epsilon=epsilon,
+            delta=delta,
+            calibration=calibration,
+            secure=rng is None,
+        )
+        sigma_a, sigma_b, lam, plan = cal.sigma_a, cal.sigma_b, cal.lam, cal.plan
         release = _account_draw_release(
             DirichletRelease,
             public,
@@ -400,7 +528,7 @@ def dirichlet_release(
             bound=bound,
             epsilon=epsilon,
             delta=delta,
-            Delta=Delta,
+            Delta=cal.charged,
             sigma_a=sigma_a,
             sigma_b=sigma_b,
             ratio=cal.ratio_c,
@@ -417,8 +545,12 @@ def dirichlet_release(
             sensitivity_equation=(
                 "joint over all classes (docs/noise_aware.md): max over same/different label of "
                 "max_t sum_c [(a_c^2 + a_c'^2) Rk^2 + c^2 (w_c^2 + w_c'^2) Rk^4 - 2 t a_c a_c' "
-                "- 2 c^2 t^2 w_c w_c']"
+                "- 2 c^2 t^2 w_c w_c']; charged: D + summation_margin (docs/noise_aware.md §1)"
             ),
+            l2_sensitivity=Delta,
+            summation_margin=cal.margin,
+            summation_depth=stats.summation_depth,
+            charged_sensitivity=cal.charged,
             noise_model="heteroscedastic Dirichlet (Milios et al. 2018; Honkela eq. 21, App. D)",
             noise_var_floor=tg.var_in,
             n_classes=C,

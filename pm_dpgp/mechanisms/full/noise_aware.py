@@ -21,9 +21,10 @@ noise ``σ_a`` and L2 sensitivity (eq. 6, derived in ``docs/noise_aware.md``)
           \;\le\; \frac{R_y^4}{2c^2} + 2R_y^2R_k^2 + 2c^2R_k^4,
 
 the right-hand side being the paper's eq. (6); both agree when ``R_y² ≤ 2c²R_k²``.
-``σ_a`` is the analytic Gaussian calibration (Balle & Wang 2018) for (ε, δ) and Δ, and the
-ledger records one ``GaussianEvent`` with noise multiplier σ_a/Δ
-**before** any noise is drawn.
+``σ_a`` is the analytic Gaussian calibration (Balle & Wang 2018) for (ε, δ) and the charged
+sensitivity ``Δ + 2η``, where ``2η`` bounds both neighbours' floating-point round-off in the
+computed sums (``summation_margin``, from the public ``n`` and layout), and the ledger records
+one ``GaussianEvent`` with noise multiplier σ_a/(Δ + 2η) **before** any noise is drawn.
 
 Everything after the noisy statistics is post-processing (no privacy cost): with scale
 ``s = σ⁻²`` (``σ²_min⁻¹`` heteroscedastic), ``λ`` of eq. (10) and ``ã = A + E_a``,
@@ -111,7 +112,10 @@ __all__ = [
     "noise_aware_release",
     "noise_correction",
     "noise_correction_reference",
+    "regression_margin",
+    "regression_record_norm",
     "regularisation_lambda",
+    "summation_margin",
     "symmetric_from_upper",
     "upper_vector",
     "whitened_statistics",
@@ -345,6 +349,84 @@ def worst_case_sensitivity(
     else:
         t = Rk * Rk if lin > 0 else lo
     return math.sqrt(max(const + lin * t - quad * t * t, 0.0))
+
+
+_U = 2.0**-53  # unit round-off of float64
+_SMALLEST_SUBNORMAL = 2.0**-1074
+#: Roundings on one record's term besides the additions (docs/noise_aware.md §1): √ω, the two
+#: products k·√ω, the product of the two factors (the weighted ``syrk``; 2 for ``A``: ω·r and
+#: k·(ωr)), then fl(√2), the product by it in ``B̂`` and the product by ``c``: 2 + 1 + 1 + 1 + 3.
+_PRODUCT_ROUNDINGS = 8
+#: Largest public bound on the computed statistics accepted: the round-off analysis assumes
+#: no overflow.
+_MAX_STATISTIC = 1e300
+
+
+def regression_record_norm(R_y: float, R_k: float, ratio: float) -> float:
+    r"""``B_rec ≥ ‖(ω r k, c ω t_b(k kᵀ))‖₂`` for one record of a regression release.
+
+    ``‖ω r k‖ ≤ R_y R_k`` and ``‖c ω t_b(k kᵀ)‖ = c ω ‖k‖² ≤ c R_k²`` (weights ``ω ∈ (0, 1]``),
+    so ``B_rec = √(R_y² R_k² + c² R_k⁴)`` (``docs/noise_aware.md`` §1).
+    """
+    Ry, Rk, c = np.float64(R_y), np.float64(R_k), np.float64(ratio)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return float(np.sqrt(Ry * Ry * Rk * Rk + c * c * Rk**4))
+
+
+def summation_margin(
+    n_records: int,
+    summation_depth: int,
+    record_norm: float,
+    *,
+    dimension: int,
+    factor_bound: float,
+) -> float:
+    r"""``2η``: twice a public bound on ``‖v̂(D) − v(D)‖₂``, the round-off of the computed
+    whitened statistics (``docs/noise_aware.md`` §1, "Summation order and the sensitivity").
+
+    Every computed entry is ``Σᵢ v_ij (1 + θ_ij)`` with ``|θ_ij| ≤ γ_h``,
+    ``h = summation_depth + 8`` (``_PRODUCT_ROUNDINGS``), ``γ_h = h u/(1 − h u)``,
+    ``u = 2⁻⁵³`` (Higham 2002, Lemma 3.1 and eq. 3.5), so
+    ``‖e‖₂ ≤ γ_h ‖Σᵢ |vᵢ|‖₂ ≤ γ_h Σᵢ ‖vᵢ‖₂ ≤ γ_h n B_rec``.  Products that underflow err by up
+    to ``2⁻¹⁰⁷⁵`` absolutely (Higham 2002, eq. 2.8), amplified by the later factors (at most
+    ``factor_bound``): ``≤ (8n + 8) √dimension 2⁻¹⁰⁷⁴ factor_bound`` in the 2-norm.  A relative
+    ``2⁻⁴⁰`` covers the evaluation of this bound in float.  Public: ``n``, the layout and the
+    bounds only.  Refuses (before any spend) settings whose statistics could overflow.
+    """
+    n = int(n_records)
+    h = int(summation_depth) + _PRODUCT_ROUNDINGS
+    if h * _U >= 0.5:
+        raise ValueError(
+            f"summation depth {summation_depth} is too large for the round-off bound; use "
+            "smaller chunks. Nothing was spent or drawn."
+        )
+    gamma = h * _U / (1.0 - h * _U)
+    with np.errstate(over="ignore", invalid="ignore"):
+        total = np.float64(n) * np.float64(record_norm)
+        scale = total * (1.0 + gamma) * max(1.0, float(factor_bound))
+    if not scale < _MAX_STATISTIC:
+        raise ValueError(
+            f"the statistics of {n} records can reach {float(scale):.3g}, beyond float64 "
+            "arithmetic: narrow the public bounds or rescale the kernel. Nothing was spent or "
+            "drawn."
+        )
+    eta = gamma * float(total)
+    eta += (8 * n + 8) * math.sqrt(dimension) * _SMALLEST_SUBNORMAL * max(1.0, float(factor_bound))
+    return 2.0 * eta * (1.0 + 2.0**-40)
+
+
+def regression_margin(
+    n_records: int, summation_depth: int, R_y: float, R_k: float, ratio: float, n_inducing: int
+) -> float:
+    """``summation_margin`` of a (one-output) noise-aware regression release: ``2η``."""
+    M = int(n_inducing)
+    return summation_margin(
+        n_records,
+        summation_depth,
+        regression_record_norm(R_y, R_k, ratio),
+        dimension=M + M * (M + 1) // 2,
+        factor_bound=4.0 * max(1.0, R_y) * max(1.0, R_k) ** 2 * max(1.0, ratio),
+    )
 
 
 def _centred_bound_argument(R_y: Any, deprecated: dict[str, Any], func: str) -> Any:
@@ -1089,7 +1171,8 @@ def noise_aware_release(
         ``"analytic"`` (Balle & Wang 2018) or ``"classic"`` (ε ≤ 1).
     ledger
         Charged before any noise is drawn: one ``ZCDPEvent`` (secure
-        noise) or ``GaussianEvent`` (multiplier σ_a/Δ; simulation).
+        noise) or ``GaussianEvent`` (multiplier σ_a/(Δ + 2η), 2η the summation margin recorded
+        as ``summation_margin``; simulation).
     rng
         ``None`` (default): secure noise, a discrete Gaussian release of the rounded whitened
         statistics ``(A, c B̂)`` by OpenDP from OS entropy (``docs/secure_noise.md``).  A NumPy
@@ -1137,6 +1220,8 @@ def noise_aware_release(
     scale = 1.0 / (floor if floor is not None else check_positive(public.noise_var, "noise_var"))
 
     # --- public calibration, before touching the data --------------------------------------
+    # (at the exact Δ, to refuse bad settings before the data are read; recalibrated at the
+    # charged Δ + 2η once the public n and layout are known)
     bound = kernel_norm_bound(public, kernel_norm)
     c = resolve_ratio(ratio, R_y, bound.R_k)
     Delta = l2_sensitivity(R_y, bound.R_k, c)
@@ -1205,6 +1290,18 @@ def noise_aware_release(
             bounds=(y_lower, y_upper),
             centre=mu,
         )
+        # the round-off of the computed sums (n and the layout are public): the computed
+        # statistics of neighbours differ by up to Δ + 2η, charged here, before any spend
+        margin = regression_margin(
+            int(stats.extras[0]), stats.summation_depth, R_y, bound.R_k, c, M
+        )
+        charged = Delta + margin
+        sigma_a, plan = calibrate_statistics_noise(
+            epsilon, delta, charged, calibration, n_outputs=1, n_inducing=M, secure=rng is None
+        )
+        sigma_b = sigma_a / c
+        check_posterior_arithmetic(scale, sigma_a, sigma_b)
+        lam = regularisation_lambda(sigma_b, scale, M, rho)
 
         # --- account, then draw -----------------------------------------------------------------
         release = _account_draw_release(
@@ -1219,7 +1316,7 @@ def noise_aware_release(
             bound=bound,
             epsilon=epsilon,
             delta=delta,
-            Delta=Delta,
+            Delta=charged,
             sigma_a=sigma_a,
             sigma_b=sigma_b,
             ratio=c,
@@ -1235,8 +1332,13 @@ def noise_aware_release(
             plan=plan,
             sensitivity_equation=(
                 "Honkela eq. (6) (App. A, Lemma 5) with |<k, k'>| <= R_k^2: "
-                "D^2 = 2 Ry^2 Rk^2 + 2 c^2 Rk^4 + max_{0<=s<=Rk^2}(2 Ry^2 s - 2 c^2 s^2)"
+                "D^2 = 2 Ry^2 Rk^2 + 2 c^2 Rk^4 + max_{0<=s<=Rk^2}(2 Ry^2 s - 2 c^2 s^2); "
+                "charged: D + summation_margin (docs/noise_aware.md §1)"
             ),
+            l2_sensitivity=Delta,
+            summation_margin=margin,
+            summation_depth=stats.summation_depth,
+            charged_sensitivity=charged,
             noise_model="heteroscedastic (App. D)" if hetero else "homoscedastic",
             noise_var_floor=floor,
         )
@@ -1389,8 +1491,10 @@ def _account_draw_release(
     """Charge one Gaussian event, then release a DP ``q(u_t)`` for every output ``t``.
 
     One joint Gaussian mechanism (multiplier ``σ_a/Δ``) on the statistics of all
-    ``stats.A.shape[1]`` outputs; the ledger refuses before any noise is drawn.  ``metadata``
-    goes to ``_metadata`` (``sensitivity_equation``, ``noise_model``, … and extras).
+    ``stats.A.shape[1]`` outputs; ``Delta`` is the charged sensitivity (the exact one plus the
+    summation margin ``2η``, ``docs/noise_aware.md`` §1); the ledger refuses before any noise
+    is drawn.  ``metadata`` goes to ``_metadata`` (``sensitivity_equation``, ``noise_model``,
+    … and extras).
     """
     event: PrivacyEvent
     Kzz, jitter = check_inducing_covariance(public)  # public; before the spend (stop-46)
