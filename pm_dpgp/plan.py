@@ -459,7 +459,8 @@ def noise_aware(
     plan computes that margin for the default in-memory layout, a tuple ``(X, y)``, and
     equals the release's ``σ_a``; without it the plan is at ``Δ`` alone (``summation_margin``
     0), slightly below what the release charges (relative ``2η/Δ`` about 1.5·10⁻⁸ at
-    ``n = 10⁴``, 6·10⁻⁶ at ``10⁶``, 7·10⁻⁴ at ``10⁸``, for ``M = 100``).  Iterator and Dask layouts have their own (recorded) depth.
+    ``n = 10⁴``, 6·10⁻⁶ at ``10⁶``, 7·10⁻⁴ at ``10⁸``, for ``M = 100``).  Iterator and Dask
+    layouts have their own (recorded) depth.
     """
     from pm_dpgp.mechanisms.full.noise_aware import (
         _as_public,

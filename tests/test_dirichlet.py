@@ -208,7 +208,12 @@ def test_streams_dask_and_validation(pub, monkeypatch) -> None:
     with pytest.raises(AssertionError):
         assert_normwise_close(dup.u_mean[0] - mu, ref.u_mean[0] - mu, tols[0])
     # invalid private values never change the control flow (docs/errors.md): a record
-    # with a label outside 0 … C−1 or a non-finite input is dropped, nothing is said
+    # with a label outside 0 … C−1 or a non-finite input is dropped, nothing is said.  The
+    # charged summation margin depends on the public row count (1500 against 1499 kept), so
+    # it is fixed here to compare the releases bit for bit
+    import pm_dpgp.mechanisms.full.dirichlet as dirichlet_module
+
+    monkeypatch.setattr(dirichlet_module, "dirichlet_margin", lambda *args: 1e-9)
     kept = dirichlet_release(pub, (X[1:], lab[1:]), rng=np.random.default_rng(0), **kw)
     bad = lab.copy()
     bad[0] = 7
@@ -302,7 +307,7 @@ def test_ratio_auto_is_r_y_over_r_k_as_for_noise_aware_release(pub) -> None:
 
     X, lab = _data(3, 1500)
     kw = {"n_classes": 3, "epsilon": 1.0, "delta": 1e-5}
-    p = plan.dirichlet(pub, **kw, ratio="auto", secure=False)
+    p = plan.dirichlet(pub, **kw, ratio="auto", secure=False, n_records=len(X))
     bound = kernel_norm_bound(pub, "auto")
     mu = DirichletTargets.from_alpha(0.01).default_prior_mean(3)
     tg = DirichletTargets.from_alpha(0.01)

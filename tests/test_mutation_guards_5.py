@@ -247,7 +247,7 @@ def test_noise_aware_plan_matches_the_release_for_any_ratio(ratio):
         X, np.sin(3 * X), 4.0 * pm.gp.cov.ExpQuad(1, ls=0.5), Z=Z, noise_sd=0.3, mean=0.5
     )
     kw = dict(epsilon=1.0, delta=1e-5, y_bounds=(-1.0, 2.0), ratio=ratio)
-    p = plan.noise_aware(model, secure=False, **kw)
+    p = plan.noise_aware(model, secure=False, n_records=len(X), **kw)
     assert p.sigma_a / p.sigma_b == pytest.approx(p.ratio_c, rel=1e-12)
     rel = noise_aware_release(
         model, ledger=Ledger(epsilon=1.0, delta=1e-5), rng=np.random.default_rng(4), **kw

@@ -480,7 +480,7 @@ def test_metadata_content(reg) -> None:
     assert "seed" not in {k for k in md if k != "seed_policy"}
 
 
-def test_input_validation(reg, pub) -> None:
+def test_input_validation(reg, pub, monkeypatch) -> None:
     X, y = _data(5, 100)
     for bad in (0.0, -1.0, float("nan"), float("inf")):
         with pytest.raises(ValueError):
@@ -492,6 +492,11 @@ def test_input_validation(reg, pub) -> None:
     # a record with a non-finite input or response is dropped (same release as without it),
     # responses are clipped silently, and neither the bound nor Z is compared with the data.
     keep = np.arange(len(y)) != 3
+    # the charged summation margin depends on the public row count (100 against 99 kept):
+    # fixed here so that the releases compare bit for bit
+    import pm_dpgp.mechanisms.full.noise_aware as noise_aware_module
+
+    monkeypatch.setattr(noise_aware_module, "regression_margin", lambda *args: 1e-9)
     dropped = _release(pub, (X[keep], y[keep]))
     y_nan = y.copy()
     y_nan[3] = np.nan

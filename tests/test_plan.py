@@ -125,7 +125,8 @@ def test_noise_aware_plan_matches_the_release():
         X, np.sin(3 * X), pm.gp.cov.ExpQuad(1, ls=0.5), Z=Z, noise_sd=0.3, mean=0.5
     )
     kw = dict(epsilon=1.0, delta=1e-5, y_bounds=(-1.0, 2.0))
-    p = plan.noise_aware(model, secure=False, **kw)
+    # n_records: the plan includes the release's summation margin 2η (docs/noise_aware.md §1)
+    p = plan.noise_aware(model, secure=False, n_records=len(X), **kw)
     assert p.R_y == 1.5  # max(|-1 - 0.5|, |2 - 0.5|)
     ledger = Ledger(epsilon=1.0, delta=1e-5)
     rel = noise_aware_release(model, ledger=ledger, rng=np.random.default_rng(4), **kw)
@@ -221,7 +222,7 @@ def test_dirichlet_plan_matches_the_release(secure):
     lab = np.digitize(X, [-1.0, 1.0]) if secure else rng.integers(0, 3, 300)
     Z = grid_inducing_points([-3.0], [3.0], [8])
     model = dirichlet_gp_classification(X, lab, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z, n_classes=3)
-    p = plan.dirichlet(model, epsilon=1.0, delta=1e-4, secure=secure)
+    p = plan.dirichlet(model, epsilon=1.0, delta=1e-4, secure=secure, n_records=len(X))
     ledger = Ledger(epsilon=1.0, delta=1e-4)
     rel = dirichlet_release(
         model, epsilon=1.0, delta=1e-4, ledger=ledger, rng=None if secure else rng
@@ -237,6 +238,7 @@ def test_dirichlet_plan_matches_the_release(secure):
         n_classes=3,
         prior_mean=model.mean,
         secure=secure,
+        n_records=len(X),
     )
     assert same.sigma_a == p.sigma_a and same.l2_sensitivity == p.l2_sensitivity
     with pytest.raises(ValueError, match="n_classes"):
@@ -344,12 +346,12 @@ def test_noise_aware_plan_of_a_heteroscedastic_release_has_its_lambda() -> None:
         X, np.sin(3 * X), pm.gp.cov.ExpQuad(1, ls=0.5), Z=Z, noise_sd=0.3, mean=0.5
     )
     kw = dict(epsilon=1.0, delta=1e-5, y_bounds=(-1.0, 2.0))
-    planned = plan.noise_aware(model, secure=False, noise_var_floor=0.05, **kw)
+    planned = plan.noise_aware(model, secure=False, noise_var_floor=0.05, n_records=200, **kw)
     release = noise_aware_release(
         model, data=(X, np.sin(3 * X), np.full(200, 0.5)), noise_var_floor=0.05,
         rng=np.random.default_rng(9), **kw,
     )  # fmt: skip
     assert planned.lam == release.metadata["lambda"]
     assert planned.sigma_a == release.metadata["sigma_a"]
-    homoscedastic = plan.noise_aware(model, secure=False, **kw)
+    homoscedastic = plan.noise_aware(model, secure=False, n_records=200, **kw)
     assert homoscedastic.lam != planned.lam
