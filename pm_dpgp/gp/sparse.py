@@ -69,7 +69,9 @@ class SufficientStatistics:
     """``A`` ``(M, T)``, ``B`` ``(T, M, M)``, the number of points and the summed extras.
 
     These are functions of the private data: never release them without noise.
-    ``summation_depth`` is public (it depends on the row counts and the layout only): an upper
+    ``summation_depth`` is public when the layout is (it depends on the row counts and the
+    layout only, and is published with the release; an iterator's chunks or Dask blocks sized
+    by private values would be revealed, ``docs/noise_aware.md`` §1): an upper
     bound on the number of floating-point additions on the path of any one record's term into
     an entry of ``A`` or ``B`` — (the most rows in one chunk or block) + (the number of chunks
     or blocks), + 1 for the Dask path's symmetrisation ``(B + Bᵀ)/2``.  A dot product or

@@ -1187,7 +1187,8 @@ def noise_aware_release(
     chunk_size
         Rows per chunk of the in-memory and iterator paths (longer chunks are split);
         default ``max(1024, 2²²/|Z|)`` rows, about 32 MB of ``K_ZX``
-        (``docs/noise_aware.md`` §1).  Public; it changes only the summation order.
+        (``docs/noise_aware.md`` §1).  Public; it sets the summation order and the charged
+        summation margin ``2η`` (through the layout's ``summation_depth``, published).
     progressbar
         Show a progress bar over the stages (statistics, noise, posterior), as PyMC does.
 
