@@ -411,13 +411,13 @@ class NoiseAwarePlan(_LedgerEpsilon):
 
 
 def _planned_depth(n_records: int | None, chunk_size: int | None, n_inducing: int) -> int | None:
-    """``summation_depth`` of the release's default in-memory layout (a tuple of ``n_records``
-    rows in chunks of ``chunk_size``, default ``default_chunk_size``), or None."""
-    from pm_dpgp.gp.sparse import default_chunk_size, in_memory_summation_depth
+    """``summation_depth`` of a release of ``n_records`` rows with ``chunk_size`` (default
+    ``default_chunk_size``), the same for every chunking of the data, or None."""
+    from pm_dpgp.gp.sparse import default_chunk_size, public_summation_depth
 
     if n_records is None:
         if chunk_size is not None:
-            raise ValueError("chunk_size needs n_records (the layout of n_records rows).")
+            raise ValueError("chunk_size needs n_records (the summation depth of n_records rows).")
         return None
     n = check_count(n_records, "n_records")
     chunk = (
@@ -425,7 +425,7 @@ def _planned_depth(n_records: int | None, chunk_size: int | None, n_inducing: in
         if chunk_size is None
         else check_count(chunk_size, "chunk_size")
     )
-    return in_memory_summation_depth(n, chunk)
+    return public_summation_depth(n, chunk)
 
 
 def noise_aware(
@@ -454,13 +454,12 @@ def noise_aware(
     arithmetic check (stop-35 audit: the plan's ``λ`` was 890 where the release used 1603).
 
     The release charges ``Δ + 2η``, ``2η`` the floating-point round-off of its sums, which
-    depends on the public number of records and their layout (``docs/noise_aware.md`` §1).
+    depends on the public number of records and chunk size only (``docs/noise_aware.md`` §1).
     With ``n_records`` (and the release's ``chunk_size``, default ``default_chunk_size``) the
-    plan computes that margin for the default in-memory layout, a tuple ``(X, y)``, and
-    equals the release's ``σ_a``; without it the plan is at ``Δ`` alone (``summation_margin``
-    0), slightly below what the release charges (relative ``2η/Δ`` about 1.5·10⁻⁸ at
-    ``n = 10⁴``, 6·10⁻⁶ at ``10⁶``, 7·10⁻⁴ at ``10⁸``, for ``M = 100``).  Iterator and Dask
-    layouts have their own (recorded) depth.
+    plan computes that margin and equals the release's ``σ_a``, for a tuple ``(X, y)``, an
+    iterator of chunks or Dask collections alike; without it the plan is at ``Δ`` alone
+    (``summation_margin`` 0), slightly below what the release charges (relative ``2η/Δ``
+    about 1.5·10⁻⁸ at ``n = 10⁴``, 6·10⁻⁶ at ``10⁶``, 6·10⁻⁴ at ``10⁸``, for ``M = 100``).
     """
     from pm_dpgp.mechanisms.full.noise_aware import (
         _as_public,
@@ -552,8 +551,8 @@ def dirichlet(
 
     Defaults follow the release: a ``dirichlet_gp_classification`` model supplies
     ``n_classes``, ``alpha_epsilon`` and the prior mean.  With ``n_records`` (and
-    ``chunk_size``) the plan includes the summation margin ``2η`` of the default in-memory
-    layout and equals the release's ``σ_a``; without it the plan is at ``Δ`` alone, slightly
+    ``chunk_size``) the plan includes the summation margin ``2η`` and equals the release's
+    ``σ_a`` (for every chunking of the data); without it the plan is at ``Δ`` alone, slightly
     below the release's charge (``noise_aware``; ``docs/noise_aware.md`` §1).
     """
     from pm_dpgp.mechanisms.full.dirichlet import dirichlet_calibration, dirichlet_settings

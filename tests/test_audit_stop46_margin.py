@@ -20,7 +20,7 @@ from pm_dpgp import plan
 from pm_dpgp.accounting import Ledger
 from pm_dpgp.gp.sparse import (
     default_chunk_size,
-    in_memory_summation_depth,
+    public_summation_depth,
     sufficient_statistics,
 )
 from pm_dpgp.mechanisms import dirichlet_release, noise_aware_release
@@ -100,13 +100,15 @@ def test_dirichlet_record_norm_is_the_largest_record_contribution() -> None:
 # ------------------------------------------------------------- (b) an adversarial pair
 def test_adversarial_neighbours_exceed_the_exact_change_and_stay_within_the_charge() -> None:
     """M = 1, k ≡ 1, n = 2²⁰ rows in 64-row chunks, the changed record first (r = +1 against
-    r = −1), every other chunk summing exactly to 3u: 1 + 3u rounds up to 1 + 4u (ties to
-    even) at every one of the 16383 accumulations, −1 + 3u is exact.  The computed statistics
-    then differ by more than the exact change 2 (by 16383 u), and by less than Δ + 2η."""
+    r = −1).  Since stop 47 the 2¹⁴ chunk sums are added pairwise: chunk 2ʲ (j = 0…13) sums to
+    3u and every other chunk except the first to 0, so the changed record's partial sum meets
+    exactly one 3u at each of the 14 levels.  ``1 + 4ju + 3u`` is a tie and rounds up to
+    ``1 + 4(j+1)u`` (ties to even), ``−1 + 3ju + 3u`` is exact: the computed sums differ by
+    ``2 + 14u`` (``2 + 16u`` once rounded), more than the exact change 2, within ``Δ + 2η``."""
     n, L = 2**20, 64
-    t = 3.0 * 2.0**-53 / L  # exact: every partial sum inside a chunk is exact, in any order
-    r = np.full(n, t)
-    r[1:L] = 0.0  # the first chunk sums to r_0 exactly
+    r = np.zeros(n)
+    for j in range(14):
+        r[(2**j) * L] = 3.0 * 2.0**-53  # one row per chunk: every chunk sum is exact
     Z = np.zeros((1, 1))
 
     def kernel(Zc, X):
@@ -118,14 +120,15 @@ def test_adversarial_neighbours_exceed_the_exact_change_and_stay_within_the_char
         return sufficient_statistics(kernel, Z, (np.zeros((n, 1)), rr), chunk_size=L)
 
     s_plus, s_minus = stats(1.0), stats(-1.0)
-    assert s_plus.summation_depth == s_minus.summation_depth == L + n // L
+    assert s_plus.summation_depth == s_minus.summation_depth == L + 2 * 20  # since stop 47
+    assert s_plus.A[0, 0] == 1.0 + 56 * 2.0**-53 and s_minus.A[0, 0] == -1.0 + 42 * 2.0**-53
     c, R_y, R_k = 1.0, 1.0, 1.0
     measured = float(
         np.linalg.norm(whitened_statistics(s_plus, c) - whitened_statistics(s_minus, c))
     )
     exact = 2.0  # |r − r'| ‖k‖, and B is unchanged
     assert measured > exact  # the exact-arithmetic analysis does not bound the computed sums
-    assert measured - exact == pytest.approx((n // L - 1) * 2.0**-53, rel=1e-9)
+    assert measured == exact + 16 * 2.0**-53
     Delta = l2_sensitivity(R_y, R_k, c)
     margin = regression_margin(n, s_plus.summation_depth, R_y, R_k, c, 1)
     assert measured <= exact + margin and measured <= Delta + margin
@@ -142,10 +145,10 @@ def test_release_charges_delta_plus_margin_and_records_it(secure) -> None:
     )
     md = rel.metadata
     Delta = l2_sensitivity(md["R_y"], md["R_k"], md["ratio_c"])
-    depth = in_memory_summation_depth(len(X), default_chunk_size(6))
+    depth = public_summation_depth(len(X), default_chunk_size(6))
     margin = regression_margin(len(X), depth, md["R_y"], md["R_k"], md["ratio_c"], 6)
     assert md["l2_sensitivity"] == Delta
-    assert md["summation_depth"] == depth == len(X) + 1
+    assert md["summation_depth"] == depth == len(X) + 2 * 8  # min(n, L) + 2⌈log₂ n⌉
     assert md["summation_margin"] == margin > 0
     assert md["charged_sensitivity"] == Delta + margin
     if not secure:
@@ -188,7 +191,7 @@ def test_plans_with_n_records_equal_the_releases(secure, chunk_size) -> None:
     p = plan.noise_aware(model, secure=secure, n_records=len(X), **kw)
     assert p.sigma_a == rel.metadata["sigma_a"] and p.sigma_b == rel.metadata["sigma_b"]
     assert p.lam == rel.metadata["lambda"]
-    expect_depth = (len(X) + 1) if chunk_size is None else 37 + math.ceil(len(X) / 37)
+    expect_depth = (len(X) if chunk_size is None else 37) + 2 * math.ceil(math.log2(len(X)))
     assert rel.metadata["summation_depth"] == expect_depth
 
     lab = np.digitize(X, [0.7, 1.4])
@@ -213,16 +216,18 @@ def test_summation_depth_of_every_layout() -> None:
     def kernel(Zc, Xc):
         return np.exp(-0.5 * (Zc - Xc.T) ** 2)
 
+    # since stop 47 one public depth for every layout: min(n, L) + 2⌈log₂ n⌉ (the pieces are
+    # added pairwise), so that it reveals nothing about the caller's chunks or blocks
     ref = sufficient_statistics(kernel, Z, (X, y), chunk_size=300)
-    assert ref.summation_depth == 300 + 4 == in_memory_summation_depth(n, 300)
-    assert sufficient_statistics(kernel, Z, (X, y)).summation_depth == n + 1
+    assert ref.summation_depth == 300 + 2 * 10 == public_summation_depth(n, 300)
+    assert sufficient_statistics(kernel, Z, (X, y)).summation_depth == n + 20
     # an iterator: chunks of 100 and 900 rows, the 900 split into 250-row pieces
     it = sufficient_statistics(
         kernel, Z, iter([(X[:100], y[:100]), (X[100:], y[100:])]), chunk_size=250
     )
-    assert it.summation_depth == 250 + 1 + 4  # chunks 100 | 250 250 250 150
+    assert it.summation_depth == 250 + 20
     it2 = sufficient_statistics(kernel, Z, [(X[:100], y[:100]), (X[100:], y[100:])])
-    assert it2.summation_depth == 900 + 2
+    assert it2.summation_depth == n + 20
     da = pytest.importorskip("dask.array")
     import dask
 
@@ -230,7 +235,7 @@ def test_summation_depth_of_every_layout() -> None:
     with dask.config.set(scheduler="threads"):
         blocks = sufficient_statistics(kernel, Z, (Xd, yd))
         rechunked = sufficient_statistics(kernel, Z, (Xd, yd), chunk_size=128)
-    assert blocks.summation_depth == 300 + 4 + 1  # blocks 300 300 300 100, + symmetrisation
-    assert rechunked.summation_depth == 128 + 8 + 1  # ceil(1000/128) = 8 blocks
+    assert blocks.summation_depth == n + 20  # blocks 300 300 300 100, default chunk size
+    assert rechunked.summation_depth == 128 + 20
     for s in (it, it2, blocks, rechunked):
         np.testing.assert_allclose(s.A, ref.A, rtol=1e-12)

@@ -8,9 +8,9 @@ inputs ``Z`` (``M`` points), ``K = K_ZZ`` (with jitter), ``kᵢ = k(Z, xᵢ)``, 
   .. math:: A = \sum_i \omega_i r_i \mathbf k_i, \qquad
             B = \sum_i \omega_i \mathbf k_i \mathbf k_i^\top,
 
-  sums over data points, so they are accumulated chunk by chunk (memory ``O(M² + M·chunk)``,
-  independent of ``n``), from an iterator of chunks, or reduced by Dask
-  (``dask.array.map_blocks`` per block, then Dask's tree reduction ``sum``).
+  sums over data points, so they are accumulated chunk by chunk and the chunk sums added
+  pairwise (memory ``O(M² log(n/chunk) + M·chunk)``), from an iterator of chunks, or reduced
+  by Dask (``dask.array.map_blocks`` per block, then Dask's tree reduction ``sum``).
 * **Titsias' optimal q(u)** (Titsias 2009, eq. 10; Honkela eq. 2, written with a scale
   ``s = σ⁻²``): ``Σ = (K + s B)⁻¹``, ``m = s K Σ A``, ``S = K Σ K``.
 * **Predictions** from any ``q(u) = N(m, S)`` (Hensman et al. 2015, eq. 21; Honkela eq. 17):
@@ -49,8 +49,8 @@ __all__ = [
     "chunk_statistics",
     "count_matching_rows",
     "default_chunk_size",
-    "in_memory_summation_depth",
     "predict_from_qu",
+    "public_summation_depth",
     "sufficient_statistics",
     "titsias_qu",
 ]
@@ -69,14 +69,15 @@ class SufficientStatistics:
     """``A`` ``(M, T)``, ``B`` ``(T, M, M)``, the number of points and the summed extras.
 
     These are functions of the private data: never release them without noise.
-    ``summation_depth`` is public when the layout is (it depends on the row counts and the
-    layout only, and is published with the release; an iterator's chunks or Dask blocks sized
-    by private values would be revealed, ``docs/noise_aware.md`` §1): an upper
-    bound on the number of floating-point additions on the path of any one record's term into
-    an entry of ``A`` or ``B`` — (the most rows in one chunk or block) + (the number of chunks
-    or blocks), + 1 for the Dask path's symmetrisation ``(B + Bᵀ)/2``.  A dot product or
-    ``syrk`` over ``L`` rows adds each term at most ``L − 1`` times in any order, a sequential
-    or tree sum of ``b`` partial sums at most ``b − 1`` times, so every computed entry is
+    ``summation_depth`` is public: ``public_summation_depth(n, L)`` of the number of rows given
+    ``n`` (public under replace-one neighbours) and the public chunk size ``L``, whatever the
+    chunks of an iterator or the blocks of a Dask collection are (``docs/noise_aware.md`` §1).
+    It bounds the number of floating-point additions on the path of any one record's term
+    into an entry of ``A`` or ``B``: every chunk or block is cut into pieces of at most ``L``
+    rows, each summed by one dot product / ``syrk`` (at most ``min(n, L) − 1`` additions per
+    term in any order), the pieces are added pairwise (a binary counter: at most
+    ``⌈log₂ n⌉``), Dask's block sums by a tree of pairs (at most ``⌈log₂ n⌉``, empty blocks
+    left out) and the symmetrisation ``(B + Bᵀ)/2`` adds once.  So every computed entry is
     ``Σᵢ termᵢ (1 + θᵢ)`` with ``|θᵢ| ≤ γ_{depth + products}`` (Higham 2002, eq. 3.5 and
     Lemma 3.1); ``docs/noise_aware.md`` §1 turns it into the charged round-off margin.
     """
@@ -93,15 +94,23 @@ def default_chunk_size(n_inducing: int) -> int:
     return max(1024, (1 << 22) // max(int(n_inducing), 1))
 
 
-def in_memory_summation_depth(n_rows: int, chunk_size: int) -> int:
-    """``summation_depth`` of a tuple of ``n_rows`` in-memory rows cut into ``chunk_size`` chunks:
-    (rows of the largest chunk) + (number of chunks).  Public (``n`` is public under
-    replace-one neighbours); ``pm_dpgp.plan`` uses it for the default layout."""
+def public_summation_depth(n_rows: int, chunk_size: int) -> int:
+    """``summation_depth`` of ``n_rows`` rows summed in pieces of at most ``chunk_size`` rows,
+    for every layout: ``min(n, L) + 2⌈log₂ n⌉`` (0 for no rows).
+
+    A piece's dot product / ``syrk`` adds a term at most ``min(n, L) − 1`` times; the pairwise
+    (binary-counter) sum of ``N ≤ n`` pieces at most ``⌈log₂ N⌉`` times (``_PairwiseSum``);
+    on Dask, the in-task pairwise sum of a block's ``⌈r/L⌉ ≤ n`` pieces, then the tree of
+    pairs over the ``≤ n`` non-empty blocks and the symmetrisation: at most
+    ``⌈log₂ n⌉ + ⌈log₂ n⌉ + 1``.  It depends on the public ``n`` and ``L`` only, so the release
+    publishes nothing about the caller's chunks or blocks, and ``pm_dpgp.plan`` computes it
+    exactly (``docs/noise_aware.md`` §1).
+    """
     n = int(n_rows)
     chunk = int(chunk_size)
     if n <= 0:
         return 0
-    return min(n, chunk) + -(-n // chunk)
+    return min(n, chunk) + 2 * (n - 1).bit_length()  # (n − 1).bit_length() = ⌈log₂ n⌉
 
 
 def count_matching_rows(Z: ArrayLike, X: ArrayLike) -> int:
@@ -240,29 +249,51 @@ def _float_meta(obj: Any) -> Any:
     return obj._meta.astype("float64")
 
 
-class _Accumulator:
+class _PairwiseSum:
+    """Pairwise sum of chunk statistics ``(A, B)`` as a binary counter (Higham 2002 §4.2).
+
+    A new chunk's sums are added to the stored partial sum of the same level and both move up
+    a level; at the end the stored levels ``b₀ < … < b_j`` (the set bits of the number of
+    chunks ``N``) are added from the lowest up.  A term stored at level ``b_i`` has taken part
+    in ``b_i`` additions and takes part in ``j − i + [i ≥ 1]`` more: ``b₀ + j ≤ b_j`` and, as
+    ``b_i ≤ b_j − (j − i)``, ``b_i + j − i + 1 ≤ b_j + 1``, with ``b_j = ⌊log₂ N⌋`` and ``j = 0``
+    when ``N`` is a power of two.  So at most ``⌈log₂ N⌉`` additions (``N − 1`` for a running
+    sum; ``public_summation_depth``), holding at most ``⌊log₂ N⌋ + 1`` partial sums.  Counts and
+    extras are summed directly.
+    """
+
     def __init__(self, M: int, T: int, E: int) -> None:
-        self.A = np.zeros((M, T))
-        self.B = np.zeros((T, M, M))
+        self.M, self.T = M, T
+        self.levels: list[tuple[int, NDArray[np.float64], NDArray[np.float64]]] = []
         self.n = 0
         self.extras = np.zeros(E)
-        # public layout: the most rows in one chunk (as given, before any record is dropped)
-        # and the number of chunks added (SufficientStatistics.summation_depth)
-        self.max_rows = 0
-        self.n_chunks = 0
+        self.rows = 0  # rows given (public), dropped records included
 
-    def add(self, A: NDArray, B: NDArray, n: int, extras: NDArray, rows: int = 0) -> None:
-        self.A += A
-        self.B += B
+    def add(self, A: NDArray, B: NDArray, n: int, extras: NDArray, rows: int) -> None:
         self.n += n
         self.extras += extras
-        self.max_rows = max(self.max_rows, int(rows))
-        self.n_chunks += 1
+        self.rows += int(rows)
+        if not rows:  # an empty chunk contributes zeros: not a term of the pairwise sum
+            return
+        level = 0
+        while self.levels and self.levels[-1][0] == level:
+            _, A_low, B_low = self.levels.pop()
+            A_low += A  # arrays owned by this sum (fresh from _chunk_pack)
+            B_low += B
+            A, B = A_low, B_low
+            level += 1
+        self.levels.append((level, A, B))
 
-    def result(self) -> SufficientStatistics:
-        return SufficientStatistics(
-            self.A, self.B, self.n, self.extras, self.max_rows + self.n_chunks
-        )
+    def total(self) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        if not self.levels:
+            return np.zeros((self.M, self.T)), np.zeros((self.T, self.M, self.M))
+        _, A, B = self.levels.pop()  # the lowest level first
+        while self.levels:
+            _, A_up, B_up = self.levels.pop()
+            A_up += A
+            B_up += B
+            A, B = A_up, B_up
+        return A, B
 
 
 def _chunk_pack(
@@ -344,9 +375,10 @@ def sufficient_statistics(
         * a **tuple of in-memory arrays** ``(X, y)`` or ``(X, y, w)`` (first axis = points);
           processed in row chunks of ``chunk_size``;
         * a **tuple of Dask arrays** (same layout): each block is reduced to a packed
-          ``(A, B, n, extras)`` vector with ``dask.array.map_blocks`` and the blocks are
-          summed with Dask's tree reduction (``.sum(axis=0)``), so the data need never be on
-          one machine;
+          ``(A, B, n, extras)`` vector with ``dask.array.map_blocks`` (in pieces of at most
+          ``chunk_size`` rows, added pairwise) and the non-empty blocks are summed with
+          Dask's tree reduction (``.sum(axis=0, split_every=2)``), so the data need never be
+          on one machine;
         * any **other iterable** (generator, list) of such tuples, one per chunk; chunks
           longer than ``chunk_size`` are split.
     preprocess
@@ -354,14 +386,16 @@ def sufficient_statistics(
     n_targets, n_extras
         Number of target columns ``T`` and length of the ``extras`` vector.
     chunk_size
-        Rows per chunk (default ``default_chunk_size``); for Dask input, blocks are
-        re-chunked to it only when it is given.
+        Most rows per product (default ``default_chunk_size``); for Dask input, blocks are
+        re-chunked to it only when it is given (otherwise each block is cut into pieces of
+        this size inside its task).  With the number of rows it sets ``summation_depth``.
     check_inputs
         Called with the inputs ``X`` of the tuple (of each chunk of an iterable) as given,
         before their conversion to an array: the caller's schema check (e.g. the column names
         of a ``DataFrame``, ``models.check_input_columns``), which a refusal raises.
 
-    Memory is ``O(M² T + M · chunk_size)``, independent of the number of points.
+    Memory is ``O(M² T log₂(n/chunk_size) + M · chunk_size)``: the pairwise sum holds at most
+    ``⌊log₂ N⌋ + 1`` partial sums for ``N`` chunks.
     """
     Zarr = check_finite_array(Z, "Z", ndim=2)
     M = Zarr.shape[0]
@@ -383,7 +417,7 @@ def sufficient_statistics(
         check(data[0])
         return _dask_statistics(kernel, Zarr, data, pre, n_targets, n_extras, chunk, explicit)
 
-    acc = _Accumulator(M, n_targets, n_extras)
+    acc = _PairwiseSum(M, n_targets, n_extras)
     if isinstance(data, tuple):
         refuse_misaligned_rows(data, tuple(f"data[{i}]" for i in range(len(data))))
         if data:
@@ -441,9 +475,11 @@ def sufficient_statistics(
 
         chunks = _chunks()
     for arrs in chunks:
-        # the chunk's row count as given (public layout), an upper bound on the rows summed
+        # the piece's row count as given (dropped records included), ≤ chunk
         acc.add(*_chunk_pack(kernel, Zarr, pre, arrs, n_targets, n_extras), rows=len(arrs[0]))
-    return acc.result()
+    A, B = acc.total()
+    depth = public_summation_depth(acc.rows, chunk)
+    return SufficientStatistics(A, B, acc.n, acc.extras, depth)
 
 
 def _packed_block_statistics(
@@ -453,16 +489,23 @@ def _packed_block_statistics(
     ndims: tuple[int, ...],
     n_targets: int,
     n_extras: int,
+    chunk: int,
     *blocks: NDArray,
 ) -> NDArray:
     """One Dask block's ``(A, B, n, extras)`` packed in a ``(1, P)`` row (runs on a worker).
 
-    A module-level function (pickled by reference) bound with ``functools.partial`` to
-    public arguments only; the private block arrays arrive as task inputs, on the worker.
+    The block is cut into pieces of at most ``chunk`` rows, added pairwise (``_PairwiseSum``),
+    so that neither the memory of a task nor the summation depth depends on the caller's
+    block sizes (``public_summation_depth``).  A module-level function (pickled by
+    reference) bound with ``functools.partial`` to public arguments only; the private block
+    arrays arrive as task inputs, on the worker.
     """
     arrs = [b if nd == 2 else b.reshape(-1) for b, nd in zip(blocks, ndims, strict=True)]
-    A, B, cnt, extras = _chunk_pack(kernel, Z, preprocess, arrs, n_targets, n_extras)
-    return np.concatenate([A.ravel(), B.ravel(), [float(cnt)], extras])[None, :]
+    acc = _PairwiseSum(Z.shape[0], n_targets, n_extras)
+    for piece in _split_rows(arrs, chunk):
+        acc.add(*_chunk_pack(kernel, Z, preprocess, piece, n_targets, n_extras), len(piece[0]))
+    A, B = acc.total()
+    return np.concatenate([A.ravel(), B.ravel(), [float(acc.n)], acc.extras])[None, :]
 
 
 def _same_labels(a: NDArray, b: NDArray) -> NDArray[np.bool_]:
@@ -557,7 +600,7 @@ def _dask_statistics(
     nblocks = len(as2d[0].chunks[0])
 
     block = functools.partial(
-        _packed_block_statistics, kernel, Z, preprocess, tuple(ndims), n_targets, n_extras
+        _packed_block_statistics, kernel, Z, preprocess, tuple(ndims), n_targets, n_extras, chunk
     )
     packed = da.map_blocks(
         block,
@@ -566,16 +609,18 @@ def _dask_statistics(
         dtype=np.float64,
         meta=np.empty((0, 0), dtype=np.float64),
     )
-    total = np.asarray(packed.sum(axis=0).compute(), dtype=np.float64)
+    # the block sums by a tree of pairs (each added at most ⌈log₂ b⌉ times), over the
+    # non-empty blocks only (b ≤ n; the block sizes are metadata, nothing is computed)
+    nonempty = [i for i, c in enumerate(as2d[0].chunks[0]) if c > 0]
+    if not nonempty:
+        return SufficientStatistics(np.zeros((M, T)), np.zeros((T, M, M)), 0, np.zeros(n_extras), 0)
+    rows_used = da.concatenate([packed.blocks[i] for i in nonempty], axis=0)
+    total = np.asarray(rows_used.sum(axis=0, split_every=2).compute(), dtype=np.float64)
     A = total[: M * T].reshape(M, T)
     B = total[M * T : M * T + T * M * M].reshape(T, M, M)
     cnt = int(round(total[M * T + T * M * M]))
     extras = total[M * T + T * M * M + 1 :]
-    # each block is summed by one dot product / syrk over its rows, the blocks by Dask's tree
-    # reduction (each partial sum added at most nblocks - 1 times), then one addition in the
-    # symmetrisation below: public (block sizes are the layout)
-    largest = max((int(c) for c in as2d[0].chunks[0]), default=0)
-    depth = largest + nblocks + 1
+    depth = public_summation_depth(n, chunk)
     return SufficientStatistics(A, 0.5 * (B + np.swapaxes(B, 1, 2)), cnt, extras, depth)
 
 

@@ -68,8 +68,8 @@ from pm_dpgp.accounting import (
 )
 from pm_dpgp.gp.sparse import (
     default_chunk_size,
-    in_memory_summation_depth,
     predict_from_qu,
+    public_summation_depth,
     titsias_qu,
 )
 from pm_dpgp.mechanisms.full.noise_aware import (
@@ -238,7 +238,7 @@ def _release_event(
     # release accepted it; stop-40 fuzz) or "auto"
     ratio = resolve_ratio(ratio, y_bound, bound.R_k)
     M = public.n_inducing
-    depth = in_memory_summation_depth(n_records, default_chunk_size(M))
+    depth = public_summation_depth(n_records, default_chunk_size(M))
     Delta = l2_sensitivity(y_bound, bound.R_k, ratio)
     Delta = Delta + regression_margin(n_records, depth, y_bound, bound.R_k, ratio, M)
     sigma_a, plan = calibrate_statistics_noise(

@@ -336,7 +336,7 @@ def charge_summation_margin(
     calibration: Literal["analytic", "classic"],
     secure: bool,
 ) -> DirichletCalibration:
-    """``cal`` recalibrated to ``Δ + 2η`` (public ``n`` and layout): σ_a, σ_b, λ and the plan,
+    """``cal`` recalibrated to ``Δ + 2η`` (public ``n`` and chunk size): σ_a, σ_b, λ and the plan,
     with the posterior's arithmetic checked again.  Nothing is spent or drawn."""
     margin = dirichlet_margin(
         n_classes,
@@ -500,7 +500,7 @@ def dirichlet_release(
         # public settings only (n is public under replace-one neighbours), before any spend
         warn_public_settings(epsilon=epsilon, delta=delta, n_records=int(stats.extras[0]))
         # the round-off of the computed sums: neighbours' computed statistics differ by up to
-        # Δ + 2η (n and the layout are public), charged before any spend
+        # Δ + 2η (from the public n and chunk size), charged before any spend
         cal = charge_summation_margin(
             cal,
             C,

@@ -23,7 +23,7 @@ noise ``σ_a`` and L2 sensitivity (eq. 6, derived in ``docs/noise_aware.md``)
 the right-hand side being the paper's eq. (6); both agree when ``R_y² ≤ 2c²R_k²``.
 ``σ_a`` is the analytic Gaussian calibration (Balle & Wang 2018) for (ε, δ) and the charged
 sensitivity ``Δ + 2η``, where ``2η`` bounds both neighbours' floating-point round-off in the
-computed sums (``summation_margin``, from the public ``n`` and layout), and the ledger records
+computed sums (``summation_margin``, from the public ``n`` and chunk size), and the ledger records
 one ``GaussianEvent`` with noise multiplier σ_a/(Δ + 2η) **before** any noise is drawn.
 
 Everything after the noisy statistics is post-processing (no privacy cost): with scale
@@ -390,8 +390,8 @@ def summation_margin(
     ``‖e‖₂ ≤ γ_h ‖Σᵢ |vᵢ|‖₂ ≤ γ_h Σᵢ ‖vᵢ‖₂ ≤ γ_h n B_rec``.  Products that underflow err by up
     to ``2⁻¹⁰⁷⁵`` absolutely (Higham 2002, eq. 2.8), amplified by the later factors (at most
     ``factor_bound``): ``≤ (8n + 8) √dimension 2⁻¹⁰⁷⁴ factor_bound`` in the 2-norm.  A relative
-    ``2⁻⁴⁰`` covers the evaluation of this bound in float.  Public: ``n``, the layout and the
-    bounds only.  Refuses (before any spend) settings whose statistics could overflow.
+    ``2⁻⁴⁰`` covers the evaluation of this bound in float.  Public: ``n``, the chunk size and
+    the bounds only.  Refuses (before any spend) settings whose statistics could overflow.
     """
     n = int(n_records)
     h = int(summation_depth) + _PRODUCT_ROUNDINGS
@@ -1185,10 +1185,11 @@ def noise_aware_release(
         the private data (a refusal that did would leak it).  The data owner can run
         ``pm_dpgp.audit.check_public_choices`` on their own data.
     chunk_size
-        Rows per chunk of the in-memory and iterator paths (longer chunks are split);
-        default ``max(1024, 2²²/|Z|)`` rows, about 32 MB of ``K_ZX``
-        (``docs/noise_aware.md`` §1).  Public; it sets the summation order and the charged
-        summation margin ``2η`` (through the layout's ``summation_depth``, published).
+        Most rows summed by one product (longer chunks of an iterator and Dask blocks are
+        cut into pieces of this size, added pairwise); default ``max(1024, 2²²/|Z|)`` rows,
+        about 32 MB of ``K_ZX`` (``docs/noise_aware.md`` §1).  Public; with ``n`` it sets
+        the charged summation margin ``2η`` (through ``summation_depth``, published), the same
+        for every chunking of the data.
     progressbar
         Show a progress bar over the stages (statistics, noise, posterior), as PyMC does.
 
@@ -1222,7 +1223,7 @@ def noise_aware_release(
 
     # --- public calibration, before touching the data --------------------------------------
     # (at the exact Δ, to refuse bad settings before the data are read; recalibrated at the
-    # charged Δ + 2η once the public n and layout are known)
+    # charged Δ + 2η once the public n is known)
     bound = kernel_norm_bound(public, kernel_norm)
     c = resolve_ratio(ratio, R_y, bound.R_k)
     Delta = l2_sensitivity(R_y, bound.R_k, c)
@@ -1291,7 +1292,7 @@ def noise_aware_release(
             bounds=(y_lower, y_upper),
             centre=mu,
         )
-        # the round-off of the computed sums (n and the layout are public): the computed
+        # the round-off of the computed sums (from the public n and chunk size): the computed
         # statistics of neighbours differ by up to Δ + 2η, charged here, before any spend
         margin = regression_margin(
             int(stats.extras[0]), stats.summation_depth, R_y, bound.R_k, c, M
