@@ -50,7 +50,7 @@ def test_kernel_and_block_task_pickle_and_give_the_same_values(pub) -> None:
     block = cloudpickle.loads(
         cloudpickle.dumps(
             lambda *b: _packed_block_statistics(
-                pub.kernel, Z15, _default_preprocess, (2, 1), 1, 0, *b
+                pub.kernel, Z15, _default_preprocess, (2, 1), 1, 0, 1024, *b
             )
         )
     )

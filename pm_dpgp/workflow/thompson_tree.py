@@ -33,9 +33,10 @@ features) ``A = Σᵢ rᵢ φ(xᵢ)`` and ``B = Σᵢ φ(xᵢ)φ(xᵢ)ᵀ`` with
 4. the objective is observed at the maximiser (private).
 
 The whole ``T``-round run is one Gaussian mechanism, charged on the ledger before the first
-round (``docs/thompson_tree.md`` §3–4).  Published: the chosen inputs, the sampled path
-values there, the per-round noise level; the observed values stay in the
-``pm_dpgp.workflow.thompson.OwnerRecord``.
+round (``docs/thompson_tree.md`` §3–4), at the leaf sensitivity plus the floating-point
+round-off of the leaf and counter sums (``counter_summation_depth``, §3.1).  Published: the
+chosen inputs, the sampled path values there, the per-round noise level; the observed values
+stay in the ``pm_dpgp.workflow.thompson.OwnerRecord``.
 
 ``privacy_model="label"`` is the weaker label-privacy model of DP bandits
 (``docs/thompson_tree.md`` §9): neighbouring runs differ in one round's observed value, the
@@ -85,12 +86,19 @@ from pm_dpgp.mechanisms.full.noise_aware import (
     check_variant,
     dp_qu,
     l2_sensitivity,
+    regression_record_norm,
     regularisation_lambda,
+    summation_margin,
     symmetric_from_upper,
     upper_vector,
 )
 from pm_dpgp.mechanisms.full.sqrt_counter import SqrtCounter, SqrtCounterPlan, plan_sqrt_counter
-from pm_dpgp.mechanisms.full.tree_aggregation import TreeAggregator, TreePlan, plan_tree
+from pm_dpgp.mechanisms.full.tree_aggregation import (
+    TreeAggregator,
+    TreePlan,
+    max_nodes_per_leaf,
+    plan_tree,
+)
 from pm_dpgp.mechanisms.label.output_perturbation import LABEL_PRIVACY_MODEL
 from pm_dpgp.mechanisms.noise import (
     SEED_POLICY_SECURE,
@@ -212,6 +220,27 @@ class NystromFeatures:
         Phi = np.where(np.isfinite(Phi), Phi, 0.0)
         norm = np.linalg.norm(Phi, axis=1)
         return Phi * np.minimum(1.0, self.R / np.maximum(norm, 1e-300))[:, None]
+
+
+def counter_summation_depth(counter: str, n_leaves: int, leaf_rows: int) -> int:
+    r"""Public bound on the floating-point additions on one record's path into a released
+    counter value (``docs/thompson_tree.md`` §3.1).
+
+    A leaf ``Φᵀξ`` (or ``(Φᵀr, c t_b(ΦᵀΦ))``) of at most ``leaf_rows`` rows is one product:
+    at most ``leaf_rows − 1`` additions per term, in any order.  Tree: the level-``i`` node is
+    ``α_i = (α_0 + … + α_{i−1}) + v`` (``TreeAggregator.add``), adding a term at most ``i``
+    times, and the nodes a term passes through have increasing levels ``≤ ℓ = L(T) − 1``: at
+    most ``ℓ(ℓ + 1)/2``.  Square-root counter: ``y_t = Σ_{j ≤ t} c_{t−j} v_j``, one dot
+    product over at most ``T`` leaves: ``T − 1``.  Higham (2002), Lemma 3.1 and eq. 3.5.
+    """
+    T = int(n_leaves)
+    if T <= 0:
+        return 0
+    within_leaf = max(int(leaf_rows), 1) - 1
+    if counter == "sqrt":
+        return within_leaf + T - 1
+    top = max_nodes_per_leaf(T) - 1
+    return within_leaf + top * (top + 1) // 2
 
 
 def record_statistics(
@@ -554,6 +583,22 @@ def dp_thompson_sampling_tree(
     else:  # §3: replace-one (x, y), the stacked (A, c B̂)
         Delta, dim = l2_sensitivity(R_y, feats.R, c), M + M * (M + 1) // 2
         leaf_equation = " * eq. (6) with R_k = R_phi, docs/thompson_tree.md §3"
+    # the floating-point round-off of the leaf and counter sums: neighbours' computed releases
+    # differ by up to Δ + 2η per released value, charged (docs/thompson_tree.md §3.1)
+    if label or all_releases:
+        record_norm, value_bound = 0.5 * (y_hi - y_lo) * feats.R, 0.5 * (y_hi - y_lo)
+    else:
+        record_norm, value_bound = regression_record_norm(R_y, feats.R, c), R_y
+    depth = counter_summation_depth(counter, T, len(X0))
+    margin = summation_margin(
+        len(X0) + max(T - 1, 0),
+        depth,
+        record_norm,
+        dimension=dim,
+        factor_bound=4.0 * max(1.0, value_bound) * max(1.0, feats.R) ** 2 * max(1.0, c),
+    )
+    if counter == "sqrt":  # every release s ≥ t moves by c_{s−t}Δ + 2η: ‖R_{:,1}‖Δ + 2η√T
+        margin *= math.sqrt(T)
     if counter == "sqrt" and T > 0:
         # the square-root counter keeps every leaf and every release (T × dim each) and stacks
         # the releases for each prefix: refused here, before the charge (stop-44 audit: T = 2·10⁶
@@ -593,7 +638,7 @@ def dp_thompson_sampling_tree(
         return _counter(counter)[0](
             eps,
             delta,
-            Delta,
+            Delta + margin,
             T,
             dim,
             secure=noise_rng is None,
@@ -795,6 +840,9 @@ def dp_thompson_sampling_tree(
         "kernel": feats.description,
         **feats.metadata(),
         "leaf_sensitivity": Delta,
+        "summation_depth": depth,
+        "summation_margin": margin,
+        "charged_leaf_sensitivity": Delta + margin,
         "released_dim": dim,  # coordinates released per step: M (A-stream) or M + M(M+1)/2
         # stacked sensitivity = (nodes per leaf √L, or the column norm ‖R_{:,1}‖ of §11)
         # times the leaf sensitivity

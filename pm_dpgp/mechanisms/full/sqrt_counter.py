@@ -130,7 +130,10 @@ def plan_sqrt_counter(
     T = len(c)
     if int(dim) != dim or dim < 1:
         raise ValueError(f"dim must be a positive integer, got {dim!r}.")
-    norm = float(math.sqrt(float(c @ c)))
+    # ‖R_{:,1}‖ of the weights used (the computed c_k), rounded up: fsum is correctly rounded
+    # and so is sqrt, so the exact norm is ≤ ŝ/(1 − u)² < fl(ŝ·(1 + 2⁻⁵¹)) (a BLAS dot was
+    # up to γ_T relative below it)
+    norm = math.sqrt(math.fsum(c * c)) * (1.0 + 2.0**-51)
     if check_flag(secure, "secure"):
         plan = plan_discrete_gaussian(norm * Delta, T * int(dim), zcdp_rho(epsilon, delta))
         return SqrtCounterPlan(T, int(dim), Delta, norm, plan.sigma, plan.event(1, label), plan)
