@@ -463,14 +463,12 @@ def noise_aware(
     """
     from pm_dpgp.mechanisms.full.noise_aware import (
         _as_public,
-        calibrate_statistics_noise,
         check_inducing_covariance,
-        check_posterior_arithmetic,
         kernel_norm_bound,
         l2_sensitivity,
         regression_margin,
-        regularisation_lambda,
         resolve_ratio,
+        statistics_noise,
     )
 
     epsilon = check_epsilon(epsilon)
@@ -484,20 +482,22 @@ def noise_aware(
     M = public.n_inducing
     depth = _planned_depth(n_records, chunk_size, M)
     margin = 0.0 if depth is None else regression_margin(n_records, depth, R_y, bound.R_k, c, M)
-    sigma_a, dplan = calibrate_statistics_noise(
-        epsilon, delta, Delta + margin, calibration, n_outputs=1, n_inducing=M, secure=secure
-    )
-    event = _statistics_event(sigma_a, Delta + margin, dplan, "noise-aware DP sparse GP (Honkela)")
-    sigma_b = sigma_a / c
     # the scale of the statistics, as the release sets it
     floor = None if noise_var_floor is None else check_positive(noise_var_floor, "noise_var_floor")
     scale = 1.0 / (floor if floor is not None else public.noise_var)
-    check_posterior_arithmetic(scale, sigma_a, sigma_b)  # as the release
-    check_inducing_covariance(public)  # as the release (stop-46 audit)
-    lam = regularisation_lambda(sigma_b, scale, M, rho)
-    return NoiseAwarePlan(
-        epsilon, delta, Delta, sigma_a, sigma_b, lam, R_y, bound.R_k, event, c, margin
+    # as the release: calibration, arithmetic check and λ
+    noise = statistics_noise(
+        epsilon, delta, Delta + margin, calibration, n_outputs=1, n_inducing=M, secure=secure,
+        scale=scale, ratio=c, rho=rho,
+    )  # fmt: skip
+    event = _statistics_event(
+        noise.sigma_a, Delta + margin, noise.plan, "noise-aware DP sparse GP (Honkela)"
     )
+    check_inducing_covariance(public)  # as the release (stop-46 audit)
+    return NoiseAwarePlan(
+        epsilon, delta, Delta, noise.sigma_a, noise.sigma_b, noise.lam, R_y, bound.R_k, event, c,
+        margin,
+    )  # fmt: skip
 
 
 def _statistics_event(sigma_a: float, Delta: float, dplan: Any, label: str) -> PrivacyEvent:

@@ -8,7 +8,6 @@ import numpy as np
 import pymc as pm
 import pytest
 
-import pm_dpgp.mechanisms.full.dirichlet as dmod
 import pm_dpgp.mechanisms.full.noise_aware as na
 from pm_dpgp.accounting import GaussianEvent, Ledger
 from pm_dpgp.audit import check_public_choices, scan_for_values
@@ -266,7 +265,9 @@ def test_pymc_builder_and_noise_off_release_match(monkeypatch) -> None:
         return stats.A[:, t].copy(), stats.B[t].copy()
 
     monkeypatch.setattr("pm_dpgp.mechanisms.full.noise_aware._privatise", noiseless)
-    monkeypatch.setattr(dmod, "regularisation_lambda", lambda *a, **k: 0.0)
+    monkeypatch.setattr(
+        "pm_dpgp.mechanisms.full.noise_aware.regularisation_lambda", lambda *a, **k: 0.0
+    )
     rel = dirichlet_release(
         model, epsilon=1.0, delta=1e-4, variant="naive", rng=np.random.default_rng(0)
     )

@@ -228,7 +228,7 @@ def _release_event(
     """The event one noise-aware release at θ would charge (public calibration only).
 
     The run's release charges ``Δ + 2η`` (the summation margin of its ``n_records`` training
-    rows, passed as one in-memory tuple in the default chunks; ``docs/noise_aware.md`` §1), so
+    rows at the default chunk size, whatever their chunking; ``docs/noise_aware.md`` §1), so
     the event is calibrated to that, not to ``Δ``: at ``Δ`` alone the simulated run's
     ``μ²/2`` exceeded the planned base ρ by an ulp for about one ε in five, and the run
     raised after the selection's charge.

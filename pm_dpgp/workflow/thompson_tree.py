@@ -86,6 +86,7 @@ from pm_dpgp.mechanisms.full.noise_aware import (
     check_variant,
     dp_qu,
     l2_sensitivity,
+    product_factor_bound,
     regression_record_norm,
     regularisation_lambda,
     summation_margin,
@@ -595,7 +596,7 @@ def dp_thompson_sampling_tree(
         depth,
         record_norm,
         dimension=dim,
-        factor_bound=4.0 * max(1.0, value_bound) * max(1.0, feats.R) ** 2 * max(1.0, c),
+        factor_bound=product_factor_bound(value_bound, feats.R, c),
     )
     if counter == "sqrt":  # every release s ≥ t moves by c_{s−t}Δ + 2η: ‖R_{:,1}‖Δ + 2η√T
         margin *= math.sqrt(T)

@@ -60,14 +60,13 @@ from pm_dpgp.mechanisms.full.noise_aware import (
     _as_public,
     _default_data,
     _inputs_chunk,
-    calibrate_statistics_noise,
     check_inducing_covariance,
-    check_posterior_arithmetic,
     check_rho,
     kernel_norm_bound,
     l2_sensitivity,
-    regularisation_lambda,
+    product_factor_bound,
     resolve_ratio,
+    statistics_noise,
     summation_margin,
     worst_case_sensitivity,
 )
@@ -168,7 +167,7 @@ def dirichlet_margin(
         summation_depth,
         dirichlet_record_norm(n_classes, targets, prior_mean, R_k, ratio),
         dimension=n_classes * (M + M * (M + 1) // 2),
-        factor_bound=4.0 * max(1.0, R_y) * max(1.0, R_k) ** 2 * max(1.0, ratio),
+        factor_bound=product_factor_bound(R_y, R_k, ratio),
     )
 
 
@@ -294,17 +293,16 @@ def dirichlet_calibration(
     )
     per_class = l2_sensitivity(R_y, bound.R_k, ratio)
     M = public.n_inducing
-    sigma_a, plan = calibrate_statistics_noise(
-        epsilon, delta, Delta, calibration, n_outputs=n_classes, n_inducing=M, secure=secure
-    )
-    sigma_b = sigma_a / ratio
     scale = 1.0 / tg.var_in
-    check_posterior_arithmetic(scale, sigma_a, sigma_b)
+    noise = statistics_noise(
+        epsilon, delta, Delta, calibration, n_outputs=n_classes, n_inducing=M, secure=secure,
+        scale=scale, ratio=ratio, rho=rho,
+    )  # fmt: skip
     check_inducing_covariance(public)  # K_ZZ must factorise: before any data (stop-46 audit)
-    lam = regularisation_lambda(sigma_b, scale, M, rho)
     cal = DirichletCalibration(
-        tg, mu, bound, Delta, R_y, ratio, per_class, sigma_a, sigma_b, lam, scale, plan
-    )
+        tg, mu, bound, Delta, R_y, ratio, per_class,
+        noise.sigma_a, noise.sigma_b, noise.lam, scale, noise.plan,
+    )  # fmt: skip
     if n_records is None and summation_depth is None:
         return cal
     if n_records is None or summation_depth is None:
@@ -348,19 +346,14 @@ def charge_summation_margin(
         n_records,
         summation_depth,
     )
-    sigma_a, plan = calibrate_statistics_noise(
-        epsilon,
-        delta,
-        cal.Delta + margin,
-        calibration,
-        n_outputs=n_classes,
-        n_inducing=n_inducing,
-        secure=secure,
-    )
-    sigma_b = sigma_a / cal.ratio_c
-    check_posterior_arithmetic(cal.scale, sigma_a, sigma_b)
-    lam = regularisation_lambda(sigma_b, cal.scale, n_inducing, rho)
-    return replace(cal, sigma_a=sigma_a, sigma_b=sigma_b, lam=lam, plan=plan, margin=margin)
+    noise = statistics_noise(
+        epsilon, delta, cal.Delta + margin, calibration, n_outputs=n_classes,
+        n_inducing=n_inducing, secure=secure, scale=cal.scale, ratio=cal.ratio_c, rho=rho,
+    )  # fmt: skip
+    return replace(
+        cal, sigma_a=noise.sigma_a, sigma_b=noise.sigma_b, lam=noise.lam, plan=noise.plan,
+        margin=margin,
+    )  # fmt: skip
 
 
 def dirichlet_release(

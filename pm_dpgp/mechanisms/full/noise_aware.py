@@ -102,6 +102,7 @@ __all__ = [
     "DPQu",
     "KernelNormBound",
     "SparseQuRelease",
+    "StatisticsNoise",
     "calibrate_statistics_noise",
     "check_inducing_covariance",
     "check_posterior_arithmetic",
@@ -112,9 +113,11 @@ __all__ = [
     "noise_aware_release",
     "noise_correction",
     "noise_correction_reference",
+    "product_factor_bound",
     "regression_margin",
     "regression_record_norm",
     "regularisation_lambda",
+    "statistics_noise",
     "summation_margin",
     "symmetric_from_upper",
     "upper_vector",
@@ -415,6 +418,13 @@ def summation_margin(
     return 2.0 * eta * (1.0 + 2.0**-40)
 
 
+def product_factor_bound(R_y: float, R_k: float, ratio: float) -> float:
+    """``4 max(1, R_y) max(1, R_k)² max(1, c)``: how much the factors applied after a product
+    (a residual, two kernel values, ``√2`` and ``c``) can amplify its underflow error
+    (``summation_margin``'s ``factor_bound``; ``docs/noise_aware.md`` §1)."""
+    return 4.0 * max(1.0, R_y) * max(1.0, R_k) ** 2 * max(1.0, ratio)
+
+
 def regression_margin(
     n_records: int, summation_depth: int, R_y: float, R_k: float, ratio: float, n_inducing: int
 ) -> float:
@@ -425,7 +435,7 @@ def regression_margin(
         summation_depth,
         regression_record_norm(R_y, R_k, ratio),
         dimension=M + M * (M + 1) // 2,
-        factor_bound=4.0 * max(1.0, R_y) * max(1.0, R_k) ** 2 * max(1.0, ratio),
+        factor_bound=product_factor_bound(R_y, R_k, ratio),
     )
 
 
@@ -1228,12 +1238,8 @@ def noise_aware_release(
     c = resolve_ratio(ratio, R_y, bound.R_k)
     Delta = l2_sensitivity(R_y, bound.R_k, c)
     M = public.n_inducing
-    sigma_a, plan = calibrate_statistics_noise(
-        epsilon, delta, Delta, calibration, n_outputs=1, n_inducing=M, secure=rng is None
-    )
-    sigma_b = sigma_a / c
-    check_posterior_arithmetic(scale, sigma_a, sigma_b)
-    lam = regularisation_lambda(sigma_b, scale, M, rho)
+    noise_kw = dict(n_outputs=1, n_inducing=M, secure=rng is None, scale=scale, ratio=c, rho=rho)
+    statistics_noise(epsilon, delta, Delta, calibration, **noise_kw)  # refuses early
     check_inducing_covariance(public)
 
     # --- private sufficient statistics (clipped per chunk) ---------------------------------
@@ -1298,12 +1304,7 @@ def noise_aware_release(
             int(stats.extras[0]), stats.summation_depth, R_y, bound.R_k, c, M
         )
         charged = Delta + margin
-        sigma_a, plan = calibrate_statistics_noise(
-            epsilon, delta, charged, calibration, n_outputs=1, n_inducing=M, secure=rng is None
-        )
-        sigma_b = sigma_a / c
-        check_posterior_arithmetic(scale, sigma_a, sigma_b)
-        lam = regularisation_lambda(sigma_b, scale, M, rho)
+        noise = statistics_noise(epsilon, delta, charged, calibration, **noise_kw)
 
         # --- account, then draw -----------------------------------------------------------------
         release = _account_draw_release(
@@ -1319,10 +1320,10 @@ def noise_aware_release(
             epsilon=epsilon,
             delta=delta,
             Delta=charged,
-            sigma_a=sigma_a,
-            sigma_b=sigma_b,
+            sigma_a=noise.sigma_a,
+            sigma_b=noise.sigma_b,
             ratio=c,
-            lam=lam,
+            lam=noise.lam,
             rho=float(rho),
             R_y=R_y,
             scale=scale,
@@ -1331,7 +1332,7 @@ def noise_aware_release(
             calibration=calibration,
             ledger=ledger,
             rng=rng,
-            plan=plan,
+            plan=noise.plan,
             sensitivity_equation=(
                 "Honkela eq. (6) (App. A, Lemma 5) with |<k, k'>| <= R_k^2: "
                 "D^2 = 2 Ry^2 Rk^2 + 2 c^2 Rk^4 + max_{0<=s<=Rk^2}(2 Ry^2 s - 2 c^2 s^2); "
@@ -1420,6 +1421,50 @@ def calibrate_statistics_noise(
             "spent."
         )
     return sigma, plan
+
+
+@dataclass(frozen=True)
+class StatisticsNoise:
+    """The noise of the statistics and what follows from it: ``σ_a``, ``σ_b = σ_a/c``, the
+    regulariser ``λ`` (eq. 10) and the secure plan (``None`` in simulation mode)."""
+
+    sigma_a: float
+    sigma_b: float
+    lam: float
+    plan: DiscreteGaussianPlan | None
+
+
+def statistics_noise(
+    epsilon: float,
+    delta: float,
+    sensitivity: float,
+    calibration: Literal["analytic", "classic"],
+    *,
+    n_outputs: int,
+    n_inducing: int,
+    secure: bool,
+    scale: float,
+    ratio: float,
+    rho: float,
+) -> StatisticsNoise:
+    """``calibrate_statistics_noise`` at the charged ``sensitivity``, then ``σ_b = σ_a/c``, the
+    posterior's arithmetic check (``check_posterior_arithmetic``, which refuses before any
+    spend) and ``λ`` (``regularisation_lambda``, eq. 10).  The one calibration shared by the
+    releases, their plans and the selection's planned event.  Public inputs only."""
+    sigma_a, plan = calibrate_statistics_noise(
+        epsilon,
+        delta,
+        sensitivity,
+        calibration,
+        n_outputs=n_outputs,
+        n_inducing=n_inducing,
+        secure=secure,
+    )
+    sigma_b = sigma_a / ratio
+    check_posterior_arithmetic(scale, sigma_a, sigma_b)
+    return StatisticsNoise(
+        sigma_a, sigma_b, regularisation_lambda(sigma_b, scale, n_inducing, rho), plan
+    )
 
 
 def _privatise(
