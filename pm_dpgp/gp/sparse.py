@@ -47,6 +47,7 @@ __all__ = [
     "Preprocess",
     "SufficientStatistics",
     "chunk_statistics",
+    "clip_columns",
     "count_matching_rows",
     "default_chunk_size",
     "predict_from_qu",
@@ -296,6 +297,32 @@ class _PairwiseSum:
         return A, B
 
 
+def clip_columns(K: NDArray[np.float64], column_norm: float) -> NDArray[np.float64]:
+    r"""Scale every column of ``K`` whose computed 2-norm exceeds ``column_norm`` down, so that
+    each returned column has norm ``≤ column_norm`` *in exact arithmetic on the returned
+    floats* (a record-wise map of public form).
+
+    The target is ``R(1 − 2g)``, ``g = γ_{M+6}``: the computed norm ``n̂`` of a column of
+    ``M`` entries is within ``(1 ± γ_{M+1})`` of the exact one (``M`` squares, ``M − 1``
+    additions and a correctly rounded ``sqrt``; Higham 2002, Lemma 3.1), the factor
+    ``fl(target/n̂)`` and the product add two roundings, so a returned column's norm is at
+    most ``R(1 − 2g)(1 + g) < R`` whether it was scaled or not.  This makes the bound
+    ``‖k(Z, x)‖ ≤ R_k`` that the sensitivity uses hold for the computed columns too, whatever
+    the round-off of the kernel evaluation (``docs/noise_aware.md`` §1).
+    """
+    M = K.shape[0]
+    h = M + 6
+    g = h * _U / (1.0 - h * _U)
+    target = float(column_norm) * (1.0 - 2.0 * g)
+    norms = np.sqrt(np.einsum("ij,ij->j", K, K))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        factor = np.where(norms > target, target / norms, 1.0)
+    return K * factor[None, :]
+
+
+_U = 2.0**-53  # unit round-off of float64
+
+
 def _chunk_pack(
     kernel: Callable[[NDArray, NDArray], NDArray],
     Z: NDArray[np.float64],
@@ -303,6 +330,7 @@ def _chunk_pack(
     arrays: Sequence[Any],
     n_targets: int,
     n_extras: int,
+    column_norm: float | None = None,
 ) -> tuple[NDArray, NDArray, int, NDArray]:
     # the private records pass through here: no floating-point error state may depend on
     # them (stop-42 audit: a noise variance of 1e308 underflowed its weight, which raised
@@ -333,6 +361,8 @@ def _chunk_pack(
             R = np.where(dropped[:, None], 0.0, R)
             if W is not None:
                 W = np.where(dropped.reshape(-1, *([1] * (np.ndim(W) - 1))), 0.0, W)
+        if column_norm is not None:
+            K = clip_columns(K, column_norm)
         A, B = chunk_statistics(K, R, W)
         return A, B, int(X.shape[0] - np.count_nonzero(dropped)), extras
 
@@ -359,6 +389,7 @@ def sufficient_statistics(
     n_extras: int = 0,
     chunk_size: int | None = None,
     check_inputs: Callable[[Any], None] | None = None,
+    column_norm: float | None = None,
 ) -> SufficientStatistics:
     r"""Accumulate ``A = Σ ωᵢ rᵢ kᵢ`` and ``B = Σ ωᵢ kᵢ kᵢᵀ`` (Honkela eq. 3 / 37) chunk by chunk.
 
@@ -393,6 +424,10 @@ def sufficient_statistics(
         Called with the inputs ``X`` of the tuple (of each chunk of an iterable) as given,
         before their conversion to an array: the caller's schema check (e.g. the column names
         of a ``DataFrame``, ``models.check_input_columns``), which a refusal raises.
+    column_norm
+        A public bound ``R_k`` on ``‖k(Z, x)‖₂``: every computed kernel column is clipped to
+        it (``clip_columns``), so that the bound the sensitivity uses holds for the computed
+        columns, round-off included.  ``None``: no clipping.
 
     Memory is ``O(M² T log₂(n/chunk_size) + M · chunk_size)``: the pairwise sum holds at most
     ``⌊log₂ N⌋ + 1`` partial sums for ``N`` chunks.
@@ -415,7 +450,9 @@ def sufficient_statistics(
         # the schema (column names: Dask metadata, nothing is computed), as in memory
         # (stop-44 audit: a Dask DataFrame in another column order was used by position)
         check(data[0])
-        return _dask_statistics(kernel, Zarr, data, pre, n_targets, n_extras, chunk, explicit)
+        return _dask_statistics(
+            kernel, Zarr, data, pre, n_targets, n_extras, chunk, explicit, column_norm
+        )
 
     acc = _PairwiseSum(M, n_targets, n_extras)
     if isinstance(data, tuple):
@@ -476,7 +513,8 @@ def sufficient_statistics(
         chunks = _chunks()
     for arrs in chunks:
         # the piece's row count as given (dropped records included), ≤ chunk
-        acc.add(*_chunk_pack(kernel, Zarr, pre, arrs, n_targets, n_extras), rows=len(arrs[0]))
+        pack = _chunk_pack(kernel, Zarr, pre, arrs, n_targets, n_extras, column_norm)
+        acc.add(*pack, rows=len(arrs[0]))
     A, B = acc.total()
     depth = public_summation_depth(acc.rows, chunk)
     return SufficientStatistics(A, B, acc.n, acc.extras, depth)
@@ -491,6 +529,7 @@ def _packed_block_statistics(
     n_extras: int,
     chunk: int,
     *blocks: NDArray,
+    column_norm: float | None = None,
 ) -> NDArray:
     """One Dask block's ``(A, B, n, extras)`` packed in a ``(1, P)`` row (runs on a worker).
 
@@ -503,7 +542,8 @@ def _packed_block_statistics(
     arrs = [b if nd == 2 else b.reshape(-1) for b, nd in zip(blocks, ndims, strict=True)]
     acc = _PairwiseSum(Z.shape[0], n_targets, n_extras)
     for piece in _split_rows(arrs, chunk):
-        acc.add(*_chunk_pack(kernel, Z, preprocess, piece, n_targets, n_extras), len(piece[0]))
+        pack = _chunk_pack(kernel, Z, preprocess, piece, n_targets, n_extras, column_norm)
+        acc.add(*pack, len(piece[0]))
     A, B = acc.total()
     return np.concatenate([A.ravel(), B.ravel(), [float(acc.n)], acc.extras])[None, :]
 
@@ -567,6 +607,7 @@ def _dask_statistics(
     n_extras: int,
     chunk: int,
     explicit: bool,
+    column_norm: float | None,
 ) -> SufficientStatistics:
     import dask.array as da
 
@@ -600,7 +641,15 @@ def _dask_statistics(
     nblocks = len(as2d[0].chunks[0])
 
     block = functools.partial(
-        _packed_block_statistics, kernel, Z, preprocess, tuple(ndims), n_targets, n_extras, chunk
+        _packed_block_statistics,
+        kernel,
+        Z,
+        preprocess,
+        tuple(ndims),
+        n_targets,
+        n_extras,
+        chunk,
+        column_norm=column_norm,
     )
     packed = da.map_blocks(
         block,

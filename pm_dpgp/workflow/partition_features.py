@@ -11,9 +11,10 @@ level,
 a Gaussian process with kernel ``k(x, x') = Σ_j w_j² 1[c_j(x) = c_j(x')]`` — the sum of
 ``J`` positive semi-definite cell-indicator kernels, i.e. a Haar-type (dyadic, Pólya-tree-like)
 multi-resolution prior: nearby points share more cells and are more correlated.  Every ``x``
-lies in exactly one cell per level, so ``‖φ(x)‖² = Σ_j w_j² = R_φ²`` **exactly**, for every
-``x`` in any dimension: the public feature-norm bound the tree loop's sensitivity needs
-(§3, §9.3) holds with equality, with no kernel argument and no clipping.
+lies in exactly one cell per level, so ``‖φ(x)‖² = Σ_j w_j²`` **exactly**, for every ``x`` in
+any dimension, and ``R_φ`` is that norm rounded up (by at most 4 ulps): the public
+feature-norm bound the tree loop's sensitivity needs (§3, §9.3) holds, attained up to those
+ulps, with no kernel argument and no clipping.
 
 Why this basis for Thompson sampling under DP noise (§10): a posterior sample is constant on
 the finest cells, so its maximiser is a whole cell and the candidate chosen there is uniform
@@ -118,7 +119,9 @@ class DyadicPartitionFeatures:
         offsets = np.concatenate([[0], np.cumsum(cells)]).astype(np.intp)
         offsets.flags.writeable = False
         self.offsets = offsets
-        self.R = float(math.sqrt(float(w @ w)))
+        # ‖w‖ rounded up: fsum and sqrt are correctly rounded, so the exact ‖w‖ is at most
+        # ŝ/(1 − u)² < fl(ŝ (1 + 2⁻⁵¹)) (a BLAS dot could leave R_φ γ_J below it)
+        self.R = math.sqrt(math.fsum(w * w)) * (1.0 + 2.0**-51)
         self._frozen = True
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -205,7 +208,7 @@ class DyadicPartitionFeatures:
 
     def __call__(self, X: ArrayLike) -> NDArray[np.float64]:
         """``(n, M)`` features: ``w_j`` at the cell of each level, 0 elsewhere (rows of norm
-        exactly ``R_φ``)."""
+        exactly ``‖w‖ ≤ R_φ``)."""
         cells = self.cells(X)
         Phi = np.zeros((len(cells), self.M))
         rows = np.arange(len(cells))[:, None]

@@ -78,6 +78,7 @@ from pm_dpgp._validation import (
 )
 from pm_dpgp.accounting import FilterMismatchError, Ledger
 from pm_dpgp.gp.linalg import jittered_cholesky, psd_eigen_root
+from pm_dpgp.gp.sparse import clip_columns
 from pm_dpgp.mechanisms.full.noise_aware import (
     NEIGHBOURING_RELATION,
     PRIVACY_MODEL,
@@ -219,8 +220,9 @@ class NystromFeatures:
         """``(n, M)`` features of the rows of ``X``, each row clipped to norm ``R_φ``."""
         Phi = sla.solve_triangular(self.L, self.public.kernel_private(self.Z, X), lower=True).T
         Phi = np.where(np.isfinite(Phi), Phi, 0.0)
-        norm = np.linalg.norm(Phi, axis=1)
-        return Phi * np.minimum(1.0, self.R / np.maximum(norm, 1e-300))[:, None]
+        # rows of norm ≤ R_φ in exact arithmetic on the returned floats (clip_columns: the
+        # target is R_φ(1 − 2γ_{M+6}), which covers the round-off of the norm and the scaling)
+        return clip_columns(Phi.T, self.R).T
 
 
 def counter_summation_depth(counter: str, n_leaves: int, leaf_rows: int) -> int:

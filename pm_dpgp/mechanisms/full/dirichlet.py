@@ -486,6 +486,8 @@ def dirichlet_release(
             # a DataFrame in another column order than the model's was used by position
             # (stop-43 audit): the column names are the schema, checked before the spend
             check_inputs=lambda X: check_input_columns(X, model, "X"),
+            # ‖k(Z, x)‖ ≤ R_k for the computed columns too (docs/noise_aware.md §1)
+            column_norm=cal.bound.R_k,
         )
         if stats.extras[0] == 0:  # the number of records is public
             raise ValueError("the data contain no records; pass at least one (x, label) record.")

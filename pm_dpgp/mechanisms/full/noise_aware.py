@@ -1167,7 +1167,9 @@ def noise_aware_release(
         from ``R_y/R_k`` gets a warning).
     kernel_norm
         ``R_k`` rule: ``"auto"``, ``"eq4"``, ``"eq7"``, ``"eq8"`` or a public float
-        (``kernel_norm_bound``).
+        (``kernel_norm_bound``).  Every computed kernel column is clipped to ``R_k``
+        (``clip_columns``), so the charge holds for the computed statistics even if a given
+        float is too small (its records are then shrunk, which biases the posterior).
     rho
         Failure probability in λ of eq. (10) (paper: 0.01).
     variant
@@ -1283,6 +1285,8 @@ def noise_aware_release(
             # a DataFrame in another column order than the model's was used by position
             # (stop-43 audit): the column names are the schema, checked before the spend
             check_inputs=lambda X: check_input_columns(X, model, "X"),
+            # ‖k(Z, x)‖ ≤ R_k for the computed columns too (docs/noise_aware.md §1)
+            column_norm=bound.R_k,
         )
         if stats.extras[0] == 0:  # the number of records is public
             raise ValueError("the data contain no records; pass at least one (x, y) record.")
