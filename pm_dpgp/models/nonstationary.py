@@ -9,7 +9,9 @@ Smith et al. (2021, eq. 8):
                \exp\Bigl(-\sum_l \frac{(x_l - x'_l)^2}{r_l^2(x) + r_l^2(x')}\Bigr).
 
 It is positive semi-definite for every positive ``r_l`` (Paciorek & Schervish 2004, Thm 1,
-with ``Σ(x) = diag(r_l(x)²/2)``), has ``k(x, x) = θ₁``, and reduces to ``exp(−Δ²/(2r²))``, PyMC's
+with ``Σ(x) = diag(2 r_l(x)²)`` and ``R(τ) = exp(−τ²)``: ``((Σ(x) + Σ(x'))/2)⁻¹`` then has
+entries ``1/(r_l²(x) + r_l²(x'))``; stop-47 audit, the text said ``diag(r_l(x)²/2)``, which
+gives exponent ``−4Δ²/(r² + r'²)``), has ``k(x, x) = θ₁``, and reduces to ``exp(−Δ²/(2r²))``, PyMC's
 ``ExpQuad(ls=r)``, for a constant ``r``; in one dimension it is
 PyMC's ``pm.gp.cov.Gibbs`` (which only supports ``input_dim=1``).
 

@@ -1,0 +1,51 @@
+"""Stop-47 audit of the cloaking family (second round).
+
+The Gibbs kernel's positive semi-definiteness is cited as Paciorek & Schervish (2004, Thm 1)
+with a kernel matrix ``Σ(x)``; the docstring and ``docs/sparse_cloaking.md`` named
+``Σ(x) = diag(r_l(x)²/2)``, for which the construction's exponent is ``−4Δ²/(r² + r'²)``, not
+the kernel's ``−Δ²/(r² + r'²)`` (0.47 off on a 2-D example).  ``Σ(x) = diag(2 r_l(x)²)`` with
+``R(τ) = exp(−τ²)`` reproduces the kernel exactly.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytensor.tensor as pt
+
+from pm_dpgp.models import nonstationary
+from pm_dpgp.models.nonstationary import nonstationary_gp_regression
+
+
+def _paciorek_schervish(Xa, ra, Xb, rb, a):
+    """P&S (2004, Thm 1) with ``Σ(x) = a·diag(r(x)²)`` (same r in every dimension) and
+    ``R(τ) = exp(−τ²)``: ``|Σ_i|^¼ |Σ_j|^¼ |(Σ_i + Σ_j)/2|^-½ exp(−Q_ij)``."""
+    d = Xa.shape[1]
+    si = a * ra[:, None] ** 2
+    sj = a * rb[None, :] ** 2
+    avg = 0.5 * (si + sj)
+    pref = (si**0.25 * sj**0.25 / np.sqrt(avg)) ** d
+    q = np.sum((Xa[:, None, :] - Xb[None, :, :]) ** 2, axis=2) / avg
+    return pref * np.exp(-q)
+
+
+def test_gibbs_kernel_is_paciorek_schervish_with_the_documented_sigma():
+    rng = np.random.default_rng(0)
+    X = rng.uniform(0, 6, (15, 2))
+    Xs = rng.uniform(0, 6, (8, 2))
+
+    def lengthscale(Xt):
+        return 0.5 + 0.2 * pt.abs(Xt[:, 0])
+
+    model = nonstationary_gp_regression(
+        X, np.zeros(15), lengthscale, kernel_scale=1.0, noise_sd=0.3
+    )
+    K = model.public_cloaking().kernel(Xs, X)
+    ra, rb = 0.5 + 0.2 * np.abs(Xs[:, 0]), 0.5 + 0.2 * np.abs(X[:, 0])
+    np.testing.assert_allclose(_paciorek_schervish(Xs, ra, X, rb, 2.0), K, rtol=1e-13, atol=0)
+    # the former Σ = diag(r²/2) is not this kernel
+    assert np.max(np.abs(_paciorek_schervish(Xs, ra, X, rb, 0.5) - K)) > 0.1
+    doc = inspect.getdoc(nonstationary)
+    assert "diag(2 r_l(x)²)" in doc
+    assert "Σ(x) = diag(r_l(x)²/2)``)" not in doc
