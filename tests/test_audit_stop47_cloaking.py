@@ -5,6 +5,11 @@ with a kernel matrix ``Σ(x)``; the docstring and ``docs/sparse_cloaking.md`` na
 ``Σ(x) = diag(r_l(x)²/2)``, for which the construction's exponent is ``−4Δ²/(r² + r'²)``, not
 the kernel's ``−Δ²/(r² + r'²)`` (0.47 off on a 2-D example).  ``Σ(x) = diag(2 r_l(x)²)`` with
 ``R(τ) = exp(−τ²)`` reproduces the kernel exactly.
+
+``cloaking_noise`` converted ``X_star`` to an array before the public view's column check, so a
+``DataFrame`` whose columns were in another order than the model's gave the cloaking matrix of
+other inputs, silently (max |ΔC| 0.77 exact, 0.38 FITC below); ``cloaked_release``, ``plan`` and
+the views' own ``cloaking_operator`` refuse it.
 """
 
 from __future__ import annotations
@@ -12,9 +17,14 @@ from __future__ import annotations
 import inspect
 
 import numpy as np
+import pandas as pd
+import pymc as pm
 import pytensor.tensor as pt
+import pytest
 
-from pm_dpgp.models import nonstationary
+from pm_dpgp.mechanisms import cloaking_noise
+from pm_dpgp.models import gp_regression, nonstationary
+from pm_dpgp.models.fitc import fitc_gp_regression
 from pm_dpgp.models.nonstationary import nonstationary_gp_regression
 
 
@@ -49,3 +59,21 @@ def test_gibbs_kernel_is_paciorek_schervish_with_the_documented_sigma():
     doc = inspect.getdoc(nonstationary)
     assert "diag(2 r_l(x)²)" in doc
     assert "Σ(x) = diag(r_l(x)²/2)``)" not in doc
+
+
+@pytest.mark.parametrize("family", ["exact", "fitc"])
+def test_cloaking_noise_refuses_dataframe_columns_in_another_order(family):
+    rng = np.random.default_rng(0)
+    X = pd.DataFrame({"age": rng.uniform(0, 6, 20), "weight": rng.uniform(0, 6, 20)})
+    y = np.sin(X["age"].to_numpy())
+    cov = pm.gp.cov.ExpQuad(2, ls=[1.0, 3.0])
+    if family == "exact":
+        model = gp_regression(X, y, cov, noise_sd=0.3)
+    else:
+        model = fitc_gp_regression(X, y, cov, noise_sd=0.3, n_inducing=5, seed=0)
+    public = model.public_cloaking()
+    X_star = pd.DataFrame({"age": [1.0, 2.0, 3.0], "weight": [5.0, 0.5, 4.0]})
+    C, _ = cloaking_noise(public, X_star)
+    np.testing.assert_array_equal(C, public.cloaking_operator(X_star).dense())
+    with pytest.raises(ValueError, match="columns"):
+        cloaking_noise(public, X_star[["weight", "age"]])

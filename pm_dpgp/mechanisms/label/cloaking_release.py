@@ -90,6 +90,9 @@ def cloaking_noise(
     ``cloaking_operator`` (exact ``pm_dpgp.models.PublicGP``, FITC
     ``pm_dpgp.models.fitc.PublicFITC``); ``C`` is formed here (``m × n``).
     """
+    # before the conversion to an array drops a DataFrame's column names (stop-47 audit: the
+    # columns in another order gave another C, silently; cloaked_release refused them)
+    check_input_columns(X_star, public_gp)
     X_star = check_finite_array(X_star, "X_star", ndim=2)
     C = public_gp.cloaking_operator(X_star).dense()
     return C, solve_noise_covariance(C, tol=tol, rank_tol=rank_tol, design=design)
