@@ -9,7 +9,10 @@ the kernel's ``−Δ²/(r² + r'²)`` (0.47 off on a 2-D example).  ``Σ(x) = di
 ``cloaking_noise`` converted ``X_star`` to an array before the public view's column check, so a
 ``DataFrame`` whose columns were in another order than the model's gave the cloaking matrix of
 other inputs, silently (max |ΔC| 0.77 exact, 0.38 FITC below); ``cloaked_release``, ``plan`` and
-the views' own ``cloaking_operator`` refuse it.
+the views' own ``cloaking_operator`` refuse it.  The same held for the FITC builder's given
+inducing inputs ``Z`` and for a ``KDELengthscale`` built on a ``DataFrame``: in another column
+order than the model's ``X`` they were read by position (inducing inputs at (weight, age),
+density centres in the wrong coordinates), silently.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import pytest
 from pm_dpgp.mechanisms import cloaking_noise
 from pm_dpgp.models import gp_regression, nonstationary
 from pm_dpgp.models.fitc import fitc_gp_regression
-from pm_dpgp.models.nonstationary import nonstationary_gp_regression
+from pm_dpgp.models.nonstationary import KDELengthscale, nonstationary_gp_regression
 
 
 def _paciorek_schervish(Xa, ra, Xb, rb, a):
@@ -77,3 +80,28 @@ def test_cloaking_noise_refuses_dataframe_columns_in_another_order(family):
     np.testing.assert_array_equal(C, public.cloaking_operator(X_star).dense())
     with pytest.raises(ValueError, match="columns"):
         cloaking_noise(public, X_star[["weight", "age"]])
+
+
+def _frame():
+    rng = np.random.default_rng(1)
+    X = pd.DataFrame({"age": rng.uniform(0, 6, 20), "weight": rng.uniform(50, 90, 20)})
+    return X, np.sin(X["age"].to_numpy())
+
+
+def test_fitc_refuses_inducing_inputs_in_another_column_order():
+    X, y = _frame()
+    Z = pd.DataFrame({"age": [1.0, 3.0, 5.0], "weight": [60.0, 70.0, 80.0]})
+    cov = pm.gp.cov.ExpQuad(2, ls=[1.0, 10.0])
+    model = fitc_gp_regression(X, y, cov, noise_sd=0.3, Z=Z)
+    np.testing.assert_array_equal(model.Z, Z.to_numpy())
+    with pytest.raises(ValueError, match="columns"):
+        fitc_gp_regression(X, y, cov, noise_sd=0.3, Z=Z[["weight", "age"]])
+
+
+def test_kde_lengthscale_built_on_another_column_order_is_refused():
+    X, y = _frame()
+    kw = {"n_target": 3.0, "max_lengthscale": 2.0, "bandwidth": 0.5, "scales": [1.0, 10.0]}
+    nonstationary_gp_regression(X, y, KDELengthscale(X, **kw), kernel_scale=1.0, noise_sd=0.3)
+    swapped = KDELengthscale(X[["weight", "age"]], **kw)
+    with pytest.raises(ValueError, match="columns"):
+        nonstationary_gp_regression(X, y, swapped, kernel_scale=1.0, noise_sd=0.3)

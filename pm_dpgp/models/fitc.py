@@ -43,6 +43,7 @@ from pm_dpgp.models._common import (
     _noise_sd_argument,
     _readonly,
     _resolve_cov_and_sigma,
+    check_input_columns,
     remember_arguments,
     resolve_model,
     view_inputs,
@@ -245,7 +246,8 @@ def fitc_gp_regression(
     cov_func, noise_sd, mean, name, model, coords
         As in ``pm_dpgp.models.gp_regression``.
     Z
-        Public inducing inputs ``(M,)``/``(M, d)``; or give ``n_inducing`` and ``seed`` to
+        Public inducing inputs ``(M,)``/``(M, d)`` (a ``DataFrame`` with ``X``'s columns in
+        ``X``'s order); or give ``n_inducing`` and ``seed`` to
         place them by k-means on the public ``X`` (``kmeans_public_inducing``).
     jitter
         Added to ``K_MM`` (PyMC's default 1e-6); the release factorises the same matrix.
@@ -269,6 +271,9 @@ def fitc_gp_regression(
     else:
         if n_inducing is not None or seed is not None:
             raise ValueError("give either Z or (n_inducing, seed), not both.")
+        # a DataFrame Z is read by position, like X_star: columns in another order than X's
+        # were inducing inputs elsewhere, silently (stop-47 audit)
+        check_input_columns(Z, (X, y), "Z")
         Z_arr = _as_2d_inputs(Z, "Z", X_arr.shape[1])
         inducing = {"method": "given", "seed": None}
     mean_f = _check_name_and_mean(name, mean)

@@ -38,7 +38,7 @@ import pytensor.tensor as pt
 from numpy.typing import ArrayLike, NDArray
 
 from pm_dpgp._validation import check_finite_array, check_positive, check_scale
-from pm_dpgp.models._common import data_input
+from pm_dpgp.models._common import data_input, dataframe_columns
 from pm_dpgp.models.exact import GPRegression, gp_regression
 
 __all__ = ["GibbsKernel", "KDELengthscale", "nonstationary_gp_regression"]
@@ -147,6 +147,9 @@ class KDELengthscale:
         neighbourhood: float = 0.0,
         scales: ArrayLike | None = None,
     ) -> None:
+        # the schema of labelled inputs (public), checked against the model's by
+        # nonstationary_gp_regression: the centres are read by position (stop-47 audit)
+        self.input_columns = dataframe_columns(X_public)
         X = check_finite_array(X_public, "X_public", ndim=2)
         d = X.shape[1]
         self.scales = np.ones(d) if scales is None else check_finite_array(scales, "scales", ndim=1)
@@ -215,6 +218,15 @@ def nonstationary_gp_regression(
     ``pm_dpgp.mechanisms.label.cloaking_release.cloaked_release``.
     """
     X_arr = data_input(X, "X", 2)[0]  # a pm.Data container passes through to gp_regression
+    # a KDELengthscale built on a DataFrame in another column order than X's had its density
+    # centres in the wrong coordinates, silently (stop-47 audit)
+    built_on, columns = getattr(lengthscale_func, "input_columns", None), dataframe_columns(X)
+    if built_on is not None and columns is not None and built_on != columns:
+        raise ValueError(
+            f"the lengthscale function was built on the columns {list(built_on)} but X has "
+            f"{list(columns)}: inputs are used by position, so build it on X's columns in "
+            "X's order."
+        )
     scale = check_scale(kernel_scale, "kernel_scale")
     gibbs = GibbsKernel(X_arr.shape[1], lengthscale_func)
     gibbs.check_lengthscales(X_arr)  # public inputs, before any release
