@@ -245,7 +245,8 @@ def cloaked_release(
         released unnoised).  ``"auto"`` (default): the largest tolerance whose worst-case
         bias, over every label vector in ``y_bounds``, is below 1 % of the RMS norm of one
         draw's noise (``pm_dpgp.mechanisms.label.truncation``; public inputs only, recorded
-        with the bound in the metadata).  A number in ``(0, 1)`` is used as given (``1e-8``
+        with the bound in the metadata).  A number in ``[2.2e-16, 1)`` (``RANK_TOL_MIN``, the
+        float64 round-off, up to 1; smaller ones are refused) is used as given (``1e-8``
         was the default before; values far below ``1e-10`` make the Mahalanobis
         sensitivity ill-conditioned).
     progressbar:
