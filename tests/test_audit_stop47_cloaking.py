@@ -13,11 +13,19 @@ the views' own ``cloaking_operator`` refuse it.  The same held for the FITC buil
 inducing inputs ``Z`` and for a ``KDELengthscale`` built on a ``DataFrame``: in another column
 order than the model's ``X`` they were read by position (inducing inputs at (weight, age),
 density centres in the wrong coordinates), silently.
+
+``docs/cloaking.md`` §7 printed the recipe ``projector() @ (C @ y) + scale · basis @ chol_k @ ξ``
+for direct callers of ``solve_noise_covariance``: its rounding differs between neighbours,
+also outside ``span U_k`` where no noise is added; with labels in ``[1e12, 1e12 + 1]`` the
+neighbours' means differed by up to 3·10⁵ times the sensitivity in the Mahalanobis metric.
+The recipe now adds the noise to the whitened mean (as ``cloaked_release`` does).
 """
 
 from __future__ import annotations
 
 import inspect
+import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -25,7 +33,9 @@ import pymc as pm
 import pytensor.tensor as pt
 import pytest
 
+from pm_dpgp.gp.exact import cloaking_matrix
 from pm_dpgp.mechanisms import cloaking_noise
+from pm_dpgp.mechanisms.label.cloaking import solve_noise_covariance
 from pm_dpgp.models import gp_regression, nonstationary
 from pm_dpgp.models.fitc import fitc_gp_regression
 from pm_dpgp.models.nonstationary import KDELengthscale, nonstationary_gp_regression
@@ -105,3 +115,59 @@ def test_kde_lengthscale_built_on_another_column_order_is_refused():
     swapped = KDELengthscale(X[["weight", "age"]], **kw)
     with pytest.raises(ValueError, match="columns"):
         nonstationary_gp_regression(X, y, swapped, kernel_scale=1.0, noise_sd=0.3)
+
+
+def _recipe() -> str:
+    text = (Path(__file__).parents[1] / "docs" / "cloaking.md").read_text(encoding="utf-8")
+    section = text.split("## 7. Using the result", 1)[1].split("\n## ", 1)[0]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+class _FixedNormal:
+    def __init__(self, z):
+        self.z = z
+
+    def standard_normal(self, size):
+        return self.z[:size].copy()
+
+
+def test_documented_direct_recipe_adds_the_noise_in_whitened_coordinates():
+    rng = np.random.default_rng(0)
+    X = np.sort(rng.uniform(0, 6, 30))
+    Xs = np.linspace(0, 6, 40)
+
+    def k(a, b):
+        return np.exp(-0.5 * (a[:, None] - b[None, :]) ** 2)
+
+    C = cloaking_matrix(k(X, X), k(Xs, X), 0.09)
+    lower, upper = 1e12, 1e12 + 1.0
+    z = rng.standard_normal(40)
+    code = _recipe()
+    worst = 0.0
+    for _ in range(40):
+        y = rng.uniform(lower, upper, 30)
+        j = rng.integers(30)
+        spaces = []
+        for value in (lower, upper):
+            y_j = y.copy()
+            y_j[j] = value
+            ns = {
+                "np": np,
+                "solve_noise_covariance": solve_noise_covariance,
+                "C": C,
+                "y": y_j,
+                "d": upper - lower,
+                "lower": lower,
+                "upper": upper,
+                "prior_mean": 0.0,
+                "sigma_for_unit_sensitivity": 3.73,
+                "rng": _FixedNormal(z),
+            }
+            exec(code, ns)  # noqa: S102 - the documented recipe itself
+            spaces.append(ns)
+        a, b = spaces
+        assert "noisy" in a, "the recipe must add the noise to a whitened vector"
+        worst = max(worst, float(np.linalg.norm(a["noisy"] - b["noisy"])) / a["sens"])
+        F = a["res"].basis @ a["res"].chol_k
+        np.testing.assert_array_equal(a["release"], F @ a["wh"].public + F @ a["noisy"])
+    assert worst <= 1.0

@@ -63,9 +63,12 @@ smooth kernels).  Both solvers work in an orthonormal basis ``U_k`` of the left 
 directions whose singular values exceed ``rank_tol · σ_max`` (every discarded singular value is
 ``≤ rank_tol · σ_max``; see ``_column_space``).  The discarded directions carry no noise, so
 the caller must release ``U_k U_kᵀ C y`` (see ``NoiseCovariance.projector``), never
-``C y``.  Inside the basis the solvers use the whitened columns ``b_i = S_k⁻¹ U_kᵀ c_i`` (the
-design problem is invariant under invertible linear maps), which keeps every ``k × k`` system
-well conditioned even when the retained singular values span ten orders of magnitude.
+``C y``, and in floating point must add the noise to the whitened mean
+``chol_k⁻¹ U_kᵀ C y`` before mapping it back (``docs/cloaking.md`` §7,
+``pm_dpgp.mechanisms.whitening``).  Inside the basis the solvers use the whitened columns
+``b_i = S_k⁻¹ U_kᵀ c_i`` (the design problem is invariant under invertible linear maps), which
+keeps every ``k × k`` system well conditioned even when the retained singular values span ten
+orders of magnitude.
 """
 
 from __future__ import annotations
@@ -227,8 +230,12 @@ class NoiseCovariance:
     def projector(self) -> FloatArray:
         """Return ``U_k U_kᵀ``, the orthogonal projector onto the noise-carrying subspace.
 
-        The caller must release ``projector() @ C @ y`` plus noise: the directions outside
-        ``span(U_k)`` receive no noise and so must not be released.
+        The release is ``projector() @ C @ y`` plus noise in exact arithmetic: the directions
+        outside ``span(U_k)`` receive no noise and so must not be released.  In floating point
+        the rounding of that product differs between neighbours, also outside ``span(U_k)``
+        (stop-47 audit: ``3·10⁵`` times the sensitivity at labels near ``10¹²``); add the noise
+        to the whitened mean and map back afterwards, as ``docs/cloaking.md`` §7 and
+        ``cloaked_release`` do.
         """
         return self.basis @ self.basis.T
 
