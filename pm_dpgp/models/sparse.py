@@ -69,6 +69,7 @@ from pm_dpgp.models._common import (
     _readonly,
     _resolve_cov,
     _resolve_cov_and_sigma,
+    check_input_columns,
     data_input,
     remember_arguments,
     resolve_model,
@@ -634,7 +635,8 @@ def sparse_gp_regression(
     Z
         PUBLIC inducing inputs ``(M,)`` or ``(M, d)``: a grid over a public domain, domain
         knowledge, or k-means of public data.  Never compared with ``X`` (``docs/errors.md``);
-        ``z_is_public`` records the caller's declaration.
+        ``z_is_public`` records the caller's declaration.  A ``DataFrame`` must have ``X``'s
+        columns in ``X``'s order (read by position).
     noise_sd
         Noise standard deviation: float, scalar PyMC variable, or callable returning one
         (formerly ``sigma``, deprecated).
@@ -649,6 +651,9 @@ def sparse_gp_regression(
         ``dims`` on your ``pm.Data`` containers.)
     """
     noise_sd = _noise_sd_argument(noise_sd, deprecated, "sparse_gp_regression")
+    # a DataFrame Z is read by position: columns in another order than X's were inducing
+    # inputs elsewhere, silently (stop-47 audit, as for the FITC builder)
+    check_input_columns(Z, (X, y), "Z")
     Z_arr = check_finite_array(Z, "Z", ndim=2)
     if (X is None) != (y is None):
         raise ValueError("give both X and y (in-memory data) or neither (streamed data).")
@@ -832,6 +837,7 @@ def dirichlet_gp_classification(
     # a shuffled label Series was paired by position, as the other builders refuse
     # (stop-41 walkthrough)
     refuse_misaligned_rows((X, labels), ("X", "labels"))
+    check_input_columns(Z, (X, labels), "Z")  # read by position, as X (stop-47 audit)
     Z_arr = check_finite_array(Z, "Z", ndim=2)
     X_arr = data_input(X, "X", 2)[0]
     labels_argument = labels  # the object passed (dp_ppc's identity check)

@@ -120,6 +120,9 @@ def _inducing(
         # §4.1), as for FITC: SciPy's kmeans2 from 10 seeded k-means++ starts, coinciding
         # centres refused (stop-37 audit: a duplicated Z went through with a jitter)
         return kmeans_public_inducing(public.X, int(inducing_points), seed=seed)
+    # read by position: a DataFrame in another column order than the model's inputs put the
+    # inducing inputs elsewhere, silently (stop-47 audit)
+    check_input_columns(inducing_points, public, "inducing_points")
     return _as_2d_inputs(inducing_points, "inducing_points", public.input_dim)
 
 
