@@ -51,12 +51,14 @@ from pm_dpgp._validation import (
     real_or_nan,
 )
 from pm_dpgp.accounting import ZCDPEvent
-from pm_dpgp.mechanisms.noise import plan_discrete_gaussian
+from pm_dpgp.mechanisms.noise import GRID_BITS, plan_discrete_gaussian
 
 __all__ = [
     "COINPRESS_SENSITIVITY_RTOL",
     "CoinpressResult",
     "check_coinpress_settings",
+    "check_secure_coinpress_noise",
+    "coinpress_min_sensitivity",
     "clipped_mean_sensitivity",
     "coinpress_mean",
     "coinpress_rho_schedule",
@@ -139,6 +141,43 @@ def check_coinpress_settings(
     return rhos, spread
 
 
+def coinpress_min_sensitivity(lower: float, upper: float, n: int, spread: float) -> float:
+    """A public lower bound on every step's Δ_t of a COINPRESS run on ``[lower, upper]``.
+
+    Every interval of the run is at least ``min((upper − lower)/2, spread)`` wide: its radius
+    ``r_t ≥ min(r_0, spread)``, and ``[c ± r_t] ∩ [L, H]`` around a centre in ``[L, H]`` keeps
+    at least ``r_t`` of it.  A quarter of that width (a margin for the rounding of the
+    interval's ends) gives this bound; ``coinpress_mean`` uses ``max(Δ_t, this)`` as each
+    step's sensitivity (a larger sensitivity is still a valid one), so the secure noise checked
+    at it before a selection's spend (``check_secure_coinpress_noise``) can always be drawn.
+    """
+    width = 0.25 * min(0.5 * (float(upper) - float(lower)), float(spread))
+    return width / n * (1.0 + COINPRESS_SENSITIVITY_RTOL) + 3.0 * _U * width
+
+
+def check_secure_coinpress_noise(
+    lower: float, upper: float, n: int, rhos: Sequence[float], spread: float
+) -> None:
+    """Refuse (public values only) a COINPRESS run whose secure noise could not be drawn.
+
+    Each step's discrete Gaussian (``plan_discrete_gaussian``) needs the grid ``σ₀·2^-20`` of
+    ``σ₀ = Δ_t/√(2ρ_t)`` to be a positive double (``grid_for``); every step's ``Δ_t`` is at
+    least ``coinpress_min_sensitivity`` and the smallest ``σ₀`` is at the largest ρ_t.  Without
+    this check a degenerate public interval (``L_max`` exactly 0 and ``y_bounds = ±1e-160``:
+    width 1.3e-319) passed every check, the selection was charged, and the first run's
+    COINPRESS raised "... Nothing was spent" (stop-47 audit).
+    """
+    floor = coinpress_min_sensitivity(lower, upper, n, spread)
+    sigma = floor / math.sqrt(2.0 * max(rhos))
+    # grid_for(σ) = ldexp(1, e − 1 − GRID_BITS), frexp(σ) = (m, e): a double iff ≥ 2^-1074
+    if not (sigma > 0.0 and math.isfinite(sigma) and math.frexp(sigma)[1] - 1 - GRID_BITS >= -1074):
+        raise ValueError(
+            f"the COINPRESS interval [{float(lower):.17g}, {float(upper):.17g}] over {n} "
+            f"validation records is so narrow that its secure noise (sd {sigma:.3g}) cannot be "
+            "discretised in float64; widen or rescale y_bounds. Nothing was spent or drawn."
+        )
+
+
 def centred_clipped_mean(values: NDArray[np.float64], lower: float, upper: float) -> float:
     """``mean(clip(v, l, h)) − c``, ``c = (l + h)/2``, with a correctly rounded sum (``fsum``)."""
     centre = 0.5 * (lower + upper)
@@ -214,6 +253,11 @@ def coinpress_mean(
     rhos, spread = check_coinpress_settings(rho, n_steps, spread, last_share, beta)
     if rng is not None:
         rng = check_rng(rng)
+    # each step's Δ_t is at least this public floor (a larger sensitivity is still one), so
+    # the secure noise checked at it before the spend can always be drawn (stop-47 audit)
+    floor = coinpress_min_sensitivity(lo0, hi0, v.size, spread)
+    if rng is None:
+        check_secure_coinpress_noise(lo0, hi0, v.size, rhos, spread)
     v = np.where(np.isnan(v), lo0, v)  # a NaN record contributes the lower bound, silently
     z = math.sqrt(2.0 * math.log(2.0 * len(rhos) / float(beta)))
     lo, hi = lo0, hi0
@@ -222,7 +266,7 @@ def coinpress_mean(
     estimate = 0.5 * (lo + hi)
     for rho_t in rhos:
         intervals.append((lo, hi))
-        delta_t = clipped_mean_sensitivity(lo, hi, v.size)
+        delta_t = max(clipped_mean_sensitivity(lo, hi, v.size), floor)
         centre = 0.5 * (lo + hi)
         estimate = centre + _noisy(centred_clipped_mean(v, lo, hi), delta_t, rho_t, rng)
         tau = delta_t / math.sqrt(2.0 * rho_t)

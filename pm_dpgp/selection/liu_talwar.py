@@ -90,7 +90,11 @@ from pm_dpgp.mechanisms.gaussian import zcdp_rho
 from pm_dpgp.mechanisms.noise import SIMULATION
 from pm_dpgp.models.guards import refuse_dirichlet_model
 from pm_dpgp.models.sparse import PublicSparseGP, SparseGPRegression
-from pm_dpgp.selection.coinpress import check_coinpress_settings, coinpress_mean
+from pm_dpgp.selection.coinpress import (
+    check_coinpress_settings,
+    check_secure_coinpress_noise,
+    coinpress_mean,
+)
 from pm_dpgp.selection.grids import check_grid, prior_quantile_grid
 from pm_dpgp.selection.private_data import (
     as_private_arrays,
@@ -402,6 +406,12 @@ def select_by_random_stopping(
     # so the score may use the whole base rho at no extra charge: in simulation mode the
     # analytic Gaussian release has rho_M = 1.11-1.22 x rho_CP (stop-38 audit)
     base_rho = max(zcdp_rho(epsilon, delta), *(_rho(e) for e in release_events))
+    if rng is None:
+        # each candidate's secure COINPRESS noise at the runs' rho, public: an interval too
+        # narrow to discretise its noise was refused in the first run, after the spend (stop 47)
+        rhos, _ = check_coinpress_settings(base_rho, n_steps, spread)
+        for lo_i, hi_i in loglik:
+            check_secure_coinpress_noise(lo_i, hi_i, int(val.size), rhos, spread)
     event = random_stopping_event(
         base_rho, gamma, label="hyperparameter selection (Liu-Talwar random stopping)"
     )

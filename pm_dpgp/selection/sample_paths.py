@@ -80,7 +80,11 @@ from pm_dpgp.models import GPRegression
 from pm_dpgp.models._common import check_input_columns
 from pm_dpgp.models.exact import PublicGP
 from pm_dpgp.models.guards import require_exact_regression
-from pm_dpgp.selection.coinpress import check_coinpress_settings, coinpress_mean
+from pm_dpgp.selection.coinpress import (
+    check_coinpress_settings,
+    check_secure_coinpress_noise,
+    coinpress_mean,
+)
 from pm_dpgp.selection.grids import check_grid, prior_quantile_grid
 from pm_dpgp.selection.liu_talwar import (
     checked_loglik_bounds,
@@ -460,7 +464,7 @@ def select_by_sample_paths(
     s = plan._setup
     X_star = s["X_star"]
     # the COINPRESS settings (public) are checked here, not in a run after the spend (audit D1)
-    _, spread = check_coinpress_settings(plan.coinpress_rho, n_steps, spread)
+    rhos, spread = check_coinpress_settings(plan.coinpress_rho, n_steps, spread)
     configs, publics, sigmas, etas = s["configs"], s["publics"], s["sigmas"], s["etas"]
     train, val, M_Y, (lower, upper) = s["train"], s["val"], s["M_Y"], s["domain"]
     delta = s["delta"]
@@ -468,6 +472,9 @@ def select_by_sample_paths(
     # each candidate's COINPRESS interval, public, checked before the spend (stop-38 audit:
     # y_bounds = +-1e-9 gave L_min == L_max, refused by COINPRESS in the first run)
     loglik = [checked_loglik_bounds(p.noise_var, M_Y) for p in publics]
+    if rng is None:  # and its secure noise can be discretised (stop-47 audit)
+        for lo_i, hi_i in loglik:
+            check_secure_coinpress_noise(lo_i, hi_i, int(val.size), rhos, spread)
     # a public switch, read before the spend (stop-45 audit: "no" was refused after the charge
     # and every run, so the whole selection was paid for and lost)
     owner_scores = check_flag(owner_scores, "owner_scores")
