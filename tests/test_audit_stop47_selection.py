@@ -9,6 +9,10 @@ on the code before its fix.
   "... Nothing was spent".  Now refused before the spend, and every step's sensitivity is at
   least the public floor that check validates.  The same in ``select_by_sample_paths``
   (ε = 1.46 charged on its test problem).
+* F2: ``select_by_cross_validated_sse`` with ``error_clip = 1e-320`` (a positive, accepted public
+  setting): ``c²`` and every term of Δu underflow, the charged sensitivity is 0.0, the ledger
+  was charged (ε = 1.01 at δ = 10⁻⁵) and the sampler then raised "sensitivity must be a finite
+  number > 0, got 0.0".  ``plan_cv_sse`` now refuses a sensitivity that is not finite and > 0.
 """
 
 from __future__ import annotations
@@ -22,7 +26,12 @@ import pytest
 
 from pm_dpgp.accounting import Ledger
 from pm_dpgp.models import gp_regression, grid_inducing_points, sparse_gp_regression
-from pm_dpgp.selection import product_grid, select_by_random_stopping, select_by_sample_paths
+from pm_dpgp.selection import (
+    product_grid,
+    select_by_cross_validated_sse,
+    select_by_random_stopping,
+    select_by_sample_paths,
+)
 from pm_dpgp.selection.coinpress import clipped_mean_sensitivity, coinpress_mean
 from pm_dpgp.selection.liu_talwar import loglik_bounds
 
@@ -118,3 +127,29 @@ def test_the_sensitivity_floor_is_below_every_steps_own_sensitivity(seed):
     floor = coinpress_min_sensitivity(lo0, hi0, v.size, spread)
     for lo, hi in res.intervals:
         assert clipped_mean_sensitivity(lo, hi, v.size) >= floor
+
+
+@pytest.mark.parametrize("error_clip", [1e-320, 5e-324])
+def test_a_vanishing_error_clip_is_refused_before_the_spend(error_clip):
+    X = np.linspace(0, 10, 12)[:, None]
+    gpr = gp_regression(
+        X,
+        np.sin(X[:, 0]),
+        lambda: pm.gp.cov.ExpQuad(1, ls=pm.Gamma("ell", 2, 1)),
+        noise_sd=0.3,
+    )
+    ledger = Ledger(epsilon=10.0, delta=1e-5)
+    rng = np.random.default_rng(0)
+    before = rng.bit_generator.state["state"]["state"]
+    with pytest.raises(ValueError, match="Nothing was spent"):
+        select_by_cross_validated_sse(
+            gpr,
+            product_grid({"ell": [0.5, 2.0]}),
+            epsilon=0.5,
+            y_bounds=(-1.5, 1.5),
+            ledger=ledger,
+            error_clip=error_clip,
+            rng=rng,
+        )
+    assert ledger.epsilon() == 0.0
+    assert rng.bit_generator.state["state"]["state"] == before

@@ -702,6 +702,21 @@ def plan_cv_sse(
                 f"sensitivity is {sens.min():.6g}); raise it or change the grid."
             )
         plans = [p if k else None for p, k in zip(plans, kept, strict=True)]
+    # Δ(θ) can be attained exactly (e.g. C_k underflowing to 0), and the utilities are
+    # computed in floating point (an audit measured a change 2.2e-15 above Δ(θ)): the
+    # computed change is within Δ(θ) + 2·utility_rounding_bound, and Δ(θ) itself is
+    # computed to far better than 1e-9 relative (docs/selection.md §2, "Round-off").
+    sensitivity = float(sens[kept].max()) * (1.0 + SENSITIVITY_ROUNDING) + 2.0 * float(
+        rounding[kept].max()
+    )
+    if not (math.isfinite(sensitivity) and sensitivity > 0.0):
+        # public: error_clip·d so small that c² and every bound underflow to 0 (stop-47 audit:
+        # error_clip = 1e-320 was charged, then the sampler refused the sensitivity 0.0)
+        raise ValueError(
+            f"the utility sensitivity is {sensitivity!r} at error_clip={error_clip!r} and "
+            f"y_bounds width {d:.3g}: the clipped errors underflow float64; use error_clip "
+            "around 1-4 (the paper's 4). Nothing was spent."
+        )
     return CvSsePlan(
         configs=list(configs),
         folds=list(folds),
@@ -713,12 +728,7 @@ def plan_cv_sse(
         sensitivities=sens,
         paper_sensitivities=paper,
         kept=kept,
-        # Δ(θ) can be attained exactly (e.g. C_k underflowing to 0), and the utilities are
-        # computed in floating point (an audit measured a change 2.2e-15 above Δ(θ)): the
-        # computed change is within Δ(θ) + 2·utility_rounding_bound, and Δ(θ) itself is
-        # computed to far better than 1e-9 relative (docs/selection.md §2, "Round-off").
-        sensitivity=float(sens[kept].max()) * (1.0 + SENSITIVITY_ROUNDING)
-        + 2.0 * float(rounding[kept].max()),
+        sensitivity=sensitivity,
         release_epsilon=release_epsilon,
         release_delta=release_delta,
         n_plans_computed=n_computed,
