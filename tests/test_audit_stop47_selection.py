@@ -9,10 +9,11 @@ on the code before its fix.
   "... Nothing was spent".  Now refused before the spend, and every step's sensitivity is at
   least the public floor that check validates.  The same in ``select_by_sample_paths``
   (ε = 1.46 charged on its test problem).
-* F2: ``select_by_cross_validated_sse`` with ``error_clip = 1e-320`` (a positive, accepted public
-  setting): ``c²`` and every term of Δu underflow, the charged sensitivity is 0.0, the ledger
-  was charged (ε = 1.01 at δ = 10⁻⁵) and the sampler then raised "sensitivity must be a finite
-  number > 0, got 0.0".  ``plan_cv_sse`` now refuses a sensitivity that is not finite and > 0.
+* F2: ``select_by_cross_validated_sse`` with ``error_clip = 1e-320`` or ``y_bounds = ±1e-165``
+  (accepted public settings): ``c²`` and every term of Δu underflow, the charged sensitivity
+  is 0.0, the ledger was charged (ε = 1.01 at δ = 10⁻⁵) and the sampler then raised
+  "sensitivity must be a finite number > 0, got 0.0".  ``plan_cv_sse`` now refuses a
+  sensitivity that is not finite and > 0.
 """
 
 from __future__ import annotations
@@ -129,12 +130,14 @@ def test_the_sensitivity_floor_is_below_every_steps_own_sensitivity(seed):
         assert clipped_mean_sensitivity(lo, hi, v.size) >= floor
 
 
-@pytest.mark.parametrize("error_clip", [1e-320, 5e-324])
-def test_a_vanishing_error_clip_is_refused_before_the_spend(error_clip):
+@pytest.mark.parametrize(
+    ("error_clip", "width"), [(1e-320, 1.5), (5e-324, 1.5), (4.0, 1e-165), (4.0, 1e-300)]
+)
+def test_a_vanishing_error_clip_is_refused_before_the_spend(error_clip, width):
     X = np.linspace(0, 10, 12)[:, None]
     gpr = gp_regression(
         X,
-        np.sin(X[:, 0]),
+        width / 1.5 * np.sin(X[:, 0]),
         lambda: pm.gp.cov.ExpQuad(1, ls=pm.Gamma("ell", 2, 1)),
         noise_sd=0.3,
     )
@@ -146,7 +149,7 @@ def test_a_vanishing_error_clip_is_refused_before_the_spend(error_clip):
             gpr,
             product_grid({"ell": [0.5, 2.0]}),
             epsilon=0.5,
-            y_bounds=(-1.5, 1.5),
+            y_bounds=(-width, width),
             ledger=ledger,
             error_clip=error_clip,
             rng=rng,

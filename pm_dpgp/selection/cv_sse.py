@@ -711,11 +711,12 @@ def plan_cv_sse(
     )
     if not (math.isfinite(sensitivity) and sensitivity > 0.0):
         # public: error_clip·d so small that c² and every bound underflow to 0 (stop-47 audit:
-        # error_clip = 1e-320 was charged, then the sampler refused the sensitivity 0.0)
+        # error_clip = 1e-320, or y_bounds = ±1e-165, was charged, then the sampler refused
+        # the sensitivity 0.0)
         raise ValueError(
             f"the utility sensitivity is {sensitivity!r} at error_clip={error_clip!r} and "
-            f"y_bounds width {d:.3g}: the clipped errors underflow float64; use error_clip "
-            "around 1-4 (the paper's 4). Nothing was spent."
+            f"y_bounds width {d:.3g}: the clipped errors underflow float64; rescale the "
+            "outputs (and use error_clip around 1-4, the paper's 4). Nothing was spent."
         )
     return CvSsePlan(
         configs=list(configs),
