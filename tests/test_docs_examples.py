@@ -56,6 +56,7 @@ K = np.exp(-0.5 * (x[:, None] - x[None, :]) ** 2)
 C = K[::2] @ np.linalg.inv(K + 0.1 * np.eye(12))
 y = rng.uniform(-1.0, 1.0, 12)
 d = 2.0
+lower, upper, prior_mean = -1.0, 1.0, 0.0  # public label bounds (d = upper - lower)
 sigma_for_unit_sensitivity = gaussian_sigma(1.0, 1e-5, 1.0)
 """,
         {},
