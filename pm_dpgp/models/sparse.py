@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -803,6 +804,27 @@ class DirichletGPClassification(SparseGPRegression):
     class_gps: tuple[Any, ...] = ()
     n_classes: int = 2
     alpha_epsilon: float = 0.01
+    # (argument name, pm.Data container, weak reference to its value at build time): the
+    # builder reads a container once, so a later pm.set_data must not pass unnoticed
+    _data_containers: tuple[Any, ...] = field(default=(), repr=False)
+
+    def check_data_containers(self) -> None:
+        """Refuse a model whose ``pm.Data`` containers were changed after the build.
+
+        The labels enter the PyMC model only through the transformed targets, computed once
+        by ``dirichlet_gp_classification``: after ``pm.set_data`` neither the PyMC model nor
+        this object sees the new values, and a release of the model's data released the old
+        records without a word (stop-47 audit).  Compares object identity only (the value
+        ``pm.set_data`` installs is a new array), never a value.
+        """
+        for arg, container, value in self._data_containers:
+            if container.get_value(borrow=True) is not value():
+                raise ValueError(
+                    f"the pm.Data container passed as {arg} was changed (pm.set_data) after "
+                    "dirichlet_gp_classification built this model, which keeps the values it "
+                    "was built with (the labels enter only through the transformed targets); "
+                    "build the classifier again for the new data. Nothing was spent or drawn."
+                )
 
 
 def dirichlet_gp_classification(
@@ -831,7 +853,9 @@ def dirichlet_gp_classification(
     ``X`` and ``labels`` may be ``pm.Data`` containers: their current values are used.  The
     labels enter the model only through the transformed targets (one heteroscedastic
     regression per class, rows with invalid labels dropped), so after ``pm.set_data`` build
-    the classifier again rather than relying on the container.
+    the classifier again rather than relying on the container: ``dirichlet_release`` of the
+    model's data refuses a model whose containers were set again
+    (``DirichletGPClassification.check_data_containers``).
     """
     C = check_n_classes(n_classes)
     # a shuffled label Series was paired by position, as the other builders refuse
@@ -841,6 +865,11 @@ def dirichlet_gp_classification(
     Z_arr = check_finite_array(Z, "Z", ndim=2)
     X_arr = data_input(X, "X", 2)[0]
     labels_argument = labels  # the object passed (dp_ppc's identity check)
+    containers = tuple(
+        (arg, c, weakref.ref(c.get_value(borrow=True)))
+        for arg, c in (("X", X), ("labels", labels))
+        if _is_data_container(c)
+    )
     if _is_data_container(labels):
         labels = labels.get_value(borrow=True)
     lab, valid = sanitise_labels(labels, C)
@@ -890,6 +919,7 @@ def dirichlet_gp_classification(
             class_gps=tuple(gps),
             n_classes=C,
             alpha_epsilon=tg.alpha_epsilon,
+            _data_containers=containers,
         ),
         X,
         labels_argument,

@@ -408,6 +408,8 @@ def dirichlet_release(
     progressbar = check_flag(progressbar, "progressbar")  # "no" showed a bar
     public = _as_public(model, hyperparameters)
     given = data
+    if data is None and isinstance(model, DirichletGPClassification):
+        model.check_data_containers()  # pm.set_data after the build: refused, not ignored
     data = _default_data(model, data)
     C, alpha_epsilon, prior_mean = dirichlet_settings(model, n_classes, alpha_epsilon, prior_mean)
     epsilon = check_epsilon(epsilon)

@@ -1538,6 +1538,9 @@ def _finish_sample_path_release(
         "eta": eta,
         "y_bounds": y_bounds,
         "M_Y": bound.M_Y,
+        # the model's public noise variance (r2 = noise_var / kernel_scale**2), under the key
+        # every other regression release uses (docs/workflow.md; missing until stop 47)
+        "noise_var": public_gp.noise_var,
         "prior_mean": public_gp.mean,
         "kernel": public_gp.description,
         "hyperparameters": public_gp.hyperparameters,

@@ -294,6 +294,7 @@ def classification_release(
         "kernel": public.description,
         "hyperparameters": public.hyperparameters,
         "hyperparameter_source": public.hyperparameter_source,
+        "noise_var": None,  # Bernoulli likelihood: no observation-noise variance (stop 47)
         "prior_mean": public.mean,
         "likelihood": "bernoulli-logit",
         "newton_steps": 1,

@@ -1,0 +1,107 @@
+"""Stop-47 audit (a fresh user's end-to-end workflows): defects found and fixed.
+
+* ``dirichlet_release`` of a ``dirichlet_gp_classification`` built from ``pm.Data`` containers
+  released the *old* records after ``pm.set_data`` (the builder reads the containers once),
+  silently; it now refuses before anything is spent or drawn.
+* A sample-path release had no ``noise_var`` metadata key, a binary classification release
+  neither, although ``docs/workflow.md`` lists the key for every release.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pymc as pm
+import pytest
+
+from pm_dpgp.accounting import Ledger
+from pm_dpgp.compat import get_group
+from pm_dpgp.mechanisms import classification_release, dirichlet_release, sample_path_release
+from pm_dpgp.models import (
+    dirichlet_gp_classification,
+    gp_classification,
+    gp_regression,
+    grid_inducing_points,
+)
+
+
+def _data(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = np.sort(rng.uniform(0.0, 10.0, n))
+    return x, (np.sin(x) + 0.3 * rng.standard_normal(n) > 0).astype(float)
+
+
+def _dirichlet(X, labels):
+    return dirichlet_gp_classification(
+        X,
+        labels,
+        pm.gp.cov.ExpQuad(1, ls=1.3),
+        Z=grid_inducing_points(0.0, 10.0, 7),
+        n_classes=2,
+        z_is_public=True,
+    )
+
+
+@pytest.mark.parametrize("changed", ["X", "labels", "both"])
+def test_dirichlet_release_refuses_a_model_whose_containers_were_set_again(changed):
+    x, lab = _data(40, 1)
+    x2, lab2 = _data(55, 2)
+    with pm.Model(coords={"obs_id": np.arange(40)}) as m:
+        model = _dirichlet(pm.Data("X", x), pm.Data("labels", lab))
+    new = {"X": {"X": x + 0.5}, "labels": {"labels": 1.0 - lab}, "both": {"X": x2, "labels": lab2}}
+    pm.set_data(
+        new[changed], model=m, coords={"obs_id": np.arange(55 if changed == "both" else 40)}
+    )
+    ledger = Ledger(epsilon=5.0, delta=1e-5)
+    rng = np.random.default_rng(0)
+    state = rng.bit_generator.state
+    with pytest.raises(ValueError, match="pm.set_data"):
+        dirichlet_release(model, epsilon=1.0, delta=1e-5, ledger=ledger, rng=rng)
+    assert len(ledger.history) == 0
+    assert rng.bit_generator.state == state
+
+
+def test_dirichlet_release_of_unchanged_containers_equals_the_array_model():
+    x, lab = _data(40, 1)
+    with pm.Model():
+        from_containers = _dirichlet(pm.Data("X", x), pm.Data("labels", lab))
+    from_arrays = _dirichlet(x, lab)
+    a = dirichlet_release(from_containers, epsilon=1.0, delta=1e-5, rng=np.random.default_rng(0))
+    b = dirichlet_release(from_arrays, epsilon=1.0, delta=1e-5, rng=np.random.default_rng(0))
+    xs = np.linspace(0.5, 9.5, 5)[:, None]
+    np.testing.assert_array_equal(a.predict(xs)[0], b.predict(xs)[0])
+    # data given to the release explicitly do not depend on the model's containers
+    with pm.Model() as m:
+        model = _dirichlet(pm.Data("X", x), pm.Data("labels", lab))
+    pm.set_data({"labels": 1.0 - lab}, model=m)
+    c = dirichlet_release(
+        model, (x[:, None], lab), epsilon=1.0, delta=1e-5, rng=np.random.default_rng(0)
+    )
+    np.testing.assert_array_equal(c.predict(xs)[0], b.predict(xs)[0])
+
+
+def test_sample_path_and_classification_releases_record_noise_var():
+    x, lab = _data(40, 1)
+    y = np.sin(x)
+    xs = np.linspace(0.5, 9.5, 5)[:, None]
+    sp = sample_path_release(
+        gp_regression(x, y, pm.gp.cov.ExpQuad(1, ls=1.3), noise_sd=8.0, mean=0.5),
+        xs,
+        kernel_scale=1.0,
+        y_bounds=(-3.0, 3.0),
+        delta=1e-5,
+        kappa=0.0,
+        epsilon=20.0,
+        rng=np.random.default_rng(0),
+    )
+    assert sp.metadata["noise_var"] == 64.0
+    assert sp.metadata["r2"] == 64.0
+    assert get_group(sp.to_inference_data(), "posterior").attrs["noise_var"] == 64.0
+    cls = classification_release(
+        gp_classification(x, lab, pm.gp.cov.ExpQuad(1, ls=1.3)),
+        xs,
+        epsilon=1.0,
+        delta=1e-5,
+        rng=np.random.default_rng(0),
+    )
+    assert "noise_var" in cls.metadata and cls.metadata["noise_var"] is None
+    assert get_group(cls.to_inference_data(), "posterior").attrs["noise_var"] == "none"
