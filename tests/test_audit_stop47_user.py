@@ -105,3 +105,22 @@ def test_sample_path_and_classification_releases_record_noise_var():
     )
     assert "noise_var" in cls.metadata and cls.metadata["noise_var"] is None
     assert get_group(cls.to_inference_data(), "posterior").attrs["noise_var"] == "none"
+
+
+def test_dp_ppc_refuses_extra_sd_for_a_dirichlet_release_as_it_refuses_noise_sd():
+    from pm_dpgp.workflow import dp_ppc
+
+    x, lab = _data(40, 1)
+    release = dirichlet_release(
+        _dirichlet(x, lab), epsilon=1.0, delta=1e-5, rng=np.random.default_rng(0)
+    )
+    xh = np.linspace(0.5, 9.5, 6)[:, None]
+    yh = (np.sin(xh[:, 0]) > 0).astype(int)
+    rng = np.random.default_rng(5)
+    state = rng.bit_generator.state
+    with pytest.raises(ValueError, match="omit noise_sd"):
+        dp_ppc(release, xh, yh, noise_sd=0.3, training=None, holdout_is_public=True, rng=rng)
+    with pytest.raises(ValueError, match="omit extra_sd"):
+        dp_ppc(release, xh, yh, extra_sd=0.5, training=None, holdout_is_public=True, rng=rng)
+    assert rng.bit_generator.state == state
+    dp_ppc(release, xh, yh, extra_sd=0.0, training=None, holdout_is_public=True, rng=rng)

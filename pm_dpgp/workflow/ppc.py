@@ -328,7 +328,8 @@ def dp_ppc(
         the predictive, which then under-covers once the DP noise is small (90 % bands
         covered 0.87–0.88 at ε = 30; ``docs/workflow.md``): pass
         ``np.sqrt(model.public_gp().posterior_var(X_holdout))`` for a cloaking or prior-noise
-        release.
+        release.  Refused (``ValueError``) for a Dirichlet release, whose predictive is
+        categorical, as ``noise_sd`` is.
     n_replicates:
         noise replicates per DP draw (default: enough for ≥ 200 predictive draws).
     n_draws:
@@ -441,6 +442,10 @@ def dp_ppc(
         ) from None
     if np.any(extra < 0) or not np.all(np.isfinite(extra)):
         raise ValueError("extra_sd must be finite and non-negative; pass e.g. extra_sd=0.")
+    if classify and np.any(extra > 0):
+        # a categorical predictive has no Gaussian sd to widen: it was ignored silently, while
+        # noise_sd is refused (stop-47 audit)
+        raise ValueError("a Dirichlet release has a categorical predictive: omit extra_sd.")
     if posterior is not None:
         if not isinstance(release, Release):
             raise ValueError("posterior= applies to a cloaking or prior-noise Release only.")
