@@ -124,3 +124,24 @@ def test_dp_ppc_refuses_extra_sd_for_a_dirichlet_release_as_it_refuses_noise_sd(
         dp_ppc(release, xh, yh, extra_sd=0.5, training=None, holdout_is_public=True, rng=rng)
     assert rng.bit_generator.state == state
     dp_ppc(release, xh, yh, extra_sd=0.0, training=None, holdout_is_public=True, rng=rng)
+
+
+def test_a_pure_dp_release_event_converts_at_its_recorded_delta_of_zero():
+    from pm_dpgp.accounting import GaussianEvent, LaplaceEvent, PureDpEvent, event_from_metadata
+    from pm_dpgp.mechanisms import binned_release, make_bins
+
+    x, _ = _data(60, 3)
+    y = np.sin(x)
+    bins = make_bins(np.linspace(0.0, 10.0, 4))
+    for rng in (None, np.random.default_rng(0)):  # secure (PureDpEvent), simulation (Laplace)
+        release = binned_release(x, y, bins, epsilon=0.5, y_bounds=(-2.0, 2.0), n_draws=3, rng=rng)
+        md = release.metadata
+        assert md["delta"] == 0.0
+        event = event_from_metadata(md["privacy_event"])
+        assert event.epsilon(md["delta"]) == md["epsilon"] == 1.5
+    assert PureDpEvent(0.4, count=2).epsilon(0) == 0.8
+    assert LaplaceEvent(2.0).epsilon(0.0) == 0.5
+    with pytest.raises(ValueError):
+        GaussianEvent(1.0).epsilon(0.0)
+    with pytest.raises(ValueError):
+        PureDpEvent(0.4).epsilon(-1e-9)

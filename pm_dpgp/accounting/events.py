@@ -891,7 +891,7 @@ class PureDpEvent(PrivacyEvent):
     (Bun & Steinke 2016, Prop. 3.3: ε-DP ⇒ ε²/2-zCDP).
 
     ``epsilon(delta)`` is min(count·ε, RDP conversion at δ): count·ε by basic composition, and
-    the RDP conversion is the better bound for many repetitions.
+    the RDP conversion is the better bound for many repetitions; at δ = 0 it is count·ε.
     """
 
     eps: float  #: ε of one run (the constructor argument ``epsilon``)
@@ -915,6 +915,11 @@ class PureDpEvent(PrivacyEvent):
         return self.count * np.maximum(bound, 0.0)
 
     def epsilon(self, delta: float) -> float:
+        if isinstance(delta, numbers.Real) and not isinstance(delta, bool) and delta == 0:
+            # (count·ε, 0)-DP by basic composition: the δ = 0 that pure-DP releases (binning)
+            # record in their metadata; it raised "the Gaussian mechanism needs delta > 0"
+            # (stop-47 audit)
+            return self.count * self.eps
         delta = check_delta(delta)
         basic = self.count * self.eps
         return min(basic, rdp_to_epsilon(DEFAULT_ORDERS, self.rdp(DEFAULT_ORDERS), delta))
