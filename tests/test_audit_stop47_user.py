@@ -145,3 +145,33 @@ def test_a_pure_dp_release_event_converts_at_its_recorded_delta_of_zero():
         GaussianEvent(1.0).epsilon(0.0)
     with pytest.raises(ValueError):
         PureDpEvent(0.4).epsilon(-1e-9)
+
+
+def test_dp_ppc_of_a_binning_release_off_its_bin_centres_names_binned_gp():
+    from pm_dpgp.mechanisms import binned_gp, binned_release, make_bins
+    from pm_dpgp.workflow import dp_ppc
+
+    x, _ = _data(60, 3)
+    y = np.sin(x)
+    release = binned_release(
+        x,
+        y,
+        make_bins(np.linspace(0.0, 10.0, 6)),
+        epsilon=1.0,
+        y_bounds=(-2.0, 2.0),
+        rng=np.random.default_rng(0),
+    )
+    xh = np.linspace(0.3, 9.7, 7)[:, None]
+    yh = np.sin(xh[:, 0])
+    kw = dict(noise_sd=0.3, training=None, holdout_is_public=True)
+    # the generic advice ("release at the hold-out inputs") is impossible for bin means
+    with pytest.raises(ValueError, match="binned_gp") as err:
+        dp_ppc(release, xh, yh, rng=np.random.default_rng(1), **kw)
+    assert "Release at the hold-out inputs" not in str(err.value)
+    # what the message suggests works
+    gp = binned_gp(release, xh, lengthscale=2.0, kernel_scale=1.0, noise_sd=0.3)
+    dp_ppc(gp, xh, yh, rng=np.random.default_rng(1), **kw)
+    inside = np.linspace(1.5, 8.5, 5)[:, None]  # between the first and last bin centre
+    dp_ppc(
+        release, inside, np.sin(inside[:, 0]), interpolate=True, rng=np.random.default_rng(1), **kw
+    )

@@ -229,7 +229,17 @@ def _dp_values(
     if eq.any(axis=1).all():
         idx = eq.argmax(axis=1)
         return release.draws[:, idx], attrs, F[idx]
-    if not check_flag(interpolate, "interpolate"):
+    interpolate = check_flag(interpolate, "interpolate")
+    if not interpolate and release.mechanism == "laplace_binning":
+        # a bin-means release sits at its public bin centres: it cannot be "released at the
+        # hold-out inputs" as the generic message below advised (stop-47 audit)
+        raise ValueError(
+            f"{int((~eq.any(axis=1)).sum())} hold-out inputs are not bin centres of this "
+            "binning release (its X_star). Map it to the hold-out inputs by post-processing: "
+            "binned_gp(release, X_holdout, ...) (a GP on the DP bin means) and check that, or "
+            "pass interpolate=True (1-D only: linear interpolation between bin centres)."
+        )
+    if not interpolate:
         raise ValueError(
             f"{int((~eq.any(axis=1)).sum())} hold-out inputs are not among the release's test "
             "inputs X_star (compared exactly, in float64: values stored with another precision, "
