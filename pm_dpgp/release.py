@@ -450,6 +450,7 @@ def draws_to_inference_data(
     groups.update(extra_groups or {})
     rename = _dims_rename(draws, dims)
     present = set().union(*(set(ds.dims) for ds in groups.values()))
+    _refuse_unknown_names(groups, dims, coords, present, rename)
     for a, b in rename.items():  # xarray's "Cannot rename … swap_dims" meant nothing to a user
         if b in present and b not in rename:
             raise ValueError(
@@ -676,6 +677,34 @@ def _dims_rename(
                 raise ValueError(f"dim {a!r} is renamed both {rename[a]!r} and {b!r}.")
             rename[a] = str(b)
     return {a: b for a, b in rename.items() if a != b}
+
+
+def _refuse_unknown_names(
+    groups: Mapping[str, Any],
+    dims: Mapping[str, Sequence[str]] | None,
+    coords: Mapping[str, ArrayLike] | None,
+    present: set[Any],
+    rename: Mapping[str, str],
+) -> None:
+    """Refuse ``dims`` keys that name no variable and ``coords`` keys that name no dim: ArviZ
+    ignores them, so ``dims={"f": ["age"]}`` on a cloaked release (whose variable is
+    ``f_dp``) left the dim ``x_star``, silently (stop-47 user audit).  Public names only,
+    checked before any predictive noise is drawn."""
+    variables = sorted({str(v) for ds in groups.values() for v in ds.data_vars})
+    unknown = [str(k) for k in (dims or {}) if str(k) not in variables]
+    if unknown:
+        raise ValueError(
+            f"dims names {unknown}, which {'is' if len(unknown) == 1 else 'are'} not a variable "
+            f"of this object; its variables are {variables}. Nothing was drawn."
+        )
+    final = sorted({str(rename.get(d, d)) for d in present})
+    unknown = [str(k) for k in (coords or {}) if str(k) not in final]
+    if unknown:
+        raise ValueError(
+            f"coords names {unknown}, which {'is' if len(unknown) == 1 else 'are'} not a dim of "
+            f"this object; its dims are {final} (rename one with dims= first). Nothing was "
+            "drawn."
+        )
 
 
 def _flat_attrs(release: Release) -> dict[str, Any]:

@@ -53,3 +53,23 @@ def test_classification_release_refuses_inducing_points_in_another_column_order(
     with pytest.raises(ValueError, match="inducing_points has the columns"):
         classification_release(gpc, Z, inducing_points=SWAPPED, ledger=ledger, **kw)
     assert ledger.history == []  # refused before any spend
+
+
+def test_to_inference_data_refuses_dims_and_coords_that_name_nothing() -> None:
+    """ArviZ ignores them: ``dims={"f": ["age"]}`` on a cloaked release (variable ``f_dp``)
+    kept the dim ``x_star``, silently (stop-47 user audit)."""
+    from pm_dpgp.mechanisms import cloaked_release
+    from pm_dpgp.models import gp_regression
+
+    x = np.linspace(0, 5, 12)
+    model = gp_regression(x, np.sin(x), pm.gp.cov.ExpQuad(1, ls=1.0), noise_sd=0.3)
+    rel = cloaked_release(
+        model, np.linspace(0, 5, 4), epsilon=1.0, delta=1e-5, y_bounds=(-1.5, 1.5),
+        rng=np.random.default_rng(0), n_draws=3,
+    )  # fmt: skip
+    idata = rel.to_inference_data(dims={"f_dp": ["age"]}, coords={"age": [0.0, 1.0, 2.0, 3.0]})
+    assert "age" in idata.posterior["f_dp"].dims
+    with pytest.raises(ValueError, match=r"dims names \['f'\].*its variables are"):
+        rel.to_inference_data(dims={"f": ["age"]})
+    with pytest.raises(ValueError, match=r"coords names \['age'\].*its dims are"):
+        rel.to_inference_data(coords={"age": [0.0, 1.0, 2.0, 3.0]})
