@@ -442,9 +442,18 @@ class SamplePathBound:
     # -- derived quantities ---------------------------------------------------------------------
     @property
     def V(self) -> float:
-        """Posterior variance scale ``1 − κ²(n−1)/(n−1+r²)`` (eq. SP1)."""
+        """Posterior variance scale ``1 − κ²(n−1)/(n−1+r²)`` (eq. SP1).
+
+        Evaluated as ``((1 − κ)(1 + κ)(n−1) + r²)/(n−1+r²)``, the same number without the
+        cancellation of ``1 − κ²m/(m + r²)``: every term is non-negative, so the relative
+        error is a few ulps.  The literal form lost all accuracy when ``V ≪ 1`` (κ near 1,
+        ``r² ≪ n``): at κ = 1, n = 101, r² = 2.124e-14 it returned 0.52 V, and 0 (then a
+        ``ZeroDivisionError`` in ``alpha_max``) at n = 1001, r² = 1e-14, so the bound fell
+        below the exact divergence of the constant-kernel posterior (stop-47 audit).
+        """
         m = self.n - 1
-        return 1.0 - self.kappa**2 * m / (m + self.r2)
+        k = self.kappa
+        return min(1.0, ((1.0 - k) * (1.0 + k) * m + self.r2) / (m + self.r2))
 
     @property
     def Phi(self) -> float:
