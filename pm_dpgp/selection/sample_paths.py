@@ -67,6 +67,7 @@ from pm_dpgp.mechanisms.full.sample_path import (
     PrivateRows,
     _check_public_kernel,
     _public_probes,
+    check_mean_resolvable,
     resolve_kappa,
     sample_path_release,
 )
@@ -292,6 +293,8 @@ def plan_sample_path_selection(
         )
         for p, s, e, k in zip(publics, sigmas, etas, kappas, strict=True)
     )
+    for b in bounds:  # each candidate's release refuses it; here, before the selection's spend
+        check_mean_resolvable(b.n, b.r2)
     worst = int(np.argmin([b.alpha_max for b in bounds]))
     G = bounds[worst].orders()  # dense near 1 and near min α_max; DEFAULT_ORDERS below it
     if G.size == 0 or G[-1] <= _MIN_USEFUL_ORDER:

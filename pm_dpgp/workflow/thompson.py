@@ -74,6 +74,7 @@ from pm_dpgp.mechanisms.full.sample_path import (
     PrivateRows,
     _check_public_kernel,
     _public_probes,
+    check_mean_resolvable,
     resolve_kappa,
     sample_path_event,
     sample_path_release,
@@ -705,6 +706,9 @@ def dp_thompson_sampling(
             sample_path_event(round_bound(n=len(X0)), 1), "the rounds' Renyi-DP curve events"
         )
         ledger.check_privacy_model(PRIVACY_MODEL, "DP Thompson sampling")
+        # every round's release refuses a training system float64 cannot resolve; the last
+        # round's n is the largest (the level grows with n), so checked once here
+        check_mean_resolvable(len(X0) + int(n_rounds), r2)
         shown = X0 if fixed_cand is None else np.vstack([X0, fixed_cand])
         _check_public_kernel(
             base,

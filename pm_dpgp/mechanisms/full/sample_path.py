@@ -104,6 +104,7 @@ __all__ = [
     "SamplePathRelease",
     "capped_public_gp",
     "certified_kappa",
+    "check_mean_resolvable",
     "resolve_kappa",
     "sample_path_event",
     "sample_path_release",
@@ -123,6 +124,39 @@ _FUSED_DOUBLES = 2**17
 #: released values of order 10⁴² and 10¹¹ after two or three rounds, ``10⁻¹⁴`` behaved
 #: (stop-35 audit), so ``10⁻¹²`` leaves two orders of margin below the default ``10⁻¹⁰``.
 NUGGET_FLOOR = 1e-12
+
+#: Largest ``u·n(n + r²)/r²`` (``u = 2⁻⁵³``) a release accepts (``check_mean_resolvable``).
+ROUNDOFF_LIMIT = 1e-6
+
+
+def check_mean_resolvable(n: int, r2: float) -> None:
+    """Refuse, from public ``n`` and ``r²`` only, a setting whose posterior mean float64 cannot
+    resolve (``docs/sample_paths.md``, "Conditioning of the training system").
+
+    ``K + r²I`` (normalised kernel, ``k(x, x) ≤ 1``) has condition number up to ``1 + n/r²``,
+    and the computed posterior mean inherits a data-dependent round-off of that order: the
+    change of the computed mean between neighbours was measured up to about ``u n²/r²``
+    relative to the exact change (EQ and constant kernels).  That error is not in the bound.
+    Stop-47 audit: a constant kernel of variance ``1/r²``, noise sd 1, n = 101,
+    r² = 2.124·10⁻¹⁴ (u n²/r² ≈ 5·10⁻²): the computed neighbouring means differed by 0.172
+    against an exact 0.0198, and the exact divergence of the computed release on 3000 lazily
+    evaluated points was 7.2 times the charge.  Settings with ``u n(n + r²)/r² > 10⁻⁶`` are
+    refused before any spend (a measured limit, not a proof: the residual round-off, about
+    10⁻⁶ of the mean change at the limit, is not charged).  Only near-constant kernels
+    (κ near 1) reach such a ridge with a finite ε; elsewhere ``α_max = 1 + r²/V`` is below
+    1.01 long before.
+    """
+    level = 2.0**-53 * n * (n + r2) / r2
+    if not level <= ROUNDOFF_LIMIT:
+        smallest = 2.0**-53 * n * n / (ROUNDOFF_LIMIT - 2.0**-53 * n)
+        raise ValueError(
+            f"n = {n} records with effective ridge r2 = noise variance / kernel_scale^2 = "
+            f"{r2:.4g}: the training system K + r2 I can have condition number up to "
+            f"1 + n/r2 = {1.0 + n / r2:.3g}, and the round-off of the computed posterior mean "
+            "(data-dependent, about u n^2/r2 of the mean sensitivity) is not covered by the "
+            f"bound. Use r2 >= {smallest:.3g} (a larger noise_sd relative to kernel_scale). "
+            "Nothing was spent or drawn."
+        )
 
 
 class PrivateRows:
@@ -1364,6 +1398,7 @@ def sample_path_release(
         cov_bound=cov_bound,
         sensitivity=sensitivity,
     )
+    check_mean_resolvable(bound.n, bound.r2)  # public; before the spend
     event = sample_path_event(bound, n_draws)
     cost = event.epsilon(delta)
     if target is not None and cost > target * (1.0 + BUDGET_RTOL):
