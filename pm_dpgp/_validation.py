@@ -515,6 +515,11 @@ def public_real_array(x: Any, name: str) -> NDArray[np.float64]:
     """
     if isinstance(x, np.ndarray) and x.dtype.kind == "f" and type(x) is np.ndarray:
         return x.astype(np.float64, copy=False)  # the common case: nothing to refuse
+    if type(x) in (tuple, list) and x and all(type(v) is float for v in x):
+        # exactly Python floats (no bool, text, nested sequence or NumPy scalar): nothing to
+        # refuse, and the entry scan below costs ~0.5 ms for the 131 default orders of an
+        # RdpCurveEvent, twice per DP Thompson round (stop-47 benchmark audit)
+        return np.array(x, dtype=np.float64)
     _refuse_bool_or_text(x, name)
     if np.ma.is_masked(x):  # np.asarray used the hidden values (stop-41 fuzz); public: say so
         raise ValueError(f"{name} has masked entries, got {x!r}; pass plain numbers.")
