@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import timeit
-
 import numpy as np
 import pytest
 
@@ -11,17 +9,30 @@ from pm_dpgp._validation import public_real_array
 from pm_dpgp.accounting.events import DEFAULT_ORDERS, _check_orders
 
 
-def test_a_tuple_of_python_floats_is_read_without_scanning_every_entry():
+def test_a_tuple_of_python_floats_is_read_without_scanning_every_entry(monkeypatch):
     """``RdpCurveEvent`` keeps its 131 default orders as a tuple and checks them twice per DP
     Thompson round (docs/accounting.md, bench_thompson_round.py).  Since the stop-44 entry scan
     of lists, that check cost ~0.24 ms per call, 74x a plain conversion (2.8x with the fast
-    path), which moved the per-round ratio the docs quote.  The ratio is measured in-process,
-    best of five, against ``np.asarray`` of the same tuple."""
+    path; measured by the audit with ``timeit``), which moved the per-round ratio the docs
+    quote.  Checked structurally here (no timed assertion): a sequence of exact Python floats
+    does not reach the entry scan, and gives the same array."""
+    import pm_dpgp._validation as validation
+
+    scanned = []
+    original = validation._refuse_bool_or_text
+
+    def counting(x, name):
+        scanned.append(name)
+        return original(x, name)
+
+    monkeypatch.setattr(validation, "_refuse_bool_or_text", counting)
     orders = tuple(DEFAULT_ORDERS.tolist())
-    checked = min(timeit.repeat(lambda: public_real_array(orders, "orders"), number=200, repeat=5))
-    plain = min(timeit.repeat(lambda: np.asarray(orders, dtype=np.float64), number=200, repeat=5))
-    assert checked / plain < 20.0, (checked, plain)
-    np.testing.assert_array_equal(_check_orders(orders), DEFAULT_ORDERS)
+    np.testing.assert_array_equal(public_real_array(orders, "orders"), DEFAULT_ORDERS)
+    np.testing.assert_array_equal(public_real_array(list(orders), "orders"), DEFAULT_ORDERS)
+    assert scanned == []
+    with pytest.raises(ValueError, match="booleans"):  # anything else is still scanned
+        public_real_array((1.0, True), "mixed")
+    assert scanned == ["mixed"]
 
 
 @pytest.mark.parametrize(
