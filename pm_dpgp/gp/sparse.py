@@ -308,13 +308,23 @@ def clip_columns(K: NDArray[np.float64], column_norm: float) -> NDArray[np.float
     ``fl(target/n̂)`` and the product add two roundings, so a returned column's norm is at
     most ``R(1 − 2g)(1 + g) < R`` whether it was scaled or not.  This makes the bound
     ``‖k(Z, x)‖ ≤ R_k`` that the sensitivity uses hold for the computed columns too, whatever
-    the round-off of the kernel evaluation (``docs/noise_aware.md`` §1).
+    the round-off of the kernel evaluation (``docs/noise_aware.md`` §1).  Columns whose
+    computed norm is below ``2⁻⁴⁵⁰`` are measured again scaled by ``2⁶⁰⁰`` (exact), so that
+    underflowing squares do not hide a column above the bound; the claim holds for every
+    ``column_norm ≥ 2⁻¹⁰⁰⁰`` (``K`` finite, as ``_chunk_pack`` makes it).
     """
     M = K.shape[0]
     h = M + 6
     g = h * _U / (1.0 - h * _U)
     target = float(column_norm) * (1.0 - 2.0 * g)
     norms = np.sqrt(np.einsum("ij,ij->j", K, K))
+    # squares below 2⁻¹⁰²² lose their relative accuracy (a column of entries 1e-162 had the
+    # computed norm 0 and was kept at 1e5 R; stop-47 review): such columns are measured again
+    # scaled by 2⁶⁰⁰ (exact: a power of two, no overflow for entries < 2⁻⁴⁴⁹)
+    tiny = norms < 2.0**-450
+    if tiny.any():
+        Kt = K[:, tiny] * 2.0**600
+        norms[tiny] = np.sqrt(np.einsum("ij,ij->j", Kt, Kt)) * 2.0**-600
     with np.errstate(divide="ignore", invalid="ignore"):
         factor = np.where(norms > target, target / norms, 1.0)
     return K * factor[None, :]
