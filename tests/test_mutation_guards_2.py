@@ -94,10 +94,10 @@ SAMPLE_PATH_KEYS = {
     "mean_sensitivity", "mechanism",
     "n_draws", "neighbouring_relation", "noise_source", "nugget_variance", "pm_dpgp_version",
     "prior_mean", "privacy_event", "privacy_model", "r2", "seed_policy", "sensitivity_bound",
-    "sensitivity_constant", "tau", "y_bounds",
+    "sensitivity_constant", "tau", "y_bounds", "noise_var",
 }  # fmt: skip
 CLASSIFICATION_KEYS = {
-    "approximation", "calibration", "clipping_bounds", "data_sensitivity", "delta",
+    "noise_var", "approximation", "calibration", "clipping_bounds", "data_sensitivity", "delta",
     "delta_per_draw", "epsilon",
     "epsilon_per_draw", "epsilon_total", "f0", "hyperparameters", "hyperparameter_source",
     "inducing_method",
@@ -114,7 +114,8 @@ CLASSIFICATION_KEYS = {
 # stop 41: "epsilon"/"delta" are the whole release's guarantee (its event at the per-draw δ,
 # public settings only), "inducing_inputs" is the former "inducing_points" (the public Z) and
 # "input_columns" a DataFrame's column names (the schema) or None; "domain" the sample-path
-# release's public box as (low, high) pairs, or None
+# release's public box as (low, high) pairs, or None; stop 47: "noise_var" the model's public
+# noise variance (sample path) or None (classification: a Bernoulli likelihood has none)
 
 
 def test_release_metadata_keys_are_the_reviewed_ones():

@@ -9,7 +9,7 @@ inputs ``Z`` (``M`` points), ``K = K_ZZ`` (with jitter), ``kᵢ = k(Z, xᵢ)``, 
             B = \sum_i \omega_i \mathbf k_i \mathbf k_i^\top,
 
   sums over data points, so they are accumulated chunk by chunk and the chunk sums added
-  pairwise (memory ``O(M² log(n/chunk) + M·chunk)``), from an iterator of chunks, or reduced
+  pairwise (memory ``O(M² log N + M·chunk)`` for ``N`` chunks), from an iterator of chunks, or reduced
   by Dask (``dask.array.map_blocks`` per block, then Dask's tree reduction ``sum``).
 * **Titsias' optimal q(u)** (Titsias 2009, eq. 10; Honkela eq. 2, written with a scale
   ``s = σ⁻²``): ``Σ = (K + s B)⁻¹``, ``m = s K Σ A``, ``S = K Σ K``.
@@ -439,8 +439,11 @@ def sufficient_statistics(
         it (``clip_columns``), so that the bound the sensitivity uses holds for the computed
         columns, round-off included.  ``None``: no clipping.
 
-    Memory is ``O(M² T log₂(n/chunk_size) + M · chunk_size)``: the pairwise sum holds at most
-    ``⌊log₂ N⌋ + 1`` partial sums for ``N`` chunks.
+    Memory is ``O(M² T log₂ N + M · chunk_size)``: the pairwise sum holds at most
+    ``⌊log₂ N⌋ + 1`` partial sums for ``N`` pieces (``N = ⌈n/chunk_size⌉`` for a tuple; up to
+    ``n`` for an iterator of small chunks).  With ``M = 2000`` and ``n = 10⁷`` in the default
+    chunks that is 13 sums of 32 MB, against one before stop 47 (a Dask task holds those of
+    its own block only).
     """
     Zarr = check_finite_array(Z, "Z", ndim=2)
     M = Zarr.shape[0]
