@@ -9,8 +9,8 @@ inputs ``Z`` (``M`` points), ``K = K_ZZ`` (with jitter), ``kᵢ = k(Z, xᵢ)``, 
             B = \sum_i \omega_i \mathbf k_i \mathbf k_i^\top,
 
   sums over data points, so they are accumulated chunk by chunk and the chunk sums added
-  pairwise (memory ``O(M² log N + M·chunk)`` for ``N`` chunks), from an iterator of chunks, or reduced
-  by Dask (``dask.array.map_blocks`` per block, then Dask's tree reduction ``sum``).
+  pairwise (memory ``O(M² log N + M·chunk)`` for ``N`` chunks), from an iterator of chunks,
+  or reduced by Dask (``dask.array.map_blocks`` per block, then Dask's tree reduction).
 * **Titsias' optimal q(u)** (Titsias 2009, eq. 10; Honkela eq. 2, written with a scale
   ``s = σ⁻²``): ``Σ = (K + s B)⁻¹``, ``m = s K Σ A``, ``S = K Σ K``.
 * **Predictions** from any ``q(u) = N(m, S)`` (Hensman et al. 2015, eq. 21; Honkela eq. 17):
