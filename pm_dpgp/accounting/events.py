@@ -182,6 +182,14 @@ def rdp_to_epsilon(orders: ArrayLike, rdp: ArrayLike, delta: float) -> float:
     if not np.all(np.isfinite(orders)) or np.any(orders < 1.0):
         # a NaN order passed the old `orders < 1` test and made ε = max(0, nan) = 0 (stop 40)
         raise ValueError(f"Renyi orders must be finite numbers >= 1, got {orders.tolist()}.")
+    if np.any(rdp < 0.0):
+        # a Rényi divergence is >= 0 (van Erven & Harremoës 2014, Thm. 8); a negative value
+        # was mapped to ε = 0 (any δ), where dp_accounting's compute_epsilon raises (stop-47
+        # audit)
+        raise ValueError(
+            f"rdp values must be >= 0 (a Renyi divergence is never negative), got "
+            f"{float(rdp[rdp < 0.0][0])!r}; use +inf where no bound is known."
+        )
     finite = np.isfinite(rdp)  # +inf (and NaN: unknown) orders give no bound: skipped
     if not finite.all():
         if not finite.any():
@@ -192,7 +200,7 @@ def rdp_to_epsilon(orders: ArrayLike, rdp: ArrayLike, delta: float) -> float:
     # ε(α) = r + ln(1 − 1/α) − (ln δ + ln α)/(α − 1) for α > 1.01, else +inf.
     log1p_inv, log_a, inv_am1 = _conversion_terms(orders.tobytes())
     eps = rdp + log1p_inv - (math.log(delta) + log_a) * inv_am1
-    eps[(delta**2 + np.expm1(-rdp) > 0.0) | (rdp < 0.0)] = 0.0
+    eps[delta**2 + np.expm1(-rdp) > 0.0] = 0.0
     return float(max(0.0, float(np.min(eps))))
 
 
@@ -528,7 +536,14 @@ class PrivacyEvent(ABC):
         fields = {f.name for f in dataclasses.fields(self)}
         for key in [key for key in new.__dict__ if key not in fields]:
             del new.__dict__[key]
-        object.__setattr__(new, "count", self.count * k)
+        # the product is checked like a constructor's count (at most 2**53), and the event's
+        # own invariants are re-validated: copying bypassed both (stop-47 audit: count 3·2**53
+        # built an event whose metadata no longer read back; GaussianEvent(1e-150).repeat(2**40)
+        # had μ² = inf and a spend failed with "mu must be a finite number > 0, got inf")
+        object.__setattr__(new, "count", _check_count(self.count * k, "count × k"))
+        post_init = getattr(new, "__post_init__", None)
+        if post_init is not None:
+            post_init()
         return new
 
     def __mul__(self: _E, k: int) -> _E:
