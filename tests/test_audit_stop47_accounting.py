@@ -56,3 +56,29 @@ def test_repeat_of_a_gaussian_event_keeps_its_finite_mu():
     ledger = Ledger(epsilon=1.0, delta=1e-5)
     ledger.spend(GaussianEvent(20.0).repeat(3))  # a valid repeat is unchanged
     assert ledger.history[0].event == GaussianEvent(20.0, count=3)
+
+
+# ============================================================================================
+# A3: the basic bound's equal shares of δ summed to more than δ
+# ============================================================================================
+def test_basic_bound_shares_of_delta_sum_to_at_most_delta():
+    """The basic bound gives each of n events δ/n rounded to nearest; at δ = 1e-5, n = 3 the
+    three shares summed to δ + 4.2e-22 (each event's ε was taken at a hair too much δ)."""
+    from fractions import Fraction
+
+    asked: list[float] = []
+
+    class Recording(GaussianEvent):
+        def epsilon(self, delta: float) -> float:
+            asked.append(delta)
+            return super().epsilon(delta)
+
+    delta = 1e-5
+    ledger = Ledger(epsilon=None, delta=delta, filter="fixed")
+    for z in (3.0, 4.0, 5.0):
+        ledger.spend(Recording(z))
+    asked.clear()
+    assert "basic" in ledger.bounds()
+    shares = [d for d in asked if d < delta / 2]  # the basic bound's δ/3 shares
+    assert len(shares) == 3
+    assert sum(Fraction(d) for d in shares) <= Fraction(delta)
