@@ -15,7 +15,10 @@ and Smith's integral kernels).  Per dimension, with ``h(u) = u √(π/2) erf(u/�
 ``G`` is evaluated as ``ℓ² (h(z/ℓ) − 1)`` with ``e^{−u²/2} − 1`` by ``expm1``: the constants
 cancel exactly in the four-term sum (``+1 +1 −1 −1``), and for identical or adjacent narrow
 boxes the sum is then accurate to a few ``ε_mach`` (audit 38c: with ``e^{−u²/2}`` itself the
-relative error was ``≈ ε_mach ℓ²/w²``, 9e-5 at ``w = ℓ/10⁶``).  The sum still cancels terms of
+relative error was ``≈ ε_mach ℓ²/w²``, 9e-5 at ``w = ℓ/10⁶``).  The division by ``w_a w_b`` is
+``(h − 1)·(ℓ/w_a)·(ℓ/w_b)``, the point–box one ``(ℓ/w)·√(π/2)·(…)``: the values depend on the
+edges and ``ℓ`` only through their ratios, as the integrals do (stop-47 audit: ``ℓ²`` and
+``w_a w_b`` overflowed near ``10¹⁵⁴``, covariances 0 or NaN).  The sum still cancels terms of
 size ``|G| ≈ min(z²/2, ℓ|z|)``: its absolute error is about ``ε_mach Σ|G|/(w_a w_b)`` per
 dimension, which for narrow boxes a distance ``D`` apart is ``ε_mach ℓ D/(w_a w_b)`` (stop-45
 audit: 5.55 for a true 0.607 at ``w = 10⁻⁸ ℓ``, ``D = ℓ``; 0.0044 for 0.0111 at
@@ -88,7 +91,7 @@ def point_box_kernel(
     x = X[:, None, :]
     e_hi, e_lo = erf((upper[None] - x) / s), erf((lower[None] - x) / s)
     width = (upper - lower)[None]
-    per_dim = ls * _SQRT_HALF_PI * (e_hi - e_lo) / width
+    per_dim = _SQRT_HALF_PI * (e_hi - e_lo) * (ls / width)  # no ℓ·√(π/2) overflow
     # the erf difference loses ε_mach ℓ (|e_hi| + |e_lo|)/w: where that may exceed _MAX_LOSS
     # (a box no wider than ~10⁻⁷ ℓ), 8-point Gauss–Legendre over the box (stop-45 audit:
     # 0 for a true 0.88 at w = 5·10⁻³⁰¹ ℓ)
@@ -119,17 +122,22 @@ def box_box_kernel(
     a, b = lower_a[:, None, :], upper_a[:, None, :]
     c, d = lower_b[None], upper_b[None]
 
-    def G(z: NDArray[np.float64]) -> NDArray[np.float64]:
-        return ls**2 * _h_minus_one(z / ls)
+    def H(z: NDArray[np.float64]) -> NDArray[np.float64]:
+        return _h_minus_one(z / ls)  # G(z) / ℓ²
 
     wa, wb = b - a, d - c
-    terms = (G(b - c), G(a - d), G(a - c), G(b - d))
-    per_dim = (terms[0] + terms[1] - terms[2] - terms[3]) / (wa * wb)
+    # G/(w_a w_b) = H (ℓ/w_a)(ℓ/w_b): ℓ² and w_a w_b overflow (or underflow) far inside the
+    # float range, where their ratio does not (stop-47 audit: the bins [0, 1e155] and
+    # [1e155, 2e155] at ℓ = 1e152 had covariances 0, for the 2.5e-3 and 1e-6 of the same
+    # grid scaled to ℓ = 1; at ℓ = 1e154 NaN, refused by binned_gp as bins too wide)
+    ra, rb = ls / wa, ls / wb
+    terms = (H(b - c), H(a - d), H(a - c), H(b - d))
+    per_dim = ((terms[0] + terms[1] - terms[2] - terms[3]) * ra) * rb
     # the four-term sum cancels terms of size |G| ≈ min(z²/2, ℓ|z|√(π/2)): where its
     # round-off, ε_mach Σ|G|/(w_a w_b), may exceed _MAX_LOSS, the quadrature of
     # _narrow_box_box (stop-45 audit: 5.55 for a true 0.607 at w = 10⁻⁸ ℓ, D = ℓ)
     with np.errstate(over="ignore", invalid="ignore"):
-        loss = _EPS * (sum(np.abs(t) for t in terms)) / (wa * wb)
+        loss = _EPS * ((sum(np.abs(t) for t in terms) * ra) * rb)
     # pairs with both intervals wider than ℓ keep the closed form, which loses at most
     # ε_mach (D/ℓ + 2) there (_narrow_box_box integrates pieces no wider than ℓ)
     redo = np.nonzero(~(loss <= _MAX_LOSS) & (np.minimum(wa, wb) <= ls))
