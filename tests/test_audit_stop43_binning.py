@@ -28,6 +28,7 @@ from pm_dpgp.mechanisms.label.binning import (
     binned_release,
     binning_noise,
     make_bins,
+    simulation_unit_sensitivity,
 )
 from pm_dpgp.mechanisms.label.classification import class_probabilities, classification_release
 from pm_dpgp.models.classification import gp_classification
@@ -114,7 +115,11 @@ def test_the_metadata_holds_the_occupied_bins_only() -> None:
     occ = [0, 500 * k + 500, 999 * k + 200]
     assert md["occupied_bins"] == occ and md["occupied_counts"] == [50, 30, 20]
     assert "bin_counts" not in md and "laplace_scale" not in md
-    np.testing.assert_allclose(md["occupied_laplace_scale"], [1 / 50, 1 / 30, 1 / 20], rtol=1e-15)
+    # × S = 1 + 4u + 2r, the computed sums' sensitivity (stop 47)
+    unit = simulation_unit_sensitivity(md["summation_rounding"])
+    np.testing.assert_allclose(
+        md["occupied_laplace_scale"], np.array([1 / 50, 1 / 30, 1 / 20]) * unit, rtol=1e-15
+    )
     assert len(json.dumps({k_: v for k_, v in md.items() if k_ != "bin_edges"})) < 5000
     assert json.loads(rel.to_inference_data().posterior.attrs["occupied_bins"]) == occ
     pred = binned_predict(rel, X[[0, 50, 80]])

@@ -268,10 +268,16 @@ def test_binned_plan_matches_the_release(secure):
     np.testing.assert_array_equal(dense_bins(rel)[1], p.laplace_scale)
     assert rel.metadata["epsilon_total"] == pytest.approx(p.epsilon_total, rel=1e-15)
     assert ledger.epsilon(1e-6) == pytest.approx(p.event.epsilon(1e-6), rel=1e-12)
-    if not secure:  # closed form b_j = d / (n_j ε)
+    if not secure:  # closed form b_j = d S / (n_j ε), S = 1 + 4u + 2r rounded up (stop 47)
+        from pm_dpgp.mechanisms.label.binning import (
+            simulation_unit_sensitivity,
+            summation_rounding,
+        )
+
         occupied = p.counts > 0
+        unit = simulation_unit_sensitivity(summation_rounding(p.counts[occupied]))
         np.testing.assert_allclose(
-            p.laplace_scale[occupied], 2.0 / (p.counts[occupied] * 0.5), rtol=1e-15
+            p.laplace_scale[occupied], 2.0 * unit / (p.counts[occupied] * 0.5), rtol=1e-15
         )
     with pytest.raises(ValueError, match="no input"):
         plan.binned(X + 10.0, bins, out_of_range="drop", secure=secure, **kw)

@@ -23,8 +23,9 @@ are public; ``out_of_range`` decides: ``"raise"`` (default), ``"drop"`` (those r
 used) or ``"clip"`` (assigned to the nearest edge bin).
 
 **Noise source** (as ``pm_dpgp.mechanisms.noise`` for the Gaussian releases).  A NumPy
-Generator (``rng=``) is the simulation mode: continuous ``rng.laplace`` at the normalised
-scale ``1/(n_j ε)`` added to ``s_j/n_j`` (below), i.e. ``b_j = d / (n_j ε)``.  ``rng=None``
+Generator (``rng=``) is the simulation mode: continuous ``rng.laplace`` at the scale ``S/ε``
+added to the computed sums ``s_j`` (below), ``S = simulation_unit_sensitivity(r) ≥ 1 + 4u +
+2r``, then divided by the public ``n_j``, i.e. ``b_j = d S/(n_j ε)``.  ``rng=None``
 (default) is secure: the centred sums ``s_j = Σ_{i∈B_j} (y_i − c)/d`` (``c`` the midpoint;
 ``|s_j − s′_j| ≤ 1 + 4u``, plus twice a public round-off bound ``r``, ``summation_rounding``:
 ``math.fsum`` for bins above 256 records, so ``r ≤ 2u·n_max``) are rounded to the grid
@@ -99,6 +100,7 @@ __all__ = [
     "binning_noise",
     "make_bins",
     "occupied_bins",
+    "simulation_unit_sensitivity",
     "summation_rounding",
 ]
 
@@ -253,9 +255,10 @@ def make_bins(edges: Sequence[ArrayLike] | ArrayLike) -> Bins:
 class BinningNoise:
     """The Laplace noise of ``binned_release`` for given public bin counts (no label touched).
 
-    ``scale[j]`` is the Laplace scale of bin mean ``j`` (0 for an empty bin): ``d/(n_j ε)``
-    in simulation mode, ``d/n_j`` times the discrete Laplace's unit scale on its grid in
-    secure mode; ``event`` is what the ledger is charged for ``n_draws`` draws.
+    ``scale[j]`` is the Laplace scale of bin mean ``j`` (0 for an empty bin): ``d S/(n_j ε)``
+    in simulation mode (``S = simulation_unit_sensitivity``), ``d/n_j`` times the discrete
+    Laplace's unit scale on its grid in secure mode; ``event`` is what the ledger is
+    charged for ``n_draws`` draws.
     """
 
     event: PrivacyEvent
@@ -345,6 +348,14 @@ def _grid(epsilon: float) -> float:
     return math.ldexp(1.0, e - GRID_BITS if e < 0 else max(-GRID_BITS, e - _SCALE_BITS))
 
 
+def simulation_unit_sensitivity(rounding: float) -> float:
+    """``S ≥ 1 + 4u + 2r``: the most two neighbours' *computed* normalised bin sums ``ŝ_j``
+    differ by (``docs/binning.md``), rounded up (the factor ``1 + 2u`` covers the float
+    evaluation).  The simulation mode draws ``Laplace(S/ε)`` on ``ŝ_j`` and divides by the
+    public ``n_j`` afterwards (post-processing), so its loss is ε for the computed sums."""
+    return (1.0 + 4.0 * _U + 2.0 * float(rounding)) * (1.0 + 2.0 * _U)
+
+
 def summation_rounding(counts: NDArray[np.int64]) -> float:
     """Public bound ``r`` on the round-off of every bin's computed sum ``ŝ_j`` (docs/binning.md).
 
@@ -409,16 +420,24 @@ def binning_noise(
     _check_scale(
         min(sens_min, sens_min / epsilon, 1.0 / (n_max * epsilon)), sens_max / epsilon, offset
     )
+    rounding = summation_rounding(counts)
     if not check_flag(secure, "secure"):
         info: dict[str, object] = {
             "noise_source": SIMULATION,
             "seed_policy": SEED_POLICY_SIMULATION,
+            "summation_rounding": rounding,
         }
-        # closed form b_j = Δ_j / ε
+        # b_j = Δ_j S / ε with S = simulation_unit_sensitivity: the computed sums of
+        # neighbours differ by up to 1 + 4u + 2r, not 1 (stop-47 audit)
+        unit = simulation_unit_sensitivity(rounding)
         return BinningNoise(
-            LaplaceEvent(1.0 / epsilon, label, count=n_draws), sens, sens / epsilon, info, None, 0.0
+            LaplaceEvent(1.0 / epsilon, label, count=n_draws),
+            sens,
+            sens * (unit / epsilon),
+            info,
+            None,
+            0.0,
         )
-    rounding = summation_rounding(counts)
     meas, gamma, eps_map, unit_scale, info = _secure_laplace(
         int(occupied.sum()), epsilon, rounding, n_max
     )
@@ -560,13 +579,15 @@ def binned_release(
             rng=rng,
         )
     if rng is not None:
-        # the noise is added to the centred normalised means s_j/n_j (sensitivity 1/n_j)
-        # at the normalised scale 1/(n_j ε), computed without d, and the public centre and
-        # width last: the rounding of ``c + d·(…)`` is then post-processing.  Adding the
-        # noise after the centre rounded the private mean at the centre's magnitude first
-        # (stop-30 audit: 12.5× the sensitivity at y_bounds = (1e15, 1e15 + 1)); drawing it
-        # at b_j/d lost b_j's precision for a subnormal d (stop-43 audit)
-        noisy = s / n_occ + rng.laplace(0.0, 1.0 / (n_occ * epsilon), (n_draws, occ.size))
+        # the noise is drawn on the centred normalised sums ŝ_j at S/ε (their computed
+        # values move by up to S = 1 + 4u + 2r, round-off included; stop-47 audit), computed
+        # without d; the division by the public n_j, the centre and the width come last, as
+        # post-processing.  Adding the noise after the centre rounded the private mean at the
+        # centre's magnitude first (stop-30 audit: 12.5× the sensitivity at y_bounds =
+        # (1e15, 1e15 + 1)); drawing it at b_j/d lost b_j's precision for a subnormal d
+        # (stop-43 audit)
+        unit = simulation_unit_sensitivity(float(noise.info["summation_rounding"]))
+        noisy = (s + rng.laplace(0.0, unit / epsilon, (n_draws, occ.size))) / n_occ
         draws[:, occ] = centre + d * noisy
     else:
         ints = discretise(s, noise.grid).tolist()
