@@ -325,9 +325,12 @@ def clip_columns(K: NDArray[np.float64], column_norm: float) -> NDArray[np.float
     if tiny.any():
         Kt = K[:, tiny] * 2.0**600
         norms[tiny] = np.sqrt(np.einsum("ij,ij->j", Kt, Kt)) * 2.0**-600
-    with np.errstate(divide="ignore", invalid="ignore"):
-        factor = np.where(norms > target, target / norms, 1.0)
-    return K * factor[None, :]
+    over = norms > target
+    if not over.any():
+        return K  # nothing to clip (the usual case): no copy of a 32 MB chunk
+    out = np.array(K, dtype=np.float64, copy=True)
+    out[:, over] *= (target / norms[over])[None, :]  # norms[over] > target > 0
+    return out
 
 
 _U = 2.0**-53  # unit round-off of float64
