@@ -720,9 +720,17 @@ class DirichletTargets:
                 "log(1/alpha_epsilon + 1) is 0 in float64); Milios et al. take 0 < alpha_epsilon "
                 "<< 1, e.g. 0.01."
             )
-        return cls(
-            a, math.log(1.0 + a) - var_in / 2.0, math.log(a) - var_out / 2.0, var_in, var_out
-        )
+        y_in, y_out = math.log(1.0 + a) - var_in / 2.0, math.log(a) - var_out / 2.0
+        # 1/a overflowed for a < 2^-1023 (var_out = inf, y_out = -inf: "prior_mean must be
+        # finite, got None"), and y_in == y_out in float64 for a >~ 1e15 (R_y = 0, a
+        # ZeroDivisionError); stop-47 audit
+        if not (math.isfinite(var_out) and math.isfinite(y_out) and y_in > y_out):
+            raise ValueError(
+                f"alpha_epsilon={alpha_epsilon!r} is outside float64's range for the targets "
+                "(log(1/alpha_epsilon + 1) overflows, or the in-class and out-of-class targets "
+                "coincide); Milios et al. take 0 < alpha_epsilon << 1, e.g. 0.01."
+            )
+        return cls(a, y_in, y_out, var_in, var_out)
 
     def default_prior_mean(self, n_classes: int) -> float:
         """``(ỹ_in + (C−1) ỹ_out)/C``: the targets' mean under uniform class frequencies."""

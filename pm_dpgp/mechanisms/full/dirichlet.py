@@ -291,6 +291,12 @@ def dirichlet_calibration(
     Delta = dirichlet_sensitivity(
         n_classes, tg, mu, bound.R_k, ratio, nonnegative_kernel=bound.nonnegative
     )
+    if not math.isfinite(Delta):  # public settings only, before any data (stop-47 audit)
+        raise ValueError(
+            f"the joint sensitivity of these public settings (R_k={bound.R_k:.3g}, "
+            f"ratio={ratio:.3g}, prior mean {mu:.3g}) overflows float64; rescale the kernel "
+            "amplitude or use ratio='auto'. Nothing was spent or drawn."
+        )
     per_class = l2_sensitivity(R_y, bound.R_k, ratio)
     M = public.n_inducing
     scale = 1.0 / tg.var_in

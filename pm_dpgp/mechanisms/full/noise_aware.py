@@ -338,20 +338,31 @@ def worst_case_sensitivity(
 
     a concave quadratic in ``t`` maximised over ``t ∈ [t_min, R_k²]`` (``t_min = −R_k²`` by
     Cauchy–Schwarz, ``0`` for non-negative kernels).  Returns the square root.
+
+    Evaluated as ``R_k √S(τ)`` with ``τ = t/R_k² ∈ [t_min/R_k², 1]`` and
+    ``S = Σ(a² + a'²) − 2τ Σ a a' + (c R_k)² [Σ(w² + w'²) − 2τ² Σ w w']``, so that ``R_k²`` and
+    ``R_k⁴`` are never formed: they underflowed for ``R_k ≲ 1e-154`` (``Δ`` came out up to 16%
+    low at ``R_k = 2.65e-162``, 0 below) and ``R_k**4`` raised ``OverflowError`` for
+    ``R_k ≳ 1e77`` (stop-47 audit).  The bracket of ``(c R_k)²`` is ``≥ 0`` (``|τ| ≤ 1``), so ``S``
+    grows with it: a ``(c R_k)²`` below the normal range is replaced by the smallest normal
+    number, an upper bound.  Overflow gives ``inf`` (refused by the calibration).
     """
     P = np.atleast_2d(np.asarray(pairs, dtype=np.float64))
-    Rk = check_positive(R_k, "R_k")
-    c = check_positive(ratio, "ratio")
-    lo = -Rk * Rk if t_min is None else float(t_min)
+    Rk = np.float64(check_positive(R_k, "R_k"))
+    c = np.float64(check_positive(ratio, "ratio"))
     a, w, a2, w2 = P.T
-    const = float(np.sum((a**2 + a2**2) * Rk**2 + c * c * (w**2 + w2**2) * Rk**4))
-    lin = -2.0 * float(np.sum(a * a2))
-    quad = 2.0 * c * c * float(np.sum(w * w2))
-    if quad > 0:
-        t = min(max(lin / (2.0 * quad), lo), Rk * Rk)
-    else:
-        t = Rk * Rk if lin > 0 else lo
-    return math.sqrt(max(const + lin * t - quad * t * t, 0.0))
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        lo = np.float64(-1.0) if t_min is None else np.float64(t_min) / Rk / Rk
+        cr2 = max((c * Rk) ** 2, np.float64(np.finfo(np.float64).tiny))
+        const = np.sum(a**2 + a2**2) + cr2 * np.sum(w**2 + w2**2)
+        lin = -2.0 * np.sum(a * a2)
+        quad = 2.0 * cr2 * np.sum(w * w2)
+        if quad > 0:
+            tau = min(max(lin / (2.0 * quad), lo), np.float64(1.0))
+        else:
+            tau = np.float64(1.0) if lin > 0 else lo
+        value = Rk * np.sqrt(max(const + lin * tau - quad * tau * tau, np.float64(0.0)))
+    return float(value) if np.isfinite(value) else math.inf
 
 
 _U = 2.0**-53  # unit round-off of float64
