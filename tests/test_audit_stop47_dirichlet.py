@@ -13,6 +13,7 @@ import pytest
 from pm_dpgp.accounting import Ledger
 from pm_dpgp.mechanisms.full.dirichlet import (
     DirichletTargets,
+    dirichlet_record_norm,
     dirichlet_release,
     dirichlet_sensitivity,
 )
@@ -84,3 +85,17 @@ def test_alpha_epsilon_in_range_still_accepted() -> None:
     for alpha in (1e-300, 1e-4, 0.01, 1.0, 1e12):
         tg = DirichletTargets.from_alpha(alpha)
         assert tg.y_in > tg.y_out and math.isfinite(tg.var_out)
+
+
+def test_record_norm_of_the_margin_does_not_underflow() -> None:
+    # ‖vᵢ‖ of one record over all classes (the summation margin's B_rec): R_k² and R_k⁴
+    # underflowed, 16% below the exact value at R_k = 2.65e-162
+    tg = DirichletTargets.from_alpha(0.01)
+    mu = tg.default_prior_mean(3)
+    w_out = Fraction(tg.var_in) / Fraction(tg.var_out)
+    a_in, a_out = Fraction(tg.y_in) - Fraction(mu), w_out * (Fraction(tg.y_out) - Fraction(mu))
+    for R_k in (2.65e-162, 1e-160, 1.0):
+        Rk = Fraction(R_k)
+        exact = (a_in**2 + 2 * a_out**2) * Rk**2 + (1 + 2 * w_out**2) * Rk**4
+        got = dirichlet_record_norm(3, tg, mu, R_k, 1.0)
+        assert Fraction(got) ** 2 >= exact * (1 - Fraction(1, 10**13))
