@@ -17,6 +17,7 @@ from pm_dpgp.mechanisms.full.dirichlet import (
     dirichlet_release,
     dirichlet_sensitivity,
 )
+from pm_dpgp.mechanisms.full.noise_aware import l2_sensitivity
 from pm_dpgp.models import grid_inducing_points, sparse_gp_regression
 
 Z = grid_inducing_points(-3.5, 3.5, 6)
@@ -99,3 +100,17 @@ def test_record_norm_of_the_margin_does_not_underflow() -> None:
         exact = (a_in**2 + 2 * a_out**2) * Rk**2 + (1 + 2 * w_out**2) * Rk**4
         got = dirichlet_record_norm(3, tg, mu, R_k, 1.0)
         assert Fraction(got) ** 2 >= exact * (1 - Fraction(1, 10**13))
+
+
+@pytest.mark.parametrize(
+    ("R_y", "R_k", "c"),
+    [(1.0, 2.65e-162, 1.0), (4.4, 1e-160, 1.0), (1.0, 1.0, 1.0), (3.0, 0.5, 7.0)],
+)
+def test_regression_l2_sensitivity_does_not_underflow(R_y, R_k, c) -> None:
+    # the per-class (and noise-aware regression) Δ of eq. 6 had the same underflow: 4.45e-162
+    # for R_y = c = 1, R_k = 2.65e-162, whose exact value is 2 R_k = 5.3e-162
+    Ry, Rk, cc = Fraction(R_y), Fraction(R_k), Fraction(c)
+    s = min(Ry**2 / (2 * cc**2), Rk**2)
+    exact = 2 * Ry**2 * Rk**2 + 2 * cc**2 * Rk**4 + 2 * Ry**2 * s - 2 * cc**2 * s**2
+    got = l2_sensitivity(R_y, R_k, c)
+    assert Fraction(got) ** 2 >= exact * (1 - Fraction(1, 10**13))
