@@ -78,3 +78,19 @@ def test_laplace_weights_are_accurate_for_large_linearisation_points() -> None:
             p = 1 / (1 + mpmath.exp(-mpmath.mpf(f)))
             exact = float(p * (1 - p))
             assert abs(sw**2 - exact) <= 1e-14 * exact
+
+
+def test_regression_record_norm_does_not_underflow() -> None:
+    """B_rec = √(R_y²R_k² + c²R_k⁴) of the summation margin: the squares underflowed below
+    R_k ≈ 1e-154 (as the Dirichlet record norm did, stop-47 audit)."""
+    from pm_dpgp.mechanisms.full.noise_aware import regression_record_norm
+
+    for R_y, R_k, c in [
+        (1.0, 2.65e-162, 1.0),
+        (3.0, 1e-200, 0.5),
+        (2.0, 1.3, 0.7),
+        (1e150, 1e-3, 1.0),
+    ]:
+        exact_sq = Fraction(R_y) ** 2 * Fraction(R_k) ** 2 + Fraction(c) ** 2 * Fraction(R_k) ** 4
+        got = Fraction(regression_record_norm(R_y, R_k, c))
+        assert abs(got**2 - exact_sq) <= Fraction(1, 2**48) * exact_sq
