@@ -94,3 +94,18 @@ def test_regression_record_norm_does_not_underflow() -> None:
         exact_sq = Fraction(R_y) ** 2 * Fraction(R_k) ** 2 + Fraction(c) ** 2 * Fraction(R_k) ** 4
         got = Fraction(regression_record_norm(R_y, R_k, c))
         assert abs(got**2 - exact_sq) <= Fraction(1, 2**48) * exact_sq
+
+
+def test_l2_sensitivity_is_finite_and_accurate_across_scales() -> None:
+    """The stop-47 rewrite of eq. (6) for tiny R_k overflowed q² = (c R_k/R_y)² for tiny R_y
+    (Δ = inf, so the secure selection refused with 'sensitivity must be finite' instead of its
+    own check); both closed-form cases now stay within a few ulps of the exact value."""
+    from pm_dpgp.mechanisms.full.noise_aware import l2_sensitivity
+
+    for R_y, R_k, c in [(1e-160, 1.0, 1.0), (1.0, 2.65e-162, 1.0), (1.0, 1.0, 1.0), (3.0, 0.2, 20.0),
+                        (1e100, 1e-100, 1e-50), (1e-150, 1e60, 1e3)]:  # fmt: skip
+        Fy, Fk, Fc = Fraction(R_y), Fraction(R_k), Fraction(c)
+        s = min(Fy**2 / (2 * Fc**2), Fk**2)
+        exact_sq = 2 * Fy**2 * Fk**2 + 2 * Fc**2 * Fk**4 + 2 * Fy**2 * s - 2 * Fc**2 * s**2
+        got = Fraction(l2_sensitivity(R_y, R_k, c))
+        assert abs(got**2 - exact_sq) <= Fraction(16, 2**53) * exact_sq

@@ -480,13 +480,19 @@ def l2_sensitivity(
     # float64 arithmetic: an absurd public bound gives inf (refused by the calibration, before
     # any spend), never Python's OverflowError
     Ry, Rk, c = np.float64(Ry), np.float64(Rk), np.float64(c)
-    # Δ = R_y R_k √(2 + 2q² + 2σ − 2q²σ²), q = c R_k/R_y, σ = s*/R_k² = min(1/(2q²), 1):
-    # R_y², R_k² and R_k⁴ underflowed for R_k ≲ 1e-154 (Δ 16% low at R_k = 2.65e-162, R_y = 1;
-    # stop-47 audit).  A q² that underflows gives σ = 1, where the q² terms cancel exactly
+    # the two cases of s* in closed form, each a norm of terms formed without squaring R_y or
+    # R_k alone: R_y², R_k², R_k⁴ underflowed for R_k ≲ 1e-154 (Δ 16 % low at R_k = 2.65e-162,
+    # R_y = 1; stop-47 Dirichlet audit), and q² = (c R_k/R_y)² overflowed for R_y ≪ c R_k
+    # (stop-47 review).  s* = R_k² (R_y ≥ √2 c R_k): Δ² = 4R_y²R_k²; otherwise s* = R_y²/(2c²):
+    # Δ² = 2R_y²R_k² + 2c²R_k⁴ + R_y⁴/(2c²)
     with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
-        q2 = (c * Rk / Ry) ** 2
-        sig = min(1.0 / (2.0 * q2), np.float64(1.0))
-        value = Ry * Rk * np.sqrt(2.0 + 2.0 * q2 + 2.0 * sig - 2.0 * q2 * sig * sig)
+        root2 = np.sqrt(np.float64(2.0))
+        if Ry >= root2 * c * Rk:
+            value = 2.0 * Ry * Rk
+        else:
+            value = np.hypot(
+                np.hypot(root2 * Ry * Rk, (root2 * c * Rk) * Rk), Ry * (Ry / (root2 * c))
+            )
     return float(value) if np.isfinite(value) else math.inf
 
 
