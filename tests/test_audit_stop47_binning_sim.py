@@ -102,8 +102,9 @@ def test_l2_sensitivity_is_finite_and_accurate_across_scales() -> None:
     own check); both closed-form cases now stay within a few ulps of the exact value."""
     from pm_dpgp.mechanisms.full.noise_aware import l2_sensitivity
 
-    for R_y, R_k, c in [(1e-160, 1.0, 1.0), (1.0, 2.65e-162, 1.0), (1.0, 1.0, 1.0), (3.0, 0.2, 20.0),
-                        (1e100, 1e-100, 1e-50), (1e-150, 1e60, 1e3)]:  # fmt: skip
+    cases = [(1e-160, 1.0, 1.0), (1.0, 2.65e-162, 1.0), (1.0, 1.0, 1.0), (3.0, 0.2, 20.0),
+             (1e100, 1e-100, 1e-50), (1e-150, 1e60, 1e3)]  # fmt: skip
+    for R_y, R_k, c in cases:
         Fy, Fk, Fc = Fraction(R_y), Fraction(R_k), Fraction(c)
         s = min(Fy**2 / (2 * Fc**2), Fk**2)
         exact_sq = 2 * Fy**2 * Fk**2 + 2 * Fc**2 * Fk**4 + 2 * Fy**2 * s - 2 * Fc**2 * s**2
