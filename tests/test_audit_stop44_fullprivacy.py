@@ -135,13 +135,19 @@ def test_dirichlet_targets_of_a_large_alpha_are_positive_variances():
     """``log(1/α + 1)`` was 0 for α > 2^53: ``ZeroDivisionError`` in the release."""
     import math
 
+    import pytest
+
     from pm_dpgp.models.sparse import DirichletTargets
 
     t = DirichletTargets.from_alpha(0.01)
     assert t.var_out == math.log(101.0) and t.var_in == math.log(1 / 1.01 + 1)
+    t = DirichletTargets.from_alpha(1e12)
+    assert t.var_in > 0.0 and t.var_out > 0.0 and t.y_in > t.y_out
+    # beyond ~1e15 the two targets coincide in float64 (R_y = 0, a ZeroDivisionError later):
+    # refused by name since stop 47 instead of accepted here
     for a in (1e16, 1e300):
-        t = DirichletTargets.from_alpha(a)
-        assert t.var_in > 0.0 and t.var_out > 0.0
+        with pytest.raises(ValueError, match="outside float64's range"):
+            DirichletTargets.from_alpha(a)
 
 
 def test_a_huge_noise_sd_is_refused_by_name():
