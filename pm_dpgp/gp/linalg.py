@@ -33,7 +33,22 @@ __all__ = [
     "symmetrise_inplace",
     "cho_solve_lower",
     "solve_lower",
+    "norm_rounded_up",
 ]
+
+
+def norm_rounded_up(values: NDArray[np.float64]) -> float:
+    """``‖values‖₂`` of the given floats, rounded up: never below the exact norm.
+
+    ``math.fsum`` and ``sqrt`` are correctly rounded (the squares add one rounding each), so
+    the exact norm is at most ``ŝ/(1 − u)²`` for the computed ``ŝ``, which
+    ``fl(ŝ (1 + 2⁻⁵¹))`` exceeds; a BLAS dot could leave the norm ``γ_n`` below it.  Used where
+    a public bound must hold for the floats actually used (the square-root counter's column
+    norm, the dyadic partition basis's ``R_φ``).
+    """
+    v = np.asarray(values, dtype=np.float64).ravel()
+    return math.sqrt(math.fsum(v * v)) * (1.0 + 2.0**-51)
+
 
 #: First jitter tried when the caller gives none, relative to the mean diagonal.
 _RELATIVE_JITTER_START = 1e-10

@@ -32,6 +32,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from pm_dpgp._validation import check_count, check_finite_array, check_scale, public_real_array
+from pm_dpgp.gp.linalg import norm_rounded_up
 
 __all__ = ["DyadicPartitionFeatures", "MAX_PARTITION_FEATURES"]
 
@@ -119,9 +120,7 @@ class DyadicPartitionFeatures:
         offsets = np.concatenate([[0], np.cumsum(cells)]).astype(np.intp)
         offsets.flags.writeable = False
         self.offsets = offsets
-        # ‖w‖ rounded up: fsum and sqrt are correctly rounded, so the exact ‖w‖ is at most
-        # ŝ/(1 − u)² < fl(ŝ (1 + 2⁻⁵¹)) (a BLAS dot could leave R_φ γ_J below it)
-        self.R = math.sqrt(math.fsum(w * w)) * (1.0 + 2.0**-51)
+        self.R = norm_rounded_up(w)  # ‖w‖, never below the exact norm of these weights
         self._frozen = True
 
     def __setattr__(self, name: str, value: Any) -> None:

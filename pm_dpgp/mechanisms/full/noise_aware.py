@@ -1478,7 +1478,8 @@ def statistics_noise(
     """``calibrate_statistics_noise`` at the charged ``sensitivity``, then ``σ_b = σ_a/c``, the
     posterior's arithmetic check (``check_posterior_arithmetic``, which refuses before any
     spend) and ``λ`` (``regularisation_lambda``, eq. 10).  The one calibration shared by the
-    releases, their plans and the selection's planned event.  Public inputs only."""
+    noise-aware and Dirichlet releases and their plans (the selection's planned event needs
+    ``σ_a`` and the arithmetic check only).  Public inputs only."""
     sigma_a, plan = calibrate_statistics_noise(
         epsilon,
         delta,

@@ -39,7 +39,6 @@ covers the rounding of all ``T·dim`` coordinates), revealed step by step; one `
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -49,6 +48,7 @@ from numpy.typing import ArrayLike, NDArray
 from pm_dpgp._validation import check_count, check_delta, check_epsilon, check_flag, check_positive
 from pm_dpgp.accounting import GaussianEvent, PrivacyEvent
 from pm_dpgp.accounting.planned import PlannedCharge
+from pm_dpgp.gp.linalg import norm_rounded_up
 from pm_dpgp.mechanisms.gaussian import gaussian_sigma, zcdp_rho
 from pm_dpgp.mechanisms.noise import (
     DiscreteGaussianPlan,
@@ -130,10 +130,7 @@ def plan_sqrt_counter(
     T = len(c)
     if int(dim) != dim or dim < 1:
         raise ValueError(f"dim must be a positive integer, got {dim!r}.")
-    # ‖R_{:,1}‖ of the weights used (the computed c_k), rounded up: fsum is correctly rounded
-    # and so is sqrt, so the exact norm is ≤ ŝ/(1 − u)² < fl(ŝ·(1 + 2⁻⁵¹)) (a BLAS dot was
-    # up to γ_T relative below it)
-    norm = math.sqrt(math.fsum(c * c)) * (1.0 + 2.0**-51)
+    norm = norm_rounded_up(c)  # ‖R_{:,1}‖ of the weights used (the computed c_k)
     if check_flag(secure, "secure"):
         plan = plan_discrete_gaussian(norm * Delta, T * int(dim), zcdp_rho(epsilon, delta))
         return SqrtCounterPlan(T, int(dim), Delta, norm, plan.sigma, plan.event(1, label), plan)
