@@ -386,6 +386,57 @@ def _split_rows(arrays: Sequence[Any], chunk_size: int) -> Iterable[tuple[Any, .
         yield tuple(a[start : start + chunk_size] for a in arrays)
 
 
+def _layout(arrays: Sequence[Any]) -> tuple[Any, ...]:
+    """What rows of two chunks must share to be joined: per array its type (masked or not),
+    dtype and trailing shape."""
+    return tuple((isinstance(a, np.ma.MaskedArray), a.dtype, a.shape[1:]) for a in arrays)
+
+
+def _join(pieces: list[tuple[Any, ...]]) -> tuple[Any, ...]:
+    if len(pieces) == 1:
+        return pieces[0]
+    return tuple(
+        (np.ma.concatenate if isinstance(parts[0], np.ma.MaskedArray) else np.concatenate)(parts)
+        for parts in zip(*pieces, strict=True)
+    )
+
+
+def _full_pieces(chunks: Iterable[tuple[Any, ...]], chunk_size: int) -> Iterable[tuple[Any, ...]]:
+    """The rows of an iterable of chunks regrouped into pieces of exactly ``chunk_size`` rows
+    (the last one shorter), as ``_split_rows`` cuts a tuple: the pieces, and so the computed
+    statistics, are the same bits however the caller chunked the rows.  Consecutive chunks
+    whose arrays differ in ``_layout`` (e.g. 1-d and 2-d inputs) are not joined: the rows
+    held so far then form a shorter piece.  At most ``chunk_size`` rows are held beyond the
+    current chunk; an empty chunk contributes nothing."""
+    held: list[tuple[Any, ...]] = []
+    held_rows = 0
+    key: tuple[Any, ...] | None = None
+    for arrays in chunks:
+        rows = len(arrays[0])
+        if rows == 0:
+            continue
+        layout = _layout(arrays)
+        if held and layout != key:
+            yield _join(held)
+            held, held_rows = [], 0
+        key = layout
+        start = 0
+        if held:
+            start = min(chunk_size - held_rows, rows)
+            held.append(tuple(a[:start] for a in arrays))
+            held_rows += start
+            if held_rows == chunk_size:
+                yield _join(held)
+                held, held_rows = [], 0
+        while rows - start >= chunk_size:
+            yield tuple(a[start : start + chunk_size] for a in arrays)
+            start += chunk_size
+        if start < rows:
+            held, held_rows = [tuple(a[start:] for a in arrays)], rows - start
+    if held:
+        yield _join(held)
+
+
 def _as_rows(a: Any) -> Any:
     """An array to split by rows; a masked array stays masked (its masked entries are missing
     values for the preprocessing, ``pm_dpgp._validation.float_array``; stop-32 audit)."""
@@ -423,8 +474,9 @@ def sufficient_statistics(
           ``chunk_size`` rows, added pairwise) and the non-empty blocks are summed with
           Dask's tree reduction (``.sum(axis=0, split_every=2)``), so the data need never be
           on one machine;
-        * any **other iterable** (generator, list) of such tuples, one per chunk; chunks
-          longer than ``chunk_size`` are split.
+        * any **other iterable** (generator, list) of such tuples, one per chunk; the rows
+          are regrouped into pieces of ``chunk_size`` rows as a tuple's are
+          (``_full_pieces``), so the statistics do not depend on how they were chunked.
     preprocess
         Per-chunk transformation, see ``Preprocess``; default: ``(X, y[, w])`` as is.
     n_targets, n_extras
@@ -443,10 +495,10 @@ def sufficient_statistics(
         columns, round-off included.  ``None``: no clipping.
 
     Memory is ``O(M² T log₂ N + M · chunk_size)``: the pairwise sum holds at most
-    ``⌊log₂ N⌋ + 1`` partial sums for ``N`` pieces (``N = ⌈n/chunk_size⌉`` for a tuple; up to
-    ``n`` for an iterator of small chunks).  With ``M = 2000`` and ``n = 10⁷`` in the default
-    chunks that is 13 sums of 32 MB, against one before stop 47 (a Dask task holds those of
-    its own block only).
+    ``⌊log₂ N⌋ + 1`` partial sums for ``N = ⌈n/chunk_size⌉`` pieces (an iterator's rows
+    are regrouped into full pieces; more only where consecutive chunks differ in layout).
+    With ``M = 2000`` and ``n = 10⁷`` in the default chunks that is 13 sums of 32 MB, against
+    one before stop 47 (a Dask task holds those of its own block only).
     """
     Zarr = check_finite_array(Z, "Z", ndim=2)
     M = Zarr.shape[0]
@@ -523,10 +575,9 @@ def sufficient_statistics(
                         "(X_chunk, y_chunk[, w_chunk]); a chunk held a single number (zip(X, y) "
                         "gives one record at a time): pass data=(X, y)."
                     )
-                arrs = tuple(_as_rows(a) for a in item)
-                yield from _split_rows(arrs, chunk)
+                yield tuple(_as_rows(a) for a in item)
 
-        chunks = _chunks()
+        chunks = _full_pieces(_chunks(), chunk)
     for arrs in chunks:
         # the piece's row count as given (dropped records included), ≤ chunk
         pack = _chunk_pack(kernel, Zarr, pre, arrs, n_targets, n_extras, column_norm)
