@@ -46,3 +46,35 @@ def test_partition_feature_norm_covers_tiny_weights() -> None:
     f = DyadicPartitionFeatures(0.0, 1.0, 2, None, w)
     row = f(np.array([[0.3]]))[0]
     assert Fraction(f.R) ** 2 >= _exact_square(row.tolist())
+
+
+@pytest.mark.parametrize("k", [157, 160, 170, 200, 300])
+def test_box_box_kernel_of_boxes_narrow_beside_the_lengthscale(k: int) -> None:
+    # the four terms H(z/ℓ) ≈ z²/(2ℓ²) underflowed and the round-off estimate, relative to
+    # them, was 0: identical or adjacent boxes of width 1e-170 ℓ had the covariance 0 (true
+    # value 1 − O(w²/ℓ²)), at 1e-160 ℓ 0.99998887
+    from pm_dpgp.gp.integral import box_box_kernel
+
+    w = 10.0**-k
+    lo, hi = np.array([[0.0], [w]]), np.array([[w], [2 * w]])
+    np.testing.assert_allclose(box_box_kernel(lo, hi, lo, hi, 1.0, 1.0), 1.0, rtol=1e-12)
+    lo, hi = np.array([[0.0], [1.0]]), np.array([[1.0], [2.0]])
+    np.testing.assert_allclose(box_box_kernel(lo, hi, lo, hi, 10.0**k, 2.0), 4.0, rtol=1e-12)
+
+
+def test_binned_gp_integral_agrees_with_point_for_a_huge_lengthscale() -> None:
+    # lengthscale 1e170 with unit-scale bins: the integral method's bin covariances were 0
+    # while the point-box ones were 1, and the posterior mean of labels in [0, 1] was 363
+    from pm_dpgp.mechanisms.label.binning import binned_gp, binned_release, make_bins
+
+    rng = np.random.default_rng(0)
+    X, y = rng.uniform(size=(200, 1)), rng.uniform(size=200)
+    rel = binned_release(
+        X, y, make_bins([np.linspace(0, 1, 5)]), epsilon=1.0, y_bounds=(0, 1), rng=rng
+    )
+    Xs = np.array([[0.3], [0.7]])
+    kw = {"lengthscale": 1e170, "kernel_scale": 1.0, "noise_sd": 0.1}
+    integral = binned_gp(rel, Xs, **kw)
+    point = binned_gp(rel, Xs, method="point", **kw)
+    np.testing.assert_allclose(integral.draws, point.draws, rtol=1e-9)
+    np.testing.assert_allclose(integral.noise_factor, point.noise_factor, rtol=1e-9)

@@ -33,6 +33,9 @@ review: ``1.4·10⁻⁹`` for boxes of widths ``4.6·10⁻⁸`` and ``0.16`` ove
 kept in closed form; a lower threshold would send most pairs of fine grids to the quadrature,
 4–6× slower).  Values far below that, e.g. of boxes many ``ℓ`` apart, carry no relative
 accuracy.
+The estimate also counts the absolute error ``2⁻¹⁰⁷⁰ (ℓ/w_a)(ℓ/w_b)`` of terms whose squares
+underflow (boxes narrower than ``~10⁻¹⁵⁴ ℓ``), so those go to the quadrature too (stop-48
+audit: widths ``10⁻¹⁷⁰ ℓ`` gave the covariance 0 for a true 1).
 Boxes need ``upper > lower`` in every dimension (a point is not a box of width 0 here).
 """
 
@@ -136,8 +139,12 @@ def box_box_kernel(
     # the four-term sum cancels terms of size |G| ≈ min(z²/2, ℓ|z|√(π/2)): where its
     # round-off, ε_mach Σ|G|/(w_a w_b), may exceed _MAX_LOSS, the quadrature of
     # _narrow_box_box (stop-45 audit: 5.55 for a true 0.607 at w = 10⁻⁸ ℓ, D = ℓ)
+    # plus the absolute error of terms whose squares underflow (|z| < ~1e-154 ℓ: H ≈ z²/2ℓ²
+    # loses its relative accuracy and is 0 below ~1e-162 ℓ), which the relative estimate
+    # misses (stop-48 audit: identical boxes of width 1e-170 ℓ had the covariance 0 for a
+    # true 1; at 1e-160 ℓ, 0.99998887)
     with np.errstate(over="ignore", invalid="ignore"):
-        loss = _EPS * ((sum(np.abs(t) for t in terms) * ra) * rb)
+        loss = _EPS * ((sum(np.abs(t) for t in terms) * ra) * rb) + (_UNDERFLOW * ra) * rb
     # pairs with both intervals wider than ℓ keep the closed form, which loses at most
     # ε_mach (D/ℓ + 2) there (_narrow_box_box integrates pieces no wider than ℓ)
     redo = np.nonzero(~(loss <= _MAX_LOSS) & (np.minimum(wa, wb) <= ls))
@@ -154,6 +161,10 @@ def box_box_kernel(
 #: error term, 2k = 16).
 _GL_X, _GL_W = np.polynomial.legendre.leggauss(8)
 _EPS = float(np.finfo(np.float64).eps)
+#: Bound on the absolute error of the four terms ``H(z/ℓ)`` from gradual underflow: each
+#: is a product and a halved square, each of which errs by at most ``2⁻¹⁰⁷⁵`` when
+#: subnormal (Higham 2002, §2.1, eq. 2.8), so ``4 · 3 · 2⁻¹⁰⁷⁵ < 2⁻¹⁰⁷⁰``.
+_UNDERFLOW = 2.0**-1070
 #: The estimated round-off of the closed form above which the quadrature is used.
 _MAX_LOSS = 1e-9
 
