@@ -78,3 +78,17 @@ def test_binned_gp_integral_agrees_with_point_for_a_huge_lengthscale() -> None:
     point = binned_gp(rel, Xs, method="point", **kw)
     np.testing.assert_allclose(integral.draws, point.draws, rtol=1e-9)
     np.testing.assert_allclose(integral.noise_factor, point.noise_factor, rtol=1e-9)
+
+
+@pytest.mark.parametrize("scale", [1e-170, 1e-160, 3e-155, 1.0, 1e150])
+def test_whitening_column_sensitivity_covers_tiny_maps(scale: float) -> None:
+    """``column_sensitivity`` of a map whose squares underflow (stop-48 audit: W = 1e-170
+    everywhere gave 0 against the exact 1.41e-170 per unit range)."""
+    from pm_dpgp.mechanisms.whitening import centred_whitening
+
+    W = np.full((2, 3), scale)
+    W[1, 2] = 0.5 * scale
+    got = centred_whitening(W, np.zeros(3), (-1.0, 1.0), 0.0).column_sensitivity
+    exact_sq = max(sum(Fraction(float(W[i, j])) ** 2 for i in range(2)) for j in range(3))
+    assert got > 0.0 and Fraction(got / 2.0) ** 2 >= exact_sq
+    assert got <= 2.0 * float(np.sqrt(2.0)) * scale * (1.0 + 1e-12)

@@ -93,6 +93,20 @@ def check_whitened_range(bound: float) -> None:
         )
 
 
+def _largest_column_norm(W: NDArray[np.float64]) -> float:
+    """``max_j ‖W e_j‖₂`` computed on ``W`` scaled by the power of two that brings its largest
+    entry into ``[½, 1)`` (exact), so squares do not underflow: unscaled, ``W = 10⁻¹⁷⁰``
+    everywhere gave 0 (stop-48 audit).  A subnormal result is rounded up one step.  Its
+    round-off is the ``γ_{k+2}`` allowance of the caller."""
+    top = float(np.max(np.abs(W), initial=0.0))
+    if top == 0.0:
+        return 0.0
+    e = math.frexp(top)[1]
+    Ws = np.ldexp(W, -e)
+    norm = math.ldexp(float(np.sqrt(np.max(np.einsum("ij,ij->j", Ws, Ws)))), e)
+    return math.nextafter(norm, math.inf) if norm < 2.0**-1022 else norm
+
+
 def centred_whitening(
     W: NDArray[np.float64],
     y: NDArray[np.float64],
@@ -128,6 +142,5 @@ def centred_whitening(
     # more smallest subnormals for the rounding of r itself).  Stop-45 audit: at y_bounds
     # (0, 1e-320) two neighbours' whitened means differed by 1.0005e-320 with 1e-320 charged.
     rounding += (n + 4) * math.sqrt(k) * _SMALLEST_SUBNORMAL
-    column = float(np.sqrt(np.max(np.einsum("ij,ij->j", W, W)))) * (hi - lo)
-    column *= 1.0 + _gamma(k + 2)
+    column = _largest_column_norm(W) * (hi - lo) * (1.0 + _gamma(k + 2))
     return CentredWhitening(private, public, column, rounding * (1.0 + _gamma(n + k)))
