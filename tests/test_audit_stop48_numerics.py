@@ -92,3 +92,27 @@ def test_whitening_column_sensitivity_covers_tiny_maps(scale: float) -> None:
     exact_sq = max(sum(Fraction(float(W[i, j])) ** 2 for i in range(2)) for j in range(3))
     assert got > 0.0 and Fraction(got / 2.0) ** 2 >= exact_sq
     assert got <= 2.0 * float(np.sqrt(2.0)) * scale * (1.0 + 1e-12)
+
+
+@pytest.mark.parametrize("scale", [1e-170, 1e-155, 1.0])
+def test_whitening_rounding_bound_holds_for_tiny_maps(scale: float) -> None:
+    """``rounding`` bounds ``‖private − W(y − c)‖`` (exactly, in fractions) also when the row
+    sums' squares underflow: with W ≈ 1e-170 the bound was 8e-323 against errors ≈ 1e-186."""
+    from pm_dpgp.mechanisms.whitening import centred_whitening
+
+    rng = np.random.default_rng(1)
+    worst = Fraction(0)
+    for _ in range(40):
+        W = rng.uniform(0.5, 1.0, (2, 7)) * scale
+        y = rng.uniform(-1.0, 1.0, 7)
+        cw = centred_whitening(W, y, (-1.0, 1.0), 0.0)
+        err_sq = sum(
+            (
+                Fraction(float(cw.private[i]))
+                - sum(Fraction(float(W[i, j])) * Fraction(float(y[j])) for j in range(7))
+            )
+            ** 2
+            for i in range(2)
+        )
+        worst = max(worst, err_sq / Fraction(cw.rounding) ** 2)
+    assert worst <= 1
