@@ -73,6 +73,7 @@ from pm_dpgp._validation import (
     check_flag,
     check_positive,
     check_rng,
+    check_scale,
     public_real_array,
     reject_unexpected,
 )
@@ -295,7 +296,13 @@ def public_inputs_posterior(
     """
     b, U = np.linalg.eigh(0.5 * (B + B.T))
     b = np.clip(b, 0.0, None)
-    gain = b / (noise_var * b + sigma_a**2)  # B C^-1 in the eigenbasis
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        denom = noise_var * b + sigma_a**2
+        # B C^-1 in the eigenbasis.  Where σ²b + σ_a² underflows to 0 (σ_a ≲ 1e-162, e.g.
+        # y_bounds = ±1e-200, and b = 0 or tiny) it is 1/(σ² + (σ_a/√b)²), 0 for b = 0: the
+        # plain quotient was 0/0 = nan, after the run was charged (stop-48 audit)
+        tiny = 1.0 / (noise_var + (sigma_a / np.sqrt(np.where(b > 0.0, b, 1.0))) ** 2)
+        gain = np.where(denom > 0.0, b / denom, np.where(b > 0.0, tiny, 0.0))
     prec = 1.0 + b * gain
     m = U @ (gain * (U.T @ a_noisy) / prec)
     return m, (U / prec) @ U.T
@@ -522,7 +529,9 @@ def dp_thompson_sampling_tree(
     check_refine(refine_steps, refine_points)
     d = X0.shape[1]
     T = int(n_rounds)
-    noise_sd = check_positive(noise_sd, "noise_sd")
+    # its square and inverse square are used (s = noise_sd⁻²): 1e-170 raised ZeroDivisionError
+    # and 1e160 OverflowError with the partition basis (stop-48 audit); nothing is spent yet
+    noise_sd = check_scale(noise_sd, "noise_sd")
     func = "dp_thompson_sampling_tree"
     # a float before anything else: "0.0" was used raw after the spend (stop-40 fuzz: the
     # whole budget charged, then a TypeError)
