@@ -37,6 +37,7 @@ from numpy.typing import ArrayLike, NDArray
 from pm_dpgp._validation import (
     check_count,
     check_finite_array,
+    check_positive,
     is_dask_collection,
     library_instance,
     refuse_misaligned_rows,
@@ -47,6 +48,8 @@ __all__ = [
     "Preprocess",
     "SufficientStatistics",
     "chunk_statistics",
+    "SMALLEST_COLUMN_NORM",
+    "check_column_norm",
     "clip_columns",
     "count_matching_rows",
     "default_chunk_size",
@@ -297,6 +300,26 @@ class _PairwiseSum:
         return A, B
 
 
+#: Smallest ``column_norm`` for which ``clip_columns`` is proved: below it the scaled columns'
+#: entries are subnormal, whose rounding (``2⁻¹⁰⁷⁵`` absolute each) the relative allowance
+#: ``R g`` need not cover.
+SMALLEST_COLUMN_NORM = 2.0**-1000
+
+
+def check_column_norm(value: float, name: str) -> float:
+    """A public column-norm bound (``R_k``, ``R_φ``) as a float in the range ``clip_columns``
+    is proved for, ``[2⁻¹⁰⁰⁰, ∞)``; refused by name otherwise (before any spend: the callers
+    check it where the bound is set)."""
+    v = check_positive(value, name)
+    if not v >= SMALLEST_COLUMN_NORM:
+        raise ValueError(
+            f"{name} = {v!r} is below 2**-1000 = {SMALLEST_COLUMN_NORM:.3g}: the clipping of "
+            "the computed kernel columns to it is not proved there (subnormal round-off); "
+            "rescale the kernel (a larger amplitude) or the inputs. Nothing was spent or drawn."
+        )
+    return v
+
+
 def clip_columns(K: NDArray[np.float64], column_norm: float) -> NDArray[np.float64]:
     r"""Scale every column of ``K`` whose computed 2-norm exceeds ``column_norm`` down, so that
     each returned column has norm ``≤ column_norm`` *in exact arithmetic on the returned
@@ -313,6 +336,8 @@ def clip_columns(K: NDArray[np.float64], column_norm: float) -> NDArray[np.float
     underflowing squares do not hide a column above the bound; the claim holds for every
     ``column_norm ≥ 2⁻¹⁰⁰⁰`` (``K`` finite, as ``_chunk_pack`` makes it).
     """
+    if not column_norm >= SMALLEST_COLUMN_NORM:  # the callers refuse it before any spend
+        raise ValueError(f"column_norm {column_norm!r} is below 2**-1000 (check_column_norm).")
     M = K.shape[0]
     h = M + 6
     g = h * _U / (1.0 - h * _U)

@@ -80,6 +80,7 @@ from pm_dpgp.accounting import GaussianEvent, Ledger, PrivacyEvent
 from pm_dpgp.gp.linalg import jittered_cholesky
 from pm_dpgp.gp.sparse import (
     SufficientStatistics,
+    check_column_norm,
     predict_from_qu,
     sample_from_qu,
     sufficient_statistics,
@@ -146,6 +147,12 @@ class KernelNormBound:
     d_z: float | None
     nonnegative: bool
     candidates: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # the computed kernel columns are clipped to R_k (clip_columns), proved for
+        # R_k ≥ 2⁻¹⁰⁰⁰ only (stop-48 audit); refused here, where the bound is set, before
+        # any spend
+        check_column_norm(self.R_k, "kernel_norm (the bound R_k on ||k(Z, x)||)")
 
 
 def _min_spacing(Z: NDArray[np.float64]) -> float:
