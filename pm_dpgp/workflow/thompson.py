@@ -206,12 +206,12 @@ class LoopError(RuntimeError):
 
 
 class ReleaseError(LoopError):
-    """A round's sample-path release failed after the ledger charged it (e.g. ``MemoryError``
-    in its O(n³) factorisation at large n): ``result`` holds the completed rounds and, in
-    ``events``, the failed round's charge, with ``stop_reason="release_error"`` (stop-43
-    audit: the completed rounds were lost), or refused before its charge in a later round (a
-    release too large to hold at that round's ``n``: stop-44 audit).  The release's own
-    exception is ``__cause__``.
+    """A round's sample-path release (or an evaluation of its released path) failed after the
+    ledger charged it (e.g. ``MemoryError`` in its O(n³) factorisation at large n):
+    ``result`` holds the completed rounds and, in ``events``, the failed round's charge, with
+    ``stop_reason="release_error"`` (stop-43 audit: the completed rounds were lost), or
+    refused before its charge in a later round (a release too large to hold at that round's
+    ``n``: stop-44 audit).  The release's own exception is ``__cause__``.
     """
 
 
@@ -817,14 +817,16 @@ def dp_thompson_sampling(
                             raise
                         failure, stop = err, "release_error"
                         break
+                    # the charge is recorded at once, before anything reads the path: a
+                    # Ctrl-C (or an error) in the path's first evaluation left the ledger one
+                    # round ahead of the events (stop-48 audit: 25.19 replayed, 34.99 charged)
+                    event = charged.with_label(f"Thompson round path (n={n})")
+                    events.append(event)
                     path = release.evaluate
-                    f_c = path(X_c)[0]
 
                     def evaluate(Xn: NDArray[np.float64], _p: Any = path) -> NDArray[np.float64]:
                         return _p(Xn)[0]
 
-                    event = charged.with_label(f"Thompson round path (n={n})")
-                    events.append(event)
                     # both at the ledger's δ (walkthrough 40: the round's ε was at delta=,
                     # the cumulative at the ledger's δ, so a round could exceed the total)
                     eps_round = event.epsilon(ledger.delta)
@@ -848,9 +850,20 @@ def dp_thompson_sampling(
                     eps_round = eps_cum = math.inf
                     meta = json.dumps({"mechanism": "none (non-private)"})
                     alpha_max = math.nan
-                x_new, f_new = _maximise(
-                    evaluate, (X_c, f_c), lower, upper, refine_steps, refine_points, rng
-                )
+                try:
+                    if private:
+                        f_c = evaluate(X_c)
+                    x_new, f_new = _maximise(
+                        evaluate, (X_c, f_c), lower, upper, refine_steps, refine_points, rng
+                    )
+                except Exception as err:
+                    if not private:
+                        raise
+                    # the released path failed to evaluate after its charge: a ReleaseError
+                    # holding the completed rounds, as for a failed release (stop-48 audit:
+                    # it was raised as it was, and the completed rounds were lost)
+                    failure, stop = err, "release_error"
+                    break
                 try:
                     y_new = _observe(objective, x_new[None, :], fill)
                 except Exception as err:  # re-raised below, with the completed rounds
