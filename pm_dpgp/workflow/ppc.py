@@ -50,6 +50,7 @@ widening without bound.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -343,7 +344,9 @@ def dp_ppc(
     n_replicates:
         noise replicates per DP draw (default: enough for ≥ 200 predictive draws).
     n_draws:
-        draws of ``q(f)`` for a noise-aware or Dirichlet release (default 200).
+        draws of ``q(f)`` for a noise-aware or Dirichlet release (default 200); ignored, with
+        a ``UserWarning``, for a release that carries its own draws (``Release``,
+        ``SamplePathRelease``).
     interpolate:
         allow linear interpolation of a 1-D ``Release`` to the hold-out inputs.
     holdout_is_public:
@@ -434,6 +437,17 @@ def dp_ppc(
         n_draws = check_count(n_draws, "n_draws")
         # 10**400 gave NumPy's "maximum supported dimension" error (stop-40 fuzz)
         check_draws_fit(n_draws, max(int(np.size(y_hold)), 1))
+        if not isinstance(release, SparseQuRelease):
+            # a release that carries its own draws: n_draws was ignored silently (stop-48
+            # audit); a warning, not a refusal, so that a loop over release types still runs
+            warnings.warn(
+                f"n_draws={n_draws} is ignored: it sets the draws of a noise-aware or Dirichlet "
+                f"release's DP q(f), and this {type(release).__name__} carries its own "
+                f"{release.n_draws} draw(s) (each repeated n_replicates times; more DP draws "
+                "are a new, charged release).",
+                UserWarning,
+                stacklevel=2,
+            )
     if dp_noise not in ("marginalise", "ignore"):
         raise ValueError(f"dp_noise must be 'marginalise' or 'ignore', got {dp_noise!r}.")
     if not isinstance(var_name, str) or not var_name or var_name in _PPC_NAMES:
