@@ -414,7 +414,9 @@ def draws_to_inference_data(
         # rows are paired by position: a hold-out Series in another order than a DataFrame
         # X_star put each height beside another person's age (stop-42 audit)
         refuse_other_rows(x_star_rows, "X_star", row_labels(obs_values), "observed_data")
-        obs = check_finite_array(obs_values, f"observed_data[{obs_name!r}]")
+        # a copy: the caller's array was stored, and its later in-place edits moved the
+        # exported hold-out values (stop-48 audit)
+        obs = np.array(check_finite_array(obs_values, f"observed_data[{obs_name!r}]"))
         if obs.shape != tuple(post[first].shape[2:]):
             raise ValueError(
                 f"observed_data[{obs_name!r}] has shape {obs.shape} but {first!r} has "

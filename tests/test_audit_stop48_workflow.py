@@ -5,6 +5,11 @@
   charged); any other error there (or in the refinement's evaluations) was raised as it was,
   and the completed rounds were lost, instead of a ``ReleaseError`` holding them.
 * ``dp_ppc(n_draws=...)`` ignored ``n_draws`` silently for a release with its own draws.
+* Exports shared arrays with the release or the caller: a q(u) export its ``u_mean``,
+  ``u_cov``, ``Z`` (an in-place edit of the export moved ``release.predict`` by 20.6) and the
+  caller's ``X_star``; ``dp_ppc`` the caller's ``X_holdout`` / ``y_holdout`` (a later
+  ``y_holdout += 5`` moved ``holdout_elpd`` from -10.75 to -32.10), and
+  ``Release.to_inference_data`` its ``observed_data`` array.
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ import pytest
 
 import pm_dpgp.mechanisms.full.sample_path as sp
 from pm_dpgp.accounting import Ledger
-from pm_dpgp.workflow import dp_ppc, dp_thompson_sampling
+from pm_dpgp.compat import get_group
+from pm_dpgp.workflow import dp_ppc, dp_thompson_sampling, holdout_elpd
 from pm_dpgp.workflow.thompson import ReleaseError
 
 
@@ -99,3 +105,67 @@ def test_dp_ppc_says_n_draws_is_ignored_for_a_release_with_its_own_draws(every_r
         with pytest.warns(UserWarning, match=r"n_draws=50 is ignored.*carries its own"):
             idata = dp_ppc(release, X, np.zeros(5), **kw)
         assert idata.posterior.attrs["ppc_n_dp_draws"] == release.n_draws
+
+
+# --------------------------------------------------------------- exports own their arrays
+def _group(idata, name):
+    return get_group(idata, name)
+
+
+@pytest.mark.parametrize("kind", ["noise_aware", "dirichlet"])
+def test_a_qu_export_edited_in_place_leaves_the_release_unchanged(kind):
+    """The export shared u_mean, u_cov and Z with the release: `u_mean *= 100` in the export
+    moved release.predict by 20.6 (noise-aware) and predict_proba by 0.45 (Dirichlet)."""
+    from tests import releases
+
+    release = getattr(releases, kind)()
+    X_h = np.linspace(-2.0, 2.0, 5)[:, None]
+    before = release.predict(X_h)[0].copy()
+    idata = release.to_inference_data(X_h, n_draws=10, rng=np.random.default_rng(0))
+    dp = _group(idata, "dp_parameters")
+    for name in ("u_mean", "u_cov"):
+        for array in (release.u_mean, release.u_cov, release.Z):
+            assert not np.shares_memory(dp[name].values, array)
+    assert not np.shares_memory(_group(idata, "constant_data")["Z"].values, release.Z)
+    dp["u_mean"].values *= 100.0
+    dp["u_cov"].values *= 100.0
+    _group(idata, "constant_data")["Z"].values[:] += 1.0
+    np.testing.assert_array_equal(release.predict(X_h)[0], before)
+
+
+def test_a_qu_export_does_not_move_with_the_callers_test_inputs():
+    """constant_data['X_star'] was the caller's array: `X_star += 1` afterwards moved the
+    exported inputs to [-1 … 3], away from their coordinate [-2 … 2] and the draws."""
+    from tests import releases
+
+    X_h = np.linspace(-2.0, 2.0, 5)[:, None]
+    idata = releases.noise_aware().to_inference_data(X_h, n_draws=10)
+    X_h += 1.0
+    np.testing.assert_array_equal(
+        _group(idata, "constant_data")["X_star"].values[:, 0], np.linspace(-2.0, 2.0, 5)
+    )
+
+
+def test_dp_ppc_and_the_export_do_not_move_with_the_callers_hold_out_arrays(every_release):
+    """dp_ppc stored the caller's X_holdout and y_holdout: `y_holdout += 5` afterwards changed
+    observed_data under the stored log-likelihood (holdout_elpd -10.75 became -32.10); the
+    release's export stored its observed_data array the same way."""
+    release = every_release["cloaking"]
+    X_h = release.X_star[:6].copy()
+    y_h = np.sin(X_h[:, 0])
+    idata = dp_ppc(release, X_h, y_h, noise_sd=0.3, training=None, rng=np.random.default_rng(0))
+    elpd = holdout_elpd(idata)[0]
+    y_o = np.sin(release.X_star[:, 0])
+    export = release.to_inference_data(
+        observed_data={"y": y_o},
+        observed_is_public=True,
+        predictive_sd=0.3,
+        rng=np.random.default_rng(1),
+    )
+    kept = X_h.copy(), y_o.copy()
+    y_h += 5.0
+    X_h += 1.0
+    y_o += 5.0
+    assert holdout_elpd(idata)[0] == elpd
+    np.testing.assert_array_equal(_group(idata, "constant_data")["X"].values, kept[0])
+    np.testing.assert_array_equal(_group(export, "observed_data")["y"].values, kept[1])

@@ -400,8 +400,11 @@ def dp_ppc(
     # say, as its own to_inference_data does (stop-46 audit: dp_ppc(release, X, y,
     # training=None) published the training outputs that release.to_inference_data refuses)
     _refuse_remembered(release, X_holdout, y_holdout)
-    X_hold = check_finite_array(X_holdout, "X_holdout", ndim=2)
-    y_hold = check_finite_array(y_holdout, "y_holdout", ndim=1)
+    # copies: the object stored the caller's arrays, so a later in-place edit of them
+    # (`y_holdout += 5`) changed observed_data under the stored log_likelihood (holdout_elpd
+    # -10.75 became -32.10; stop-48 audit)
+    X_hold = np.array(check_finite_array(X_holdout, "X_holdout", ndim=2), dtype=np.float64)
+    y_hold = np.array(check_finite_array(y_holdout, "y_holdout", ndim=1), dtype=np.float64)
     if len(X_hold) != len(y_hold):
         raise ValueError(
             f"X_holdout and y_holdout must have the same length (pass one output per input), got "

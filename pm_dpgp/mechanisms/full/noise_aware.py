@@ -976,7 +976,12 @@ class SparseQuRelease(RemembersTraining):
 
         from pm_dpgp.release import draws_to_inference_data
 
-        Z = self.Z
+        # copies, as Release.to_inference_data exports: the object shared u_mean, u_cov and Z
+        # with the release and X_star with the caller, so an in-place edit of the export
+        # (`dp_parameters["u_mean"] *= 100`) moved release.predict by 20.6, and the caller's
+        # `X_star += 1` moved the exported inputs off their coordinate (stop-48 audit)
+        Z = np.array(self.Z, dtype=np.float64)
+        Xs = None if Xs is None else np.array(Xs, dtype=np.float64)
         multi = self.n_outputs > 1
         if multi and (predictive_sd is not None or observed_data is not None):
             # walkthrough 40: predictive_sd gave y = f + e on the latent class values, and
@@ -989,8 +994,11 @@ class SparseQuRelease(RemembersTraining):
             )
         draws: dict[str, Any] = {"u": ((*od, "inducing"), u)}
         params: dict[str, Any] = {
-            "u_mean": ((*od, "inducing"), self.u_mean if multi else self.u_mean[0]),
-            "u_cov": ((*od, "inducing", "inducing_"), self.u_cov if multi else self.u_cov[0]),
+            "u_mean": ((*od, "inducing"), np.array(self.u_mean if multi else self.u_mean[0])),
+            "u_cov": (
+                (*od, "inducing", "inducing_"),
+                np.array(self.u_cov if multi else self.u_cov[0]),
+            ),
         }
         const: dict[str, Any] = {"Z": (("inducing", "input_dim"), Z)}
         sd = predictive_sd
