@@ -163,6 +163,27 @@ class Release(RemembersTraining):
         # moved with it (`X_star += 1` after the release shifted the inputs dp_ppc and the
         # export pair the draws with; stop-45 audit).  m × d values only.
         object.__setattr__(self, "X_star", np.array(self.X_star, dtype=np.float64))
+        self._freeze()
+
+    def _freeze(self) -> None:
+        """Read-only views of the release's arrays: ``f = release.draws[0]; f += 1`` (an
+        offset re-added for a plot) silently changed the recorded draws of every later export,
+        ``dp_ppc`` and ``noise_band``, and ``release.X_star -= m`` its inputs (stop-48 audit).
+        Views: nothing is copied; the mechanism's own arrays keep their flags.  Also after
+        unpickling and ``copy.deepcopy``, which build the object without ``__post_init__``."""
+        for name in ("draws", "X_star", "noise_factor"):
+            view = np.asarray(getattr(self, name)).view()
+            view.flags.writeable = False
+            object.__setattr__(self, name, view)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._freeze()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        new = super().__deepcopy__(memo)
+        new._freeze()
+        return new
 
     @property
     def n_draws(self) -> int:

@@ -169,3 +169,21 @@ def test_dp_ppc_and_the_export_do_not_move_with_the_callers_hold_out_arrays(ever
     assert holdout_elpd(idata)[0] == elpd
     np.testing.assert_array_equal(_group(idata, "constant_data")["X"].values, kept[0])
     np.testing.assert_array_equal(_group(export, "observed_data")["y"].values, kept[1])
+
+
+def test_a_release_s_arrays_cannot_be_edited_in_place(every_release):
+    """`f = release.draws[0]; f += 1` changed the recorded draws of every later export and
+    dp_ppc by 1.0, silently; the arrays are read-only views, also after pickling and copying
+    (a plain copy of them is the way to edit)."""
+    import copy
+    import pickle
+
+    release = every_release["cloaking"]
+    kept = release.draws.copy()
+    for r in (release, pickle.loads(pickle.dumps(release)), copy.deepcopy(release)):
+        for name in ("draws", "X_star", "noise_factor"):
+            with pytest.raises(ValueError, match="read-only"):
+                getattr(r, name)[0] += 1.0
+    np.testing.assert_array_equal(release.draws, kept)
+    exported = _group(release.to_inference_data(), "posterior")["f_dp"].values[0]
+    np.testing.assert_array_equal(exported, kept)
