@@ -447,7 +447,9 @@ def draws_to_inference_data(
     # The whole object is built with the predictive noise as a placeholder (zeros) and the
     # noise is drawn last, so every failure on a public argument (dims, coords, the shape of
     # predictive_sd, in NumPy or xarray) leaves the caller's Generator untouched (stop-30 audit)
-    pp_vars: dict[str, Any] = {k: post[k] for k in legacy_predictive}
+    # copies: the deprecated predictive copy shared the posterior's array, so an in-place edit
+    # of one group (`posterior_predictive["f_dp"] *= 100`) rescaled the other (stop-48 audit)
+    pp_vars: dict[str, Any] = {k: post[k].copy(deep=True) for k in legacy_predictive}
     sd = None
     if predictive_sd is not None:
         sd = public_real_array(predictive_sd, "predictive_sd")  # True / "0.3" refused (stop 40)

@@ -187,3 +187,17 @@ def test_a_release_s_arrays_cannot_be_edited_in_place(every_release):
     np.testing.assert_array_equal(release.draws, kept)
     exported = _group(release.to_inference_data(), "posterior")["f_dp"].values[0]
     np.testing.assert_array_equal(exported, kept)
+
+
+@pytest.mark.parametrize("kind", ["cloaking", "sample_path"])
+def test_the_deprecated_predictive_copy_does_not_share_the_posterior_s_array(every_release, kind):
+    """posterior_predictive kept the posterior's own array: an in-place change of units of
+    one group (`*= 100`) rescaled the other by 100, silently."""
+    idata = every_release[kind].to_inference_data()
+    name = "f_dp" if kind == "cloaking" else "f_path"
+    post = _group(idata, "posterior")[name].values
+    kept = post.copy()
+    pp = _group(idata, "posterior_predictive")[name].values
+    assert not np.shares_memory(post, pp)
+    pp *= 100.0
+    np.testing.assert_array_equal(_group(idata, "posterior")[name].values, kept)
