@@ -16,7 +16,7 @@ import math
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -99,11 +99,31 @@ class RemembersTraining:
             return None if X is None and y is None else (X, y)
         return None if refs is None else refs()
 
+    #: the released arrays, kept as read-only views (``_freeze``)
+    _read_only: ClassVar[tuple[str, ...]] = ()
+
+    def _freeze(self) -> None:
+        """Read-only views of the released arrays (``_read_only``): ``f = release.draws[0];
+        f += 1`` (an offset re-added for a plot) silently changed the recorded draws of every
+        later export, ``dp_ppc`` and ``noise_band``, and ``release.u_mean *= 2`` a q(u)'s
+        predictions (stop-48 audit).  Views: nothing is copied; the mechanism's own arrays keep
+        their flags.  Also after unpickling and ``copy.deepcopy``, which build the object
+        without ``__post_init__``."""
+        for name in self._read_only:
+            view = np.asarray(getattr(self, name)).view()
+            view.flags.writeable = False
+            object.__setattr__(self, name, view)
+
     def __getstate__(self) -> dict[str, Any]:
         """The fields only: the weak references to the training data are not pickled."""
         state = dict(self.__dict__)
         state.pop("_training_refs", None)
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """The fields, with the released arrays read-only again."""
+        self.__dict__.update(state)
+        self._freeze()
 
     def __copy__(self) -> Any:
         """A shallow copy that keeps the weak references (``copy.copy`` would go through
@@ -122,6 +142,7 @@ class RemembersTraining:
         memo[id(self)] = new
         for key, value in self.__dict__.items():
             new.__dict__[key] = value if key == "_training_refs" else copy.deepcopy(value, memo)
+        new._freeze()
         return new
 
 
@@ -158,32 +179,14 @@ class Release(RemembersTraining):
     variable_name: str = "f_dp"
     x_star_rows: Any = field(default=None, repr=False, compare=False)
 
+    _read_only: ClassVar[tuple[str, ...]] = ("draws", "X_star", "noise_factor")
+
     def __post_init__(self) -> None:
         # the release's own copy of the public test inputs: a view of the caller's X_star
         # moved with it (`X_star += 1` after the release shifted the inputs dp_ppc and the
         # export pair the draws with; stop-45 audit).  m × d values only.
         object.__setattr__(self, "X_star", np.array(self.X_star, dtype=np.float64))
         self._freeze()
-
-    def _freeze(self) -> None:
-        """Read-only views of the release's arrays: ``f = release.draws[0]; f += 1`` (an
-        offset re-added for a plot) silently changed the recorded draws of every later export,
-        ``dp_ppc`` and ``noise_band``, and ``release.X_star -= m`` its inputs (stop-48 audit).
-        Views: nothing is copied; the mechanism's own arrays keep their flags.  Also after
-        unpickling and ``copy.deepcopy``, which build the object without ``__post_init__``."""
-        for name in ("draws", "X_star", "noise_factor"):
-            view = np.asarray(getattr(self, name)).view()
-            view.flags.writeable = False
-            object.__setattr__(self, name, view)
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._freeze()
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
-        new = super().__deepcopy__(memo)
-        new._freeze()
-        return new
 
     @property
     def n_draws(self) -> int:

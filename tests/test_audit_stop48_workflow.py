@@ -201,3 +201,19 @@ def test_the_deprecated_predictive_copy_does_not_share_the_posterior_s_array(eve
     assert not np.shares_memory(post, pp)
     pp *= 100.0
     np.testing.assert_array_equal(_group(idata, "posterior")[name].values, kept)
+
+
+def test_a_qu_release_s_arrays_cannot_be_edited_in_place(every_release):
+    """`release.u_mean *= 2` changed a noise-aware release's predictions for every later
+    export and dp_ppc, silently; read-only, also after pickling and copying."""
+    import copy
+    import pickle
+
+    release = every_release["noise_aware"]
+    X_h = np.linspace(-2.0, 2.0, 5)[:, None]
+    before = release.predict(X_h)[0].copy()
+    for r in (release, pickle.loads(pickle.dumps(release)), copy.deepcopy(release)):
+        for name in ("Z", "u_mean", "u_cov", "prior_mean"):
+            with pytest.raises(ValueError, match="read-only"):
+                getattr(r, name)[...] *= 2.0
+    np.testing.assert_array_equal(release.predict(X_h)[0], before)

@@ -49,7 +49,7 @@ import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 import numpy as np
 import scipy.linalg as sla
@@ -762,6 +762,11 @@ class SparseQuRelease(RemembersTraining):
     output_names: tuple[str, ...] = ("y",)
     _kernel: Callable[..., NDArray[np.float64]] | None = field(default=None, repr=False)
     _kernel_diag: Callable[..., NDArray[np.float64]] | None = field(default=None, repr=False)
+
+    _read_only: ClassVar[tuple[str, ...]] = ("Z", "u_mean", "u_cov", "prior_mean")
+
+    def __post_init__(self) -> None:
+        self._freeze()  # read-only views (RemembersTraining._freeze; stop-48 audit)
 
     @property
     def n_outputs(self) -> int:
