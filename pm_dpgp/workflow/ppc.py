@@ -446,8 +446,8 @@ def dp_ppc(
             warnings.warn(
                 f"n_draws={n_draws} is ignored: it sets the draws of a noise-aware or Dirichlet "
                 f"release's DP q(f), and this {type(release).__name__} carries its own "
-                f"{release.n_draws} draw(s) (each repeated n_replicates times; more DP draws "
-                "are a new, charged release).",
+                f"{release.n_draws} draw(s); n_replicates sets the draws of f per DP draw (more "
+                "DP draws are a new, charged release).",
                 UserWarning,
                 stacklevel=2,
             )
