@@ -56,11 +56,14 @@ def norm_rounded_up(values: NDArray[np.float64]) -> float:
     if not (top > 0.0 and math.isfinite(top)):
         return math.sqrt(math.fsum(v * v)) * (1.0 + 2.0**-51)  # 0, or inf / nan as given
     e = math.frexp(top)[1]
-    s = np.ldexp(v, -e)  # the largest in [1/2, 1): its square and the sum are normal
     # squares of entries below 2⁻⁵¹¹ (relative to the largest) err by ≤ 2⁻¹⁰⁷⁵ absolutely,
-    # far inside the allowance (2⁻⁵¹ against the 2⁻⁵² the roundings need, of a sum ≥ ¼)
+    # far inside the allowance (2⁻⁵¹ against the 2⁻⁵² the roundings need, of a sum ≥ ¼);
+    # that underflow is expected, so it neither warns nor raises under np.seterr(all="raise")
+    with np.errstate(under="ignore"):
+        s = np.ldexp(v, -e)  # the largest in [1/2, 1): its square and the sum are normal
+        squares = s * s
     try:
-        r = math.ldexp(math.sqrt(math.fsum(s * s)) * (1.0 + 2.0**-51), e)
+        r = math.ldexp(math.sqrt(math.fsum(squares)) * (1.0 + 2.0**-51), e)
     except OverflowError:  # the norm exceeds float64
         return math.inf
     return math.nextafter(r, math.inf) if r < sys.float_info.min else r

@@ -104,8 +104,9 @@ def _largest_column_norm(W: NDArray[np.float64]) -> float:
     if top == 0.0:
         return 0.0
     e = math.frexp(top)[1]
-    Ws = np.ldexp(W, -e)
-    squares = np.einsum("ij,ij->j", Ws, Ws) if Ws.ndim == 2 else np.dot(Ws, Ws)
+    with np.errstate(under="ignore"):  # entries far below the largest may underflow
+        Ws = np.ldexp(W, -e)
+        squares = np.einsum("ij,ij->j", Ws, Ws) if Ws.ndim == 2 else np.dot(Ws, Ws)
     norm = math.ldexp(float(np.sqrt(np.max(squares))), e)
     return math.nextafter(norm, math.inf) if norm < 2.0**-1022 else norm
 
