@@ -857,12 +857,14 @@ def randomized_response_rdp(alpha: NDArray[np.float64], eps: float) -> NDArray[n
     sinh overflow (αε ≳ 1400) the textbook form is used; its cancellation is then at most
     ``α/(α−1)`` relative.
     """
-    with np.errstate(over="ignore", invalid="ignore"):
+    # public arithmetic whose underflow is harmless (logaddexp of a tiny term): silent also
+    # under np.seterr(all="raise") (stop 48)
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         ratio = 2.0 * np.sinh(alpha * eps / 2.0) * np.sinh((alpha - 1.0) * eps / 2.0)
         stable = np.log1p(ratio / (1.0 + 2.0 * np.sinh(eps / 4.0) ** 2)) / (alpha - 1.0)
-    textbook = (np.logaddexp(alpha * eps, (1.0 - alpha) * eps) - np.logaddexp(0.0, eps)) / (
-        alpha - 1.0
-    )
+        textbook = (np.logaddexp(alpha * eps, (1.0 - alpha) * eps) - np.logaddexp(0.0, eps)) / (
+            alpha - 1.0
+        )
     return np.where(np.isfinite(stable), stable, textbook)
 
 
@@ -874,7 +876,7 @@ def laplace_rdp(alpha: NDArray[np.float64], eps: float) -> NDArray[np.float64]:
     positive terms.  Where that overflows, the ``logaddexp`` form (then accurate).  α = 1:
     the limit ``ε + e^{−ε} − 1``.
     """
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
         excess = (
             alpha * _expm1_minus_x((alpha - 1.0) * eps)
             + (alpha - 1.0) * _expm1_minus_x(-alpha * eps)

@@ -137,7 +137,12 @@ def centred_whitening(
         )
     abs_row_sums = np.abs(W).sum(axis=1)
     check_whitened_range(half_width * float(np.max(abs_row_sums, initial=0.0)) * (1.0 + _gamma(n)))
-    private = W @ (np.asarray(y, dtype=np.float64) - centre)
+    # the private labels meet arithmetic here: no floating-point error state may depend on
+    # them (a label within 1e-308 of the centre made products underflow, FloatingPointError
+    # under np.seterr(all="raise") before the spend; stop-48).  Overflow is excluded by
+    # check_whitened_range, and underflow is in r below
+    with np.errstate(under="ignore"):
+        private = W @ (np.asarray(y, dtype=np.float64) - centre)
     public = (centre - float(prior_mean)) * W.sum(axis=1)
     rounding = _gamma(n + 1) * (1.0 + _U) * half_width * _largest_column_norm(abs_row_sums)
     # gradual underflow: a product in the subnormal range errs by up to 2⁻¹⁰⁷⁵ absolutely

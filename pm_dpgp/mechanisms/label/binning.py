@@ -569,7 +569,11 @@ def binned_release(
     y_c = clip_to_bounds(y_arr[used], (lo, hi))
     # centred, normalised sums s_j = Σ (y_i − c)/d, |terms| ≤ 1 (≤ ½ unless the midpoint
     # rounds): sensitivity 1 + 4u in one coordinate, round-off ≤ summation_rounding(counts)
-    s = _bin_sums(idx[used], (y_c - centre) / d, counts)
+    # no floating-point error state may depend on the labels: a label within 1e-308 of the
+    # centre underflowed in the division, FloatingPointError under np.seterr(all="raise")
+    # before the spend (stop 48); the sums' round-off, underflow included, is in S
+    with np.errstate(under="ignore"):
+        s = _bin_sums(idx[used], (y_c - centre) / d, counts)
     if ledger is not None:
         ledger.spend(
             event,
@@ -590,7 +594,8 @@ def binned_release(
         noisy = (s + rng.laplace(0.0, unit / epsilon, (n_draws, occ.size))) / n_occ
         draws[:, occ] = centre + d * noisy
     else:
-        ints = discretise(s, noise.grid).tolist()
+        with np.errstate(under="ignore"):  # s is private (above)
+            ints = discretise(s, noise.grid).tolist()
         meas = noise.measurement
         sums = noise.grid * np.array([meas(ints) for _ in range(n_draws)], dtype=np.float64)  # type: ignore[operator]
         draws[:, occ] = centre + d * sums / n_occ[None, :]
