@@ -46,6 +46,7 @@ from pm_dpgp.models._common import (
     check_input_columns,
     remember_arguments,
     resolve_model,
+    unit_scaled,
     view_inputs,
 )
 from pm_dpgp.models.exact import GPRegression, PublicGP
@@ -63,8 +64,10 @@ def kmeans_public_inducing(
     run from ``n_init`` k-means++ starts (seeds drawn from ``numpy.random.default_rng(seed)``)
     and the centres with the smallest within-cluster sum of squares are kept (as
     scikit-learn's ``KMeans(n_init=10)`` does).  Deterministic for a given ``seed`` (an int,
-    recorded in the release).  Raises ``ValueError`` if the centres are not distinct (fewer
-    distinct inputs than ``n_inducing``).
+    recorded in the release).  Run on ``X`` scaled by a power of two (``unit_scaled``): the
+    same centres, bit for bit, for inputs of ordinary magnitude, and the scaled centres for
+    inputs whose squared distances over- or underflow.  Raises ``ValueError`` if the centres
+    are not distinct (fewer distinct inputs than ``n_inducing``).
     """
     X = check_finite_array(X_public, "X_public", ndim=2)
     if isinstance(n_inducing, bool) or not isinstance(n_inducing, numbers.Integral):
@@ -78,15 +81,19 @@ def kmeans_public_inducing(
     if isinstance(n_init, bool) or not isinstance(n_init, numbers.Integral) or n_init < 1:
         raise ValueError(f"n_init must be a positive integer, got {n_init!r}.")
     starts = np.random.default_rng(int(seed)).integers(0, 2**32, size=int(n_init))
+    # on X · 2⁻ᵉ (max |entry| in [0.5, 1)): the same centres, scaled exactly, without the
+    # overflow (a segfault in kmeans2 at 1e160) or underflow (coinciding centres at 1e-200)
+    # of X's own squared distances (stop-48 audit; ``unit_scaled``)
+    Xs, e = unit_scaled(X)
     best, best_ss = None, np.inf
     for start in starts:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # "one of the clusters is empty"
-            centres, label = kmeans2(X, int(n_inducing), minit="++", seed=int(start))
-        ss = float(np.sum((X - centres[label]) ** 2))
+            centres, label = kmeans2(Xs, int(n_inducing), minit="++", seed=int(start))
+        ss = float(np.sum((Xs - centres[label]) ** 2))
         if ss < best_ss:
             best, best_ss = centres, ss
-    Z = best
+    Z = np.ldexp(best, e)
     if np.unique(Z, axis=0).shape[0] != Z.shape[0]:
         raise ValueError(
             f"k-means gave coinciding centres for n_inducing={n_inducing}; use fewer inducing "

@@ -74,6 +74,7 @@ from pm_dpgp.models._common import (
     data_input,
     remember_arguments,
     resolve_model,
+    unit_scaled,
 )
 from pm_dpgp.models.exact import GPRegression
 from pm_dpgp.models.hyperparameters import CALLER_DECLARED, hyperparameter_source
@@ -154,7 +155,9 @@ def kmeans_inducing_points(
     previous public release) — never the private training inputs: centres of the private
     inputs are statistics of them that no privacy guarantee covers.  ``rng`` is the only
     source of randomness (seeding).  Vectorised over points; loops only over iterations and
-    the ``num`` seeding steps.
+    the ``num`` seeding steps.  Computed on ``X`` scaled by a power of two (``unit_scaled``,
+    exact), so inputs of any magnitude give their centres; Lloyd's iteration stops when no
+    centre moves by more than 1e-12 × that scale (``2ᵉ``, with ``max |X|`` in ``[2ᵉ⁻¹, 2ᵉ)``).
     """
     X = check_finite_array(X_public, "X_public", ndim=2)
     if isinstance(num, bool) or not isinstance(num, numbers.Integral) or num < 1:
@@ -165,6 +168,11 @@ def kmeans_inducing_points(
     if num > X.shape[0]:
         raise ValueError(f"num={num} exceeds the number of public points {X.shape[0]}.")
     rng = check_rng(rng)
+    # on X · 2⁻ᵉ (max |entry| in [0.5, 1)), scaled back at the end: the squared distances of
+    # inputs near 1e160 overflowed ("Probabilities contain NaN") and near 1e-200 underflowed
+    # to 0 (uniform seeding, every point nearest the first centre: centres that are no k-means
+    # solution, silently); stop-48 audit.  The stopping tolerance is relative to that scale.
+    X, e = unit_scaled(X)
     # k-means++ seeding
     centres = [X[rng.integers(X.shape[0])]]
     d2 = np.sum((X - centres[0]) ** 2, axis=1)
@@ -185,7 +193,7 @@ def kmeans_inducing_points(
             C = new
             break
         C = new
-    return C
+    return np.ldexp(C, e)
 
 
 def is_stationary_decreasing(cov: Any) -> bool:
