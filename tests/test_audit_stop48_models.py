@@ -10,6 +10,12 @@
    centres that are no k-means solution (two of four at 5.34 and 5.44 on [0, 10]), silently.
    Both now run on the inputs scaled by a power of two (exact; the same centres, bit for bit,
    for inputs of ordinary magnitude).
+2. The owner's non-private views named no argument for labels/outputs of the wrong shape:
+   ``PublicLatentGP.laplace``/``predict`` with a one-column ``DataFrame`` of labels raised
+   NumPy's "only 0-dimensional arrays can be converted to Python scalars" (``max_iter=1``) or
+   "A must be a square matrix, got shape (12, 12, 12)"; ``laplace_mode`` with a NaN label "B
+   contains NaN", with {-1, +1} labels returned another mode silently, with too few labels
+   "K must be (11, 11)"; ``PublicFITC.predict`` with a short ``y`` NumPy's matmul message.
 """
 
 from __future__ import annotations
@@ -22,7 +28,13 @@ import numpy as np
 import pymc as pm
 import pytest
 
-from pm_dpgp.models import fitc_gp_regression, kmeans_inducing_points, kmeans_public_inducing
+from pm_dpgp.gp.laplace import laplace_mode
+from pm_dpgp.models import (
+    fitc_gp_regression,
+    gp_classification,
+    kmeans_inducing_points,
+    kmeans_public_inducing,
+)
 
 
 def _inputs() -> np.ndarray:
@@ -84,3 +96,43 @@ def test_public_kmeans_at_huge_scale_does_not_crash_the_interpreter() -> None:
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert float(out.stdout.strip().splitlines()[-1]) <= 1e-14 * 10.0
+
+
+@pytest.mark.parametrize("max_iter", [1, 100])
+def test_latent_view_refuses_two_dimensional_labels_by_name(max_iter: int) -> None:
+    pd = pytest.importorskip("pandas")
+    X = np.linspace(0.0, 10.0, 12)
+    t = (np.sin(X) > 0).astype(float)
+    pub = gp_classification(X, t, pm.gp.cov.ExpQuad(1, ls=1.0)).public_gp()
+    labels = pd.DataFrame({"label": t})[["label"]]
+    with pytest.raises(ValueError, match=r"t \(labels\) must be 1-dimensional"):
+        pub.laplace(labels, max_iter=max_iter)
+    with pytest.raises(ValueError, match=r"t \(labels\) must be 1-dimensional"):
+        pub.predict(labels, X[:3], max_iter=max_iter)
+    # the 1-D column is the model's answer
+    np.testing.assert_array_equal(pub.laplace(labels["label"]).f, pub.laplace(t).f)
+
+
+def test_laplace_mode_refuses_labels_it_would_misread() -> None:
+    X = np.linspace(0.0, 10.0, 12)
+    K = np.exp(-0.5 * np.subtract.outer(X, X) ** 2)
+    t = (np.sin(X) > 0).astype(float)
+    with pytest.raises(ValueError, match=r"t \(labels\) contains NaN"):
+        laplace_mode(K, np.r_[np.nan, t[1:]])
+    with pytest.raises(ValueError, match=r"t \(labels\) must hold 0 or 1"):
+        laplace_mode(K, 2.0 * t - 1.0)
+    with pytest.raises(ValueError, match=r"K must be \(11, 11\) for 11 labels t"):
+        laplace_mode(K, t[:-1])
+    with pytest.raises(ValueError, match="K contains NaN"):
+        laplace_mode(np.full_like(K, np.nan), t)
+    assert laplace_mode(K, t.astype(bool)).converged
+
+
+def test_fitc_predict_names_a_short_y() -> None:
+    X = np.linspace(0.0, 10.0, 12)
+    y = np.sin(X)
+    fitc = fitc_gp_regression(
+        X, y, pm.gp.cov.ExpQuad(1, ls=1.0), noise_sd=0.3, n_inducing=4, seed=0
+    ).public_cloaking()
+    with pytest.raises(ValueError, match="y must have length 12, got 11"):
+        fitc.predict(y[:-1], X[:3])

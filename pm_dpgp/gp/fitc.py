@@ -119,8 +119,10 @@ class FITCPosterior:
 
     def mean(self, K_Ms: ArrayLike, y: ArrayLike, *, prior_mean: float = 0.0) -> FloatArray:
         """NON-private FITC posterior mean ``m + C (y − m)`` (eq. 9) at the test inputs."""
-        r = check_finite_array(y, "y", ndim=1) - prior_mean
-        return prior_mean + self.left(K_Ms) @ (self.right @ r)
+        y_arr = check_finite_array(y, "y", ndim=1)
+        if y_arr.shape[0] != self.n:  # NumPy's matmul message named no argument (stop-48 audit)
+            raise ValueError(f"y must have length {self.n}, got {y_arr.shape[0]}.")
+        return prior_mean + self.left(K_Ms) @ (self.right @ (y_arr - prior_mean))
 
     def var(self, K_Ms: ArrayLike, K_ss_diag: ArrayLike) -> FloatArray:
         """FITC latent predictive variance ``k** − k*M (K_MM⁻¹ − Q_MM⁻¹) kM*`` (eq. 9, no σ²)."""

@@ -31,7 +31,7 @@ import scipy.linalg
 from numpy.typing import ArrayLike, NDArray
 from scipy.special import expit
 
-from pm_dpgp._validation import check_finite_number, check_positive
+from pm_dpgp._validation import check_finite_array, check_finite_number, check_positive
 from pm_dpgp.gp.linalg import cho_solve_lower, jittered_cholesky, solve_lower
 
 __all__ = [
@@ -153,11 +153,22 @@ def laplace_mode(
     # tolerance and the prior mean are public settings, so echoing them is safe)
     tol = check_positive(tol, "tol", allow_zero=True)
     mean = check_finite_number(mean, "mean")
-    K = np.asarray(K, dtype=np.float64)
-    t = np.asarray(t, dtype=np.float64)
+    # labels: one per input, 0 or 1 (stop-48 audit: a one-column DataFrame of labels was
+    # broadcast against the (n,) iterate, max_iter=1 ended in NumPy's "only 0-dimensional
+    # arrays can be converted", more steps in "A must be a square matrix, got shape (n, n, n)";
+    # NaN labels in "B contains NaN"; {-1, +1} labels gave another mode, silently).  This is the
+    # data owner's non-private view (``PublicLatentGP.laplace`` maps labels by
+    # ``binary_labels`` first); the messages quote shapes only.
+    t = check_finite_array(t, "t (labels)", ndim=1)
+    if not np.all((t == 0.0) | (t == 1.0)):
+        raise ValueError(
+            "t (labels) must hold 0 or 1 (R&W eq. 3.15 with p(t = 1 | f) = σ(f)); map other "
+            "codings first, e.g. pm_dpgp.models.classification.binary_labels."
+        )
     n = t.shape[0]
+    K = check_finite_array(K, "K", ndim=2)
     if K.shape != (n, n):
-        raise ValueError(f"K must be ({n}, {n}) for {n} labels, got {K.shape}.")
+        raise ValueError(f"K must be ({n}, {n}) for {n} labels t, got {K.shape}.")
     f = np.full(n, float(mean)) if f0 is None else np.array(f0, dtype=np.float64)
     if f.shape != (n,):
         raise ValueError(f"f0 must have shape ({n},), got {f.shape}.")
