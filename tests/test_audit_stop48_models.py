@@ -16,6 +16,8 @@
    "A must be a square matrix, got shape (12, 12, 12)"; ``laplace_mode`` with a NaN label "B
    contains NaN", with {-1, +1} labels returned another mode silently, with too few labels
    "K must be (11, 11)"; ``PublicFITC.predict`` with a short ``y`` NumPy's matmul message.
+3. ``grid_inducing_points`` over a box wider than the largest float (``[-1e308, 1e308]``)
+   returned ``[nan, inf, 1e308]`` (NumPy's ``linspace`` of an overflowing width), silently.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from pm_dpgp.gp.laplace import laplace_mode
 from pm_dpgp.models import (
     fitc_gp_regression,
     gp_classification,
+    grid_inducing_points,
     kmeans_inducing_points,
     kmeans_public_inducing,
 )
@@ -136,3 +139,14 @@ def test_fitc_predict_names_a_short_y() -> None:
     ).public_cloaking()
     with pytest.raises(ValueError, match="y must have length 12, got 11"):
         fitc.predict(y[:-1], X[:3])
+
+
+@pytest.mark.parametrize(("lower", "upper", "num"), [(-1e308, 1e308, 3), (-1.7e308, 1.7e308, 5)])
+def test_grid_over_a_box_wider_than_the_largest_float(lower: float, upper: float, num: int) -> None:
+    G = grid_inducing_points(lower, upper, num)[:, 0]
+    assert np.all(np.isfinite(G)) and G[0] == lower and G[-1] == upper
+    np.testing.assert_allclose(G / upper, np.linspace(-1.0, 1.0, num), rtol=0, atol=1e-15)
+    # an ordinary box: numpy.linspace itself, bit for bit
+    np.testing.assert_array_equal(
+        grid_inducing_points(-3.5, 3.5, 15)[:, 0], np.linspace(-3.5, 3.5, 15)
+    )

@@ -137,9 +137,19 @@ def grid_inducing_points(
     nums = np.broadcast_to(public_real_array(num, "num"), lo.shape)  # True was 1, "5" an error
     if not np.all(nums == np.round(nums)) or np.any(nums < 1):
         raise ValueError(f"num must be positive integer(s), got {num!r}.")
-    axes = [np.linspace(a, b, int(k)) for a, b, k in zip(lo, hi, nums, strict=True)]
+    axes = [_grid_axis(a, b, int(k)) for a, b, k in zip(lo, hi, nums, strict=True)]
     mesh = np.meshgrid(*axes, indexing="ij")
     return np.stack([g.ravel() for g in mesh], axis=1)
+
+
+def _grid_axis(a: float, b: float, k: int) -> NDArray[np.float64]:
+    """``k`` evenly spaced points from ``a`` to ``b``: ``numpy.linspace``, or, where ``b − a``
+    overflows (a box wider than ~1.8e308), the grid of ``[a/2, b/2]`` doubled (exact), since
+    ``linspace`` returned NaN and inf there, silently (stop-48 audit: ``[-1e308, 1e308]`` with 3
+    points gave ``[nan, inf, 1e308]``)."""
+    if np.isfinite(b - a):
+        return np.linspace(a, b, k)
+    return 2.0 * np.linspace(a / 2.0, b / 2.0, k)
 
 
 def kmeans_inducing_points(
