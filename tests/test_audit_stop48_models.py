@@ -18,6 +18,12 @@
    "K must be (11, 11)"; ``PublicFITC.predict`` with a short ``y`` NumPy's matmul message.
 3. ``grid_inducing_points`` over a box wider than the largest float (``[-1e308, 1e308]``)
    returned ``[nan, inf, 1e308]`` (NumPy's ``linspace`` of an overflowing width), silently.
+4. The non-stationary model at scaled inputs (inputs, bandwidth, neighbourhood and maximum
+   lengthscale all × s): ``KDELengthscale`` formed ``(2π h²)^{d/2}`` and squared distances in
+   the inputs' units, and ``GibbsKernel`` the squares of the lengthscales.  Near 1e155 the
+   builder raised "lengthscale_func failed ... (OverflowError ...)", near 1e-155 "must return
+   finite lengthscales > 0"; fixed in the KDE alone, the Gibbs kernel's squares then lost
+   digits near 1e-160 (1.7e-4 off a cloaked mean).  Both depend on ratios only.
 """
 
 from __future__ import annotations
@@ -32,11 +38,13 @@ import pytest
 
 from pm_dpgp.gp.laplace import laplace_mode
 from pm_dpgp.models import (
+    KDELengthscale,
     fitc_gp_regression,
     gp_classification,
     grid_inducing_points,
     kmeans_inducing_points,
     kmeans_public_inducing,
+    nonstationary_gp_regression,
 )
 
 
@@ -149,4 +157,34 @@ def test_grid_over_a_box_wider_than_the_largest_float(lower: float, upper: float
     # an ordinary box: numpy.linspace itself, bit for bit
     np.testing.assert_array_equal(
         grid_inducing_points(-3.5, 3.5, 15)[:, 0], np.linspace(-3.5, 3.5, 15)
+    )
+
+
+def _gibbs_model(scale: float):
+    X = np.sort(np.random.default_rng(5).uniform(0.0, 10.0, 30))
+    kde = KDELengthscale(
+        X[:, None] * scale,
+        n_target=3,
+        max_lengthscale=5.0 * scale,
+        bandwidth=0.7 * scale,
+        neighbourhood=0.5 * scale,
+    )
+    model = nonstationary_gp_regression(X * scale, np.sin(X), kde, kernel_scale=1.0, noise_sd=0.3)
+    return X, kde, model
+
+
+@pytest.mark.parametrize("scale", [1e-170, 1e-160, 1e-155, 1e155, 1e160, 1e200])
+def test_nonstationary_model_is_scale_equivariant(scale: float) -> None:
+    X, kde, model = _gibbs_model(1.0)
+    Xs, kde_s, model_s = _gibbs_model(scale)
+    np.testing.assert_allclose(
+        kde_s.evaluate(X[:, None] * scale) / scale, kde.evaluate(X[:, None]), rtol=1e-13
+    )
+    X_star = np.linspace(0.5, 9.5, 5)
+    y = np.sin(X)
+    np.testing.assert_allclose(
+        model_s.public_gp().predict(y, X_star * scale)[0],
+        model.public_gp().predict(y, X_star)[0],
+        rtol=1e-12,
+        atol=1e-13,
     )

@@ -111,9 +111,15 @@ class GibbsKernel(pm.gp.cov.Covariance):
         Z = X if Xs is None else pt.as_tensor_variable(Xs)
         rx = self._ls(X)[:, None, :]
         rz = self._ls(Z)[None, :, :]
-        s2 = pt.square(rx) + pt.square(rz)
-        pref = pt.prod(pt.sqrt(2.0 * rx * rz / s2), axis=2)
-        diff2 = pt.square(X[:, None, :] - Z[None, :, :])
+        # eq. 8 in units of m = max(r(x), r(x')): 2 r r' / (r² + r'²) = 2 a b / (a² + b²) and
+        # Δ² / (r² + r'²) = (Δ/m)² / (a² + b²) with a, b = r/m, r'/m in (0, 1].  The squares of
+        # the lengthscales themselves overflowed near 1e155 and lost digits to underflow near
+        # 1e-160 (1.7e-4 off a cloaked mean), where the kernel depends on ratios only (stop-48)
+        m = pt.maximum(rx, rz)
+        a, b = rx / m, rz / m
+        s2 = pt.square(a) + pt.square(b)
+        pref = pt.prod(pt.sqrt(2.0 * a * b / s2), axis=2)
+        diff2 = pt.square((X[:, None, :] - Z[None, :, :]) / m)
         return pref * pt.exp(-pt.sum(diff2 / s2, axis=2))
 
     def diag(self, X: Any) -> Any:
@@ -170,18 +176,32 @@ class KDELengthscale:
         self.offsets = np.array(offsets)
         self._fn: Any = None
 
-    def _density(self, U: Any) -> Any:
-        h2 = self.bandwidth**2
-        d = self.centres.shape[1]
-        d2 = pt.sum(pt.square(U[:, None, :] - self.centres[None, :, :]), axis=2)
-        norm = (2.0 * math.pi * h2) ** (d / 2.0)
-        return pt.sum(pt.exp(-0.5 * d2 / h2), axis=1) / norm
+    def _kernel_sum(self, U: Any) -> Any:
+        """``S(u) = Σ_j exp(−½ ‖(u − u_j)/h‖²)``, so that ``ρ(u) = S(u) / (2π h²)^{d/2}``: the
+        distances in bandwidths, never squared in the inputs' own units."""
+        W = (U[:, None, :] - self.centres[None, :, :]) / self.bandwidth
+        return pt.sum(pt.exp(-0.5 * pt.sum(pt.square(W), axis=2)), axis=1)
 
     def __call__(self, X: Any) -> Any:
-        """PyTensor ``(n, d)`` lengthscales at the rows of ``X``."""
+        """PyTensor ``(n, d)`` lengthscales at the rows of ``X``.
+
+        ``r = [1/r_max + ρ/n_target]⁻¹ = r_max / (1 + a S)`` with
+        ``a = r_max / ((2π)^{d/2} h^d n_target)``, evaluated as ``exp(log a + log S)``: with
+        ``(2π h²)^{d/2}`` and the squared distances in the inputs' units, inputs near 1e155
+        (bandwidth and maximum lengthscale alike) raised Python's ``OverflowError`` and near
+        1e-155 gave NaN and ``r_max`` (the density lost to underflow), where the lengthscales
+        are ``s`` × those at scale 1 (stop-48 audit).
+        """
         U = pt.as_tensor_variable(X) / self.scales
-        rho = pt.min(pt.stack([self._density(U + off) for off in self.offsets]), axis=0)
-        g = 1.0 / (1.0 / self.max_lengthscale + rho / self.n_target)
+        S = pt.min(pt.stack([self._kernel_sum(U + off) for off in self.offsets]), axis=0)
+        d = self.centres.shape[1]
+        log_a = (
+            math.log(self.max_lengthscale)
+            - d * math.log(self.bandwidth)
+            - 0.5 * d * math.log(2.0 * math.pi)
+            - math.log(self.n_target)
+        )
+        g = self.max_lengthscale / (1.0 + pt.exp(log_a + pt.log(S)))
         return g[:, None] * pt.as_tensor_variable(self.scales)[None, :]
 
     def evaluate(self, X: ArrayLike) -> NDArray[np.float64]:
