@@ -140,7 +140,9 @@ class KDELengthscale:
     ``ρ_min(x)`` is its minimum over ``x`` and the ``2d`` points ``x ± w s_l e_l``
     (``w = neighbourhood``; 0 gives the unmodified §3.1 design).  ``n_target`` is the number
     of training points wanted within half a lengthscale (1-d), ``r_max`` bounds the
-    lengthscale (in scaled units).  Depends only on the PUBLIC inputs.
+    lengthscale (in scaled units).  Depends only on the PUBLIC inputs: under full privacy
+    (``sample_path_release``) ``X_public`` must not be the private training inputs, which the
+    release does not check (``docs/models.md``).
     """
 
     def __init__(
