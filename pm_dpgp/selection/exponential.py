@@ -28,7 +28,7 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from pm_dpgp._validation import check_epsilon, check_positive
+from pm_dpgp._validation import check_epsilon, check_positive, private_array
 from pm_dpgp.accounting import (
     DEFAULT_ORDERS,
     Ledger,
@@ -49,7 +49,11 @@ EventKind = Literal["auto", "zcdp", "pure", "renyi"]
 
 
 def _check_utilities(utilities: ArrayLike) -> NDArray[np.float64]:
-    u = np.asarray(utilities, dtype=np.float64)
+    # private values: text and complex numbers are refused by their type, quoting no entry
+    # (``np.asarray(u, float)`` quoted NumPy's "could not convert string to float: '…'",
+    # took text that parses as its number, dropped an imaginary part with a warning and
+    # raised OverflowError on 10**400; stop-48 leak audit)
+    u = private_array(utilities, "utilities", ndim=None)
     if u.ndim != 1 or u.size == 0:
         raise ValueError("utilities must be a non-empty 1-D array.")
     if not np.all(np.isfinite(u)):
