@@ -14,6 +14,7 @@ their values are sanitised to the declared public bounds instead (``clip_to_boun
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import decimal
 import math
@@ -345,19 +346,25 @@ def float_array(x: ArrayLike, name: str, ndim: int | None) -> NDArray[np.float64
     (NumPy's own message would quote the offending entry); text and complex numbers are
     refused by their type (``refuse_text``), even when they would parse.
     """
-    refuse_text(x, name)
-    if isinstance(x, np.ma.MaskedArray):
-        x = masked_as_nan(x)
-    try:
-        # a long double beyond float64 becomes ±inf with a RuntimeWarning that would tell one
-        # record's magnitude (stop-36 audit); the values are mapped record by record later
-        with np.errstate(over="ignore", invalid="ignore"):
-            arr: NDArray[np.float64] | None = np.asarray(x, dtype=np.float64)
-    except OverflowError:  # a Python int beyond float64 (10**400): ±inf, like 1e400 would be
-        arr = saturating_float_array(x)  # (stop-32 audit: it raised, 1e308 did not)
-    except (TypeError, ValueError):
-        arr = None  # raised outside the handler: NumPy's message (which quotes the
-        # offending entry) must not even stay attached as the error's __context__
+    with quiet_masked_entries(x):
+        refuse_text(x, name)
+        if isinstance(x, np.ma.MaskedArray):
+            x = masked_as_nan(x)
+        try:
+            # a long double beyond float64 becomes ±inf with a RuntimeWarning that would tell
+            # one record's magnitude (stop-36 audit); the values are mapped record by record
+            with np.errstate(over="ignore", invalid="ignore"):
+                arr: NDArray[np.float64] | None = np.asarray(x, dtype=np.float64)
+        except OverflowError:  # a Python int beyond float64 (10**400): ±inf, like 1e400
+            arr = saturating_float_array(x)  # (stop-32 audit: it raised, 1e308 did not)
+        except (TypeError, ValueError):
+            arr = None  # raised outside the handler: NumPy's message (which quotes the
+            # offending entry) must not even stay attached as the error's __context__
+        if arr is None:
+            # a missing value that float() refuses (pandas.NA, e.g. from a nullable column's
+            # .tolist(); a signalling-NaN Decimal) is NaN, like None: refusing it made the
+            # refusal depend on whether a private record is missing (stop-48 leak audit)
+            arr = missing_as_nan(x)
     if arr is None and _not_an_array(x):
         # a generator, set, dict view or SciPy sparse matrix was reported as "some entry is not
         # a number" (stop-41 fuzz); its type is public, its content is not read
@@ -411,6 +418,58 @@ def saturating_float_array(x: Any) -> NDArray[np.float64] | None:
         return None
     out = np.fromiter((_saturating_float(v) for v in obj.ravel()), np.float64, obj.size)
     return out.reshape(obj.shape)
+
+
+def _is_missing(v: Any) -> bool:
+    """A missing-value marker among the entries of private content: ``None``, ``pandas.NA``,
+    ``numpy.ma.masked`` or a NaN ``Decimal`` (whose signalling form ``float()`` refuses)."""
+    if v is None or v is np.ma.masked:
+        return True
+    if isinstance(v, decimal.Decimal):
+        return v.is_nan()
+    t = type(v)
+    return t.__name__ == "NAType" and t.__module__.startswith("pandas")
+
+
+def missing_as_nan(x: Any) -> NDArray[np.float64] | None:
+    """``x`` as float64 with its missing-value entries (``_is_missing``) NaN; ``None`` when
+    some other entry is no number or the rows are ragged (a schema error for the caller).
+
+    Only reached after the direct conversion failed, so the loop over the entries runs in
+    that rare case only."""
+    if _not_an_array(x):
+        return None
+    try:
+        obj = np.asarray(x, dtype=object)
+    except ValueError:  # ragged
+        return None
+    flat = obj.ravel().copy()
+    for i, v in enumerate(flat):
+        if _is_missing(v):
+            flat[i] = math.nan
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):
+            return np.asarray(flat, dtype=np.float64).reshape(obj.shape)
+    except OverflowError:
+        return saturating_float_array(flat.reshape(obj.shape))
+    except (TypeError, ValueError):
+        return None
+
+
+@contextlib.contextmanager
+def quiet_masked_entries(x: Any) -> Iterator[None]:
+    """Silence NumPy's "converting a masked element to nan" ``UserWarning`` while private
+    content is converted: it fires for each ``numpy.ma.masked`` entry of a list or object
+    array (e.g. ``list(masked_y)``), so its presence told whether a private record is missing
+    (stop-48 leak audit); the entry is NaN, a missing value, mapped record by record.  A plain
+    numeric ``ndarray`` holds no such entry and is converted without touching the warning
+    filters (which are process-wide: Dask's worker threads convert such blocks)."""
+    if isinstance(x, np.ndarray) and x.dtype.kind != "O":
+        yield
+        return
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Warning: converting a masked element", UserWarning)
+        yield
 
 
 def _not_an_array(x: Any) -> bool:
@@ -569,7 +628,8 @@ def refuse_text(x: Any, name: str, *, note: str = " (nothing was spent or drawn)
     """
     dtype = getattr(x, "dtype", None)
     try:
-        kind = dtype.kind if isinstance(dtype, np.dtype) else np.asarray(x).dtype.kind
+        with quiet_masked_entries(x):  # a numpy.ma.masked entry: no warning (stop-48 audit)
+            kind = dtype.kind if isinstance(dtype, np.dtype) else np.asarray(x).dtype.kind
     except ValueError:  # ragged: the float conversion that follows refuses it
         kind = "O"
     if kind == "O":  # a list with None, an object array, pandas ``object``: the entry types

@@ -40,6 +40,7 @@ from pm_dpgp._validation import (
     check_positive,
     is_dask_collection,
     library_instance,
+    quiet_masked_entries,
     refuse_misaligned_rows,
 )
 from pm_dpgp.gp.linalg import CholeskyError, jittered_cholesky, psd_eigen_root
@@ -464,8 +465,13 @@ def _full_pieces(chunks: Iterable[tuple[Any, ...]], chunk_size: int) -> Iterable
 
 def _as_rows(a: Any) -> Any:
     """An array to split by rows; a masked array stays masked (its masked entries are missing
-    values for the preprocessing, ``pm_dpgp._validation.float_array``; stop-32 audit)."""
-    return a if isinstance(a, np.ma.MaskedArray) else np.asarray(a)
+    values for the preprocessing, ``pm_dpgp._validation.float_array``; stop-32 audit).  A
+    ``numpy.ma.masked`` entry of a list is NaN without NumPy's warning, which told whether a
+    private record is missing (``quiet_masked_entries``; stop-48 leak audit)."""
+    if isinstance(a, np.ma.MaskedArray):
+        return a
+    with quiet_masked_entries(a):
+        return np.asarray(a)
 
 
 def sufficient_statistics(

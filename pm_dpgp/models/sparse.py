@@ -49,6 +49,7 @@ from pm_dpgp._validation import (
     check_rng,
     masked_as_nan,
     public_real_array,
+    quiet_masked_entries,
     real_or_nan,
     refuse_misaligned_rows,
     refuse_text,
@@ -780,7 +781,8 @@ def sanitise_labels(labels: Any, n_classes: int) -> tuple[NDArray[np.int64], NDA
     """
     if isinstance(labels, np.ma.MaskedArray):  # masked labels are missing: dropped (stop 32)
         labels = masked_as_nan(labels)
-    arr = np.asarray(labels).reshape(-1)
+    with quiet_masked_entries(labels):  # a numpy.ma.masked entry of a list (stop-48 audit)
+        arr = np.asarray(labels).reshape(-1)
     if arr.dtype.kind == "O":
         # a list or object array holding None or an int beyond 2**64 (stop-32 audit: their
         # dtype inference made a refusal depend on one label); text stays a schema error

@@ -58,6 +58,7 @@ from pm_dpgp._validation import (
     check_positive,
     check_rng,
     check_scale,
+    missing_as_nan,
     refuse_text,
     reject_unexpected,
     renamed,
@@ -364,7 +365,10 @@ def _as_observed_floats(raw: Any) -> NDArray[np.float64] | None:
         except OverflowError:
             pass
         except (TypeError, ValueError):
-            return None
+            # pandas.NA (a missing observation) is NaN, like None: refusing it told whether
+            # one private observation was missing, and in which round (stop-48 leak audit)
+            missing = missing_as_nan(raw)
+            return None if missing is None else missing.reshape(-1)
         try:  # value by value: only in this rare case, so a Python loop is fine here
             values = np.asarray(raw, dtype=object).reshape(-1)
             return np.array([_float_or_nan(v) for v in values], dtype=np.float64)
