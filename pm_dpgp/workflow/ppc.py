@@ -64,6 +64,7 @@ from pm_dpgp._validation import (
     check_flag,
     check_positive,
     check_rng,
+    is_dask_collection,
     public_real_array,
     refuse_misaligned_rows,
 )
@@ -115,9 +116,13 @@ def _same_object(a: Any, b: Any) -> bool:
     """Whether ``a`` is ``b`` or shares its memory (identity and memory only: no value is
     compared).  Array-likes are compared through their NumPy views: a model built from a
     pandas Series stores a view of the Series' buffer, and passing the Series again was
-    missed (stop-31 audit)."""
+    missed (stop-31 audit).  ``b`` is the private training side: a Dask collection there is
+    compared by identity only, never converted (stop-48 audit: ``np.asarray`` of the training
+    Dask arrays computed them and gathered every private row on the client)."""
     if a is b:
         return True
+    if is_dask_collection(b):
+        return False
     va, vb = _buffer(a), _buffer(b)
     return va is not None and vb is not None and bool(np.shares_memory(va, vb))
 

@@ -1,0 +1,60 @@
+"""Stop-48 audit: scale and Dask across the library (not the noise-aware statistics path).
+
+``dp_ppc(..., training=(X, y))`` with the Dask arrays a release was computed from converted
+them with ``np.asarray`` in its identity check (``_buffer``): two full computations, every
+private row gathered on the client, where the README says nothing gathers them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pymc as pm
+import pytest
+
+from pm_dpgp.mechanisms import noise_aware_release
+from pm_dpgp.models import grid_inducing_points, sparse_gp_regression
+from pm_dpgp.workflow import dp_ppc
+from pm_dpgp.workflow.ppc import PrivateDataError
+
+da = pytest.importorskip("dask.array")
+callbacks = pytest.importorskip("dask.callbacks")
+
+
+class _Computations(callbacks.Callback):
+    """Counts the Dask graphs computed in this process while active."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.graphs: list[int] = []
+
+    def _start(self, dsk) -> None:
+        self.graphs.append(len(dsk))
+
+
+@pytest.fixture(scope="module")
+def dask_release():
+    Z = grid_inducing_points(-3.5, 3.5, 9)
+    pub = sparse_gp_regression(
+        None, None, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z, noise_sd=0.3
+    ).public_sparse_gp()
+    rng = np.random.default_rng(0)
+    X = da.from_array(rng.uniform(-3, 3, 2000), chunks=500)
+    y = da.from_array(np.clip(np.sin(rng.uniform(-3, 3, 2000)), -2, 2), chunks=500)
+    release = noise_aware_release(
+        pub, (X, y), epsilon=1.0, delta=1e-7, y_bounds=(-2.0, 2.0), rng=rng
+    )
+    return release, X, y
+
+
+def test_dp_ppc_training_check_never_computes_the_private_dask_arrays(dask_release) -> None:
+    release, X, y = dask_release
+    Xh = np.linspace(-3, 3, 20)
+    yh = np.sin(Xh)
+    with _Computations() as seen:
+        idata = dp_ppc(release, Xh, yh, training=(X, y), n_draws=5, rng=np.random.default_rng(1))
+    assert seen.graphs == [], f"dp_ppc computed Dask graphs of {seen.graphs} tasks"
+    assert "posterior_predictive" in idata.groups()
+    # the identity check itself still holds: the training array passed as hold-out is refused
+    with _Computations() as seen, pytest.raises(PrivateDataError):
+        dp_ppc(release, Xh, y, training=(X, y), n_draws=5, holdout_is_public=False)
+    assert seen.graphs == []
