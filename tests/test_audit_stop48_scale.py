@@ -58,3 +58,25 @@ def test_dp_ppc_training_check_never_computes_the_private_dask_arrays(dask_relea
     with _Computations() as seen, pytest.raises(PrivateDataError):
         dp_ppc(release, Xh, y, training=(X, y), n_draws=5, holdout_is_public=False)
     assert seen.graphs == []
+
+
+@pytest.mark.parametrize("kind", ["array", "series", "list of blocks"])
+def test_dirichlet_builder_refuses_dask_labels_without_computing_them(kind) -> None:
+    """``dirichlet_gp_classification(X, labels_dask)`` computed the labels on the client
+    (``np.asarray`` in ``sanitise_labels``) and built the model; every other builder
+    refuses Dask data (README, "On a Dask cluster")."""
+    from pm_dpgp.models import dirichlet_gp_classification
+
+    rng = np.random.default_rng(0)
+    X = rng.uniform(0, 10, 400)
+    lab = (np.sin(X) > 0).astype(int)
+    labels = da.from_array(lab, chunks=100)
+    if kind == "series":
+        dd = pytest.importorskip("dask.dataframe")
+        labels = dd.from_dask_array(labels)
+    elif kind == "list of blocks":
+        labels = list(labels.blocks)
+    Z = np.linspace(0, 10, 8)[:, None]
+    with _Computations() as seen, pytest.raises(TypeError, match="Dask"):
+        dirichlet_gp_classification(X, labels, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z, n_classes=2)
+    assert seen.graphs == []

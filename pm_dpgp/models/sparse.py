@@ -51,6 +51,7 @@ from pm_dpgp._validation import (
     public_real_array,
     quiet_masked_entries,
     real_or_nan,
+    refuse_dask,
     refuse_misaligned_rows,
     refuse_text,
     saturating_float_array,
@@ -892,6 +893,9 @@ def dirichlet_gp_classification(
     check_input_columns(Z, (X, labels), "Z")  # read by position, as X (stop-47 audit)
     Z_arr = check_finite_array(Z, "Z", ndim=2)
     X_arr = data_input(X, "X", 2)[0]
+    # Dask labels were computed here (np.asarray in sanitise_labels), every private label
+    # gathered on the client; the other builders refuse them (stop-48 audit)
+    refuse_dask(labels, "labels")
     labels_argument = labels  # the object passed (dp_ppc's identity check)
     containers = tuple(
         (arg, c, weakref.ref(c.get_value(borrow=True)))
