@@ -80,3 +80,43 @@ def test_dirichlet_builder_refuses_dask_labels_without_computing_them(kind) -> N
     with _Computations() as seen, pytest.raises(TypeError, match="Dask"):
         dirichlet_gp_classification(X, labels, pm.gp.cov.ExpQuad(1, ls=1.0), Z=Z, n_classes=2)
     assert seen.graphs == []
+
+
+def test_dp_ppc_finds_the_holdout_rows_without_an_h_by_m_comparison() -> None:
+    """``dp_ppc`` of a ``Release`` looked the hold-out rows up in ``X_star`` through an
+    ``(h, m, d)`` boolean comparison: 155.6 MB traced for 400 hold-out bin centres of a
+    200,000-bin release (6.4 GB for 200 of a 4000 × 4000 grid).  A sort finds the same first
+    matches in ``O((m + h) d)``."""
+    import tracemalloc
+
+    from pm_dpgp.mechanisms.label import binned_release, make_bins
+
+    rng = np.random.default_rng(0)
+    X, y = rng.uniform(0, 1, 20), rng.uniform(-1, 1, 20)
+    bins = make_bins(np.linspace(0, 1, 200_001))
+    kw = dict(epsilon=1.0, y_bounds=(-1, 1), bounds_are_public=True)
+    release = binned_release(X, y, bins, rng=np.random.default_rng(1), **kw)
+    Xh = release.X_star[::500]
+    tracemalloc.start()
+    try:
+        dp_ppc(release, Xh, np.zeros(len(Xh)), training=None, noise_sd=0.1, rng=rng)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    h, m = len(Xh), len(release.X_star)
+    assert peak < h * m / 2, f"peak {peak / 2**20:.1f} MB: an (h, m) array was formed"
+
+
+def test_holdout_row_lookup_equals_the_pairwise_comparison() -> None:
+    """The first matching ``X_star`` row, as the pairwise comparison found it, with
+    ``-0.0 == 0.0`` and repeated rows."""
+    from pm_dpgp.workflow.ppc import _first_equal_rows
+
+    rng = np.random.default_rng(3)
+    vals = np.array([0.0, -0.0, 1.0, 2.5, -3.0])
+    for _ in range(300):
+        d, m, h = rng.integers(1, 4), rng.integers(1, 25), rng.integers(1, 25)
+        Xs, Xq = rng.choice(vals, (m, d)), rng.choice(vals, (h, d))
+        eq = np.all(Xq[:, None, :] == Xs[None, :, :], axis=2)
+        expected = np.where(eq.any(axis=1), eq.argmax(axis=1), -1)
+        assert np.array_equal(_first_equal_rows(Xq, Xs), expected)

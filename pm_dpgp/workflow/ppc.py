@@ -231,23 +231,23 @@ def _dp_values(
             f"X_holdout has {X_hold.shape[1]} column(s) but the release has {X_star.shape[1]}."
         )
     F = np.asarray(release.noise_factor, float)
-    eq = np.all(X_hold[:, None, :] == X_star[None, :, :], axis=2)
-    if eq.any(axis=1).all():
-        idx = eq.argmax(axis=1)
+    idx = _first_equal_rows(X_hold, X_star)
+    missing = int(np.count_nonzero(idx < 0))
+    if missing == 0:
         return release.draws[:, idx], attrs, F[idx]
     interpolate = check_flag(interpolate, "interpolate")
     if not interpolate and release.mechanism == "laplace_binning":
         # a bin-means release sits at its public bin centres: it cannot be "released at the
         # hold-out inputs" as the generic message below advised (stop-47 audit)
         raise ValueError(
-            f"{int((~eq.any(axis=1)).sum())} hold-out inputs are not bin centres of this "
+            f"{missing} hold-out inputs are not bin centres of this "
             "binning release (its X_star). Map it to the hold-out inputs by post-processing: "
             "binned_gp(release, X_holdout, ...) (a GP on the DP bin means) and check that, or "
             "pass interpolate=True (1-D only: linear interpolation between bin centres)."
         )
     if not interpolate:
         raise ValueError(
-            f"{int((~eq.any(axis=1)).sum())} hold-out inputs are not among the release's test "
+            f"{missing} hold-out inputs are not among the release's test "
             "inputs X_star (compared exactly, in float64: values stored with another precision, "
             "e.g. float32, differ in the last digits; convert both the same way). Release at "
             "the hold-out inputs (they are public), or pass interpolate=True (1-D only: linear "
@@ -265,6 +265,24 @@ def _dp_values(
     W = _interpolation_matrix(xs, order, X_hold[:, 0])
     attrs["ppc_interpolation"] = "linear (post-processing of the release)"
     return release.draws @ W.T, attrs, W @ F
+
+
+def _first_equal_rows(X_hold: NDArray[np.float64], X_star: NDArray[np.float64]) -> NDArray[np.intp]:
+    """For each row of ``X_hold``, the index of the first row of ``X_star`` equal to it (in
+    float64, ``-0.0 == 0.0``), or ``-1``.  One stable lexicographic sort of both sets,
+    ``O((m + h) d)`` memory: the ``(h, m, d)`` comparison it replaces took 6.4 GB for 200
+    hold-out rows of a binned release on a 4000 × 4000 grid (stop-48 audit)."""
+    m = X_star.shape[0]
+    rows = np.concatenate([X_star, X_hold]) + 0.0  # -0.0 → 0.0, as == compares them
+    order = np.lexsort(rows.T[::-1])  # stable: X_star rows first in a group, in their order
+    ordered = rows[order]
+    start = np.ones(len(rows), dtype=bool)
+    start[1:] = np.any(ordered[1:] != ordered[:-1], axis=1)
+    group = np.empty(len(rows), dtype=np.intp)
+    group[order] = np.cumsum(start) - 1
+    first = order[start]  # the first member of each group, the earliest X_star row if any
+    first = np.where(first < m, first, -1)
+    return first[group[m:]]
 
 
 def _gaussian_release_attrs(release: Release) -> dict[str, Any]:
