@@ -120,3 +120,31 @@ def test_holdout_row_lookup_equals_the_pairwise_comparison() -> None:
         eq = np.all(Xq[:, None, :] == Xs[None, :, :], axis=2)
         expected = np.where(eq.any(axis=1), eq.argmax(axis=1), -1)
         assert np.array_equal(_first_equal_rows(Xq, Xs), expected)
+
+
+def test_inf_norm_prior_noise_bound_forms_no_n_by_n_kernel_matrix(monkeypatch) -> None:
+    """``rkhs_sensitivity(bound="inf_norm")`` evaluated the whole ``n × n`` noise-free kernel
+    matrix ``K'`` and read only its diagonal; ``kernel_diag`` gives it.  The bound itself is
+    unchanged (the paper's ``‖K⁻¹‖_∞ √max k(x, x)``)."""
+    from pm_dpgp.mechanisms import rkhs_sensitivity
+    from pm_dpgp.models import gp_regression
+
+    X = np.linspace(0.0, 5.0, 60)
+    g = gp_regression(X, np.zeros(60), 0.7 * pm.gp.cov.ExpQuad(1, ls=0.5), noise_sd=0.2)
+    public = g.public_gp()
+    K_inv = np.linalg.inv(public.kernel(public.X) + 0.04 * np.eye(60))
+    expected = np.sqrt(0.7) * np.abs(K_inv).sum(axis=0).max()
+    public.posterior()  # the training factor (n × n, needed), cached before counting
+    shapes = []
+    kernel = type(public).kernel
+
+    def counting(self, Xa, Xb=None):
+        out = kernel(self, Xa, Xb)
+        shapes.append(out.shape)
+        return out
+
+    monkeypatch.setattr(type(public), "kernel", counting)
+    assert rkhs_sensitivity(public, "inf_norm") == pytest.approx(expected, rel=1e-8)
+    assert (60, 60) not in shapes
+    rkhs_sensitivity(public, "exact")  # the exact bound needs K' itself
+    assert (60, 60) in shapes
