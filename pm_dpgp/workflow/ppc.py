@@ -54,6 +54,7 @@ import warnings
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
+import scipy.sparse
 from numpy.typing import ArrayLike, NDArray
 from scipy.special import logsumexp
 
@@ -264,7 +265,7 @@ def _dp_values(
         )
     W = _interpolation_matrix(xs, order, X_hold[:, 0])
     attrs["ppc_interpolation"] = "linear (post-processing of the release)"
-    return release.draws @ W.T, attrs, W @ F
+    return np.asarray((W @ release.draws.T).T), attrs, np.asarray(W @ F)
 
 
 def _first_equal_rows(X_hold: NDArray[np.float64], X_star: NDArray[np.float64]) -> NDArray[np.intp]:
@@ -293,25 +294,32 @@ def _gaussian_release_attrs(release: Release) -> dict[str, Any]:
 
 def _interpolation_matrix(
     xs: NDArray[np.float64], order: NDArray[np.intp], x: NDArray[np.float64]
-) -> NDArray[np.float64]:
+) -> scipy.sparse.csr_array:
     """``(len(x), len(xs))`` weights of piecewise-linear interpolation at ``x`` between the
     sorted knots ``xs`` (``xs = X_star[order]``), columns in ``X_star``'s order: the values of
     ``np.interp(x, xs, d[order])`` as ``W @ d`` (a point at the last knot takes its last
-    copy, as ``np.interp`` does; repeated inputs carry identical draws and noise rows)."""
-    W = np.zeros((len(x), len(xs)))
-    rows = np.arange(len(x))
-    if len(xs) == 1:  # every x equals the one knot (checked by the caller)
-        W[:, order[0]] = 1.0
-        return W
-    j = np.clip(np.searchsorted(xs, x, side="right") - 1, 0, len(xs) - 2)
+    copy, as ``np.interp`` does; repeated inputs carry identical draws and noise rows).
+    Sparse (two entries per row): the dense ``h × m`` array took 640 MB for 400 hold-out
+    points between the 200,000 centres of a binned release (stop 48)."""
+    h, m = len(x), len(xs)
+    rows = np.arange(h)
+    if m == 1:  # every x equals the one knot (checked by the caller)
+        return scipy.sparse.csr_array((np.ones(h), (rows, np.full(h, order[0]))), shape=(h, m))
+    j = np.clip(np.searchsorted(xs, x, side="right") - 1, 0, m - 2)
     width = xs[j + 1] - xs[j]
     t = np.divide(x - xs[j], width, out=np.zeros_like(x), where=width > 0)
-    np.add.at(W, (rows, order[j]), 1.0 - t)
-    np.add.at(W, (rows, order[j + 1]), t)
     end = x >= xs[-1]
-    W[end] = 0.0
-    W[end, order[-1]] = 1.0
-    return W
+    left = np.where(end, 0.0, 1.0 - t)
+    right = np.where(end, 1.0, t)
+    cols_right = np.where(end, order[-1], order[j + 1])
+    # duplicate (row, column) pairs are summed, as np.add.at did
+    return scipy.sparse.csr_array(
+        (
+            np.concatenate([left, right]),
+            (np.concatenate([rows, rows]), np.concatenate([order[j], cols_right])),
+        ),
+        shape=(h, m),
+    )
 
 
 # ------------------------------------------------------------------------------ public API
