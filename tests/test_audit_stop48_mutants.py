@@ -100,3 +100,43 @@ def test_nystrom_features_are_clipped_to_a_given_feature_norm():
     Phi = feats(np.linspace(0.0, 1.0, 41)[:, None])
     assert Phi.shape == (41, 6)
     assert float(np.max(np.linalg.norm(Phi, axis=1))) <= 0.3
+
+
+def test_perturb_charges_twice_the_whitened_rounding():
+    # mutant: ``l2 = d·s + r``.  Both neighbours' computed whitened means err by up to r, so
+    # the documented charge is d·s + 2r (pm_dpgp.mechanisms.whitening); the existing tests
+    # passed whitened_rounding=0 or went through the releases, where r is ~1e-16.
+    from pm_dpgp.mechanisms.gaussian import gaussian_sigma
+    from pm_dpgp.mechanisms.label.output_perturbation import perturb
+
+    out = perturb(
+        np.zeros(2),
+        np.eye(2),
+        unit_sensitivity=1.0,
+        data_sensitivity=2.0,
+        epsilon=1.0,
+        delta=1e-5,
+        rng=np.random.default_rng(0),
+        whitened_rounding=0.25,
+    )
+    assert out.l2_sensitivity == 2.5
+    assert out.sigma >= gaussian_sigma(1.0, 1e-5, 2.5)
+
+
+def test_coinpress_result_event_charges_the_sum_of_the_step_rhos():
+    # mutant: ``ZCDPEvent(max(self.rhos))``.  CoinpressResult.event is public ("ρ-zCDP with
+    # ρ = Σ ρ_t, adaptive composition"); a caller charging it after coinpress_mean would have
+    # been charged for one step only.
+    from pm_dpgp.selection.coinpress import coinpress_mean
+
+    res = coinpress_mean(
+        np.linspace(-1.0, 1.0, 50),
+        lower=-4.0,
+        upper=4.0,
+        rho=0.5,
+        n_steps=4,
+        rng=np.random.default_rng(1),
+    )
+    assert len(res.rhos) == 4
+    assert math.isclose(res.event.total_rho, math.fsum(res.rhos), rel_tol=1e-15)
+    assert math.isclose(res.event.total_rho, 0.5, rel_tol=1e-12)
