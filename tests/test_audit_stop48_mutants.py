@@ -140,3 +140,21 @@ def test_coinpress_result_event_charges_the_sum_of_the_step_rhos():
     assert len(res.rhos) == 4
     assert math.isclose(res.event.total_rho, math.fsum(res.rhos), rel_tol=1e-15)
     assert math.isclose(res.event.total_rho, 0.5, rel_tol=1e-12)
+
+
+def test_whitening_column_sensitivity_is_never_below_the_exact_column_norm():
+    # mutant: the allowance ``column *= 1 + γ_{k+2}`` dropped.  The charged Δ_W must bound
+    # d·max_j ‖W e_j‖₂ exactly (docs: "the exact change of W(y − c)"); the float norm alone is
+    # below the exact one for about half of random matrices.  Checked in rational arithmetic
+    # with d = 1 (y_bounds (0, 1)): Δ_W² ≥ Σ_i W_ij² for every column j.
+    from fractions import Fraction
+
+    from pm_dpgp.mechanisms.whitening import centred_whitening
+
+    rng = np.random.default_rng(48)
+    for _ in range(60):
+        k, n = (int(v) for v in rng.integers(1, 7, size=2))
+        W = rng.normal(size=(k, n)) * 10.0 ** rng.uniform(-3, 3)
+        out = centred_whitening(W, np.full(n, 0.5), (0.0, 1.0), 0.5)
+        exact = max(sum(Fraction(float(w)) ** 2 for w in W[:, j]) for j in range(n))
+        assert Fraction(out.column_sensitivity) ** 2 >= exact
