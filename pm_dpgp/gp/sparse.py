@@ -606,7 +606,17 @@ def sufficient_statistics(
                         "(X_chunk, y_chunk[, w_chunk]); a chunk held a single number (zip(X, y) "
                         "gives one record at a time): pass data=(X, y)."
                     )
-                yield tuple(_as_rows(a) for a in item)
+                arrs = tuple(_as_rows(a) for a in item)
+                if any(a.shape[:1] != arrs[0].shape[:1] for a in arrs):
+                    # rows are paired by position and cut by the first array's length: a y
+                    # longer than its X lost its extra rows, silently, or the pieces of the
+                    # next chunks were misaligned (stop-48 review); shapes only, as for a tuple
+                    raise ValueError(
+                        "the arrays of each chunk must have the same number of rows (one "
+                        f"record per row), got shapes {[a.shape for a in arrs]}. Nothing was "
+                        "spent or drawn."
+                    )
+                yield arrs
 
         chunks = _full_pieces(_chunks(), chunk)
     for arrs in chunks:
