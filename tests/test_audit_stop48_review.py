@@ -10,6 +10,7 @@ import warnings
 import numpy as np
 import pytest
 
+from pm_dpgp.accounting import Ledger
 from pm_dpgp.gp.sparse import sufficient_statistics
 
 
@@ -56,3 +57,54 @@ def test_aligned_chunks_are_still_summed_as_a_tuple() -> None:
     np.testing.assert_array_equal(got.A, ref.A)
     np.testing.assert_array_equal(got.B, ref.B)
     assert got.n == ref.n == 23
+
+
+# ----------------------------------- floating-point error state of the label releases (873081d)
+X20 = np.linspace(0.0, 1.0, 20)[:, None]
+
+
+def _label_release(kind: str, y, bound: float, secure: bool, ledger):
+    import pymc as pm
+
+    from pm_dpgp.mechanisms import cloaked_release, prior_noise_release
+    from pm_dpgp.models import gp_regression
+
+    model = gp_regression(X20, y, pm.gp.cov.ExpQuad(1, ls=0.3), noise_sd=0.3)
+    release = cloaked_release if kind == "cloaked" else prior_noise_release
+    return release(
+        model, X20[:5], epsilon=1.0, delta=1e-6, y_bounds=(-bound, bound),
+        bounds_are_public=True, ledger=ledger, rng=None if secure else np.random.default_rng(0),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["cloaked", "prior_noise"])
+@pytest.mark.parametrize(
+    ("bound", "tiny", "secure"),
+    [
+        # W (y − c) subnormal: μ + F W (y − c) underflowed before the spend (both modes)
+        (1.0, 1e-310, False),
+        (1.0, 5e-324, True),
+        # the secure noise's w/γ (γ = 2³¹⁵ ≈ 6.7e94) underflowed after the spend
+        (1e100, 1e-300, True),
+        (1e200, 1e-200, True),
+    ],
+)
+def test_a_label_near_the_centre_raises_no_floating_point_error(kind, bound, tiny, secure):
+    """The stop-48 fix covered labels beside ordinary ones; one tiny label among labels at the
+    centre still made the release fail (before or after its spend) where its neighbour with
+    that label at the centre was released."""
+    outcomes = []
+    for first in (0.0, tiny):
+        y = np.zeros(len(X20))
+        y[0] = first
+        ledger = Ledger(epsilon=10.0, delta=1e-5)
+        old = np.seterr(all="raise")
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                release = _label_release(kind, y, bound, secure, ledger)
+        finally:
+            np.seterr(**old)
+        assert np.all(np.isfinite(release.draws))
+        outcomes.append(ledger.spent_epsilon)
+    assert outcomes[0] == outcomes[1] > 0.0

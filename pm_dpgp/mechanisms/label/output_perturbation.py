@@ -457,8 +457,14 @@ def label_gaussian_release(
     offset = public_gp.mean + shape_factor @ whitening.public
     check_public_offset(offset, labels.y_bounds, public_gp.mean)
     unit_sensitivity = charged_unit_sensitivity(unit_sensitivity, d, whitening)
+    # the private mean μ + F W (y − c): no floating-point error state may depend on the labels
+    # (stop-48 review: y = (1e-310, 0, …, 0) made W (y − c) subnormal and this product
+    # underflow, FloatingPointError under np.seterr(all="raise") before the spend, while the
+    # neighbour y = 0 was released); the draws are built from the whitened mean (``perturb``)
+    with np.errstate(under="ignore"):
+        private_mean = offset + shape_factor @ whitening.private
     result = perturb(
-        offset + shape_factor @ whitening.private,
+        private_mean,
         shape_factor,
         unit_sensitivity=unit_sensitivity,
         data_sensitivity=labels.data_sensitivity,
