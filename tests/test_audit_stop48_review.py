@@ -108,3 +108,23 @@ def test_a_label_near_the_centre_raises_no_floating_point_error(kind, bound, tin
         assert np.all(np.isfinite(release.draws))
         outcomes.append(ledger.spent_epsilon)
     assert outcomes[0] == outcomes[1] > 0.0
+
+
+# ------------------------------------ a Thompson objective's missing value beside an overflow
+@pytest.mark.parametrize("missing", ["pandas.NA", "sNaN"])
+@pytest.mark.parametrize("first", [True, False])
+def test_a_missing_observation_beside_an_overflowing_one_is_not_a_number(missing, first):
+    """00f84bc mapped pandas.NA / Decimal('sNaN') to NaN, but not in the value-by-value path
+    taken after an OverflowError: an initial design's observations [10**400, pandas.NA] were
+    refused as 'not a number' (before the spend) where [pandas.NA, 10**400] were read."""
+    import decimal
+
+    import pandas as pd
+
+    from pm_dpgp.workflow.thompson import _observe
+
+    gap = pd.NA if missing == "pandas.NA" else decimal.Decimal("sNaN")
+    values = [10**400, gap] if first else [gap, 10**400]
+    X0 = np.array([[0.1], [0.9]])
+    y = _observe(lambda X: list(values), X0, fill=0.5)  # a private run: non-finite -> prior mean
+    np.testing.assert_array_equal(y, [0.5, 0.5])

@@ -47,6 +47,7 @@ from scipy.linalg import cholesky
 
 from pm_dpgp._progress import progress_bar
 from pm_dpgp._validation import (
+    _is_missing,
     bounds_from_centred,
     centred_bound,
     check_count,
@@ -378,7 +379,11 @@ def _as_observed_floats(raw: Any) -> NDArray[np.float64] | None:
 
 def _float_or_nan(value: Any) -> float:
     """NumPy's float64 conversion of one value (``None`` is NaN, as in an array), NaN where
-    it overflows (stop-42 review: ``float(None)`` raised for ``[None, 10**400]`` only)."""
+    it overflows (stop-42 review: ``float(None)`` raised for ``[None, 10**400]`` only), and
+    NaN for any missing value (``pandas.NA``, a signalling-NaN ``Decimal``): ``[10**400,
+    pandas.NA]`` was "not a number" while ``[pandas.NA, 10**400]`` was read (stop-48 review)."""
+    if _is_missing(value):
+        return math.nan
     try:
         return float(np.float64(value))
     except OverflowError:
