@@ -356,7 +356,8 @@ def float_array(x: ArrayLike, name: str, ndim: int | None) -> NDArray[np.float64
             with np.errstate(over="ignore", invalid="ignore"):
                 arr: NDArray[np.float64] | None = np.asarray(x, dtype=np.float64)
         except OverflowError:  # a Python int beyond float64 (10**400): ±inf, like 1e400
-            arr = saturating_float_array(x)  # (stop-32 audit: it raised, 1e308 did not)
+            arr = saturating_float_array(x, strict=True)  # (stop-32 audit: it raised, 1e308
+            # did not); strict: a non-number is refused as without the overflow
         except (TypeError, ValueError):
             arr = None  # raised outside the handler: NumPy's message (which quotes the
             # offending entry) must not even stay attached as the error's __context__
@@ -405,19 +406,36 @@ def _saturating_float(v: Any) -> float:
         return math.nan
 
 
-def saturating_float_array(x: Any) -> NDArray[np.float64] | None:
+def saturating_float_array(x: Any, *, strict: bool = False) -> NDArray[np.float64] | None:
     """Numbers (also Python ints beyond float64, and ``None``) as float64, entry by entry.
 
     For private content whose conversion must not fail on one record's value: an int beyond
     float64 becomes ±inf, ``None`` (or anything that is no number) NaN; ragged input gives
     ``None`` (a schema error for the caller).  Text is the caller's ``refuse_text``.
+    ``strict``: an entry that is neither a number nor a missing value (``_is_missing``) gives
+    ``None`` too, as the direct conversion refuses it: ``float_array`` took ``[10**400, {}]``
+    (or ``[10**400, [1, 2]]``) as ``[inf, nan]`` and refused ``[1.0, {}]``, a refusal that
+    depended on whether another private entry overflows float64 (stop-48 review).
     """
     try:
         obj = np.asarray(x, dtype=object)
     except ValueError:
         return None
-    out = np.fromiter((_saturating_float(v) for v in obj.ravel()), np.float64, obj.size)
+    flat = obj.ravel()
+    out = np.fromiter((_saturating_float(v) for v in flat), np.float64, obj.size)
+    if strict:
+        bad = np.isnan(out)  # only these can be non-numbers: check their type, not their value
+        if bad.any() and not all(_is_missing(v) or _is_real_nan(v) for v in flat[bad]):
+            return None
     return out.reshape(obj.shape)
+
+
+def _is_real_nan(v: Any) -> bool:
+    """A number that ``float()`` reads as NaN (``float('nan')``, ``np.float32('nan')``)."""
+    try:
+        return math.isnan(float(v))
+    except (TypeError, ValueError, OverflowError):
+        return False
 
 
 def _is_missing(v: Any) -> bool:
@@ -451,7 +469,7 @@ def missing_as_nan(x: Any) -> NDArray[np.float64] | None:
         with np.errstate(over="ignore", invalid="ignore"):
             return np.asarray(flat, dtype=np.float64).reshape(obj.shape)
     except OverflowError:
-        return saturating_float_array(flat.reshape(obj.shape))
+        return saturating_float_array(flat.reshape(obj.shape), strict=True)
     except (TypeError, ValueError):
         return None
 

@@ -128,3 +128,39 @@ def test_a_missing_observation_beside_an_overflowing_one_is_not_a_number(missing
     X0 = np.array([[0.1], [0.9]])
     y = _observe(lambda X: list(values), X0, fill=0.5)  # a private run: non-finite -> prior mean
     np.testing.assert_array_equal(y, [0.5, 0.5])
+
+
+# ------------------------ a non-number beside an int beyond float64 (saturating_float_array)
+@pytest.mark.parametrize(
+    "values",
+    [
+        [10**400, {}],
+        [10**400, [1.0, 2.0]],  # ragged
+        [10**400, object()],
+        [float("nan"), 10**400, {}],
+        [None, 10**400, {}],  # through missing_as_nan
+    ],
+    ids=["dict", "ragged", "object", "nan-first", "missing-first"],
+)
+def test_a_non_number_is_refused_whether_or_not_another_entry_overflows(values):
+    """float_array refused [1.0, {}] ('some entry is not a number') but read [10**400, {}] as
+    [inf, nan]: whether a malformed private list was refused depended on whether another
+    private entry overflows float64."""
+    from pm_dpgp._validation import private_array
+
+    for entries in (values, [1.0 if v == 10**400 else v for v in values]):
+        with pytest.raises(TypeError, match="some entry is not") as err:
+            private_array(entries, "y", ndim=1)
+        assert "1000000" not in str(err.value)
+
+
+def test_numbers_and_missing_values_beside_an_overflow_are_still_read():
+    import decimal
+
+    import pandas as pd
+
+    from pm_dpgp._validation import private_array
+
+    values = [10**400, None, float("nan"), np.float32("nan"), pd.NA, decimal.Decimal("sNaN")]
+    got = private_array([*values, -(10**400), 2.0], "y", ndim=1)
+    np.testing.assert_array_equal(got, [np.inf, *[np.nan] * 5, -np.inf, 2.0])
