@@ -194,3 +194,19 @@ def test_a_generator_that_reuses_its_buffers_is_summed_row_by_row(chunk_size, bu
     assert got.n == ref.n == n
     np.testing.assert_allclose(got.A, ref.A, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(got.B, ref.B, rtol=1e-12, atol=1e-12)
+
+
+# ------------------------------------------ grid_inducing_points over a too-wide box (90df53c)
+def test_a_box_wider_than_the_largest_float_gives_its_grid_without_a_floating_point_error():
+    """The width b − a that detects such a box overflowed with NumPy's 'overflow encountered
+    in scalar subtract' RuntimeWarning, a FloatingPointError under np.seterr(all='raise')."""
+    from pm_dpgp.models.sparse import grid_inducing_points
+
+    old = np.seterr(all="raise")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            Z = grid_inducing_points([-1e308], [1e308], 3)
+    finally:
+        np.seterr(**old)
+    np.testing.assert_array_equal(Z[:, 0], [-1e308, 0.0, 1e308])
