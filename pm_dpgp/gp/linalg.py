@@ -35,7 +35,28 @@ __all__ = [
     "cho_solve_lower",
     "solve_lower",
     "norm_rounded_up",
+    "unit_scaled",
 ]
+
+
+def unit_scaled(X: NDArray[np.float64]) -> tuple[NDArray[np.float64], int]:
+    """``(X · 2⁻ᵉ, e)`` with ``max |X · 2⁻ᵉ|`` in ``[0.5, 1)`` (``e = 0`` when ``X`` is all 0 or
+    not finite): an exact rescaling (short of entries far below the largest, which may
+    underflow, silently) under which squares and squared distances neither over- nor
+    underflow.  Used for the rounded-up norms (``norm_rounded_up``, the whitening's column
+    norms) and for k-means on public inputs of any magnitude, which is equivariant under it
+    (k-means++ draws in proportion to squared distances, Lloyd's step takes means), so
+    ``2ᵉ ×`` the centres of the scaled inputs are the centres of ``X`` itself, bit for bit,
+    wherever ``X``'s own squared distances are finite and normal.  Beyond that they were not:
+    at 1e160 the squared distances overflowed (SciPy's ``kmeans2`` crashed the interpreter,
+    the sparse k-means raised "Probabilities contain NaN"), at 1e-200 they underflowed to 0
+    (coinciding centres refused, or centres that were no k-means solution returned
+    silently); stop-48 audit.
+    """
+    m = float(np.max(np.abs(X))) if np.size(X) else 0.0
+    e = int(np.frexp(m)[1]) if 0.0 < m < math.inf else 0
+    with np.errstate(under="ignore"):
+        return np.ldexp(X, -e), e
 
 
 def norm_rounded_up(values: NDArray[np.float64]) -> float:
@@ -55,12 +76,11 @@ def norm_rounded_up(values: NDArray[np.float64]) -> float:
     top = float(np.max(np.abs(v), initial=0.0))
     if not (top > 0.0 and math.isfinite(top)):
         return math.sqrt(math.fsum(v * v)) * (1.0 + 2.0**-51)  # 0, or inf / nan as given
-    e = math.frexp(top)[1]
+    s, e = unit_scaled(v)  # the largest in [1/2, 1): its square and the sum are normal
     # squares of entries below 2⁻⁵¹¹ (relative to the largest) err by ≤ 2⁻¹⁰⁷⁵ absolutely,
     # far inside the allowance (2⁻⁵¹ against the 2⁻⁵² the roundings need, of a sum ≥ ¼);
     # that underflow is expected, so it neither warns nor raises under np.seterr(all="raise")
     with np.errstate(under="ignore"):
-        s = np.ldexp(v, -e)  # the largest in [1/2, 1): its square and the sum are normal
         squares = s * s
     try:
         r = math.ldexp(math.sqrt(math.fsum(squares)) * (1.0 + 2.0**-51), e)

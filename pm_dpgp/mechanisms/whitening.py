@@ -35,6 +35,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from pm_dpgp.gp.linalg import unit_scaled
+
 __all__ = ["CentredWhitening", "centred_whitening", "check_whitened_range"]
 
 _U = float(np.finfo(np.float64).eps) / 2.0  # unit round-off
@@ -100,12 +102,10 @@ def _largest_column_norm(W: NDArray[np.float64]) -> float:
     sensitivity 0 and a rounding bound ``r`` 5·10¹³⁶ times below the error it bounds
     (stop-48 audit).  A subnormal result is rounded up one step; otherwise the value is
     bitwise the unscaled one.  Its round-off is the caller's ``γ`` allowance."""
-    top = float(np.max(np.abs(W), initial=0.0))
-    if top == 0.0:
+    if not np.any(W):
         return 0.0
-    e = math.frexp(top)[1]
+    Ws, e = unit_scaled(W)  # W is finite (checked by the caller)
     with np.errstate(under="ignore"):  # entries far below the largest may underflow
-        Ws = np.ldexp(W, -e)
         squares = np.einsum("ij,ij->j", Ws, Ws) if Ws.ndim == 2 else np.dot(Ws, Ws)
     norm = math.ldexp(float(np.sqrt(np.max(squares))), e)
     return math.nextafter(norm, math.inf) if norm < 2.0**-1022 else norm

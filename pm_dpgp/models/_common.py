@@ -72,23 +72,6 @@ def _readonly(arr: NDArray[np.float64]) -> NDArray[np.float64]:
     return out
 
 
-def unit_scaled(X: NDArray[np.float64]) -> tuple[NDArray[np.float64], int]:
-    """``(X · 2⁻ᵉ, e)`` with ``max |X · 2⁻ᵉ|`` in ``[0.5, 1)`` (``e = 0`` when ``X`` is all 0).
-
-    For k-means on public inputs of any magnitude: multiplying by a power of two rounds
-    nothing (short of underflow), and k-means is equivariant under it (k-means++ draws in
-    proportion to squared distances, Lloyd's step takes means), so ``2ᵉ ×`` the centres of
-    the scaled inputs are the centres of ``X`` itself, bit for bit, wherever ``X``'s own
-    squared distances are finite and normal.  Beyond that they were not: at 1e160 the squared
-    distances overflowed (SciPy's ``kmeans2`` crashed the interpreter, the sparse k-means raised
-    "Probabilities contain NaN"), at 1e-200 they underflowed to 0 (coinciding centres refused,
-    or centres that were no k-means solution returned silently); stop-48 audit.
-    """
-    m = float(np.max(np.abs(X))) if X.size else 0.0
-    e = int(np.frexp(m)[1]) if m > 0.0 else 0
-    return np.ldexp(X, -e), e
-
-
 # --------------------------------------------------------------------------- compilation
 def hoist_float_constants(out: Variable) -> tuple[Variable, list[Variable], list[NDArray[Any]]]:
     """Replace every floating-point constant in ``out``'s graph by a new input of the same type.

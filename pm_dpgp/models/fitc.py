@@ -32,6 +32,7 @@ from scipy.cluster.vq import kmeans2
 
 from pm_dpgp._validation import check_finite_array, check_positive
 from pm_dpgp.gp.fitc import FITCPosterior
+from pm_dpgp.gp.linalg import unit_scaled
 from pm_dpgp.gp.operators import LowRankOperator
 from pm_dpgp.models._common import (
     CovarianceSpec,
@@ -46,7 +47,6 @@ from pm_dpgp.models._common import (
     check_input_columns,
     remember_arguments,
     resolve_model,
-    unit_scaled,
     view_inputs,
 )
 from pm_dpgp.models.exact import GPRegression, PublicGP

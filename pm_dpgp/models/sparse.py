@@ -56,6 +56,7 @@ from pm_dpgp._validation import (
     refuse_text,
     saturating_float_array,
 )
+from pm_dpgp.gp.linalg import unit_scaled
 from pm_dpgp.models._common import (
     BuilderInputs,
     CovarianceSpec,
@@ -76,7 +77,6 @@ from pm_dpgp.models._common import (
     data_input,
     remember_arguments,
     resolve_model,
-    unit_scaled,
 )
 from pm_dpgp.models.exact import GPRegression
 from pm_dpgp.models.hyperparameters import CALLER_DECLARED, hyperparameter_source
