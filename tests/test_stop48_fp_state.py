@@ -28,20 +28,21 @@ def _labels(tiny: float) -> np.ndarray:
     return y
 
 
-def _cloaked(y, rng, ledger):
-    model = gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=0.3), noise_sd=0.3)
-    return cloaked_release(
-        model, X[:5], epsilon=1.0, delta=1e-6, y_bounds=(-1, 1), bounds_are_public=True,
-        ledger=ledger, rng=rng,
-    )  # fmt: skip
+def _label_gaussian(mechanism):
+    """A cloaked or prior-noise release of an exact GP of the labels at five public inputs."""
+
+    def release(y, rng, ledger):
+        model = gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=0.3), noise_sd=0.3)
+        return mechanism(
+            model, X[:5], epsilon=1.0, delta=1e-6, y_bounds=(-1, 1), bounds_are_public=True,
+            ledger=ledger, rng=rng,
+        )  # fmt: skip
+
+    return release
 
 
-def _prior_noise(y, rng, ledger):
-    model = gp_regression(X, y, pm.gp.cov.ExpQuad(1, ls=0.3), noise_sd=0.3)
-    return prior_noise_release(
-        model, X[:5], epsilon=1.0, delta=1e-6, y_bounds=(-1, 1), bounds_are_public=True,
-        ledger=ledger, rng=rng,
-    )  # fmt: skip
+_cloaked = _label_gaussian(cloaked_release)
+_prior_noise = _label_gaussian(prior_noise_release)
 
 
 def _binned(y, rng, ledger):

@@ -337,8 +337,7 @@ def clip_columns(K: NDArray[np.float64], column_norm: float) -> NDArray[np.float
     underflowing squares do not hide a column above the bound; the claim holds for every
     ``column_norm ≥ 2⁻¹⁰⁰⁰`` (``K`` finite, as ``_chunk_pack`` makes it).
     """
-    if not column_norm >= SMALLEST_COLUMN_NORM:  # the callers refuse it before any spend
-        raise ValueError(f"column_norm {column_norm!r} is below 2**-1000 (check_column_norm).")
+    check_column_norm(column_norm, "column_norm")  # the callers refuse it before any spend
     M = K.shape[0]
     h = M + 6
     g = h * _U / (1.0 - h * _U)
