@@ -88,6 +88,7 @@ from pm_dpgp.mechanisms.full.sample_path_bounds import (
 from pm_dpgp.mechanisms.noise import SEED_POLICY_SIMULATION, SIMULATION
 from pm_dpgp.models import GPRegression, PublicGP, gp_regression
 from pm_dpgp.models._common import dataframe_columns
+from pm_dpgp.models.sparse import kernel_structure_at
 
 __all__ = [
     "LoopError",
@@ -719,13 +720,17 @@ def dp_thompson_sampling(
         # round's n is the largest (the level grows with n), so checked once here
         check_mean_resolvable(len(X0) + int(n_rounds), r2)
         shown = X0 if fixed_cand is None else np.vstack([X0, fixed_cand])
+        # the kernel's structure at the fixed public hyperparameters, derived once for the
+        # run: every round's release checks its kernel with it (not re-derived per round)
+        structure = kernel_structure_at(model.cov_func, base.hyperparameters)
         _check_public_kernel(
             base,
             kernel_scale,
             kernel_class,
             _public_probes(shown, box),
             unboxed=False,
-            cov=cov_func,
+            cov=model.cov_func,
+            structure=structure,
         )
     X_all, y_all = X0.copy(), y0.copy()
     failure: Exception | None = None
@@ -773,7 +778,14 @@ def dp_thompson_sampling(
                     # the rows so far with the first model's public GP (kernel compiled once)
                     data = cast(
                         GPRegression,
-                        PrivateRows(base, X_all, y_all, model.cov_func, proved_kappa=kappa),
+                        PrivateRows(
+                            base,
+                            X_all,
+                            y_all,
+                            model.cov_func,
+                            proved_kappa=kappa,
+                            structure=structure,
+                        ),
                     )
                     n_entries = len(ledger.history)
                     try:
