@@ -21,6 +21,7 @@ import math
 import numbers
 import os
 import sys
+import threading
 import warnings
 from collections.abc import Iterator, Mapping, MappingView
 from collections.abc import Set as AbstractSet
@@ -474,6 +475,16 @@ def missing_as_nan(x: Any) -> NDArray[np.float64] | None:
         return None
 
 
+#: Held while ``quiet_masked_entries`` has its filter installed.  ``warnings.catch_warnings``
+#: saves and restores the process-wide filter list, so two threads inside it at once (Dask's
+#: threaded scheduler converting object-dtype blocks) restore each other's lists: the first
+#: to leave removed the filter while the other was still converting (its masked entries
+#: warned again), and the last to leave re-installed a stale list (the filter stayed for
+#: good).  Serialising the library's own entries excludes both (stop-48 review; re-entrant
+#: for nested conversions in one thread).
+_QUIET_MASKED_LOCK = threading.RLock()
+
+
 @contextlib.contextmanager
 def quiet_masked_entries(x: Any) -> Iterator[None]:
     """Silence NumPy's "converting a masked element to nan" ``UserWarning`` while private
@@ -481,11 +492,12 @@ def quiet_masked_entries(x: Any) -> Iterator[None]:
     array (e.g. ``list(masked_y)``), so its presence told whether a private record is missing
     (stop-48 leak audit); the entry is NaN, a missing value, mapped record by record.  A plain
     numeric ``ndarray`` holds no such entry and is converted without touching the warning
-    filters (which are process-wide: Dask's worker threads convert such blocks)."""
+    filters (which are process-wide: Dask's worker threads convert such blocks); other
+    content is converted by one thread at a time (``_QUIET_MASKED_LOCK``)."""
     if isinstance(x, np.ndarray) and x.dtype.kind != "O":
         yield
         return
-    with warnings.catch_warnings():
+    with _QUIET_MASKED_LOCK, warnings.catch_warnings():
         warnings.filterwarnings("ignore", "Warning: converting a masked element", UserWarning)
         yield
 
