@@ -66,8 +66,9 @@ def kmeans_public_inducing(
     scikit-learn's ``KMeans(n_init=10)`` does).  Deterministic for a given ``seed`` (an int,
     recorded in the release).  Run on ``X`` scaled by a power of two (``unit_scaled``): the
     same centres, bit for bit, for inputs of ordinary magnitude, and the scaled centres for
-    inputs whose squared distances over- or underflow.  Raises ``ValueError`` if the centres
-    are not distinct (fewer distinct inputs than ``n_inducing``).
+    inputs whose squared distances over- or underflow.  Raises ``ValueError`` if the inputs
+    have fewer distinct rows than ``n_inducing`` (before any k-means run) or the centres are
+    not distinct.
     """
     X = check_finite_array(X_public, "X_public", ndim=2)
     if isinstance(n_inducing, bool) or not isinstance(n_inducing, numbers.Integral):
@@ -80,6 +81,14 @@ def kmeans_public_inducing(
         raise ValueError(f"seed must be an integer (it is recorded in the release), got {seed!r}.")
     if isinstance(n_init, bool) or not isinstance(n_init, numbers.Integral) or n_init < 1:
         raise ValueError(f"n_init must be a positive integer, got {n_init!r}.")
+    distinct = np.unique(X, axis=0).shape[0]
+    if distinct < n_inducing:
+        # k-means++ then divides by a zero total distance (SciPy's RuntimeWarning, NaN
+        # probabilities) and every start ends with coinciding centres: refused before any run
+        raise ValueError(
+            f"the inputs have {distinct} distinct rows, fewer than n_inducing={n_inducing}: "
+            "k-means would give coinciding centres; use fewer inducing inputs or give Z."
+        )
     starts = np.random.default_rng(int(seed)).integers(0, 2**32, size=int(n_init))
     # on X · 2⁻ᵉ (max |entry| in [0.5, 1)): the same centres, scaled exactly, without the
     # overflow (a segfault in kmeans2 at 1e160) or underflow (coinciding centres at 1e-200)
