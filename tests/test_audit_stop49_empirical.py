@@ -502,8 +502,10 @@ def test_dirichlet_statistics_noise_has_the_claimed_law(secure, captured_statist
 # posterior sample paths (the draw is the mechanism)
 
 
+@pytest.mark.parametrize("eta", [0.0, 0.7])
 @pytest.mark.parametrize("secure", [False, True], ids=["simulation", "os_entropy"])
-def test_sample_paths_have_the_posterior_law(secure) -> None:
+def test_sample_paths_have_the_posterior_law(secure, eta) -> None:
+    """Posterior paths plus η g, g ~ GP(0, k) with the normalised k (docs/sample_paths.md §1)."""
     from pm_dpgp.accounting import Ledger
     from pm_dpgp.mechanisms import sample_path_release
 
@@ -521,6 +523,7 @@ def test_sample_paths_have_the_posterior_law(secure) -> None:
         delta=1e-5,
         ledger=Ledger(),
         domain=(0.0, 6.0),
+        eta=eta,
         rng=None if secure else np.random.default_rng(4907),
     )
     vals = rel.evaluate(XS)
@@ -532,7 +535,7 @@ def test_sample_paths_have_the_posterior_law(secure) -> None:
     Ky = k(X, X) + noise**2 * np.eye(len(X))
     mean = mu + k(XS, X) @ np.linalg.solve(Ky, y - mu)
     cov = k(XS, XS) - k(XS, X) @ np.linalg.solve(Ky, k(X, XS))
-    cov += float(rel.metadata.get("nugget_variance", 0.0)) * np.eye(3)
+    cov += eta**2 * k(XS, XS) / sigma**2 + rel.metadata["nugget_variance"] * np.eye(3)
     z, _ = whiten(vals, mean, np.linalg.cholesky(cov))
     ps = assert_standard_normal(z)
     # later evaluations at new points are conditionally drawn: the joint law holds too
@@ -541,7 +544,7 @@ def test_sample_paths_have_the_posterior_law(secure) -> None:
     Xa = np.vstack([XS, X2])
     mean_a = mu + k(Xa, X) @ np.linalg.solve(Ky, y - mu)
     cov_a = k(Xa, Xa) - k(Xa, X) @ np.linalg.solve(Ky, k(X, Xa))
-    cov_a += float(rel.metadata.get("nugget_variance", 0.0)) * np.eye(5)
+    cov_a += eta**2 * k(Xa, Xa) / sigma**2 + rel.metadata["nugget_variance"] * np.eye(5)
     za, _ = whiten(np.hstack([vals, v2]), mean_a, np.linalg.cholesky(cov_a))
     ps2 = assert_standard_normal(za)
     # re-evaluation returns the same path values (lazy evaluation of one path)
