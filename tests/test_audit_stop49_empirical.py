@@ -291,6 +291,7 @@ def test_binned_release_noise_is_laplace_at_the_claimed_scale(secure) -> None:
     print(f"binned {secure}: N={N}, min KS p {pmin:.3g}")
 
 
+@pytest.mark.slow  # 5–10 s per case: run with -m slow
 @pytest.mark.parametrize("secure", [False, True], ids=["simulation", "secure"])
 def test_binned_release_neighbours_respect_pure_epsilon(secure) -> None:
     y = np.array([1.0, -0.5, 1.9, 0.3, -1.2, 2.0, -2.0, 0.4, 0.1, 1.1])
@@ -434,6 +435,7 @@ def _statistics_noise(exact, noisy, md, n_outputs):
     return np.array(rows)
 
 
+@pytest.mark.slow  # 5–10 s per case: run with -m slow
 @pytest.mark.parametrize("secure", [False, True], ids=["simulation", "secure"])
 def test_noise_aware_statistics_noise_has_the_claimed_law(secure, captured_statistics) -> None:
     from pm_dpgp.mechanisms import noise_aware_release
@@ -473,6 +475,7 @@ def rel_multiplier_full(md) -> float:
     return md["sigma_a"] / md["charged_sensitivity"]
 
 
+@pytest.mark.slow  # 5–10 s per case: run with -m slow
 @pytest.mark.parametrize("secure", [False, True], ids=["simulation", "secure"])
 def test_dirichlet_statistics_noise_has_the_claimed_law(secure, captured_statistics) -> None:
     from pm_dpgp.mechanisms import dirichlet_release
@@ -566,6 +569,7 @@ def _em_draws(u, sens, eps, N, secure, seed):
     return np.bincount(picks, minlength=len(u))
 
 
+@pytest.mark.slow  # 5–10 s per case: run with -m slow
 @pytest.mark.parametrize("secure", [False, True], ids=["simulation", "secure"])
 def test_exponential_mechanism_frequencies_and_neighbours(secure) -> None:
     u = np.array([0.0, -0.7, -1.5, -1.0, -0.2])
@@ -618,6 +622,7 @@ def test_random_stopping_time_is_geometric(secure) -> None:
 # the tree aggregation of the Thompson-sampling loop (Chan, Shi & Song 2011, Alg. 2)
 
 
+@pytest.mark.slow  # 5–10 s per case: run with -m slow
 @pytest.mark.parametrize("secure", [False, True], ids=["simulation", "secure"])
 def test_tree_nodes_and_prefixes_have_the_claimed_noise(secure) -> None:
     from pm_dpgp.mechanisms.full.tree_aggregation import TreeAggregator, plan_tree
@@ -645,6 +650,7 @@ def test_tree_nodes_and_prefixes_have_the_claimed_noise(secure) -> None:
     print(f"tree {secure}: N={N} runs × {T} leaves, node min p {min(ps.values()):.3g}")
 
 
+@pytest.mark.slow  # 5–10 s per case: run with -m slow
 @pytest.mark.parametrize("secure", [False, True], ids=["simulation", "secure"])
 def test_one_thompson_tree_round_draws_the_planned_node_noise(secure, monkeypatch) -> None:
     """End to end: the node the loop's first round releases is its leaf plus N(0, σ² I) at the
