@@ -214,7 +214,10 @@ class ReleaseError(LoopError):
     ``result`` holds the completed rounds and, in ``events``, the failed round's charge, with
     ``stop_reason="release_error"`` (stop-43 audit: the completed rounds were lost), or
     refused before its charge in a later round (a release too large to hold at that round's
-    ``n``: stop-44 audit).  The release's own exception is ``__cause__``.
+    ``n``: stop-44 audit).  In ``dp_thompson_sampling_tree``, charged once before round 1:
+    any failure after that charge other than the objective's (building the counter, a
+    round's release, posterior, sample or maximisation; stop-49 audit), ``events`` holding
+    the run's one charge.  The release's own exception is ``__cause__``.
     """
 
 
@@ -242,10 +245,14 @@ def warn_no_round(loop: str, advice: str) -> None:
 
 
 def loop_failure(
-    result: ThompsonResult, stage: Literal["objective", "release"] = "objective"
+    result: ThompsonResult,
+    stage: Literal["objective", "release"] = "objective",
+    *,
+    what: str = "the round's sample-path release",
 ) -> LoopError:
     """The ``ObjectiveError`` of a loop whose objective failed after ``result``'s rounds, or
-    with ``stage="release"`` the ``ReleaseError`` of a release that failed after its charge."""
+    with ``stage="release"`` the ``ReleaseError`` of a release that failed after its charge
+    (``what`` names the step that failed, in public words)."""
     done = result.n_rounds
     charged = (
         "(a non-private run: nothing was charged)"
@@ -253,7 +260,8 @@ def loop_failure(
         else f"after the run's privacy charges so far (ledger total epsilon "
         f"{float(result.ledger.epsilon()):.6g}), which stay charged"
     )
-    what = "objective(X)" if stage == "objective" else "the round's sample-path release"
+    if stage == "objective":
+        what = "objective(X)"
     error = ObjectiveError if stage == "objective" else ReleaseError
     return error(
         f"{what} failed in round {done + 1} {charged}; the {done} completed round(s) "

@@ -153,6 +153,9 @@ COUNTER_NAMES = {"tree": "tree aggregation", "sqrt": "square-root factorisation 
 #: ledger's budget (the rest spent before) the loop warns, with the node noise sd it will add.
 SMALL_RUN_SHARE = 0.1
 
+#: the step a ``ReleaseError`` of this loop names (public words only)
+RELEASE_STAGE = "the counter's release or the round's posterior sample"
+
 #: per-round columns of the published trace (``nodes_in_prefix`` for the tree only)
 _TRACE_DTYPES: dict[str, Any] = {
     "f_path_at_chosen": float,
@@ -731,96 +734,107 @@ def dp_thompson_sampling_tree(
     X_all = X0.copy()
     failure: Exception | None = None
     if plan is not None:
-        tree = _counter(counter)[1](plan, noise_rng)
-        leaf = (X0, y_all)
-        B_public = np.zeros((M, M))  # exact B from the published queries (label only)
-        phi_sum = np.zeros(M)  # Σ φ(x) over the published queries (label only)
-        shift = 0.5 * (y_bounds[0] + y_bounds[1]) - prior_mean  # leaves centred at c, not μ
-        # public features, leaf index and offset μ − c of every (pseudo-)record: the inputs
-        # are X_init and x_chosen (all-releases posterior, §13)
-        Phi_records: list[NDArray[np.float64]] = []
-        leaf_of: list[NDArray[np.intp]] = []
-        off_records: list[NDArray[np.float64]] = []
-        with progress_bar(T, "DP Thompson sampling (tree)", enabled=progressbar) as bar:
-            try:
-                for _ in range(T):
-                    Phi = feats(leaf[0])
-                    lam_used = 0.0
-                    if all_releases:
-                        # §13: the centred A-stream (both models); the leaf's pseudo-records
-                        # (at most M, public features and offsets μ − c) enter the posterior
-                        est, k = tree.add(label_statistics(Phi, leaf[1], y_bounds))
-                        sa = plan.sigma * math.sqrt(k)
-                        Phi_c, off_c = compress_leaf(Phi, -shift)
-                        Phi_records.append(Phi_c)
-                        off_records.append(off_c)
-                        leaf_of.append(np.full(len(Phi_c), len(leaf_of), dtype=np.intp))
-                        W_rel, Y_rel = tree.release_weights()
-                        m_v, S_v = all_releases_posterior(
-                            W_rel,
-                            Y_rel,
-                            np.vstack(Phi_records),
-                            np.concatenate(leaf_of),
-                            plan.sigma,
-                            noise_sd**2,
-                            np.concatenate(off_records),
-                        )
-                    elif label:
-                        # §9.4: the A-stream only; B from the published inputs (no y enters it)
-                        est, k = tree.add(label_statistics(Phi, leaf[1], y_bounds))
-                        B_public += Phi.T @ Phi
-                        phi_sum += Phi.sum(axis=0)
-                        sa = plan.sigma * math.sqrt(k)
-                        # Ã relative to μ: Σφ(y − μ) = Σφ(y − c) + (c − μ)Σφ, public shift
-                        a_mu = est + shift * phi_sum if shift != 0.0 else est
-                        m_v, S_v = public_inputs_posterior(B_public, a_mu, noise_sd**2, sa)
-                    else:
-                        # §3, §6: (A, c B̂) of the residuals y − μ, Honkela's noise-aware posterior
-                        r = np.clip(leaf[1] - prior_mean, -R_y, R_y)
-                        est, k = tree.add(record_statistics(Phi, r, c))
-                        sa = plan.sigma * math.sqrt(k)
-                        q = dp_qu(
-                            np.eye(M),
-                            est[:M],
-                            symmetric_from_upper(est[M:] / c, M),
-                            scale=scale,
-                            sigma_a=sa,
-                            sigma_b=sa / c,
-                            lam=regularisation_lambda(sa / c, scale, M, rho),
-                            variant=variant,
-                        )
-                        m_v, S_v, lam_used = q.m, q.S, q.lam_used
-                    v = m_v + posterior_root(S_v) @ rng.standard_normal(M)
+        # the run is charged: from here on nothing may lose the completed rounds (stop-49
+        # audit: an error in a round's posterior, or a MemoryError building the counter, was
+        # raised as it was, the ledger holding a charge the caller had no record of).  A
+        # Ctrl-C anywhere here returns them (stop_reason='interrupted'); any error other than
+        # the objective's is a ReleaseError holding them, as in the sample-path loop
+        try:
+            tree = _counter(counter)[1](plan, noise_rng)
+            leaf = (X0, y_all)
+            B_public = np.zeros((M, M))  # exact B from the published queries (label only)
+            phi_sum = np.zeros(M)  # Σ φ(x) over the published queries (label only)
+            shift = 0.5 * (y_bounds[0] + y_bounds[1]) - prior_mean  # leaves centred at c, not μ
+            # public features, leaf index and offset μ − c of every (pseudo-)record: the inputs
+            # are X_init and x_chosen (all-releases posterior, §13)
+            Phi_records: list[NDArray[np.float64]] = []
+            leaf_of: list[NDArray[np.intp]] = []
+            off_records: list[NDArray[np.float64]] = []
+            with progress_bar(T, "DP Thompson sampling (tree)", enabled=progressbar) as bar:
+                try:
+                    for _ in range(T):
+                        Phi = feats(leaf[0])
+                        lam_used = 0.0
+                        if all_releases:
+                            # §13: the centred A-stream (both models); the leaf's pseudo-records
+                            # (at most M, public features and offsets μ − c) enter the posterior
+                            est, k = tree.add(label_statistics(Phi, leaf[1], y_bounds))
+                            sa = plan.sigma * math.sqrt(k)
+                            Phi_c, off_c = compress_leaf(Phi, -shift)
+                            Phi_records.append(Phi_c)
+                            off_records.append(off_c)
+                            leaf_of.append(np.full(len(Phi_c), len(leaf_of), dtype=np.intp))
+                            W_rel, Y_rel = tree.release_weights()
+                            m_v, S_v = all_releases_posterior(
+                                W_rel,
+                                Y_rel,
+                                np.vstack(Phi_records),
+                                np.concatenate(leaf_of),
+                                plan.sigma,
+                                noise_sd**2,
+                                np.concatenate(off_records),
+                            )
+                        elif label:
+                            # §9.4: the A-stream only; B from the published inputs (no y enters it)
+                            est, k = tree.add(label_statistics(Phi, leaf[1], y_bounds))
+                            B_public += Phi.T @ Phi
+                            phi_sum += Phi.sum(axis=0)
+                            sa = plan.sigma * math.sqrt(k)
+                            # Ã relative to μ: Σφ(y − μ) = Σφ(y − c) + (c − μ)Σφ, public shift
+                            a_mu = est + shift * phi_sum if shift != 0.0 else est
+                            m_v, S_v = public_inputs_posterior(B_public, a_mu, noise_sd**2, sa)
+                        else:
+                            # §3, §6: (A, c B̂) of the residuals y − μ, Honkela's noise-aware
+                            # posterior
+                            r = np.clip(leaf[1] - prior_mean, -R_y, R_y)
+                            est, k = tree.add(record_statistics(Phi, r, c))
+                            sa = plan.sigma * math.sqrt(k)
+                            q = dp_qu(
+                                np.eye(M),
+                                est[:M],
+                                symmetric_from_upper(est[M:] / c, M),
+                                scale=scale,
+                                sigma_a=sa,
+                                sigma_b=sa / c,
+                                lam=regularisation_lambda(sa / c, scale, M, rho),
+                                variant=variant,
+                            )
+                            m_v, S_v, lam_used = q.m, q.S, q.lam_used
+                        v = m_v + posterior_root(S_v) @ rng.standard_normal(M)
 
-                    def path(Xn: NDArray[np.float64], _v: Any = v) -> NDArray[np.float64]:
-                        return prior_mean + feats(Xn) @ _v
+                        def path(Xn: NDArray[np.float64], _v: Any = v) -> NDArray[np.float64]:
+                            return prior_mean + feats(Xn) @ _v
 
-                    X_c = (
-                        fixed_cand
-                        if fixed_cand is not None
-                        else rng.uniform(lower, upper, (n_cand, d))
-                    )
-                    x_new, f_new = _maximise(
-                        path, (X_c, path(X_c)), lower, upper, refine_steps, refine_points, rng
-                    )
-                    try:
-                        y_new = _observe(objective, x_new[None, :], float(prior_mean))
-                    except Exception as err:  # re-raised below, with the completed rounds
-                        failure, stop = err, "objective_error"
-                        break
-                    rows["x_chosen"].append(x_new)
-                    rows["f_path_at_chosen"].append(f_new)
-                    rows["n_data"].append(len(X_all))
-                    rows["prefix_noise_sd"].append(sa)
-                    if counter == "tree":
-                        rows["nodes_in_prefix"].append(k)
-                    rows["lambda_used"].append(lam_used)
-                    X_all = np.vstack([X_all, x_new[None, :]])
-                    y_all = np.concatenate([y_all, y_new])
-                    leaf = (x_new[None, :], y_new)
-                    bar.advance(f"ε = {ledger.epsilon():.3g}")
-            except KeyboardInterrupt:
-                stop = "interrupted"
+                        X_c = (
+                            fixed_cand
+                            if fixed_cand is not None
+                            else rng.uniform(lower, upper, (n_cand, d))
+                        )
+                        x_new, f_new = _maximise(
+                            path, (X_c, path(X_c)), lower, upper, refine_steps, refine_points, rng
+                        )
+                        try:
+                            y_new = _observe(objective, x_new[None, :], float(prior_mean))
+                        except Exception as err:  # re-raised below, with the completed rounds
+                            failure, stop = err, "objective_error"
+                            break
+                        rows["x_chosen"].append(x_new)
+                        rows["f_path_at_chosen"].append(f_new)
+                        rows["n_data"].append(len(X_all))
+                        rows["prefix_noise_sd"].append(sa)
+                        if counter == "tree":
+                            rows["nodes_in_prefix"].append(k)
+                        rows["lambda_used"].append(lam_used)
+                        X_all = np.vstack([X_all, x_new[None, :]])
+                        y_all = np.concatenate([y_all, y_new])
+                        leaf = (x_new[None, :], y_new)
+                        bar.advance(f"ε = {ledger.epsilon():.3g}")
+                except KeyboardInterrupt:
+                    stop = "interrupted"
+        except KeyboardInterrupt:  # e.g. while the counter was built, before round 1
+            stop = "interrupted"
+        except Exception as err:  # re-raised below as a ReleaseError, with the rounds so far
+            failure, stop = err, "release_error"
     attrs: dict[str, Any] = {
         "mechanism": (
             f"sufficient-statistics Thompson sampling ({COUNTER_NAMES[counter]}, "
@@ -892,6 +906,8 @@ def dp_thompson_sampling_tree(
         stop_reason=stop,
     )
     if failure is not None:
+        if stop == "release_error":
+            raise loop_failure(result, "release", what=RELEASE_STAGE) from failure
         raise loop_failure(result) from failure
     return result
 
