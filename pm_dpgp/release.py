@@ -52,6 +52,69 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+_READ_ONLY = (
+    "a release's metadata is read-only: it is the record of what was charged, and the "
+    "exports, dp_ppc and the ledger must agree with it (stop-49 audit). Build an edited copy "
+    "with dict(release.metadata) (or copy.deepcopy) if you need one."
+)
+
+
+def _refuse(*_: Any, **__: Any) -> Any:
+    raise TypeError(_READ_ONLY)
+
+
+class MetadataDict(dict):  # type: ignore[type-arg]
+    """A release's metadata: a ``dict`` (``json.dumps``, ``isinstance(md, dict)`` and ``==``
+    work as before) whose in-place changes raise ``TypeError``.  ``dict(md)`` and
+    ``md.copy()`` are ordinary, editable dicts.  Pickles and copies as itself."""
+
+    __setitem__ = __delitem__ = __ior__ = _refuse
+    clear = pop = popitem = setdefault = update = _refuse
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (dict(self),)
+
+
+class MetadataList(list):  # type: ignore[type-arg]
+    """A list inside a release's metadata (``MetadataDict``): read-only in the same way."""
+
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+    append = extend = insert = pop = remove = clear = sort = reverse = _refuse
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (list(self),)
+
+
+def frozen_metadata(value: Any) -> Any:
+    """A read-only deep copy of metadata: dicts and lists as ``MetadataDict`` /
+    ``MetadataList``, tuples with frozen entries, arrays as read-only copies (the metadata of a
+    release, ``RemembersTraining._freeze``; a user's ``release.metadata["epsilon"] = 0.1``
+    made its export disagree with the ledger: stop-49 audit).  Metadata holds public values
+    only, so the copy is of its (small) size."""
+    if isinstance(value, Mapping):
+        return MetadataDict((k, frozen_metadata(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return MetadataList(frozen_metadata(v) for v in value)
+    if type(value) is tuple:
+        return tuple(frozen_metadata(v) for v in value)
+    if isinstance(value, np.ndarray):
+        value = np.array(value)
+        value.flags.writeable = False
+    return value
+
+
+def plain_metadata(value: Any) -> Any:
+    """``frozen_metadata`` undone: plain dicts and lists (what a release pickles, so that a
+    pickle reads the same as before stop 49)."""
+    if isinstance(value, Mapping):
+        return {k: plain_metadata(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain_metadata(v) for v in value]
+    if type(value) is tuple:
+        return tuple(plain_metadata(v) for v in value)
+    return value
+
+
 def noise_sd_of(noise_factor: NDArray[np.float64]) -> NDArray[np.float64]:
     """Row norms of a noise factor ``G`` (``noise = G z``): the marginal noise sd, by ``hypot``,
     which cannot overflow.  The plans (``pm_dpgp.plan``) call it on the factor the release will
@@ -113,11 +176,18 @@ class RemembersTraining:
             view = np.asarray(getattr(self, name)).view()
             view.flags.writeable = False
             object.__setattr__(self, name, view)
+        # the metadata too, as a read-only copy (the mechanism's own dict is not aliased):
+        # an edit after the release was recorded made its exports disagree with the ledger
+        # (stop-49 audit)
+        if "metadata" in self.__dict__:
+            object.__setattr__(self, "metadata", frozen_metadata(self.__dict__["metadata"]))
 
     def __getstate__(self) -> dict[str, Any]:
         """The fields only: the weak references to the training data are not pickled."""
         state = dict(self.__dict__)
         state.pop("_training_refs", None)
+        if "metadata" in state:  # plain dicts and lists, as pickled before stop 49
+            state["metadata"] = plain_metadata(state["metadata"])
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -162,7 +232,9 @@ class Release(RemembersTraining):
     noise_factor:
         ``(m, k)`` public factor ``F`` with DP-noise covariance ``F Fᵀ``.
     metadata:
-        Privacy metadata (JSON-serialisable values only).
+        Privacy metadata (JSON-serialisable values only), read-only: a ``dict`` whose
+        in-place changes raise ``TypeError`` (``MetadataDict``; ``dict(release.metadata)`` is
+        an editable copy), so that the exports keep agreeing with the ledger.
     x_star_rows:
         the row index of ``X_star`` when it was a pandas object (public labels of public
         rows; not in the metadata or the exported InferenceData, though a pickled

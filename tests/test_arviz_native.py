@@ -432,8 +432,8 @@ def test_dp_ppc_and_plot_accept_every_release(kind, small_gp, noise_aware, diric
     post = compat.get_group(idata, "posterior")
     assert post["f"].sizes["obs_id"] == len(X_h)
     if kind == "dirichlet":
-        assert post["p"].dims == post["f"].dims == ("chain", "draw", "class", "obs_id")
-        p = post["p"].transpose("chain", "draw", "obs_id", "class").values
+        assert post["p"].dims == post["f"].dims == ("chain", "draw", "output", "obs_id")
+        p = post["p"].transpose("chain", "draw", "obs_id", "output").values
         np.testing.assert_allclose(p.sum(-1), 1.0, rtol=1e-12)
         y_rep = compat.get_group(idata, "posterior_predictive")["y"].values
         assert set(np.unique(y_rep)) <= {0, 1, 2}
@@ -462,29 +462,31 @@ def test_summary_rows_of_a_dirichlet_ppc_carry_their_own_values(dirichlet) -> No
     table = dp_summary(idata)
     assert len(table) == 2 * 3 * len(X_NA)
     for label, mean in table["mean"].astype(float).items():
-        name, i, j = re.fullmatch(r"(\w+)\[(\d+), (\d+)\]", str(label)).groups()
-        da = post[name]  # the label's indices follow the variable's own dims (class, obs_id)
-        element = da.isel({da.dims[2]: int(i), da.dims[3]: int(j)})
+        # rows are labelled by coordinate: p[class_2, 5] (the export's class names, stop 49)
+        name, c, j = re.fullmatch(r"(\w+)\[(\w+), (\d+)\]", str(label)).groups()
+        da = post[name]  # the label's indices follow the variable's own dims (output, obs_id)
+        element = da.sel({da.dims[2]: c}).isel({da.dims[3]: int(j)})
         assert mean == pytest.approx(float(element.mean()), rel=1e-12, abs=1e-15), label
-    assert post["p"].dims == post["f"].dims == ("chain", "draw", "class", "obs_id")
+    assert post["p"].dims == post["f"].dims == ("chain", "draw", "output", "obs_id")
     native = dirichlet.to_inference_data(X_NA, n_draws=5, rng=np.random.default_rng(0))
     native = compat.get_group(native, "posterior")
     assert native["p"].dims == native["f"].dims == ("chain", "draw", "output", "x_star")
 
 
 def test_the_class_dim_of_a_dirichlet_ppc_is_labelled_by_the_class_labels(dirichlet) -> None:
-    """Stop 40: ``class`` had no coordinate, so ``.sel(class=2)`` raised ``KeyError``.  Its
-    coordinate is now the labels ``0 … C−1``, the values ``y_rep`` and ``observed_data`` hold."""
+    """Stop 40: ``class`` had no coordinate, so ``.sel(class=2)`` raised ``KeyError``.  Since
+    stop 49 the dim is the export's ``output``, labelled by the release's class names."""
     y_h = (X_NA > -1).astype(int) + (X_NA > 1).astype(int)
     idata = dp_ppc(dirichlet, X_NA, y_h, training=None, n_draws=20, rng=np.random.default_rng(3))
     post = compat.get_group(idata, "posterior")
-    np.testing.assert_array_equal(post["class"].values, np.arange(3))
+    names = ["class_0", "class_1", "class_2"]
+    np.testing.assert_array_equal(post["output"].values, names)
     np.testing.assert_array_equal(post["obs_id"].values, np.arange(len(X_NA)))
-    p2 = post["p"].sel({"class": 2})
+    p2 = post["p"].sel(output="class_2")
     np.testing.assert_array_equal(p2.values, post["p"].values[:, :, 2, :])
-    # the most probable class at each hold-out input, read by label, is a class label
-    top = post["p"].mean(("chain", "draw")).idxmax("class").values
-    assert set(np.unique(top)) <= {0, 1, 2}
+    # the most probable class at each hold-out input, read by name, is a class name
+    top = post["p"].mean(("chain", "draw")).idxmax("output").values
+    assert set(np.unique(top)) <= set(names)
 
 
 def test_dp_ppc_noise_aware_needs_no_noise_sd_but_label_does(small_gp) -> None:

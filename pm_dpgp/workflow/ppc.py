@@ -350,8 +350,10 @@ def dp_ppc(
         ``pm_dpgp.mechanisms.full.noise_aware.SparseQuRelease`` (``n_draws`` draws of
         its DP ``q(f)``, Honkela 2024 eq. 17; free) or a
         ``pm_dpgp.mechanisms.full.dirichlet.DirichletRelease`` (then ``y_holdout``
-        holds class labels, ``posterior["p"]`` the class probabilities, the predictive is
-        categorical and ``noise_sd`` is not used).
+        holds class labels 0 … C−1, ``posterior["f"]`` and ``["p"]`` the latent values and
+        class probabilities with dims ``(chain, draw, output, obs_id)``, ``output`` labelled
+        by the release's class names ``class_0`` … as in its ``to_inference_data``, the
+        predictive is categorical and ``noise_sd`` is not used).
     X_holdout, y_holdout:
         the public hold-out inputs ``(m,)``/``(m, d)`` and outputs ``(m,)``; never the
         private training data.
@@ -389,7 +391,7 @@ def dp_ppc(
         (as its ``to_inference_data`` does).
     var_name:
         name of the observed / predictive variable (default ``"y"``); not one of the
-        dimension names ``chain``, ``draw``, ``obs_id``, ``class``, ``input_dim``.
+        dimension names ``chain``, ``draw``, ``obs_id``, ``output``, ``input_dim``.
     dp_noise:
         for a ``Release`` (cloaking, prior noise, binning): ``"marginalise"`` (default) draws
         ``posterior["f"]`` from the released mean's posterior given the DP draws,
@@ -553,7 +555,9 @@ def dp_ppc(
             else "the DP draws"
         ) + ", each repeated ppc_n_replicates times"
     if classify:
-        return _categorical_ppc(f_rep, X_hold, labels, var_name, attrs, rng)
+        return _categorical_ppc(
+            f_rep, X_hold, labels, var_name, attrs, rng, list(release.output_names)
+        )
     assert noise_sd is not None
     sd = np.hypot(noise_sd, extra)  # no underflow of the squares (noise_sd = 1e-165)
     y_rep = f_rep + sd * rng.standard_normal(f_rep.shape)
@@ -586,14 +590,18 @@ def _categorical_ppc(
     var_name: str,
     attrs: dict[str, Any],
     rng: np.random.Generator,
+    classes: list[str],
 ) -> Any:
     """PPC of a Dirichlet release: ``p = softmax(f)`` per draw, ``y ~ Categorical(p)``.
 
-    ``f`` and ``p`` are stored with the same dim order, ``(class, obs_id)`` as in
-    ``DirichletRelease.to_inference_data`` (``output, x_star``).  ``p`` used to be stored as
-    ``(obs_id, class)``: ArviZ 1's ``az.summary`` stacks every variable of a group in one dim
-    order but labels each row by the variable's own order, so ``p[i, c]`` rows showed
-    ``p[c, i]`` values (audit of the two stacks).
+    ``f`` and ``p`` are stored with the same dim order, ``(output, obs_id)`` as in
+    ``DirichletRelease.to_inference_data`` (``output, x_star``), and the class dim has the
+    export's name and coordinate (``classes``, the release's ``output_names``: ``class_0`` …),
+    so the two align in xarray (stop-49 audit: dp_ppc's ``class`` labelled 0 … C−1 beside
+    the export's ``output`` made ``export_p - ppc_p`` a silent C × m × C outer product).
+    ``p`` used to be stored as ``(obs_id, class)``: ArviZ 1's ``az.summary`` stacks every
+    variable of a group in one dim order but labels each row by the variable's own order, so
+    ``p[i, c]`` rows showed ``p[c, i]`` values (audit of the two stacks).
     """
     e = np.exp(f - f.max(axis=1, keepdims=True))
     p = e / e.sum(axis=1, keepdims=True)  # (S, C, m)
@@ -603,7 +611,7 @@ def _categorical_ppc(
     S, m = y_rep.shape
     loglik = np.log(np.maximum(pt[:, np.arange(m), labels], np.finfo(float).tiny))
     return _ppc_groups(
-        {"f": (("class", "obs_id"), f), "p": (("class", "obs_id"), p)},
+        {"f": (("output", "obs_id"), f), "p": (("output", "obs_id"), p)},
         y_rep,
         loglik,
         labels,
@@ -611,11 +619,12 @@ def _categorical_ppc(
         None,
         var_name,
         attrs,
+        dim_coords={"output": classes},
     )
 
 
 #: the dims of the dp_ppc object: the predictive variable cannot take their names
-_PPC_NAMES = frozenset({"chain", "draw", "obs_id", "class", "input_dim"})
+_PPC_NAMES = frozenset({"chain", "draw", "obs_id", "output", "input_dim"})
 
 
 def _ppc_groups(
@@ -629,8 +638,10 @@ def _ppc_groups(
     attrs: dict[str, Any],
     dp: tuple[NDArray[np.float64], NDArray[np.float64]] | None = None,
     f_moments: tuple[NDArray[np.float64], NDArray[np.float64]] | None = None,
+    dim_coords: dict[str, Any] | None = None,
 ) -> Any:
-    """The dp_ppc object: posterior, predictive, log-likelihood, observed and constant data."""
+    """The dp_ppc object: posterior, predictive, log-likelihood, observed and constant data
+    (``dim_coords``: coordinates of the posterior's extra dims, positions otherwise)."""
     import xarray as xr
 
     S, m = y_rep.shape
@@ -654,8 +665,9 @@ def _ppc_groups(
         const["f_sd"] = (("obs_id",), f_moments[1])
     post = {k: (("chain", "draw", *dd), v[None]) for k, (dd, v) in posterior.items()}
     post_coords = dict(coords)
-    for dd, v in posterior.values():  # e.g. "class": the labels 0 … C−1, as y_rep holds them
+    for dd, v in posterior.values():
         post_coords.update({d: np.arange(n) for d, n in zip(dd, v.shape[1:], strict=True)})
+    post_coords.update(dim_coords or {})  # "output": the export's class names (stop 49)
     return make_inference_data(
         {
             "posterior": ds(post, post_coords),

@@ -570,10 +570,12 @@ def dirichlet_release(
             per_class_sensitivity=per_class,
             sqrt_C_times_per_class=math.sqrt(C) * per_class,
             composition="one joint Gaussian mechanism over all classes (one ledger event)",
+            # a DataFrame's column names (schema), so that predictions can refuse another order
+            closing_metadata={
+                "input_columns": input_columns_record(data) or input_columns_record(model)
+            },
         )
         bar.advance("noise drawn")
-    # a DataFrame's column names (schema), so that predictions can refuse another order
-    release.metadata["input_columns"] = input_columns_record(data) or input_columns_record(model)
     # weak references (identity only): to_inference_data refuses the training inputs as
     # X_star, as for the sparse-GP release (stop-45 audit)
     return release.remember_training(model if given is None else given)

@@ -1392,15 +1392,16 @@ def noise_aware_release(
             charged_sensitivity=charged,
             noise_model="heteroscedastic (App. D)" if hetero else "homoscedastic",
             noise_var_floor=floor,
+            closing_metadata={
+                # a DataFrame's column names (schema), so that predict() can refuse another
+                # order
+                "input_columns": input_columns_record(data) or input_columns_record(model),
+                # the public clipping range as given (R_y alone did not say it; stop-42
+                # audit), the key of the label and sample-path releases
+                "y_bounds": [float(y_lower), float(y_upper)],
+            },
         )
         bar.advance("noise drawn")
-        # a DataFrame's column names (schema), so that predict() can refuse another order
-        release.metadata["input_columns"] = input_columns_record(data) or input_columns_record(
-            model
-        )
-        # the public clipping range as given (R_y alone did not say it; stop-42 audit), the
-        # key of the label and sample-path releases
-        release.metadata["y_bounds"] = [float(y_lower), float(y_upper)]
         # weak references (identity only): to_inference_data refuses the training outputs
         # as observed_data (stop-45 audit)
         return release.remember_training(model if given is None else given)
@@ -1582,6 +1583,7 @@ def _account_draw_release(
     ledger: Ledger | None,
     rng: np.random.Generator | None,
     plan: DiscreteGaussianPlan | None = None,
+    closing_metadata: Mapping[str, Any] | None = None,
     **metadata: Any,
 ) -> _R:
     """Charge one Gaussian event, then release a DP ``q(u_t)`` for every output ``t``.
@@ -1590,7 +1592,9 @@ def _account_draw_release(
     ``stats.A.shape[1]`` outputs; ``Delta`` is the charged sensitivity (the exact one plus the
     summation margin ``2η``, ``docs/noise_aware.md`` §1); the ledger refuses before any noise
     is drawn.  ``metadata`` goes to ``_metadata`` (``sensitivity_equation``, ``noise_model``,
-    … and extras).
+    … and extras); ``closing_metadata`` (the caller's public ``input_columns``, ``y_bounds``)
+    is added last, so that the release's metadata is complete when it is built (it is
+    read-only from then on; stop-49 audit).
     """
     event: PrivacyEvent
     Kzz, jitter = check_inducing_covariance(public)  # public; before the spend (stop-46)
@@ -1657,6 +1661,7 @@ def _account_draw_release(
     md["prior_mean"] = prior_mean
     md["noise_var"] = noise_var  # None: per-point (private) variances, floored
     md["jitter"] = jitter  # the model's jitter plus any added to factorise K_ZZ (public)
+    md.update(closing_metadata or {})
     return cls(
         mechanism=mechanism,
         Z=np.array(public.Z),

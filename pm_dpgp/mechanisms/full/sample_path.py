@@ -382,7 +382,8 @@ class SamplePathRelease(RemembersTraining):
     metadata: dict[str, Any] = field(default_factory=dict)
     event: RdpCurveEvent | None = field(default=None, repr=False)
     #: nugget variance of every conditional draw, fixed at release (the public ``metadata``
-    #: is a mutable dict, and a nugget of 0 set there made the next rounds blow up, stop 35)
+    #: was a mutable dict until stop 49, and a nugget of 0 set there made the next rounds blow
+    #: up, stop 35)
     _nugget_variance: float = field(default=math.nan, repr=False)
     #: the row index of a pandas ``X_star`` of the release (public labels; ``None`` otherwise):
     #: the default export, when it is exactly that ``X_star``, refuses an ``observed_data``
@@ -403,6 +404,7 @@ class SamplePathRelease(RemembersTraining):
             self._rng = _PathStream(self._rng)
         if not math.isfinite(self._nugget_variance):
             self._nugget_variance = float(self.metadata["nugget_variance"])
+        self._freeze()  # the metadata as a read-only copy (stop-49 audit)
 
     # ------------------------------------------------------------------ no copies
     def _refuse_copy(self, *_: Any) -> Any:
@@ -1466,6 +1468,8 @@ def sample_path_release(
             r2=r2,
             y_bounds=(lower, upper),
             nugget=nugget,
+            input_columns=input_columns_record(gpr),
+            domain=None if domain is None else domain.pairs.tolist(),
         )
         # the values at X_star (``evaluate(X_star)``), from the check's kernel call if it
         # made k(X_star, X) and k(X_star, X_star); their private part is checked only now
@@ -1479,11 +1483,6 @@ def sample_path_release(
         if len(X_first) == len(X_star):  # the default export is X_star, row for row
             release._x_star_rows = x_star_rows
         bar.advance(f"drew {n_draws} path(s)")
-    # a DataFrame's column names (schema), so that evaluate() can refuse another order, and
-    # the box the inputs were clipped into and κ computed on (a reader could not recover it;
-    # stop-41 walkthrough)
-    release.metadata["input_columns"] = input_columns_record(gpr)
-    release.metadata["domain"] = None if domain is None else domain.pairs.tolist()
     # weak reference (identity only): to_inference_data refuses the training outputs as
     # observed_data (stop-45 audit)
     return release.remember_training(gpr)
@@ -1562,8 +1561,11 @@ def _finish_sample_path_release(
     r2: float,
     y_bounds: tuple[float, float],
     nugget: float,
+    input_columns: list[str] | None = None,
+    domain: list[list[float]] | None = None,
 ) -> SamplePathRelease:
-    """The release object and its public metadata (nothing private but ``alpha``)."""
+    """The release object and its public metadata (nothing private but ``alpha``), complete
+    here: the metadata is read-only once the release exists (stop-49 audit)."""
     epsilon = event.epsilon(delta)
     metadata = {
         "privacy_model": PRIVACY_MODEL,
@@ -1599,6 +1601,11 @@ def _finish_sample_path_release(
         "seed_policy": SEED_POLICY_SIMULATION
         if noise_source == SIMULATION
         else SEED_POLICY_OS_ENTROPY,
+        # a DataFrame's column names (schema), so that evaluate() can refuse another order,
+        # and the box the inputs were clipped into and κ computed on (a reader could not
+        # recover it; stop-41 walkthrough)
+        "input_columns": input_columns,
+        "domain": domain,
     }
     return SamplePathRelease(
         public_gp=public_gp,
