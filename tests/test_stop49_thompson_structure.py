@@ -86,3 +86,26 @@ def test_the_rounds_are_the_same_as_with_the_structure_derived_in_each_release(
     for name in ("x_chosen", "f_path_at_chosen", "epsilon_cumulative"):
         assert np.array_equal(a[name].values, b[name].values), name
     assert len(once.events) == len(per_round.events) == N_ROUNDS
+
+
+def test_a_sample_path_releases_metadata_and_event_cannot_be_replaced() -> None:
+    """``SamplePathRelease`` is a mutable dataclass (its path grows lazily): the read-only
+    metadata of stop 49 could still be replaced whole, ``release.metadata = {...}``."""
+    from pm_dpgp.mechanisms import sample_path_release
+    from pm_dpgp.models import gp_regression
+
+    X = np.linspace(0, 1, 6)[:, None]
+    model = gp_regression(X, np.sin(6 * X[:, 0]), pm.gp.cov.Matern52(1, ls=0.2), noise_sd=2.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rel = sample_path_release(
+            model, X[:2] + 0.05, epsilon=50.0, delta=1e-5, kernel_scale=1.0, y_bounds=(-1, 1),
+            domain=(0, 1),
+            rng=np.random.default_rng(3),
+        )  # fmt: skip
+    epsilon = rel.metadata["epsilon"]
+    for name in ("metadata", "event"):
+        with pytest.raises(AttributeError, match="read-only"):
+            setattr(rel, name, {"epsilon": 0.1})
+    assert rel.metadata["epsilon"] == epsilon
+    rel.evaluate(np.array([[0.5]]))  # the lazy path still grows

@@ -406,6 +406,15 @@ class SamplePathRelease(RemembersTraining):
             self._nugget_variance = float(self.metadata["nugget_variance"])
         self._freeze()  # the metadata as a read-only copy (stop-49 audit)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        # the record of what was charged is set once: replacing the whole metadata
+        # (``release.metadata = {...}``) passed the read-only mapping by (stop-49 audit)
+        if name in ("metadata", "event") and name in self.__dict__:
+            raise AttributeError(
+                f"a release's {name} is read-only: it is the record of what was charged."
+            )
+        super().__setattr__(name, value)
+
     # ------------------------------------------------------------------ no copies
     def _refuse_copy(self, *_: Any) -> Any:
         raise TypeError(
