@@ -122,7 +122,12 @@ def _delta_certified_sigma(epsilon: float, delta: float, sensitivity: float) -> 
     then nudged up until ``_gdp_delta_certified``.  Checked arguments.
     """
     try:
-        sigma = float(get_sigma_gaussian(epsilon, delta)) * sensitivity
+        # its δ(ε) takes log1p(-1) = -inf where the two terms cancel to 0 (tiny ε, tiny δ):
+        # a RuntimeWarning, and under np.seterr(all="raise") a FloatingPointError that was
+        # reported as "epsilon too large" (stop-49 audit: ε = 1e-12, δ = 1e-50).  Its root is
+        # only a first guess, certified or replaced below, so its floating-point flags are moot
+        with np.errstate(all="ignore"):
+            sigma = float(get_sigma_gaussian(epsilon, delta)) * sensitivity
     except (ValueError, ArithmeticError) as err:
         # dp_accounting's root finder evaluates δ(ε) at a trial σ where exp(ε) overflows
         # (ε ≳ 1e200 at δ = 1e-5): scipy's "function value at x=0.1 is NaN" (stop-38 audit)
