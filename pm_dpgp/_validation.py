@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import decimal
+import inspect
 import math
 import numbers
 import os
@@ -991,5 +992,8 @@ def renamed_fields(cls: type, renames: dict[str, str]) -> type:
         init(self, *args, **kwargs)
 
     __init__.__doc__ = init.__doc__
+    # help(), IDEs and inspect.signature show the fields, not (*args, **kwargs) (stop-49 audit:
+    # SamplePathBound's documented parameters were invisible there)
+    __init__.__signature__ = inspect.signature(init)  # type: ignore[attr-defined]
     cls.__init__ = __init__  # type: ignore[method-assign]
     return cls

@@ -13,6 +13,9 @@
   ``log1p(-1)``: a ``RuntimeWarning`` "divide by zero encountered in log1p" for a valid
   input, and under ``np.seterr(all="raise")`` a ``ValueError`` claiming the *tiny* ε was "too
   large for the analytic Gaussian calibration".
+* ``SamplePathBound`` and ``LiraSetting`` accept their pre-issue-14 field names through a
+  wrapper of the dataclass ``__init__``; ``inspect.signature`` (hence ``help()`` and IDEs) then
+  showed ``(*args, **kwargs)`` instead of the parameters their docstrings document.
 """
 
 from __future__ import annotations
@@ -113,3 +116,21 @@ def test_gaussian_sigma_on_the_documented_grid_is_silent_and_errstate_proof(epsi
         sigma = gaussian_sigma(epsilon, delta)
     with np.errstate(all="raise"):
         assert gaussian_sigma(epsilon, delta) == sigma
+
+
+@pytest.mark.parametrize(
+    "path", ["pm_dpgp.mechanisms.SamplePathBound", "pm_dpgp.audit.lira.LiraSetting"]
+)
+def test_renamed_field_dataclasses_show_their_fields_in_the_signature(path):
+    import dataclasses
+    import importlib
+    import inspect
+
+    module, name = path.rsplit(".", 1)
+    cls = getattr(importlib.import_module(module), name)
+    params = inspect.signature(cls).parameters
+    fields = [f for f in dataclasses.fields(cls) if f.init]
+    assert list(params) == [f.name for f in fields]
+    for f in fields:
+        expected = inspect.Parameter.empty if f.default is dataclasses.MISSING else f.default
+        assert params[f.name].default == expected, f.name
