@@ -49,7 +49,8 @@ def test_selection_first_example_announces_its_privacy_warning(tmp_path, monkeyp
         exec(compile(block, "selection.md block 0", "exec"), {})  # noqa: S102 - our own docs
     privacy = [w for w in caught if issubclass(w.category, PrivacyWarning)]
     assert privacy, "the example at delta = 0.01 > 1/n should warn"
-    assert all("exceeds 1/n" in str(w.message) for w in privacy), [str(w.message) for w in privacy]
+    # the drawn configuration (OS-entropy noise: not seeded) may add the wide-range warning
+    assert any("exceeds 1/n" in str(w.message) for w in privacy), [str(w.message) for w in privacy]
     # the page's example says it warns, and why
     assert "PrivacyWarning" in block and "1/n" in block
 
@@ -65,6 +66,7 @@ def _rmse_table(outputs: str) -> dict[str, float]:
     return rows
 
 
+@pytest.mark.slow  # executes notebook 06 again (test_notebooks runs it in the default suite)
 @pytest.mark.notebook
 def test_selection_notebook_rmse_sentence_matches_notebook_06(tmp_path):
     nbformat = pytest.importorskip("nbformat")
