@@ -115,3 +115,21 @@ def test_cv_sse_utilities_predict_with_the_prior_mean():
             expected -= _clipped_square_quad(float(e), float(v), plan.error_clip)
     got = float(cv_sse_utilities(plan, y)[0])
     assert math.isclose(got, expected, rel_tol=1e-7)
+
+
+def test_rfp_rank_update_with_no_rows_still_scales_by_beta():
+    # mutant: the ``self.data *= beta`` of ``RFPTriangle.rank_update``'s early return dropped
+    # (``C := alpha·AᵀA + beta·C`` with ``A`` of 0 rows is ``beta·C``, as LAPACK's dsfrk gives).
+    from pm_dpgp.gp.rfp import RFPTriangle
+
+    rng = np.random.default_rng(1)
+    for n in (5, 6):
+        B = rng.standard_normal((n, n))
+        A = B @ B.T
+        T = RFPTriangle.from_dense(A)
+        T.rank_update(np.zeros((0, n)), -1.0, beta=2.5)
+        np.testing.assert_allclose(T.to_dense(), 2.5 * np.tril(A), rtol=1e-15)
+        V = rng.standard_normal((3, n))
+        T2 = RFPTriangle.from_dense(A)
+        T2.rank_update(V, -1.0, beta=2.5)
+        np.testing.assert_allclose(T2.to_dense(), np.tril(2.5 * A - V.T @ V), rtol=1e-12)
