@@ -75,6 +75,7 @@ from pm_dpgp.models._common import (
     _resolve_cov_and_sigma,
     check_input_columns,
     data_input,
+    dataframe_columns,
     remember_arguments,
     resolve_model,
 )
@@ -700,7 +701,7 @@ def sparse_gp_regression(
             gp.marginal_likelihood(
                 f"{name}_obs", X=data.X_graph, Xu=Z_arr, y=data.y_graph, sigma=sig, jitter=jitter
             )
-    return remember_arguments(
+    built = remember_arguments(
         SparseGPRegression(
             **_model_fields(
                 ctx, gp, data.X_stored, data.y_stored, name=name, mean=mean_f, cov=cov, noise_sd=sig
@@ -712,6 +713,13 @@ def sparse_gp_regression(
         X,
         y,
     )
+    if X is None:
+        # built for streamed / Dask data: the model's columns are those of a labelled Z, so
+        # data= labelled otherwise is refused (stop-49 audit: Z labelled "age" and data
+        # labelled "weight" released a q(u) of the weights at the age grid, silently, and the
+        # release's predict then said the model was built on ["weight"])
+        built._input_columns = dataframe_columns(Z)
+    return built
 
 
 # --------------------------------------------------------------------------- Dirichlet

@@ -1,0 +1,94 @@
+"""Stop 49: a new user's first week (Python 3.13 / PyMC 6 / ArviZ 1, then PyMC 5 / ArviZ 0.x).
+
+Each test reproduces a defect found by scripts written as a Bayesian statistician new to the
+package, and fails on the code before its fix.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pymc as pm
+import pytest
+
+from pm_dpgp.accounting import Ledger
+from pm_dpgp.mechanisms import noise_aware_release
+from pm_dpgp.models import sparse_gp_regression
+
+rng0 = np.random.default_rng(49)
+FRAME = pd.DataFrame(
+    {"age": rng0.uniform(0, 80, 60), "weight": rng0.uniform(30, 70, 60)},
+    index=np.arange(100, 160),
+)
+HEIGHT = pd.Series(110 + 40 * np.tanh(FRAME["age"] / 15), index=FRAME.index, name="height")
+Z_FRAME = pd.DataFrame({"age": np.linspace(0.0, 90.0, 8)})
+
+
+def _streamed_model():
+    # built without data (streamed / Dask use), the public inducing grid labelled "age"
+    return sparse_gp_regression(
+        None, None, 30.0**2 * pm.gp.cov.ExpQuad(1, ls=20.0), Z=Z_FRAME, noise_sd=8.0, mean=130.0
+    )
+
+
+def test_streamed_model_remembers_the_columns_of_a_labelled_z():
+    """A DataFrame ``Z`` names the model's input column when no ``X`` is given: ``data=``
+    labelled ``weight`` released a q(u) of the heights on the weights at the age grid,
+    silently, and the release then claimed the model was built on ``["weight"]``."""
+    model = _streamed_model()
+    ledger = Ledger(epsilon=2.0, delta=1e-5)
+    with pytest.raises(ValueError, match=r"built on \['age'\]"):
+        noise_aware_release(
+            model,
+            (FRAME[["weight"]], HEIGHT),
+            epsilon=1.0,
+            delta=1e-5,
+            y_bounds=(50.0, 190.0),
+            ratio="auto",
+            ledger=ledger,
+            rng=np.random.default_rng(1),
+        )
+    assert ledger.history == []  # nothing spent
+    with pytest.raises(ValueError, match=r"built on \['age'\]"):  # the public view too
+        noise_aware_release(
+            model.public_sparse_gp(),
+            (FRAME[["weight"]], HEIGHT),
+            epsilon=1.0,
+            delta=1e-5,
+            y_bounds=(50.0, 190.0),
+            ratio="auto",
+            rng=np.random.default_rng(1),
+        )
+    # the right column is accepted, recorded, and a later DataFrame of test inputs is checked
+    rel = noise_aware_release(
+        model,
+        (FRAME[["age"]], HEIGHT),
+        epsilon=1.0,
+        delta=1e-5,
+        y_bounds=(50.0, 190.0),
+        ratio="auto",
+        rng=np.random.default_rng(1),
+    )
+    assert rel.metadata["input_columns"] == ["age"]
+    rel.predict(pd.DataFrame({"age": [10.0, 30.0]}))
+    with pytest.raises(ValueError, match=r"built on \['age'\]"):
+        rel.predict(pd.DataFrame({"weight": [10.0, 30.0]}))
+
+
+def test_streamed_model_refuses_mislabelled_dask_columns_before_the_spend():
+    dd = pytest.importorskip("dask.dataframe")
+    pytest.importorskip("distributed")
+    ddf = dd.from_pandas(pd.concat([FRAME, HEIGHT], axis=1), npartitions=2)
+    ledger = Ledger(epsilon=2.0, delta=1e-5)
+    with pytest.raises(ValueError, match=r"built on \['age'\]"):
+        noise_aware_release(
+            _streamed_model(),
+            (ddf[["weight"]], ddf["height"]),
+            epsilon=1.0,
+            delta=1e-5,
+            y_bounds=(50.0, 190.0),
+            ratio="auto",
+            ledger=ledger,
+            rng=np.random.default_rng(1),
+        )
+    assert ledger.history == []
