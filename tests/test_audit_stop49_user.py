@@ -92,3 +92,55 @@ def test_streamed_model_refuses_mislabelled_dask_columns_before_the_spend():
             rng=np.random.default_rng(1),
         )
     assert ledger.history == []
+
+
+@pytest.mark.parametrize("loop", ["sample_path", "tree"])
+def test_thompson_candidates_in_another_column_order_than_x_init_are_refused(loop):
+    """A candidate ``DataFrame`` was read by position against a labelled ``X_init``: with its
+    columns swapped the loop queried the objective at swapped coordinates, silently (the
+    trace labelled them with ``X_init``'s names)."""
+    from pm_dpgp.workflow import dp_thompson_sampling, dp_thompson_sampling_tree
+
+    calls = []
+
+    def objective(X):
+        calls.append(X.copy())
+        return np.exp(-((X[:, 0] - 0.8) ** 2 + (X[:, 1] - 0.2) ** 2) / 0.05)
+
+    X0 = pd.DataFrame({"a": [0.2, 0.8], "b": [0.5, 0.5]})
+    grid = np.random.default_rng(0).uniform(0, 1, (30, 2))
+    swapped = pd.DataFrame({"b": grid[:, 1], "a": grid[:, 0]})
+    ledger = Ledger(epsilon=50.0, delta=1e-5)
+    common = dict(domain=(0.0, 1.0), X_init=X0, n_rounds=2, y_bounds=(-1.0, 1.0), ledger=ledger)
+    with pytest.raises(ValueError, match=r"candidates has the columns \['b', 'a'\]"):
+        if loop == "sample_path":
+            dp_thompson_sampling(
+                objective,
+                pm.gp.cov.ExpQuad(2, ls=0.3),
+                noise_sd=3.0,
+                candidates=swapped,
+                rng=np.random.default_rng(1),
+                **common,
+            )
+        else:
+            dp_thompson_sampling_tree(
+                objective,
+                pm.gp.cov.ExpQuad(2, ls=0.3),
+                noise_sd=0.05,
+                inducing=6,
+                candidates=swapped,
+                rng=np.random.default_rng(1),
+                **common,
+            )
+    assert calls == [] and ledger.history == []  # nothing observed, spent or drawn
+    # the same candidates in X_init's order run
+    res = dp_thompson_sampling(
+        objective,
+        pm.gp.cov.ExpQuad(2, ls=0.3),
+        noise_sd=3.0,
+        candidates=swapped[["a", "b"]],
+        rng=np.random.default_rng(1),
+        **common,
+    )
+    chosen = res.idata.thompson["x_chosen"].values
+    assert all(any(np.array_equal(c, g) for g in grid) for c in chosen)

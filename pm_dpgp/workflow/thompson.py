@@ -87,7 +87,7 @@ from pm_dpgp.mechanisms.full.sample_path_bounds import (
 )
 from pm_dpgp.mechanisms.noise import SEED_POLICY_SIMULATION, SIMULATION
 from pm_dpgp.models import GPRegression, PublicGP, gp_regression
-from pm_dpgp.models._common import dataframe_columns
+from pm_dpgp.models._common import check_input_columns, dataframe_columns
 from pm_dpgp.models.sparse import kernel_structure_at
 
 __all__ = [
@@ -426,6 +426,10 @@ def check_loop_inputs(
         if candidates < 1:
             raise ValueError("candidates must be a positive number or a (k, d) array.")
         return X0, lower, upper, None, int(candidates)
+    # a labelled candidate set is read by position, as X_init: columns in another order than
+    # a labelled X_init's queried the objective at swapped coordinates, silently (stop-49
+    # audit: candidates[["b", "a"]] with X_init[["a", "b"]])
+    check_input_columns(candidates, dataframe_columns(X_init), "candidates")
     fixed = _frozen_copy(check_finite_array(candidates, "candidates", ndim=2))
     if fixed.shape[1] != d:
         raise ValueError(f"candidates must have {d} column(s).")
