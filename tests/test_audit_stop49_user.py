@@ -144,3 +144,34 @@ def test_thompson_candidates_in_another_column_order_than_x_init_are_refused(loo
     )
     chosen = res.idata.thompson["x_chosen"].values
     assert all(any(np.array_equal(c, g) for g in grid) for c in chosen)
+
+
+def test_streamed_model_selection_refuses_mislabelled_data_before_the_charge():
+    """The Liu–Talwar selection over a model built without data scored (and charged) the
+    candidates on the weights when its ``Z`` was labelled ``age``."""
+    from pm_dpgp.selection import select_hyperparameters
+
+    with pm.Model():
+        ell = pm.Gamma("ell", 2, 0.1)
+        model = sparse_gp_regression(
+            None,
+            None,
+            lambda: 30.0**2 * pm.gp.cov.ExpQuad(1, ls=ell),
+            Z=Z_FRAME,
+            noise_sd=8.0,
+            mean=130.0,
+        )
+    ledger = Ledger(epsilon=5.0, delta=1e-5, filter="renyi")
+    with pytest.raises(ValueError, match=r"built on \['age'\]"):
+        select_hyperparameters(
+            model,
+            [{"ell": 5.0}, {"ell": 20.0}],
+            data=(FRAME[["weight"]], HEIGHT),
+            method="liu_talwar",
+            ledger=ledger,
+            epsilon=1.0,
+            delta=1e-6,
+            y_bounds=(50.0, 190.0),
+            rng=np.random.default_rng(0),
+        )
+    assert ledger.history == []
