@@ -548,7 +548,12 @@ def draws_to_inference_data(
     if constant_data is not None:
         groups["constant_data"] = constant_data
     groups.update(extra_groups or {})
-    rename = _dims_rename(draws, dims)
+    # the observed / predictive variable shares the first variable's dims: dims= given for it
+    # (PyMC's idiom, dims={"y": ["age"]}) renames them too (stop-49 audit: it was ignored)
+    shared = {obs_name: draws[first][0]} if "posterior_predictive" in groups else {}
+    if "observed_data" in groups:
+        shared[obs_name] = draws[first][0]
+    rename = _dims_rename(draws, dims, shared)
     present = set().union(*(set(ds.dims) for ds in groups.values()))
     _refuse_unknown_names(groups, dims, coords, present, rename)
     for a, b in rename.items():  # xarray's "Cannot rename … swap_dims" meant nothing to a user
@@ -755,14 +760,24 @@ def _check_coord(dim: str, value: NDArray[Any], size: int) -> None:
 
 
 def _dims_rename(
-    draws: Mapping[str, tuple[tuple[str, ...], Any]], dims: Mapping[str, Sequence[str]] | None
+    draws: Mapping[str, tuple[tuple[str, ...], Any]],
+    dims: Mapping[str, Sequence[str]] | None,
+    shared: Mapping[str, tuple[str, ...]] | None = None,
 ) -> dict[str, str]:
-    """Map default dim names to the user's (``dims={"f": ["age"]}``), checked for conflicts."""
+    """Map default dim names to the user's (``dims={"f": ["age"]}``), checked for conflicts.
+
+    ``shared`` gives the dims of variables outside ``draws`` (the observed and predictive
+    ``y``, which share the first variable's dims): their ``dims=`` rename those dims too, and
+    a name that differs from the one given for the draws is a conflict.  Until stop 49 they
+    were skipped, so ``dims={"y": ["age"]}`` left the dim ``x_star``, silently."""
     rename: dict[str, str] = {}
     for var, user in (dims or {}).items():
-        if var not in draws:
-            continue  # e.g. the observed variable: it shares the first variable's dims
-        default = draws[var][0]
+        if var in draws:
+            default = draws[var][0]
+        elif shared and var in shared:
+            default = shared[var]
+        else:
+            continue  # no such variable: refused by _refuse_unknown_names
         if isinstance(user, str) or len(user) != len(default):
             raise ValueError(
                 f"dims[{var!r}] must list {len(default)} dim name(s) (for {default}), got {user!r}."

@@ -175,3 +175,49 @@ def test_streamed_model_selection_refuses_mislabelled_data_before_the_charge():
             rng=np.random.default_rng(0),
         )
     assert ledger.history == []
+
+
+def _hold_out_release():
+    from pm_dpgp.mechanisms import cloaked_release
+    from pm_dpgp.models import gp_regression
+
+    model = gp_regression(
+        FRAME["age"].to_numpy(),
+        HEIGHT.to_numpy(),
+        30.0**2 * pm.gp.cov.ExpQuad(1, ls=20.0),
+        noise_sd=8.0,
+        mean=130.0,
+    )
+    ages = np.arange(0.0, 90.0, 10.0)
+    release = cloaked_release(
+        model, ages, epsilon=1.0, delta=1e-5, y_bounds=(50.0, 190.0), rng=np.random.default_rng(2)
+    )
+    return release, ages
+
+
+def _dims(idata, group, var):
+    from pm_dpgp.compat import get_group
+
+    return get_group(idata, group)[var].dims
+
+
+def test_dims_of_the_observed_variable_rename_the_shared_dim():
+    """PyMC's ``dims={"y": ["age"]}`` for the observed variable was skipped silently: the
+    observed and predictive ``y`` (and ``f_dp``) stayed on ``x_star``, and ``coords={"age":
+    ...}`` was then refused with advice to use ``dims=``, which had been used."""
+    release, ages = _hold_out_release()
+    hold = {"observed_data": {"y": ages + 100.0}, "observed_is_public": True, "predictive_sd": 8.0}
+    idata = release.to_inference_data(dims={"y": ["age"]}, coords={"age": ages}, **hold)
+    assert _dims(idata, "observed_data", "y") == ("age",)
+    assert _dims(idata, "posterior_predictive", "y") == ("chain", "draw", "age")
+    assert _dims(idata, "posterior", "f_dp") == ("chain", "draw", "age")  # one shared dim
+    # a predictive y without observed data takes its dims too
+    pred = release.to_inference_data(dims={"y": ["age"]}, predictive_sd=8.0)
+    assert _dims(pred, "posterior_predictive", "y") == ("chain", "draw", "age")
+    # the same name for both is fine; different names for the one shared dim are refused
+    both = release.to_inference_data(dims={"f_dp": ["age"], "y": ["age"]}, **hold)
+    assert _dims(both, "observed_data", "y") == ("age",)
+    with pytest.raises(ValueError, match="renamed both"):
+        release.to_inference_data(dims={"f_dp": ["age"], "y": ["height_obs"]}, **hold)
+    with pytest.raises(ValueError, match=r"dims\['y'\] must list 1"):
+        release.to_inference_data(dims={"y": ["age", "extra"]}, **hold)
