@@ -35,6 +35,7 @@ __all__ = [
     "Release",
     "RemembersTraining",
     "draws_to_inference_data",
+    "plain_metadata",
     "release_to_inference_data",
 ]
 
@@ -54,8 +55,10 @@ def _jsonable(value: Any) -> Any:
 
 _READ_ONLY = (
     "a release's metadata is read-only: it is the record of what was charged, and the "
-    "exports, dp_ppc and the ledger must agree with it (stop-49 audit). Build an edited copy "
-    "with dict(release.metadata) (or copy.deepcopy) if you need one."
+    "exports, dp_ppc and the ledger must agree with it (stop-49 audit). Build an editable copy "
+    "with pm_dpgp.release.plain_metadata(release.metadata) (its nested lists and dicts too; "
+    "dict(release.metadata) copies the top level only, and copy.deepcopy gives another "
+    "read-only copy) if you need one."
 )
 
 
@@ -66,7 +69,9 @@ def _refuse(*_: Any, **__: Any) -> Any:
 class MetadataDict(dict):  # type: ignore[type-arg]
     """A release's metadata: a ``dict`` (``json.dumps``, ``isinstance(md, dict)`` and ``==``
     work as before) whose in-place changes raise ``TypeError``.  ``dict(md)`` and
-    ``md.copy()`` are ordinary, editable dicts.  Pickles and copies as itself."""
+    ``md.copy()`` are ordinary dicts, editable at the top level (their nested lists and dicts
+    are the read-only ones); ``plain_metadata(md)`` is editable throughout.  Pickles and
+    copies (``copy.deepcopy`` too) as itself, read-only."""
 
     __setitem__ = __delitem__ = __ior__ = _refuse
     clear = pop = popitem = setdefault = update = _refuse
