@@ -563,8 +563,16 @@ def _family_of(event: PrivacyEvent) -> str:
     return "renyi"
 
 
-def _mismatch_hint(event: PrivacyEvent) -> str:
-    """Which filters can hold ``event`` (the advice of a filter-mismatch refusal)."""
+def accepting_filters(event: PrivacyEvent, family: str | None = None) -> list[str]:
+    """The composing filters (``"renyi"``, ``"zcdp"``, ``"gdp"``) that can hold ``event``'s
+    type, other than ``family`` (the one in force): the advice of a filter-mismatch refusal."""
+    return [f for f in ("renyi", "zcdp", "gdp") if f != family and _family_accepts(f, event)]
+
+
+def _mismatch_hint(event: PrivacyEvent, family: str | None = None) -> str:
+    """Which filters can hold ``event`` (the advice of a filter-mismatch refusal), never the
+    filter ``family`` in force (a curve event refused by a 'zcdp' ledger was told to use
+    filter='zcdp': stop-49 audit)."""
     if isinstance(event, ApproxDpEvent):
         return (
             "approximate events compose only under filter='basic' (with pure events) "
@@ -576,10 +584,13 @@ def _mismatch_hint(event: PrivacyEvent) -> str:
             "filter='fixed' (all parameters fixed in advance), by basic composition of its "
             "own epsilon; or spend it as ApproxDpEvent(epsilon, delta)"
         )
-    return (
-        "create the ledger with filter='renyi' to mix Gaussian, zCDP, curve "
-        "and pure events, or filter='zcdp' to mix Gaussian and zCDP events"
-    )
+    fits = accepting_filters(event, family)
+    what = {
+        "renyi": "filter='renyi' (mixes Gaussian, zCDP, curve and pure events)",
+        "zcdp": "filter='zcdp' (Gaussian and zCDP events)",
+        "gdp": "filter='gdp' (Gaussian events only)",
+    }
+    return "create the ledger with " + " or ".join(what[f] for f in fits)
 
 
 def _family_accepts(family: str, event: PrivacyEvent) -> bool:
@@ -806,8 +817,8 @@ class Ledger:
             return
         raise FilterMismatchError(
             f"the ledger's {family!r} privacy filter cannot account for "
-            f"{what or type(event).__name__} ({_mismatch_hint(event)}). Nothing was recorded "
-            "and no noise was drawn; more budget would not help."
+            f"{what or type(event).__name__} ({_mismatch_hint(event, family)}). Nothing was "
+            "recorded and no noise was drawn; more budget would not help."
         )
 
     def _family(self, totals: _Totals) -> str | None:
@@ -1046,7 +1057,7 @@ class Ledger:
                     "event (hint above)"
                 )
                 why = f"the {family!r} privacy filter cannot account for {type(event).__name__} "
-                why += f"({_mismatch_hint(event)})"
+                why += f"({_mismatch_hint(event, family)})"
             else:
                 why = (
                     f"the {family} filter's total would be {f_eps:.6g} > budget epsilon="

@@ -78,6 +78,7 @@ from pm_dpgp._validation import (
     reject_unexpected,
 )
 from pm_dpgp.accounting import FilterMismatchError, Ledger
+from pm_dpgp.accounting.ledger import accepting_filters
 from pm_dpgp.gp.linalg import jittered_cholesky, psd_eigen_root
 from pm_dpgp.gp.sparse import check_column_norm, clip_columns
 from pm_dpgp.mechanisms.full.noise_aware import (
@@ -667,10 +668,12 @@ def dp_thompson_sampling_tree(
             # the ledger's filter cannot account for this event type at all: a setting
             # error, not an exhausted budget (nothing is recorded and no noise is drawn)
             source = "secure" if noise_rng is None else "simulation"
+            # the filters that can hold this event, not the one in force (stop-49 audit)
+            fits = [f"filter={f!r}" for f in accepting_filters(plan.event, ledger.filter_family)]
             raise FilterMismatchError(
                 f"the ledger's {ledger.filter_family!r} privacy filter cannot account for "
                 f"this run's {type(plan.event).__name__} ({source} noise): create the ledger "
-                "with filter='renyi' (or 'zcdp'), or use the other noise source. Nothing was "
+                f"with {' or '.join(fits)}, or use the other noise source. Nothing was "
                 "recorded and no noise was drawn."
             )
         if remaining is not None:
