@@ -65,9 +65,17 @@ def make_inference_data(groups: Mapping[str, xr.Dataset]) -> Any:
     return idata
 
 
+def _is_datatree(idata: Any) -> bool:
+    """Whether ``idata`` is an ``xarray.DataTree`` (whichever ArviZ is installed: a tree read
+    with ``xr.open_datatree`` on the ArviZ 0.x stack failed in ``group_names`` with
+    "'tuple' object is not callable"; stop-49 new-user audit)."""
+    tree = getattr(xr, "DataTree", None)
+    return tree is not None and isinstance(idata, tree)
+
+
 def group_names(idata: Any) -> list[str]:
     """Names of the groups of ``idata`` (without DataTree's leading ``/``)."""
-    if USES_DATATREE:
+    if _is_datatree(idata):
         return list(idata.children)
     return list(idata.groups())
 
@@ -77,7 +85,7 @@ def get_group(idata: Any, name: str) -> xr.Dataset:
     if name not in group_names(idata):
         raise KeyError(f"no group {name!r}; groups are {group_names(idata)}")
     node = idata[name]
-    return node.to_dataset() if USES_DATATREE else node
+    return node.to_dataset() if _is_datatree(idata) else node
 
 
 def iter_all_groups(idata: Any) -> list[tuple[str, xr.Dataset]]:
@@ -85,7 +93,7 @@ def iter_all_groups(idata: Any) -> list[tuple[str, xr.Dataset]]:
 
     Used by the leak scan, which must see everything that would be serialised.
     """
-    if USES_DATATREE:
+    if _is_datatree(idata):
         return [(node.path, node.to_dataset()) for node in idata.subtree]
     return [(name, idata[name]) for name in idata.groups()]
 
@@ -93,7 +101,7 @@ def iter_all_groups(idata: Any) -> list[tuple[str, xr.Dataset]]:
 def add_groups(idata: Any, groups: Mapping[str, xr.Dataset]) -> Any:
     """Add (or replace) groups in place and return ``idata``."""
     _check_groups(groups)
-    if USES_DATATREE:
+    if _is_datatree(idata):
         for name, ds in groups.items():
             idata[name] = xr.DataTree(ds)
         return idata
@@ -194,6 +202,8 @@ def summary_stats(
     import arviz as az
 
     if not USES_DATATREE:
+        if _is_datatree(idata):  # a tree read with xr.open_datatree on this stack
+            idata = make_inference_data({g: get_group(idata, g) for g in group_names(idata)})
         return az.summary(
             idata, var_names=var_names, group=group, kind="stats", hdi_prob=prob, round_to="none"
         )
