@@ -7,6 +7,8 @@ copy; see the stop-49 audit report).  References are NumPy/SciPy written here.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pymc as pm
 import pytest
@@ -130,3 +132,102 @@ def test_dirichlet_ppc_probabilities_log_likelihood_and_draws():
     # 400 categorical draws: the frequency of each class is within 0.1 of its mean p
     # (binomial sd at most 0.025) at every hold-out input
     assert np.all(np.abs(freq - p.mean(axis=0)) < 0.1)
+
+
+def test_dp_ppc_default_replicates_and_hold_out_coordinate(ppc_setup):
+    # mutants: ``n_replicates = max(1, 200 // n_dp)`` (the documented default is "enough for
+    # ≥ 200 predictive draws": 3 DP draws × 66 = 198) and ``constant_data.x`` holding
+    # positions instead of the 1-D hold-out inputs.
+    model, release, X_hold, y_hold = ppc_setup
+    idata = dp_ppc(release, X_hold, y_hold, noise_sd=0.3, training=model)
+    assert release.n_draws == 3
+    assert get_group(idata, "posterior_predictive")["y"].sizes["draw"] == 3 * 67
+    np.testing.assert_array_equal(get_group(idata, "constant_data")["x"].values, X_hold)
+
+
+def test_prior_noise_plan_refuses_the_offset_its_release_refuses():
+    # mutant: ``prior_mean=0.0`` in ``plan.prior_noise`` (the model's public mean not passed
+    # to ``planned_l2_sensitivity``, whose only use of it is the check of the public offset
+    # μ + F (c − μ) W 1): the plan accepted a setting its release refuses (``c − μ``
+    # overflows for μ = −1.5e308 and bounds near 1.7e308), where the plan must refuse what its
+    # release refuses (``planned_l2_sensitivity``'s docstring).
+    from pm_dpgp import plan
+    from pm_dpgp.mechanisms import prior_noise_release
+
+    X = np.linspace(0, 5, 8)
+    model = gp_regression(X, np.zeros(8), pm.gp.cov.ExpQuad(1, ls=1.0), noise_sd=0.2, mean=-1.5e308)
+    kw = dict(epsilon=1.0, delta=1e-3, y_bounds=(1.6999999999e308, 1.7e308))
+    with pytest.raises(ValueError, match="offset") as from_release:
+        prior_noise_release(
+            model, X[:3], ledger=Ledger(epsilon=2.0, delta=1e-3), rng=np.random.default_rng(1), **kw
+        )
+    with pytest.raises(ValueError, match="offset") as from_plan:
+        plan.prior_noise(model, X[:3], secure=False, **kw)
+    assert str(from_plan.value) == str(from_release.value)
+
+
+@pytest.mark.parametrize("kind", ["cloaked", "classification"])
+def test_gaussian_plans_follow_the_classic_calibration(kind):
+    # mutant: ``"analytic"`` in place of ``calibration`` in ``plan.classification``'s call of
+    # ``_gaussian_plan``: the plans were compared with releases at the default calibration
+    # only.  Reference: the release itself at calibration="classic" (Dwork & Roth 2014,
+    # Thm A.1), whose noise is larger than the analytic one (Balle & Wang 2018).
+    from pm_dpgp import plan
+    from pm_dpgp.mechanisms import classification_release
+    from pm_dpgp.models import gp_classification
+
+    rng = np.random.default_rng(7)
+    X = rng.uniform(0, 2, 30)
+    X_star = np.linspace(0, 2, 5)
+    kw = dict(epsilon=0.5, delta=1e-3, calibration="classic")
+    if kind == "classification":
+        t = (rng.uniform(size=30) < 1 / (1 + np.exp(-3 * (X - 1)))).astype(float)
+        model = gp_classification(X, t, 2.0 * pm.gp.cov.ExpQuad(1, ls=0.6))
+        release, plan_of = classification_release, plan.classification
+    else:
+        model = gp_regression(X, np.sin(X), pm.gp.cov.ExpQuad(1, ls=0.6), noise_sd=0.3)
+        release, plan_of = cloaked_release, plan.cloaked
+        kw["y_bounds"] = (-1.0, 1.0)
+    p = plan_of(model, X_star, secure=False, **kw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rel = release(
+            model, X_star, ledger=Ledger(epsilon=1.0, delta=1e-3),
+            rng=np.random.default_rng(8), **kw,
+        )  # fmt: skip
+    np.testing.assert_array_equal(rel.noise_sd, p.noise_sd)
+    analytic = plan_of(model, X_star, secure=False, **{**kw, "calibration": "analytic"})
+    assert np.all(p.noise_sd > analytic.noise_sd)
+
+
+def test_dp_ppc_interpolates_a_first_hold_out_input_off_the_release_grid(ppc_setup):
+    # mutant: ``first = np.where(first <= m, first, -1)`` in ``_first_equal_rows`` (the first
+    # hold-out row, index m of the stacked rows, taken for a release row): a hold-out set whose
+    # first input only lies between the release's inputs then failed with an IndexError.
+    # Reference: np.interp of each DP draw (1-D linear interpolation, post-processing).
+    model, release, X_hold, y_hold = ppc_setup
+    X_new = np.array([0.25, *X_hold[1:]])  # 0.25 is not among X_star = 0, 0.5, …, 6
+    idata = dp_ppc(
+        release, X_new, y_hold, noise_sd=0.3, training=model, interpolate=True,
+        dp_noise="ignore", n_replicates=1,
+    )  # fmt: skip
+    f = get_group(idata, "posterior")["f"].values[0]
+    X_star = np.asarray(release.X_star)[:, 0]
+    expected = np.stack([np.interp(X_new, X_star, d) for d in release.draws])
+    np.testing.assert_allclose(f, expected, rtol=1e-12, atol=1e-14)
+
+
+def test_dirichlet_default_prior_mean_is_the_mean_target_under_uniform_classes():
+    # mutant: ``(y_in + n_classes * y_out) / n_classes`` in
+    # ``DirichletTargets.default_prior_mean``: no test computed the default prior mean.
+    # Reference (Milios et al. 2018 §4, Honkela 2024 eq. 21): α = 1{l = c} + α_ε,
+    # σ̃² = log(1/α + 1), ỹ = log α − σ̃²/2; the mean of the C targets of one label.
+    from pm_dpgp.models.sparse import DirichletTargets, dirichlet_targets
+
+    a, C = 0.01, 4
+    targets = [np.log(al) - np.log(1.0 / al + 1.0) / 2.0 for al in (1.0 + a, a)]
+    expected = (targets[0] + (C - 1) * targets[1]) / C
+    got = DirichletTargets.from_alpha(a).default_prior_mean(C)
+    assert abs(got - expected) < 1e-12
+    y, _ = dirichlet_targets(np.arange(C), C, a)  # one record of each class
+    assert abs(float(y.mean()) - got) < 1e-12
