@@ -231,3 +231,19 @@ def test_dirichlet_default_prior_mean_is_the_mean_target_under_uniform_classes()
     assert abs(got - expected) < 1e-12
     y, _ = dirichlet_targets(np.arange(C), C, a)  # one record of each class
     assert abs(float(y.mean()) - got) < 1e-12
+
+
+def test_kmeans_inducing_points_are_a_fixed_point_of_lloyds_iteration():
+    # mutant: ``np.allclose(new, C, rtol=0.0, atol=1e-1)`` in ``kmeans_inducing_points`` (the
+    # documented stop "no centre moves by more than 1e-12 × the scale" loosened): the centres
+    # were never checked to be converged.  Reference: at convergence every centre is the mean
+    # of the points nearest to it (Lloyd 1982), computed here with NumPy.
+    from pm_dpgp.models.sparse import kmeans_inducing_points
+
+    rng = np.random.default_rng(11)
+    X = np.concatenate([rng.normal(c, 0.6, size=(60, 2)) for c in ((0, 0), (1.5, 0.2), (0.7, 1.4))])
+    C = kmeans_inducing_points(X, 5, rng=np.random.default_rng(2))
+    lab = np.argmin(((X[:, None, :] - C[None, :, :]) ** 2).sum(axis=2), axis=1)
+    for k in range(5):
+        assert np.any(lab == k)
+        np.testing.assert_allclose(C[k], X[lab == k].mean(axis=0), rtol=0, atol=1e-10)
