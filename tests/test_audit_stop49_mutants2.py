@@ -247,3 +247,13 @@ def test_kmeans_inducing_points_are_a_fixed_point_of_lloyds_iteration():
     for k in range(5):
         assert np.any(lab == k)
         np.testing.assert_allclose(C[k], X[lab == k].mean(axis=0), rtol=0, atol=1e-10)
+
+
+def test_parse_domain_reads_a_length_two_array_as_one_interval():
+    # mutant: ``Box(arr[:1], arr[:1] + 1)`` for a NumPy array of shape (2,) in
+    # ``_parse_sequence`` (the tuple (low, high) takes another branch, so no test passed the
+    # array form the module docstring lists as ``(low, high)``).
+    from pm_dpgp.domain import Box, parse_domain
+
+    assert parse_domain(np.array([-2.0, 6.0])) == Box([-2.0], [6.0])
+    assert parse_domain(np.array([-2.0, 6.0]), 3) == Box([-2.0] * 3, [6.0] * 3)
