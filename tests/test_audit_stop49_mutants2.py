@@ -271,3 +271,18 @@ def test_released_mean_draws_have_covariance_G_Gt_over_S_for_a_square_factor():
     mu = released_mean_draws(draws, G, 200_000, np.random.default_rng(0))
     np.testing.assert_allclose(mu.mean(axis=0), draws.mean(axis=0), atol=0.01)
     np.testing.assert_allclose(np.cov(mu.T), G @ G.T / 4, atol=0.02)
+
+
+def test_release_noise_covariance_and_band(ppc_setup):
+    # mutants: ``noise_cov = Fᵀ F`` (the k × k Gram of the factor, not the m × m covariance of
+    # the noise F z) and ``noise_band`` ignoring ``width``.  Reference: Cov(F z) = F Fᵀ, whose
+    # diagonal is noise_sd², and the band draws[0] ∓ width · noise_sd (its docstring).
+    _, release, _, _ = ppc_setup
+    F = np.asarray(release.noise_factor)
+    cov = release.noise_cov
+    assert cov.shape == (13, 13)
+    np.testing.assert_allclose(cov, F @ F.T, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(np.diag(cov), release.noise_sd**2, rtol=1e-12)
+    lo, hi = release.noise_band(2.0)
+    np.testing.assert_allclose(lo, release.draws[0] - 2.0 * release.noise_sd, rtol=1e-14)
+    np.testing.assert_allclose(hi, release.draws[0] + 2.0 * release.noise_sd, rtol=1e-14)
