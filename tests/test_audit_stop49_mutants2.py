@@ -286,3 +286,21 @@ def test_release_noise_covariance_and_band(ppc_setup):
     lo, hi = release.noise_band(2.0)
     np.testing.assert_allclose(lo, release.draws[0] - 2.0 * release.noise_sd, rtol=1e-14)
     np.testing.assert_allclose(hi, release.draws[0] + 2.0 * release.noise_sd, rtol=1e-14)
+
+
+def test_classification_model_and_views_use_the_same_binary_labels():
+    # mutants: ``observed = data.y`` in ``gp_classification`` (the Bernoulli given the raw
+    # labels: {−1, 1} labels, which the docstring says work, then have log-probability −inf
+    # under PyMC) and ``nan_to_num(arr, nan=1.0)`` in ``binary_labels``.  Reference: clip to
+    # [0, 1] and round, NaN → 0 (the docstring of ``binary_labels``).
+    from pm_dpgp.models import gp_classification
+    from pm_dpgp.models.classification import binary_labels
+
+    got = binary_labels([np.nan, np.inf, -np.inf, -1.0, 0.4, 0.6, 2.0, 1.0])
+    np.testing.assert_array_equal(got, [0, 1, 0, 0, 0, 1, 1, 1])
+    X = np.linspace(0, 1, 6)
+    t = np.array([1, 0, 1, 1, 0, 0])
+    gpc = gp_classification(X, np.where(t == 1, 1, -1), pm.gp.cov.ExpQuad(1, ls=0.5))
+    observed = gpc.model.rvs_to_values[gpc.model["f_obs"]]
+    np.testing.assert_array_equal(np.asarray(observed.data), t)
+    assert np.isfinite(gpc.model.compile_logp()(gpc.model.initial_point()))

@@ -56,7 +56,7 @@ def binary_labels(t: ArrayLike) -> NDArray[np.float64]:
     The PyMC model's Bernoulli, the owner's ``laplace``/``predict`` and the release all see the
     same labels (stop-32 audit: {−1, +1} labels gave the PyMC model {0, 1} but ``laplace`` the
     raw −1, latent means of −12.7 against −1.96).  Record-wise and silent: a refusal that
-    depended on the values would leak them.  A non-finite label maps to 0.
+    depended on the values would leak them.  NaN maps to 0, +inf to 1 and −inf to 0 (clipped).
     """
     arr = np.asarray(t, dtype=np.float64)
     return np.rint(np.clip(np.nan_to_num(arr, nan=0.0), 0.0, 1.0))
