@@ -304,3 +304,23 @@ def test_classification_model_and_views_use_the_same_binary_labels():
     observed = gpc.model.rvs_to_values[gpc.model["f_obs"]]
     np.testing.assert_array_equal(np.asarray(observed.data), t)
     assert np.isfinite(gpc.model.compile_logp()(gpc.model.initial_point()))
+
+
+def test_classification_public_view_evaluates_the_kernel_at_each_named_hyperparameter():
+    # mutant: the hyperparameter values passed to the compiled kernel in reverse order in
+    # ``GPClassification.public_gp`` (the tests' classification models had at most one free
+    # hyperparameter, where the order cannot matter).  Reference: η² exp(−d²/(2ℓ²)) in NumPy.
+    from pm_dpgp.models import gp_classification
+
+    def cov():
+        eta = pm.HalfNormal("eta", 2.0)
+        ell = pm.Gamma("ell", 2.0, 2.0)
+        return eta**2 * pm.gp.cov.ExpQuad(1, ls=ell)
+
+    X = np.linspace(0, 2, 5)
+    gpc = gp_classification(X, np.array([0, 1, 1, 0, 1]), cov)
+    view = gpc.public_gp({"eta": 1.7, "ell": 0.4})
+    d2 = (X[:, None] - X[None, :]) ** 2
+    expected = 1.7**2 * np.exp(-0.5 * d2 / 0.4**2)
+    np.testing.assert_allclose(view.kernel(X), expected, rtol=1e-12)
+    np.testing.assert_allclose(view.kernel_diag(X), np.full(5, 1.7**2), rtol=1e-12)
