@@ -324,3 +324,14 @@ def test_classification_public_view_evaluates_the_kernel_at_each_named_hyperpara
     expected = 1.7**2 * np.exp(-0.5 * d2 / 0.4**2)
     np.testing.assert_allclose(view.kernel(X), expected, rtol=1e-12)
     np.testing.assert_allclose(view.kernel_diag(X), np.full(5, 1.7**2), rtol=1e-12)
+
+
+def test_fixed_float_hyperparameters_are_evaluated_in_float64():
+    # mutant: ``pt.tensor(dtype=c.type.dtype, …)`` in ``hoist_float_constants`` (the hoisted
+    # inputs keep PyTensor's float32 type of a Python float such as ls=15.0, exactly a
+    # float32, so 1/ls is computed in float32: relative errors ≈ 1e-7 in every kernel value).
+    # Reference: the squared-exponential kernel in float64 NumPy.
+    X = np.linspace(0.0, 40.0, 9)
+    public = gp_regression(X, np.zeros(9), pm.gp.cov.ExpQuad(1, ls=15.0), noise_sd=0.5).public_gp()
+    expected = np.exp(-0.5 * (X[:, None] - X[None, :]) ** 2 / 15.0**2)
+    np.testing.assert_allclose(public.kernel(X), expected, rtol=1e-13)
