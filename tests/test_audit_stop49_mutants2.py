@@ -335,3 +335,63 @@ def test_fixed_float_hyperparameters_are_evaluated_in_float64():
     public = gp_regression(X, np.zeros(9), pm.gp.cov.ExpQuad(1, ls=15.0), noise_sd=0.5).public_gp()
     expected = np.exp(-0.5 * (X[:, None] - X[None, :]) ** 2 / 15.0**2)
     np.testing.assert_allclose(public.kernel(X), expected, rtol=1e-13)
+
+
+def test_sample_path_plan_max_n_draws_is_the_most_that_fit():
+    # mutant: ``max_draws = hi_L`` (one past the bisection's last fitting count) in
+    # ``plan.sample_path``.  Reference: the plan's own ``fits`` for n_draws = max_n_draws
+    # (True) and max_n_draws + 1 (False), each computed from its event afresh.
+    from pm_dpgp import plan
+
+    kw = dict(
+        kernel_scale=1.0, y_bounds=(-1.0, 1.0), delta=1e-5, kappa=0.0, noise_sd=5.0, epsilon=3.0
+    )
+    p = plan.sample_path(50, **kw)
+    k = p.max_n_draws
+    assert k is not None and k >= 1
+    assert plan.sample_path(50, n_draws=k, **kw).fits
+    assert not plan.sample_path(50, n_draws=k + 1, **kw).fits
+
+
+def test_sparse_builder_passes_its_jitter_to_pymc():
+    # mutant: ``gp.marginal_likelihood(…)`` without ``jitter=jitter`` in
+    # ``sparse_gp_regression`` (PyMC's default 1e-6 then, while ``public_sparse_gp().kzz()``
+    # adds the given jitter): the PyMC model and the release used different K_ZZ, silently.
+    # Reference: PyMC's own MarginalApprox built with the same jitter.
+    from pm_dpgp.models import sparse_gp_regression
+
+    rng = np.random.default_rng(3)
+    X = np.sort(rng.uniform(0, 4, 15))
+    y = np.sin(X) + 0.2 * rng.standard_normal(15)
+    Z = np.linspace(0, 4, 4)[:, None]
+    cov = pm.gp.cov.ExpQuad(1, ls=0.8)
+    reg = sparse_gp_regression(X, y, cov, Z=Z, noise_sd=0.3, jitter=0.05)
+    with pm.Model() as ref:
+        gp = pm.gp.MarginalApprox(approx="VFE", mean_func=pm.gp.mean.Constant(0.0), cov_func=cov)
+        gp.marginal_likelihood("f_obs", X=X[:, None], Xu=Z, y=y, sigma=0.3, jitter=0.05)
+    ours = float(reg.model.compile_logp()({}))
+    theirs = float(ref.compile_logp()({}))
+    assert abs(ours - theirs) < 1e-8 * max(1.0, abs(theirs))
+
+
+def test_dirichlet_model_leaves_out_records_with_invalid_labels():
+    # mutant: ``X_arr, lab = X_arr, lab`` (the valid-label mask not applied) in
+    # ``dirichlet_gp_classification``: records whose label is not in 0 … C−1 entered the PyMC
+    # model as class 0, while the docstring and the release leave them out.  Reference: the
+    # model built on the valid records only has the same log-probability.
+    from pm_dpgp.models import dirichlet_gp_classification
+
+    rng = np.random.default_rng(4)
+    X = rng.uniform(-2, 2, 12)
+    labels = rng.integers(0, 3, 12).astype(float)
+    bad = labels.copy()
+    bad[[2, 7]] = [np.nan, 5.0]
+    keep = np.ones(12, dtype=bool)
+    keep[[2, 7]] = False
+    kw = dict(Z=np.linspace(-2, 2, 4), n_classes=3, prior_mean=-1.0)
+    cov = pm.gp.cov.ExpQuad(1, ls=1.0)
+    with_bad = dirichlet_gp_classification(X, bad, cov, **kw)
+    valid_only = dirichlet_gp_classification(X[keep], labels[keep], cov, **kw)
+    a = float(with_bad.model.compile_logp()({}))
+    b = float(valid_only.model.compile_logp()({}))
+    assert abs(a - b) < 1e-8 * max(1.0, abs(b))
