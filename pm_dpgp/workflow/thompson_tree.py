@@ -77,8 +77,7 @@ from pm_dpgp._validation import (
     public_real_array,
     reject_unexpected,
 )
-from pm_dpgp.accounting import FilterMismatchError, Ledger
-from pm_dpgp.accounting.ledger import accepting_filters
+from pm_dpgp.accounting import Ledger
 from pm_dpgp.gp.linalg import jittered_cholesky, psd_eigen_root
 from pm_dpgp.gp.sparse import check_column_norm, clip_columns
 from pm_dpgp.mechanisms.full.noise_aware import (
@@ -664,17 +663,13 @@ def dp_thompson_sampling_tree(
 
     if T > 0 and epsilon > 0.0:
         plan = make_plan(epsilon)
-        if ledger.epsilon_budget is not None and not ledger.filter_accepts(plan.event):
+        if ledger.epsilon_budget is not None:
             # the ledger's filter cannot account for this event type at all: a setting
-            # error, not an exhausted budget (nothing is recorded and no noise is drawn)
+            # error, not an exhausted budget (nothing is recorded and no noise is drawn);
+            # the ledger's own refusal names the filters that can hold it
             source = "secure" if noise_rng is None else "simulation"
-            # the filters that can hold this event, not the one in force (stop-49 audit)
-            fits = [f"filter={f!r}" for f in accepting_filters(plan.event, ledger.filter_family)]
-            raise FilterMismatchError(
-                f"the ledger's {ledger.filter_family!r} privacy filter cannot account for "
-                f"this run's {type(plan.event).__name__} ({source} noise): create the ledger "
-                f"with {' or '.join(fits)}, or use the other noise source. Nothing was "
-                "recorded and no noise was drawn."
+            ledger.check_accounts_for(
+                plan.event, f"this run's {type(plan.event).__name__} ({source} noise)"
             )
         if remaining is not None:
             # default: the largest run ε the ledger accepts.  Its composition can charge the
