@@ -76,6 +76,14 @@ def assert_standard_normal(z: np.ndarray) -> dict[str, float]:
     return ps
 
 
+def assert_pooled_standard_normal(z: np.ndarray, what: str) -> None:
+    """``assert_standard_normal`` per column, and all entries pooled N(0, 1) (KS)."""
+    ps = assert_standard_normal(z)
+    pooled = stats.kstest(z.ravel(), "norm").pvalue
+    assert pooled > P_MIN
+    print(f"{what}: {z.shape[0]} × {z.shape[1]}, min p {min(ps.values()):.3g}, pooled {pooled:.3g}")
+
+
 def clopper_pearson(successes: int, trials: int, alpha: float) -> tuple[float, float]:
     lo = 0.0 if successes == 0 else stats.beta.ppf(alpha / 2, successes, trials - successes + 1)
     hi = (
@@ -464,13 +472,7 @@ def test_noise_aware_statistics_noise_has_the_claimed_law(secure, captured_stati
     # the statistics' noise sd: σ_a = σ_b·c, σ_a/Δ the noise multiplier of the event
     assert md["sigma_a"] == pytest.approx(md["ratio_c"] * md["sigma_b"], rel=1e-12)
     assert rel_multiplier_full(md) == pytest.approx(md["noise_multiplier"], rel=1e-9)
-    ps = assert_standard_normal(z)
-    pooled = stats.kstest(z.ravel(), "norm").pvalue
-    assert pooled > P_MIN
-    print(
-        f"noise-aware {secure}: N={N} releases × 9, min p {min(ps.values()):.3g}, "
-        f"pooled {pooled:.3g}"
-    )
+    assert_pooled_standard_normal(z, f"noise-aware {secure}")
 
 
 def rel_multiplier_full(md) -> float:
@@ -496,13 +498,7 @@ def test_dirichlet_statistics_noise_has_the_claimed_law(secure, captured_statist
         )
     z = _statistics_noise(exact, noisy, rel.metadata, 2)
     assert z.shape == (N, 18)
-    ps = assert_standard_normal(z)
-    pooled = stats.kstest(z.ravel(), "norm").pvalue
-    assert pooled > P_MIN
-    print(
-        f"dirichlet {secure}: N={N} releases × 18, min p {min(ps.values()):.3g}, "
-        f"pooled {pooled:.3g}"
-    )
+    assert_pooled_standard_normal(z, f"dirichlet {secure}")
 
 
 # ---------------------------------------------------------------------------------------------

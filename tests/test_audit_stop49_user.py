@@ -31,6 +31,14 @@ def _streamed_model():
     )
 
 
+def _released(model, data, **kw):
+    """``noise_aware_release`` of ``data`` at the settings these tests share."""
+    return noise_aware_release(
+        model, data, epsilon=1.0, delta=1e-5, y_bounds=(50.0, 190.0), ratio="auto",
+        rng=np.random.default_rng(1), **kw,
+    )  # fmt: skip
+
+
 def test_streamed_model_remembers_the_columns_of_a_labelled_z():
     """A DataFrame ``Z`` names the model's input column when no ``X`` is given: ``data=``
     labelled ``weight`` released a q(u) of the heights on the weights at the age grid,
@@ -38,37 +46,12 @@ def test_streamed_model_remembers_the_columns_of_a_labelled_z():
     model = _streamed_model()
     ledger = Ledger(epsilon=2.0, delta=1e-5)
     with pytest.raises(ValueError, match=r"built on \['age'\]"):
-        noise_aware_release(
-            model,
-            (FRAME[["weight"]], HEIGHT),
-            epsilon=1.0,
-            delta=1e-5,
-            y_bounds=(50.0, 190.0),
-            ratio="auto",
-            ledger=ledger,
-            rng=np.random.default_rng(1),
-        )
+        _released(model, (FRAME[["weight"]], HEIGHT), ledger=ledger)
     assert ledger.history == []  # nothing spent
     with pytest.raises(ValueError, match=r"built on \['age'\]"):  # the public view too
-        noise_aware_release(
-            model.public_sparse_gp(),
-            (FRAME[["weight"]], HEIGHT),
-            epsilon=1.0,
-            delta=1e-5,
-            y_bounds=(50.0, 190.0),
-            ratio="auto",
-            rng=np.random.default_rng(1),
-        )
+        _released(model.public_sparse_gp(), (FRAME[["weight"]], HEIGHT))
     # the right column is accepted, recorded, and a later DataFrame of test inputs is checked
-    rel = noise_aware_release(
-        model,
-        (FRAME[["age"]], HEIGHT),
-        epsilon=1.0,
-        delta=1e-5,
-        y_bounds=(50.0, 190.0),
-        ratio="auto",
-        rng=np.random.default_rng(1),
-    )
+    rel = _released(model, (FRAME[["age"]], HEIGHT))
     assert rel.metadata["input_columns"] == ["age"]
     rel.predict(pd.DataFrame({"age": [10.0, 30.0]}))
     with pytest.raises(ValueError, match=r"built on \['age'\]"):
@@ -76,21 +59,11 @@ def test_streamed_model_remembers_the_columns_of_a_labelled_z():
 
 
 def test_streamed_model_refuses_mislabelled_dask_columns_before_the_spend():
-    dd = pytest.importorskip("dask.dataframe")
-    pytest.importorskip("distributed")
+    dd = pytest.importorskip("dask.dataframe")  # the default scheduler: no distributed
     ddf = dd.from_pandas(pd.concat([FRAME, HEIGHT], axis=1), npartitions=2)
     ledger = Ledger(epsilon=2.0, delta=1e-5)
     with pytest.raises(ValueError, match=r"built on \['age'\]"):
-        noise_aware_release(
-            _streamed_model(),
-            (ddf[["weight"]], ddf["height"]),
-            epsilon=1.0,
-            delta=1e-5,
-            y_bounds=(50.0, 190.0),
-            ratio="auto",
-            ledger=ledger,
-            rng=np.random.default_rng(1),
-        )
+        _released(_streamed_model(), (ddf[["weight"]], ddf["height"]), ledger=ledger)
     assert ledger.history == []
 
 
