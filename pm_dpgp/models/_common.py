@@ -26,6 +26,7 @@ try:  # pytensor >= 2.31
 except ImportError:  # pragma: no cover - older pytensor
     from pytensor.graph.basic import ancestors
 
+from pm_dpgp._ieee import ieee_arithmetic
 from pm_dpgp._validation import (
     check_finite_array,
     check_positive,
@@ -118,7 +119,8 @@ class BoundFunction:
         return self.fn(*args, *self.values)
 
     def copy(self) -> BoundFunction:
-        return BoundFunction(self.fn.copy(), list(self.values))
+        with ieee_arithmetic():  # ``copy`` re-links under the configuration in force
+            return BoundFunction(self.fn.copy(), list(self.values))
 
 
 #: Functions loaded from pickles in this process, by SHA-256 of the pickle (see
@@ -136,7 +138,9 @@ def _load_thread_safe(blob: bytes) -> ThreadSafeFunction:
         if hit is not None:
             _LOADED.move_to_end(key)
             return hit
-    loaded = ThreadSafeFunction(pickle.loads(blob))  # noqa: S301 - our own pickle
+    # unpickling re-links the graph under the configuration in force (pm_dpgp._ieee)
+    with ieee_arithmetic():
+        loaded = ThreadSafeFunction(pickle.loads(blob))  # noqa: S301 - our own pickle
     loaded._blob = blob
     with _LOADED_LOCK:
         _LOADED[key] = loaded
@@ -173,7 +177,8 @@ class ThreadSafeFunction:
             return self.fn(*args)
         own = getattr(self._local, "fn", None)
         if own is None:  # ≈ 20 ms once per thread and function (storage, not a recompile)
-            own = self._local.fn = self.fn.copy()
+            with ieee_arithmetic():  # ``copy`` re-links under the configuration in force
+                own = self._local.fn = self.fn.copy()
         return own(*args)
 
     def copy(self) -> ThreadSafeFunction:

@@ -40,7 +40,6 @@ from typing import Any
 
 import numpy as np
 import pymc as pm
-import pytensor
 import pytensor.tensor as pt
 from numpy.typing import ArrayLike, NDArray
 from pymc.distributions.distribution import SymbolicRandomVariable
@@ -54,6 +53,7 @@ try:  # pytensor >= 2.31
 except ImportError:  # pragma: no cover - older pytensor
     from pytensor.graph.basic import ancestors
 
+from pm_dpgp._ieee import ieee_function
 from pm_dpgp._validation import check_positive, public_real_array
 from pm_dpgp.gp.exact import ExactPosterior
 from pm_dpgp.gp.operators import CloakingOperator
@@ -428,9 +428,7 @@ class GPRegression:
             # shared by every model of this structure, so calls from several threads must
             # not share the function's storage: ThreadSafeFunction gives each thread its own
             compiled = ThreadSafeFunction(
-                pytensor.function(
-                    all_inputs, out, on_unused_input="ignore", allow_input_downcast=True
-                )
+                ieee_function(all_inputs, out, on_unused_input="ignore", allow_input_downcast=True)
             )
             _COMPILED.append((all_inputs, out, compiled))
             del _COMPILED[:-_COMPILED_MAX]

@@ -33,10 +33,10 @@ from typing import Any
 
 import numpy as np
 import pymc as pm
-import pytensor
 import pytensor.tensor as pt
 from numpy.typing import ArrayLike, NDArray
 
+from pm_dpgp._ieee import ieee_function
 from pm_dpgp._validation import check_finite_array, check_positive, check_scale
 from pm_dpgp.models._common import data_input, dataframe_columns
 from pm_dpgp.models.exact import GPRegression, gp_regression
@@ -78,9 +78,8 @@ class GibbsKernel(pm.gp.cov.Covariance):
         """
         Xs = np.asarray(X, dtype=np.float64)[:, self.active_dims]
         try:
-            r = np.asarray(
-                pt.as_tensor_variable(self.lengthscale_func(pt.as_tensor_variable(Xs))).eval()
-            )
+            out = pt.as_tensor_variable(self.lengthscale_func(pt.as_tensor_variable(Xs)))
+            r = np.asarray(ieee_function([], out)())
         except Exception as err:  # noqa: BLE001 - any failure of the user's function
             raise ValueError(
                 f"lengthscale_func failed on the public inputs ({type(err).__name__}: {err})."
@@ -210,7 +209,7 @@ class KDELengthscale:
         """NumPy values of the lengthscales at ``X`` (for plots and documentation)."""
         if self._fn is None:
             Xt = pt.matrix("X", dtype="float64")
-            self._fn = pytensor.function([Xt], self(Xt))
+            self._fn = ieee_function([Xt], self(Xt))
         return np.asarray(self._fn(check_finite_array(X, "X", ndim=2)))
 
     def describe(self) -> str:

@@ -18,6 +18,7 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from pm_dpgp._ieee import ieee_arithmetic
 from pm_dpgp._validation import real_or_nan, real_or_none
 
 __all__ = [
@@ -119,7 +120,8 @@ def _prior_quantiles(model: Any, rv: Any, q: NDArray[np.float64], n_draws: int, 
     # grid [1] instead of [1, 5, 9] (stop-45 audit)
     value = q.astype(rv.dtype) if str(rv.dtype).startswith("float") else q
     try:
-        vals = np.asarray(pm.icdf(rv, value).eval(), dtype=np.float64)
+        with ieee_arithmetic():
+            vals = np.asarray(pm.icdf(rv, value).eval(), dtype=np.float64)
         if vals.shape == q.shape and np.all(np.isfinite(vals)):
             return vals
     except Exception:  # noqa: BLE001 - no icdf for this distribution: use prior draws
