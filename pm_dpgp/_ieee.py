@@ -18,6 +18,7 @@ is made inside ``ieee_arithmetic()``.  PyMC's own sampling is left as the user c
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,6 +32,22 @@ __all__ = ["ieee_arithmetic", "ieee_function"]
 #: fast math while another is still compiling (Dask's threaded scheduler copies kernels
 #: from several threads at once).  Re-entrant: a compile may unpickle or copy inside.
 _LOCK = threading.RLock()
+
+
+def _release_after_fork() -> None:
+    _LOCK.release()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    # a fork while another thread compiles inside ``ieee_arithmetic`` gave a child whose
+    # ``_LOCK`` was held for ever (its owner does not exist there: the child's first kernel
+    # compile hung) and whose fast-math flag stayed switched off; the fork waits for the
+    # compile instead (as the ledgers' fork hooks do, ``pm_dpgp.accounting.ledger``)
+    os.register_at_fork(
+        before=_LOCK.acquire,
+        after_in_parent=_release_after_fork,
+        after_in_child=_release_after_fork,
+    )
 
 
 @contextmanager
