@@ -297,10 +297,11 @@ def kernel_structure_at(
     parts = symbolic_parts(cov)
     if not parts:
         return kernel_structure(cov, input_dim)
-    import pytensor
     import pytensor.tensor as pt
     from pytensor.graph.replace import clone_replace
 
+    from pm_dpgp._ieee import ieee_function
+    from pm_dpgp.models._common import hoist_float_constants
     from pm_dpgp.models.exact import _is_random, ancestors  # PyTensor 2 and 3 locations
 
     try:
@@ -313,7 +314,17 @@ def kernel_structure_at(
         new = clone_replace(outs, replace=mapping) if mapping else outs
         if any(_is_random(v) for v in ancestors(new)):
             return KernelStructure(False, False)  # evaluating would draw random numbers
-        got = pytensor.function([], new, mode="FAST_COMPILE", on_unused_input="ignore")()
+        # evaluated as the public kernel is (``GPRegression._function``): every float constant,
+        # the public values included, is an input, so PyTensor's rewrites cannot cancel them.
+        # With constants, ``(h + 1e16) - 1e16 - 0.2`` was rewritten to ``h - 0.2`` (0.5 at
+        # h = 0.7, a "covariance by construction") while the kernel computed -0.2 in IEEE
+        # arithmetic: ExpQuad(1) - 0.2 ExpQuad(0.5), no covariance, was released (stop-50 audit)
+        hoisted = [hoist_float_constants(o) for o in new]
+        inputs = [i for _, ins, _ in hoisted for i in ins]
+        values = [v for _, _, vals in hoisted for v in vals]
+        got = ieee_function(
+            inputs, [o for o, _, _ in hoisted], mode="FAST_COMPILE", on_unused_input="ignore"
+        )(*values)
     except Exception:  # a part PyTensor cannot evaluate without more inputs: unknown
         return KernelStructure(False, False)
     found = {id(p): np.asarray(v, dtype=np.float64) for p, v in zip(parts, got, strict=True)}
