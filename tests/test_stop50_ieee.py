@@ -127,10 +127,15 @@ def test_kernel_from_a_warm_numba_cache_keeps_ieee_arithmetic(tmp_path) -> None:
     from pathlib import Path
 
     env = dict(os.environ)
-    env["PYTENSOR_FLAGS"] = f"base_compiledir={tmp_path / 'pt'}"
-    env["NUMBA_CACHE_DIR"] = str(tmp_path / "numba")
+    runs: tuple[str, ...] = ("one process, the caches in use",)
+    if "numba" in type(pytensor.compile.mode.get_default_mode().linker).__name__.lower():
+        # PyTensor 3: fresh caches, so that the first process compiles and the second loads
+        env["PYTENSOR_FLAGS"] = f"base_compiledir={tmp_path / 'pt'}"
+        env["NUMBA_CACHE_DIR"] = str(tmp_path / "numba")
+        runs = ("cold cache", "warm cache")
+    # PyTensor 2 (C backend, never fast math): one run; a fresh C cache would cost ≈ 1 min
     script = _SCRIPT.format(tests=str(Path(__file__).parent))
-    for run in ("cold cache", "warm cache"):
+    for run in runs:
         out = (
             subprocess.run(
                 [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
