@@ -17,7 +17,10 @@ function is run thousands of times at small n, in both noise modes where it has 
 3. two calls never share noise, and a seeded Generator reproduces (simulation mode only).
 
 The simulation-mode tests are deterministic (seeded); the secure ones draw from OS entropy,
-so their thresholds are set for a false-alarm rate below 1e-6 per test.
+so their thresholds are set for a false-alarm rate below 1e-6 per CI run (three stacks) over
+all of them: about 45 p-values per stack in the default (not slow) run at ``P_MIN`` each, and
+6-sd bounds on sample covariances.  No power check on OS-entropy draws uses the empirical-ε
+lower bound, whose lower tail is heavy (see the worst-neighbours test).
 """
 
 from __future__ import annotations
@@ -35,8 +38,10 @@ from pm_dpgp.models import gp_regression
 from pm_dpgp.models.fitc import fitc_gp_regression
 from pm_dpgp.models.nonstationary import nonstationary_gp_regression
 
-# p-value below which a law is rejected (several coordinates/statistics per test: still < 1e-5)
-P_MIN = 1e-7
+# p-value below which a law is rejected: ~45 OS-entropy p-values per stack × 3 stacks per CI
+# run give a false-alarm rate ≤ 1.4e-7 per run (KS is exact, and conservative on the secure
+# grid); a wrong scale still fails (a 2× sd gives KS p ≈ e⁻²⁰⁰ at N = 3000)
+P_MIN = 1e-9
 BOUNDS = (-2.0, 2.0)
 XS = np.array([[0.7], [2.9], [5.1]])
 
@@ -242,11 +247,22 @@ def test_label_release_worst_neighbours_respect_the_claimed_epsilon(mech, kind, 
         f"{mech}-{kind}-{secure}: |shift| {np.linalg.norm(shift):.4f} vs Δ/σ "
         f"{1 / rel_multiplier(r0):.4f}; empirical ε ≥ {eps_hat:.3f} (claimed {eps_draw:.3f})"
     )
-    if mech == "cloaking":  # its charged sensitivity is attained: the audit has power
-        # simulation mode is seeded (0.13-0.21 here); secure noise is OS entropy, whose
-        # lower bound varies from run to run (0.099 on one clean-clone CI run): there only
-        # the absence of power (a bound near 0) fails
-        assert eps_hat > (0.02 if secure else 0.1)
+    if mech == "cloaking" and not secure:  # charged sensitivity attained: the audit has power
+        assert eps_hat > 0.1  # seeded: 0.17-0.21 here
+    elif mech == "cloaking":
+        # OS entropy: the bound ε̂ has a heavy lower tail (|shift| = 0.345, N = 4000: mean 0.146,
+        # sd 0.038; 1 of 2·10⁴ simulated audits fell below the former floor 0.02, min 0.0067;
+        # 0.099 on one CI run), too often below any useful floor.  The power's sources are
+        # checked instead, each with false-alarm rate 2e-9: along the shift the two releases'
+        # means differ by |shift| (sd √(2/N)) and the noise has unit sd (sd of the sample sd
+        # ≈ 1/√(2N) = 0.011); a release that does not move (0 vs 0.345, bound 0.134) or noise
+        # 10 % above its claim (9 sd off, bound 6 sd) fails.
+        u = shift / np.linalg.norm(shift)
+        s0, s1 = z0 @ u, z1 @ u
+        moved = float(s1.mean() - s0.mean())
+        assert abs(moved - np.linalg.norm(shift)) < 6.0 * math.sqrt(2.0 / N), moved
+        for s in (s0, s1):
+            assert abs(float(s.std()) - 1.0) < 6.0 / math.sqrt(2.0 * N), s.std()
 
 
 def rel_multiplier(rel) -> float:
