@@ -87,18 +87,23 @@ def test_laplace_scale_is_the_closed_form(kung):
 
 @pytest.mark.parametrize("secure", [False, True])
 def test_noise_has_the_laplace_law(kung, secure):
-    """Mean absolute deviation of the noise is b_j (Laplace), within 5 standard errors."""
+    """Mean absolute deviation of the noise is b_j (Laplace), within 6 standard errors.
+
+    The secure case draws from OS entropy: 5 standard errors at n = 4000 failed by chance with
+    probability 6.8e-7 per bin (exact Gamma tail of the mean of |Lap(b)|), ~4e-6 per 3-stack CI
+    run; 6 at n = 10000 give 3e-9 per bin and a tighter bound (0.06 b, was 0.079 b), so a wrong
+    scale is caught at least as before."""
     X, y = kung
     bins = make_bins([0.0, 20.0, 90.0])
-    n = 4000
+    n = 10000
     rng = None if secure else np.random.default_rng(1)
     r = binned_release(X, y, bins, epsilon=1.0, y_bounds=BOUNDS, n_draws=n, rng=rng)
     means, _ = _exact_means(X, y, bins)
     noise = r.draws - means[None, :]
     b = np.asarray(dense_bins(r)[1])
     mad = np.mean(np.abs(noise), axis=0)
-    assert np.all(np.abs(mad - b) <= 5 * b / math.sqrt(n))  # sd of |Lap(b)| is b
-    assert np.all(np.abs(np.median(noise, axis=0)) <= 5 * b / math.sqrt(n) * 1.5)
+    assert np.all(np.abs(mad - b) <= 6 * b / math.sqrt(n))  # sd of |Lap(b)| is b
+    assert np.all(np.abs(np.median(noise, axis=0)) <= 6 * b / math.sqrt(n) * 1.5)
 
 
 def test_privacy_loss_of_worst_neighbour(kung):
