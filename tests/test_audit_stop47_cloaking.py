@@ -39,6 +39,7 @@ from pm_dpgp.mechanisms.label.cloaking import solve_noise_covariance
 from pm_dpgp.models import gp_regression, nonstationary
 from pm_dpgp.models.fitc import fitc_gp_regression
 from pm_dpgp.models.nonstationary import KDELengthscale, nonstationary_gp_regression
+from tests.tolerances import scalar_rtol
 
 
 def _paciorek_schervish(Xa, ra, Xb, rb, a):
@@ -66,7 +67,15 @@ def test_gibbs_kernel_is_paciorek_schervish_with_the_documented_sigma():
     )
     K = model.public_cloaking().kernel(Xs, X)
     ra, rb = 0.5 + 0.2 * np.abs(Xs[:, 0]), 0.5 + 0.2 * np.abs(X[:, 0])
-    np.testing.assert_allclose(_paciorek_schervish(Xs, ra, X, rb, 2.0), K, rtol=1e-13, atol=0)
+    ref = _paciorek_schervish(Xs, ra, X, rb, 2.0)
+    # entrywise: exp(−Q) carries Q's rounding (a dozen flops, relative) as an absolute error
+    # of the exponent, so each entry's relative error is ≤ scalar_rtol(12)·(1 + Q) (Q ≤ 26
+    # here: 2.8e-13; rtol=1e-13 sat below that bound, measured 1.1e-14 with PyMC 5 and 7e-15
+    # with PyMC 6 / Numba); a relative error of 1e-9 in K is rejected
+    q = np.sum((Xs[:, None, :] - X[None, :, :]) ** 2, axis=2) / (ra[:, None] ** 2 + rb**2)
+    tol = scalar_rtol(12) * (1.0 + q) * np.abs(ref)
+    assert np.all(np.abs(K - ref) <= tol)
+    assert not np.all(np.abs(K * (1 + 1e-9) - ref) <= tol)
     # the former Σ = diag(r²/2) is not this kernel
     assert np.max(np.abs(_paciorek_schervish(Xs, ra, X, rb, 0.5) - K)) > 0.1
     doc = inspect.getdoc(nonstationary)
