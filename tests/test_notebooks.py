@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -20,8 +19,8 @@ def test_notebook_runs(path: Path, tmp_path: Path) -> None:
     # Stored outputs are stripped in git.
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), path.name
     os.environ.setdefault("MPLBACKEND", "Agg")
-    start = time.perf_counter()
+    # no wall-clock assertion (a cold Numba cache in a fresh CI venv, or a loaded machine, is
+    # slow, not wrong); nbclient's per-cell timeout only guards against a hung kernel
     nbclient.NotebookClient(
         nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
     ).execute()
-    assert time.perf_counter() - start < 300
