@@ -251,7 +251,7 @@ def test_label_release_worst_neighbours_respect_the_claimed_epsilon(mech, kind, 
         assert eps_hat > 0.1  # seeded: 0.17-0.21 here
     elif mech == "cloaking":
         # OS entropy: the bound ε̂ has a heavy lower tail (|shift| = 0.345, N = 4000: mean 0.146,
-        # sd 0.038; 1 of 2·10⁴ simulated audits fell below the former floor 0.02, min 0.0067;
+        # sd 0.038; 1 of 6·10⁴ simulated audits fell below the former floor 0.02, min 0.0067;
         # 0.099 on one CI run), too often below any useful floor.  The power's sources are
         # checked instead, each with false-alarm rate 2e-9: along the shift the two releases'
         # means differ by |shift| (sd √(2/N)) and the noise has unit sd (sd of the sample sd
